@@ -1,0 +1,58 @@
+# Gantry: `make run` starts the embedded platform, `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+PYTEST_ARGS ?=
+
+.PHONY: run test check venv services browser lint fmt bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+## run: migrate, seed the demo organisation, start a Celery worker and the web server.
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	@echo "Gantry on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
+	@trap 'kill 0' EXIT INT TERM; \
+	  $(VENV)/bin/celery -A config worker --loglevel=INFO --concurrency=2 --pool=threads & \
+	  $(PY) manage.py runserver $(HOST):$(PORT)
+
+## services: PostgreSQL and Redis for the test suite, started when they are down.
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+	@for i in $$(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
+
+## check: lint, format, types, layers, Django checks, migrations up to date.
+check: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+
+## test: the whole suite on PostgreSQL and Redis, after the checks.
+test: venv services
+	$(MAKE) --no-print-directory check
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	  $(PY) -m pytest -n 2 --durations=15 $(PYTEST_ARGS)
+
+fmt: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf var staticfiles .pytest_cache .mypy_cache .ruff_cache

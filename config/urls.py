@@ -1,0 +1,35 @@
+"""URL wiring: the REST API under /api/v1/, its schema and docs, auth, health."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.throttling import AnonRateThrottle
+
+from common.views import healthz
+from tenants.api.views import MeView
+
+
+class LoginThrottle(AnonRateThrottle):
+    scope = "login"
+
+
+class ThrottledObtainAuthToken(ObtainAuthToken):
+    throttle_classes = [LoginThrottle]
+
+
+api_v1 = [
+    path("", include("tenants.api.urls")),
+    path("", include("scheduler.api.urls")),
+    path("me/", MeView.as_view(), name="me"),
+    path("auth/token/", ThrottledObtainAuthToken.as_view(), name="api-token"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", healthz, name="healthz"),
+]

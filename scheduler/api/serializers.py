@@ -1,0 +1,50 @@
+"""Job API serializers. The submitted spec is validated by `scheduler.spec`."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from scheduler.models import Job, JobEvent
+
+
+class JobOut(serializers.ModelSerializer):
+    project_slug = serializers.CharField(source="project.slug", read_only=True)
+    tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
+    priority_class = serializers.CharField(source="priority_class.name", read_only=True)
+    submitted_by = serializers.CharField(source="submitted_by.username", read_only=True)
+    gpus_total = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "job_type", "state", "reason", "project", "project_slug", "tenant",
+            "tenant_slug", "submitted_by", "priority_class", "replicas", "gpus_per_replica",
+            "gpu_milli_per_replica", "gpus_total", "attempt", "created_at", "queued_at",
+            "started_at", "finished_at", "spec",
+        ]
+
+    def get_gpus_total(self, job: Job) -> float:
+        return job.replicas * job.gpu_milli_per_replica / 1000
+
+
+class JobSubmitIn(serializers.Serializer):
+    """The envelope: which project, and the spec (see the JobSpec schema)."""
+
+    project = serializers.IntegerField(help_text="Id of a project you are a member of.")
+    idempotency_key = serializers.CharField(
+        required=False, max_length=128,
+        help_text="Or the Idempotency-Key header: a repeat returns the first job.",
+    )
+    spec = serializers.DictField(help_text="The job spec; see the JobSpec fields.")
+
+
+class JobCancelIn(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class JobEventOut(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "at", "kind", "from_state", "to_state", "message", "actor", "data"]

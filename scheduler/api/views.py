@@ -1,0 +1,77 @@
+"""Job API: list with filters, submit, get, cancel, events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduler import selectors, services
+from scheduler.api.serializers import JobCancelIn, JobEventOut, JobOut, JobSubmitIn
+from scheduler.models import Job, JobState
+from tenants import access
+from tenants.models import JobType
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+    job_type = django_filters.MultipleChoiceFilter(choices=JobType.choices)
+    priority_class = django_filters.CharFilter(field_name="priority_class__name")
+    submitted_by = django_filters.CharFilter(field_name="submitted_by__username")
+    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains", max_length=63)
+
+    class Meta:
+        model = Job
+        fields = ["project", "tenant", "state", "job_type", "priority_class", "submitted_by"]
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = JobOut
+    filterset_class = JobFilter
+
+    def get_queryset(self) -> Any:
+        return selectors.job_list_visible(self.request.user)
+
+    @extend_schema(
+        request=JobSubmitIn,
+        responses={201: JobOut, 200: JobOut},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
+    def create(self, request: Request) -> Response:
+        envelope = JobSubmitIn(data=request.data)
+        envelope.is_valid(raise_exception=True)
+        unknown = sorted(set(request.data) - set(envelope.fields))
+        if unknown:
+            raise ValidationError({key[:64]: ["unknown field."] for key in unknown[:20]})
+        data = envelope.validated_data
+        project = access.access_project(request.user, data["project"])
+        key = request.headers.get("Idempotency-Key") or data.get("idempotency_key")
+        job, created = services.job_submit(
+            user=request.user, project=project, payload=data["spec"], idempotency_key=key
+        )
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(JobOut(job).data, status=code)
+
+    @extend_schema(request=JobCancelIn, responses=JobOut)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        job = self.get_object()
+        body = JobCancelIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = services.job_cancel(user=request.user, job=job, reason=body.validated_data["reason"])
+        return Response(JobOut(job).data)
+
+    @extend_schema(responses=JobEventOut(many=True))
+    @action(detail=True, methods=["get"], filterset_class=None)
+    def events(self, request: Request, pk: str) -> Response:
+        job = self.get_object()
+        page = self.paginate_queryset(selectors.job_event_list(job))
+        return self.get_paginated_response(JobEventOut(page, many=True).data)

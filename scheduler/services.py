@@ -1,0 +1,137 @@
+"""Writes users trigger on jobs: submit and cancel."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from common.errors import ConflictError
+from scheduler.lifecycle import job_transition
+from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
+from scheduler.spec import JobSpecSerializer
+from tenants import access
+from tenants.models import PriorityClass, Project
+from tenants.services import priority_default_for
+
+MAX_IDEMPOTENCY_KEY = 128
+
+
+def request_hash(project_id: int, payload: dict[str, Any]) -> str:
+    """Fingerprint of what was asked, to tell a retry from a different request."""
+    canonical = json.dumps({"project": project_id, "spec": payload}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _resolve_priority(project: Project, spec: dict[str, Any]) -> PriorityClass:
+    if spec["priority_class"]:
+        return PriorityClass.objects.get(name=spec["priority_class"])
+    default = priority_default_for(tenant=project.tenant, job_type=spec["type"])
+    if default is not None:
+        return default
+    fallback = PriorityClass.objects.order_by("value").filter(counts_against_quota=True).first()
+    if fallback is None:
+        raise ValidationError({"priority_class": ["no priority classes are configured."]})
+    return fallback
+
+
+def _job_from_spec(*, user: Any, project: Project, spec: dict[str, Any]) -> Job:
+    res = spec["resources"]
+    gpus = res["gpus"] or 0
+    milli = gpus * 1000 if gpus else (res["gpu_milli"] or (1000 if res["mig_profile"] else 0))
+    priority = _resolve_priority(project, spec)
+    spec["priority_class"] = priority.name
+    return Job(
+        project=project,
+        tenant=project.tenant,
+        submitted_by=user,
+        name=spec["name"],
+        job_type=spec["type"],
+        state=JobState.QUEUED,
+        priority_class=priority,
+        spec=spec,
+        replicas=spec["replicas"],
+        gpus_per_replica=gpus,
+        gpu_milli_per_replica=milli,
+        gpu_memory_mib=res["gpu_memory_mib"],
+        cpu_milli=res["cpu_milli"],
+        memory_mib=res["memory_mib"],
+        flavors=spec["flavors"],
+        max_runtime_s=spec["max_runtime_s"],
+    )
+
+
+def _existing_for_key(user: Any, key: str, fingerprint: str) -> Job | None:
+    job = Job.objects.filter(submitted_by=user, idempotency_key=key).first()
+    if job is not None and job.request_hash != fingerprint:
+        raise ConflictError(
+            f"Idempotency key {key!r} was already used for a different request (job {job.pk}); "
+            "use a new key for a new job."
+        )
+    return job
+
+
+def job_submit(
+    *, user: Any, project: Project, payload: dict[str, Any], idempotency_key: str | None = None
+) -> tuple[Job, bool]:
+    """Validate `payload` and queue the job. Returns (job, created).
+
+    With an idempotency key, a repeat of the same request returns the first job (created is
+    False) and the same key with a different body is a ConflictError. Two identical requests
+    racing are settled by the unique constraint on (submitted_by, idempotency_key).
+    """
+    if not access.can_submit(user, project):
+        raise PermissionDenied(f"You may not submit jobs to project '{project.slug}'.")
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+        raise ValidationError({"idempotency_key": [f"must be 1-{MAX_IDEMPOTENCY_KEY} characters."]})
+    fingerprint = request_hash(project.pk, payload)
+    if idempotency_key and (job := _existing_for_key(user, idempotency_key, fingerprint)):
+        return job, False
+    serializer = JobSpecSerializer(data=payload)
+    serializer.is_valid(raise_exception=True)
+    job = _job_from_spec(user=user, project=project, spec=dict(serializer.validated_data))
+    job.idempotency_key = idempotency_key
+    job.request_hash = fingerprint
+    job.queued_at = timezone.now()
+    try:
+        with transaction.atomic():
+            job.save()
+            JobEvent.objects.create(
+                job=job, kind="submitted", to_state=job.state, actor=user,
+                message=f"Submitted by {user.get_username()} to project {project.slug}.",
+            )
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        existing = _existing_for_key(user, idempotency_key, fingerprint)
+        if existing is None:
+            raise
+        return existing, False
+    return job, True
+
+
+def can_cancel(user: Any, job: Job) -> bool:
+    grants = access.grants_for(user)
+    return job.submitted_by_id == user.pk or grants.platform_admin or access.can_manage_tenant(
+        user, job.tenant
+    )
+
+
+def job_cancel(*, user: Any, job: Job, reason: str = "") -> Job:
+    """Cancel a job in any non-final state; a concurrent transition is retried against."""
+    if not can_cancel(user, job):
+        raise PermissionDenied("Only the submitter or an admin of the team may cancel this job.")
+    for _ in range(5):
+        if job.state in FINAL_STATES:
+            raise ConflictError(f"Job {job.pk} already {job.state}; it cannot be cancelled.")
+        try:
+            message = f"Cancelled by {user.get_username()}" + (f": {reason}" if reason else ".")
+            return job_transition(job=job, to_state=JobState.CANCELLED, actor=user, message=message)
+        except ConflictError:
+            job.refresh_from_db()
+    raise ConflictError(f"Job {job.pk} kept changing state; try again.")

@@ -1,0 +1,170 @@
+"""Who may see or do what. Every view and API endpoint gets objects through these functions.
+
+Rules:
+- A role on a tenant holds for its whole subtree. Visibility needs any role (member and up).
+- Platform admins see and change everything; finance sees everything and changes nothing.
+- An object the user cannot see is a 404 (`Http404`), never a 403, so that ids of other
+  tenants' objects reveal nothing. A visible object the user may not change is a 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from tenants.models import (
+    ROLE_RANK,
+    Membership,
+    PlatformRoleName,
+    Project,
+    Role,
+    Tenant,
+)
+
+
+@dataclass
+class Grants:
+    """The access of one user, computed once per request and cached on the user object."""
+
+    platform_admin: bool = False
+    finance: bool = False
+    # tenant path -> best role held there (the role covers the subtree under that path)
+    roles_by_path: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def sees_everything(self) -> bool:
+        return self.platform_admin or self.finance
+
+    def subtree_q(self, min_role: str = Role.MEMBER, prefix: str = "") -> Q:
+        """A Q matching tenants (through `prefix`, e.g. "tenant__") in granted subtrees."""
+        paths = [p for p, r in self.roles_by_path.items() if ROLE_RANK[r] >= ROLE_RANK[min_role]]
+        if not paths:
+            return Q(pk__in=[])
+        query = Q()
+        for path in paths:
+            query |= Q(**{f"{prefix}path__startswith": path})
+        return query
+
+    def role_on(self, tenant: Tenant) -> str | None:
+        """The highest role the user holds on `tenant` through it or any ancestor."""
+        best: str | None = None
+        for path, role in self.roles_by_path.items():
+            if tenant.path.startswith(path) and (
+                best is None or ROLE_RANK[role] > ROLE_RANK[best]
+            ):
+                best = role
+        return best
+
+
+def grants_for(user: Any) -> Grants:
+    cached = getattr(user, "_gantry_grants", None)
+    if cached is not None:
+        return cached
+    grants = Grants()
+    if user is not None and user.is_authenticated and user.is_active:
+        roles = set(user.platform_roles.values_list("role", flat=True))
+        grants.platform_admin = PlatformRoleName.PLATFORM_ADMIN in roles or user.is_superuser
+        grants.finance = PlatformRoleName.FINANCE in roles
+        for path, role in Membership.objects.filter(user=user).values_list("tenant__path", "role"):
+            current = grants.roles_by_path.get(path)
+            if current is None or ROLE_RANK[role] > ROLE_RANK[current]:
+                grants.roles_by_path[path] = role
+    user._gantry_grants = grants
+    return grants
+
+
+def forget_grants(user: Any) -> None:
+    """Drop the cached grants after the user's roles changed."""
+    if hasattr(user, "_gantry_grants"):
+        del user._gantry_grants
+
+
+# --- tenants -----------------------------------------------------------------------------
+
+
+def tenants_visible(user: Any) -> QuerySet[Tenant]:
+    grants = grants_for(user)
+    if grants.sees_everything:
+        return Tenant.objects.all()
+    return Tenant.objects.filter(grants.subtree_q())
+
+
+def tenant_ids_visible(user: Any) -> list[int]:
+    return list(tenants_visible(user).values_list("id", flat=True))
+
+
+def can_manage_tenant(user: Any, tenant: Tenant) -> bool:
+    """Admins of the tenant or of an ancestor manage it (members, projects, defaults)."""
+    grants = grants_for(user)
+    return grants.platform_admin or grants.role_on(tenant) == Role.ADMIN
+
+
+def can_set_quota(user: Any, tenant: Tenant) -> bool:
+    """Quotas are set from above: an admin of a strict ancestor, or a platform admin.
+
+    A team admin cannot raise their own team's quota; they ask (a quota request) instead.
+    """
+    grants = grants_for(user)
+    if grants.platform_admin:
+        return True
+    return tenant.parent_id is not None and any(
+        tenant.path.startswith(path) and path != tenant.path and role == Role.ADMIN
+        for path, role in grants.roles_by_path.items()
+    )
+
+
+def access_tenant(user: Any, tenant_id: Any, *, manage: bool = False) -> Tenant:
+    tenant = _get_or_404(tenants_visible(user), tenant_id)
+    if manage and not can_manage_tenant(user, tenant):
+        raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+    return tenant
+
+
+# --- projects ----------------------------------------------------------------------------
+
+
+def projects_visible(user: Any) -> QuerySet[Project]:
+    grants = grants_for(user)
+    if grants.sees_everything:
+        return Project.objects.all()
+    return Project.objects.filter(grants.subtree_q(prefix="tenant__"))
+
+
+def access_project(user: Any, project_id: Any, *, submit: bool = False) -> Project:
+    project = _get_or_404(projects_visible(user).select_related("tenant"), project_id)
+    if submit and not can_submit(user, project):
+        raise PermissionDenied(f"You may not submit jobs to project '{project.slug}'.")
+    return project
+
+
+def can_submit(user: Any, project: Project) -> bool:
+    """Members (and up) of the project's team submit; finance alone does not."""
+    grants = grants_for(user)
+    return grants.platform_admin or grants.role_on(project.tenant) is not None
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def visible_by_tenant(user: Any, queryset: QuerySet[Any], prefix: str = "tenant__") -> QuerySet[Any]:
+    """Filter any queryset whose rows hang off a tenant to the user's subtrees."""
+    grants = grants_for(user)
+    if grants.sees_everything:
+        return queryset
+    return queryset.filter(grants.subtree_q(prefix=prefix))
+
+
+def require_platform_admin(user: Any) -> None:
+    if not grants_for(user).platform_admin:
+        raise PermissionDenied("Only platform admins may do this.")
+
+
+def _get_or_404(queryset: QuerySet[Any], pk: Any) -> Any:
+    try:
+        return queryset.get(pk=int(pk))
+    except (ValueError, TypeError, queryset.model.DoesNotExist):
+        raise Http404("Not found.") from None

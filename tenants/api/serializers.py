@@ -1,0 +1,203 @@
+"""Input and output serializers of the organisation API, one pair per operation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from tenants import access
+from tenants.models import (
+    Membership,
+    PriorityClass,
+    PriorityDefault,
+    Project,
+    Quota,
+    ResourceFlavor,
+    Role,
+    Tenant,
+    TenantKind,
+)
+
+
+class StrictInputSerializer(serializers.Serializer):
+    """Input serializers refuse undeclared fields by name (a typo or a privilege grab)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {key[:64]: ["unknown or read-only field."] for key in unknown[:20]}
+                )
+        return super().to_internal_value(data)
+
+
+class VisibleTenantField(serializers.PrimaryKeyRelatedField):
+    """A tenant id the requesting user can see; others read as 'does not exist'."""
+
+    def get_queryset(self) -> Any:
+        return access.tenants_visible(self.context["request"].user)
+
+
+# --- tenants -----------------------------------------------------------------------------
+
+
+class TenantOut(serializers.ModelSerializer):
+    class Meta:
+        model = Tenant
+        fields = ["id", "slug", "name", "kind", "parent", "depth", "created_at"]
+
+
+class TenantCreateIn(StrictInputSerializer):
+    parent = VisibleTenantField(allow_null=True, required=False, default=None)
+    slug = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=120)
+    kind = serializers.ChoiceField(choices=TenantKind.choices, default=TenantKind.TEAM)
+
+
+class TenantUpdateIn(StrictInputSerializer):
+    name = serializers.CharField(max_length=120)
+
+
+# --- projects ----------------------------------------------------------------------------
+
+
+class ProjectOut(serializers.ModelSerializer):
+    class Meta:
+        model = Project
+        fields = ["id", "tenant", "slug", "name", "namespace", "created_at"]
+
+
+class ProjectCreateIn(StrictInputSerializer):
+    tenant = VisibleTenantField()
+    slug = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=120)
+    namespace = serializers.CharField(max_length=63, required=False, default=None)
+
+
+class ProjectUpdateIn(StrictInputSerializer):
+    name = serializers.CharField(max_length=120)
+
+
+# --- memberships -------------------------------------------------------------------------
+
+
+class MembershipOut(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "user", "username", "role", "created_at"]
+
+
+class MembershipCreateIn(StrictInputSerializer):
+    tenant = VisibleTenantField()
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+
+    def validate_username(self, value: str) -> Any:
+        user = get_user_model().objects.filter(username=value, is_active=True).first()
+        if user is None:
+            raise serializers.ValidationError(f"no active user named {value[:64]!r}.")
+        return user
+
+
+class MembershipUpdateIn(StrictInputSerializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+# --- flavors -----------------------------------------------------------------------------
+
+
+class FlavorSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ResourceFlavor
+        fields = ["id", "name", "kind", "resource_name", "memory_mib", "mig_profiles", "node_labels"]
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields) - {"id"})
+            if unknown:
+                raise serializers.ValidationError({k[:64]: ["unknown field."] for k in unknown[:20]})
+        return super().to_internal_value(data)
+
+    def validate_mig_profiles(self, value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(p, str) and len(p) <= 32 for p in value):
+            raise serializers.ValidationError("must be a list of MIG profile names like '1g.10gb'.")
+        return value
+
+    def validate_node_labels(self, value: Any) -> dict[str, str]:
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise serializers.ValidationError("must map label names to string values.")
+        return value
+
+
+# --- quotas ------------------------------------------------------------------------------
+
+
+class QuotaOut(serializers.ModelSerializer):
+    tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
+    flavor_name = serializers.CharField(source="flavor.name", read_only=True)
+    weight = serializers.FloatField()
+
+    class Meta:
+        model = Quota
+        fields = [
+            "id", "tenant", "tenant_slug", "flavor", "flavor_name", "guaranteed_milli",
+            "limit_milli", "lend_limit_milli", "weight", "user_limit_milli", "updated_at",
+        ]
+
+
+class QuotaValuesIn(StrictInputSerializer):
+    guaranteed_milli = serializers.IntegerField(min_value=0, max_value=10**12)
+    limit_milli = serializers.IntegerField(min_value=0, max_value=10**12)
+    lend_limit_milli = serializers.IntegerField(
+        min_value=0, max_value=10**12, required=False, allow_null=True, default=None
+    )
+    weight = serializers.FloatField(min_value=0.001, max_value=10000, required=False, default=1.0)
+    user_limit_milli = serializers.IntegerField(
+        min_value=0, max_value=10**12, required=False, allow_null=True, default=None
+    )
+
+
+class QuotaCreateIn(QuotaValuesIn):
+    tenant = VisibleTenantField()
+    flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
+
+
+# --- priorities --------------------------------------------------------------------------
+
+
+class PriorityClassSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityClass
+        fields = [
+            "id", "name", "value", "may_preempt", "preemptible", "counts_against_quota",
+            "description",
+        ]
+
+
+class PriorityDefaultOut(serializers.ModelSerializer):
+    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = PriorityDefault
+        fields = ["id", "tenant", "job_type", "priority_class"]
+
+
+class PriorityDefaultIn(StrictInputSerializer):
+    tenant = VisibleTenantField(allow_null=True, required=False, default=None)
+    job_type = serializers.ChoiceField(choices=PriorityDefault._meta.get_field("job_type").choices)
+    priority_class = serializers.SlugRelatedField(
+        slug_field="name", queryset=PriorityClass.objects.all()
+    )
+
+
+class MeOut(serializers.Serializer):
+    username = serializers.CharField()
+    platform_roles = serializers.ListField(child=serializers.CharField())
+    memberships = MembershipOut(many=True)

@@ -1,0 +1,217 @@
+"""Organisation API: thin views over `tenants.access` (reads) and `tenants.services` (writes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenants import access, selectors, services
+from tenants.api import serializers as s
+from tenants.models import Membership, PriorityClass, PriorityDefault, Quota, ResourceFlavor
+from tenants.quota_rules import QuotaValues
+
+
+class ReadWriteViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """List and retrieve through `get_queryset` (already scoped); writes are explicit methods."""
+
+    output_serializer: type[Any]
+
+    def get_serializer_class(self) -> type[Any]:
+        return self.output_serializer
+
+    def respond(self, obj: Any, code: int = status.HTTP_200_OK) -> Response:
+        return Response(self.output_serializer(obj, context={"request": self.request}).data, code)
+
+    def read_input(self, serializer_class: type[Any], partial: bool = False) -> dict[str, Any]:
+        serializer = serializer_class(
+            data=self.request.data, partial=partial, context={"request": self.request}
+        )
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+
+class TenantViewSet(ReadWriteViewSet):
+    output_serializer = s.TenantOut
+    filterset_fields = ["parent", "kind", "slug", "depth"]
+
+    def get_queryset(self) -> Any:
+        return access.tenants_visible(self.request.user)
+
+    @extend_schema(request=s.TenantCreateIn, responses={201: s.TenantOut})
+    def create(self, request: Request) -> Response:
+        data = self.read_input(s.TenantCreateIn)
+        tenant = services.tenant_create(user=request.user, **data)
+        return self.respond(tenant, status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.TenantUpdateIn, responses=s.TenantOut)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        tenant = self.get_object()
+        data = self.read_input(s.TenantUpdateIn, partial=True)
+        return self.respond(services.tenant_update(user=request.user, tenant=tenant, **data))
+
+
+class ProjectViewSet(ReadWriteViewSet):
+    output_serializer = s.ProjectOut
+    filterset_fields = ["tenant", "slug", "namespace"]
+
+    def get_queryset(self) -> Any:
+        return access.projects_visible(self.request.user)
+
+    @extend_schema(request=s.ProjectCreateIn, responses={201: s.ProjectOut})
+    def create(self, request: Request) -> Response:
+        data = self.read_input(s.ProjectCreateIn)
+        return self.respond(services.project_create(user=request.user, **data), 201)
+
+    @extend_schema(request=s.ProjectUpdateIn, responses=s.ProjectOut)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        project = self.get_object()
+        data = self.read_input(s.ProjectUpdateIn, partial=True)
+        return self.respond(services.project_update(user=request.user, project=project, **data))
+
+
+class MembershipViewSet(ReadWriteViewSet):
+    output_serializer = s.MembershipOut
+    filterset_fields = ["tenant", "user", "role"]
+
+    def get_queryset(self) -> Any:
+        return access.visible_by_tenant(
+            self.request.user, Membership.objects.select_related("user", "tenant")
+        )
+
+    @extend_schema(request=s.MembershipCreateIn, responses={201: s.MembershipOut})
+    def create(self, request: Request) -> Response:
+        data = self.read_input(s.MembershipCreateIn)
+        membership = services.membership_set(
+            user=request.user, tenant=data["tenant"], member=data["username"], role=data["role"]
+        )
+        return self.respond(membership, status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.MembershipUpdateIn, responses=s.MembershipOut)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        membership = self.get_object()
+        data = self.read_input(s.MembershipUpdateIn)
+        membership = services.membership_set(
+            user=request.user, tenant=membership.tenant, member=membership.user, role=data["role"]
+        )
+        return self.respond(membership)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        services.membership_delete(user=request.user, membership=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class FlavorViewSet(ReadWriteViewSet):
+    output_serializer = s.FlavorSerializer
+    filterset_fields = ["kind", "name"]
+    queryset = ResourceFlavor.objects.all()
+
+    def create(self, request: Request) -> Response:
+        data = self.read_input(s.FlavorSerializer)
+        flavor = services.flavor_save(user=request.user, flavor=ResourceFlavor(**data))
+        return self.respond(flavor, status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, pk: str) -> Response:
+        flavor = self.get_object()
+        for key, value in self.read_input(s.FlavorSerializer, partial=True).items():
+            setattr(flavor, key, value)
+        return self.respond(services.flavor_save(user=request.user, flavor=flavor))
+
+
+class QuotaFilter(django_filters.FilterSet):
+    flavor_name = django_filters.CharFilter(field_name="flavor__name")
+
+    class Meta:
+        model = Quota
+        fields = ["tenant", "flavor", "flavor_name"]
+
+
+class QuotaViewSet(ReadWriteViewSet):
+    output_serializer = s.QuotaOut
+    filterset_class = QuotaFilter
+
+    def get_queryset(self) -> Any:
+        return selectors.quota_list_visible(self.request.user)
+
+    @extend_schema(request=s.QuotaCreateIn, responses={201: s.QuotaOut})
+    def create(self, request: Request) -> Response:
+        data = self.read_input(s.QuotaCreateIn)
+        tenant, flavor = data.pop("tenant"), data.pop("flavor")
+        quota = services.quota_set(
+            user=request.user, tenant=tenant, flavor=flavor, values=QuotaValues(**data)
+        )
+        return self.respond(quota, status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.QuotaValuesIn, responses=s.QuotaOut)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        quota = self.get_object()
+        current = {
+            "guaranteed_milli": quota.guaranteed_milli, "limit_milli": quota.limit_milli,
+            "lend_limit_milli": quota.lend_limit_milli, "weight": float(quota.weight),
+            "user_limit_milli": quota.user_limit_milli,
+        }
+        serializer = s.QuotaValuesIn(data={**current, **request.data}, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        quota = services.quota_set(
+            user=request.user, tenant=quota.tenant, flavor=quota.flavor,
+            values=QuotaValues(**serializer.validated_data),
+        )
+        return self.respond(quota)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        services.quota_delete(user=request.user, quota=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class PriorityClassViewSet(ReadWriteViewSet):
+    output_serializer = s.PriorityClassSerializer
+    queryset = PriorityClass.objects.all()
+    filterset_fields = ["name", "may_preempt", "preemptible"]
+
+    def create(self, request: Request) -> Response:
+        data = self.read_input(s.PriorityClassSerializer)
+        pc = services.priority_class_save(user=request.user, priority_class=PriorityClass(**data))
+        return self.respond(pc, status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, pk: str) -> Response:
+        pc = self.get_object()
+        for key, value in self.read_input(s.PriorityClassSerializer, partial=True).items():
+            setattr(pc, key, value)
+        return self.respond(services.priority_class_save(user=request.user, priority_class=pc))
+
+
+class PriorityDefaultViewSet(ReadWriteViewSet):
+    output_serializer = s.PriorityDefaultOut
+    filterset_fields = ["tenant", "job_type"]
+
+    def get_queryset(self) -> Any:
+        return selectors.priority_default_list_visible(self.request.user)
+
+    @extend_schema(request=s.PriorityDefaultIn, responses={201: s.PriorityDefaultOut})
+    def create(self, request: Request) -> Response:
+        row = services.priority_default_set(user=request.user, **self.read_input(s.PriorityDefaultIn))
+        return self.respond(row, status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        row: PriorityDefault = self.get_object()
+        services.priority_default_delete(user=request.user, row=row)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MeView(APIView):
+    @extend_schema(responses=s.MeOut)
+    def get(self, request: Request) -> Response:
+        grants = access.grants_for(request.user)
+        roles = [name for name, held in
+                 (("platform_admin", grants.platform_admin), ("finance", grants.finance)) if held]
+        memberships = Membership.objects.filter(user=request.user).select_related("user")
+        data = {"username": request.user.get_username(), "platform_roles": roles,
+                "memberships": memberships}
+        return Response(s.MeOut(data).data)

@@ -1,0 +1,218 @@
+"""The organisation tree, memberships and roles, resource flavors, quotas, priority classes."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from common.models import TimeStampedModel
+from common.text import validate_display_text, validate_dns_label
+
+
+class TenantKind(models.TextChoices):
+    ORGANISATION = "organisation"
+    DEPARTMENT = "department"
+    TEAM = "team"
+    GROUP = "group"
+
+
+class Tenant(TimeStampedModel):
+    """A node of the organisation tree; any depth.
+
+    `path` is the materialised path of ids ("/1/4/9/"), so that a subtree is one indexed
+    `path__startswith` filter: access checks and quota roll-ups never walk the tree row by row.
+    """
+
+    slug = models.CharField(max_length=63, unique=True, validators=[validate_dns_label])
+    name = models.CharField(max_length=120, validators=[validate_display_text])
+    kind = models.CharField(max_length=16, choices=TenantKind.choices, default=TenantKind.TEAM)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    path = models.CharField(max_length=512, db_index=True, editable=False, default="")
+    depth = models.PositiveSmallIntegerField(editable=False, default=0)
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(parent=F("id")), name="tenant_not_own_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def ancestor_ids(self) -> list[int]:
+        """Ids from the root down to and including this tenant."""
+        return [int(part) for part in self.path.strip("/").split("/") if part]
+
+
+class Project(TimeStampedModel):
+    """Jobs belong to a project under a team; a project maps to a Kubernetes namespace."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="projects")
+    slug = models.CharField(max_length=63, validators=[validate_dns_label])
+    name = models.CharField(max_length=120, validators=[validate_display_text])
+    namespace = models.CharField(max_length=63, unique=True, validators=[validate_dns_label])
+
+    class Meta:
+        ordering = ["tenant_id", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="project_slug_unique_in_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    MEMBER = "member"
+    APPROVER = "approver"
+    ADMIN = "admin"
+
+
+# A higher role includes the powers of the lower ones.
+ROLE_RANK = {Role.MEMBER: 1, Role.APPROVER: 2, Role.ADMIN: 3}
+
+
+class Membership(TimeStampedModel):
+    """A user's role on a tenant; it holds for the tenant's whole subtree."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        ordering = ["tenant_id", "user_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_one_per_tenant")
+        ]
+
+
+class PlatformRoleName(models.TextChoices):
+    PLATFORM_ADMIN = "platform_admin"
+    FINANCE = "finance"
+
+
+class PlatformRole(TimeStampedModel):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="platform_roles"
+    )
+    role = models.CharField(max_length=32, choices=PlatformRoleName.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "role"], name="platform_role_unique")
+        ]
+
+
+class FlavorKind(models.TextChoices):
+    GPU = "gpu"
+    NPU = "npu"
+
+
+class ResourceFlavor(TimeStampedModel):
+    """A GPU or NPU model, e.g. H100-80GB; quotas and job requests name flavors."""
+
+    name = models.CharField(
+        max_length=63,
+        unique=True,
+        validators=[validate_display_text],
+        help_text="Model name as nodes report it, e.g. H100-80GB.",
+    )
+    kind = models.CharField(max_length=8, choices=FlavorKind.choices, default=FlavorKind.GPU)
+    resource_name = models.CharField(max_length=120, default="nvidia.com/gpu")
+    memory_mib = models.PositiveIntegerField(help_text="Memory of one device, MiB.")
+    mig_profiles = models.JSONField(default=list, blank=True)
+    node_labels = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(TimeStampedModel):
+    """Per tenant x flavor, in milli-GPU (1000 = one device).
+
+    `guaranteed` is nominal quota, lent to others while idle; `limit` caps the subtree's use,
+    borrowing included; `lend_limit` caps how much of the guarantee others may borrow.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="quotas")
+    guaranteed_milli = models.PositiveBigIntegerField(default=0)
+    limit_milli = models.PositiveBigIntegerField(default=0)
+    lend_limit_milli = models.PositiveBigIntegerField(null=True, blank=True)
+    weight = models.DecimalField(max_digits=8, decimal_places=3, default=1)
+    user_limit_milli = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Most any one user of the tenant may hold."
+    )
+
+    class Meta:
+        ordering = ["tenant_id", "flavor_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "flavor"], name="quota_one_per_flavor"),
+            models.CheckConstraint(
+                condition=Q(limit_milli__gte=F("guaranteed_milli")),
+                name="quota_limit_at_least_guaranteed",
+            ),
+            models.CheckConstraint(
+                condition=Q(lend_limit_milli__isnull=True)
+                | Q(lend_limit_milli__lte=F("guaranteed_milli")),
+                name="quota_lend_limit_within_guaranteed",
+            ),
+            models.CheckConstraint(condition=Q(weight__gt=0), name="quota_weight_positive"),
+        ]
+
+
+class PriorityClass(TimeStampedModel):
+    name = models.CharField(max_length=63, unique=True, validators=[validate_dns_label])
+    value = models.IntegerField(unique=True)
+    may_preempt = models.BooleanField(default=False)
+    preemptible = models.BooleanField(default=True)
+    counts_against_quota = models.BooleanField(default=True)
+    description = models.CharField(max_length=200, blank=True, validators=[validate_display_text])
+
+    class Meta:
+        ordering = ["-value"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobType(models.TextChoices):
+    TRAINING = "training"
+    FINE_TUNING = "fine-tuning"
+    INFERENCE = "inference"
+    EVALUATION = "evaluation"
+    BATCH = "batch"
+    INTERACTIVE = "interactive"
+
+
+class PriorityDefault(TimeStampedModel):
+    """The priority class a job type gets when the submitter names none.
+
+    `tenant` null is the platform-wide default; otherwise the nearest ancestor's row wins.
+    """
+
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="priority_defaults"
+    )
+    job_type = models.CharField(max_length=16, choices=JobType.choices)
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT)
+
+    class Meta:
+        ordering = ["tenant_id", "job_type"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "job_type"], name="priority_default_unique_per_tenant"
+            ),
+            models.UniqueConstraint(
+                fields=["job_type"],
+                condition=Q(tenant__isnull=True),
+                name="priority_default_unique_platform",
+            ),
+        ]

@@ -1,0 +1,130 @@
+"""Quota validation: a quota must fit its parent's and hold its children's.
+
+The checks read the parent's and children's rows, so `quota_set` calls them while holding a
+row lock on the parent's quota: two siblings raised at once cannot both squeeze in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+
+from tenants.models import Quota, ResourceFlavor, Tenant
+
+
+def gpus(milli: int) -> str:
+    """Milli-GPU as people say it: 16000 -> '16 GPUs', 2500 -> '2.5 GPUs', 1000 -> '1 GPU'."""
+    value = milli / 1000
+    text = f"{value:g}"
+    return f"{text} GPU" if value == 1 else f"{text} GPUs"
+
+
+@dataclass(frozen=True)
+class QuotaValues:
+    guaranteed_milli: int
+    limit_milli: int
+    lend_limit_milli: int | None
+    weight: float
+    user_limit_milli: int | None = None
+
+
+def check_own_bounds(values: QuotaValues) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if values.limit_milli < values.guaranteed_milli:
+        errors["limit_milli"] = [
+            f"limit ({gpus(values.limit_milli)}) is below guaranteed "
+            f"({gpus(values.guaranteed_milli)}); the limit includes the guarantee."
+        ]
+    if values.lend_limit_milli is not None and values.lend_limit_milli > values.guaranteed_milli:
+        errors["lend_limit_milli"] = [
+            f"lend_limit ({gpus(values.lend_limit_milli)}) exceeds guaranteed "
+            f"({gpus(values.guaranteed_milli)}); only the guarantee can be lent."
+        ]
+    if values.user_limit_milli is not None and values.user_limit_milli > values.limit_milli:
+        errors["user_limit_milli"] = [
+            f"user_limit ({gpus(values.user_limit_milli)}) exceeds the limit "
+            f"({gpus(values.limit_milli)})."
+        ]
+    if values.weight <= 0:
+        errors["weight"] = [f"weight must be above 0, got {values.weight:g}."]
+    return errors
+
+
+def check_against_parent(
+    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota | None
+) -> dict[str, list[str]]:
+    if tenant.parent_id is None:
+        return {}
+    parent = tenant.parent
+    assert parent is not None
+    if parent_quota is None:
+        if values.guaranteed_milli == 0:
+            return {}
+        return {
+            "guaranteed_milli": [
+                f"the parent '{parent.slug}' has no quota for {flavor.name}; "
+                "set the parent's quota first."
+            ]
+        }
+    errors: dict[str, list[str]] = {}
+    siblings = (
+        Quota.objects.filter(tenant__parent=parent, flavor=flavor)
+        .exclude(tenant=tenant)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+    parts = [(q.tenant.slug, q.guaranteed_milli) for q in siblings if q.guaranteed_milli]
+    total = values.guaranteed_milli + sum(m for _, m in parts)
+    if total > parent_quota.guaranteed_milli:
+        terms = " + ".join(f"{slug} {gpus(m)}" for slug, m in [(tenant.slug, values.guaranteed_milli), *parts])
+        errors["guaranteed_milli"] = [
+            f"the guarantees of the children of '{parent.slug}' for {flavor.name} would sum to "
+            f"{gpus(total)} ({terms}), above the parent's guarantee of "
+            f"{gpus(parent_quota.guaranteed_milli)}."
+        ]
+    if values.limit_milli > parent_quota.limit_milli:
+        errors["limit_milli"] = [
+            f"limit ({gpus(values.limit_milli)}) exceeds the limit of the parent "
+            f"'{parent.slug}' for {flavor.name} ({gpus(parent_quota.limit_milli)})."
+        ]
+    return errors
+
+
+def check_against_children(
+    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues
+) -> dict[str, list[str]]:
+    children = list(
+        Quota.objects.filter(tenant__parent=tenant, flavor=flavor)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+    errors: dict[str, list[str]] = {}
+    total = sum(q.guaranteed_milli for q in children)
+    if total > values.guaranteed_milli:
+        terms = " + ".join(f"{q.tenant.slug} {gpus(q.guaranteed_milli)}" for q in children)
+        errors["guaranteed_milli"] = [
+            f"guaranteed ({gpus(values.guaranteed_milli)}) is below what the children of "
+            f"'{tenant.slug}' are guaranteed for {flavor.name}: {gpus(total)} ({terms})."
+        ]
+    over = [q for q in children if q.limit_milli > values.limit_milli]
+    if over:
+        names = ", ".join(f"{q.tenant.slug} {gpus(q.limit_milli)}" for q in over)
+        errors["limit_milli"] = [
+            f"limit ({gpus(values.limit_milli)}) is below the limit of children of "
+            f"'{tenant.slug}' for {flavor.name}: {names}."
+        ]
+    return errors
+
+
+def validate_quota(
+    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota | None
+) -> None:
+    """Raise ValidationError (field -> messages) when the quota breaks a rule of the tree."""
+    errors = check_own_bounds(values)
+    for field_name, messages in check_against_parent(tenant, flavor, values, parent_quota).items():
+        errors.setdefault(field_name, []).extend(messages)
+    for field_name, messages in check_against_children(tenant, flavor, values).items():
+        errors.setdefault(field_name, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
