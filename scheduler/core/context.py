@@ -1,0 +1,94 @@
+"""What the phases of one cycle share: the tentative state, the quota ledger, the placer.
+
+Built once per ``run_cycle`` from the snapshot: every running allocation is taken on the
+state and charged to the ledger, so both start from what really runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from scheduler.core.placement import Placer
+from scheduler.core.profile import Profile
+from scheduler.core.quota import QuotaLedger, QuotaVerdict
+from scheduler.core.state import ClusterState
+from scheduler.core.types import (
+    JobRequest,
+    PriorityClass,
+    ReplicaAssignment,
+    Reservation,
+    RunningJob,
+    Snapshot,
+)
+
+BEST_EFFORT = PriorityClass("<unknown>", 0, preempting=False, counts_quota=False)
+
+
+@dataclass(slots=True)
+class CycleContext:
+    snapshot: Snapshot
+    profile: Profile
+    state: ClusterState
+    ledger: QuotaLedger
+    placer: Placer
+    classes: dict[str, PriorityClass]
+    live: dict[str, RunningJob] = field(default_factory=dict)
+    fresh: set[str] = field(default_factory=set)
+    reservation: Reservation | None = None
+    guarded: set[str] = field(default_factory=set)  # jobs a running job displaced (ping-pong)
+
+    @property
+    def now(self) -> float:
+        return self.snapshot.now
+
+    def priority_class(self, job: JobRequest) -> PriorityClass:
+        return self.classes.get(job.priority_class, BEST_EFFORT)
+
+    def counts_quota(self, job: JobRequest) -> bool:
+        return self.priority_class(job).counts_quota
+
+    def hold(
+        self, job: JobRequest, flavor: str, assignments: Sequence[ReplicaAssignment], sign: int
+    ) -> None:
+        """Take (+1) or give back (-1) ``assignments`` of ``job`` on state and ledger."""
+        res, index = job.resources, self.state.index
+        for a in assignments:
+            node = index.get(a.node)
+            if node is not None:
+                self.state.apply(node, a.shares, res.cpu_milli, res.memory_mib, res.rdma, sign)
+        if self.counts_quota(job):
+            milli = sum(a.gpu_milli for a in assignments)
+            self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
+
+    def mark(self) -> tuple[int, int]:
+        return self.state.mark(), self.ledger.mark()
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        self.state.rollback(mark[0])
+        self.ledger.rollback(mark[1])
+
+    def quota_verdict(self, job: JobRequest, flavor: str, milli: int) -> QuotaVerdict | None:
+        if not self.counts_quota(job):
+            return None
+        return self.ledger.check(job.tenant, job.user, flavor, milli)
+
+    def try_place(
+        self,
+        job: JobRequest,
+        flavor: str,
+        replicas: Sequence[int],
+        *,
+        avoid_reserved: bool,
+        elastic: bool = False,
+    ) -> tuple[ReplicaAssignment, ...] | None:
+        """Quota, then placement; on success both state and ledger hold the replicas."""
+        milli = job.resources.gpu_milli * len(replicas)
+        if self.quota_verdict(job, flavor, milli) is not None:
+            return None
+        placed = self.placer.place_gang(
+            job, flavor, replicas, avoid_reserved=avoid_reserved, elastic=elastic
+        )
+        if placed is not None and self.counts_quota(job):
+            self.ledger.charge(job.tenant, job.user, flavor, milli)
+        return placed

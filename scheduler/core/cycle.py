@@ -1,0 +1,324 @@
+"""``run_cycle``: the one entry point of the engine. Snapshot in, decisions out.
+
+Deterministic: no clock (time is ``snapshot.now``), no randomness, and every tie is broken by
+a stable key (job id, node order), so the same snapshot and profile give the same result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from scheduler.core import reasons
+from scheduler.core.backfill import ends_before_reservation, hold_reservation, reserve
+from scheduler.core.context import CycleContext
+from scheduler.core.order import effective_priority, fair_share, ordered_jobs
+from scheduler.core.placement import Placer
+from scheduler.core.preemption import Plan, select_victims, work_lost_gpu_s
+from scheduler.core.profile import Profile
+from scheduler.core.quota import QuotaLedger
+from scheduler.core.scoring import FragmentationScore, GpuFit, Scorer, TopologyScore
+from scheduler.core.state import ClusterState
+from scheduler.core.types import (
+    MILLI_PER_GPU,
+    CycleResult,
+    JobRequest,
+    Placement,
+    Preemption,
+    ReplicaAssignment,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    WaitReason,
+)
+
+
+@dataclass(slots=True)
+class _Decisions:
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    waiting: list[WaitReason] = field(default_factory=list)
+    # Equal requests fail alike within a cycle (kube-scheduler's equivalence cache); cleared
+    # whenever capacity is freed (preemption) or re-partitioned (a reservation).
+    memo: dict[tuple[object, ...], WaitReason] = field(default_factory=dict)
+
+    def result(self) -> CycleResult:
+        return CycleResult(
+            tuple(self.placements),
+            tuple(self.preemptions),
+            tuple(self.reservations),
+            tuple(self.waiting),
+        )
+
+
+def run_cycle(
+    snapshot: Snapshot, profile: Profile, *, on_phase: Callable[[str], None] | None = None
+) -> CycleResult:
+    """Decide placements, preemptions and reservations for ``snapshot.pending``, and give
+    every job left waiting a reason. ``on_phase(name)`` is called as each phase starts (and
+    with ``"done"``), so a caller can time phases without the engine reading a clock."""
+    phase = on_phase or (lambda _name: None)
+    phase("snapshot")  # 1. tentative state and ledger from what runs
+    ctx = build_context(snapshot, profile)
+    phase("order")  # 2. priority, fair share, age
+    queue = _queue(ctx)
+    phase("schedule")  # 3. admit, place, 4. preempt, 5. backfill: per job, best first
+    out = _Decisions()
+    for job in queue:
+        _schedule(ctx, job, out)
+    phase("elastic")  # 6. grow running inference jobs above their min, within quota
+    _grow_elastic(ctx, out)
+    phase("done")
+    return out.result()
+
+
+def build_context(snapshot: Snapshot, profile: Profile) -> CycleContext:
+    """State and ledger holding every running allocation, and the placer with its plugins."""
+    state = ClusterState(snapshot.nodes)
+    flavors = set(state.flavor_names) | {f for t in snapshot.tenants for f in t.quotas}
+    ledger = QuotaLedger(snapshot.tenants, sorted(flavors))
+    placer = Placer(state, [], profile.max_scored_nodes)
+    classes = {pc.name: pc for pc in snapshot.priority_classes}
+    ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
+    for running in snapshot.running:
+        ctx.hold(running.job, running.flavor, running.assignments, +1)
+        ctx.live[running.job.id] = running
+        ctx.guarded.update(running.preempted)
+    placer.scorers = _scorers(profile, state, snapshot)
+    return ctx
+
+
+def _scorers(
+    profile: Profile, state: ClusterState, snapshot: Snapshot
+) -> list[tuple[Scorer, float]]:
+    out: list[tuple[Scorer, float]] = []
+    for name in sorted(profile.score_weights):
+        weight = profile.score_weights[name]
+        if weight <= 0:
+            continue
+        if name == "GpuFit":
+            out.append((GpuFit(), weight))
+        elif name == "TopologyScore":
+            out.append((TopologyScore(), weight))
+        else:
+            mix = Counter((j.resources, j.flavors) for j in snapshot.pending)
+            mix.update((r.job.resources, r.job.flavors) for r in snapshot.running)
+            seen = [key for key, count in sorted(mix.items(), key=_mix_key) for _ in range(count)]
+            out.append((FragmentationScore(state, seen), weight))
+    return out
+
+
+def _mix_key(item: tuple[tuple[object, tuple[str, ...]], int]) -> tuple[str, ...]:
+    (resources, flavors), _ = item
+    return (repr(resources), *flavors)
+
+
+def _queue(ctx: CycleContext) -> list[JobRequest]:
+    jobs = [j for j in ctx.snapshot.pending if j.id not in ctx.live]
+    decayed = ctx.snapshot.decayed_usage
+    tenants = ctx.ledger.tenants
+    profile, now = ctx.profile, ctx.now
+
+    def share(tenant: str) -> float:
+        t = tenants.get(tenant)
+        if t is None:
+            return 0.0
+        flavors = {f for (name, f) in ctx.ledger.usage if name == tenant} | set(t.quotas)
+        current = max((_dominant(ctx, tenant, f) for f in flavors), default=0.0)
+        total_g = sum(ctx.ledger.guarantee(tenant, f) for f in flavors)
+        return fair_share(current, decayed.get(tenant, 0.0), total_g, t.weight, profile)
+
+    def priority(job: JobRequest) -> float:
+        return effective_priority(job, ctx.classes, now, profile)
+
+    return list(ordered_jobs(jobs, priority, share)) if jobs else []
+
+
+def _dominant(ctx: CycleContext, tenant: str, flavor: str) -> float:
+    used = ctx.ledger.usage.get((tenant, flavor), 0)
+    return used / max(ctx.ledger.guarantee(tenant, flavor), MILLI_PER_GPU)
+
+
+def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
+    """Admit and place one job, preempting or reserving as needed; or record its reason."""
+    problem = _invalid(ctx, job)
+    if problem:
+        out.waiting.append(reasons.invalid(job, problem))
+        return
+    if job.not_before > ctx.now:
+        out.waiting.append(reasons.backoff(job, ctx.now))
+        return
+    key = _memo_key(ctx, job)
+    cached = out.memo.get(key) if key is not None else None
+    if cached is not None:
+        out.waiting.append(replace(cached, job_id=job.id))
+        return
+    reservations_before = len(out.reservations)
+    reason = _admit_and_place(ctx, job, out)
+    if reason is not None:
+        out.waiting.append(reason)
+        if key is not None and len(out.reservations) == reservations_before:
+            out.memo[key] = reason
+
+
+def _memo_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
+    if job.id in ctx.guarded:
+        return None  # the ping-pong guard makes this job's options its own
+    shape = (job.resources, job.replicas, job.min_replicas, job.flavors, job.pools)
+    who = (job.tenant, job.user, job.priority_class, job.tolerations)
+    return (*who, *shape, ends_before_reservation(ctx, job))
+
+
+def _invalid(ctx: CycleContext, job: JobRequest) -> str:
+    res = job.resources
+    if job.tenant not in ctx.ledger.tenants:
+        return f"unknown tenant {job.tenant!r}"
+    if job.priority_class not in ctx.classes:
+        return f"unknown priority class {job.priority_class!r}"
+    if job.replicas < 1 or not 1 <= job.gang_size <= job.replicas:
+        return f"replicas {job.replicas} with min_replicas {job.min_replicas}"
+    if min(res.gpu_milli, res.gpu_memory_mib, res.cpu_milli, res.memory_mib, res.rdma) < 0:
+        return "negative resource request"
+    if res.gpu_milli >= MILLI_PER_GPU and res.gpu_milli % MILLI_PER_GPU:
+        return f"gpu_milli {res.gpu_milli} is neither a share (< 1000) nor whole GPUs"
+    return ""
+
+
+def _flavors(ctx: CycleContext, job: JobRequest) -> tuple[str, ...]:
+    return job.flavors or tuple(ctx.state.flavor_names)
+
+
+def _admit_and_place(ctx: CycleContext, job: JobRequest, out: _Decisions) -> WaitReason | None:
+    """Pass 1: every allowed flavor without preemption (kueue's flavor assignment); pass 2:
+    with preemption; then a reservation when the job waits on capacity. None when placed."""
+    gang = tuple(range(job.gang_size))
+    milli = job.resources.gpu_milli * len(gang)
+    first: WaitReason | None = None
+    capacity_flavor = ""
+    for flavor in _flavors(ctx, job):
+        avoid = not ends_before_reservation(ctx, job)
+        placed = ctx.try_place(job, flavor, gang, avoid_reserved=avoid)
+        if placed is not None:
+            _record(ctx, out, job, flavor, placed, ())
+            return None
+        verdict = ctx.quota_verdict(job, flavor, milli)
+        if verdict is None and not capacity_flavor:
+            capacity_flavor = flavor
+        if first is None:
+            first = reasons.quota(job, verdict) if verdict else _capacity_reason(ctx, job, flavor)
+    for flavor in _flavors(ctx, job):
+        plan = select_victims(ctx, job, flavor, gang, not ends_before_reservation(ctx, job))
+        if plan is not None:
+            _record_preemption(ctx, out, job, flavor, plan)
+            return None
+    if capacity_flavor and ctx.profile.backfill and ctx.reservation is None:
+        return _reserve(ctx, job, capacity_flavor, gang, out) or first
+    return first
+
+
+def _capacity_reason(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:
+    held = ctx.reservation
+    if held is not None and held.flavor == flavor and not ends_before_reservation(ctx, job):
+        mark = ctx.mark()
+        fits_without = ctx.try_place(job, flavor, tuple(range(job.gang_size)), avoid_reserved=False)
+        ctx.rollback(mark)
+        if fits_without is not None:
+            return reasons.reservation(job, held, ctx.now)
+    return reasons.capacity(ctx, job, flavor)
+
+
+def _reserve(
+    ctx: CycleContext, job: JobRequest, flavor: str, gang: tuple[int, ...], out: _Decisions
+) -> WaitReason | None:
+    held = reserve(ctx, job, flavor, gang)
+    if held is None:
+        return None
+    hold_reservation(ctx, held)
+    out.reservations.append(held)
+    out.memo.clear()
+    base = reasons.capacity(ctx, job, flavor)
+    minutes = max(0.0, held.start_at - ctx.now) / 60
+    return replace(base, message=f"{base.message}; devices reserved, expected in {minutes:.0f} min")
+
+
+def _record(
+    ctx: CycleContext,
+    out: _Decisions,
+    job: JobRequest,
+    flavor: str,
+    placed: tuple[ReplicaAssignment, ...],
+    victims: tuple[str, ...],
+) -> None:
+    extras = _place_extras(ctx, job, flavor, range(job.gang_size, job.replicas))
+    assignments = placed + extras
+    out.placements.append(Placement(job.id, flavor, assignments, victims))
+    ctx.live[job.id] = RunningJob(job, flavor, assignments, ctx.now, preempted=victims)
+    ctx.fresh.add(job.id)
+
+
+def _place_extras(
+    ctx: CycleContext, job: JobRequest, flavor: str, replicas: Iterable[int]
+) -> tuple[ReplicaAssignment, ...]:
+    """Elastic replicas one by one, within quota, without preemption; stop at the first miss."""
+    out: list[ReplicaAssignment] = []
+    avoid = not ends_before_reservation(ctx, job)
+    for replica in replicas:
+        placed = ctx.try_place(job, flavor, (replica,), avoid_reserved=avoid, elastic=True)
+        if placed is None:
+            break
+        out.extend(placed)
+    return tuple(out)
+
+
+def _record_preemption(
+    ctx: CycleContext, out: _Decisions, job: JobRequest, flavor: str, plan: Plan
+) -> None:
+    for victim in plan.victims:
+        running = ctx.live[victim.running.job.id]
+        left = tuple(a for a in running.assignments if a not in victim.assignments)
+        whole = not any(not a.elastic for a in left)
+        out.preemptions.append(
+            Preemption(
+                running.job.id,
+                job.id,
+                tuple(a.replica for a in (running.assignments if whole else victim.assignments)),
+                whole,
+                _why(ctx, job, victim.running, victim.reclaim, victim.elastic_only),
+                work_lost_gpu_s(running, victim.assignments, ctx.now),
+            )
+        )
+        if whole:
+            if left:  # elastic extras cannot outlive their core replicas
+                ctx.hold(running.job, running.flavor, left, -1)
+            del ctx.live[running.job.id]
+        else:
+            ctx.live[running.job.id] = replace(running, assignments=left)
+    out.memo.clear()
+    _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
+
+
+def _why(ctx: CycleContext, job: JobRequest, victim: RunningJob, reclaim: bool, extra: bool) -> str:
+    if extra:
+        return f"elastic replicas of {victim.job.id} give way to job {job.id}"
+    if reclaim:
+        return f"{job.tenant} reclaims its guarantee from {victim.job.tenant}, which borrows"
+    if not ctx.priority_class(victim.job).counts_quota:
+        return f"best-effort job gives way to job {job.id}"
+    return f"job {job.id} of higher priority in {job.tenant}"
+
+
+def _grow_elastic(ctx: CycleContext, out: _Decisions) -> None:
+    """Running inference jobs below their replica count grow, one elastic replica at a time."""
+    for running in ctx.snapshot.running:
+        current = ctx.live.get(running.job.id)
+        job = running.job
+        if current is None or job.min_replicas is None or current.job.id in ctx.fresh:
+            continue
+        have = {a.replica for a in current.assignments}
+        missing = range(job.replicas)
+        grown = _place_extras(ctx, job, current.flavor, [r for r in missing if r not in have])
+        if grown:
+            out.placements.append(Placement(job.id, current.flavor, grown))
+            ctx.live[job.id] = replace(current, assignments=current.assignments + grown)

@@ -1,0 +1,183 @@
+"""Phase 4, preempt: free room for a job that does not fit, with the fewest, cheapest victims.
+
+Who may be a victim of job J (tenant T, class C), all on the flavor J tries:
+
+- elastic extras (inference replicas above min) of T, or of a borrowing tenant: first;
+- best-effort jobs of anyone (they only ever run on idle capacity);
+- jobs of T whose class value is strictly below C's;
+- jobs of other tenants that borrow beyond their guarantee, when J's tenant stays within its
+  own guarantee after admission (reclaim); only while the victim's tenant still borrows.
+
+Never a non-preemptible class, never a job inside the profile's minimum runtime (unless C is
+critical and the profile lets critical override), never a job that preempted J itself less
+than ``ping_pong_guard_s`` ago (no ping-pong). Candidates are taken cheapest first (extras,
+best-effort, lowest priority, least work lost since start or checkpoint) until J fits, then
+each is put back if J still fits without it (kueue's minimal set).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.core.context import CycleContext
+from scheduler.core.types import MILLI_PER_GPU, JobRequest, ReplicaAssignment, RunningJob
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    running: RunningJob
+    assignments: tuple[ReplicaAssignment, ...]
+    elastic_only: bool
+    reclaim: bool
+    rank: tuple[int, int, float, float, str]
+
+    @property
+    def tenant(self) -> str:
+        return self.running.job.tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    victims: tuple[Candidate, ...]
+    assignments: tuple[ReplicaAssignment, ...]
+
+
+def work_lost_gpu_s(
+    running: RunningJob, assignments: tuple[ReplicaAssignment, ...], now: float
+) -> float:
+    """GPU-seconds of progress lost: since start, or since the last checkpoint."""
+    since = running.started_at
+    if running.job.checkpointable and running.last_checkpoint_at is not None:
+        since = max(since, running.last_checkpoint_at)
+    milli = sum(a.gpu_milli for a in assignments)
+    return milli / MILLI_PER_GPU * max(0.0, now - since)
+
+
+def select_victims(
+    ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid_reserved: bool
+) -> Plan | None:
+    """Find victims and place ``job`` in their room; on success state and ledger hold the
+    job and no longer hold the victims. On failure nothing changed."""
+    candidates = eligible_candidates(ctx, job, flavor)
+    if not candidates:
+        return None
+    mark = ctx.mark()
+    removed: list[Candidate] = []
+    for cand in candidates:
+        if cand.reclaim and ctx.ledger.borrowing(cand.tenant, flavor) <= 0:
+            continue
+        _release(ctx, cand, -1)
+        removed.append(cand)
+        if _fits(ctx, job, flavor, replicas, avoid_reserved):
+            break
+    else:
+        ctx.rollback(mark)
+        return None
+    kept = _minimise(ctx, job, flavor, replicas, avoid_reserved, removed)
+    placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid_reserved)
+    assert placed is not None  # _fits just proved it on this very state
+    return Plan(tuple(kept), placed)
+
+
+def _minimise(
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    replicas: tuple[int, ...],
+    avoid_reserved: bool,
+    removed: list[Candidate],
+) -> list[Candidate]:
+    """Put back every victim the job can do without, most expensive first."""
+    victims = list(removed)
+    for cand in reversed(removed[:-1]):
+        _release(ctx, cand, +1)
+        if _fits(ctx, job, flavor, replicas, avoid_reserved):
+            victims.remove(cand)
+        else:
+            _release(ctx, cand, -1)
+    return victims
+
+
+def _fits(
+    ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid: bool
+) -> bool:
+    need = job.resources.gpu_milli * len(replicas)
+    if ctx.quota_verdict(job, flavor, need) is not None or ctx.state.free_milli(flavor) < need:
+        return False
+    mark = ctx.mark()
+    placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid)
+    ctx.rollback(mark)
+    return placed is not None
+
+
+def _release(ctx: CycleContext, cand: Candidate, sign: int) -> None:
+    """sign=-1 stops the candidate (gives its resources back), +1 restores it."""
+    ctx.hold(cand.running.job, cand.running.flavor, cand.assignments, sign)
+
+
+def eligible_candidates(ctx: CycleContext, job: JobRequest, flavor: str) -> list[Candidate]:
+    """Victim candidates for ``job`` on ``flavor``, cheapest first, capped by the profile."""
+    pc = ctx.priority_class(job)
+    if not (pc.preempting and pc.counts_quota):
+        return []
+    reclaim_ok = ctx.ledger.within_guarantee_after(
+        job.tenant, flavor, job.resources.gpu_milli * job.gang_size
+    )
+    out: list[Candidate] = []
+    for running in ctx.live.values():
+        if running.flavor == flavor and running.job.id not in ctx.fresh:
+            out.extend(_candidates_of(ctx, job, running, reclaim_ok))
+    out.sort(key=lambda c: c.rank)
+    return out[: ctx.profile.max_preemption_candidates]
+
+
+def _candidates_of(
+    ctx: CycleContext, job: JobRequest, running: RunningJob, reclaim_ok: bool
+) -> list[Candidate]:
+    victim = running.job
+    if job.id in running.preempted and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
+        return []
+    same_tenant = victim.tenant == job.tenant
+    extras = tuple(a for a in running.assignments if a.elastic)
+    core = tuple(a for a in running.assignments if not a.elastic)
+    out: list[Candidate] = []
+    if extras and (same_tenant or reclaim_ok):
+        out.append(_candidate(ctx, running, extras, 0, reclaim=not same_tenant))
+    relation = _relation(ctx, job, running)
+    if core and relation is not None and _outside_min_runtime(ctx, job, running):
+        out.append(_candidate(ctx, running, core, relation[0], reclaim=relation[1]))
+    return [c for c in out if not c.reclaim or reclaim_ok]
+
+
+def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[int, bool] | None:
+    """(tier, needs-borrowing) when ``running`` may give way to ``job``; None otherwise."""
+    mine, theirs = ctx.priority_class(job), ctx.priority_class(running.job)
+    if not theirs.preemptible:
+        return None
+    if not theirs.counts_quota:
+        return (1, False)
+    if running.job.tenant == job.tenant:
+        return (2, False) if theirs.value < mine.value else None
+    if ctx.profile.reclaim_any_priority or theirs.value < mine.value:
+        return (2, True)
+    return None
+
+
+def _outside_min_runtime(ctx: CycleContext, job: JobRequest, running: RunningJob) -> bool:
+    if ctx.now - running.started_at >= ctx.profile.min_runtime_s:
+        return True
+    return ctx.priority_class(job).critical and ctx.profile.critical_overrides_min_runtime
+
+
+def _candidate(
+    ctx: CycleContext,
+    running: RunningJob,
+    assignments: tuple[ReplicaAssignment, ...],
+    tier: int,
+    *,
+    reclaim: bool,
+) -> Candidate:
+    lost = work_lost_gpu_s(running, assignments, ctx.now)
+    value = ctx.priority_class(running.job).value
+    rank = (tier, value, lost, -running.started_at, running.job.id)
+    return Candidate(running, assignments, tier == 0, reclaim, rank)

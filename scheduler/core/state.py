@@ -1,0 +1,175 @@
+"""The tentative cluster state of one cycle: numpy arrays plus an undo journal.
+
+Every change goes through ``apply`` and is journaled, so a gang, a preemption trial or a
+backfill probe can be tried and rolled back exactly (volcano's ``Statement``): take
+``mark()``, change things, then ``rollback(mark)`` or keep them.
+
+Arrays are indexed ``[node]`` or ``[node, device]`` in the snapshot's node order, which is
+also the tie-break order of scoring (ties go to the earliest node, which packs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Toleration
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+_Entry = tuple[int, tuple[DeviceShare, ...], int, int, int, int]
+
+
+def _codes(values: Sequence[str]) -> tuple[IntArray, list[str]]:
+    """Integer codes for labels, -1 for the empty label."""
+    names = sorted({v for v in values if v})
+    lookup = {v: i for i, v in enumerate(names)}
+    return np.array([lookup.get(v, -1) for v in values], dtype=np.int64), names
+
+
+class ClusterState:
+    """Free capacity per node and device, after the snapshot's running allocations."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = tuple(nodes)
+        self.index = {node.name: i for i, node in enumerate(nodes)}
+        n, d = len(nodes), max((len(node.devices) for node in nodes), default=1) or 1
+        self.max_devices = d
+        self.flavor, self.flavor_names = _codes([node.flavor for node in nodes])
+        self.domain, _ = _codes([node.nvlink_domain for node in nodes])
+        self.rack, _ = _codes([node.rack for node in nodes])
+        self.usable = np.zeros((n, d), dtype=np.bool_)
+        self.dev_free = np.zeros((n, d), dtype=np.int64)
+        self.dev_mem = np.zeros((n, d), dtype=np.int64)
+        for i, node in enumerate(nodes):
+            ok = node.healthy and not node.cordoned
+            for dev in node.devices:
+                self.usable[i, dev.index] = ok and dev.healthy
+                self.dev_free[i, dev.index] = MILLI_PER_GPU
+                self.dev_mem[i, dev.index] = dev.memory_mib
+        self.schedulable = np.array([nd.healthy and not nd.cordoned for nd in nodes], np.bool_)
+        self.cpu_free = np.array([node.cpu_milli for node in nodes], dtype=np.int64)
+        self.mem_free = np.array([node.memory_mib for node in nodes], dtype=np.int64)
+        self.rdma_free = np.array([node.rdma for node in nodes], dtype=np.int64)
+        self.reserved = np.zeros((n, d), dtype=np.bool_)
+        self.whole_free = np.zeros(n, dtype=np.int64)
+        self.reserved_whole_free = np.zeros(n, dtype=np.int64)
+        self._recount()
+        self.node_free = np.where(self.usable, self.dev_free, 0).sum(axis=1).astype(np.int64)
+        self.flavor_free = self._flavor_free()
+        self._journal: list[_Entry] = []
+        self._signatures: dict[tuple[int, ...], int] = {}
+        self.signature = np.array([self._sign(i) for i in range(n)], dtype=np.int64)
+        self._static: dict[tuple[str, tuple[str, ...], tuple[Toleration, ...]], BoolArray] = {}
+        self.dirty: set[int] = set()
+
+    def _recount(self) -> None:
+        full = self.usable & (self.dev_free == MILLI_PER_GPU)
+        self.whole_free = full.sum(axis=1).astype(np.int64)
+        self.reserved_whole_free = (full & self.reserved).sum(axis=1).astype(np.int64)
+
+    def _flavor_free(self) -> list[int]:
+        free = np.where(self.usable, self.dev_free, 0).sum(axis=1)
+        return [int(free[self.flavor == f].sum()) for f in range(len(self.flavor_names))]
+
+    # -- changes --------------------------------------------------------------------------
+
+    def apply(
+        self, i: int, shares: tuple[DeviceShare, ...], cpu: int, mem: int, rdma: int, sign: int
+    ) -> None:
+        """Take (sign=+1) or give back (sign=-1) resources on node ``i``; journaled."""
+        self._apply(i, shares, cpu, mem, rdma, sign)
+        self._journal.append((i, shares, cpu, mem, rdma, sign))
+
+    def _apply(
+        self, i: int, shares: tuple[DeviceShare, ...], cpu: int, mem: int, rdma: int, sign: int
+    ) -> None:
+        free, flavor = self.dev_free, int(self.flavor[i])
+        for share in shares:
+            d = share.device
+            before = int(free[i, d])
+            after = before - sign * share.milli
+            free[i, d] = after
+            self.dev_mem[i, d] -= sign * share.memory_mib
+            if self.usable[i, d]:
+                moved = (after == MILLI_PER_GPU) - (before == MILLI_PER_GPU)
+                self.whole_free[i] += moved
+                if self.reserved[i, d]:
+                    self.reserved_whole_free[i] += moved
+                self.flavor_free[flavor] -= sign * share.milli
+                self.node_free[i] -= sign * share.milli
+        self.cpu_free[i] -= sign * cpu
+        self.mem_free[i] -= sign * mem
+        self.rdma_free[i] -= sign * rdma
+        self.signature[i] = self._sign(i)
+        self.dirty.add(i)
+
+    def _sign(self, i: int) -> int:
+        """An id shared by nodes in identical states (same flavor, usable free capacity per
+        device, GPU memory, CPU, memory, RDMA), so per-state results can be memoised."""
+        key = (
+            int(self.flavor[i]),
+            int(self.cpu_free[i]),
+            int(self.mem_free[i]),
+            int(self.rdma_free[i]),
+            *np.where(self.usable[i], self.dev_free[i], -1).tolist(),
+            *self.dev_mem[i].tolist(),
+        )
+        return self._signatures.setdefault(key, len(self._signatures))
+
+    def mark(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, mark: int) -> None:
+        """Undo every change made since ``mark``, newest first."""
+        while len(self._journal) > mark:
+            i, shares, cpu, mem, rdma, sign = self._journal.pop()
+            self._apply(i, shares, cpu, mem, rdma, -sign)
+
+    def reserve(self, devices: Sequence[tuple[int, int]]) -> None:
+        """Hold devices for a reservation: jobs that may not delay it must avoid them."""
+        for i, d in devices:
+            self.reserved[i, d] = True
+        self._recount()
+
+    # -- queries --------------------------------------------------------------------------
+
+    def static_mask(
+        self, flavor: str, pools: tuple[str, ...], tolerations: tuple[Toleration, ...]
+    ) -> BoolArray:
+        """Nodes of ``flavor`` in ``pools`` (any when empty), schedulable, taints tolerated.
+        Cached per cycle: none of these change inside a cycle."""
+        key = (flavor, pools, tolerations)
+        mask = self._static.get(key)
+        if mask is None:
+            mask = np.array([self._static_ok(n, flavor, pools, tolerations) for n in self.nodes])
+            mask = mask.astype(np.bool_).reshape(len(self.nodes))
+            self._static[key] = mask
+        return mask
+
+    @staticmethod
+    def _static_ok(
+        node: Node, flavor: str, pools: tuple[str, ...], tolerations: tuple[Toleration, ...]
+    ) -> bool:
+        return (
+            node.flavor == flavor
+            and node.healthy
+            and not node.cordoned
+            and (not pools or node.pool in pools)
+            and all(
+                t.effect == "PreferNoSchedule" or any(tol.tolerates(t) for tol in tolerations)
+                for t in node.taints
+            )
+        )
+
+    def flavor_code(self, flavor: str) -> int:
+        try:
+            return self.flavor_names.index(flavor)
+        except ValueError:
+            return -1
+
+    def free_milli(self, flavor: str) -> int:
+        code = self.flavor_code(flavor)
+        return self.flavor_free[code] if code >= 0 else 0

@@ -1,0 +1,304 @@
+"""The engine's vocabulary: frozen dataclasses in, frozen dataclasses out.
+
+Units everywhere: GPU in milli-GPU (1000 = one whole device), GPU memory in MiB, CPU in
+millicores, memory in MiB, RDMA devices as a count, time in seconds (``Snapshot.now``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+MILLI_PER_GPU = 1000
+LABEL_NVLINK_DOMAIN = "gantry.io/nvlink-domain"
+LABEL_RACK = "gantry.io/rack"
+
+
+class JobKind(StrEnum):
+    TRAINING = "training"
+    FINE_TUNING = "fine_tuning"
+    INFERENCE = "inference"
+    EVALUATION = "evaluation"
+    BATCH = "batch"
+    INTERACTIVE = "interactive"
+
+
+class WaitCode(StrEnum):
+    """Why a job is still waiting after a cycle; one code per reason family."""
+
+    BACKOFF = "backoff"
+    QUOTA = "quota"
+    USER_CAP = "user_cap"
+    NO_MATCHING_NODE = "no_matching_node"
+    CAPACITY = "capacity"
+    FRAGMENTATION = "fragmentation"
+    GPU_MEMORY = "gpu_memory"
+    RESERVATION = "reservation"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    index: int
+    memory_mib: int
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes semantics: ``value=None`` means operator Exists, ``effect=None`` any effect."""
+
+    key: str
+    value: str | None = None
+    effect: str | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        return (
+            self.key == taint.key
+            and (self.value is None or self.value == taint.value)
+            and (self.effect is None or self.effect == taint.effect)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A schedulable machine. Topology comes from ``labels`` (NVLink domain, rack)."""
+
+    name: str
+    flavor: str
+    devices: tuple[Device, ...]
+    cpu_milli: int
+    memory_mib: int
+    rdma: int = 0
+    pool: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    healthy: bool = True
+    cordoned: bool = False
+
+    @classmethod
+    def with_gpus(
+        cls,
+        name: str,
+        flavor: str,
+        gpus: int,
+        gpu_memory_mib: int = 81920,
+        cpu_milli: int = 128_000,
+        memory_mib: int = 1_048_576,
+        **kwargs: object,
+    ) -> Node:
+        """A node of ``gpus`` identical healthy devices; other fields via kwargs."""
+        devices = tuple(Device(i, gpu_memory_mib) for i in range(gpus))
+        return cls(name, flavor, devices, cpu_milli, memory_mib, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def nvlink_domain(self) -> str:
+        return self.labels.get(LABEL_NVLINK_DOMAIN, "")
+
+    @property
+    def rack(self) -> str:
+        return self.labels.get(LABEL_RACK, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Per-replica request. ``gpu_milli`` is a multiple of 1000 (whole devices on one node)
+    or below 1000 (a share of one device, which must also have ``gpu_memory_mib`` free)."""
+
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    rdma: int = 0
+
+    @property
+    def whole_gpus(self) -> int:
+        return self.gpu_milli // MILLI_PER_GPU if self.gpu_milli >= MILLI_PER_GPU else 0
+
+    @property
+    def is_shared(self) -> bool:
+        return 0 < self.gpu_milli < MILLI_PER_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """``counts_quota=False`` is best-effort: idle capacity only, preempted by anyone first.
+    ``critical`` may preempt jobs still inside the minimum runtime."""
+
+    name: str
+    value: int
+    preempting: bool = True
+    preemptible: bool = True
+    counts_quota: bool = True
+    critical: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Per tenant x flavor, in milli-GPU. ``limit=None``: only the cohort bounds borrowing.
+    ``lend_limit=None``: the whole guarantee may be lent when idle."""
+
+    guaranteed: int
+    limit: int | None = None
+    lend_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A node of the organisation tree; jobs belong to leaves but any node may hold quota."""
+
+    name: str
+    parent: str | None = None
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+    weight: float = 1.0
+    max_gpu_milli_per_user: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A pending job: a gang of ``replicas`` identical replicas, all placed or none.
+
+    Inference elasticity: with ``min_replicas`` set, replicas ``0..min_replicas-1`` are the
+    gang and the rest are elastic extras, placed one by one and preempted first.
+    ``not_before`` is the retry backoff: the job is not considered earlier.
+    """
+
+    id: str
+    tenant: str
+    priority_class: str
+    resources: Resources
+    replicas: int = 1
+    user: str = ""
+    kind: JobKind = JobKind.TRAINING
+    min_replicas: int | None = None
+    flavors: tuple[str, ...] = ()
+    pools: tuple[str, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    submitted_at: float = 0.0
+    max_runtime_s: float | None = None
+    estimated_runtime_s: float | None = None
+    checkpointable: bool = False
+    not_before: float = 0.0
+    attempt: int = 0
+
+    @property
+    def gang_size(self) -> int:
+        return self.replicas if self.min_replicas is None else self.min_replicas
+
+    @property
+    def runtime_bound_s(self) -> float | None:
+        """Max runtime if set, else the estimate; None when nothing bounds the runtime."""
+        return self.max_runtime_s if self.max_runtime_s is not None else self.estimated_runtime_s
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    device: int
+    milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    replica: int
+    node: str
+    shares: tuple[DeviceShare, ...]
+    elastic: bool = False
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(s.milli for s in self.shares)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding devices. ``preempted`` lists the jobs it displaced when it started,
+    so that their retries cannot preempt it straight back (no ping-pong)."""
+
+    job: JobRequest
+    flavor: str
+    assignments: tuple[ReplicaAssignment, ...]
+    started_at: float
+    last_checkpoint_at: float | None = None
+    preempted: tuple[str, ...] = ()
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(a.gpu_milli for a in self.assignments)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one cycle may look at. ``decayed_usage`` is each tenant's historical
+    GPU usage in milli-GPU-seconds, decayed with the profile's half-life
+    (see ``order.decay_usage``)."""
+
+    now: float
+    nodes: tuple[Node, ...]
+    tenants: tuple[Tenant, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[JobRequest, ...] = ()
+    decayed_usage: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Start (or grow) ``job_id`` with these replicas; ``preempted`` lists the victims
+    the placement relies on, which must be gone before binding."""
+
+    job_id: str
+    flavor: str
+    assignments: tuple[ReplicaAssignment, ...]
+    preempted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop ``replicas`` of ``job_id`` (all of them when ``whole_job``) for ``preemptor``."""
+
+    job_id: str
+    preemptor: str
+    replicas: tuple[int, ...]
+    whole_job: bool
+    reason: str
+    work_lost_gpu_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Devices held for a blocked head job from ``start_at`` (expected)."""
+
+    job_id: str
+    flavor: str
+    start_at: float
+    devices: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    job_id: str
+    code: WaitCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    placements: tuple[Placement, ...]
+    preemptions: tuple[Preemption, ...]
+    reservations: tuple[Reservation, ...]
+    waiting: tuple[WaitReason, ...]
+
+    def reason_for(self, job_id: str) -> WaitReason | None:
+        return next((w for w in self.waiting if w.job_id == job_id), None)
+
+    def placement_for(self, job_id: str) -> Placement | None:
+        return next((p for p in self.placements if p.job_id == job_id), None)
