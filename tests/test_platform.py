@@ -320,9 +320,15 @@ def test_priority_classes() -> None:
         pc = _one("PriorityClass", f"gantry-{name}")
         assert pc.get("globalDefault", False) is False
         values.append(pc["value"])
-        expected_policy = "Never" if name == "best-effort" else "PreemptLowerPriority"
+        # As seeded: low and best-effort may not preempt.
+        expected_policy = "Never" if name in ("low", "best-effort") else "PreemptLowerPriority"
         assert pc.get("preemptionPolicy", "PreemptLowerPriority") == expected_policy, name
     assert values == sorted(values, reverse=True) and len(set(values)) == len(values), values
+    platform_class = _one("PriorityClass", "gantry-platform")
+    assert platform_class["value"] > values[0], "Gantry's own pods outrank every job"
+    assert platform_class["preemptionPolicy"] == "Never", "only Gantry preempts Gantry's jobs"
+    for doc in WORKLOADS:
+        assert _pod_spec(doc).get("priorityClassName") == "gantry-platform", _wid(doc)
 
 
 def _rules_allow(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
