@@ -122,7 +122,12 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("GANTRY_STATIC_ROOT", BASE_DIR / "staticfiles"))
+WHITENOISE_USE_FINDERS = DEBUG
+try:  # whitenoise warns when the folder is missing; collectstatic fills it in production
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -200,6 +205,8 @@ DEFAULT_FROM_EMAIL = os.environ.get("GANTRY_FROM_EMAIL", "gantry@localhost")
 
 # Cluster backend for the scheduler daemon: "simulated" (embedded default) or "kubernetes".
 GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
+# Seed the demo organisation at container start (`seed_demo --if-enabled`); `make run` always does.
+GANTRY_SEED_DEMO = env_bool("GANTRY_SEED_DEMO")
 GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S", "2"))
 
 SESSION_COOKIE_HTTPONLY = True

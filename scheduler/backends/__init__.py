@@ -1,0 +1,1 @@
+"""Cluster backends behind one Protocol (`scheduler.backends.base.ClusterBackend`)."""

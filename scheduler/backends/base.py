@@ -1,0 +1,152 @@
+"""The one Protocol every cluster backend implements: simulated and kubernetes.
+
+The daemon is the only caller. Every method is idempotent where the cluster allows it:
+pod names are deterministic per job, attempt and replica (`pod_name`), so a retry after a
+crash finds the pod it created before instead of making a second one. Errors the daemon must
+tell apart are the exceptions below; anything else is a transient failure to retry with backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+
+class PodPhase(StrEnum):
+    PENDING = "Pending"  # created, not yet bound or not yet started
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class FailureReason(StrEnum):
+    """Why a pod ended badly, mapped from what the cluster reports."""
+
+    OOM_KILLED = "OOMKilled"
+    EVICTED = "Evicted"
+    IMAGE_PULL = "ImagePullFailure"
+    CRASH_LOOP = "CrashLoopBackOff"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    NODE_LOST = "NodeLost"
+    PREEMPTED = "Preempted"
+    REJECTED = "RejectedByKubelet"  # e.g. OutOfnvidia.com/gpu after binding
+    ERROR = "Error"  # non-zero exit
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    memory_mib: int
+    healthy: bool = True
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as the cluster reports it."""
+
+    name: str
+    flavor: str  # GPU model, e.g. H100-80GB ("" for CPU-only nodes)
+    gpus: tuple[GpuInfo, ...]
+    cpu_milli: int
+    memory_mib: int
+    rdma: int = 0
+    ready: bool = True
+    unschedulable: bool = False  # cordoned in the cluster
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    mig: Mapping[str, int] = field(default_factory=dict)  # MIG resource name -> count
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """One replica of a job, placed: everything needed to create and bind its pod."""
+
+    name: str  # deterministic: pod_name(job_id, attempt, replica)
+    namespace: str
+    job_id: int
+    attempt: int
+    replica: int
+    replicas: int
+    node: str
+    gpu_indices: tuple[int, ...]  # devices on `node` (whole GPUs), or the one shared device
+    gpu_milli: int  # per replica: 1000 x whole GPUs, or the share
+    gpu_memory_mib: int | None
+    cpu_milli: int
+    memory_mib: int
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    priority_class: str
+    job_type: str
+    grace_period_s: int = 30
+    # Simulated backend only: how long the pod runs, and whether it fails.
+    sim_duration_s: float | None = None
+    sim_fail: bool = False
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    name: str
+    namespace: str
+    job_id: int
+    attempt: int
+    replica: int
+    node: str | None
+    phase: PodPhase
+    reason: FailureReason | None = None
+    message: str = ""
+    deleting: bool = False
+    gpu_utilization: float | None = None  # 0..1, when the backend knows it
+
+
+class BackendError(Exception):
+    """A transient failure (5xx, 429, timeout, connection reset): retry with backoff."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class BindConflict(Exception):
+    """The pod is bound to another node (a lost race), or is being deleted."""
+
+    def __init__(self, message: str, bound_node: str | None = None, deleting: bool = False) -> None:
+        super().__init__(message)
+        self.bound_node = bound_node
+        self.deleting = deleting
+
+
+def pod_name(job_id: int, attempt: int, replica: int) -> str:
+    """Deterministic per job, attempt and replica, so a retried create adopts the pod."""
+    return f"gantry-{job_id}-a{attempt}-r{replica}"
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    def list_nodes(self) -> Sequence[NodeInfo]:
+        """Every node with its GPUs, conditions, labels and taints."""
+        ...
+
+    def create_pod(self, pod: PodRequest) -> None:
+        """Create the pod unbound (idempotent: an existing pod of that name is adopted)."""
+        ...
+
+    def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        """Bind to `node`. Already bound to `node` is success; another node is BindConflict."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
+        """Graceful delete; a pod already gone is success."""
+        ...
+
+    def list_pods(self) -> Sequence[PodStatus]:
+        """Every pod with `schedulerName: gantry`, in every namespace."""
+        ...
+
+    def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
+        """Cordon or uncordon in the cluster."""
+        ...

@@ -1,0 +1,115 @@
+"""Shared fixtures: an organisation with personas, and API clients logged in as each.
+
+The organisation:
+
+    acme (organisation)
+    ├── research (department)      dana: admin
+    │   ├── team-alpha (team)      alice: member, tina: admin     project proj-alpha
+    │   └── team-bravo (team)      bob: member                    project proj-bravo
+    └── product (department)
+        └── team-charlie (team)    chris: member                  project proj-charlie
+
+carol is finance, pat is platform admin. Every name of team-bravo's side contains "bravo" so
+that an isolation test can search any response for the marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests import factories as f
+from tenants.models import Project, ResourceFlavor, Tenant, TenantKind
+
+
+@dataclass
+class Org:
+    acme: Tenant
+    research: Tenant
+    product: Tenant
+    alpha: Tenant
+    bravo: Tenant
+    charlie: Tenant
+    proj_alpha: Project
+    proj_bravo: Project
+    proj_charlie: Project
+    h100: ResourceFlavor
+    a100: ResourceFlavor
+    users: dict[str, Any]
+
+
+def build_org() -> Org:
+    h100 = f.FlavorFactory(name="H100-80GB", memory_mib=81920,
+                           mig_profiles=["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"])
+    a100 = f.FlavorFactory(name="A100-40GB", memory_mib=40960,
+                           mig_profiles=["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"])
+    acme = f.TenantFactory(slug="acme", kind=TenantKind.ORGANISATION)
+    research = f.TenantFactory(slug="research", kind=TenantKind.DEPARTMENT, parent=acme)
+    product = f.TenantFactory(slug="product", kind=TenantKind.DEPARTMENT, parent=acme)
+    alpha = f.TenantFactory(slug="team-alpha", parent=research)
+    bravo = f.TenantFactory(slug="team-bravo", parent=research)
+    charlie = f.TenantFactory(slug="team-charlie", parent=product)
+    for tenant, guaranteed, limit in [
+        (acme, 64, 64), (research, 32, 64), (product, 32, 64),
+        (alpha, 16, 32), (bravo, 16, 32), (charlie, 16, 32),
+    ]:
+        f.QuotaFactory(tenant=tenant, flavor=h100, guaranteed_milli=guaranteed * 1000,
+                       limit_milli=limit * 1000)
+    users = {name: f.UserFactory(username=name) for name in
+             ["alice", "tina", "bob-bravo", "dana", "chris", "carol", "pat"]}
+    f.MembershipFactory(user=users["alice"], tenant=alpha, role="member")
+    f.MembershipFactory(user=users["tina"], tenant=alpha, role="admin")
+    f.MembershipFactory(user=users["bob-bravo"], tenant=bravo, role="member")
+    f.MembershipFactory(user=users["dana"], tenant=research, role="admin")
+    f.MembershipFactory(user=users["chris"], tenant=charlie, role="member")
+    f.PlatformRoleFactory(user=users["carol"], role="finance")
+    f.PlatformRoleFactory(user=users["pat"], role="platform_admin")
+    return Org(
+        acme=acme, research=research, product=product, alpha=alpha, bravo=bravo,
+        charlie=charlie,
+        proj_alpha=f.ProjectFactory(tenant=alpha, slug="proj-alpha"),
+        proj_bravo=f.ProjectFactory(tenant=bravo, slug="proj-bravo"),
+        proj_charlie=f.ProjectFactory(tenant=charlie, slug="proj-charlie"),
+        h100=h100, a100=a100, users=users,
+    )
+
+
+@pytest.fixture
+def org(db: Any) -> Org:
+    return build_org()
+
+
+@pytest.fixture
+def client_for(org: Org):
+    """client_for("alice") -> an APIClient authenticated as that persona (session, no CSRF)."""
+
+    def make(username: str) -> APIClient:
+        client = APIClient()
+        client.force_authenticate(org.users[username])
+        return client
+
+    return make
+
+
+def job_spec(**overrides: Any) -> dict[str, Any]:
+    """A valid training spec; override any field."""
+    spec: dict[str, Any] = {
+        "name": "bert-pretrain",
+        "type": "training",
+        "image": "registry.example.com/nlp/bert:1.2",
+        "command": ["python", "train.py", "--epochs", "3"],
+        "replicas": 2,
+        "resources": {"gpus": 4, "cpu_milli": 8000, "memory_mib": 65536},
+        "flavors": ["H100-80GB"],
+    }
+    spec.update(overrides)
+    return spec
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    """PBKDF2 costs ~0.3 s a user; tests do not need it."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
