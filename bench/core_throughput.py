@@ -37,9 +37,8 @@ def build_snapshot(nodes: int, pods: int, seed: int) -> Snapshot:
         for i in range(nodes)
     )
     share = nodes * 8 * 1000 // TEAMS
-    tenants = (Tenant("org"),) + tuple(
-        Tenant(f"team-{t}", "org", {"H100": Quota(share, nodes * 8000)}) for t in range(TEAMS)
-    )
+    teams = [Tenant(f"team-{t}", "org", {"H100": Quota(share, nodes * 8000)}) for t in range(TEAMS)]
+    tenants = (Tenant("org"), *teams)
     classes = (PriorityClass("normal", 100),)
     weights = [p for _, _, p in MIX]
     jobs = []

@@ -1,0 +1,357 @@
+"""Discrete-event replay on virtual time, deciding through ``run_cycle``.
+
+Events at one instant are handled in a fixed order (ends, failures, outages, heals,
+arrivals, ticks), then one scheduling cycle runs on the resulting snapshot and its decisions
+are applied at once: preemptions stop their victims (requeued, attempt raised), placements
+start jobs (or grow elastic ones). Pure and deterministic: no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from scheduler.core import Profile, decay_usage, run_cycle
+from scheduler.core.types import (
+    MILLI_PER_GPU,
+    CycleResult,
+    JobRequest,
+    Placement,
+    Preemption,
+    RunningJob,
+    Snapshot,
+    WaitCode,
+)
+from scheduler.sim.report import (
+    JobOutcome,
+    Percentiles,
+    SimReport,
+    jain_index,
+    time_average,
+    wait_percentiles,
+)
+from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
+
+END, FAIL, OUTAGE, HEAL, ARRIVE, TICK = range(6)  # handling order at one instant
+
+
+@dataclass(slots=True)
+class _Track:
+    spec: WorkloadJob
+    request: JobRequest
+    done_s: float = 0.0  # progress kept across stops (checkpoints)
+    first_start: float | None = None
+    end: float | None = None
+    state: str = "pending"
+    preemptions: int = 0
+    gpu_s: float = 0.0
+    epoch: int = 0  # bumps on every stop, so stale END/FAIL events are ignored
+
+
+def simulate(
+    workload: Sequence[WorkloadJob],
+    cluster: Cluster,
+    profile: Profile,
+    *,
+    outages: Sequence[NodeOutage] = (),
+    config: SimConfig | None = None,
+) -> SimReport:
+    """Replay ``workload`` on ``cluster`` with ``profile`` and report what happened."""
+    return Simulation(workload, cluster, profile, outages, config or SimConfig()).run()
+
+
+class Simulation:
+    def __init__(
+        self,
+        workload: Sequence[WorkloadJob],
+        cluster: Cluster,
+        profile: Profile,
+        outages: Sequence[NodeOutage],
+        config: SimConfig,
+    ) -> None:
+        self.cluster, self.profile, self.config = cluster, profile, config
+        self.nodes = {n.name: n for n in cluster.nodes}
+        self.tracks = {w.request.id: _Track(w, replace(w.request, submitted_at=w.arrival_s))
+                       for w in workload}  # fmt: skip
+        self.pending: dict[str, JobRequest] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.events: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.cycles = 0
+        self.decayed: dict[str, float] = {}
+        self.tenant_gpu_s: dict[str, float] = {}
+        self.allocation: list[tuple[float, float]] = [(0.0, 0.0)]
+        self.fragmented: list[tuple[float, float]] = [(0.0, 0.0)]
+        self.preemptions = 0
+        self.lost_preempt_gpu_s = 0.0
+        self.lost_fail_gpu_s = 0.0
+        self._last_account = 0.0
+        self._ticks: set[float] = set()
+        self._decayed_at = 0.0
+        self._last_cycle_idle = False
+        for w in workload:
+            self._push(w.arrival_s, ARRIVE, w.request.id)
+        for o in outages:
+            self._push(o.at_s, OUTAGE, o.node)
+            self._push(o.at_s + o.duration_s, HEAL, o.node)
+
+    def _push(self, at: float, kind: int, key: str, epoch: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (round(at, 9), kind, self._seq, key, epoch))
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run(self) -> SimReport:
+        horizon = self.config.horizon_s
+        while self.events:
+            at = self.events[0][0]
+            if horizon is not None and at > horizon:
+                break
+            self._account(at)
+            substantive = False  # a tick alone only matters if it was due
+            while self.events and self.events[0][0] == at:
+                _, kind, _, key, epoch = heapq.heappop(self.events)
+                substantive |= self._handle(kind, key, epoch)
+            due = self._due_tick(at)
+            if self.pending and (substantive or due):
+                self._cycle()
+            self._schedule_tick()
+        return self._report()
+
+    def _idle(self) -> bool:
+        """Nothing runs and only ticks remain: waiting longer cannot change anything."""
+        return not self.running and all(e[1] == TICK for e in self.events)
+
+    def _handle(self, kind: int, key: str, epoch: int) -> bool:
+        """Apply one event; True when it changed the cluster or the queue."""
+        if kind == ARRIVE:
+            self.pending[key] = self.tracks[key].request
+        elif kind in (END, FAIL):
+            track = self.tracks[key]
+            if track.epoch != epoch or key not in self.running:
+                return False
+            if kind == END:
+                self._stop(key, keep_all=True)
+                track.state, track.end = "succeeded", self.now
+            else:
+                self._fail(key)
+        elif kind in (OUTAGE, HEAL):
+            self._node_health(key, healthy=kind == HEAL)
+        return kind != TICK
+
+    def _due_tick(self, at: float) -> bool:
+        due = at in self._ticks
+        self._ticks.discard(at)
+        return due
+
+    def _schedule_tick(self) -> None:
+        if not self.pending:
+            return
+        waits = [j.not_before for j in self.pending.values() if j.not_before > self.now]
+        wake = min([self.now + self.config.tick_s, *waits])
+        if wake not in self._ticks and not self._idle_forever():
+            self._ticks.add(round(wake, 9))
+            self._push(wake, TICK, "")
+
+    def _idle_forever(self) -> bool:
+        """No job runs, nothing else will happen and no job waits on a backoff: the queue
+        cannot move (e.g. requests no node can ever host)."""
+        backoff = any(j.not_before > self.now for j in self.pending.values())
+        return self._idle() and not backoff and self._last_cycle_idle
+
+    # -- one cycle ------------------------------------------------------------------------
+
+    def _cycle(self) -> None:
+        snapshot = self._snapshot()
+        result = run_cycle(snapshot, self.profile)
+        self.cycles += 1
+        for preemption in result.preemptions:
+            self._preempt(preemption)
+        for placement in result.placements:
+            self._start(placement)
+        self._last_cycle_idle = not result.placements and not result.preemptions
+        self._note_fragmentation(result)
+        self._note_allocation()
+
+    def _snapshot(self) -> Snapshot:
+        usage = self._tenant_usage()
+        elapsed = self.now - self._decayed_at
+        self.decayed = decay_usage(self.decayed, usage, elapsed, self.profile.half_life_s)
+        self._decayed_at = self.now
+        running = tuple(self._with_checkpoint(r) for r in self.running.values())
+        c = self.cluster
+        return Snapshot(
+            self.now, tuple(self.nodes.values()), c.tenants, c.priority_classes,
+            running, tuple(self.pending.values()), dict(self.decayed),
+        )  # fmt: skip
+
+    def _with_checkpoint(self, running: RunningJob) -> RunningJob:
+        if not running.job.checkpointable:
+            return running
+        return replace(running, last_checkpoint_at=running.started_at + self._kept(running))
+
+    def _kept(self, running: RunningJob) -> float:
+        """Seconds of this run's progress a stop keeps (up to the last checkpoint)."""
+        if not running.job.checkpointable:
+            return 0.0
+        interval = self.config.checkpoint_interval_s
+        return math.floor((self.now - running.started_at) / interval) * interval
+
+    def _tenant_usage(self) -> dict[str, int]:
+        usage: dict[str, int] = {}
+        for r in self.running.values():
+            usage[r.job.tenant] = usage.get(r.job.tenant, 0) + r.gpu_milli
+        return usage
+
+    # -- applying decisions ---------------------------------------------------------------
+
+    def _start(self, placement: Placement) -> None:
+        current = self.running.get(placement.job_id)
+        if current is not None:  # an elastic job grows
+            grown = current.assignments + placement.assignments
+            self.running[placement.job_id] = replace(current, assignments=grown)
+            return
+        track = self.tracks[placement.job_id]
+        job = self.pending.pop(placement.job_id)
+        self.running[job.id] = RunningJob(
+            job, placement.flavor, placement.assignments, self.now, preempted=placement.preempted
+        )
+        track.state = "running"
+        if track.first_start is None:
+            track.first_start = self.now
+        remaining = max(0.0, track.spec.duration_s - track.done_s)
+        if job.attempt < track.spec.failures and track.spec.fail_after_s < remaining:
+            self._push(self.now + track.spec.fail_after_s, FAIL, job.id, track.epoch)
+        else:
+            self._push(self.now + remaining, END, job.id, track.epoch)
+
+    def _preempt(self, preemption: Preemption) -> None:
+        running = self.running.get(preemption.job_id)
+        if running is None:
+            return
+        self.preemptions += 1
+        if not preemption.whole_job:
+            gone = set(preemption.replicas)
+            left = tuple(a for a in running.assignments if a.replica not in gone)
+            self.running[preemption.job_id] = replace(running, assignments=left)
+            return
+        self.tracks[preemption.job_id].preemptions += 1
+        self.lost_preempt_gpu_s += self._stop(preemption.job_id, keep_all=False)
+        self._requeue(preemption.job_id, not_before=self.now)
+
+    def _fail(self, job_id: str) -> None:
+        self.lost_fail_gpu_s += self._stop(job_id, keep_all=False)
+        track = self.tracks[job_id]
+        attempts = track.request.attempt + 1
+        if attempts >= self.config.max_attempts:
+            track.state, track.end = "failed", self.now
+            return
+        backoff = min(self.config.retry_max_s, self.config.retry_base_s * 2 ** (attempts - 1))
+        self._requeue(job_id, not_before=self.now + backoff)
+
+    def _node_health(self, name: str, *, healthy: bool) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            return
+        self.nodes[name] = replace(node, healthy=healthy)
+        if healthy:
+            return
+        hit = [
+            r.job.id for r in self.running.values() if any(a.node == name for a in r.assignments)
+        ]
+        for job_id in hit:
+            self.lost_fail_gpu_s += self._stop(job_id, keep_all=False)
+            self._requeue(job_id, not_before=self.now)
+
+    def _stop(self, job_id: str, *, keep_all: bool) -> float:
+        """Take the job off the cluster; return the GPU-seconds of work it loses."""
+        running = self.running.pop(job_id)
+        track = self.tracks[job_id]
+        track.epoch += 1
+        ran = self.now - running.started_at
+        kept = ran if keep_all else self._kept(running)
+        track.done_s += kept
+        return running.gpu_milli / MILLI_PER_GPU * (ran - kept)
+
+    def _requeue(self, job_id: str, *, not_before: float) -> None:
+        track = self.tracks[job_id]
+        track.request = replace(track.request, attempt=track.request.attempt + 1,
+                                not_before=not_before)  # fmt: skip
+        track.state = "pending"
+        self.pending[job_id] = track.request
+
+    # -- accounting -----------------------------------------------------------------------
+
+    def _account(self, at: float) -> None:
+        """Integrate GPU usage per job and tenant up to ``at``, then move the clock."""
+        dt = at - self._last_account
+        if dt > 0:
+            for r in self.running.values():
+                gpu_s = r.gpu_milli / MILLI_PER_GPU * dt
+                self.tracks[r.job.id].gpu_s += gpu_s
+                tenant = r.job.tenant
+                self.tenant_gpu_s[tenant] = self.tenant_gpu_s.get(tenant, 0.0) + gpu_s
+        self._last_account = self.now = at
+
+    def _allocated_gpus(self) -> float:
+        return sum(r.gpu_milli for r in self.running.values()) / MILLI_PER_GPU
+
+    def _note_allocation(self) -> None:
+        value = self._allocated_gpus()
+        if value != self.allocation[-1][1]:
+            self.allocation.append((self.now, value))
+
+    def _note_fragmentation(self, result: CycleResult) -> None:
+        blocked = any(w.code == WaitCode.FRAGMENTATION for w in result.waiting)
+        value = self._capacity() - self._allocated_gpus() if blocked else 0.0
+        if value != self.fragmented[-1][1]:
+            self.fragmented.append((self.now, value))
+
+    def _capacity(self) -> float:
+        return float(sum(len(n.devices) for n in self.cluster.nodes))
+
+    # -- report ---------------------------------------------------------------------------
+
+    def _report(self) -> SimReport:
+        ends = [t.end for t in self.tracks.values() if t.end is not None]
+        makespan = max(ends, default=self.now)
+        capacity = self._capacity()
+        used = sum(t.gpu_s for t in self.tracks.values())
+        jobs = tuple(self._outcome(t) for t in self.tracks.values())
+        jct = [
+            j.end_s - j.arrival_s for j in jobs if j.end_s is not None and j.state == "succeeded"
+        ]
+        return SimReport(
+            makespan_s=makespan,
+            capacity_gpus=capacity,
+            utilization=used / (capacity * makespan) if capacity and makespan else 0.0,
+            allocation=tuple(self.allocation),
+            wait_by_tenant=wait_percentiles(jobs, "tenant"),
+            wait_by_class=wait_percentiles(jobs, "priority_class"),
+            jct=Percentiles.of(jct),
+            jain_fairness=jain_index(self.tenant_gpu_s, self._entitlements()),
+            fragmented_gpu_pct=100 * time_average(self.fragmented, makespan) / capacity
+            if capacity
+            else 0.0,
+            preemptions=self.preemptions,
+            gpu_hours_lost_to_preemption=self.lost_preempt_gpu_s / 3600,
+            gpu_hours_lost_to_failures=self.lost_fail_gpu_s / 3600,
+            cycles=self.cycles,
+            jobs=jobs,
+        )
+
+    def _entitlements(self) -> dict[str, float]:
+        return {t.name: float(sum(q.guaranteed for q in t.quotas.values()))
+                for t in self.cluster.tenants}  # fmt: skip
+
+    def _outcome(self, track: _Track) -> JobOutcome:
+        request = track.request
+        state = track.state if track.state in ("succeeded", "failed") else "unfinished"
+        return JobOutcome(
+            request.id, request.tenant, request.priority_class, track.spec.arrival_s,
+            track.first_start, track.end, state, request.attempt + 1, track.preemptions,
+            track.gpu_s,
+        )  # fmt: skip
