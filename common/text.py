@@ -24,9 +24,7 @@ def validate_display_text(value: str) -> None:
         if unicodedata.category(ch) in {"Cc", "Cf", "Cs", "Co"}:
             raise ValidationError(f"contains the control character U+{ord(ch):04X}.")
     if value.startswith(FORMULA_PREFIXES):
-        raise ValidationError(
-            f"must not start with {value[0]!r} (spreadsheet formula prefix)."
-        )
+        raise ValidationError(f"must not start with {value[0]!r} (spreadsheet formula prefix).")
 
 
 def csv_safe(value: object) -> str:

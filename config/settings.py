@@ -5,6 +5,7 @@ filesystem Celery broker, so one machine runs everything without services. Every
 documented in README.md.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "tenants",
     "scheduler",
     "billing",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -124,10 +126,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(os.environ.get("GANTRY_STATIC_ROOT", BASE_DIR / "staticfiles"))
 WHITENOISE_USE_FINDERS = DEBUG
-try:  # whitenoise warns when the folder is missing; collectstatic fills it in production
+# whitenoise warns when the folder is missing; collectstatic fills it in production.
+with contextlib.suppress(OSError):
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-except OSError:
-    pass
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -22,7 +22,7 @@ from tenants.models import (
     TenantKind,
 )
 
-DEMO_PASSWORD = "gantry-demo"  # noqa: S105 - printed to the person who runs the demo
+DEMO_PASSWORD = "gantry-demo"  # printed to the person who runs the demo
 
 FLAVORS = [
     # name, memory MiB, MIG profiles
@@ -43,24 +43,50 @@ TENANTS = [
 ]
 # tenant slug -> {flavor: (guaranteed GPUs, limit GPUs)}
 QUOTAS = {
-    "acme": {"H100-80GB": (32, 32), "A100-40GB": (32, 32), "L40S-48GB": (16, 16), "T4-16GB": (16, 16)},
+    "acme": {
+        "H100-80GB": (32, 32),
+        "A100-40GB": (32, 32),
+        "L40S-48GB": (16, 16),
+        "T4-16GB": (16, 16),
+    },
     "research": {"H100-80GB": (20, 32), "A100-40GB": (16, 32), "T4-16GB": (4, 16)},
-    "product": {"H100-80GB": (12, 32), "A100-40GB": (16, 32), "L40S-48GB": (16, 16), "T4-16GB": (12, 16)},
+    "product": {
+        "H100-80GB": (12, 32),
+        "A100-40GB": (16, 32),
+        "L40S-48GB": (16, 16),
+        "T4-16GB": (12, 16),
+    },
     "nlp": {"H100-80GB": (12, 24), "A100-40GB": (8, 16)},
     "vision": {"H100-80GB": (8, 16), "A100-40GB": (8, 16), "T4-16GB": (4, 8)},
     "search": {"A100-40GB": (8, 16), "L40S-48GB": (8, 16), "T4-16GB": (6, 12)},
-    "assist": {"H100-80GB": (12, 24), "A100-40GB": (8, 16), "L40S-48GB": (8, 16), "T4-16GB": (6, 12)},
+    "assist": {
+        "H100-80GB": (12, 24),
+        "A100-40GB": (8, 16),
+        "L40S-48GB": (8, 16),
+        "T4-16GB": (6, 12),
+    },
 }
 # username, tenant slug or platform role, role
 USERS = [
-    ("ana", "nlp", "member"), ("nils", "nlp", "approver"), ("nora", "nlp", "admin"),
-    ("vik", "vision", "member"), ("vera", "vision", "admin"),
-    ("sam", "search", "member"), ("ada", "assist", "member"),
-    ("rita", "research", "admin"), ("paul", "product", "admin"),
-    ("fiona", None, "finance"), ("admin", None, "platform_admin"),
+    ("ana", "nlp", "member"),
+    ("nils", "nlp", "approver"),
+    ("nora", "nlp", "admin"),
+    ("vik", "vision", "member"),
+    ("vera", "vision", "admin"),
+    ("sam", "search", "member"),
+    ("ada", "assist", "member"),
+    ("rita", "research", "admin"),
+    ("paul", "product", "admin"),
+    ("fiona", None, "finance"),
+    ("admin", None, "platform_admin"),
 ]
-PROJECTS = [("nlp", "llm-pretrain"), ("nlp", "nlp-eval"), ("vision", "detector"),
-            ("search", "ranker"), ("assist", "chat-serving")]
+PROJECTS = [
+    ("nlp", "llm-pretrain"),
+    ("nlp", "nlp-eval"),
+    ("vision", "detector"),
+    ("search", "ranker"),
+    ("assist", "chat-serving"),
+]
 JOBS = [
     # submitter, project, name, type, replicas, gpus, flavor
     ("ana", "llm-pretrain", "llama-8b-pretrain", "training", 2, 8, "H100-80GB"),
@@ -94,26 +120,42 @@ def seed_demo() -> DemoResult:
     }
     tenants: dict[str, Tenant] = {}
     for slug, name, kind, parent in TENANTS:
-        tenant = Tenant.objects.create(slug=slug, name=name, kind=kind, parent=tenants.get(parent or ""))
+        tenant = Tenant.objects.create(
+            slug=slug, name=name, kind=kind, parent=tenants.get(parent or "")
+        )
         tenant.path = f"{tenants[parent].path if parent else '/'}{tenant.pk}/"
         tenant.depth = tenants[parent].depth + 1 if parent else 0
         tenant.save(update_fields=["path", "depth"])
         tenants[slug] = tenant
     for slug, per_flavor in QUOTAS.items():
         for flavor, (guaranteed, limit) in per_flavor.items():
-            Quota.objects.create(tenant=tenants[slug], flavor=flavors[flavor],
-                                 guaranteed_milli=guaranteed * 1000, limit_milli=limit * 1000)
+            Quota.objects.create(
+                tenant=tenants[slug],
+                flavor=flavors[flavor],
+                guaranteed_milli=guaranteed * 1000,
+                limit_milli=limit * 1000,
+            )
     users = _create_users(tenants)
     projects = {
-        slug: Project.objects.create(tenant=tenants[team], slug=slug, name=slug.replace("-", " ").title(),
-                                     namespace=f"{team}-{slug}")
+        slug: Project.objects.create(
+            tenant=tenants[team],
+            slug=slug,
+            name=slug.replace("-", " ").title(),
+            namespace=f"{team}-{slug}",
+        )
         for team, slug in PROJECTS
     }
     for username, project, name, job_type, replicas, gpus, flavor in JOBS:
-        spec = {"name": name, "type": job_type, "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                "command": ["python", "-m", "train"], "replicas": replicas,
-                "resources": {"gpus": gpus, "cpu_milli": 4000 * gpus, "memory_mib": 32768 * gpus},
-                "flavors": [flavor], "simulation": {"duration_s": 600}}
+        spec = {
+            "name": name,
+            "type": job_type,
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "command": ["python", "-m", "train"],
+            "replicas": replicas,
+            "resources": {"gpus": gpus, "cpu_milli": 4000 * gpus, "memory_mib": 32768 * gpus},
+            "flavors": [flavor],
+            "simulation": {"duration_s": 600},
+        }
         job_submit(user=users[username], project=projects[project], payload=spec)
     return DemoResult(created=True, logins=_logins())
 
@@ -122,8 +164,9 @@ def _create_users(tenants: dict[str, Tenant]) -> dict[str, Any]:
     user_model = get_user_model()
     users = {}
     for username, tenant, role in USERS:
-        user = user_model.objects.create_user(username=username, email=f"{username}@acme.example",
-                                              password=DEMO_PASSWORD)
+        user = user_model.objects.create_user(
+            username=username, email=f"{username}@acme.example", password=DEMO_PASSWORD
+        )
         if tenant:
             Membership.objects.create(user=user, tenant=tenants[tenant], role=role)
         else:

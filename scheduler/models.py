@@ -59,7 +59,8 @@ class Job(models.Model):
     max_runtime_s = models.PositiveIntegerField(null=True, blank=True)
 
     attempt = models.PositiveIntegerField(default=0)
-    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    # NULL, not "", when absent: the unique constraint applies only to keys actually given.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     request_hash = models.CharField(max_length=64, blank=True, default="")
     reason = models.CharField(max_length=500, blank=True, default="")
 
@@ -108,3 +109,6 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.from_state}->{self.to_state} of job {self.job_id}"

@@ -102,7 +102,10 @@ def job_submit(
         with transaction.atomic():
             job.save()
             JobEvent.objects.create(
-                job=job, kind="submitted", to_state=job.state, actor=user,
+                job=job,
+                kind="submitted",
+                to_state=job.state,
+                actor=user,
                 message=f"Submitted by {user.get_username()} to project {project.slug}.",
             )
     except IntegrityError:
@@ -117,8 +120,10 @@ def job_submit(
 
 def can_cancel(user: Any, job: Job) -> bool:
     grants = access.grants_for(user)
-    return job.submitted_by_id == user.pk or grants.platform_admin or access.can_manage_tenant(
-        user, job.tenant
+    return (
+        job.submitted_by_id == user.pk
+        or grants.platform_admin
+        or access.can_manage_tenant(user, job.tenant)
     )
 
 

@@ -24,14 +24,43 @@ IMAGE_RE = re.compile(
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Set by Gantry on every pod of a distributed job; a user value would break the rendezvous.
 RESERVED_ENV = frozenset(
-    {"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-     "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GANTRY_JOB_ID"}
+    {
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GANTRY_JOB_ID",
+    }
 )
 PRIVILEGED_FIELDS = frozenset(
-    {"state", "approved_by", "approval", "submitted_by", "owner", "tenant", "attempt",
-     "node", "node_name", "nodeName", "scheduler_name", "schedulerName", "allocation",
-     "privileged", "host_network", "hostNetwork", "service_account", "serviceAccountName",
-     "tolerations", "security_context", "securityContext", "volumes", "host_path"}
+    {
+        "state",
+        "approved_by",
+        "approval",
+        "submitted_by",
+        "owner",
+        "tenant",
+        "attempt",
+        "node",
+        "node_name",
+        "nodeName",
+        "scheduler_name",
+        "schedulerName",
+        "allocation",
+        "privileged",
+        "host_network",
+        "hostNetwork",
+        "service_account",
+        "serviceAccountName",
+        "tolerations",
+        "security_context",
+        "securityContext",
+        "volumes",
+        "host_path",
+    }
 )
 MAX_RUNTIME_S = 30 * 24 * 3600
 DEFAULT_MAX_RUNTIME_S = {
@@ -60,6 +89,22 @@ class StrictIntegerField(serializers.IntegerField):
         return int(super().to_internal_value(data))
 
 
+class StrictCharField(serializers.CharField):
+    """Text that is text: 123 or true is a wrong type, not the string "123"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            kind = {
+                bool: "a boolean",
+                int: "a number",
+                float: "a number",
+                list: "an array",
+                dict: "an object",
+            }.get(type(data), type(data).__name__)
+            raise serializers.ValidationError(f"must be a string, got {kind}.")
+        return str(super().to_internal_value(data))
+
+
 class StrictBooleanField(serializers.BooleanField):
     def to_internal_value(self, data: Any) -> bool:
         if not isinstance(data, bool):
@@ -72,9 +117,7 @@ class StrictDictSerializer(serializers.Serializer):
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):
-            raise serializers.ValidationError(
-                f"must be an object, got {type(data).__name__}."
-            )
+            raise serializers.ValidationError(f"must be an object, got {type(data).__name__}.")
         unknown = sorted(set(data) - set(self.fields))
         if unknown:
             raise serializers.ValidationError(
@@ -85,43 +128,58 @@ class StrictDictSerializer(serializers.Serializer):
 
 class ResourcesSerializer(StrictDictSerializer):
     gpus = StrictIntegerField(
-        required=False, default=0, min_value=0, max_value=64,
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=64,
         help_text="Whole GPUs per replica, all on one node.",
     )
     gpu_milli = StrictIntegerField(
-        required=False, allow_null=True, default=None, min_value=1, max_value=999,
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        max_value=999,
         help_text="A share of one GPU in milli-GPU (500 = half a GPU).",
     )
     gpu_memory_mib = StrictIntegerField(
         required=False, allow_null=True, default=None, min_value=1, max_value=1 << 20
     )
-    mig_profile = serializers.CharField(
-        required=False, allow_null=True, default=None, max_length=32
-    )
+    mig_profile = StrictCharField(required=False, allow_null=True, default=None, max_length=32)
     cpu_milli = StrictIntegerField(required=False, default=1000, min_value=1, max_value=1_024_000)
     memory_mib = StrictIntegerField(required=False, default=4096, min_value=1, max_value=16 << 20)
     rdma = StrictIntegerField(required=False, default=0, min_value=0, max_value=16)
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("gpus"), float):
-            if not data["gpus"].is_integer():
-                raise serializers.ValidationError(
-                    {"gpus": [
-                        f"must be a whole number of GPUs, got {data['gpus']!r}; for a share "
-                        "of one GPU use gpu_milli (e.g. 500 for half a GPU) with gpu_memory_mib."
-                    ]}
-                )
+        gpus = data.get("gpus") if isinstance(data, dict) else None
+        if isinstance(gpus, float) and not gpus.is_integer():
+            raise serializers.ValidationError(
+                {
+                    "gpus": [
+                        f"must be a whole number of GPUs, got {gpus!r}; for a share of one "
+                        "GPU use gpu_milli (e.g. 500 for half a GPU) with gpu_memory_mib."
+                    ]
+                }
+            )
         return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         share, whole, mig = attrs.get("gpu_milli"), attrs.get("gpus", 0), attrs.get("mig_profile")
         if share is not None and whole:
             raise serializers.ValidationError(
-                {"gpu_milli": ["ask for whole GPUs (gpus) or a share of one (gpu_milli), not both."]}
+                {
+                    "gpu_milli": [
+                        "ask for whole GPUs (gpus) or a share of one (gpu_milli), not both."
+                    ]
+                }
             )
         if share is not None and attrs.get("gpu_memory_mib") is None:
             raise serializers.ValidationError(
-                {"gpu_memory_mib": ["a GPU share (gpu_milli) needs the GPU memory it uses, in MiB."]}
+                {
+                    "gpu_memory_mib": [
+                        "a GPU share (gpu_milli) needs the GPU memory it uses, in MiB."
+                    ]
+                }
             )
         if mig is not None and (share is not None or whole):
             raise serializers.ValidationError(
@@ -138,41 +196,47 @@ class RetrySerializer(StrictDictSerializer):
 class SimulationSerializer(StrictDictSerializer):
     """How the simulated cluster runs the job (ignored by the Kubernetes backend)."""
 
-    duration_s = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1,
-                                    max_value=MAX_RUNTIME_S)
+    duration_s = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=MAX_RUNTIME_S
+    )
     fail = StrictBooleanField(required=False, default=False)
 
 
 class JobSpecSerializer(StrictDictSerializer):
-    name = serializers.CharField(max_length=63)
+    name = StrictCharField(max_length=63)
     type = serializers.ChoiceField(choices=JobType.choices)
-    image = serializers.CharField(max_length=512)
+    image = StrictCharField(max_length=512)
     command = serializers.ListField(
-        child=serializers.CharField(max_length=4096, allow_blank=True, trim_whitespace=False),
-        min_length=1, max_length=128,
+        child=StrictCharField(max_length=4096, allow_blank=True, trim_whitespace=False),
+        min_length=1,
+        max_length=128,
     )
     env = serializers.DictField(
-        child=serializers.CharField(max_length=8192, allow_blank=True, trim_whitespace=False),
-        required=False, default=dict,
+        child=StrictCharField(max_length=8192, allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
     )
     replicas = StrictIntegerField(required=False, default=1, min_value=1, max_value=1024)
-    min_replicas = StrictIntegerField(required=False, allow_null=True, default=None,
-                                      min_value=1, max_value=1024)
-    max_replicas = StrictIntegerField(required=False, allow_null=True, default=None,
-                                      min_value=1, max_value=1024)
+    min_replicas = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=1024
+    )
+    max_replicas = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=1024
+    )
     resources = ResourcesSerializer(required=False)
     flavors = serializers.ListField(
-        child=serializers.CharField(max_length=63), required=False, default=list, max_length=16
+        child=StrictCharField(max_length=63), required=False, default=list, max_length=16
     )
     pools = serializers.ListField(
-        child=serializers.CharField(max_length=63), required=False, default=list, max_length=16
+        child=StrictCharField(max_length=63), required=False, default=list, max_length=16
     )
-    priority_class = serializers.CharField(required=False, allow_null=True, default=None,
-                                           max_length=63)
-    max_runtime_s = StrictIntegerField(required=False, allow_null=True, default=None,
-                                       min_value=60, max_value=MAX_RUNTIME_S)
-    estimated_runtime_s = StrictIntegerField(required=False, allow_null=True, default=None,
-                                             min_value=1, max_value=MAX_RUNTIME_S)
+    priority_class = StrictCharField(required=False, allow_null=True, default=None, max_length=63)
+    max_runtime_s = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=60, max_value=MAX_RUNTIME_S
+    )
+    estimated_runtime_s = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=MAX_RUNTIME_S
+    )
     checkpointable = StrictBooleanField(required=False, default=False)
     retry = RetrySerializer(required=False)
     simulation = SimulationSerializer(required=False)
@@ -185,10 +249,14 @@ class JobSpecSerializer(StrictDictSerializer):
                     {key: ["is set by Gantry, not by the submitter."] for key in privileged}
                 )
             if isinstance(data.get("command"), str):
-                raise serializers.ValidationError({"command": [
-                    'must be a list of arguments, not a shell string, e.g. ["python", "train.py"]; '
-                    "Gantry never runs commands through a shell."
-                ]})
+                raise serializers.ValidationError(
+                    {
+                        "command": [
+                            "must be a list of arguments, not a shell string, e.g. "
+                            '["python", "train.py"]; Gantry never runs commands through a shell.'
+                        ]
+                    }
+                )
         return super().to_internal_value(data)
 
     def validate_name(self, value: str) -> str:
@@ -223,7 +291,9 @@ class JobSpecSerializer(StrictDictSerializer):
                     f"{key[:64]!r} is not a valid variable name (letters, digits, '_')."
                 )
             if key in RESERVED_ENV:
-                raise serializers.ValidationError(f"{key} is set by Gantry and cannot be overridden.")
+                raise serializers.ValidationError(
+                    f"{key} is set by Gantry and cannot be overridden."
+                )
             _no_control(item, f"the value of {key}")
         return value
 
@@ -238,7 +308,8 @@ class JobSpecSerializer(StrictDictSerializer):
         unknown = [name for name in value if name not in known]
         if unknown:
             raise serializers.ValidationError(
-                f"unknown flavor {unknown[0][:64]!r}; known flavors: {', '.join(sorted(known)) or 'none'}."
+                f"unknown flavor {unknown[0][:64]!r}; "
+                f"known flavors: {', '.join(sorted(known)) or 'none'}."
             )
         return list(dict.fromkeys(value))
 
@@ -265,7 +336,11 @@ class JobSpecSerializer(StrictDictSerializer):
         if attrs["type"] != JobType.INFERENCE:
             if low is not None or high is not None:
                 raise serializers.ValidationError(
-                    {"min_replicas": ["min_replicas and max_replicas apply to inference jobs only."]}
+                    {
+                        "min_replicas": [
+                            "min_replicas and max_replicas apply to inference jobs only."
+                        ]
+                    }
                 )
             return
         low = attrs["min_replicas"] = low if low is not None else attrs["replicas"]
@@ -276,8 +351,12 @@ class JobSpecSerializer(StrictDictSerializer):
             )
         if not low <= attrs["replicas"] <= high:
             raise serializers.ValidationError(
-                {"replicas": [f"replicas ({attrs['replicas']}) must lie between min_replicas "
-                              f"({low}) and max_replicas ({high})."]}
+                {
+                    "replicas": [
+                        f"replicas ({attrs['replicas']}) must lie between min_replicas "
+                        f"({low}) and max_replicas ({high})."
+                    ]
+                }
             )
 
     def _validate_mig(self, attrs: dict[str, Any]) -> None:
@@ -289,7 +368,13 @@ class JobSpecSerializer(StrictDictSerializer):
             flavors = flavors.filter(name__in=attrs["flavors"])
         offered = sorted({p for f in flavors for p in (f.mig_profiles or [])})
         if profile not in offered:
-            raise serializers.ValidationError({"resources": {"mig_profile": [
-                f"unknown MIG profile {profile[:32]!r}; the allowed flavors offer: "
-                f"{', '.join(offered) or 'none'}."
-            ]}})
+            raise serializers.ValidationError(
+                {
+                    "resources": {
+                        "mig_profile": [
+                            f"unknown MIG profile {profile[:32]!r}; the allowed flavors offer: "
+                            f"{', '.join(offered) or 'none'}."
+                        ]
+                    }
+                }
+            )

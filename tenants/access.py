@@ -53,9 +53,7 @@ class Grants:
         """The highest role the user holds on `tenant` through it or any ancestor."""
         best: str | None = None
         for path, role in self.roles_by_path.items():
-            if tenant.path.startswith(path) and (
-                best is None or ROLE_RANK[role] > ROLE_RANK[best]
-            ):
+            if tenant.path.startswith(path) and (best is None or ROLE_RANK[role] > ROLE_RANK[best]):
                 best = role
         return best
 
@@ -150,7 +148,9 @@ def can_submit(user: Any, project: Project) -> bool:
 # --- helpers -----------------------------------------------------------------------------
 
 
-def visible_by_tenant(user: Any, queryset: QuerySet[Any], prefix: str = "tenant__") -> QuerySet[Any]:
+def visible_by_tenant(
+    user: Any, queryset: QuerySet[Any], prefix: str = "tenant__"
+) -> QuerySet[Any]:
     """Filter any queryset whose rows hang off a tenant to the user's subtrees."""
     grants = grants_for(user)
     if grants.sees_everything:

@@ -77,7 +77,9 @@ def check_against_parent(
     parts = [(q.tenant.slug, q.guaranteed_milli) for q in siblings if q.guaranteed_milli]
     total = values.guaranteed_milli + sum(m for _, m in parts)
     if total > parent_quota.guaranteed_milli:
-        terms = " + ".join(f"{slug} {gpus(m)}" for slug, m in [(tenant.slug, values.guaranteed_milli), *parts])
+        terms = " + ".join(
+            f"{slug} {gpus(m)}" for slug, m in [(tenant.slug, values.guaranteed_milli), *parts]
+        )
         errors["guaranteed_milli"] = [
             f"the guarantees of the children of '{parent.slug}' for {flavor.name} would sum to "
             f"{gpus(total)} ({terms}), above the parent's guarantee of "

@@ -135,7 +135,9 @@ def priority_default_set(
         access.require_platform_admin(user)
     elif not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
-    row = PriorityDefault.objects.select_for_update().filter(tenant=tenant, job_type=job_type).first()
+    row = (
+        PriorityDefault.objects.select_for_update().filter(tenant=tenant, job_type=job_type).first()
+    )
     row = row or PriorityDefault(tenant=tenant, job_type=job_type)
     row.priority_class = priority_class
     _full_clean(row, exclude=["tenant"])
@@ -176,9 +178,7 @@ def priority_default_for(*, tenant: Tenant, job_type: str) -> PriorityClass | No
 
 
 @transaction.atomic
-def quota_set(
-    *, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues
-) -> Quota:
+def quota_set(*, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues) -> Quota:
     """Create or update the quota of `tenant` for `flavor` after checking the whole tree.
 
     Locks the parent's quota row (and this one) so concurrent changes to siblings serialise.
@@ -190,7 +190,9 @@ def quota_set(
     parent_quota = None
     if tenant.parent_id is not None:
         parent_quota = (
-            Quota.objects.select_for_update().filter(tenant_id=tenant.parent_id, flavor=flavor).first()
+            Quota.objects.select_for_update()
+            .filter(tenant_id=tenant.parent_id, flavor=flavor)
+            .first()
         )
     quota = Quota.objects.select_for_update().filter(tenant=tenant, flavor=flavor).first()
     validate_quota(tenant, flavor, values, parent_quota)
@@ -208,7 +210,8 @@ def quota_set(
 def quota_delete(*, user: Any, quota: Quota) -> None:
     if not access.can_set_quota(user, quota.tenant):
         raise PermissionDenied(
-            f"Quotas of '{quota.tenant.slug}' are set by admins of its parent or by platform admins."
+            f"Quotas of '{quota.tenant.slug}' are set by admins of its parent "
+            "or by platform admins."
         )
     children = Quota.objects.filter(tenant__parent=quota.tenant, flavor=quota.flavor)
     if children.filter(guaranteed_milli__gt=0).exists():

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests import factories as f
 from tenants.models import Project, ResourceFlavor, Tenant, TenantKind
+from tests import factories as f
 
 
 @dataclass
@@ -42,10 +42,14 @@ class Org:
 
 
 def build_org() -> Org:
-    h100 = f.FlavorFactory(name="H100-80GB", memory_mib=81920,
-                           mig_profiles=["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"])
-    a100 = f.FlavorFactory(name="A100-40GB", memory_mib=40960,
-                           mig_profiles=["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"])
+    h100 = f.FlavorFactory(
+        name="H100-80GB",
+        memory_mib=81920,
+        mig_profiles=["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"],
+    )
+    a100 = f.FlavorFactory(
+        name="A100-40GB", memory_mib=40960, mig_profiles=["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"]
+    )
     acme = f.TenantFactory(slug="acme", kind=TenantKind.ORGANISATION)
     research = f.TenantFactory(slug="research", kind=TenantKind.DEPARTMENT, parent=acme)
     product = f.TenantFactory(slug="product", kind=TenantKind.DEPARTMENT, parent=acme)
@@ -53,13 +57,20 @@ def build_org() -> Org:
     bravo = f.TenantFactory(slug="team-bravo", parent=research)
     charlie = f.TenantFactory(slug="team-charlie", parent=product)
     for tenant, guaranteed, limit in [
-        (acme, 64, 64), (research, 32, 64), (product, 32, 64),
-        (alpha, 16, 32), (bravo, 16, 32), (charlie, 16, 32),
+        (acme, 64, 64),
+        (research, 32, 64),
+        (product, 32, 64),
+        (alpha, 16, 32),
+        (bravo, 16, 32),
+        (charlie, 16, 32),
     ]:
-        f.QuotaFactory(tenant=tenant, flavor=h100, guaranteed_milli=guaranteed * 1000,
-                       limit_milli=limit * 1000)
-    users = {name: f.UserFactory(username=name) for name in
-             ["alice", "tina", "bob-bravo", "dana", "chris", "carol", "pat"]}
+        f.QuotaFactory(
+            tenant=tenant, flavor=h100, guaranteed_milli=guaranteed * 1000, limit_milli=limit * 1000
+        )
+    users = {
+        name: f.UserFactory(username=name)
+        for name in ["alice", "tina", "bob-bravo", "dana", "chris", "carol", "pat"]
+    }
     f.MembershipFactory(user=users["alice"], tenant=alpha, role="member")
     f.MembershipFactory(user=users["tina"], tenant=alpha, role="admin")
     f.MembershipFactory(user=users["bob-bravo"], tenant=bravo, role="member")
@@ -68,12 +79,18 @@ def build_org() -> Org:
     f.PlatformRoleFactory(user=users["carol"], role="finance")
     f.PlatformRoleFactory(user=users["pat"], role="platform_admin")
     return Org(
-        acme=acme, research=research, product=product, alpha=alpha, bravo=bravo,
+        acme=acme,
+        research=research,
+        product=product,
+        alpha=alpha,
+        bravo=bravo,
         charlie=charlie,
         proj_alpha=f.ProjectFactory(tenant=alpha, slug="proj-alpha"),
         proj_bravo=f.ProjectFactory(tenant=bravo, slug="proj-bravo"),
         proj_charlie=f.ProjectFactory(tenant=charlie, slug="proj-charlie"),
-        h100=h100, a100=a100, users=users,
+        h100=h100,
+        a100=a100,
+        users=users,
     )
 
 

@@ -12,7 +12,9 @@ from common.errors import ConflictError, DomainError
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
-        errors = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        errors = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
         exc = exceptions.ValidationError(errors)
     elif isinstance(exc, ConflictError):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)

@@ -17,10 +17,27 @@ class JobOut(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "job_type", "state", "reason", "project", "project_slug", "tenant",
-            "tenant_slug", "submitted_by", "priority_class", "replicas", "gpus_per_replica",
-            "gpu_milli_per_replica", "gpus_total", "attempt", "created_at", "queued_at",
-            "started_at", "finished_at", "spec",
+            "id",
+            "name",
+            "job_type",
+            "state",
+            "reason",
+            "project",
+            "project_slug",
+            "tenant",
+            "tenant_slug",
+            "submitted_by",
+            "priority_class",
+            "replicas",
+            "gpus_per_replica",
+            "gpu_milli_per_replica",
+            "gpus_total",
+            "attempt",
+            "created_at",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "spec",
         ]
 
     def get_gpus_total(self, job: Job) -> float:
@@ -32,7 +49,8 @@ class JobSubmitIn(serializers.Serializer):
 
     project = serializers.IntegerField(help_text="Id of a project you are a member of.")
     idempotency_key = serializers.CharField(
-        required=False, max_length=128,
+        required=False,
+        max_length=128,
         help_text="Or the Idempotency-Key header: a repeat returns the first job.",
     )
     spec = serializers.DictField(help_text="The job spec; see the JobSpec fields.")

@@ -114,17 +114,29 @@ class MembershipUpdateIn(StrictInputSerializer):
 class FlavorSerializer(serializers.ModelSerializer):
     class Meta:
         model = ResourceFlavor
-        fields = ["id", "name", "kind", "resource_name", "memory_mib", "mig_profiles", "node_labels"]
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "resource_name",
+            "memory_mib",
+            "mig_profiles",
+            "node_labels",
+        ]
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields) - {"id"})
             if unknown:
-                raise serializers.ValidationError({k[:64]: ["unknown field."] for k in unknown[:20]})
+                raise serializers.ValidationError(
+                    {k[:64]: ["unknown field."] for k in unknown[:20]}
+                )
         return super().to_internal_value(data)
 
     def validate_mig_profiles(self, value: Any) -> list[str]:
-        if not isinstance(value, list) or not all(isinstance(p, str) and len(p) <= 32 for p in value):
+        if not isinstance(value, list) or not all(
+            isinstance(p, str) and len(p) <= 32 for p in value
+        ):
             raise serializers.ValidationError("must be a list of MIG profile names like '1g.10gb'.")
         return value
 
@@ -147,8 +159,17 @@ class QuotaOut(serializers.ModelSerializer):
     class Meta:
         model = Quota
         fields = [
-            "id", "tenant", "tenant_slug", "flavor", "flavor_name", "guaranteed_milli",
-            "limit_milli", "lend_limit_milli", "weight", "user_limit_milli", "updated_at",
+            "id",
+            "tenant",
+            "tenant_slug",
+            "flavor",
+            "flavor_name",
+            "guaranteed_milli",
+            "limit_milli",
+            "lend_limit_milli",
+            "weight",
+            "user_limit_milli",
+            "updated_at",
         ]
 
 
@@ -176,7 +197,12 @@ class PriorityClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
         fields = [
-            "id", "name", "value", "may_preempt", "preemptible", "counts_against_quota",
+            "id",
+            "name",
+            "value",
+            "may_preempt",
+            "preemptible",
+            "counts_against_quota",
             "description",
         ]
 

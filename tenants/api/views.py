@@ -17,9 +17,7 @@ from tenants.models import Membership, PriorityClass, PriorityDefault, Quota, Re
 from tenants.quota_rules import QuotaValues
 
 
-class ReadWriteViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
-):
+class ReadWriteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """List and retrieve through `get_queryset` (already scoped); writes are explicit methods."""
 
     output_serializer: type[Any]
@@ -153,14 +151,18 @@ class QuotaViewSet(ReadWriteViewSet):
     def partial_update(self, request: Request, pk: str) -> Response:
         quota = self.get_object()
         current = {
-            "guaranteed_milli": quota.guaranteed_milli, "limit_milli": quota.limit_milli,
-            "lend_limit_milli": quota.lend_limit_milli, "weight": float(quota.weight),
+            "guaranteed_milli": quota.guaranteed_milli,
+            "limit_milli": quota.limit_milli,
+            "lend_limit_milli": quota.lend_limit_milli,
+            "weight": float(quota.weight),
             "user_limit_milli": quota.user_limit_milli,
         }
         serializer = s.QuotaValuesIn(data={**current, **request.data}, context={"request": request})
         serializer.is_valid(raise_exception=True)
         quota = services.quota_set(
-            user=request.user, tenant=quota.tenant, flavor=quota.flavor,
+            user=request.user,
+            tenant=quota.tenant,
+            flavor=quota.flavor,
             values=QuotaValues(**serializer.validated_data),
         )
         return self.respond(quota)
@@ -196,7 +198,9 @@ class PriorityDefaultViewSet(ReadWriteViewSet):
 
     @extend_schema(request=s.PriorityDefaultIn, responses={201: s.PriorityDefaultOut})
     def create(self, request: Request) -> Response:
-        row = services.priority_default_set(user=request.user, **self.read_input(s.PriorityDefaultIn))
+        row = services.priority_default_set(
+            user=request.user, **self.read_input(s.PriorityDefaultIn)
+        )
         return self.respond(row, status.HTTP_201_CREATED)
 
     def destroy(self, request: Request, pk: str) -> Response:
@@ -209,9 +213,18 @@ class MeView(APIView):
     @extend_schema(responses=s.MeOut)
     def get(self, request: Request) -> Response:
         grants = access.grants_for(request.user)
-        roles = [name for name, held in
-                 (("platform_admin", grants.platform_admin), ("finance", grants.finance)) if held]
+        roles = [
+            name
+            for name, held in (
+                ("platform_admin", grants.platform_admin),
+                ("finance", grants.finance),
+            )
+            if held
+        ]
         memberships = Membership.objects.filter(user=request.user).select_related("user")
-        data = {"username": request.user.get_username(), "platform_roles": roles,
-                "memberships": memberships}
+        data = {
+            "username": request.user.get_username(),
+            "platform_roles": roles,
+            "memberships": memberships,
+        }
         return Response(s.MeOut(data).data)

@@ -10,8 +10,8 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from scheduler.models import Job
-from tests.conftest import Org, job_spec
 from tenants.models import Membership, Project, Tenant
+from tests.conftest import Org, job_spec
 
 
 def post_raw(client: Any, url: str, body: str) -> Any:
@@ -22,8 +22,12 @@ def post_raw(client: Any, url: str, body: str) -> Any:
 
 
 def test_huge_payload_is_413_and_creates_nothing(org: Org, client_for: Any, settings: Any) -> None:
-    body = json.dumps({"project": org.proj_alpha.pk,
-                       "spec": job_spec(env={"BLOB": "x" * (settings.GANTRY_MAX_BODY_BYTES + 1)})})
+    body = json.dumps(
+        {
+            "project": org.proj_alpha.pk,
+            "spec": job_spec(env={"BLOB": "x" * (settings.GANTRY_MAX_BODY_BYTES + 1)}),
+        }
+    )
     response = post_raw(client_for("alice"), "/api/v1/jobs/", body)
     assert response.status_code == 413
     assert "exceeds the limit" in response.json()["detail"]
@@ -60,11 +64,16 @@ def test_malformed_json_is_400(org: Org, client_for: Any) -> None:
 )
 def test_long_strings_are_400(org: Org, client_for: Any, field: str, value: str) -> None:
     response = client_for("alice").post(
-        "/api/v1/jobs/", {"project": org.proj_alpha.pk, "spec": job_spec(**{field: value})},
-        format="json")
+        "/api/v1/jobs/",
+        {"project": org.proj_alpha.pk, "spec": job_spec(**{field: value})},
+        format="json",
+    )
     assert response.status_code == 400
-    assert field in response.json()["errors"]["spec"] if "spec" in response.json()["errors"] \
+    assert (
+        field in response.json()["errors"]["spec"]
+        if "spec" in response.json()["errors"]
         else field in response.json()["errors"]
+    )
 
 
 @pytest.mark.parametrize("size", ["100000000", "0", "-1", "abc", "201"])
@@ -86,14 +95,22 @@ def test_page_size_within_bounds_is_honoured(org: Org, client_for: Any) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["Team\x00Null", "Team\x1b[31mred", "=HYPERLINK(\"http://x\")", "+cmd", "@SUM(A1)",
-     "Right\u202eLeft"],
+    [
+        "Team\x00Null",
+        "Team\x1b[31mred",
+        '=HYPERLINK("http://x")',
+        "+cmd",
+        "@SUM(A1)",
+        "Right\u202eLeft",
+    ],
     ids=["nul", "ansi-escape", "formula-eq", "formula-plus", "formula-at", "bidi-override"],
 )
 def test_display_names_refuse_control_and_formula(org: Org, client_for: Any, name: str) -> None:
     response = client_for("tina").post(
-        "/api/v1/projects/", {"tenant": org.alpha.pk, "slug": "new-proj", "name": name},
-        format="json")
+        "/api/v1/projects/",
+        {"tenant": org.alpha.pk, "slug": "new-proj", "name": name},
+        format="json",
+    )
     assert response.status_code == 400, response.json()
     assert "name" in response.json()["errors"]
     assert not Project.objects.filter(slug="new-proj").exists()
@@ -102,8 +119,8 @@ def test_display_names_refuse_control_and_formula(org: Org, client_for: Any, nam
 @pytest.mark.parametrize("slug", ["Team-A", "-team", "team_a", "a" * 64, "tëam", "t\nx"])
 def test_slugs_must_be_dns_labels(org: Org, client_for: Any, slug: str) -> None:
     response = client_for("dana").post(
-        "/api/v1/tenants/", {"parent": org.research.pk, "slug": slug, "name": "New"},
-        format="json")
+        "/api/v1/tenants/", {"parent": org.research.pk, "slug": slug, "name": "New"}, format="json"
+    )
     assert response.status_code == 400
     assert "slug" in response.json()["errors"]
     assert Tenant.objects.count() == 6
@@ -128,8 +145,9 @@ def test_session_write_with_csrf_token_passes(org: Org) -> None:
     client.get("/accounts/login/")  # sets the csrftoken cookie
     token = client.cookies["csrftoken"].value
     body = json.dumps({"project": org.proj_alpha.pk, "spec": job_spec()})
-    response = client.post("/api/v1/jobs/", body, content_type="application/json",
-                           headers={"X-CSRFToken": token})
+    response = client.post(
+        "/api/v1/jobs/", body, content_type="application/json", headers={"X-CSRFToken": token}
+    )
     assert response.status_code == 201, response.json()
 
 
@@ -137,14 +155,19 @@ def test_token_auth_needs_no_csrf(org: Org) -> None:
     token = Token.objects.create(user=org.users["alice"])
     client = Client(enforce_csrf_checks=True)
     body = json.dumps({"project": org.proj_alpha.pk, "spec": job_spec()})
-    response = client.post("/api/v1/jobs/", body, content_type="application/json",
-                           headers={"Authorization": f"Token {token.key}"})
+    response = client.post(
+        "/api/v1/jobs/",
+        body,
+        content_type="application/json",
+        headers={"Authorization": f"Token {token.key}"},
+    )
     assert response.status_code == 201, response.json()
 
 
 def test_token_endpoint_issues_token_for_valid_credentials(org: Org) -> None:
-    response = Client().post("/api/v1/auth/token/",
-                             {"username": "alice", "password": "correct-horse-battery"})
+    response = Client().post(
+        "/api/v1/auth/token/", {"username": "alice", "password": "correct-horse-battery"}
+    )
     assert response.status_code == 200
     assert response.json()["token"] == Token.objects.get(user=org.users["alice"]).key
     bad = Client().post("/api/v1/auth/token/", {"username": "alice", "password": "nope"})
@@ -156,13 +179,21 @@ def test_token_endpoint_issues_token_for_valid_credentials(org: Org) -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [{"state": "running"}, {"approved_by": 1}, {"submitted_by": "pat"}, {"tenant": 1},
-     {"priority": 9999}],
+    [
+        {"state": "running"},
+        {"approved_by": 1},
+        {"submitted_by": "pat"},
+        {"tenant": 1},
+        {"priority": 9999},
+    ],
     ids=["state", "approved_by", "submitted_by", "tenant", "unknown-priority-field"],
 )
-def test_member_cannot_set_privileged_job_fields(org: Org, client_for: Any, extra: dict[str, Any]) -> None:
+def test_member_cannot_set_privileged_job_fields(
+    org: Org, client_for: Any, extra: dict[str, Any]
+) -> None:
     response = client_for("alice").post(
-        "/api/v1/jobs/", {"project": org.proj_alpha.pk, "spec": job_spec(**extra)}, format="json")
+        "/api/v1/jobs/", {"project": org.proj_alpha.pk, "spec": job_spec(**extra)}, format="json"
+    )
     assert response.status_code == 400
     assert next(iter(extra)) in json.dumps(response.json()["errors"])
     assert Job.objects.count() == 0
@@ -170,24 +201,28 @@ def test_member_cannot_set_privileged_job_fields(org: Org, client_for: Any, extr
 
 def test_member_cannot_grant_roles(org: Org, client_for: Any) -> None:
     response = client_for("alice").post(
-        "/api/v1/memberships/", {"tenant": org.alpha.pk, "username": "alice", "role": "admin"},
-        format="json")
+        "/api/v1/memberships/",
+        {"tenant": org.alpha.pk, "username": "alice", "role": "admin"},
+        format="json",
+    )
     assert response.status_code == 403
     assert Membership.objects.get(user=org.users["alice"], tenant=org.alpha).role == "member"
 
 
 def test_envelope_refuses_unknown_fields(org: Org, client_for: Any) -> None:
     response = client_for("alice").post(
-        "/api/v1/jobs/", {"project": org.proj_alpha.pk, "spec": job_spec(), "state": "running"},
-        format="json")
+        "/api/v1/jobs/",
+        {"project": org.proj_alpha.pk, "spec": job_spec(), "state": "running"},
+        format="json",
+    )
     assert response.status_code == 400
     assert "state" in response.json()["errors"]
 
 
 def test_read_only_tenant_fields_are_refused(org: Org, client_for: Any) -> None:
     response = client_for("tina").patch(
-        f"/api/v1/tenants/{org.alpha.pk}/", {"parent": org.product.pk, "path": "/1/"},
-        format="json")
+        f"/api/v1/tenants/{org.alpha.pk}/", {"parent": org.product.pk, "path": "/1/"}, format="json"
+    )
     assert response.status_code == 400
     org.alpha.refresh_from_db()
     assert org.alpha.parent_id == org.research.pk

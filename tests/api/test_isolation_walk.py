@@ -17,9 +17,9 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from scheduler.models import Job, JobState
+from tenants.models import Membership, PriorityDefault, Quota, Tenant
 from tests import factories as f
 from tests.conftest import Org, job_spec
-from tenants.models import Membership, PriorityDefault, Quota, Tenant
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,13 @@ def _methods(callback: Any) -> tuple[str, ...]:
     view_class = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
     if view_class is None:
         return ("GET",)
-    return tuple(sorted(m.upper() for m in view_class.http_method_names
-                        if hasattr(view_class, m) and m not in {"options", "head"}))
+    return tuple(
+        sorted(
+            m.upper()
+            for m in view_class.http_method_names
+            if hasattr(view_class, m) and m not in {"options", "head"}
+        )
+    )
 
 
 def api_routes() -> list[Route]:
@@ -91,7 +96,11 @@ MARKERS = {"alpha": "alpha", "bravo": "bravo", "charlie": "charlie"}
 
 
 def basename(route: Route) -> str:
-    return route.name.rsplit("-", 1)[0] if route.is_detail or route.name.endswith("-list") else route.name
+    return (
+        route.name.rsplit("-", 1)[0]
+        if route.is_detail or route.name.endswith("-list")
+        else route.name
+    )
 
 
 def populate(org: Org) -> None:
@@ -103,8 +112,9 @@ def populate(org: Org) -> None:
     ]:
         job = f.JobFactory(project=project, submitted_by=user, name=f"job-{tenant.slug}")
         f.JobEventFactory(job=job, message=f"submitted to {project.slug}")
-        PriorityDefault.objects.create(tenant=tenant, job_type="batch",
-                                       priority_class=f.priority("low"))
+        PriorityDefault.objects.create(
+            tenant=tenant, job_type="batch", priority_class=f.priority("low")
+        )
 
 
 def fill(template: str, pk: Any) -> str:
@@ -123,10 +133,17 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
         "tenant-list": {"parent": foreign.pk, "slug": "intruder", "name": "Intruder"},
         "project-list": {"tenant": foreign.pk, "slug": "intruder", "name": "Intruder"},
         "membership-list": {"tenant": foreign.pk, "username": "alice", "role": "admin"},
-        "quota-list": {"tenant": foreign.pk, "flavor": org.a100.pk, "guaranteed_milli": 0,
-                       "limit_milli": 0},
-        "prioritydefault-list": {"tenant": foreign.pk, "job_type": "training",
-                                 "priority_class": "critical"},
+        "quota-list": {
+            "tenant": foreign.pk,
+            "flavor": org.a100.pk,
+            "guaranteed_milli": 0,
+            "limit_milli": 0,
+        },
+        "prioritydefault-list": {
+            "tenant": foreign.pk,
+            "job_type": "training",
+            "priority_class": "critical",
+        },
         "job-list": {"project": project.pk, "spec": job_spec()},
         "flavor-list": {"name": "X1-intruder", "memory_mib": 1},
         "priorityclass-list": {"name": "intruder", "value": 12345},
@@ -136,8 +153,16 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
 def counts() -> dict[str, int]:
     from tenants.models import PriorityClass, Project, ResourceFlavor
 
-    models = [Tenant, Project, Membership, Quota, PriorityDefault, Job, ResourceFlavor,
-              PriorityClass]
+    models = [
+        Tenant,
+        Project,
+        Membership,
+        Quota,
+        PriorityDefault,
+        Job,
+        ResourceFlavor,
+        PriorityClass,
+    ]
     return {m.__name__: m.objects.count() for m in models}
 
 
@@ -176,7 +201,11 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
         if not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
             body = foreign_create_body(route.name, org, foreign)
             response = client.post("/" + route.template, body, format="json")
-            assert response.status_code in {400, 403, 404}, (persona, route.template, response.json())
+            assert response.status_code in {400, 403, 404}, (
+                persona,
+                route.template,
+                response.json(),
+            )
     assert counts() == before, persona
 
 
@@ -201,7 +230,10 @@ def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) 
             assert response.status_code == 403, (route.template, response.json())
     listed = client.get("/api/v1/jobs/").json()
     assert {j["tenant_slug"] for j in listed["results"]} == {
-        "team-alpha", "team-bravo", "team-charlie"}
+        "team-alpha",
+        "team-bravo",
+        "team-charlie",
+    }
     assert counts() == before
 
 
@@ -220,8 +252,9 @@ def test_platform_admin_sees_everything(org: Org, client_for: Any) -> None:
 def test_department_admin_manages_teams_below(org: Org, client_for: Any) -> None:
     client = client_for("dana")
     quota = Quota.objects.get(tenant=org.bravo, flavor=org.h100)
-    response = client.patch(f"/api/v1/quotas/{quota.pk}/", {"guaranteed_milli": 12000},
-                            format="json")
+    response = client.patch(
+        f"/api/v1/quotas/{quota.pk}/", {"guaranteed_milli": 12000}, format="json"
+    )
     assert response.status_code == 200, response.json()
     quota.refresh_from_db()
     assert quota.guaranteed_milli == 12000
@@ -235,7 +268,8 @@ def test_department_admin_manages_teams_below(org: Org, client_for: Any) -> None
 def test_who_may_set_team_quota(org: Org, client_for: Any, persona: str, expected: int) -> None:
     quota = Quota.objects.get(tenant=org.alpha, flavor=org.h100)
     response = client_for(persona).patch(
-        f"/api/v1/quotas/{quota.pk}/", {"limit_milli": 20000}, format="json")
+        f"/api/v1/quotas/{quota.pk}/", {"limit_milli": 20000}, format="json"
+    )
     assert response.status_code == expected, response.json()
     quota.refresh_from_db()
     assert quota.limit_milli == (20000 if expected == 200 else 32000)

@@ -6,14 +6,20 @@ from typing import Any
 
 import pytest
 
+from tenants.models import Membership, PriorityDefault
 from tests import factories as f
 from tests.conftest import Org
-from tenants.models import Membership, PriorityDefault
 
 LIST_ROUTES = [
-    "/api/v1/tenants/", "/api/v1/projects/", "/api/v1/memberships/", "/api/v1/flavors/",
-    "/api/v1/quotas/", "/api/v1/priority-classes/", "/api/v1/priority-defaults/",
-    "/api/v1/jobs/", "/api/v1/me/",
+    "/api/v1/tenants/",
+    "/api/v1/projects/",
+    "/api/v1/memberships/",
+    "/api/v1/flavors/",
+    "/api/v1/quotas/",
+    "/api/v1/priority-classes/",
+    "/api/v1/priority-defaults/",
+    "/api/v1/jobs/",
+    "/api/v1/me/",
 ]
 
 
@@ -26,13 +32,15 @@ def grow(org: Org, n: int, start: int = 0) -> None:
         job = f.JobFactory(project=project, submitted_by=user)
         f.JobEventFactory(job=job)
         team = f.TenantFactory(slug=f"bulk-team-{i}", parent=org.alpha)
-        PriorityDefault.objects.create(tenant=team, job_type="batch",
-                                       priority_class=f.priority("low"))
+        PriorityDefault.objects.create(
+            tenant=team, job_type="batch", priority_class=f.priority("low")
+        )
 
 
 @pytest.mark.parametrize("url", LIST_ROUTES)
-def test_list_queries_do_not_grow_with_rows(org: Org, client_for: Any, url: str,
-                                            django_assert_max_num_queries: Any) -> None:
+def test_list_queries_do_not_grow_with_rows(
+    org: Org, client_for: Any, url: str, django_assert_max_num_queries: Any
+) -> None:
     grow(org, 3)
     client = client_for("tina")
     client.get(url)  # warm-up: content types, etc.
@@ -45,8 +53,9 @@ def test_list_queries_do_not_grow_with_rows(org: Org, client_for: Any, url: str,
         assert response.status_code == 200
 
 
-def test_job_events_list_is_bounded(org: Org, client_for: Any,
-                                    django_assert_max_num_queries: Any) -> None:
+def test_job_events_list_is_bounded(
+    org: Org, client_for: Any, django_assert_max_num_queries: Any
+) -> None:
     job = f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"])
     for _ in range(40):
         f.JobEventFactory(job=job, actor=org.users["alice"])

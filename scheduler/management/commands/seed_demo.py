@@ -13,7 +13,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "--if-enabled", action="store_true",
+            "--if-enabled",
+            action="store_true",
             help="Do nothing unless GANTRY_SEED_DEMO=1 (for container start-up).",
         )
 

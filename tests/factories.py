@@ -1,0 +1,132 @@
+"""factory_boy factories for the domain. Tenants get their materialised path on creation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import factory
+from django.contrib.auth import get_user_model
+
+from scheduler.models import Job, JobEvent, JobState
+from tenants.models import (
+    Membership,
+    PlatformRole,
+    PriorityClass,
+    Project,
+    Quota,
+    ResourceFlavor,
+    Tenant,
+    TenantKind,
+)
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.django.Password("correct-horse-battery")
+
+
+class TenantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Tenant
+        skip_postgeneration_save = True
+
+    slug = factory.Sequence(lambda n: f"tenant-{n}")
+    name = factory.LazyAttribute(lambda t: t.slug.title())
+    kind = TenantKind.TEAM
+    parent = None
+
+    @factory.post_generation
+    def set_path(obj: Tenant, create: bool, extracted: Any, **kwargs: Any) -> None:
+        parent = obj.parent
+        obj.path = f"{parent.path if parent else '/'}{obj.pk}/"
+        obj.depth = parent.depth + 1 if parent else 0
+        obj.save(update_fields=["path", "depth"])
+
+
+class ProjectFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Project
+
+    tenant = factory.SubFactory(TenantFactory)
+    slug = factory.Sequence(lambda n: f"project-{n}")
+    name = factory.LazyAttribute(lambda p: p.slug.title())
+    namespace = factory.LazyAttribute(lambda p: p.slug)
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    tenant = factory.SubFactory(TenantFactory)
+    role = "member"
+
+
+class PlatformRoleFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = PlatformRole
+
+    user = factory.SubFactory(UserFactory)
+    role = "platform_admin"
+
+
+class FlavorFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ResourceFlavor
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"GPU-{n}")
+    memory_mib = 81920
+
+
+class QuotaFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Quota
+
+    tenant = factory.SubFactory(TenantFactory)
+    flavor = factory.SubFactory(FlavorFactory)
+    guaranteed_milli = 8000
+    limit_milli = 16000
+
+
+def priority(name: str = "normal") -> PriorityClass:
+    return PriorityClass.objects.get(name=name)
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Job
+
+    project = factory.SubFactory(ProjectFactory)
+    tenant = factory.LazyAttribute(lambda j: j.project.tenant)
+    submitted_by = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"job-{n}")
+    job_type = "training"
+    state = JobState.QUEUED
+    priority_class = factory.LazyFunction(priority)
+    spec = factory.LazyAttribute(
+        lambda j: {
+            "name": j.name,
+            "type": j.job_type,
+            "image": "pytorch/pytorch:2.4",
+            "command": ["python", "train.py"],
+        }
+    )
+    replicas = 1
+    gpus_per_replica = 1
+    gpu_milli_per_replica = 1000
+
+
+class JobEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobEvent
+
+    job = factory.SubFactory(JobFactory)
+    kind = "submitted"
+    to_state = JobState.QUEUED
