@@ -145,6 +145,9 @@ GANTRY_MAX_BODY_BYTES = int(os.environ.get("GANTRY_MAX_BODY_BYTES", str(256 * 10
 DATA_UPLOAD_MAX_MEMORY_SIZE = GANTRY_MAX_BODY_BYTES
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
 
+_RENDERERS = ["rest_framework.renderers.JSONRenderer"]
+if DEBUG:
+    _RENDERERS.append("rest_framework.renderers.BrowsableAPIRenderer")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
@@ -152,7 +155,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["common.api.parsers.BoundedJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": _RENDERERS,
     "DEFAULT_PAGINATION_CLASS": "common.api.pagination.StrictPageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -160,10 +163,6 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "common.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
 }
-if DEBUG:
-    REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
-        "rest_framework.renderers.BrowsableAPIRenderer"
-    )
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Gantry API",

@@ -1,7 +1,7 @@
 """URL wiring: the REST API under /api/v1/, its schema and docs, auth, health."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.throttling import AnonRateThrottle
@@ -18,7 +18,7 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
     throttle_classes = [LoginThrottle]
 
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include("tenants.api.urls")),
     path("", include("scheduler.api.urls")),
     path("me/", MeView.as_view(), name="me"),

@@ -199,7 +199,8 @@ class SimulationSerializer(StrictDictSerializer):
     duration_s = StrictIntegerField(
         required=False, allow_null=True, default=None, min_value=1, max_value=MAX_RUNTIME_S
     )
-    fail = StrictBooleanField(required=False, default=False)
+    # DRF moves declared fields off the class, so this does not shadow Field.fail().
+    fail = StrictBooleanField(required=False, default=False)  # type: ignore[assignment]
 
 
 class JobSpecSerializer(StrictDictSerializer):

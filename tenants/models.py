@@ -70,7 +70,7 @@ class Role(models.TextChoices):
 
 
 # A higher role includes the powers of the lower ones.
-ROLE_RANK = {Role.MEMBER: 1, Role.APPROVER: 2, Role.ADMIN: 3}
+ROLE_RANK: dict[str, int] = {Role.MEMBER: 1, Role.APPROVER: 2, Role.ADMIN: 3}
 
 
 class Membership(TimeStampedModel):

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from tenants import access
 from tenants.models import (
+    JobType,
     Membership,
     PriorityClass,
     PriorityDefault,
@@ -51,7 +52,8 @@ class TenantOut(serializers.ModelSerializer):
 
 
 class TenantCreateIn(StrictInputSerializer):
-    parent = VisibleTenantField(allow_null=True, required=False, default=None)
+    # DRF moves declared fields off the class, so this does not shadow Field.parent.
+    parent = VisibleTenantField(allow_null=True, required=False, default=None)  # type: ignore[assignment]
     slug = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=120)
     kind = serializers.ChoiceField(choices=TenantKind.choices, default=TenantKind.TEAM)
@@ -208,7 +210,7 @@ class PriorityClassSerializer(serializers.ModelSerializer):
 
 
 class PriorityDefaultOut(serializers.ModelSerializer):
-    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    priority_class: Any = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = PriorityDefault
@@ -217,7 +219,7 @@ class PriorityDefaultOut(serializers.ModelSerializer):
 
 class PriorityDefaultIn(StrictInputSerializer):
     tenant = VisibleTenantField(allow_null=True, required=False, default=None)
-    job_type = serializers.ChoiceField(choices=PriorityDefault._meta.get_field("job_type").choices)
+    job_type = serializers.ChoiceField(choices=JobType.choices)
     priority_class = serializers.SlugRelatedField(
         slug_field="name", queryset=PriorityClass.objects.all()
     )

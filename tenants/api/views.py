@@ -7,6 +7,7 @@ from typing import Any
 import django_filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -157,6 +158,8 @@ class QuotaViewSet(ReadWriteViewSet):
             "weight": float(quota.weight),
             "user_limit_milli": quota.user_limit_milli,
         }
+        if not isinstance(request.data, dict):
+            raise ValidationError({"non_field_errors": ["expected a JSON object."]})
         serializer = s.QuotaValuesIn(data={**current, **request.data}, context={"request": request})
         serializer.is_valid(raise_exception=True)
         quota = services.quota_set(
@@ -221,7 +224,7 @@ class MeView(APIView):
             )
             if held
         ]
-        memberships = Membership.objects.filter(user=request.user).select_related("user")
+        memberships = Membership.objects.filter(user_id=request.user.pk or 0).select_related("user")
         data = {
             "username": request.user.get_username(),
             "platform_roles": roles,
