@@ -83,6 +83,8 @@ class PodRequest:
     priority_class: str
     job_type: str
     grace_period_s: int = 30
+    mig_profile: str | None = None  # a MIG slice (e.g. "1g.10gb") instead of gpu_milli
+    max_runtime_s: int | None = None  # the pod's activeDeadlineSeconds on Kubernetes
     # Simulated backend only: how long the pod runs, and whether it fails.
     sim_duration_s: float | None = None
     sim_fail: bool = False
