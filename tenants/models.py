@@ -216,3 +216,177 @@ class PriorityDefault(TimeStampedModel):
                 name="priority_default_unique_platform",
             ),
         ]
+
+
+# --- approvals ---------------------------------------------------------------------------
+
+
+class ApprovalRule(models.TextChoices):
+    GPUS_OVER = "gpus_over", "GPUs over N"
+    GPU_HOURS_OVER = "gpu_hours_over", "estimated GPU-hours over N"
+    PRIORITY_AT_LEAST = "priority_at_least", "priority at or above a class"
+    BORROWING = "borrowing", "borrowing beyond guarantee"
+    RUNTIME_OVER_HOURS = "runtime_over_hours", "runtime over N hours"
+
+
+# Rules that compare against `threshold`; `priority_at_least` names a class instead.
+THRESHOLD_RULES = (ApprovalRule.GPUS_OVER, ApprovalRule.GPU_HOURS_OVER,
+                   ApprovalRule.RUNTIME_OVER_HOURS)
+
+
+class ApprovalPolicy(TimeStampedModel):
+    """A rule that sends jobs and/or quota requests of the tenant's subtree to approvers.
+
+    The policies of a tenant and of all its ancestors apply to it.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approval_policies")
+    rule = models.CharField(max_length=32, choices=ApprovalRule.choices)
+    threshold = models.DecimalField(
+        max_digits=12, decimal_places=3, null=True, blank=True,
+        help_text="GPUs, GPU-hours or hours, depending on the rule.",
+    )
+    priority_class = models.ForeignKey(
+        PriorityClass, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    applies_to_jobs = models.BooleanField(default=True)
+    applies_to_quota = models.BooleanField(default=False)
+    active = models.BooleanField(default=True)
+    description = models.CharField(max_length=200, blank=True, validators=[validate_display_text])
+
+    class Meta:
+        ordering = ["tenant_id", "id"]
+        verbose_name_plural = "approval policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rule__in=THRESHOLD_RULES, threshold__isnull=False,
+                            threshold__gte=0, priority_class__isnull=True)
+                | Q(rule=ApprovalRule.PRIORITY_AT_LEAST, threshold__isnull=True,
+                    priority_class__isnull=False)
+                | Q(rule=ApprovalRule.BORROWING, threshold__isnull=True,
+                    priority_class__isnull=True),
+                name="approval_policy_rule_arguments",
+            ),
+            models.CheckConstraint(
+                condition=Q(applies_to_jobs=True) | Q(applies_to_quota=True),
+                name="approval_policy_applies_to_something",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}:{self.rule}"
+
+
+class ApprovalKind(models.TextChoices):
+    JOB = "job"
+    QUOTA = "quota"
+
+
+class ApprovalState(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+DECIDED_STATES = (ApprovalState.APPROVED, ApprovalState.REJECTED)
+SETTLED_STATES = (ApprovalState.EXPIRED, ApprovalState.CANCELLED)
+
+
+class ApprovalRequest(TimeStampedModel):
+    """A job or a quota change waiting for an approver.
+
+    `subject_id` is the job's id for job requests and the flavor's id for quota requests (so
+    "one pending request per subject" means one per job, or one per tenant x flavor). It is a
+    plain integer because tenants cannot import the scheduler. `rules` holds the matched
+    rules: [{"policy": id | None, "rule": kind, "reason": text}].
+    """
+
+    kind = models.CharField(max_length=16, choices=ApprovalKind.choices)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approval_requests")
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_requests"
+    )
+    subject_id = models.PositiveBigIntegerField()
+    payload = models.JSONField(default=dict, blank=True)
+    rules = models.JSONField(default=list, blank=True)
+    state = models.CharField(
+        max_length=16, choices=ApprovalState.choices, default=ApprovalState.PENDING, db_index=True
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.CharField(max_length=1000, blank=True, default="")
+    expires_at = models.DateTimeField(db_index=True)
+    # The state the requester was last emailed about; makes the notification task idempotent.
+    notified_state = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "state"], name="approval_tenant_state")]
+        constraints = [
+            # Only one decision can land: the decision fields are set iff the state is final,
+            # and an approve/reject names who decided (never the requester).
+            models.CheckConstraint(
+                condition=Q(state=ApprovalState.PENDING, decided_at__isnull=True,
+                            decided_by__isnull=True)
+                | Q(state__in=DECIDED_STATES, decided_at__isnull=False,
+                    decided_by__isnull=False)
+                | Q(state__in=SETTLED_STATES, decided_at__isnull=False),
+                name="approval_decision_iff_final",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state__in=DECIDED_STATES, decided_by=F("requester")),
+                name="approval_not_self_decided",
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "tenant", "subject_id"],
+                condition=Q(state=ApprovalState.PENDING),
+                name="approval_one_pending_per_subject",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} request #{self.pk} ({self.state})"
+
+    @property
+    def reasons(self) -> list[str]:
+        return [str(rule.get("reason", "")) for rule in self.rules if isinstance(rule, dict)]
+
+
+# --- audit log ---------------------------------------------------------------------------
+
+
+class AuditEntry(models.Model):
+    """One change, written in the same transaction as the change. Append-only.
+
+    Nothing in the application updates or deletes an entry (no service, no API write route),
+    and on PostgreSQL a trigger refuses UPDATE and DELETE. `tenant` scopes who may read the
+    entry (admins of its subtree); null means a platform-wide change (flavors, classes).
+    """
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+",
+    )
+    # Kept as written so the entry reads the same if the user is renamed; blank = the system.
+    actor_name = models.CharField(max_length=150, blank=True, default="")
+    action = models.CharField(max_length=64, db_index=True)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_entries"
+    )
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["tenant", "at"], name="audit_tenant_at")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or 'system'} {self.action}"
