@@ -1,0 +1,143 @@
+"""Preemption: who may be a victim, how few and how cheap, and no ping-pong."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.scheduler.core.builders import (
+    BEST_FIT,
+    cycle,
+    make_job,
+    make_node,
+    make_running,
+    make_tenants,
+    snapshot,
+    victims,
+)
+
+NOW = 1000.0
+PROFILE = replace(BEST_FIT, min_runtime_s=300.0, ping_pong_guard_s=900.0)
+
+
+def full_node(
+    job_id: str, tenant: str = "team-a", priority: str = "low", started: float = 0.0, **kw
+):
+    return make_running(make_job(job_id, tenant, gpus=8, priority=priority, **kw), ("n1", range(8)),
+                        started_at=started)  # fmt: skip
+
+
+# (id, running on the only node, the new 8-GPU job's tenant and class, victims expected)
+CASES = [
+    ("lower-priority-same-tenant", full_node("v", priority="low"), ("team-a", "normal"), {"v"}),
+    ("equal-priority-never", full_node("v", priority="normal"), ("team-a", "normal"), set()),
+    ("higher-priority-never", full_node("v", priority="high"), ("team-a", "normal"), set()),
+    ("non-preemptible-never", full_node("v", priority="pinned"), ("team-a", "critical"), set()),
+    # started at 800: 1000 - 800 = 200 s < min runtime 300
+    ("inside-min-runtime", full_node("v", started=800), ("team-a", "normal"), set()),
+    ("critical-overrides-min-runtime", full_node("v", started=800), ("team-a", "critical"), {"v"}),
+    ("best-effort-of-anyone", full_node("v", "team-b", "best-effort"), ("team-a", "low"), {"v"}),
+    # team-b within its guarantee (8 of 64): team-a may not take it, whatever the priority
+    ("other-tenant-within-guarantee", full_node("v", "team-b", "low"), ("team-a", "high"), set()),
+]
+
+
+@pytest.mark.parametrize(("running", "job", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_who_may_be_preempted(running, job, expected):
+    tenant, priority = job
+    pending = [make_job("new", tenant, gpus=8, priority=priority)]
+    result = cycle(snapshot([make_node("n1")], pending, [running], now=NOW), PROFILE)
+    assert victims(result) == expected
+    assert (result.placement_for("new") is not None) is bool(expected)
+
+
+def test_fewest_victims_that_lose_least_work():
+    # n1 runs a 4-GPU job started at 900 (4 GPU x 100 s = 400 GPU-s lost) and four 1-GPU jobs
+    # started at 0 (1000 GPU-s each). A 4-GPU job needs one victim: the cheap 4-GPU one.
+    running = [
+        make_running(make_job("v4", gpus=4, priority="low"), ("n1", range(4)), started_at=900)
+    ]
+    running += [
+        make_running(make_job(f"v1-{d}", gpus=1, priority="low"), ("n1", [d])) for d in range(4, 8)
+    ]
+    profile = replace(PROFILE, min_runtime_s=0.0)
+    result = cycle(
+        snapshot([make_node("n1")], [make_job("new", gpus=4)], running, now=NOW), profile
+    )
+    assert victims(result) == {"v4"}
+
+
+def test_checkpoint_makes_a_job_cheaper_to_stop():
+    # both ran since 0; "ck" checkpointed at 990: it loses 8 x 10 = 80 GPU-s against 8000
+    a = make_running(make_job("plain", gpus=8, priority="low"), ("n1", range(8)))
+    b = make_running(make_job("ck", gpus=8, priority="low", checkpointable=True), ("n2", range(8)),
+                     last_checkpoint_at=990.0)  # fmt: skip
+    nodes = [make_node("n1"), make_node("n2")]
+    result = cycle(snapshot(nodes, [make_job("new", gpus=8)], [a, b], now=NOW), PROFILE)
+    assert victims(result) == {"ck"}
+    assert result.preemptions[0].work_lost_gpu_s == pytest.approx(80.0)
+
+
+def test_reclaim_from_a_borrowing_tenant():
+    # guarantees 8 each on 16 GPUs; team-b runs 16 (borrows 8). team-a asks for its 8:
+    # it stays within its guarantee (0 + 8 <= 8), so it reclaims one of b's jobs, any priority.
+    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
+    running = [make_running(make_job(f"b{i}", "team-b", gpus=8, priority="high"), (f"n{i}", range(8)))
+               for i in (1, 2)]  # fmt: skip
+    nodes = [make_node("n1"), make_node("n2")]
+    result = cycle(snapshot(nodes, [make_job("a", "team-a", gpus=8, priority="low")], running,
+                            tenants=tenants, now=NOW), PROFILE)  # fmt: skip
+    assert len(victims(result)) == 1
+    assert result.placement_for("a") is not None
+    assert "reclaims" in result.preemptions[0].reason
+
+
+def test_no_reclaim_beyond_own_guarantee():
+    # team-a already uses its 8; asking 8 more would be borrowing, not reclaiming
+    tenants = make_tenants(("team-a", 8, 24), ("team-b", 8, 24))
+    running = [make_running(make_job("a0", "team-a", gpus=8), ("n0", range(8)))]
+    running += [
+        make_running(make_job(f"b{i}", "team-b", gpus=8), (f"n{i}", range(8))) for i in (1, 2)
+    ]
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    result = cycle(snapshot(nodes, [make_job("a1", "team-a", gpus=8, priority="high")], running,
+                            tenants=tenants, now=NOW), PROFILE)  # fmt: skip
+    assert victims(result) == set()
+
+
+def test_no_ping_pong():
+    # "winner" preempted "loser" at 950 (50 s ago, guard 900 s). Now team-a borrows (16 of 8)
+    # and loser (team-b, within its guarantee) may reclaim from team-a; winner is the cheaper
+    # victim (8 x 50 GPU-s against 8 x 1000) but displaced loser: protected until 950 + 900.
+    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
+    winner = make_running(make_job("winner", "team-a", gpus=8), ("n1", range(8)), started_at=950,
+                          preempted=["loser"])  # fmt: skip
+    other = make_running(make_job("a-other", "team-a", gpus=8), ("n2", range(8)), started_at=0)
+    loser = make_job("loser", "team-b", gpus=8, priority="high", attempt=1)
+    nodes = [make_node("n1"), make_node("n2")]
+    profile = replace(PROFILE, min_runtime_s=0.0)
+    result = cycle(snapshot(nodes, [loser], [winner, other], tenants=tenants, now=NOW), profile)
+    assert victims(result) == {"a-other"}  # reclaims, but not from the job that displaced it
+    later = cycle(
+        snapshot(nodes, [loser], [winner, other], tenants=tenants, now=950 + 901), profile
+    )
+    # guard over: winner is the cheaper victim (8 x 901 GPU-s lost against 8 x 1851)
+    assert victims(later) == {"winner"}
+
+
+def test_elastic_extras_give_way_first():
+    # inference job: 2 replicas min, 4 running (2 elastic extras of 2 GPUs) on n1 (8 GPUs).
+    # A normal 4-GPU job of the same tenant at lower priority than the inference job's class
+    # still takes the extras' room: extras are preemptible by anyone in the tenant.
+    inf = make_job("inf", gpus=2, replicas=4, min_replicas=2, priority="high")
+    running = make_running(inf, ("n1", [0, 1]), ("n1", [2, 3]), ("n1", [4, 5]), ("n1", [6, 7]),
+                           elastic_from=2)  # fmt: skip
+    result = cycle(
+        snapshot([make_node("n1")], [make_job("train", gpus=4)], [running], now=NOW), PROFILE
+    )
+    assert [p.job_id for p in result.preemptions] == ["inf"]
+    preemption = result.preemptions[0]
+    assert not preemption.whole_job and sorted(preemption.replicas) == [2, 3]
+    assert result.placement_for("train") is not None
