@@ -35,6 +35,12 @@ services:
 	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 	@for i in $$(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
 
+## browser: Debian's chromium for the Playwright tests (never `playwright install`).
+browser:
+	@test -x /usr/bin/chromium || { test "$$(id -u)" = 0 && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  { echo "chromium is missing: run 'sudo apt-get install chromium'"; exit 1; }
+
 ## check: lint, format, types, layers, Django checks, migrations up to date.
 check: venv
 	$(VENV)/bin/ruff check .
@@ -45,7 +51,7 @@ check: venv
 	$(PY) manage.py makemigrations --check --dry-run
 
 ## test: the whole suite on PostgreSQL and Redis, after the checks.
-test: venv services
+test: venv services browser
 	$(MAKE) --no-print-directory check
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(PY) -m pytest -n 2 --durations=15 $(PYTEST_ARGS)

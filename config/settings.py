@@ -173,6 +173,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TenantKindEnum": "tenants.models.TenantKind",
+        "FlavorKindEnum": "tenants.models.FlavorKind",
+    },
 }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -1,6 +1,5 @@
-"""URL wiring: the REST API under /api/v1/, its schema and docs, auth, health."""
+"""URL wiring: the REST API under /api/v1/, its schema and docs, health, the portal."""
 
-from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import ObtainAuthToken
@@ -29,7 +28,7 @@ api_v1: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     path("api/v1/", include(api_v1)),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
+    # The portal, including login (with brute-force slowing) and logout.
+    path("", include("portal.urls")),
 ]

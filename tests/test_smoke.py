@@ -15,3 +15,29 @@ def test_member_submits_and_sees_own_job(org: Org, client_for: Any) -> None:
     assert job["gpus_total"] == 8
     listed = client.get("/api/v1/jobs/").json()
     assert [j["id"] for j in listed["results"]] == [job["id"]]
+
+
+def test_openapi_schema_lists_the_job_routes(org: Org, client_for: Any) -> None:
+    response = client_for("alice").get(
+        "/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json"
+    )
+    assert response.status_code == 200
+    schema = response.json()
+    assert schema["openapi"].startswith("3.")
+    assert {"/api/v1/jobs/", "/api/v1/jobs/{id}/cancel/", "/api/v1/quotas/"} <= set(schema["paths"])
+
+
+def test_api_docs_page_is_served_offline(org: Org, client_for: Any) -> None:
+    response = client_for("alice").get("/api/v1/docs/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
+    assert "cdn." not in html and "unpkg" not in html and "jsdelivr" not in html
+
+
+def test_healthz_reports_database(db: Any) -> None:
+    from django.test import Client
+
+    response = Client().get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["database"] == "ok"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenants import access
@@ -35,6 +37,7 @@ class StrictInputSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(OpenApiTypes.INT)
 class VisibleTenantField(serializers.PrimaryKeyRelatedField):
     """A tenant id the requesting user can see; others read as 'does not exist'."""
 

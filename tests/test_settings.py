@@ -1,0 +1,54 @@
+"""Settings come from the environment; production settings pass `check --deploy` cleanly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PRODUCTION_ENV = {
+    "GANTRY_PRODUCTION": "1",
+    "DJANGO_DEBUG": "0",
+    "DJANGO_SECRET_KEY": "x7Hq2-production-secret-from-a-vault-9fK3mZp0LwQe8RtYv5UbNcXa1Sd4Gh6Jk",
+    "DJANGO_ALLOWED_HOSTS": "gantry.example.com",
+    "DATABASE_URL": "postgres://gantry@db.example.com:5432/gantry",
+    "REDIS_URL": "redis://redis.example.com:6379/0",
+}
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GANTRY_"))}
+    clean.pop("DATABASE_URL", None)
+    clean.pop("REDIS_URL", None)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_check_deploy_reports_nothing_with_production_settings() -> None:
+    result = manage("check", "--deploy", "--fail-level", "DEBUG", env=PRODUCTION_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_check_deploy_flags_development_settings() -> None:
+    """The same check fails on the embedded defaults, so the test above can fail."""
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env={})
+    assert result.returncode != 0
+    assert "security.W018" in result.stderr + result.stdout  # DEBUG on
+
+
+def test_production_refuses_to_start_without_secret_key() -> None:
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
+    result = manage("check", env=env)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in result.stderr
