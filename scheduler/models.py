@@ -63,6 +63,8 @@ class Job(models.Model):
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     request_hash = models.CharField(max_length=64, blank=True, default="")
     reason = models.CharField(max_length=500, blank=True, default="")
+    # Retry backoff: the daemon does not consider the job before this instant.
+    not_before = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -112,3 +114,145 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.from_state}->{self.to_state} of job {self.job_id}"
+
+
+# --- nodes, devices, allocations, the scheduler lease (the daemon's tables) -----------------
+
+
+class Node(models.Model):
+    """A machine as the cluster backend reports it, plus what Gantry decided about it.
+
+    `cordoned_by` tells an admin's cordon ("admin") from the daemon's ("daemon": NotReady or
+    an unhealthy GPU); the daemon lifts only its own. `drain_requested` and `sim_failed` are
+    requests the daemon applies (web and daemon are separate processes).
+    """
+
+    name = models.CharField(max_length=253, unique=True)
+    flavor = models.CharField(max_length=63, blank=True, default="")
+    pool = models.CharField(max_length=63, default="default")
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveBigIntegerField(default=0)
+    rdma = models.PositiveSmallIntegerField(default=0)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    ready = models.BooleanField(default=True)
+    present = models.BooleanField(default=True, help_text="Still listed by the cluster.")
+    cordoned = models.BooleanField(default=False)
+    cordoned_by = models.CharField(max_length=16, blank=True, default="")
+    cordon_reason = models.CharField(max_length=300, blank=True, default="")
+    drain_requested = models.BooleanField(default=False)
+    sim_failed = models.BooleanField(
+        default=False, help_text="Simulated cluster only: an admin failed this node."
+    )
+    driver_version = models.CharField(max_length=64, blank=True, default="")
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuDevice(models.Model):
+    """One GPU of a node. `allocated_milli` is kept by a database trigger on
+    AllocationDevice and checked to stay within 0..1000: no device is ever given out twice,
+    whatever code path writes allocations."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True, default="")
+    model = models.CharField(max_length=63, blank=True, default="")
+    memory_mib = models.PositiveIntegerField(default=0)
+    healthy = models.BooleanField(default=True)
+    health_reason = models.CharField(max_length=200, blank=True, default="")
+    allocated_milli = models.IntegerField(default=0, editable=False)
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    utilization_pct = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    ecc_uncorrected = models.PositiveIntegerField(default=0)
+    xid_errors = models.JSONField(default=list, blank=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        permissions = [("report_gpu_health", "May post GPU health reports (node agent)")]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_device_unique_index"),
+            models.CheckConstraint(
+                condition=Q(allocated_milli__gte=0) & Q(allocated_milli__lte=1000),
+                name="gpu_device_never_overallocated",
+            ),
+        ]
+
+
+class Allocation(models.Model):
+    """One replica of one attempt of a job on a node, from `started_at` to `ended_at`.
+
+    The ledger billing meters. Written by the daemon before the pod is created, so a pod
+    without an active allocation is always an orphan. `epoch` is the lease epoch that wrote it.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    attempt = models.PositiveIntegerField()
+    replica = models.PositiveIntegerField()
+    pod_name = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=63)
+    flavor = models.CharField(max_length=63, blank=True, default="")
+    gpu_milli = models.PositiveIntegerField(default=0)
+    elastic = models.BooleanField(default=False)
+    epoch = models.PositiveBigIntegerField(default=0)
+    started_at = models.DateTimeField()
+    bound_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["ended_at", "job"], name="allocation_active")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "attempt", "replica"],
+                condition=Q(ended_at__isnull=True),
+                name="allocation_one_active_per_replica",
+            ),
+            models.UniqueConstraint(
+                fields=["pod_name"],
+                condition=Q(ended_at__isnull=True),
+                name="allocation_one_active_per_pod",
+            ),
+        ]
+
+
+class AllocationDevice(models.Model):
+    """The share of one device an allocation holds. `released` flips once, when the
+    allocation ends; the trigger then gives the share back to the device."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="devices")
+    device = models.ForeignKey(GpuDevice, on_delete=models.PROTECT, related_name="shares")
+    milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField(default=0)
+    released = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(milli__gte=1) & Q(milli__lte=1000), name="allocation_device_share"
+            ),
+            models.UniqueConstraint(
+                fields=["allocation", "device"], name="allocation_device_once"
+            ),
+        ]
+
+
+class SchedulerLease(models.Model):
+    """Leadership of the daemon. Times come from the database clock (`now()`), never from
+    a daemon's clock; `epoch` rises on every takeover and fences every daemon write."""
+
+    name = models.CharField(max_length=63, unique=True)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    epoch = models.PositiveBigIntegerField(default=0)
+    renewed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
