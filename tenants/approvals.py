@@ -1,0 +1,454 @@
+"""Approval policies and requests: who may decide, one decision per request, expiry.
+
+A request's subject (a job, a quota change) is applied by the same transaction that decides
+it. Quota changes are applied here through `quota_set`. Tenants cannot import the scheduler,
+so the scheduler registers the handler for job requests (`register_subject_handler`, called
+from `scheduler.apps`); `scheduler.approvals.job_approval_decide` is the job-side entry point.
+
+Lock order, everywhere: the request row first (its compare-and-swap), then the subject. A job
+cancel follows the same order (`approval_cancel_for_subject`, then the job), so a decision
+racing a cancel cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from common.errors import ConflictError
+from tenants import access, services
+from tenants.approval_rules import RuleMatch, job_matches, quota_matches
+from tenants.audit import audit_record, audit_snapshot
+from tenants.models import (
+    ApprovalKind,
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalState,
+    PriorityClass,
+    Quota,
+    ResourceFlavor,
+    Role,
+    Tenant,
+)
+from tenants.quota_rules import QuotaValues, validate_quota
+
+logger = logging.getLogger(__name__)
+
+MAX_COMMENT = 1000
+EXPIRE_BATCH = 500
+
+# kind -> handler(*, request, outcome, actor) run inside the deciding transaction.
+SubjectHandler = Callable[..., None]
+_SUBJECT_HANDLERS: dict[str, SubjectHandler] = {}
+
+
+def register_subject_handler(kind: str, handler: SubjectHandler) -> None:
+    """Called once at start-up by the app that owns the subject (the scheduler, for jobs)."""
+    _SUBJECT_HANDLERS[kind] = handler
+
+
+# --- policies ----------------------------------------------------------------------------
+
+
+def _require_manage(user: Any, tenant: Tenant) -> None:
+    if not access.can_manage_tenant(user, tenant):
+        raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        raise ValidationError({"threshold": [f"{str(value)[:40]!r} is not a number."]}) from None
+
+
+@transaction.atomic
+def policy_set(
+    *,
+    user: Any,
+    tenant: Tenant,
+    rule: str,
+    threshold: Any = None,
+    priority_class: PriorityClass | None = None,
+    applies_to_jobs: bool = True,
+    applies_to_quota: bool = False,
+    active: bool = True,
+    description: str = "",
+    policy: ApprovalPolicy | None = None,
+) -> ApprovalPolicy:
+    """Create a policy on `tenant`, or replace the settings of `policy` (which stays there)."""
+    _require_manage(user, tenant)
+    before = None
+    if policy is None:
+        policy = ApprovalPolicy(tenant=tenant)
+    else:
+        policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
+        if policy.tenant_id != tenant.pk:
+            raise ValidationError({"tenant": ["a policy cannot move to another tenant."]})
+        before = audit_snapshot(policy)
+    policy.rule, policy.threshold = rule, _decimal(threshold)
+    policy.priority_class = priority_class
+    policy.applies_to_jobs, policy.applies_to_quota = applies_to_jobs, applies_to_quota
+    policy.active, policy.description = active, description
+    _check_policy_arguments(policy)
+    policy.full_clean(validate_constraints=True)
+    policy.save()
+    audit_record(
+        actor=user,
+        action="policy.set",
+        tenant=tenant,
+        target=policy,
+        before=before,
+        after=audit_snapshot(policy),
+    )
+    return policy
+
+
+def _check_policy_arguments(policy: ApprovalPolicy) -> None:
+    """The messages behind the database's `approval_policy_*` constraints."""
+    errors: dict[str, list[str]] = {}
+    if policy.rule == "priority_at_least":
+        if policy.priority_class is None:
+            errors["priority_class"] = ["the rule 'priority_at_least' needs a priority class."]
+        if policy.threshold is not None:
+            errors["threshold"] = ["the rule 'priority_at_least' takes no threshold."]
+    elif policy.rule == "borrowing":
+        if policy.threshold is not None or policy.priority_class is not None:
+            errors["threshold"] = ["the rule 'borrowing' takes no threshold or priority class."]
+    else:
+        if policy.threshold is None or policy.threshold < 0:
+            errors["threshold"] = [f"the rule '{policy.rule}' needs a threshold of 0 or more."]
+        if policy.priority_class is not None:
+            errors["priority_class"] = [f"the rule '{policy.rule}' takes no priority class."]
+    if not (policy.applies_to_jobs or policy.applies_to_quota):
+        errors["applies_to_jobs"] = ["a policy must apply to jobs, quota requests or both."]
+    if errors:
+        raise ValidationError(errors)
+
+
+@transaction.atomic
+def policy_delete(*, user: Any, policy: ApprovalPolicy) -> None:
+    _require_manage(user, policy.tenant)
+    before = audit_snapshot(policy)
+    target = ("tenants.approvalpolicy", policy.pk)
+    policy.delete()
+    audit_record(
+        actor=user,
+        action="policy.delete",
+        tenant=policy.tenant,
+        target=target,
+        before=before,
+        after=None,
+    )
+
+
+# --- which rules a job matches -----------------------------------------------------------
+
+
+def approval_rules_for_job(
+    *,
+    tenant: Tenant,
+    gpus_milli: int,
+    est_gpu_hours: float | None,
+    priority_value: int,
+    borrowing: bool,
+    runtime_hours: float | None,
+) -> list[str]:
+    """Reasons of the matched rules; empty means the job needs no approval.
+
+    `gpus_milli` is the whole gang's request; None runtimes/GPU-hours mean unbounded.
+    """
+    return [
+        m.reason
+        for m in job_matches(
+            tenant=tenant,
+            gpus_milli=gpus_milli,
+            est_gpu_hours=est_gpu_hours,
+            priority_value=priority_value,
+            borrowing=borrowing,
+            runtime_hours=runtime_hours,
+        )
+    ]
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+def approval_ttl() -> timedelta:
+    return timedelta(hours=float(settings.GANTRY_APPROVAL_TTL_HOURS))
+
+
+def approval_request_create(
+    *,
+    requester: Any,
+    tenant: Tenant,
+    kind: str,
+    subject_id: int,
+    payload: dict[str, Any],
+    rules: Sequence[RuleMatch | dict[str, Any]],
+    now: datetime | None = None,
+) -> ApprovalRequest:
+    """Open a pending request. Callers check rights and call this inside their transaction.
+
+    A second pending request for the same subject is a ConflictError (the partial unique
+    constraint `approval_one_pending_per_subject` settles a race).
+    """
+    now = now or timezone.now()
+    rows = [r.as_json() if isinstance(r, RuleMatch) else dict(r) for r in rules]
+    try:
+        with transaction.atomic():
+            return ApprovalRequest.objects.create(
+                kind=kind,
+                tenant=tenant,
+                requester=requester,
+                subject_id=subject_id,
+                payload=payload,
+                rules=rows,
+                expires_at=now + approval_ttl(),
+            )
+    except IntegrityError as exc:
+        if "approval_one_pending_per_subject" not in str(exc):
+            raise
+        raise ConflictError(
+            f"A {kind} request for this subject of '{tenant.slug}' is already pending."
+        ) from exc
+
+
+@transaction.atomic
+def quota_request_create(
+    *,
+    user: Any,
+    tenant: Tenant,
+    flavor: ResourceFlavor,
+    values: QuotaValues,
+    justification: str = "",
+) -> ApprovalRequest:
+    """A tenant admin asks for a quota change; approving it applies it through `quota_set`.
+
+    The values are checked against the tree now (a request that could never apply is refused
+    at once) and again when approved, under the parent's lock.
+    """
+    _require_manage(user, tenant)
+    _check_comment(justification, "justification")
+    current = Quota.objects.filter(tenant=tenant, flavor=flavor).first()
+    parent_quota = None
+    if tenant.parent_id is not None:
+        parent_quota = Quota.objects.filter(tenant_id=tenant.parent_id, flavor=flavor).first()
+    validate_quota(tenant, flavor, values, parent_quota)
+    before = audit_snapshot(current, QUOTA_FIELDS)
+    payload = {
+        "flavor": flavor.pk,
+        "flavor_name": flavor.name,
+        "values": asdict(values),
+        "current": before,
+        "justification": justification,
+    }
+    request = approval_request_create(
+        requester=user,
+        tenant=tenant,
+        kind=ApprovalKind.QUOTA,
+        subject_id=flavor.pk,
+        payload=payload,
+        rules=quota_matches(tenant, values),
+    )
+    audit_record(
+        actor=user,
+        action="quota.request",
+        tenant=tenant,
+        target=request,
+        before=before,
+        after=asdict(values),
+    )
+    return request
+
+
+QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight", "user_limit_milli")
+
+
+# --- deciding ----------------------------------------------------------------------------
+
+
+def can_decide(user: Any, request: ApprovalRequest) -> bool:
+    """Approvers and admins of the tenant or above decide job requests; quota requests are
+    decided by whoever may set that quota (an admin above the tenant). Platform admins decide
+    both. Nobody decides their own request."""
+    if user is None or not user.is_authenticated or request.requester_id == user.pk:
+        return False
+    grants = access.grants_for(user)
+    if grants.platform_admin:
+        return True
+    if request.kind == ApprovalKind.QUOTA:
+        return access.can_set_quota(user, request.tenant)
+    return grants.role_on(request.tenant) in (Role.APPROVER, Role.ADMIN)
+
+
+def _check_comment(text: str, name: str = "comment") -> None:
+    if len(text) > MAX_COMMENT:
+        raise ValidationError({name: [f"at most {MAX_COMMENT} characters."]})
+    for ch in text:
+        if unicodedata.category(ch) in {"Cc", "Cf"} and ch not in "\n\t":
+            raise ValidationError({name: [f"contains the control character U+{ord(ch):04X}."]})
+
+
+@transaction.atomic
+def approval_decide(
+    *, user: Any, request: ApprovalRequest, approve: bool, comment: str
+) -> ApprovalRequest:
+    """Approve or reject a pending request and apply the outcome, in one transaction.
+
+    Two approvers acting at once: the compare-and-swap on state=pending lets exactly one
+    through; the other gets ConflictError. A request past its expiry cannot be decided.
+    Applying may fail (a quota that no longer fits): then nothing changes and the request
+    stays pending.
+    """
+    # 1. who may decide
+    if request.requester_id == getattr(user, "pk", None):
+        raise PermissionDenied("You cannot approve or reject your own request.")
+    if not can_decide(user, request):
+        raise PermissionDenied(
+            f"Only approvers of '{request.tenant.slug}' or above may decide this request."
+        )
+    _check_comment(comment)
+    # 2. compare-and-swap: one decision lands
+    now = timezone.now()
+    outcome = ApprovalState.APPROVED if approve else ApprovalState.REJECTED
+    changed = ApprovalRequest.objects.filter(
+        pk=request.pk, state=ApprovalState.PENDING, expires_at__gt=now
+    ).update(state=outcome, decided_by=user, decided_at=now, comment=comment, updated_at=now)
+    if changed != 1:
+        raise ConflictError(_why_not_pending(request.pk))
+    request.refresh_from_db()
+    # 3. apply the outcome to the subject
+    _apply(request, outcome=outcome, actor=user)
+    # 4. record and notify
+    audit_record(
+        actor=user,
+        action="approval.decide",
+        tenant=request.tenant,
+        target=request,
+        before={"state": ApprovalState.PENDING},
+        after={"state": outcome, "comment": comment},
+    )
+    _notify_on_commit(request.pk)
+    return request
+
+
+def _why_not_pending(pk: int) -> str:
+    current = ApprovalRequest.objects.select_related("decided_by").filter(pk=pk).first()
+    if current is None:
+        return f"Approval request {pk} no longer exists."
+    if current.state == ApprovalState.PENDING:
+        return f"Approval request {pk} has expired; nothing was changed."
+    who = f" by {current.decided_by.get_username()}" if current.decided_by else ""
+    return f"Approval request {pk} was already {current.state}{who}; nothing was changed."
+
+
+def _apply(request: ApprovalRequest, *, outcome: str, actor: Any) -> None:
+    if request.kind == ApprovalKind.QUOTA:
+        if outcome == ApprovalState.APPROVED:
+            flavor = ResourceFlavor.objects.get(pk=request.subject_id)
+            values = QuotaValues(**request.payload["values"])
+            services.quota_set(user=actor, tenant=request.tenant, flavor=flavor, values=values)
+        return
+    handler = _SUBJECT_HANDLERS.get(request.kind)
+    if handler is None:
+        raise ImproperlyConfigured(f"No handler is registered for {request.kind} requests.")
+    handler(request=request, outcome=outcome, actor=actor)
+
+
+def approval_cancel_for_subject(*, kind: str, tenant: Tenant, subject_id: int, actor: Any) -> bool:
+    """Withdraw the pending request of a subject that went away (a job being cancelled).
+
+    Runs inside the caller's transaction, before the caller touches the subject (lock order).
+    Returns whether a pending request was withdrawn.
+    """
+    now = timezone.now()
+    decided_by = actor if getattr(actor, "is_authenticated", False) else None
+    changed = ApprovalRequest.objects.filter(
+        kind=kind, tenant=tenant, subject_id=subject_id, state=ApprovalState.PENDING
+    ).update(
+        state=ApprovalState.CANCELLED,
+        decided_by=decided_by,
+        decided_at=now,
+        comment="withdrawn",
+        updated_at=now,
+    )
+    return changed > 0
+
+
+# --- expiry ------------------------------------------------------------------------------
+
+
+def approval_expire_due(now: datetime) -> int:
+    """Expire pending requests whose time is up; returns how many this call expired.
+
+    Safe to run twice at once (two beat processes, FAULTS 10): each request is expired by a
+    compare-and-swap in its own transaction, so the second runner finds nothing to do.
+    """
+    due = list(
+        ApprovalRequest.objects.filter(state=ApprovalState.PENDING, expires_at__lte=now)
+        .order_by("expires_at", "pk")
+        .values_list("pk", flat=True)[:EXPIRE_BATCH]
+    )
+    expired = 0
+    for pk in due:
+        try:
+            expired += _expire_one(pk, now)
+        except ConflictError as exc:  # the subject moved on; the request stays for next time
+            logger.warning("approval request %s not expired: %s", pk, exc)
+    return expired
+
+
+@transaction.atomic
+def _expire_one(pk: int, now: datetime) -> bool:
+    changed = ApprovalRequest.objects.filter(
+        pk=pk, state=ApprovalState.PENDING, expires_at__lte=now
+    ).update(
+        state=ApprovalState.EXPIRED, decided_at=now, comment="approval expired", updated_at=now
+    )
+    if not changed:
+        return False
+    request = ApprovalRequest.objects.select_related("tenant").get(pk=pk)
+    _apply(request, outcome=ApprovalState.EXPIRED, actor=None)
+    audit_record(
+        actor=None,
+        action="approval.expire",
+        tenant=request.tenant,
+        target=request,
+        before={"state": ApprovalState.PENDING},
+        after={"state": ApprovalState.EXPIRED},
+    )
+    _notify_on_commit(pk)
+    return True
+
+
+# --- notifications -----------------------------------------------------------------------
+
+
+def _notify_on_commit(request_id: int) -> None:
+    transaction.on_commit(lambda: enqueue_notification(request_id))
+
+
+def enqueue_notification(request_id: int) -> None:
+    """Queue the requester's email. A broker that is down costs a log line, never the request
+    (FAULTS 8): the state is committed and the expiry sweep sends what was not sent."""
+    from tenants.tasks import approval_notify  # tasks import this module
+
+    try:
+        approval_notify.delay(request_id)
+    except Exception:  # any broker error
+        logger.warning(
+            "could not queue the notification of approval request %s", request_id, exc_info=True
+        )
