@@ -1,0 +1,1 @@
+"""The web portal: server-rendered pages over the services and selectors of the other apps."""

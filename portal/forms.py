@@ -1,0 +1,293 @@
+"""Portal forms. They only shape browser input; the services validate and decide.
+
+The job form turns its fields into the JSON spec `job_submit` takes and maps the spec
+serializer's errors back onto its own fields, so every rule lives once, in `scheduler.spec`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from scheduler.models import JobState
+from tenants.models import JobType, PriorityClass, ResourceFlavor, Role
+
+MILLI = Decimal(1000)
+
+# Suggested values per job type, applied on the server for ?type= and by portal.js on change.
+# Priority stays blank (the team's default for the type, shown next to the field) unless a
+# type is conventionally urgent or patient.
+TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    JobType.TRAINING: {
+        "replicas": 1,
+        "gpus": 8,
+        "max_runtime_hours": "",
+        "checkpointable": True,
+        "retry_limit": 1,
+    },
+    JobType.FINE_TUNING: {
+        "replicas": 1,
+        "gpus": 2,
+        "max_runtime_hours": 24,
+        "checkpointable": True,
+        "retry_limit": 1,
+    },
+    JobType.INFERENCE: {
+        "replicas": 2,
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "gpus": 1,
+        "max_runtime_hours": "",
+        "checkpointable": False,
+        "retry_limit": 3,
+    },
+    JobType.EVALUATION: {
+        "replicas": 1,
+        "gpus": 1,
+        "max_runtime_hours": 24,
+        "checkpointable": False,
+        "retry_limit": 0,
+    },
+    JobType.BATCH: {
+        "replicas": 4,
+        "gpus": 1,
+        "max_runtime_hours": 24,
+        "checkpointable": False,
+        "retry_limit": 2,
+    },
+    JobType.INTERACTIVE: {
+        "replicas": 1,
+        "gpus": 1,
+        "max_runtime_hours": 8,
+        "checkpointable": False,
+        "retry_limit": 0,
+    },
+}
+INFERENCE_ONLY = ("min_replicas", "max_replicas")
+
+# Where a spec error lands on the form: top-level keys map by name, nested ones below.
+NESTED_FIELDS = {
+    "resources": {
+        "gpus": "gpus",
+        "gpu_milli": "gpu_milli",
+        "gpu_memory_mib": "gpu_memory_mib",
+        "mig_profile": "mig_profile",
+        "cpu_milli": "cpu_milli",
+        "memory_mib": "memory_mib",
+    },
+    "retry": {"limit": "retry_limit", "backoff_s": "retry_limit"},
+}
+RENAMED_FIELDS = {"max_runtime_s": "max_runtime_hours", "type": "job_type"}
+
+
+class JobSubmitForm(forms.Form):
+    project = forms.TypedChoiceField(coerce=int, choices=())
+    job_type = forms.ChoiceField(label="Type", choices=JobType.choices, initial=JobType.TRAINING)
+    name = forms.CharField(max_length=63, help_text="Lowercase letters, digits and '-'.")
+    image = forms.CharField(max_length=512, initial="nvcr.io/nvidia/pytorch:24.05-py3")
+    command = forms.CharField(
+        max_length=8000,
+        help_text="Split like a shell would, but never run by one: python train.py --lr 3e-4",
+    )
+    env = forms.CharField(
+        label="Environment",
+        required=False,
+        max_length=16000,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "KEY=value, one per line"}),
+    )
+    replicas = forms.IntegerField(min_value=1, initial=1, help_text="All replicas start together.")
+    min_replicas = forms.IntegerField(required=False, min_value=1)
+    max_replicas = forms.IntegerField(required=False, min_value=1)
+    gpus = forms.IntegerField(label="GPUs per replica", min_value=0, initial=1)
+    gpu_milli = forms.IntegerField(
+        label="GPU share (milli)", required=False, help_text="Instead of GPUs: 500 = half a GPU."
+    )
+    gpu_memory_mib = forms.IntegerField(label="GPU memory (MiB)", required=False)
+    mig_profile = forms.CharField(label="MIG profile", required=False, max_length=32)
+    cpu_milli = forms.IntegerField(label="CPU (millicores)", min_value=1, initial=4000)
+    memory_mib = forms.IntegerField(label="Memory (MiB)", min_value=1, initial=32768)
+    flavors = forms.MultipleChoiceField(
+        label="GPU models",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: any model.",
+    )
+    priority_class = forms.ChoiceField(label="Priority", required=False)
+    max_runtime_hours = forms.DecimalField(
+        label="Max runtime (hours)",
+        required=False,
+        min_value=Decimal("0.02"),
+        max_digits=6,
+        decimal_places=2,
+    )
+    checkpointable = forms.BooleanField(required=False, initial=False)
+    retry_limit = forms.IntegerField(label="Retries", min_value=0, initial=0)
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=128)
+
+    def __init__(self, *args: Any, projects: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [(p.pk, f"{p.tenant.slug} / {p.slug}") for p in projects]
+        self.fields["flavors"].choices = [
+            (name, name) for name in ResourceFlavor.objects.values_list("name", flat=True)
+        ]
+        self.fields["priority_class"].choices = [("", "Team default for the type")] + [
+            (name, name) for name in PriorityClass.objects.values_list("name", flat=True)
+        ]
+        if not self.is_bound:
+            self.initial.setdefault("idempotency_key", uuid.uuid4().hex)
+
+    def apply_type_defaults(self, job_type: str) -> None:
+        if job_type in TYPE_DEFAULTS:
+            self.initial.update({"job_type": job_type, **TYPE_DEFAULTS[job_type]})
+
+    def clean_command(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data["command"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"cannot split the command: {exc}.") from None
+
+    def clean_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise forms.ValidationError(f"line {number}: write KEY=value.")
+            env[key.strip()] = value
+        return env
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON spec for `job_submit`, leaving unset optional fields out."""
+        data = self.cleaned_data
+        payload: dict[str, Any] = {
+            "name": data["name"],
+            "type": data["job_type"],
+            "image": data["image"],
+            "command": data["command"],
+            "env": data["env"],
+            "replicas": data["replicas"],
+            "flavors": data["flavors"],
+            "checkpointable": data["checkpointable"],
+            "retry": {"limit": data["retry_limit"]},
+            "resources": {
+                "gpus": data["gpus"],
+                "cpu_milli": data["cpu_milli"],
+                "memory_mib": data["memory_mib"],
+            },
+        }
+        for key in ("gpu_milli", "gpu_memory_mib"):
+            if data[key] is not None:
+                payload["resources"][key] = data[key]
+        if data["mig_profile"]:
+            payload["resources"]["mig_profile"] = data["mig_profile"]
+            payload["resources"]["gpus"] = 0
+        if data["gpu_milli"] is not None:
+            payload["resources"]["gpus"] = 0
+        if data["job_type"] == JobType.INFERENCE:
+            for key in INFERENCE_ONLY:
+                if data[key] is not None:
+                    payload[key] = data[key]
+        if data["priority_class"]:
+            payload["priority_class"] = data["priority_class"]
+        if data["max_runtime_hours"] is not None:
+            payload["max_runtime_s"] = int(data["max_runtime_hours"] * 3600)
+        return payload
+
+    def add_spec_errors(self, detail: Any) -> None:
+        """Put the spec serializer's errors (a dict of lists or nested dicts) on fields."""
+        if not isinstance(detail, dict):
+            self.add_error(None, _flatten(detail))
+            return
+        for key, value in detail.items():
+            if key in NESTED_FIELDS and isinstance(value, dict):
+                for sub, sub_value in value.items():
+                    self._add(NESTED_FIELDS[key].get(sub), sub_value, prefix=f"{sub}: ")
+            else:
+                self._add(RENAMED_FIELDS.get(key, key), value, prefix=f"{key}: ")
+
+    def _add(self, field: str | None, value: Any, prefix: str) -> None:
+        if field in self.fields and field not in self.errors:
+            self.add_error(field, _flatten(value))
+        else:
+            self.add_error(None, prefix + _flatten(value))
+
+
+def _flatten(value: Any) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_flatten(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return " ".join(_flatten(v) for v in value)
+    return str(value)
+
+
+class JobFilterForm(forms.Form):
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *JobState.choices])
+    type = forms.ChoiceField(required=False, choices=[("", "Any type"), *JobType.choices])
+    project = forms.TypedChoiceField(required=False, coerce=int, empty_value=None, choices=())
+    mine = forms.BooleanField(required=False, label="Only mine")
+
+    def __init__(self, *args: Any, projects: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "Any project")] + [
+            (p.pk, f"{p.tenant.slug} / {p.slug}") for p in projects
+        ]
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=200)
+
+
+class MembershipForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class QuotaForm(forms.Form):
+    """Quota in GPUs (decimals allowed for shares); the service stores milli-GPU."""
+
+    flavor = forms.ModelChoiceField(queryset=ResourceFlavor.objects.all(), to_field_name="name")
+    guaranteed = forms.DecimalField(label="Guaranteed (GPUs)", min_value=0, decimal_places=3)
+    limit = forms.DecimalField(label="Limit (GPUs)", min_value=0, decimal_places=3)
+    lend_limit = forms.DecimalField(
+        label="Lend limit (GPUs)", required=False, min_value=0, decimal_places=3
+    )
+    weight = forms.DecimalField(min_value=Decimal("0.001"), decimal_places=3, initial=1)
+
+    FIELD_OF_SERVICE_ERROR = {
+        "guaranteed_milli": "guaranteed",
+        "limit_milli": "limit",
+        "lend_limit_milli": "lend_limit",
+        "weight": "weight",
+    }
+
+    def milli(self, name: str) -> int | None:
+        value = self.cleaned_data.get(name)
+        return None if value is None else int(value * MILLI)
+
+    def add_service_errors(self, message_dict: dict[str, list[str]]) -> None:
+        for key, messages in message_dict.items():
+            field = self.FIELD_OF_SERVICE_ERROR.get(key)
+            self.add_error(field, " ".join(messages))
+
+
+class PriorityDefaultForm(forms.Form):
+    job_type = forms.ChoiceField(choices=JobType.choices)
+    priority_class = forms.ModelChoiceField(
+        queryset=PriorityClass.objects.all(), to_field_name="name"
+    )
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    comment = forms.CharField(
+        required=False, max_length=1000, widget=forms.Textarea(attrs={"rows": 2})
+    )

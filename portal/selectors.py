@@ -1,0 +1,118 @@
+"""Reads the portal composes from other apps' selectors: quota use per tenant and flavor.
+
+Everything here starts from querysets already scoped by `tenants.access`, so a caller cannot
+widen what a user sees by passing other ids.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from scheduler.models import Job, JobState
+from scheduler.selectors import job_list_visible
+from tenants import access
+from tenants.models import Membership, Quota, ResourceFlavor, Role, Tenant
+
+# The states in which a job holds its GPUs (quota is charged at admission).
+CHARGED_STATES = (JobState.ADMITTED, JobState.BINDING, JobState.RUNNING)
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    tenant: Tenant
+    flavor: ResourceFlavor
+    guaranteed_milli: int
+    limit_milli: int
+    used_milli: int
+
+    @property
+    def used_pct(self) -> int:
+        """Use as a share of the limit, for the bar (capped at 100)."""
+        if not self.limit_milli:
+            return 100 if self.used_milli else 0
+        return min(100, round(100 * self.used_milli / self.limit_milli))
+
+    @property
+    def guaranteed_pct(self) -> int:
+        if not self.limit_milli:
+            return 0
+        return min(100, round(100 * self.guaranteed_milli / self.limit_milli))
+
+    @property
+    def borrowing(self) -> bool:
+        return self.used_milli > self.guaranteed_milli
+
+
+def usage_by_tenant(tenants: list[Tenant]) -> dict[int, dict[str, int]]:
+    """tenant id -> flavor name -> milli-GPU held by charged jobs of the tenant's subtree.
+
+    Use = sum of replicas x gpu_milli_per_replica over admitted, binding and running jobs.
+    Until allocations record the flavor a job landed on, a job counts against the first
+    flavor it allows (jobs that name none count under "any"). One query for all tenants.
+    """
+    if not tenants:
+        return {}
+    subtree = Q()
+    for tenant in tenants:
+        subtree |= Q(tenant__path__startswith=tenant.path)
+    rows = Job.objects.filter(subtree, state__in=CHARGED_STATES).values_list(
+        "tenant__path", "flavors", "replicas", "gpu_milli_per_replica"
+    )
+    used: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in tenants}
+    for path, flavors, replicas, milli in rows:
+        flavor = flavors[0] if flavors else "any"
+        for tenant in tenants:
+            if path.startswith(tenant.path):
+                used[tenant.pk][flavor] += replicas * milli
+    return used
+
+
+def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
+    """Quota with current use for each of `tenants` (already access-checked), tree order."""
+    quotas = Quota.objects.filter(tenant__in=tenants).select_related("tenant", "flavor")
+    used = usage_by_tenant(tenants)
+    return [
+        QuotaRow(
+            tenant=q.tenant,
+            flavor=q.flavor,
+            guaranteed_milli=q.guaranteed_milli,
+            limit_milli=q.limit_milli,
+            used_milli=used.get(q.tenant_id, {}).get(q.flavor.name, 0),
+        )
+        for q in sorted(quotas, key=lambda q: (q.tenant.path, q.flavor.name))
+    ]
+
+
+def teams_of(user: Any) -> list[Tenant]:
+    """The tenants the user holds a role on directly (their teams), tree order."""
+    ids = Membership.objects.filter(user=user).values_list("tenant_id", flat=True)
+    return list(access.tenants_visible(user).filter(pk__in=ids).order_by("path"))
+
+
+def tenants_administered(user: Any) -> list[Tenant]:
+    """The subtrees where the user is an admin (everything for a platform admin)."""
+    grants = access.grants_for(user)
+    tenants = access.tenants_visible(user)
+    if not grants.platform_admin:
+        tenants = tenants.filter(grants.subtree_q(min_role=Role.ADMIN))
+    return list(tenants.order_by("path"))
+
+
+def tenants_approved(user: Any) -> list[Tenant]:
+    grants = access.grants_for(user)
+    if grants.platform_admin:
+        return list(access.tenants_visible(user))
+    return list(Tenant.objects.filter(grants.subtree_q(min_role=Role.APPROVER)))
+
+
+def job_state_counts(jobs: QuerySet[Job]) -> dict[str, int]:
+    counts = dict(jobs.order_by().values_list("state").annotate(n=Count("id")))
+    return {state: counts.get(state, 0) for state in JobState.values}
+
+
+def my_recent_jobs(user: Any, limit: int = 8) -> list[Job]:
+    return list(job_list_visible(user).filter(submitted_by=user)[:limit])

@@ -1,0 +1,59 @@
+// Gantry portal: small progressive enhancements; every page works without them.
+(function () {
+  "use strict";
+
+  // Confirm destructive buttons (data-confirm="...").
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-confirm]");
+    if (button && !window.confirm(button.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  });
+
+  function readJson(id) {
+    var node = document.getElementById(id);
+    return node ? JSON.parse(node.textContent) : {};
+  }
+
+  // Job form: defaults per job type, inference-only fields, the team's default priority.
+  function setupJobForm(form) {
+    var typeDefaults = readJson("type-defaults");
+    var priorityDefaults = readJson("priority-defaults");
+    var type = form.elements["job_type"];
+    var project = form.elements["project"];
+    var priority = form.elements["priority_class"];
+
+    function showTypeFields() {
+      form.querySelectorAll("[data-only-type]").forEach(function (field) {
+        field.hidden = field.getAttribute("data-only-type") !== type.value;
+      });
+    }
+    function showPriorityHint() {
+      var byType = priorityDefaults[project.value] || {};
+      var name = byType[type.value];
+      priority.options[0].text = name ? "Team default for " + type.value + " (" + name + ")" : "Team default";
+    }
+    function applyDefaults() {
+      var defaults = typeDefaults[type.value] || {};
+      Object.keys(defaults).forEach(function (key) {
+        var input = form.elements[key];
+        if (!input) return;
+        if (input.type === "checkbox") input.checked = Boolean(defaults[key]);
+        else input.value = defaults[key];
+      });
+      if (type.value !== "inference") {
+        form.elements["min_replicas"].value = "";
+        form.elements["max_replicas"].value = "";
+      }
+    }
+    type.addEventListener("change", function () { applyDefaults(); showTypeFields(); showPriorityHint(); });
+    project.addEventListener("change", showPriorityHint);
+    showTypeFields();
+    showPriorityHint();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var form = document.getElementById("job-form");
+    if (form) setupJobForm(form);
+  });
+})();

@@ -1,0 +1,52 @@
+"""Formatting filters and the navigation switches of the portal's base template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from tenants import access
+from tenants.models import ROLE_RANK, Role
+
+register = template.Library()
+
+
+@register.filter
+def gpus(milli: int | None) -> str:
+    """16000 -> '16', 2500 -> '2.5' (milli-GPU as GPUs)."""
+    if milli is None:
+        return "—"
+    return f"{milli / 1000:g}"
+
+
+@register.filter
+def duration(seconds: int | None) -> str:
+    if not seconds:
+        return "—"
+    hours, rest = divmod(int(seconds), 3600)
+    minutes = rest // 60
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+@register.filter
+def state_class(state: str) -> str:
+    return f"badge badge-{state.replace('_', '-')}" if state else "badge"
+
+
+@register.simple_tag
+def portal_nav(user: Any) -> dict[str, bool]:
+    """Which sections the navigation shows; the pages check access again themselves."""
+    if not getattr(user, "is_authenticated", False):
+        return {}
+    grants = access.grants_for(user)
+    best = max((ROLE_RANK[r] for r in grants.roles_by_path.values()), default=0)
+    return {
+        "approver": grants.platform_admin or best >= ROLE_RANK[Role.APPROVER],
+        "admin": grants.platform_admin or best >= ROLE_RANK[Role.ADMIN],
+        "tenants": grants.sees_everything or best > 0,
+        "audit": grants.sees_everything or best >= ROLE_RANK[Role.ADMIN],
+        "submit": grants.platform_admin or best > 0,
+        "finance": grants.finance,
+        "platform_admin": grants.platform_admin,
+    }

@@ -1,0 +1,35 @@
+"""Portal routes. Every route taking an id resolves it through `tenants.access` or a selector,
+and tests/portal/test_isolation_walk.py walks this list, so a new route needs an entry there."""
+
+from django.urls import path
+
+from portal.views import auth, home, jobs, tenants
+
+app_name = "portal"
+
+urlpatterns = [
+    path("accounts/login/", auth.PortalLoginView.as_view(), name="login"),
+    path("accounts/logout/", auth.PortalLogoutView.as_view(), name="logout"),
+    path("", home.home, name="home"),
+    path("jobs/", jobs.job_list, name="jobs"),
+    path("jobs/rows/", jobs.job_rows, name="job-rows"),
+    path("jobs/new/", jobs.job_new, name="job-new"),
+    path("jobs/<int:pk>/", jobs.job_detail, name="job-detail"),
+    path("jobs/<int:pk>/status/", jobs.job_status, name="job-status"),
+    path("jobs/<int:pk>/cancel/", jobs.job_cancel_view, name="job-cancel"),
+    path("tenants/", tenants.tenant_list, name="tenants"),
+    path("tenants/<int:pk>/", tenants.tenant_detail, name="tenant-detail"),
+    path("tenants/<int:pk>/members/", tenants.tenant_members, name="tenant-members"),
+    path(
+        "tenants/<int:pk>/members/<int:membership_pk>/role/",
+        tenants.tenant_member_role,
+        name="tenant-member-role",
+    ),
+    path(
+        "tenants/<int:pk>/members/<int:membership_pk>/remove/",
+        tenants.tenant_member_remove,
+        name="tenant-member-remove",
+    ),
+    path("tenants/<int:pk>/quotas/", tenants.tenant_quotas, name="tenant-quotas"),
+    path("tenants/<int:pk>/priorities/", tenants.tenant_priorities, name="tenant-priorities"),
+]

@@ -1,0 +1,1 @@
+"""Portal views: thin. Reads go through selectors and `tenants.access`, writes through services."""

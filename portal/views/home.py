@@ -1,0 +1,67 @@
+"""The home page: one section per role the user holds, all on real data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from portal import selectors
+from portal.views.approvals import inbox_for
+from scheduler.selectors import job_list_visible
+from tenants import access
+from tenants.models import TenantKind
+
+
+def _member_section(user: Any) -> dict[str, Any]:
+    teams = selectors.teams_of(user)
+    return {
+        "jobs": selectors.my_recent_jobs(user),
+        "quotas": selectors.quota_rows(teams),
+        "teams": teams,
+    }
+
+
+def _admin_section(user: Any) -> dict[str, Any]:
+    tenants = selectors.tenants_administered(user)
+    ids = [t.pk for t in tenants]
+    jobs = job_list_visible(user).filter(tenant_id__in=ids)
+    return {
+        "tenants": tenants,
+        "quotas": selectors.quota_rows(tenants),
+        "state_counts": selectors.job_state_counts(jobs),
+    }
+
+
+def _finance_section(user: Any) -> dict[str, Any]:
+    """Quota and current use per department (the cost pages come with billing)."""
+    tenants = list(
+        access.tenants_visible(user)
+        .filter(kind__in=[TenantKind.ORGANISATION, TenantKind.DEPARTMENT])
+        .order_by("path")
+    )
+    return {
+        "quotas": selectors.quota_rows(tenants),
+        "state_counts": selectors.job_state_counts(job_list_visible(user)),
+    }
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    grants = access.grants_for(user)
+    nav_roles = set(grants.roles_by_path.values())
+    context: dict[str, Any] = {}
+    if nav_roles:
+        context["member"] = _member_section(user)
+    if grants.platform_admin or "approver" in nav_roles or "admin" in nav_roles:
+        context["inbox"] = inbox_for(user)
+    if grants.platform_admin or "admin" in nav_roles:
+        context["admin"] = _admin_section(user)
+    if grants.finance:
+        context["finance"] = _finance_section(user)
+    return render(request, "portal/home.html", context)

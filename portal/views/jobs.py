@@ -1,0 +1,167 @@
+"""Job pages: list (with a polled rows partial), submit, detail (with a polled status), cancel."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from rest_framework.exceptions import ValidationError as SpecError
+
+from common.errors import ConflictError
+from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
+from scheduler.selectors import access_job, job_event_list, job_list_visible
+from scheduler.services import can_cancel, job_cancel, job_submit
+from tenants import access
+from tenants.models import JobType
+from tenants.services import priority_default_for
+
+PAGE_SIZE = 25
+POLL_SECONDS = 5
+
+
+def _submittable_projects(user: Any) -> list[Any]:
+    projects = (
+        access.projects_visible(user).select_related("tenant").order_by("tenant__path", "slug")
+    )
+    return [p for p in projects if access.can_submit(user, p)]
+
+
+def _filtered_jobs(request: HttpRequest) -> tuple[JobFilterForm, Any]:
+    """The visible jobs narrowed by the filter form. A project the user cannot see is a 404."""
+    projects = list(access.projects_visible(request.user).select_related("tenant"))
+    form = JobFilterForm(request.GET or None, projects=projects)
+    jobs = job_list_visible(request.user)
+    project_id = request.GET.get("project")
+    if project_id:
+        # Checked before the form so a foreign id is a 404, as on every other route.
+        jobs = jobs.filter(project=access.access_project(request.user, project_id))
+    if form.is_bound and form.is_valid():
+        if form.cleaned_data["state"]:
+            jobs = jobs.filter(state=form.cleaned_data["state"])
+        if form.cleaned_data["type"]:
+            jobs = jobs.filter(job_type=form.cleaned_data["type"])
+        if form.cleaned_data["mine"]:
+            jobs = jobs.filter(submitted_by=request.user)
+    return form, jobs
+
+
+def _page(request: HttpRequest, jobs: Any) -> Any:
+    return Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+@login_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    form, jobs = _filtered_jobs(request)
+    context = {"filter_form": form, "page": _page(request, jobs), "poll_seconds": POLL_SECONDS}
+    return render(request, "portal/jobs/list.html", context)
+
+
+@login_required
+@require_GET
+def job_rows(request: HttpRequest) -> HttpResponse:
+    """The table body of the list, polled by HTMX with the same filters and page."""
+    _, jobs = _filtered_jobs(request)
+    return render(request, "portal/jobs/_rows.html", {"page": _page(request, jobs)})
+
+
+def _priority_defaults(projects: list[Any]) -> dict[str, dict[str, str]]:
+    """project id -> job type -> the class the team's default gives (for the form's hint)."""
+    by_tenant: dict[int, dict[str, str]] = {}
+    out: dict[str, dict[str, str]] = {}
+    for project in projects:
+        if project.tenant_id not in by_tenant:
+            by_tenant[project.tenant_id] = {
+                t: getattr(priority_default_for(tenant=project.tenant, job_type=t), "name", "")
+                for t in JobType.values
+            }
+        out[str(project.pk)] = by_tenant[project.tenant_id]
+    return out
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request: HttpRequest) -> HttpResponse:
+    projects = _submittable_projects(request.user)
+    if not projects:
+        raise PermissionDenied("You are not a member of any team that can submit jobs.")
+    form = JobSubmitForm(request.POST or None, projects=projects)
+    if request.method == "GET":
+        form.apply_type_defaults(request.GET.get("type", JobType.TRAINING))
+    elif form.is_valid():
+        project = access.access_project(request.user, form.cleaned_data["project"], submit=True)
+        try:
+            job, created = job_submit(
+                user=request.user,
+                project=project,
+                payload=form.to_payload(),
+                idempotency_key=form.cleaned_data["idempotency_key"],
+            )
+        except SpecError as exc:
+            form.add_spec_errors(exc.detail)
+        except ConflictError as exc:
+            form.add_error(None, str(exc))
+        else:
+            _announce(request, job, created)
+            return redirect("portal:job-detail", pk=job.pk)
+    context = {
+        "form": form,
+        "type_defaults": TYPE_DEFAULTS,
+        "priority_defaults": _priority_defaults(projects),
+    }
+    return render(request, "portal/jobs/new.html", context, status=400 if form.errors else 200)
+
+
+def _announce(request: HttpRequest, job: Any, created: bool) -> None:
+    if not created:
+        messages.info(request, f"This form was already submitted: job {job.name} (#{job.pk}).")
+    elif job.state == "pending_approval":
+        messages.warning(request, f"Job {job.name} needs approval: {job.reason or 'policy'}.")
+    else:
+        messages.success(request, f"Job {job.name} submitted and {job.state}.")
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = access_job(request.user, pk)
+    context = {
+        "job": job,
+        "events": job_event_list(job),
+        "spec_json": json.dumps(job.spec, indent=2, sort_keys=True),
+        "can_cancel": can_cancel(request.user, job) and not job.is_final,
+        "cancel_form": CancelForm(),
+        "poll_seconds": POLL_SECONDS,
+    }
+    return render(request, "portal/jobs/detail.html", context)
+
+
+@login_required
+@require_GET
+def job_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """State, reason and events of one job, polled by HTMX until the job is final."""
+    job = access_job(request.user, pk)
+    context = {"job": job, "events": job_event_list(job), "poll_seconds": POLL_SECONDS}
+    return render(request, "portal/jobs/_status.html", context)
+
+
+@login_required
+@require_POST
+def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    job = access_job(request.user, pk)
+    form = CancelForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        job_cancel(user=request.user, job=job, reason=reason)
+    except ConflictError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Job {job.name} cancelled.")
+    return redirect("portal:job-detail", pk=job.pk)

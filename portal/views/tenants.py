@@ -1,0 +1,208 @@
+"""Tenant admin pages: overview, members and roles, quotas with use, priority defaults.
+
+Anyone who sees a tenant may read these pages; the forms show only to those the services
+would allow, and the services check again (a forged POST is a 403, a foreign tenant a 404).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from portal import selectors
+from portal.forms import MembershipForm, PriorityDefaultForm, QuotaForm, RoleForm
+from tenants import access, services
+from tenants.models import JobType, Membership, Tenant
+from tenants.quota_rules import QuotaValues
+from tenants.selectors import priority_default_list_visible
+
+
+def _tenant_context(request: HttpRequest, tenant: Tenant, tab: str) -> dict[str, Any]:
+    return {
+        "tenant": tenant,
+        "tab": tab,
+        "ancestors": list(
+            access.tenants_visible(request.user).filter(pk__in=tenant.ancestor_ids()[:-1])
+        ),
+        "can_manage": access.can_manage_tenant(request.user, tenant),
+        "can_set_quota": access.can_set_quota(request.user, tenant),
+    }
+
+
+@login_required
+@require_GET
+def tenant_list(request: HttpRequest) -> HttpResponse:
+    tenants = list(access.tenants_visible(request.user).order_by("path"))
+    used = selectors.quota_rows(tenants)
+    return render(request, "portal/tenants/list.html", {"tenants": tenants, "quotas": used})
+
+
+@login_required
+@require_GET
+def tenant_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    children = list(access.tenants_visible(request.user).filter(parent=tenant))
+    context = _tenant_context(request, tenant, "overview") | {
+        "children": children,
+        "quotas": selectors.quota_rows([tenant, *children]),
+        "projects": access.projects_visible(request.user).filter(tenant=tenant),
+    }
+    return render(request, "portal/tenants/detail.html", context)
+
+
+# --- members -----------------------------------------------------------------------------
+
+
+def _access_membership(request: HttpRequest, tenant: Tenant, membership_pk: int) -> Membership:
+    try:
+        return Membership.objects.select_related("user", "tenant").get(
+            pk=membership_pk, tenant=tenant
+        )
+    except Membership.DoesNotExist:
+        raise Http404("Not found.") from None
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tenant_members(request: HttpRequest, pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    form = MembershipForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        access.access_tenant(request.user, pk, manage=True)
+        member = get_user_model().objects.filter(username=form.cleaned_data["username"]).first()
+        if member is None:
+            form.add_error("username", "No user with this username.")
+        else:
+            services.membership_set(
+                user=request.user, tenant=tenant, member=member, role=form.cleaned_data["role"]
+            )
+            messages.success(
+                request,
+                f"{member.get_username()} is now {form.cleaned_data['role']} of {tenant.slug}.",
+            )
+            return redirect("portal:tenant-members", pk=tenant.pk)
+    members = (
+        Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
+    )
+    context = _tenant_context(request, tenant, "members") | {
+        "form": form,
+        "members": [(m, RoleForm(initial={"role": m.role})) for m in members],
+    }
+    return render(
+        request, "portal/tenants/members.html", context, status=400 if form.errors else 200
+    )
+
+
+@login_required
+@require_POST
+def tenant_member_role(request: HttpRequest, pk: int, membership_pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    membership = _access_membership(request, tenant, membership_pk)
+    form = RoleForm(request.POST)
+    if form.is_valid():
+        services.membership_set(
+            user=request.user, tenant=tenant, member=membership.user, role=form.cleaned_data["role"]
+        )
+        messages.success(
+            request,
+            f"{membership.user.get_username()} is now "
+            f"{form.cleaned_data['role']} of {tenant.slug}.",
+        )
+    else:
+        messages.error(request, "Choose a valid role.")
+    return redirect("portal:tenant-members", pk=tenant.pk)
+
+
+@login_required
+@require_POST
+def tenant_member_remove(request: HttpRequest, pk: int, membership_pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    membership = _access_membership(request, tenant, membership_pk)
+    services.membership_delete(user=request.user, membership=membership)
+    messages.success(request, f"{membership.user.get_username()} removed from {tenant.slug}.")
+    return redirect("portal:tenant-members", pk=tenant.pk)
+
+
+# --- quotas ------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tenant_quotas(request: HttpRequest, pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    form = QuotaForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        values = QuotaValues(
+            guaranteed_milli=form.milli("guaranteed") or 0,
+            limit_milli=form.milli("limit") or 0,
+            lend_limit_milli=form.milli("lend_limit"),
+            weight=float(form.cleaned_data["weight"]),
+        )
+        try:
+            services.quota_set(
+                user=request.user, tenant=tenant, flavor=form.cleaned_data["flavor"], values=values
+            )
+        except ValidationError as exc:
+            form.add_service_errors(
+                exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+            )
+        else:
+            messages.success(
+                request, f"Quota of {tenant.slug} for {form.cleaned_data['flavor'].name} saved."
+            )
+            return redirect("portal:tenant-quotas", pk=tenant.pk)
+    children = list(access.tenants_visible(request.user).filter(parent=tenant))
+    context = _tenant_context(request, tenant, "quotas") | {
+        "form": form,
+        "quotas": selectors.quota_rows([tenant]),
+        "child_quotas": selectors.quota_rows(children),
+    }
+    return render(
+        request, "portal/tenants/quotas.html", context, status=400 if form.errors else 200
+    )
+
+
+# --- priority defaults -------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tenant_priorities(request: HttpRequest, pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    form = PriorityDefaultForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        services.priority_default_set(
+            user=request.user,
+            tenant=tenant,
+            job_type=form.cleaned_data["job_type"],
+            priority_class=form.cleaned_data["priority_class"],
+        )
+        messages.success(
+            request,
+            f"Default priority of {form.cleaned_data['job_type']} jobs in {tenant.slug} saved.",
+        )
+        return redirect("portal:tenant-priorities", pk=tenant.pk)
+    own = {
+        row.job_type: row
+        for row in priority_default_list_visible(request.user).filter(tenant=tenant)
+    }
+    rows = [
+        (
+            job_type,
+            label,
+            own.get(job_type),
+            services.priority_default_for(tenant=tenant, job_type=job_type),
+        )
+        for job_type, label in JobType.choices
+    ]
+    context = _tenant_context(request, tenant, "priorities") | {"form": form, "rows": rows}
+    return render(
+        request, "portal/tenants/priorities.html", context, status=400 if form.errors else 200
+    )
