@@ -141,8 +141,8 @@ def test_session_write_without_csrf_is_refused(org: Org) -> None:
 
 def test_session_write_with_csrf_token_passes(org: Org) -> None:
     client = Client(enforce_csrf_checks=True)
+    client.get("/accounts/login/")  # the login form sets the csrftoken cookie
     client.force_login(org.users["alice"])
-    client.get("/accounts/login/")  # sets the csrftoken cookie
     token = client.cookies["csrftoken"].value
     body = json.dumps({"project": org.proj_alpha.pk, "spec": job_spec()})
     response = client.post(
