@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -32,7 +33,10 @@ def audit_snapshot(obj: models.Model | None, fields: Iterable[str] | None = None
     for field in obj._meta.concrete_fields:
         if field.name in SKIPPED_FIELDS or (wanted is not None and field.name not in wanted):
             continue
-        data[field.name] = field.value_from_object(obj)
+        value = field.value_from_object(obj)
+        # Decimals as numbers, so a value reads the same before (from the database, Decimal)
+        # and after (as assigned, often a float).
+        data[field.name] = float(value) if isinstance(value, Decimal) else value
     return json.loads(json.dumps(data, cls=DjangoJSONEncoder))
 
 

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from tenants import access
+from tenants.audit import audit_record, audit_snapshot
 from tenants.models import (
     Membership,
     PriorityClass,
@@ -44,6 +45,8 @@ def tenant_create(*, user: Any, parent: Tenant | None, slug: str, name: str, kin
     tenant.path = f"{parent.path if parent else '/'}{tenant.pk}/"
     tenant.depth = parent.depth + 1 if parent else 0
     tenant.save(update_fields=["path", "depth"])
+    audit_record(actor=user, action="tenant.create", tenant=tenant, target=tenant,
+                 before=None, after=audit_snapshot(tenant))
     return tenant
 
 
@@ -51,10 +54,13 @@ def tenant_create(*, user: Any, parent: Tenant | None, slug: str, name: str, kin
 def tenant_update(*, user: Any, tenant: Tenant, name: str | None = None) -> Tenant:
     if not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+    before = audit_snapshot(tenant)
     if name is not None:
         tenant.name = name
     _full_clean(tenant)
     tenant.save()
+    audit_record(actor=user, action="tenant.update", tenant=tenant, target=tenant,
+                 before=before, after=audit_snapshot(tenant))
     return tenant
 
 
@@ -70,6 +76,8 @@ def project_create(
     project = Project(tenant=tenant, slug=slug, name=name, namespace=namespace or f"{slug}")
     _full_clean(project)
     project.save()
+    audit_record(actor=user, action="project.create", tenant=tenant, target=project,
+                 before=None, after=audit_snapshot(project))
     return project
 
 
@@ -77,10 +85,13 @@ def project_create(
 def project_update(*, user: Any, project: Project, name: str | None = None) -> Project:
     if not access.can_manage_tenant(user, project.tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{project.tenant.slug}'.")
+    before = audit_snapshot(project)
     if name is not None:
         project.name = name
     _full_clean(project)
     project.save()
+    audit_record(actor=user, action="project.update", tenant=project.tenant, target=project,
+                 before=before, after=audit_snapshot(project))
     return project
 
 
@@ -91,12 +102,15 @@ def project_update(*, user: Any, project: Project, name: str | None = None) -> P
 def membership_set(*, user: Any, tenant: Tenant, member: Any, role: str) -> Membership:
     if not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
-    membership, _ = Membership.objects.select_for_update().get_or_create(
+    membership, created = Membership.objects.select_for_update().get_or_create(
         user=member, tenant=tenant, defaults={"role": role}
     )
+    before = None if created else audit_snapshot(membership)
     membership.role = role
     _full_clean(membership)
     membership.save()
+    audit_record(actor=user, action="membership.set", tenant=tenant, target=membership,
+                 before=before, after=audit_snapshot(membership))
     access.forget_grants(member)
     return membership
 
@@ -105,7 +119,10 @@ def membership_set(*, user: Any, tenant: Tenant, member: Any, role: str) -> Memb
 def membership_delete(*, user: Any, membership: Membership) -> None:
     if not access.can_manage_tenant(user, membership.tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{membership.tenant.slug}'.")
+    before, target = audit_snapshot(membership), ("tenants.membership", membership.pk)
     membership.delete()
+    audit_record(actor=user, action="membership.delete", tenant=membership.tenant,
+                 target=target, before=before, after=None)
 
 
 # --- flavors and priority classes (platform-wide) -----------------------------------------
@@ -114,16 +131,26 @@ def membership_delete(*, user: Any, membership: Membership) -> None:
 @transaction.atomic
 def flavor_save(*, user: Any, flavor: ResourceFlavor) -> ResourceFlavor:
     access.require_platform_admin(user)
+    before = None
+    if flavor.pk:
+        before = audit_snapshot(ResourceFlavor.objects.filter(pk=flavor.pk).first())
     _full_clean(flavor)
     flavor.save()
+    audit_record(actor=user, action="flavor.save", tenant=None, target=flavor,
+                 before=before, after=audit_snapshot(flavor))
     return flavor
 
 
 @transaction.atomic
 def priority_class_save(*, user: Any, priority_class: PriorityClass) -> PriorityClass:
     access.require_platform_admin(user)
+    before = None
+    if priority_class.pk:
+        before = audit_snapshot(PriorityClass.objects.filter(pk=priority_class.pk).first())
     _full_clean(priority_class)
     priority_class.save()
+    audit_record(actor=user, action="priority_class.save", tenant=None, target=priority_class,
+                 before=before, after=audit_snapshot(priority_class))
     return priority_class
 
 
@@ -138,10 +165,13 @@ def priority_default_set(
     row = (
         PriorityDefault.objects.select_for_update().filter(tenant=tenant, job_type=job_type).first()
     )
+    before = audit_snapshot(row)
     row = row or PriorityDefault(tenant=tenant, job_type=job_type)
     row.priority_class = priority_class
     _full_clean(row, exclude=["tenant"])
     row.save()
+    audit_record(actor=user, action="priority_default.set", tenant=tenant, target=row,
+                 before=before, after=audit_snapshot(row))
     return row
 
 
@@ -151,7 +181,10 @@ def priority_default_delete(*, user: Any, row: PriorityDefault) -> None:
         access.require_platform_admin(user)
     elif not access.can_manage_tenant(user, row.tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{row.tenant.slug}'.")
+    before, target = audit_snapshot(row), ("tenants.prioritydefault", row.pk)
     row.delete()
+    audit_record(actor=user, action="priority_default.delete", tenant=row.tenant,
+                 target=target, before=before, after=None)
 
 
 def priority_default_for(*, tenant: Tenant, job_type: str) -> PriorityClass | None:
@@ -196,6 +229,7 @@ def quota_set(*, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: Quot
         )
     quota = Quota.objects.select_for_update().filter(tenant=tenant, flavor=flavor).first()
     validate_quota(tenant, flavor, values, parent_quota)
+    before = audit_snapshot(quota)
     quota = quota or Quota(tenant=tenant, flavor=flavor)
     quota.guaranteed_milli = values.guaranteed_milli
     quota.limit_milli = values.limit_milli
@@ -203,6 +237,8 @@ def quota_set(*, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: Quot
     quota.weight = values.weight  # type: ignore[assignment]
     quota.user_limit_milli = values.user_limit_milli
     quota.save()
+    audit_record(actor=user, action="quota.set", tenant=tenant, target=quota,
+                 before=before, after=audit_snapshot(quota))
     return quota
 
 
@@ -219,4 +255,7 @@ def quota_delete(*, user: Any, quota: Quota) -> None:
             f"'{quota.tenant.slug}' still guarantees {quota.flavor.name} to its children; "
             "remove their quotas first."
         )
+    before, target = audit_snapshot(quota), ("tenants.quota", quota.pk)
     quota.delete()
+    audit_record(actor=user, action="quota.delete", tenant=quota.tenant, target=target,
+                 before=before, after=None)
