@@ -29,25 +29,27 @@ class QuotaValues:
     user_limit_milli: int | None = None
 
 
-def check_own_bounds(values: QuotaValues) -> dict[str, list[str]]:
+def check_own_bounds(tenant: Tenant, values: QuotaValues) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if values.limit_milli < values.guaranteed_milli:
         errors["limit_milli"] = [
-            f"limit ({gpus(values.limit_milli)}) is below guaranteed "
+            f"the limit of '{tenant.slug}' ({gpus(values.limit_milli)}) is below its guaranteed "
             f"({gpus(values.guaranteed_milli)}); the limit includes the guarantee."
         ]
     if values.lend_limit_milli is not None and values.lend_limit_milli > values.guaranteed_milli:
         errors["lend_limit_milli"] = [
-            f"lend_limit ({gpus(values.lend_limit_milli)}) exceeds guaranteed "
-            f"({gpus(values.guaranteed_milli)}); only the guarantee can be lent."
+            f"the lend_limit of '{tenant.slug}' ({gpus(values.lend_limit_milli)}) exceeds its "
+            f"guaranteed ({gpus(values.guaranteed_milli)}); only the guarantee can be lent."
         ]
     if values.user_limit_milli is not None and values.user_limit_milli > values.limit_milli:
         errors["user_limit_milli"] = [
-            f"user_limit ({gpus(values.user_limit_milli)}) exceeds the limit "
-            f"({gpus(values.limit_milli)})."
+            f"the user_limit of '{tenant.slug}' ({gpus(values.user_limit_milli)}) exceeds its "
+            f"limit ({gpus(values.limit_milli)})."
         ]
     if values.weight <= 0:
-        errors["weight"] = [f"weight must be above 0, got {values.weight:g}."]
+        errors["weight"] = [
+            f"the weight of '{tenant.slug}' must be above 0, got {values.weight:g}."
+        ]
     return errors
 
 
@@ -63,8 +65,8 @@ def check_against_parent(
             return {}
         return {
             "guaranteed_milli": [
-                f"the parent '{parent.slug}' has no quota for {flavor.name}; "
-                "set the parent's quota first."
+                f"'{tenant.slug}' asks for {gpus(values.guaranteed_milli)} guaranteed, but the "
+                f"parent '{parent.slug}' has no quota for {flavor.name}; set the parent's first."
             ]
         }
     errors: dict[str, list[str]] = {}
@@ -87,8 +89,8 @@ def check_against_parent(
         ]
     if values.limit_milli > parent_quota.limit_milli:
         errors["limit_milli"] = [
-            f"limit ({gpus(values.limit_milli)}) exceeds the limit of the parent "
-            f"'{parent.slug}' for {flavor.name} ({gpus(parent_quota.limit_milli)})."
+            f"the limit of '{tenant.slug}' ({gpus(values.limit_milli)}) exceeds the limit of "
+            f"the parent '{parent.slug}' for {flavor.name} ({gpus(parent_quota.limit_milli)})."
         ]
     return errors
 
@@ -123,7 +125,7 @@ def validate_quota(
     tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota | None
 ) -> None:
     """Raise ValidationError (field -> messages) when the quota breaks a rule of the tree."""
-    errors = check_own_bounds(values)
+    errors = check_own_bounds(tenant, values)
     for field_name, messages in check_against_parent(tenant, flavor, values, parent_quota).items():
         errors.setdefault(field_name, []).extend(messages)
     for field_name, messages in check_against_children(tenant, flavor, values).items():
