@@ -7,7 +7,7 @@ a stable key (job id, node order), so the same snapshot and profile give the sam
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from scheduler.core import reasons
@@ -115,17 +115,19 @@ def _mix_key(item: tuple[tuple[object, tuple[str, ...]], int]) -> tuple[str, ...
     return (repr(resources), *flavors)
 
 
-def _queue(ctx: CycleContext) -> list[JobRequest]:
+def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
+    """Jobs best first, lazily: each tenant's share is re-read after its job was handled."""
     jobs = [j for j in ctx.snapshot.pending if j.id not in ctx.live]
     decayed = ctx.snapshot.decayed_usage
     tenants = ctx.ledger.tenants
     profile, now = ctx.profile, ctx.now
+    all_flavors = set(ctx.state.flavor_names)
 
     def share(tenant: str) -> float:
         t = tenants.get(tenant)
         if t is None:
             return 0.0
-        flavors = {f for (name, f) in ctx.ledger.usage if name == tenant} | set(t.quotas)
+        flavors = all_flavors | set(t.quotas)
         current = max((_dominant(ctx, tenant, f) for f in flavors), default=0.0)
         total_g = sum(ctx.ledger.guarantee(tenant, f) for f in flavors)
         return fair_share(current, decayed.get(tenant, 0.0), total_g, t.weight, profile)
@@ -133,7 +135,7 @@ def _queue(ctx: CycleContext) -> list[JobRequest]:
     def priority(job: JobRequest) -> float:
         return effective_priority(job, ctx.classes, now, profile)
 
-    return list(ordered_jobs(jobs, priority, share)) if jobs else []
+    return ordered_jobs(jobs, priority, share)
 
 
 def _dominant(ctx: CycleContext, tenant: str, flavor: str) -> float:

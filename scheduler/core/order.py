@@ -39,11 +39,13 @@ def decay_usage(
 def effective_priority(
     job: JobRequest, classes: Mapping[str, PriorityClass], now: float, profile: Profile
 ) -> float:
-    """Class value plus aging: ``aging_per_hour`` per hour waited, capped at the max boost."""
+    """Class value plus aging: ``aging_per_hour`` points per hour waited, capped at the max
+    boost. Whole points only: a continuous boost would order every class by age alone and
+    fair share would never get a say among jobs of one class."""
     pc = classes.get(job.priority_class)
     base = pc.value if pc is not None else 0
     waited_h = max(0.0, now - job.submitted_at) / 3600.0
-    return base + min(profile.aging_max_boost, profile.aging_per_hour * waited_h)
+    return base + min(profile.aging_max_boost, math.floor(profile.aging_per_hour * waited_h))
 
 
 def fair_share(

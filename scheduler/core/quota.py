@@ -1,16 +1,17 @@
-"""Quota admission up the tenant tree (kueue's cohorts, made hierarchical).
+"""Quota admission up the tenant tree (kueue's hierarchical cohorts).
 
 Per flavor, every tenant n has an effective guarantee ``g(n)`` (its own, or the sum of its
 children's when it sets none), an optional ``limit`` and a ``lend_limit`` (default: all of
-``g``). A tenant reserves ``g - lend_limit`` for itself and pools the rest with its siblings.
-A request of ``r`` milli-GPU by leaf t fits when, for t and each ancestor n:
+``g``). The part ``g - lend_limit`` is n's reserve: nobody else may use it even when idle.
+A node's footprint is what it denies the rest of the tree:
 
-- ``u(n) + r <= limit(n)``, and
-- the siblings under n's parent p still fit p:  ``sum_c max(u(c), g(c) - lend(c)) <= g(p)``.
+    eff(n) = max(usage of n's own jobs + sum of eff(children), g(n) - lend_limit(n))
 
-Using up to ``g(n)`` never borrows; beyond it, usage comes out of what siblings leave idle
-(the second rule), which is the promise "beyond guarantee only from idle capacity".
-Best-effort classes are not charged. Usage is milli-GPU of running and admitted jobs.
+A request of ``r`` milli-GPU by tenant t fits when ``u(n) + r <= limit(n)`` for t and each
+ancestor n, and the root's footprint after it stays within the root's guarantee. Usage up to
+``g(t)`` never borrows; beyond it, it comes out of what the rest of the tree leaves idle and
+does not reserve: the promise "beyond guarantee only from idle capacity". Best-effort
+classes are not charged. Usage is milli-GPU of running and admitted jobs.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ class QuotaLedger:
         self.chain = {name: self._chain(name) for name in self.tenants}
         self.usage: dict[_Key, int] = defaultdict(int)
         self.user_usage: dict[tuple[str, str], int] = defaultdict(int)
-        self._pooled: dict[_Key, int] = defaultdict(int)  # sum_c max(u, g - lend) per parent
+        self._inner: dict[_Key, int] = defaultdict(int)  # own usage + children's footprints
+        self._eff: dict[_Key, int] = defaultdict(int)  # max(inner, reserve)
         self._guarantee: dict[_Key, int] = {}
         self._journal: list[tuple[str, str, str, int]] = []
-        self._init_pools(flavors)
+        self._init_footprints(flavors)
 
     def _chain(self, name: str) -> tuple[str, ...]:
         out: list[str] = []
@@ -73,14 +75,22 @@ class QuotaLedger:
             )
         return self._guarantee[key]
 
-    def _own_reserve(self, tenant: str, flavor: str) -> int:
+    def _reserve(self, tenant: str, flavor: str) -> int:
         quota = self.tenants[tenant].quotas.get(flavor)
         lend = None if quota is None else quota.lend_limit
-        g = self.guarantee(tenant, flavor)
-        return 0 if lend is None else max(0, g - lend)
+        return 0 if lend is None else max(0, self.guarantee(tenant, flavor) - lend)
 
-    def _pool_share(self, tenant: str, flavor: str, usage: int) -> int:
-        return max(usage, self._own_reserve(tenant, flavor))
+    def _footprints(self, tenant: str, flavor: str, milli: int) -> list[int]:
+        """eff(n) along ``chain[tenant]`` if ``tenant`` used ``milli`` more."""
+        out: list[int] = []
+        delta = milli
+        for node in self.chain[tenant]:
+            key = (node, flavor)
+            inner = self._inner[key] + delta
+            new = max(inner, self._reserve(node, flavor))
+            delta = new - self._eff[key]
+            out.append(new)
+        return out
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -97,34 +107,31 @@ class QuotaLedger:
                 user_cap=True,
             )
         for node in self.chain[tenant]:
-            verdict = self._check_node(node, flavor, milli)
+            verdict = self._check_limit(node, flavor, milli)
             if verdict is not None:
                 return verdict
-        return None
+        root = self.chain[tenant][-1]
+        capacity = self.guarantee(root, flavor)
+        if self._footprints(tenant, flavor, milli)[-1] <= capacity:
+            return None
+        used, g = self.usage[(tenant, flavor)], self.guarantee(tenant, flavor)
+        idle = max(0, capacity - self._eff[(root, flavor)])
+        return QuotaVerdict(
+            tenant,
+            f"quota: {tenant} uses {gpus(used)}/{gpus(g)} {flavor}; job needs {gpus(milli)} "
+            f"but only {gpus(idle)} {flavor} of other tenants' guarantees is idle to lend",
+        )
 
-    def _check_node(self, node: str, flavor: str, milli: int) -> QuotaVerdict | None:
-        used, g = self.usage[(node, flavor)], self.guarantee(node, flavor)
+    def _check_limit(self, node: str, flavor: str, milli: int) -> QuotaVerdict | None:
         quota = self.tenants[node].quotas.get(flavor)
-        if quota is not None and quota.limit is not None and used + milli > quota.limit:
-            return QuotaVerdict(
-                node,
-                f"quota: {node} uses {gpus(used)}/{gpus(g)} {flavor}, "
-                f"limit {gpus(quota.limit)}; job needs {gpus(milli)}",
-            )
-        parent = self.tenants[node].parent
-        if parent is None or parent not in self.tenants:
+        used = self.usage[(node, flavor)]
+        if quota is None or quota.limit is None or used + milli <= quota.limit:
             return None
-        before = self._pool_share(node, flavor, used)
-        after = self._pool_share(node, flavor, used + milli)
-        pooled = self._pooled[(parent, flavor)] + after - before
-        capacity = self.guarantee(parent, flavor)
-        if pooled <= capacity:
-            return None
-        idle = max(0, capacity - self._pooled[(parent, flavor)])
+        g = self.guarantee(node, flavor)
         return QuotaVerdict(
             node,
-            f"quota: {node} uses {gpus(used)}/{gpus(g)} {flavor}; job needs {gpus(milli)} "
-            f"but cohort {parent} has {gpus(idle)} {flavor} idle to lend",
+            f"quota: {node} uses {gpus(used)}/{gpus(g)} {flavor}, "
+            f"limit {gpus(quota.limit)}; job needs {gpus(milli)}",
         )
 
     def borrowing(self, tenant: str, flavor: str) -> int:
@@ -143,21 +150,25 @@ class QuotaLedger:
 
     def _charge(self, tenant: str, user: str, flavor: str, milli: int) -> None:
         self.user_usage[(tenant, user)] += milli
-        for node in self.chain.get(tenant, ()):
+        footprints = self._footprints(tenant, flavor, milli)
+        delta = milli
+        for node, new in zip(self.chain.get(tenant, ()), footprints, strict=True):
             key = (node, flavor)
-            before = self._pool_share(node, flavor, self.usage[key])
             self.usage[key] += milli
-            parent = self.tenants[node].parent
-            if parent is not None:
-                after = self._pool_share(node, flavor, self.usage[key])
-                self._pooled[(parent, flavor)] += after - before
+            self._inner[key] += delta
+            delta = new - self._eff[key]
+            self._eff[key] = new
 
-    def _init_pools(self, flavors: Iterable[str]) -> None:
-        """Seed each cohort's pooled sum with the members' own reserves (zero usage)."""
+    def _init_footprints(self, flavors: Iterable[str]) -> None:
+        """With nothing charged, every footprint is the reserves below it (or its own)."""
         for flavor in flavors:
-            for name, tenant in self.tenants.items():
-                if tenant.parent is not None:
-                    self._pooled[(tenant.parent, flavor)] += self._own_reserve(name, flavor)
+            for name in self._bottom_up():
+                key = (name, flavor)
+                self._inner[key] = sum(self._eff[(c, flavor)] for c in self.children[name])
+                self._eff[key] = max(self._inner[key], self._reserve(name, flavor))
+
+    def _bottom_up(self) -> list[str]:
+        return sorted(self.tenants, key=lambda name: -len(self.chain[name]))
 
     def mark(self) -> int:
         return len(self._journal)

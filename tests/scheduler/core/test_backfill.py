@@ -1,0 +1,78 @@
+"""Backfill: a reservation for the head job blocked on capacity; later jobs go around it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler.core.types import WaitCode
+from tests.scheduler.core.builders import (
+    BEST_FIT,
+    cycle,
+    make_job,
+    make_node,
+    make_running,
+    snapshot,
+)
+
+NOW = 1000.0
+
+
+def cluster_half_busy():
+    """n1 and n2 each run a 4-GPU job ending at 1000 + 600 (started 400, runtime 1200)."""
+    nodes = [make_node("n1"), make_node("n2")]
+    running = [
+        make_running(make_job(f"r{i}", gpus=4, runtime=1200), (f"n{i}", range(4)), started_at=400)
+        for i in (1, 2)
+    ]
+    return nodes, running
+
+
+def test_head_job_gets_a_reservation_when_running_jobs_end():
+    nodes, running = cluster_half_busy()
+    big = make_job("big", gpus=8, submitted_at=0)  # needs a whole node: 4 + 4 free, not together
+    result = cycle(snapshot(nodes, [big], running, now=NOW))
+    assert len(result.reservations) == 1
+    held = result.reservations[0]
+    # r1 and r2 both end at 400 + 1200 = 1600; then a node is whole
+    assert held.job_id == "big" and held.start_at == 1600.0
+    assert len(held.devices) == 8 and len({node for node, _ in held.devices}) == 1
+
+
+def test_later_job_runs_only_if_it_ends_before_the_reservation_or_avoids_it():
+    nodes, running = cluster_half_busy()
+    big = make_job("big", gpus=8, submitted_at=0)
+    short = make_job("short", gpus=2, runtime=500, submitted_at=1)  # 1000 + 500 <= 1600
+    longs = [make_job(f"long{i}", gpus=2, runtime=5000, submitted_at=2 + i) for i in range(4)]
+    result = cycle(snapshot(nodes, [big, short, *longs], running, now=NOW))
+    held = set(result.reservations[0].devices)
+    assert result.placement_for("short") is not None
+    # 8 devices free: 4 held for big, 4 not. short may use either; the long jobs only the
+    # 4 unheld ones, so at most 2 of them (2 GPUs each) start and none on a held device.
+    started = [p for p in result.placements if p.job_id.startswith("long")]
+    assert 1 <= len(started) <= 2
+    for p in started:
+        used = {(a.node, s.device) for a in p.assignments for s in a.shares}
+        assert not used & held
+    waiting = [result.reason_for(j.id) for j in longs if result.placement_for(j.id) is None]
+    assert waiting and all(w is not None and w.code == WaitCode.RESERVATION for w in waiting)
+
+
+def test_reservation_reason_names_the_job_and_the_minutes():
+    # one node; r ends at 400 + 1200 = 1600, i.e. in 10 min; "big" holds all 8 devices,
+    # "small" (no runtime bound) would fit on the 4 free ones but must not delay "big"
+    nodes = [make_node("n1")]
+    running = [make_running(make_job("r", gpus=4, runtime=1200), ("n1", range(4)), started_at=400)]
+    pending = [make_job("big", gpus=8), make_job("small", gpus=2, submitted_at=5)]
+    result = cycle(snapshot(nodes, pending, running, now=NOW))
+    reason = result.reason_for("small")
+    assert reason is not None and reason.code == WaitCode.RESERVATION
+    assert reason.message == "waiting for reservation of job big, expected in 10 min"
+
+
+def test_without_backfill_later_jobs_take_the_free_devices():
+    nodes = [make_node("n1")]
+    running = [make_running(make_job("r", gpus=4, runtime=1200), ("n1", range(4)), started_at=400)]
+    pending = [make_job("big", gpus=8), make_job("small", gpus=2, submitted_at=5)]
+    result = cycle(snapshot(nodes, pending, running, now=NOW), replace(BEST_FIT, backfill=False))
+    assert result.reservations == ()
+    assert result.placement_for("small") is not None

@@ -1,0 +1,47 @@
+"""The profile is data, validated when loaded; errors name what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.core import Profile, ProfileError
+
+
+def test_defaults_and_overrides():
+    profile = Profile.from_dict(
+        {
+            "name": "research",
+            "plugins": {"score": {"GpuFit": 1, "FragmentationScore": 0}},
+            "fair_share": {"half_life_s": 3600, "history_weight": 0.25},
+            "preemption": {"min_runtime_s": 60, "max_candidates": 16},
+            "backfill": {"enabled": False},
+        }
+    )
+    assert profile.name == "research"
+    assert profile.score_weights == {"GpuFit": 1.0, "FragmentationScore": 0.0}
+    assert (profile.half_life_s, profile.history_weight) == (3600.0, 0.25)
+    assert (profile.min_runtime_s, profile.max_preemption_candidates) == (60.0, 16)
+    assert profile.backfill is False
+    assert profile.aging_per_hour == Profile().aging_per_hour
+
+
+BAD = [
+    ("unknown-plugin", {"plugins": {"score": {"BinPackMagic": 1}}}, "BinPackMagic"),
+    ("negative-weight", {"plugins": {"score": {"GpuFit": -1}}}, "plugins.score.GpuFit"),
+    ("weight-not-a-number", {"plugins": {"score": {"GpuFit": "heavy"}}}, "plugins.score.GpuFit"),
+    ("weight-infinite", {"plugins": {"score": {"GpuFit": float("inf")}}}, "plugins.score.GpuFit"),
+    ("all-weights-zero", {"plugins": {"score": {"GpuFit": 0}}}, "positive weight"),
+    ("unknown-section", {"quantum": {}}, "quantum"),
+    ("unknown-key", {"backfill": {"enabled": True, "greedy": True}}, "greedy"),
+    ("half-life-zero", {"fair_share": {"half_life_s": 0}}, "fair_share.half_life_s"),
+    ("history-weight-above-one", {"fair_share": {"history_weight": 1.5}}, "history_weight"),
+    ("bool-is-not-a-number", {"preemption": {"min_runtime_s": True}}, "min_runtime_s"),
+    ("enabled-not-bool", {"backfill": {"enabled": "yes"}}, "backfill.enabled"),
+    ("candidates-not-int", {"preemption": {"max_candidates": 2.5}}, "max_candidates"),
+]
+
+
+@pytest.mark.parametrize(("data", "named"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_profiles_name_the_problem(data, named):
+    with pytest.raises(ProfileError, match=named):
+        Profile.from_dict(data)

@@ -1,0 +1,167 @@
+"""Properties over random clusters and queues: the promises of ARCHITECTURE.md.
+
+Each example runs two cycles: the first turns random jobs into a valid running state (a
+real cluster only ever holds what the engine placed), the second schedules a new random
+queue against it, partly later in time so preemption and min runtime come into play.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import Profile, run_cycle
+from scheduler.core.types import CycleResult, JobRequest, RunningJob, Snapshot
+from tests.scheduler.core.builders import BEST_FIT, CLASSES, GPU, make_job, make_node, make_tenants
+
+FLAVORS = ("H100", "A100")
+TENANTS = ("team-a", "team-b", "team-c")
+CLASS_NAMES = [c.name for c in CLASSES]
+CLASS_OF = {c.name: c for c in CLASSES}
+
+
+@st.composite
+def jobs(draw: st.DrawFn, prefix: str, at: float) -> list[JobRequest]:
+    out = []
+    for i in range(draw(st.integers(0, 8))):
+        share = draw(st.booleans()) and draw(st.booleans())
+        gpus = draw(st.sampled_from([0.25, 0.5])) if share else draw(st.integers(1, 8))
+        replicas = 1 if share else draw(st.integers(1, 3))
+        elastic = replicas > 1 and draw(st.booleans())
+        out.append(make_job(
+            f"{prefix}{i}", draw(st.sampled_from(TENANTS)), gpus, replicas=replicas,
+            priority=draw(st.sampled_from(CLASS_NAMES)), user=draw(st.sampled_from(["u1", "u2"])),
+            gpu_memory_mib=draw(st.sampled_from([0, 20000, 60000])) if share else 0,
+            flavors=draw(st.sampled_from([(), ("H100",), ("A100",)])),
+            submitted_at=at + i, runtime=draw(st.sampled_from([None, 600.0, 7200.0])),
+            min_replicas=1 if elastic else None, checkpointable=draw(st.booleans()),
+        ))  # fmt: skip
+    return out
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
+    nodes = [
+        make_node(f"n{i}", draw(st.integers(1, 8)), draw(st.sampled_from(FLAVORS)),
+                  domain=f"d{i // 2}", rack=f"r{i // 4}", healthy=draw(st.booleans()) or i == 0)
+        for i in range(draw(st.integers(1, 6)))
+    ]  # fmt: skip
+    teams = [(t, draw(st.integers(0, 8)), draw(st.sampled_from([None, 4, 12]))) for t in TENANTS]
+    tenants = [*make_tenants(*teams, flavor="H100")]
+    tenants = [replace(t, quotas={**t.quotas, **make_tenants(*teams, flavor="A100")[k].quotas})
+               for k, t in enumerate(tenants)]  # fmt: skip
+    first = Snapshot(0.0, tuple(nodes), tuple(tenants), CLASSES, (), tuple(draw(jobs("r", 0.0))))
+    result = run_cycle(first, BEST_FIT)
+    by_id = {j.id: j for j in first.pending}
+    running = tuple(
+        RunningJob(by_id[p.job_id], p.flavor, p.assignments, draw(st.sampled_from([0.0, 900.0])))
+        for p in result.placements
+    )
+    second = replace(first, now=1000.0, running=running, pending=tuple(draw(jobs("p", 500.0))))
+    return first, second
+
+
+def held_after(snap: Snapshot, result: CycleResult) -> list[tuple[JobRequest, str, list]]:
+    """(job, flavor, assignments) of everything running once the decisions are applied."""
+    stopped = {(p.job_id, r) for p in result.preemptions for r in p.replicas}
+    out = [(r.job, r.flavor, [a for a in r.assignments if (r.job.id, a.replica) not in stopped])
+           for r in snap.running]  # fmt: skip
+    pending = {j.id: j for j in snap.pending} | {r.job.id: r.job for r in snap.running}
+    out += [(pending[p.job_id], p.flavor, list(p.assignments)) for p in result.placements]
+    return out
+
+
+def check_promises(snap: Snapshot, result: CycleResult) -> None:
+    nodes = {n.name: n for n in snap.nodes}
+    held = held_after(snap, result)
+    milli: dict[tuple[str, int], int] = defaultdict(int)
+    memory: dict[tuple[str, int], int] = defaultdict(int)
+    for job, flavor, assignments in held:
+        for a in assignments:
+            assert nodes[a.node].flavor == flavor
+            for s in a.shares:
+                milli[(a.node, s.device)] += s.milli
+                memory[(a.node, s.device)] += s.memory_mib
+    # no device over-allocated, in GPU or in GPU memory
+    assert all(v <= GPU for v in milli.values()), milli
+    for (node, device), used in memory.items():
+        assert used <= nodes[node].devices[device].memory_mib
+    # gangs whole or absent; new placements only on healthy nodes
+    for p in result.placements:
+        job = next((j for j in snap.pending if j.id == p.job_id), None)
+        if job is not None:
+            assert {a.replica for a in p.assignments} >= set(range(job.gang_size))
+        assert all(nodes[a.node].healthy for a in p.assignments)
+    check_quota(snap, held)
+    check_victims(snap, result)
+
+
+def check_quota(snap: Snapshot, held: list[tuple[JobRequest, str, list]]) -> None:
+    usage: dict[tuple[str, str], int] = defaultdict(int)
+    for job, flavor, assignments in held:
+        if CLASS_OF[job.priority_class].counts_quota:
+            usage[(job.tenant, flavor)] += sum(a.gpu_milli for a in assignments)
+    before = quota_usage(snap)
+    for flavor in FLAVORS:
+        borrowed = idle = 0
+        for t in snap.tenants:
+            quota = t.quotas.get(flavor)
+            if quota is None:
+                continue
+            used = usage[(t.name, flavor)]
+            # no tenant over its limit (unless it already was before the cycle)
+            if quota.limit is not None:
+                assert used <= max(quota.limit, before[(t.name, flavor)])
+            borrowed += max(0, used - quota.guaranteed)
+            idle += max(0, quota.guaranteed - used)
+        # usage beyond guarantee only from idle guarantee of the cohort
+        assert borrowed <= idle
+
+
+def quota_usage(snap: Snapshot) -> dict[tuple[str, str], int]:
+    usage: dict[tuple[str, str], int] = defaultdict(int)
+    for r in snap.running:
+        if CLASS_OF[r.job.priority_class].counts_quota:
+            usage[(r.job.tenant, r.flavor)] += r.gpu_milli
+    return usage
+
+
+def check_victims(snap: Snapshot, result: CycleResult) -> None:
+    before = quota_usage(snap)
+    guarantee = {(t.name, f): q.guaranteed for t in snap.tenants for f, q in t.quotas.items()}
+    running = {r.job.id: r for r in snap.running}
+    jobs = {j.id: j for j in snap.pending}
+    for p in result.preemptions:
+        victim = running[p.job_id]
+        preemptor = jobs[p.preemptor]
+        v_class, p_class = CLASS_OF[victim.job.priority_class], CLASS_OF[preemptor.priority_class]
+        extras_only = not p.whole_job
+        lower_same_tenant = victim.job.tenant == preemptor.tenant and v_class.value < p_class.value
+        borrowing = before[(victim.job.tenant, victim.flavor)] > guarantee.get(
+            (victim.job.tenant, victim.flavor), 0
+        )
+        assert extras_only or not v_class.counts_quota or lower_same_tenant or borrowing, p
+        assert v_class.preemptible or extras_only
+        assert p_class.preempting and p_class.counts_quota
+
+
+PROFILES = [BEST_FIT, Profile(min_runtime_s=300.0)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), profile=st.sampled_from(PROFILES))
+def test_promises_hold_after_any_cycle(world, profile):
+    first, second = world
+    check_promises(first, run_cycle(first, profile))
+    check_promises(second, run_cycle(second, profile))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds())
+def test_run_cycle_is_deterministic(world):
+    _, second = world
+    profile = Profile(min_runtime_s=300.0)
+    assert run_cycle(second, profile) == run_cycle(second, profile)
