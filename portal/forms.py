@@ -14,7 +14,15 @@ from typing import Any
 from django import forms
 
 from scheduler.models import JobState
-from tenants.models import JobType, PriorityClass, ResourceFlavor, Role
+from tenants.models import (
+    ApprovalKind,
+    ApprovalRule,
+    ApprovalState,
+    JobType,
+    PriorityClass,
+    ResourceFlavor,
+    Role,
+)
 
 MILLI = Decimal(1000)
 
@@ -261,6 +269,12 @@ class QuotaForm(forms.Form):
         label="Lend limit (GPUs)", required=False, min_value=0, decimal_places=3
     )
     weight = forms.DecimalField(min_value=Decimal("0.001"), decimal_places=3, initial=1)
+    justification = forms.CharField(
+        required=False,
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="For a request: why the team needs it.",
+    )
 
     FIELD_OF_SERVICE_ERROR = {
         "guaranteed_milli": "guaranteed",
@@ -291,3 +305,54 @@ class DecisionForm(forms.Form):
     comment = forms.CharField(
         required=False, max_length=1000, widget=forms.Textarea(attrs={"rows": 2})
     )
+
+
+class HistoryFilterForm(forms.Form):
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *ApprovalState.choices])
+    kind = forms.ChoiceField(
+        required=False, choices=[("", "Jobs and quotas"), *ApprovalKind.choices]
+    )
+
+
+class PolicyForm(forms.Form):
+    rule = forms.ChoiceField(choices=ApprovalRule.choices)
+    threshold = forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=12,
+        decimal_places=3,
+        help_text="GPUs, GPU-hours or hours, by rule; none for priority and borrowing rules.",
+    )
+    priority_class = forms.ModelChoiceField(
+        queryset=PriorityClass.objects.all(),
+        to_field_name="name",
+        required=False,
+        help_text="Only for 'priority at or above a class'.",
+    )
+    applies_to_jobs = forms.BooleanField(required=False, initial=True, label="Applies to jobs")
+    applies_to_quota = forms.BooleanField(
+        required=False, initial=False, label="Applies to quota requests"
+    )
+    description = forms.CharField(required=False, max_length=200)
+
+    def add_service_errors(self, message_dict: dict[str, list[str]]) -> None:
+        for key, messages in message_dict.items():
+            self.add_error(key if key in self.fields else None, " ".join(messages))
+
+
+class AuditFilterForm(forms.Form):
+    action = forms.CharField(
+        required=False,
+        max_length=64,
+        widget=forms.TextInput(attrs={"placeholder": "Action, e.g. quota"}),
+    )
+    actor = forms.CharField(
+        required=False, max_length=150, widget=forms.TextInput(attrs={"placeholder": "User"})
+    )
+    tenant = forms.TypedChoiceField(required=False, coerce=int, empty_value=None, choices=())
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args: Any, tenants: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].choices = [("", "Any tenant")] + [(t.pk, t.slug) for t in tenants]

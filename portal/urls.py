@@ -3,7 +3,7 @@ and tests/portal/test_isolation_walk.py walks this list, so a new route needs an
 
 from django.urls import path
 
-from portal.views import auth, home, jobs, tenants
+from portal.views import approvals, audit, auth, home, jobs, tenants
 
 app_name = "portal"
 
@@ -32,4 +32,15 @@ urlpatterns = [
     ),
     path("tenants/<int:pk>/quotas/", tenants.tenant_quotas, name="tenant-quotas"),
     path("tenants/<int:pk>/priorities/", tenants.tenant_priorities, name="tenant-priorities"),
+    path("tenants/<int:pk>/policies/", tenants.tenant_policies, name="tenant-policies"),
+    path(
+        "tenants/<int:pk>/policies/<int:policy_pk>/delete/",
+        tenants.tenant_policy_delete,
+        name="tenant-policy-delete",
+    ),
+    path("approvals/", approvals.approval_inbox, name="approvals"),
+    path("approvals/history/", approvals.approval_history, name="approval-history"),
+    path("approvals/<int:pk>/decide/", approvals.approval_decide, name="approval-decide"),
+    path("audit/", audit.audit_log, name="audit"),
+    path("audit/export.csv", audit.audit_export, name="audit-export"),
 ]

@@ -1,9 +1,92 @@
-"""Approval inbox and history (filled in when the approval workflow lands)."""
+"""Approval inbox (decide with a comment, in place through HTMX) and approval history."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
-def inbox_for(user: Any) -> list[Any] | None:
+from common.errors import ConflictError
+from portal.forms import DecisionForm, HistoryFilterForm
+from portal.templatetags.portal_tags import portal_nav
+from scheduler.approvals import approval_request_decide
+from tenants.models import ApprovalRequest
+from tenants.selectors import approval_list_inbox, approval_list_visible
+
+PAGE_SIZE = 25
+
+
+def inbox_for(user: Any) -> list[ApprovalRequest] | None:
+    """The user's pending requests, or None for users who never decide anything."""
+    requests = list(approval_list_inbox(user)[:100])
+    if requests or _decides_anything(user):
+        return requests
     return None
+
+
+def _decides_anything(user: Any) -> bool:
+    return bool(portal_nav(user).get("approver"))
+
+
+def access_approval(user: Any, pk: int) -> ApprovalRequest:
+    """A request the user may see, else 404 (the ids of other tenants' requests say nothing)."""
+    try:
+        return approval_list_visible(user).get(pk=pk)
+    except ApprovalRequest.DoesNotExist:
+        raise Http404("Not found.") from None
+
+
+@login_required
+@require_GET
+def approval_inbox(request: HttpRequest) -> HttpResponse:
+    rows = list(approval_list_inbox(request.user)[:200])
+    return render(request, "portal/approvals/inbox.html", {"requests": rows})
+
+
+@login_required
+@require_GET
+def approval_history(request: HttpRequest) -> HttpResponse:
+    form = HistoryFilterForm(request.GET or None)
+    rows = approval_list_visible(request.user).select_related("decided_by")
+    if form.is_valid():
+        if form.cleaned_data["state"]:
+            rows = rows.filter(state=form.cleaned_data["state"])
+        if form.cleaned_data["kind"]:
+            rows = rows.filter(kind=form.cleaned_data["kind"])
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "portal/approvals/history.html", {"filter_form": form, "page": page})
+
+
+@login_required
+@require_POST
+def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
+    """Approve or reject; HTMX swaps the inbox row for the outcome, a plain POST redirects."""
+    approval = access_approval(request.user, pk)
+    form = DecisionForm(request.POST)
+    error = ""
+    if not form.is_valid():
+        error = "Choose approve or reject."
+    else:
+        approve = form.cleaned_data["decision"] == "approve"
+        comment = form.cleaned_data["comment"]
+        try:
+            approval = approval_request_decide(
+                user=request.user, request=approval, approve=approve, comment=comment
+            )
+        except (ConflictError, ValidationError) as exc:
+            error = " ".join(getattr(exc, "messages", None) or [str(exc)])
+            approval.refresh_from_db()
+    if request.htmx:
+        context = {"req": approval, "error": error}
+        return render(request, "portal/approvals/_decided.html", context)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Request #{approval.pk} {approval.state}.")
+    return redirect("portal:approvals")

@@ -16,12 +16,14 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from common.errors import ConflictError
 from portal import selectors
-from portal.forms import MembershipForm, PriorityDefaultForm, QuotaForm, RoleForm
-from tenants import access, services
-from tenants.models import JobType, Membership, Tenant
+from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
+from tenants import access, approvals, services
+from tenants.approval_rules import policy_describe
+from tenants.models import ApprovalPolicy, JobType, Membership, Tenant
 from tenants.quota_rules import QuotaValues
-from tenants.selectors import priority_default_list_visible
+from tenants.selectors import policy_list_visible, priority_default_list_visible
 
 
 def _tenant_context(request: HttpRequest, tenant: Tenant, tab: str) -> dict[str, Any]:
@@ -136,27 +138,12 @@ def tenant_member_remove(request: HttpRequest, pk: int, membership_pk: int) -> H
 @login_required
 @require_http_methods(["GET", "POST"])
 def tenant_quotas(request: HttpRequest, pk: int) -> HttpResponse:
+    """Admins above the tenant set its quota; its own admins request a change instead."""
     tenant = access.access_tenant(request.user, pk)
     form = QuotaForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        values = QuotaValues(
-            guaranteed_milli=form.milli("guaranteed") or 0,
-            limit_milli=form.milli("limit") or 0,
-            lend_limit_milli=form.milli("lend_limit"),
-            weight=float(form.cleaned_data["weight"]),
-        )
-        try:
-            services.quota_set(
-                user=request.user, tenant=tenant, flavor=form.cleaned_data["flavor"], values=values
-            )
-        except ValidationError as exc:
-            form.add_service_errors(
-                exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
-            )
-        else:
-            messages.success(
-                request, f"Quota of {tenant.slug} for {form.cleaned_data['flavor'].name} saved."
-            )
+        done = _quota_save(request, tenant, form)
+        if done:
             return redirect("portal:tenant-quotas", pk=tenant.pk)
     children = list(access.tenants_visible(request.user).filter(parent=tenant))
     context = _tenant_context(request, tenant, "quotas") | {
@@ -167,6 +154,42 @@ def tenant_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request, "portal/tenants/quotas.html", context, status=400 if form.errors else 200
     )
+
+
+def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
+    flavor = form.cleaned_data["flavor"]
+    values = QuotaValues(
+        guaranteed_milli=form.milli("guaranteed") or 0,
+        limit_milli=form.milli("limit") or 0,
+        lend_limit_milli=form.milli("lend_limit"),
+        weight=float(form.cleaned_data["weight"]),
+    )
+    try:
+        if access.can_set_quota(request.user, tenant):
+            services.quota_set(user=request.user, tenant=tenant, flavor=flavor, values=values)
+            messages.success(request, f"Quota of {tenant.slug} for {flavor.name} saved.")
+        else:
+            approvals.quota_request_create(
+                user=request.user,
+                tenant=tenant,
+                flavor=flavor,
+                values=values,
+                justification=form.cleaned_data["justification"],
+            )
+            messages.success(
+                request,
+                f"Quota change for {flavor.name} requested; an admin "
+                f"above {tenant.slug} decides it.",
+            )
+    except ValidationError as exc:
+        form.add_service_errors(
+            exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+        )
+        return False
+    except ConflictError as exc:
+        form.add_error(None, str(exc))
+        return False
+    return True
 
 
 # --- priority defaults -------------------------------------------------------------------
@@ -206,3 +229,64 @@ def tenant_priorities(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request, "portal/tenants/priorities.html", context, status=400 if form.errors else 200
     )
+
+
+# --- approval policies -------------------------------------------------------------------
+
+
+def _access_policy(request: HttpRequest, tenant: Tenant, policy_pk: int) -> ApprovalPolicy:
+    try:
+        return policy_list_visible(request.user).get(pk=policy_pk, tenant=tenant)
+    except ApprovalPolicy.DoesNotExist:
+        raise Http404("Not found.") from None
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tenant_policies(request: HttpRequest, pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    form = PolicyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            approvals.policy_set(
+                user=request.user,
+                tenant=tenant,
+                rule=data["rule"],
+                threshold=data["threshold"],
+                priority_class=data["priority_class"],
+                applies_to_jobs=data["applies_to_jobs"],
+                applies_to_quota=data["applies_to_quota"],
+                description=data["description"],
+            )
+        except ValidationError as exc:
+            form.add_service_errors(
+                exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+            )
+        else:
+            messages.success(request, f"Approval policy added to {tenant.slug}.")
+            return redirect("portal:tenant-policies", pk=tenant.pk)
+    visible = policy_list_visible(request.user)
+    context = _tenant_context(request, tenant, "policies") | {
+        "form": form,
+        "policies": [(p, policy_describe(p)) for p in visible.filter(tenant=tenant)],
+        "inherited": [
+            (p, policy_describe(p))
+            for p in visible.filter(tenant_id__in=tenant.ancestor_ids()[:-1]).order_by(
+                "tenant__path"
+            )
+        ],
+    }
+    return render(
+        request, "portal/tenants/policies.html", context, status=400 if form.errors else 200
+    )
+
+
+@login_required
+@require_POST
+def tenant_policy_delete(request: HttpRequest, pk: int, policy_pk: int) -> HttpResponse:
+    tenant = access.access_tenant(request.user, pk)
+    policy = _access_policy(request, tenant, policy_pk)
+    approvals.policy_delete(user=request.user, policy=policy)
+    messages.success(request, f"Approval policy removed from {tenant.slug}.")
+    return redirect("portal:tenant-policies", pk=tenant.pk)
