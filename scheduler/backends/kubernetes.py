@@ -1,0 +1,331 @@
+"""The Kubernetes cluster backend: the official client, the Binding API, graceful preemption.
+
+Gantry is the scheduler of pods with `schedulerName: gantry`: it creates them unbound and
+binds them through the Binding API (`pods/binding`), as kube-scheduler does. Requests go out
+with `_preload_content=False` and the JSON is parsed here, for two reasons: inventories of
+thousands of nodes parse much faster as dicts than as client models, and client v37 cannot
+deserialize the Status object the apiserver answers to a successful bind (it expects a
+V1Binding and raises a pydantic ValueError after the bind has happened).
+
+Errors: transient failures are retried a few times (kubernetes_retry) and then raised as
+BackendError; binding races are BindConflict; everything else propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from scheduler.backends.base import BindConflict, NodeInfo, PodRequest, PodStatus
+from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes_inventory import node_info
+from scheduler.backends.kubernetes_render import (
+    LABEL_MANAGED,
+    is_adoptable,
+    render_pod,
+    render_service,
+)
+from scheduler.backends.kubernetes_retry import RetryPolicy, call_with_retry
+from scheduler.backends.kubernetes_status import pod_status
+from scheduler.backends.kubernetes_watch import ListWatcher
+
+logger = logging.getLogger(__name__)
+CONFLICT, NOT_FOUND = 409, 404
+# Namespaces the daemon creates for projects enforce the restricted Pod Security Standard.
+PSS_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/audit": "restricted",
+    "pod-security.kubernetes.io/warn": "restricted",
+}
+
+
+class ForeignPod(BindConflict):
+    """A pod holds our deterministic name but is not the pod we render: never adopt it."""
+
+
+def api_client_from_environment() -> client.ApiClient:
+    """In-cluster service account, else KUBECONFIG / ~/.kube/config."""
+    from kubernetes import config as kube_config
+
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config()
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = False  # retries are ours: bounded, with jitter (kubernetes_retry)
+    return client.ApiClient(configuration)
+
+
+class KubernetesBackend:
+    """ClusterBackend over a Kubernetes apiserver. Thread-safe as the client is."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        config: KubernetesConfig | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.api_client = api_client or api_client_from_environment()
+        self.core = client.CoreV1Api(self.api_client)
+        self.config = config or KubernetesConfig.from_env()
+        self.policy = policy or RetryPolicy()
+        self._sleep, self._rand = sleep, rand
+        # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
+        self._device_resource: dict[str, str] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One API call with retries; returns the parsed JSON body (or None when empty)."""
+
+        def once() -> Any:
+            response = fn(*args, _preload_content=False, _request_timeout=self._timeout(), **kwargs)
+            try:
+                body = response.data
+            finally:
+                response.release_conn()
+            return json.loads(body) if body else None
+
+        return call_with_retry(once, self.policy, sleep=self._sleep, rand=self._rand, what=what)
+
+    def _timeout(self) -> tuple[float, float]:
+        return (self.config.request_timeout_s, self.config.request_timeout_s)
+
+    def _pages(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> tuple[list[Any], str]:
+        """Every item of a paginated list, and the list's resourceVersion."""
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            page = self._call(what, fn, limit=self.config.page_size, _continue=token, **kwargs)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items, str((page.get("metadata") or {}).get("resourceVersion", ""))
+
+    # -- inventory --------------------------------------------------------------------------
+
+    def list_nodes(self) -> Sequence[NodeInfo]:
+        items, _ = self._pages("list nodes", self.core.list_node)
+        return [self._remember(node_info(item, self.config)) for item in items]
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        """One node, fresh (after a kubelet rejection, FAULTS 14); None when it is gone."""
+        try:
+            raw = self._call(f"read node {name}", self.core.read_node, name)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                self._device_resource.pop(name, None)
+                return None
+            raise
+        return self._remember(node_info(raw, self.config))
+
+    def _remember(self, node: NodeInfo) -> NodeInfo:
+        npu = {flavor: resource for resource, (flavor, _) in self.config.npu_resources.items()}
+        self._device_resource[node.name] = npu.get(node.flavor, self.config.gpu_resource)
+        return node
+
+    def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
+        body = {"spec": {"unschedulable": unschedulable}}
+        self._call(f"cordon {node}", self.core.patch_node, node, body)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def create_pod(self, pod: PodRequest) -> None:
+        """Create the pod unbound; adopt ours under the same name; then its Service if any."""
+        manifest = render_pod(pod, self.config, self._device_resource.get(pod.node))
+        created = self._create_or_adopt(pod, manifest)
+        if pod.replicas > 1 and pod.replica == 0:
+            self._ensure_service(pod, created)
+
+    def _create_or_adopt(self, pod: PodRequest, manifest: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict(
+                self._call(
+                    f"create pod {pod.name}",
+                    self.core.create_namespaced_pod,
+                    pod.namespace,
+                    manifest,
+                )
+            )
+        except ApiException as exc:
+            if exc.status != CONFLICT:
+                raise
+        existing = self._read_pod(pod.namespace, pod.name)
+        if existing is None:  # deleted between our create and our read: a fresh try will do
+            return self._create_or_adopt(pod, manifest)
+        if not is_adoptable(existing, manifest):
+            raise ForeignPod(f"{pod.namespace}/{pod.name} exists and is not Gantry's pod")
+        logger.info("adopted existing pod %s/%s", pod.namespace, pod.name)
+        return existing
+
+    def _ensure_service(self, pod: PodRequest, owner: dict[str, Any]) -> None:
+        """The headless Service, owned by replica 0 so the garbage collector removes it."""
+        service = render_service(pod, self.config)
+        uid = (owner.get("metadata") or {}).get("uid")
+        if uid:
+            service["metadata"]["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": uid}
+            ]
+        try:
+            self._call(
+                f"create service of {pod.name}",
+                self.core.create_namespaced_service,
+                pod.namespace,
+                service,
+            )
+        except ApiException as exc:
+            if exc.status != CONFLICT:
+                raise
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self._call(f"read pod {name}", self.core.read_namespaced_pod, name, namespace)
+            )
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                return None
+            raise
+
+    def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        """Bind through pods/binding; an answer of 409 is resolved by reading the pod."""
+        binding = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            self._call(
+                f"bind {name} to {node}",
+                self.core.create_namespaced_pod_binding,
+                name,
+                namespace,
+                binding,
+            )
+        except ApiException as exc:
+            if exc.status not in (CONFLICT, NOT_FOUND):
+                raise
+            self._resolve_bind_conflict(namespace, name, node, exc)
+
+    def _resolve_bind_conflict(
+        self, namespace: str, name: str, node: str, exc: ApiException
+    ) -> None:
+        pod = self._read_pod(namespace, name)
+        if pod is None:
+            raise BindConflict(f"{namespace}/{name} is gone", deleting=True) from exc
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            raise BindConflict(f"{namespace}/{name} is being deleted", bound, True) from exc
+        if bound == node:
+            return  # our earlier bind landed (a retry after a lost answer, FAULTS 3 and 11)
+        if bound:
+            raise BindConflict(f"{namespace}/{name} is bound to {bound}", bound) from exc
+        raise exc  # a 409 we cannot explain: not ours to swallow
+
+    def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
+        """Graceful delete: the pod keeps its devices until the kubelet reports it gone."""
+        try:
+            self._call(
+                f"delete pod {name}",
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                grace_period_seconds=grace_period_s,
+                propagation_policy="Background",
+            )
+        except ApiException as exc:
+            if exc.status != NOT_FOUND:
+                raise
+
+    def list_pods(self) -> Sequence[PodStatus]:
+        items, _ = self._list_pod_items()
+        return [status for item in items if (status := pod_status(item)) is not None]
+
+    def _list_pod_items(self) -> tuple[list[dict[str, Any]], str]:
+        return self._pages(
+            "list pods", self.core.list_pod_for_all_namespaces, **self._pod_selectors()
+        )
+
+    def _pod_selectors(self) -> dict[str, str]:
+        return {
+            "field_selector": f"spec.schedulerName={self.config.scheduler_name}",
+            "label_selector": f"{LABEL_MANAGED}=gantry",
+        }
+
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """Create a project's namespace (restricted PSS) unless it exists."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {LABEL_MANAGED: "gantry", **PSS_LABELS, **(labels or {})},
+            },
+        }
+        try:
+            self._call(f"create namespace {name}", self.core.create_namespace, body)
+        except ApiException as exc:
+            if exc.status != CONFLICT:
+                raise
+
+    # -- watches ----------------------------------------------------------------------------
+
+    def pod_watcher(
+        self,
+        on_sync: Callable[[list[PodStatus]], None],
+        on_event: Callable[[str, PodStatus], None],
+        timeout_s: int = 300,
+    ) -> ListWatcher[PodStatus]:
+        """A list/watch loop over Gantry's pods; run it with `.run(stop_event)`."""
+        return ListWatcher(
+            list_all=self._list_pod_items,
+            open_stream=lambda rv, t: self._open_stream(
+                self.core.list_pod_for_all_namespaces, rv, t, **self._pod_selectors()
+            ),
+            parse=pod_status,
+            on_sync=on_sync,
+            on_event=on_event,
+            timeout_s=timeout_s,
+            sleep=self._sleep,
+        )
+
+    def node_watcher(
+        self,
+        on_sync: Callable[[list[NodeInfo]], None],
+        on_event: Callable[[str, NodeInfo], None],
+        timeout_s: int = 300,
+    ) -> ListWatcher[NodeInfo]:
+        """A list/watch loop over nodes; DELETED events carry the node's last state."""
+        return ListWatcher(
+            list_all=lambda: self._pages("list nodes", self.core.list_node),
+            open_stream=lambda rv, t: self._open_stream(self.core.list_node, rv, t),
+            parse=lambda raw: self._remember(node_info(raw, self.config)),
+            on_sync=on_sync,
+            on_event=on_event,
+            timeout_s=timeout_s,
+            sleep=self._sleep,
+        )
+
+    def _open_stream(
+        self, fn: Callable[..., Any], resource_version: str, timeout_s: int, **kwargs: Any
+    ) -> Any:
+        """Open a watch; the read timeout outlasts the server's so a silent hang breaks."""
+        return fn(
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+            _request_timeout=(self.config.request_timeout_s, timeout_s + 30),
+            **kwargs,
+        )

@@ -1,0 +1,84 @@
+"""Settings of the Kubernetes backend: resource names, flavor naming, pod defaults.
+
+Every knob has a default that fits a cluster running the NVIDIA GPU Operator (device plugin,
+GPU Feature Discovery) and HAMi for GPU sharing. `KubernetesConfig.from_env()` reads the
+`GANTRY_K8S_*` variables documented in docs/kubernetes.md; tests build the dataclass directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+# Resource name -> (flavor, memory per device in MiB). Huawei's device plugin advertises
+# Ascend NPUs under these names; GFD labels do not exist for them.
+DEFAULT_NPU_RESOURCES: Mapping[str, tuple[str, int]] = {
+    "huawei.com/Ascend910": ("Ascend-910B", 65536),
+    "huawei.com/Ascend310P": ("Ascend-310P", 24576),
+}
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    gpu_resource: str = "nvidia.com/gpu"
+    # Prefix of MIG resources under the mixed strategy: nvidia.com/mig-1g.10gb.
+    mig_resource_prefix: str = "nvidia.com/mig-"
+    # GPU sharing layer (HAMi by default): a share is one `gpu_resource` plus these two.
+    share_memory_resource: str = "nvidia.com/gpumem"  # MiB of device memory
+    share_cores_resource: str = "nvidia.com/gpucores"  # percent of the device's SMs
+    npu_resources: Mapping[str, tuple[str, int]] = field(
+        default_factory=lambda: dict(DEFAULT_NPU_RESOURCES)
+    )
+    rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
+    # Exact GFD product label -> flavor; wins over the naming rule (kubernetes_inventory).
+    flavor_overrides: Mapping[str, str] = field(default_factory=dict)
+    gpu_taint_key: str = "nvidia.com/gpu"
+    scheduler_name: str = "gantry"
+    priority_class_prefix: str = "gantry-"
+    # Images often default to root; the restricted Pod Security Standard needs a non-root uid.
+    run_as_user: int = 1000
+    run_as_group: int = 1000
+    master_port: int = 29500
+    # Seconds for one API request (connect + read); a hung apiserver becomes a BackendError.
+    request_timeout_s: float = 10.0
+    page_size: int = 500
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KubernetesConfig:
+        """Defaults, overridden by GANTRY_K8S_* variables (docs/kubernetes.md lists them)."""
+        env = os.environ if environ is None else environ
+        config = cls()
+        strings = {
+            "GANTRY_K8S_GPU_RESOURCE": "gpu_resource",
+            "GANTRY_K8S_MIG_RESOURCE_PREFIX": "mig_resource_prefix",
+            "GANTRY_K8S_SHARE_MEMORY_RESOURCE": "share_memory_resource",
+            "GANTRY_K8S_SHARE_CORES_RESOURCE": "share_cores_resource",
+            "GANTRY_K8S_GPU_TAINT_KEY": "gpu_taint_key",
+        }
+        numbers = {
+            "GANTRY_K8S_RUN_AS_USER": "run_as_user",
+            "GANTRY_K8S_RUN_AS_GROUP": "run_as_group",
+            "GANTRY_K8S_MASTER_PORT": "master_port",
+        }
+        changes: dict[str, object] = {
+            attr: env[name] for name, attr in strings.items() if env.get(name)
+        }
+        changes |= {attr: int(env[name]) for name, attr in numbers.items() if env.get(name)}
+        if env.get("GANTRY_K8S_REQUEST_TIMEOUT_S"):
+            changes["request_timeout_s"] = float(env["GANTRY_K8S_REQUEST_TIMEOUT_S"])
+        if env.get("GANTRY_K8S_FLAVOR_OVERRIDES"):
+            changes["flavor_overrides"] = _str_map(env["GANTRY_K8S_FLAVOR_OVERRIDES"])
+        if env.get("GANTRY_K8S_NPU_RESOURCES"):
+            raw = json.loads(env["GANTRY_K8S_NPU_RESOURCES"])
+            changes["npu_resources"] = {k: (str(v[0]), int(v[1])) for k, v in raw.items()}
+        return replace(config, **changes)  # type: ignore[arg-type]
+
+
+def _str_map(text: str) -> dict[str, str]:
+    """JSON object, or `product=flavor,product=flavor`."""
+    if text.lstrip().startswith("{"):
+        return {str(k): str(v) for k, v in json.loads(text).items()}
+    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
+    return {k.strip(): v.strip() for k, v in pairs}

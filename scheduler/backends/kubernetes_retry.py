@@ -1,0 +1,89 @@
+"""Transient API failures -> BackendError, and a bounded retry with jitter (FAULTS 12).
+
+Transient: 429 (with its Retry-After), 500, 502, 503, 504, status 0 (the client's own
+connection and TLS failures), timeouts and connection resets. Everything else (404, 409, 422,
+403) is an answer, not a failure, and is left to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from scheduler.backends.base import BackendError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+TRANSIENT_STATUS = frozenset({0, 429, 500, 502, 503, 504})
+
+
+def retry_after_s(exc: ApiException) -> float | None:
+    """The Retry-After header in seconds (the apiserver sends integers), or None."""
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def as_backend_error(exc: BaseException) -> BackendError | None:
+    """The BackendError an exception stands for, or None if it is not transient."""
+    if isinstance(exc, BackendError):
+        return exc
+    if isinstance(exc, ApiException):
+        if exc.status in TRANSIENT_STATUS:
+            return BackendError(f"apiserver {exc.status}: {exc.reason}", retry_after_s(exc))
+        return None
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return BackendError(f"apiserver unreachable: {type(exc).__name__}: {exc}")
+    return None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """At most `attempts` tries; full-jitter exponential backoff, never above `cap_s`.
+
+    A Retry-After above `cap_s` is not slept here: the BackendError goes up with it, so the
+    daemon (which has other work) waits instead of this call.
+    """
+
+    attempts: int = 3
+    base_s: float = 0.1
+    cap_s: float = 2.0
+
+    def delay(self, attempt: int, retry_after: float | None, rand: Callable[[], float]) -> float:
+        backoff = min(self.cap_s, self.base_s * (2**attempt)) * rand()
+        return max(backoff, retry_after or 0.0)
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    rand: Callable[[], float] = random.random,
+    what: str = "request",
+) -> T:
+    """Run `fn`; retry transient failures per `policy`; raise the last as BackendError."""
+    for attempt in range(policy.attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            error = as_backend_error(exc)
+            if error is None:
+                raise
+            last_try = attempt == policy.attempts - 1
+            if last_try or (error.retry_after_s or 0.0) > policy.cap_s:
+                raise error from exc
+            delay = policy.delay(attempt, error.retry_after_s, rand)
+            logger.warning("%s failed (%s); retry %d in %.2fs", what, error, attempt + 1, delay)
+            sleep(delay)
+    raise AssertionError("unreachable: attempts must be >= 1")
