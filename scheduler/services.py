@@ -12,14 +12,30 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
+from scheduler.approvals import job_approval_matches, job_approval_payload
 from scheduler.lifecycle import job_transition
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 from scheduler.spec import JobSpecSerializer
 from tenants import access
-from tenants.models import PriorityClass, Project
+from tenants.approvals import approval_cancel_for_subject, approval_request_create
+from tenants.audit import audit_record, audit_snapshot
+from tenants.models import ApprovalKind, PriorityClass, Project
 from tenants.services import priority_default_for
 
 MAX_IDEMPOTENCY_KEY = 128
+JOB_AUDIT_FIELDS = (
+    "name",
+    "project",
+    "tenant",
+    "job_type",
+    "state",
+    "priority_class",
+    "replicas",
+    "gpu_milli_per_replica",
+    "flavors",
+    "max_runtime_s",
+    "spec",
+)
 
 
 def request_hash(project_id: int, payload: dict[str, Any]) -> str:
@@ -97,7 +113,12 @@ def job_submit(
     job = _job_from_spec(user=user, project=project, spec=dict(serializer.validated_data))
     job.idempotency_key = idempotency_key
     job.request_hash = fingerprint
-    job.queued_at = timezone.now()
+    approval = job_approval_matches(job)
+    if approval:
+        job.state = JobState.PENDING_APPROVAL
+        job.reason = ("waiting for approval: " + "; ".join(m.reason for m in approval))[:500]
+    else:
+        job.queued_at = timezone.now()
     try:
         with transaction.atomic():
             job.save()
@@ -106,7 +127,25 @@ def job_submit(
                 kind="submitted",
                 to_state=job.state,
                 actor=user,
-                message=f"Submitted by {user.get_username()} to project {project.slug}.",
+                message=f"Submitted by {user.get_username()} to project {project.slug}."
+                + (f" It is {job.reason}." if approval else ""),
+            )
+            if approval:
+                approval_request_create(
+                    requester=user,
+                    tenant=job.tenant,
+                    kind=ApprovalKind.JOB,
+                    subject_id=job.pk,
+                    payload=job_approval_payload(job),
+                    rules=approval,
+                )
+            audit_record(
+                actor=user,
+                action="job.submit",
+                tenant=job.tenant,
+                target=job,
+                before=None,
+                after=audit_snapshot(job, JOB_AUDIT_FIELDS),
             )
     except IntegrityError:
         if not idempotency_key:
@@ -136,7 +175,25 @@ def job_cancel(*, user: Any, job: Job, reason: str = "") -> Job:
             raise ConflictError(f"Job {job.pk} already {job.state}; it cannot be cancelled.")
         try:
             message = f"Cancelled by {user.get_username()}" + (f": {reason}" if reason else ".")
-            return job_transition(job=job, to_state=JobState.CANCELLED, actor=user, message=message)
+            with transaction.atomic():
+                before = {"state": job.state}
+                if job.state == JobState.PENDING_APPROVAL:
+                    # The request first, then the job: the lock order of every decision.
+                    approval_cancel_for_subject(
+                        kind=ApprovalKind.JOB, tenant=job.tenant, subject_id=job.pk, actor=user
+                    )
+                job = job_transition(
+                    job=job, to_state=JobState.CANCELLED, actor=user, message=message
+                )
+                audit_record(
+                    actor=user,
+                    action="job.cancel",
+                    tenant=job.tenant,
+                    target=job,
+                    before=before,
+                    after={"state": job.state, "reason": reason},
+                )
+            return job
         except ConflictError:
             job.refresh_from_db()
     raise ConflictError(f"Job {job.pk} kept changing state; try again.")

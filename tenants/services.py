@@ -45,8 +45,14 @@ def tenant_create(*, user: Any, parent: Tenant | None, slug: str, name: str, kin
     tenant.path = f"{parent.path if parent else '/'}{tenant.pk}/"
     tenant.depth = parent.depth + 1 if parent else 0
     tenant.save(update_fields=["path", "depth"])
-    audit_record(actor=user, action="tenant.create", tenant=tenant, target=tenant,
-                 before=None, after=audit_snapshot(tenant))
+    audit_record(
+        actor=user,
+        action="tenant.create",
+        tenant=tenant,
+        target=tenant,
+        before=None,
+        after=audit_snapshot(tenant),
+    )
     return tenant
 
 
@@ -59,8 +65,14 @@ def tenant_update(*, user: Any, tenant: Tenant, name: str | None = None) -> Tena
         tenant.name = name
     _full_clean(tenant)
     tenant.save()
-    audit_record(actor=user, action="tenant.update", tenant=tenant, target=tenant,
-                 before=before, after=audit_snapshot(tenant))
+    audit_record(
+        actor=user,
+        action="tenant.update",
+        tenant=tenant,
+        target=tenant,
+        before=before,
+        after=audit_snapshot(tenant),
+    )
     return tenant
 
 
@@ -76,8 +88,14 @@ def project_create(
     project = Project(tenant=tenant, slug=slug, name=name, namespace=namespace or f"{slug}")
     _full_clean(project)
     project.save()
-    audit_record(actor=user, action="project.create", tenant=tenant, target=project,
-                 before=None, after=audit_snapshot(project))
+    audit_record(
+        actor=user,
+        action="project.create",
+        tenant=tenant,
+        target=project,
+        before=None,
+        after=audit_snapshot(project),
+    )
     return project
 
 
@@ -90,8 +108,14 @@ def project_update(*, user: Any, project: Project, name: str | None = None) -> P
         project.name = name
     _full_clean(project)
     project.save()
-    audit_record(actor=user, action="project.update", tenant=project.tenant, target=project,
-                 before=before, after=audit_snapshot(project))
+    audit_record(
+        actor=user,
+        action="project.update",
+        tenant=project.tenant,
+        target=project,
+        before=before,
+        after=audit_snapshot(project),
+    )
     return project
 
 
@@ -109,8 +133,14 @@ def membership_set(*, user: Any, tenant: Tenant, member: Any, role: str) -> Memb
     membership.role = role
     _full_clean(membership)
     membership.save()
-    audit_record(actor=user, action="membership.set", tenant=tenant, target=membership,
-                 before=before, after=audit_snapshot(membership))
+    audit_record(
+        actor=user,
+        action="membership.set",
+        tenant=tenant,
+        target=membership,
+        before=before,
+        after=audit_snapshot(membership),
+    )
     access.forget_grants(member)
     return membership
 
@@ -121,8 +151,14 @@ def membership_delete(*, user: Any, membership: Membership) -> None:
         raise PermissionDenied(f"You are not an admin of tenant '{membership.tenant.slug}'.")
     before, target = audit_snapshot(membership), ("tenants.membership", membership.pk)
     membership.delete()
-    audit_record(actor=user, action="membership.delete", tenant=membership.tenant,
-                 target=target, before=before, after=None)
+    audit_record(
+        actor=user,
+        action="membership.delete",
+        tenant=membership.tenant,
+        target=target,
+        before=before,
+        after=None,
+    )
 
 
 # --- flavors and priority classes (platform-wide) -----------------------------------------
@@ -136,8 +172,14 @@ def flavor_save(*, user: Any, flavor: ResourceFlavor) -> ResourceFlavor:
         before = audit_snapshot(ResourceFlavor.objects.filter(pk=flavor.pk).first())
     _full_clean(flavor)
     flavor.save()
-    audit_record(actor=user, action="flavor.save", tenant=None, target=flavor,
-                 before=before, after=audit_snapshot(flavor))
+    audit_record(
+        actor=user,
+        action="flavor.save",
+        tenant=None,
+        target=flavor,
+        before=before,
+        after=audit_snapshot(flavor),
+    )
     return flavor
 
 
@@ -149,8 +191,14 @@ def priority_class_save(*, user: Any, priority_class: PriorityClass) -> Priority
         before = audit_snapshot(PriorityClass.objects.filter(pk=priority_class.pk).first())
     _full_clean(priority_class)
     priority_class.save()
-    audit_record(actor=user, action="priority_class.save", tenant=None, target=priority_class,
-                 before=before, after=audit_snapshot(priority_class))
+    audit_record(
+        actor=user,
+        action="priority_class.save",
+        tenant=None,
+        target=priority_class,
+        before=before,
+        after=audit_snapshot(priority_class),
+    )
     return priority_class
 
 
@@ -170,8 +218,14 @@ def priority_default_set(
     row.priority_class = priority_class
     _full_clean(row, exclude=["tenant"])
     row.save()
-    audit_record(actor=user, action="priority_default.set", tenant=tenant, target=row,
-                 before=before, after=audit_snapshot(row))
+    audit_record(
+        actor=user,
+        action="priority_default.set",
+        tenant=tenant,
+        target=row,
+        before=before,
+        after=audit_snapshot(row),
+    )
     return row
 
 
@@ -183,8 +237,14 @@ def priority_default_delete(*, user: Any, row: PriorityDefault) -> None:
         raise PermissionDenied(f"You are not an admin of tenant '{row.tenant.slug}'.")
     before, target = audit_snapshot(row), ("tenants.prioritydefault", row.pk)
     row.delete()
-    audit_record(actor=user, action="priority_default.delete", tenant=row.tenant,
-                 target=target, before=before, after=None)
+    audit_record(
+        actor=user,
+        action="priority_default.delete",
+        tenant=row.tenant,
+        target=target,
+        before=before,
+        after=None,
+    )
 
 
 def priority_default_for(*, tenant: Tenant, job_type: str) -> PriorityClass | None:
@@ -237,8 +297,14 @@ def quota_set(*, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: Quot
     quota.weight = values.weight  # type: ignore[assignment]
     quota.user_limit_milli = values.user_limit_milli
     quota.save()
-    audit_record(actor=user, action="quota.set", tenant=tenant, target=quota,
-                 before=before, after=audit_snapshot(quota))
+    audit_record(
+        actor=user,
+        action="quota.set",
+        tenant=tenant,
+        target=quota,
+        before=before,
+        after=audit_snapshot(quota),
+    )
     return quota
 
 
@@ -257,5 +323,11 @@ def quota_delete(*, user: Any, quota: Quota) -> None:
         )
     before, target = audit_snapshot(quota), ("tenants.quota", quota.pk)
     quota.delete()
-    audit_record(actor=user, action="quota.delete", tenant=quota.tenant, target=target,
-                 before=before, after=None)
+    audit_record(
+        actor=user,
+        action="quota.delete",
+        tenant=quota.tenant,
+        target=target,
+        before=before,
+        after=None,
+    )

@@ -1,0 +1,170 @@
+"""Jobs that need approval: which policies a job matches, and deciding job requests.
+
+`tenants.approvals` owns requests and decisions; this module supplies what only the scheduler
+knows (a job's size, runtime and borrowing) and moves the job when its request is settled.
+The handler is registered at start-up by `scheduler.apps`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db import transaction
+
+from common.errors import ConflictError, DomainError
+from scheduler.lifecycle import job_transition
+from scheduler.models import Job, JobState
+from tenants.approval_rules import RuleMatch, job_matches, policies_applying
+from tenants.approvals import approval_decide, register_subject_handler
+from tenants.models import ApprovalKind, ApprovalRequest, ApprovalRule, ApprovalState, Quota
+
+# States in which a job holds (or is about to hold) GPUs charged to its tenant.
+HOLDING_STATES = (JobState.ADMITTED, JobState.BINDING, JobState.RUNNING)
+
+
+def job_gpu_milli(job: Job) -> int:
+    return job.replicas * job.gpu_milli_per_replica
+
+
+def job_runtime_s(job: Job) -> int | None:
+    """The runtime approval rules reason about: the estimate if given, else the maximum."""
+    return job.spec.get("estimated_runtime_s") or job.max_runtime_s
+
+
+def job_estimated_gpu_hours(job: Job) -> float | None:
+    """replicas x GPUs x runtime / 3600; None when the job has no runtime bound."""
+    runtime = job_runtime_s(job)
+    return None if runtime is None else job_gpu_milli(job) / 1000 * runtime / 3600
+
+
+def job_borrows(job: Job) -> bool:
+    """Would the job take its team beyond the guarantee of every flavor it may run on?
+
+    Usage counts the team's admitted, binding and running jobs. A running job that allows
+    several flavors is counted against each of them (its placement is not known here), which
+    errs towards asking for approval.
+    """
+    milli = job_gpu_milli(job)
+    if milli == 0 or not job.priority_class.counts_against_quota:
+        return False
+    guaranteed = {
+        name: g
+        for name, g in Quota.objects.filter(tenant=job.tenant).values_list(
+            "flavor__name", "guaranteed_milli"
+        )
+    }
+    candidates = list(job.flavors) or list(guaranteed)
+    if not candidates:
+        return True  # no quota for any flavor: every GPU would be borrowed
+    usage: dict[str, int] = defaultdict(int)
+    holding = Job.objects.filter(tenant=job.tenant, state__in=HOLDING_STATES).exclude(pk=job.pk)
+    for replicas, per_replica, flavors in holding.values_list(
+        "replicas", "gpu_milli_per_replica", "flavors"
+    ):
+        for name in flavors or candidates:
+            usage[name] += replicas * per_replica
+    return all(usage[name] + milli > guaranteed.get(name, 0) for name in candidates)
+
+
+def job_approval_matches(job: Job) -> list[RuleMatch]:
+    """The policies the (possibly unsaved) job matches; empty means no approval needed."""
+    policies = policies_applying(job.tenant, jobs=True)
+    if not policies:
+        return []
+    borrowing = any(p.rule == ApprovalRule.BORROWING for p in policies) and job_borrows(job)
+    runtime = job_runtime_s(job)
+    return job_matches(
+        tenant=job.tenant,
+        gpus_milli=job_gpu_milli(job),
+        est_gpu_hours=job_estimated_gpu_hours(job),
+        priority_value=job.priority_class.value,
+        borrowing=borrowing,
+        runtime_hours=None if runtime is None else runtime / 3600,
+    )
+
+
+def job_needs_approval(job: Job) -> list[str]:
+    """Reasons the job needs approval; empty means it may be queued at once."""
+    return [match.reason for match in job_approval_matches(job)]
+
+
+def job_approval_payload(job: Job) -> dict[str, Any]:
+    """What an approver sees of the job without opening it."""
+    hours = job_estimated_gpu_hours(job)
+    return {
+        "title": f"job {job.name}",
+        "job_name": job.name,
+        "project": job.project.slug,
+        "job_type": job.job_type,
+        "gpus": job_gpu_milli(job) / 1000,
+        "est_gpu_hours": None if hours is None else round(hours, 3),
+        "priority_class": job.priority_class.name,
+        "max_runtime_s": job.max_runtime_s,
+    }
+
+
+# --- deciding ----------------------------------------------------------------------------
+
+
+def job_approval_decide(
+    *, user: Any, request: ApprovalRequest, approve: bool, comment: str
+) -> ApprovalRequest:
+    """Decide a job's request and move the job (pending_approval -> queued or rejected) in
+    one transaction; the loser of two concurrent decisions gets ConflictError."""
+    if request.kind != ApprovalKind.JOB:
+        raise DomainError(f"Request {request.pk} is a {request.kind} request, not a job's.")
+    with transaction.atomic():
+        return approval_decide(user=user, request=request, approve=approve, comment=comment)
+
+
+def approval_request_decide(
+    *, user: Any, request: ApprovalRequest, approve: bool, comment: str
+) -> ApprovalRequest:
+    """Decide a request of any kind (the API and the portal call this)."""
+    if request.kind == ApprovalKind.JOB:
+        return job_approval_decide(user=user, request=request, approve=approve, comment=comment)
+    return approval_decide(user=user, request=request, approve=approve, comment=comment)
+
+
+def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) -> None:
+    """Move the job of a settled request; runs inside the deciding transaction.
+
+    An approval of a job that no longer waits (cancelled meanwhile) is a ConflictError, so
+    the decision rolls back; a rejection or expiry of such a job changes nothing more.
+    """
+    job = Job.objects.filter(pk=request.subject_id).first()
+    if job is None or job.state != JobState.PENDING_APPROVAL:
+        if outcome == ApprovalState.APPROVED:
+            state = job.state if job else "gone"
+            raise ConflictError(f"Job {request.subject_id} is {state}; it no longer waits.")
+        return
+    who = actor.get_username() if actor is not None else "the system"
+    note = f": {request.comment}" if request.comment else ""
+    if outcome == ApprovalState.APPROVED:
+        job_transition(
+            job=job,
+            to_state=JobState.QUEUED,
+            actor=actor,
+            kind="approved",
+            message=f"Approved by {who}{note}",
+            data={"approval": request.pk},
+        )
+        Job.objects.filter(pk=job.pk).update(reason="")
+    elif outcome in (ApprovalState.REJECTED, ApprovalState.EXPIRED):
+        reason = (
+            "approval expired" if outcome == ApprovalState.EXPIRED else f"rejected by {who}{note}"
+        )
+        job_transition(
+            job=job,
+            to_state=JobState.REJECTED,
+            actor=actor,
+            kind=outcome,
+            message=reason,
+            data={"approval": request.pk},
+        )
+        Job.objects.filter(pk=job.pk).update(reason=reason[:500])
+
+
+def register() -> None:
+    register_subject_handler(ApprovalKind.JOB, job_request_settle)
