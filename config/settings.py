@@ -201,6 +201,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# Periodic tasks (celery beat). Every task here must be idempotent: two beats may run (FAULTS 10).
+CELERY_BEAT_SCHEDULE = {
+    "approvals-expire": {"task": "tenants.tasks.approvals_expire", "schedule": 300.0},
+}
+# Approval requests not decided within this many hours expire (their jobs are rejected).
+GANTRY_APPROVAL_TTL_HOURS = float(os.environ.get("GANTRY_APPROVAL_TTL_HOURS", "72"))
 
 EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
