@@ -54,9 +54,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         data = envelope.validated_data
         project = access.access_project(request.user, data["project"])
         key = request.headers.get("Idempotency-Key") or data.get("idempotency_key")
-        job, created = services.job_submit(
-            user=request.user, project=project, payload=data["spec"], idempotency_key=key
-        )
+        try:
+            job, created = services.job_submit(
+                user=request.user, project=project, payload=data["spec"], idempotency_key=key
+            )
+        except ValidationError as exc:
+            # Spec errors are reported under "spec", like the body the client sent.
+            if isinstance(exc.detail, dict) and "idempotency_key" in exc.detail:
+                raise
+            raise ValidationError({"spec": exc.detail}) from exc
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(JobOut(job).data, status=code)
 

@@ -300,7 +300,7 @@ def test_bad_spec_is_refused_with_its_own_message(
         JOBS, {"project": org.proj_alpha.pk, "spec": spec}, format="json"
     )
     assert response.status_code == 400, response.json()
-    errors = flatten(response.json()["errors"])
+    errors = flatten(response.json()["errors"]["spec"])
     assert path in errors, errors
     assert any(message in text for text in errors[path]), errors[path]
     assert not Job.objects.exists()
@@ -312,7 +312,7 @@ def test_privileged_fields_are_each_named(org: Org, client_for: Any) -> None:
         JOBS, {"project": org.proj_alpha.pk, "spec": spec}, format="json"
     )
     assert response.status_code == 400
-    assert set(response.json()["errors"]) == {"state", "approved_by", "tenant"}
+    assert set(response.json()["errors"]["spec"]) == {"state", "approved_by", "tenant"}
     assert not Job.objects.exists()
 
 
