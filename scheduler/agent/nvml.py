@@ -1,0 +1,165 @@
+"""NVML readings as plain dataclasses, degrading to "no GPUs" without a driver.
+
+Each field is read on its own: a consumer GPU without ECC, or a driver without utilization
+counters, reports None for that field instead of losing the whole device. XID errors arrive
+through an NVML event set registered once per session, so a report carries the XIDs seen since
+the previous one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# XIDs that mean the device (not the job) is broken: double-bit ECC (48), row remapping
+# failure (63, 64), NVLink (74), fallen off the bus (79), uncontained ECC (94, 95), GSP (119,
+# 120). Application faults such as 13, 31, 43 and 45 say nothing about the hardware.
+FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    utilization_pct: int | None
+    temperature_c: int | None
+    ecc_uncorrected: int | None
+    xid_errors: tuple[int, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.ecc_uncorrected and not FATAL_XIDS.intersection(self.xid_errors)
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    driver_version: str
+    gpus: tuple[GpuReading, ...]
+    error: str = ""  # why NVML could not be read ("" when it was)
+
+
+def load_pynvml() -> ModuleType:
+    import pynvml
+
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlSession:
+    """NVML initialised once; `read()` per report; `close()` at exit.
+
+    Without the library or a driver, `available` is False and `read()` returns no GPUs with
+    the reason; the caller logs it once.
+    """
+
+    def __init__(self, nvml: ModuleType | None = None) -> None:
+        self.error = ""
+        self._events: Any = None
+        try:
+            self.nvml = nvml or load_pynvml()
+            self.nvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
+            self.nvml, self.error = None, f"{type(exc).__name__}: {exc}"
+            return
+        self._events = self._register_xid_events()
+
+    @property
+    def available(self) -> bool:
+        return self.nvml is not None
+
+    def _register_xid_events(self) -> Any:
+        nvml = self.nvml
+        try:
+            events = nvml.nvmlEventSetCreate()
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, events)
+        except Exception as exc:  # not supported (e.g. in some VMs): report without XIDs
+            logger.info("XID events unavailable: %s", exc)
+            return None
+        return events
+
+    def read(self) -> NodeReading:
+        if self.nvml is None:
+            return NodeReading(driver_version="", gpus=(), error=self.error)
+        nvml = self.nvml
+        xids = self._drain_xids()
+        driver = self._field(lambda: _text(nvml.nvmlSystemGetDriverVersion())) or ""
+        gpus = tuple(
+            self._device(index, xids.get(index, ())) for index in range(nvml.nvmlDeviceGetCount())
+        )
+        return NodeReading(driver_version=driver, gpus=gpus)
+
+    def _device(self, index: int, xids: tuple[int, ...]) -> GpuReading:
+        nvml = self.nvml
+        assert nvml is not None
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        memory = self._field(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        return GpuReading(
+            index=index,
+            uuid=self._field(lambda: _text(nvml.nvmlDeviceGetUUID(handle))) or "",
+            name=self._field(lambda: _text(nvml.nvmlDeviceGetName(handle))) or "",
+            memory_total_mib=int(memory.total // MIB) if memory else None,
+            memory_used_mib=int(memory.used // MIB) if memory else None,
+            utilization_pct=self._field(
+                lambda: int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            ),
+            temperature_c=self._field(
+                lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+            ),
+            ecc_uncorrected=self._field(
+                lambda: int(
+                    nvml.nvmlDeviceGetTotalEccErrors(
+                        handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+                    )
+                )
+            ),
+            xid_errors=xids,
+        )
+
+    def _field(self, read: Any) -> Any:
+        try:
+            return read()
+        except Exception as exc:  # NVMLError_NotSupported and friends: this field only
+            logger.debug("NVML field unavailable: %s", exc)
+            return None
+
+    def _drain_xids(self) -> dict[int, tuple[int, ...]]:
+        """XIDs seen since the last drain, by device index (never blocks)."""
+        if self._events is None:
+            return {}
+        nvml = self.nvml
+        assert nvml is not None
+        by_uuid: dict[str, list[int]] = {}
+        while True:
+            try:
+                event = nvml.nvmlEventSetWait_v2(self._events, 0)
+            except Exception:  # NVMLError_Timeout: nothing more pending
+                break
+            uuid = self._field(lambda event=event: _text(nvml.nvmlDeviceGetUUID(event.device)))
+            by_uuid.setdefault(uuid or "", []).append(int(event.eventData))
+        result: dict[int, tuple[int, ...]] = {}
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = self._field(lambda handle=handle: _text(nvml.nvmlDeviceGetUUID(handle)))
+            if uuid in by_uuid:
+                result[index] = tuple(by_uuid[uuid])
+        return result
+
+    def close(self) -> None:
+        if self.nvml is None:
+            return
+        if self._events is not None:
+            self._field(lambda: self.nvml.nvmlEventSetFree(self._events))
+        self._field(self.nvml.nvmlShutdown)

@@ -1,0 +1,76 @@
+"""`manage.py run_node_agent`: report this node's GPUs (NVML) to Gantry, every --interval s.
+
+Runs as the node-agent DaemonSet (platform/k8s/30-node-agent.yaml). NODE_NAME comes from the
+downward API; the URL and token from --url/--token or GANTRY_AGENT_URL/GANTRY_AGENT_TOKEN.
+Without a GPU or driver it says so once and reports an empty GPU list, so a misconfigured node
+shows up in Gantry as a node without GPUs rather than as silence. SIGTERM ends the loop after
+the current report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler.agent.nvml import NvmlSession
+from scheduler.agent.report import build_report, post_report
+
+logger = logging.getLogger("scheduler.agent")
+
+
+class Command(BaseCommand):
+    help = "Read NVML on this node and report GPU health and utilization to Gantry."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--once", action="store_true", help="Report once and exit.")
+        parser.add_argument("--print", action="store_true", help="Print each report as JSON.")
+        parser.add_argument("--url", default=os.environ.get("GANTRY_AGENT_URL", ""))
+        parser.add_argument("--token", default=os.environ.get("GANTRY_AGENT_TOKEN", ""))
+        parser.add_argument("--interval", type=float, default=30.0, help="Seconds between reports.")
+        parser.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname())
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["url"] and not options["token"]:
+            raise CommandError("--url needs --token (or GANTRY_AGENT_TOKEN)")
+        if options["interval"] <= 0:
+            raise CommandError("--interval must be positive")
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        session = NvmlSession()
+        if not session.available:
+            logger.warning("NVML unavailable: %s; reporting no GPUs", session.error)
+        try:
+            while True:
+                ok = self._report_once(session, options)
+                if options["once"]:
+                    if not ok:
+                        raise CommandError("the report was not accepted")
+                    return
+                if stop.wait(options["interval"]):
+                    return
+        finally:
+            session.close()
+
+    def _report_once(self, session: NvmlSession, options: dict[str, Any]) -> bool:
+        """One reading, printed and/or posted; False when the post failed."""
+        report = build_report(options["node"], session.read())
+        if options["print"] or not options["url"]:
+            self.stdout.write(json.dumps(report, sort_keys=True))
+        if not options["url"]:
+            return True
+        try:
+            status = post_report(options["url"], options["token"], report)
+        except (OSError, ValueError) as exc:
+            logger.warning("report to %s failed: %s", options["url"], exc)
+            return False
+        if status >= 300:
+            logger.warning("report to %s answered HTTP %d", options["url"], status)
+        return status < 300
