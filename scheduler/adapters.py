@@ -1,0 +1,392 @@
+"""Database <-> core: build a Snapshot in a fixed number of queries, and the bulk writes the
+daemon makes (compare-and-swap transitions, allocations, releases, events).
+
+Core ids: a job is `str(job.pk)`, a tenant its slug, a node its name, a flavor its name.
+Snapshot building reads, in order: nodes, devices, tenants, quotas, priority classes, the jobs
+holding allocations, their allocations, their device shares, and the queue: nine queries
+whatever the size of the cluster (a test pins it).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+
+from scheduler.core.types import (
+    Device,
+    DeviceShare,
+    JobKind,
+    JobRequest,
+    PriorityClass,
+    Quota,
+    ReplicaAssignment,
+    Resources,
+    RunningJob,
+    Snapshot,
+    Taint,
+)
+from scheduler.core.types import Node as CoreNode
+from scheduler.core.types import Tenant as CoreTenant
+from scheduler.lifecycle import is_allowed
+from scheduler.models import (
+    FINAL_STATES,
+    Allocation,
+    AllocationDevice,
+    GpuDevice,
+    Job,
+    JobEvent,
+    JobState,
+    Node,
+)
+from tenants.models import PriorityClass as PriorityClassRow
+from tenants.models import Quota as QuotaRow
+from tenants.models import Tenant
+
+S = JobState
+JOB_FIELDS = (
+    "id",
+    "tenant_id",
+    "project_id",
+    "priority_class_id",
+    "job_type",
+    "state",
+    "spec",
+    "replicas",
+    "gpu_milli_per_replica",
+    "gpu_memory_mib",
+    "cpu_milli",
+    "memory_mib",
+    "flavors",
+    "max_runtime_s",
+    "attempt",
+    "queued_at",
+    "started_at",
+    "not_before",
+    "reason",
+    "submitted_by_id",
+    "project__namespace",
+    "name",
+)
+KINDS = {k.value.replace("_", "-"): k for k in JobKind}
+# Holding allocations: the states in which a job may hold devices.
+HOLDING = (S.ADMITTED, S.BINDING, S.RUNNING, S.PREEMPTED)
+
+
+def ts(value: datetime | None) -> float:
+    return value.timestamp() if value is not None else 0.0
+
+
+@dataclass
+class Built:
+    """A snapshot and the rows behind it, for the daemon to act on decisions."""
+
+    snapshot: Snapshot
+    jobs: dict[str, dict[str, Any]]  # core id -> job row (values), pending and running
+    pending_ids: list[int]
+    nodes: dict[str, int]  # node name -> id
+    devices: dict[tuple[str, int], int]  # (node name, index) -> device id
+
+
+def build_snapshot(now: float, *, decayed: Mapping[str, float], max_pending: int = 20_000) -> Built:
+    nodes, devices, node_ids = _nodes()
+    tenants, slugs = _tenants()
+    classes = {
+        pc["id"]: pc
+        for pc in PriorityClassRow.objects.values(
+            "id", "name", "value", "may_preempt", "preemptible", "counts_against_quota"
+        )
+    }
+    core_classes = tuple(
+        PriorityClass(
+            pc["name"],
+            pc["value"],
+            pc["may_preempt"],
+            pc["preemptible"],
+            pc["counts_against_quota"],
+            critical=not pc["preemptible"],
+        )
+        for pc in classes.values()
+    )
+    running_rows = {
+        j["id"]: j
+        for j in Job.objects.filter(state__in=HOLDING, allocations__ended_at__isnull=True)
+        .distinct()
+        .values(*JOB_FIELDS)
+    }
+    running = _running(running_rows, slugs, classes, nodes)
+    pending_rows = list(
+        Job.objects.filter(state=S.QUEUED)
+        .order_by(-F("priority_class__value"), "queued_at", "id")
+        .values(*JOB_FIELDS)[:max_pending]
+    )
+    pending = tuple(job_request(r, slugs, classes) for r in pending_rows)
+    snapshot = Snapshot(
+        now, tuple(nodes.values()), tenants, core_classes, running, pending, dict(decayed)
+    )
+    jobs = {str(r["id"]): r for r in [*running_rows.values(), *pending_rows]}
+    return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
+
+
+def _nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]:
+    rows = list(Node.objects.filter(present=True).values())
+    by_id = {r["id"]: r for r in rows}
+    per_node: dict[int, list[Device]] = defaultdict(list)
+    device_ids: dict[tuple[str, int], int] = {}
+    for d in GpuDevice.objects.filter(node__present=True).values(
+        "id", "node_id", "index", "memory_mib", "healthy"
+    ):
+        per_node[d["node_id"]].append(Device(d["index"], d["memory_mib"], d["healthy"]))
+        device_ids[(by_id[d["node_id"]]["name"], d["index"])] = d["id"]
+    nodes = {}
+    for r in rows:
+        taints = tuple(Taint(*t) for t in r["taints"])
+        nodes[r["name"]] = CoreNode(
+            r["name"],
+            r["flavor"],
+            tuple(sorted(per_node[r["id"]], key=lambda d: d.index)),
+            r["cpu_milli"],
+            r["memory_mib"],
+            r["rdma"],
+            r["pool"],
+            r["labels"],
+            taints,
+            healthy=r["ready"] and not r["sim_failed"],
+            cordoned=r["cordoned"],
+        )
+    return nodes, device_ids, {r["name"]: r["id"] for r in rows}
+
+
+def _tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
+    rows = list(Tenant.objects.values("id", "slug", "parent_id"))
+    slugs = {r["id"]: r["slug"] for r in rows}
+    quotas: dict[int, dict[str, Quota]] = defaultdict(dict)
+    weights: dict[int, float] = {}
+    user_caps: dict[int, int] = {}
+    for q in QuotaRow.objects.values(
+        "tenant_id",
+        "flavor__name",
+        "guaranteed_milli",
+        "limit_milli",
+        "lend_limit_milli",
+        "weight",
+        "user_limit_milli",
+    ):
+        quotas[q["tenant_id"]][q["flavor__name"]] = Quota(
+            q["guaranteed_milli"], q["limit_milli"], q["lend_limit_milli"]
+        )
+        weights[q["tenant_id"]] = max(weights.get(q["tenant_id"], 0.0), float(q["weight"]))
+        if q["user_limit_milli"] is not None:
+            cap = user_caps.get(q["tenant_id"])
+            user_caps[q["tenant_id"]] = (
+                min(cap, q["user_limit_milli"]) if cap else q["user_limit_milli"]
+            )
+    tenants = tuple(
+        CoreTenant(
+            r["slug"],
+            slugs.get(r["parent_id"]),
+            quotas.get(r["id"], {}),
+            weights.get(r["id"], 1.0),
+            user_caps.get(r["id"]),
+        )
+        for r in rows
+    )
+    return tenants, slugs
+
+
+def job_request(
+    row: Mapping[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
+) -> JobRequest:
+    spec = row["spec"] or {}
+    res = spec.get("resources") or {}
+    inference = row["job_type"] == "inference"
+    return JobRequest(
+        id=str(row["id"]),
+        tenant=slugs.get(row["tenant_id"], ""),
+        priority_class=classes[row["priority_class_id"]]["name"],
+        resources=Resources(
+            row["gpu_milli_per_replica"],
+            row["gpu_memory_mib"] or 0,
+            row["cpu_milli"],
+            row["memory_mib"],
+            res.get("rdma") or 0,
+        ),
+        replicas=row["replicas"],
+        user=str(row["submitted_by_id"]),
+        kind=KINDS.get(row["job_type"], JobKind.BATCH),
+        min_replicas=min(spec.get("min_replicas") or 1, row["replicas"]) if inference else None,
+        flavors=tuple(row["flavors"] or ()),
+        pools=tuple(spec.get("pools") or ()),
+        submitted_at=ts(row["queued_at"]),
+        max_runtime_s=row["max_runtime_s"],
+        estimated_runtime_s=spec.get("estimated_runtime_s"),
+        checkpointable=bool(spec.get("checkpointable")),
+        not_before=ts(row["not_before"]),
+        attempt=row["attempt"],
+    )
+
+
+def _running(
+    rows: Mapping[int, dict[str, Any]],
+    slugs: Mapping[int, str],
+    classes: Mapping[int, Any],
+    nodes: Mapping[str, CoreNode],
+) -> tuple[RunningJob, ...]:
+    allocations = list(
+        Allocation.objects.filter(ended_at__isnull=True, job_id__in=list(rows)).values(
+            "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
+        )
+    )
+    shares: dict[int, list[DeviceShare]] = defaultdict(list)
+    for s in AllocationDevice.objects.filter(
+        released=False, allocation__ended_at__isnull=True, allocation__job_id__in=list(rows)
+    ).values("allocation_id", "device__index", "milli", "memory_mib"):
+        shares[s["allocation_id"]].append(
+            DeviceShare(s["device__index"], s["milli"], s["memory_mib"])
+        )
+    per_job: dict[int, list[Any]] = defaultdict(list)
+    for a in allocations:
+        per_job[a["job_id"]].append(a)
+    out = []
+    for job_id, allocs in sorted(per_job.items()):
+        request = job_request(rows[job_id], slugs, classes)
+        assignments = tuple(
+            ReplicaAssignment(a["replica"], a["node__name"], tuple(shares[a["id"]]), a["elastic"])
+            for a in sorted(allocs, key=lambda a: a["replica"])
+        )
+        started = min(ts(a["started_at"]) for a in allocs)
+        out.append(RunningJob(request, allocs[0]["flavor"], assignments, started))
+    return tuple(out)
+
+
+# --- bulk writes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """Move job `job_id` from one of `from_states` to `to_state` (a CAS), with its event."""
+
+    job_id: int
+    from_states: tuple[str, ...]
+    to_state: str
+    message: str = ""
+    reason: str | None = None  # Job.reason; None keeps lifecycle's default (cleared)
+    new_attempt: bool = False
+    not_before: datetime | None = None
+    kind: str = "state"
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
+    """Apply `changes` as compare-and-swaps in a few statements. Rows another session holds
+    locked are skipped (they stay as they are for the next cycle). Must run in a transaction.
+    Returns job id -> the state it was in, for the jobs that changed."""
+    if not changes:
+        return {}
+    by_id = {c.job_id: c for c in changes}
+    locked = list(
+        Job.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(id__in=list(by_id))
+        .only("id", "state", "attempt", "reason", "not_before")
+    )
+    done: dict[int, str] = {}
+    fields = {
+        "state",
+        "reason",
+        "updated_at",
+        "attempt",
+        "not_before",
+        "queued_at",
+        "started_at",
+        "finished_at",
+    }
+    events = []
+    for job in locked:
+        change = by_id[job.pk]
+        if job.state not in change.from_states or not is_allowed(job.state, change.to_state):
+            continue
+        done[job.pk] = job.state
+        events.append(
+            JobEvent(
+                job_id=job.pk,
+                kind=change.kind,
+                from_state=job.state,
+                to_state=change.to_state,
+                message=change.message[:1000],
+                data=change.data,
+            )
+        )
+        _set_fields(job, change, now)
+    Job.objects.bulk_update([j for j in locked if j.pk in done], list(fields), batch_size=1000)
+    JobEvent.objects.bulk_create(events, batch_size=2000)
+    return done
+
+
+def _set_fields(job: Job, change: Change, now: datetime) -> None:
+    job.state = change.to_state
+    job.updated_at = now
+    job.reason = (change.reason if change.reason is not None else "")[:500]
+    if change.new_attempt:
+        job.attempt += 1
+    if change.to_state == S.QUEUED:
+        job.queued_at, job.not_before = now, change.not_before
+    elif change.to_state == S.RUNNING:
+        job.started_at = now
+    elif change.to_state in FINAL_STATES:
+        job.finished_at = now
+
+
+def set_state_fast(
+    ids: Iterable[int],
+    from_state: str,
+    to_state: str,
+    now: datetime,
+    message: str,
+    reason: str = "",
+) -> list[int]:
+    """The hot path of a CAS for many jobs in one state: lock what is free, one UPDATE, one
+    bulk insert of events. Must run in a transaction."""
+    claimed = list(
+        Job.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(id__in=list(ids), state=from_state)
+        .values_list("id", flat=True)
+    )
+    extra: dict[str, Any] = {"started_at": now} if to_state == S.RUNNING else {}
+    Job.objects.filter(id__in=claimed).update(
+        state=to_state, reason=reason, updated_at=now, **extra
+    )
+    JobEvent.objects.bulk_create(
+        [
+            JobEvent(
+                job_id=i, kind="state", from_state=from_state, to_state=to_state, message=message
+            )
+            for i in claimed
+        ],
+        batch_size=2000,
+    )
+    return claimed
+
+
+def set_reasons(reasons: Mapping[int, str], current: Mapping[int, str]) -> int:
+    """Write each waiting job's reason when it changed (one bulk UPDATE)."""
+    rows = [Job(pk=i, reason=r[:500]) for i, r in reasons.items() if current.get(i) != r[:500]]
+    if rows:
+        Job.objects.bulk_update(rows, ["reason"], batch_size=1000)
+    return len(rows)
+
+
+def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:
+    """End allocations and give their device shares back (the trigger frees the devices)."""
+    if not allocation_ids:
+        return 0
+    ended = Allocation.objects.filter(id__in=allocation_ids, ended_at__isnull=True).update(
+        ended_at=now, end_reason=reason[:200]
+    )
+    AllocationDevice.objects.filter(allocation_id__in=allocation_ids, released=False).update(
+        released=True
+    )
+    return ended

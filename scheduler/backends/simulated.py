@@ -1,0 +1,338 @@
+"""The simulated cluster: an in-process ClusterBackend on wall-clock time (or any clock).
+
+It lives in the daemon's process. Pods start `start_delay_s` after binding, run for the
+job's `simulation.duration_s` (or a default per job type; inference and interactive run until
+deleted), then succeed, or fail when the spec asks. A deleted pod is gone after its grace
+period (capped by `grace_cap_s`). Failing a node fails its pods with `NodeLost`; the node
+reports NotReady until healed. Utilization is synthetic per job type; inference follows a
+load curve that the daemon reads as its scaling signal.
+
+Faults for tests: `inject(method, error, times)` makes the next `times` calls of `method`
+raise `error` (a BackendError for 500/timeouts, a BindConflict for 409).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from scheduler.backends.base import (
+    BindConflict,
+    FailureReason,
+    GpuInfo,
+    NodeInfo,
+    PodPhase,
+    PodRequest,
+    PodStatus,
+)
+
+# Seconds a job of each type runs when the spec sets no simulation.duration_s;
+# None: until deleted (services and notebooks).
+DEFAULT_DURATION_S: dict[str, float | None] = {
+    "training": 600.0,
+    "fine-tuning": 300.0,
+    "evaluation": 120.0,
+    "batch": 180.0,
+    "inference": None,
+    "interactive": None,
+}
+# Mean GPU utilization per job type (inference follows its load instead).
+UTILIZATION = {
+    "training": 0.92,
+    "fine-tuning": 0.85,
+    "evaluation": 0.6,
+    "batch": 0.7,
+    "interactive": 0.08,
+}
+
+
+@dataclass
+class _Pod:
+    request: PodRequest
+    created_at: float
+    node: str | None = None
+    bound_at: float | None = None
+    deleted_at: float | None = None
+    gone_at: float | None = None
+    failed: tuple[float, FailureReason, str] | None = None  # at, reason, message
+
+
+@dataclass
+class _Node:
+    info: NodeInfo
+    failed_at: float | None = None
+
+
+@dataclass
+class SimulatedCluster:
+    """See the module docstring. Thread-safe: one lock around the state."""
+
+    nodes: Iterable[NodeInfo]
+    clock: Callable[[], float] = time.time
+    start_delay_s: float = 1.0
+    grace_cap_s: float = 2.0
+    durations: dict[str, float | None] = field(default_factory=lambda: dict(DEFAULT_DURATION_S))
+
+    def __post_init__(self) -> None:
+        self._nodes = {n.name: _Node(n) for n in self.nodes}
+        self._pods: dict[str, _Pod] = {}
+        self._faults: dict[str, list[Exception]] = {}
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def inject(self, method: str, error: Exception, times: int = 1) -> None:
+        with self._lock:
+            self._faults.setdefault(method, []).extend([error] * times)
+
+    def _enter(self, method: str) -> None:
+        self.calls[method] = self.calls.get(method, 0) + 1
+        queue = self._faults.get(method)
+        if queue:
+            raise queue.pop(0)
+
+    # --- nodes ----------------------------------------------------------------------------
+
+    def list_nodes(self) -> Sequence[NodeInfo]:
+        with self._lock:
+            self._enter("list_nodes")
+            return [replace(n.info, ready=n.failed_at is None) for n in self._nodes.values()]
+
+    def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
+        with self._lock:
+            self._enter("set_node_unschedulable")
+            if node in self._nodes:
+                state = self._nodes[node]
+                state.info = replace(state.info, unschedulable=unschedulable)
+
+    def fail_node(self, node: str, message: str = "node stopped responding") -> None:
+        """The node goes NotReady; every pod on it fails with NodeLost."""
+        with self._lock:
+            now = self.clock()
+            state = self._nodes[node]
+            if state.failed_at is not None:
+                return
+            state.failed_at = now
+            for pod in self._pods.values():
+                if pod.node == node and pod.failed is None and not self._ended(pod, now):
+                    pod.failed = (now, FailureReason.NODE_LOST, message)
+
+    def heal_node(self, node: str) -> None:
+        with self._lock:
+            self._nodes[node].failed_at = None
+
+    def node_failed(self, node: str) -> bool:
+        return self._nodes[node].failed_at is not None
+
+    # --- pods -----------------------------------------------------------------------------
+
+    def create_pod(self, pod: PodRequest) -> None:
+        with self._lock:
+            self._enter("create_pod")
+            now = self.clock()
+            current = self._pods.get(pod.name)
+            if current is not None and current.gone_at is None:
+                return  # adopted: the name is deterministic per job, attempt and replica
+            self._pods[pod.name] = _Pod(pod, now)
+
+    def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        with self._lock:
+            self._enter("bind_pod")
+            now = self.clock()
+            pod = self._live(name, now)
+            if pod is None:
+                raise BindConflict(f"pod {name} does not exist", deleting=True)
+            if pod.deleted_at is not None:
+                raise BindConflict(f"pod {name} is being deleted", deleting=True)
+            if pod.node is not None:
+                if pod.node == node:
+                    return
+                raise BindConflict(f"pod {name} is bound to {pod.node}", bound_node=pod.node)
+            if node not in self._nodes:
+                raise BindConflict(f"node {node} does not exist")
+            pod.node, pod.bound_at = node, now
+            self._admit(pod, now)
+
+    def _admit(self, pod: _Pod, now: float) -> None:
+        """The kubelet's check: a node that is down, or devices already full, reject it."""
+        node = self._nodes[pod.node or ""]
+        if node.failed_at is not None:
+            pod.failed = (now, FailureReason.NODE_LOST, f"node {node.info.name} is NotReady")
+            return
+        used: dict[int, int] = {}
+        for other in self._pods.values():
+            if other is pod or other.node != pod.node or self._ended(other, now):
+                continue
+            for index in other.request.gpu_indices:
+                used[index] = used.get(index, 0) + _per_device(other.request)
+        for index in pod.request.gpu_indices:
+            if used.get(index, 0) + _per_device(pod.request) > 1000:
+                message = f"OutOfnvidia.com/gpu: device {index} of {pod.node} is in use"
+                pod.failed = (now, FailureReason.REJECTED, message)
+                return
+
+    def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
+        with self._lock:
+            self._enter("delete_pod")
+            now = self.clock()
+            pod = self._live(name, now)
+            if pod is None or pod.deleted_at is not None:
+                return
+            pod.deleted_at = now
+            ran = pod.bound_at is not None and not self._ended(pod, now)
+            pod.gone_at = now + (min(grace_period_s, self.grace_cap_s) if ran else 0.0)
+
+    def list_pods(self) -> Sequence[PodStatus]:
+        with self._lock:
+            self._enter("list_pods")
+            now = self.clock()
+            for name in [
+                n for n, p in self._pods.items() if p.gone_at is not None and p.gone_at <= now
+            ]:
+                del self._pods[name]
+            return [self._status(pod, now) for pod in self._pods.values()]
+
+    def _live(self, name: str, now: float) -> _Pod | None:
+        pod = self._pods.get(name)
+        if pod is None or (pod.gone_at is not None and pod.gone_at <= now):
+            return None
+        return pod
+
+    def _duration(self, request: PodRequest) -> float | None:
+        if request.sim_duration_s is not None:
+            return request.sim_duration_s
+        return self.durations.get(request.job_type, 600.0)
+
+    def _ended(self, pod: _Pod, now: float) -> bool:
+        return pod.failed is not None or self._finish_at(pod) <= now
+
+    def _finish_at(self, pod: _Pod) -> float:
+        if pod.bound_at is None:
+            return math.inf
+        duration = self._duration(pod.request)
+        return math.inf if duration is None else pod.bound_at + self.start_delay_s + duration
+
+    def _status(self, pod: _Pod, now: float) -> PodStatus:
+        request = pod.request
+        base = PodStatus(
+            request.name,
+            request.namespace,
+            request.job_id,
+            request.attempt,
+            request.replica,
+            pod.node,
+            PodPhase.PENDING,
+            deleting=pod.deleted_at is not None,
+        )
+        if pod.failed is not None and pod.failed[0] <= now:
+            return replace(base, phase=PodPhase.FAILED, reason=pod.failed[1], message=pod.failed[2])
+        if pod.bound_at is None or now < pod.bound_at + self.start_delay_s:
+            return base
+        if self._finish_at(pod) <= now:
+            if request.sim_fail:
+                return replace(
+                    base,
+                    phase=PodPhase.FAILED,
+                    reason=FailureReason.ERROR,
+                    message="the job's command exited with code 1 (simulated)",
+                )
+            return replace(base, phase=PodPhase.SUCCEEDED)
+        return replace(base, phase=PodPhase.RUNNING, gpu_utilization=self.utilization(request, now))
+
+    # --- signals --------------------------------------------------------------------------
+
+    def utilization(self, request: PodRequest, now: float) -> float:
+        if request.job_type == "inference":
+            return min(1.0, self.inference_load(request.job_id, now) / max(request.replicas, 1))
+        base = UTILIZATION.get(request.job_type, 0.5)
+        wobble = 0.05 * math.sin(now / 7.0 + request.job_id)
+        return max(0.0, min(1.0, base + wobble))
+
+    def inference_load(self, job_id: int, now: float | None = None) -> float:
+        """Load in replicas' worth of traffic: a daily-like wave with a period of 10 minutes,
+        phase-shifted per job, between 0.5 and 4.5 replicas."""
+        at = self.clock() if now is None else now
+        phase = zlib.crc32(str(job_id).encode()) % 600
+        return 2.5 + 2.0 * math.sin(2 * math.pi * (at + phase) / 600.0)
+
+    def next_event_at(self) -> float | None:
+        """When the next pod starts, ends or disappears: the daemon need not look before."""
+        with self._lock:
+            times = []
+            for pod in self._pods.values():
+                if pod.gone_at is not None:
+                    times.append(pod.gone_at)
+                elif pod.bound_at is not None and pod.failed is None:
+                    times.extend([pod.bound_at + self.start_delay_s, self._finish_at(pod)])
+            now = self.clock()
+            future = [t for t in times if t > now]
+            return min(future) if future else None
+
+
+def _per_device(request: PodRequest) -> int:
+    return 1000 if request.gpu_milli >= 1000 else request.gpu_milli
+
+
+# --- inventories ------------------------------------------------------------------------------
+
+
+def make_nodes(
+    count: int,
+    flavor: str,
+    gpus: int = 8,
+    memory_mib: int = 81920,
+    prefix: str = "node",
+    cpu_milli: int = 128_000,
+    memory: int = 1_048_576,
+    labels: dict[str, str] | None = None,
+) -> list[NodeInfo]:
+    return [
+        NodeInfo(
+            f"{prefix}-{i:04d}",
+            flavor,
+            tuple(GpuInfo(g, memory_mib, uuid=f"GPU-{prefix}-{i}-{g}") for g in range(gpus)),
+            cpu_milli,
+            memory,
+            labels=dict(labels or {}),
+        )
+        for i in range(count)
+    ]
+
+
+# openb GPU model names -> Gantry flavor names and device memory (MiB).
+OPENB_MODELS = {
+    "P100": ("P100-16GB", 16384),
+    "T4": ("T4-16GB", 16384),
+    "V100M16": ("V100-16GB", 16384),
+    "V100M32": ("V100-32GB", 32768),
+    "A10": ("A10-24GB", 24576),
+    "G2": ("G2", 16384),
+    "G3": ("G3", 32768),
+}
+
+
+def nodes_from_openb_csv(path: Path) -> list[NodeInfo]:
+    """Nodes of an openb node list (sn, cpu_milli, memory_mib, gpu, model)."""
+    out = []
+    with path.open() as handle:
+        for row in csv.DictReader(handle):
+            flavor, memory = OPENB_MODELS.get(row["model"], (row["model"], 16384))
+            gpus = int(row["gpu"])
+            devices = tuple(GpuInfo(g, memory, uuid=f"GPU-{row['sn']}-{g}") for g in range(gpus))
+            out.append(
+                NodeInfo(
+                    row["sn"],
+                    flavor if gpus else "",
+                    devices,
+                    int(row["cpu_milli"]),
+                    int(row["memory_mib"]),
+                )
+            )
+    return out

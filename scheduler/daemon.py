@@ -1,0 +1,237 @@
+"""The scheduler daemon: lead -> sync nodes -> reconcile -> scale -> snapshot -> decide ->
+apply -> bind -> commit, in a loop of small steps.
+
+One instance leads (the lease in `leader`); the others stand by and take over when the
+lease expires. Every write is fenced by the lease epoch. The loop is driven by `step()`,
+which returns whether it did work; `run()` waits between steps on LISTEN/NOTIFY (PostgreSQL)
+or polling. Time is injectable (`clock`, `sleep`) so tests never wait on the wall clock.
+
+Test hooks: `hooks[name]()` is called at "claimed" (after phase A committed), "pods_created",
+"bound" and "before_commit" (inside phase C's transaction); raising there simulates a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
+
+from scheduler.adapters import build_snapshot
+from scheduler.backends.base import BackendError, ClusterBackend
+from scheduler.core import Profile, decay_usage, run_cycle
+from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds
+from scheduler.daemon_health import autoscale, sync_nodes
+from scheduler.daemon_reconcile import reconcile
+from scheduler.daemon_wakeup import Waiter
+from scheduler.leader import Lease, LeaseLost
+
+log = logging.getLogger("gantry.daemon")
+
+
+@dataclass
+class CycleStats:
+    cycle: int
+    epoch: int | None
+    considered: int = 0
+    placed: int = 0
+    pods_bound: int = 0
+    bind_failed: int = 0
+    preempted: int = 0
+    reconciled: int = 0
+    released: int = 0
+    orphans: int = 0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+class Daemon:
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        *,
+        lease: Lease | None = None,
+        profile: Profile | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        interval_s: float = 2.0,
+        max_pending: int = 20_000,
+        hooks: dict[str, Callable[[], None]] | None = None,
+        on_cycle: Callable[[Daemon], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.lease = lease or Lease()
+        self.profile = profile or Profile()
+        self.clock, self.sleep = clock, sleep
+        self.interval_s = interval_s
+        self.max_pending = max_pending
+        self.hooks = hooks or {}
+        self.on_cycle = on_cycle
+        self.random = random.Random().random  # noqa: S311 - jitter
+        self.backend_retries, self.backend_backoff_s = 4, 0.05
+        self.cycle_no = 0
+        self.node_prints: dict[str, Any] = {}
+        self.decayed: dict[str, float] = {}
+        self._usage: dict[str, int] = {}
+        self._usage_at: float | None = None
+        self.errors = 0
+        self.stop = threading.Event()
+        self.last: CycleStats | None = None
+
+    def now_dt(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), tz=UTC)
+
+    def hook(self, name: str) -> None:
+        if name in self.hooks:
+            self.hooks[name]()
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Lead (or try to) and run one cycle. True when the cycle did work, so the caller
+        may go again at once. Database, lease and backend errors are logged and end the step;
+        after a database error leadership is dropped and re-taken with a new epoch."""
+        try:
+            if not self.lease.leading:
+                if not self.lease.acquire():
+                    return False
+                log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
+                sync_nodes(self, force=True)
+            elif not self.lease.renew():
+                log.warning("lease lost; standing by")
+                return False
+            stats = self.cycle()
+            self.errors = 0
+            return bool(stats.placed or stats.reconciled or stats.released or stats.preempted)
+        except LeaseLost as lost:
+            log.warning("lease lost mid-cycle (%s); nothing more was written", lost)
+        except (OperationalError, InterfaceError, DatabaseError) as error:
+            self._db_error(error)
+        except BackendError as error:
+            self.errors += 1
+            log.warning("cluster backend failed (%s); next cycle retries", error)
+            self.sleep(min(10.0, 0.1 * 2 ** min(self.errors, 7)))
+        return False
+
+    def _db_error(self, error: Exception) -> None:
+        self.errors += 1
+        log.warning("database error (%s); dropping leadership and reconnecting", error)
+        self.lease.drop()
+        with contextlib.suppress(DatabaseError):
+            connection.close()
+        close_old_connections()
+        self.sleep(min(10.0, 0.1 * 2 ** min(self.errors, 7)))
+
+    def run(self, waiter: Waiter | None = None) -> None:
+        """Until `stop` is set (SIGTERM): the current cycle always finishes first."""
+        waiter = waiter or Waiter(self.stop)
+        try:
+            while not self.stop.is_set():
+                if self.step():
+                    continue
+                waiter.wait(self._timeout())
+        finally:
+            waiter.close()
+            with contextlib.suppress(DatabaseError):
+                self.lease.release()
+            log.info("scheduler stopped after %s cycles", self.cycle_no)
+
+    def _timeout(self) -> float:
+        if not self.lease.leading:
+            return max(0.2, self.lease.ttl_s / 3)
+        timeout = self.interval_s
+        next_event = getattr(self.backend, "next_event_at", None)
+        at = next_event() if next_event is not None else None
+        if at is not None:
+            timeout = min(timeout, max(0.0, at - self.clock()) + 0.01)
+        return timeout
+
+    # --- one cycle --------------------------------------------------------------------------
+
+    def cycle(self) -> CycleStats:
+        self.cycle_no += 1
+        stats = CycleStats(self.cycle_no, self.lease.epoch)
+        clock = _Phases(stats)
+        with clock("sync"):
+            sync_nodes(self)
+        with clock("reconcile"):
+            rec = reconcile(self)
+            stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans
+        with clock("scale"):
+            autoscale(self)
+        with clock("snapshot"):
+            built = build_snapshot(
+                self.clock(), decayed=self._decay(), max_pending=self.max_pending
+            )
+            self._record_usage(built.snapshot)
+            stats.considered = len(built.pending_ids)
+        with clock("decide"):
+            result = run_cycle(built.snapshot, self.profile)
+        with clock("apply"):
+            plan = apply_decisions(self, built, result)
+            stats.placed, stats.preempted = len(plan.claimed), plan.preempted
+        self.hook("claimed")
+        with clock("bind"):
+            self.lease.renew() or _raise_lost()
+            outcome = bind_plan(self, plan)
+        with clock("commit"):
+            commit_binds(self, plan, outcome)
+            stats.pods_bound = sum(len(v) for v in outcome.bound.values())
+            stats.bind_failed = len(outcome.failed)
+        self.last = stats
+        log.info("cycle %s", json.dumps(asdict(stats), separators=(",", ":")))
+        if self.on_cycle is not None:
+            self.on_cycle(self)
+        return stats
+
+    def _decay(self) -> dict[str, float]:
+        now = self.clock()
+        if self._usage_at is not None:
+            elapsed = max(0.0, now - self._usage_at)
+            self.decayed = decay_usage(self.decayed, self._usage, elapsed, self.profile.half_life_s)
+        self._usage_at = now
+        return self.decayed
+
+    def _record_usage(self, snapshot: Any) -> None:
+        usage: dict[str, int] = {}
+        for running in snapshot.running:
+            usage[running.job.tenant] = usage.get(running.job.tenant, 0) + running.gpu_milli
+        self._usage = usage
+
+
+def _raise_lost() -> bool:
+    raise LeaseLost("lease lost before binding")
+
+
+class _Phases:
+    """`with phases("name"):` records the phase's wall time in milliseconds."""
+
+    def __init__(self, stats: CycleStats) -> None:
+        self.stats = stats
+
+    def __call__(self, name: str) -> _Phase:
+        return _Phase(self.stats, name)
+
+
+class _Phase:
+    def __init__(self, stats: CycleStats, name: str) -> None:
+        self.stats, self.name = stats, name
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stats.phases_ms[self.name] = round((time.perf_counter() - self.started) * 1000, 2)

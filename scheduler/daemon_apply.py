@@ -1,0 +1,333 @@
+"""Apply one cycle's decisions: claim and allocate (phase A), bind through the backend
+(phase B), commit what bound and return what did not (phase C).
+
+Phase A and C are fenced transactions; phase B talks to the cluster outside any transaction.
+The order makes every crash recoverable by reconcile: an allocation is committed before its
+pod is created (so a pod without an allocation is always an orphan), and a bind is recorded
+only after it happened (so a bound pod of an `admitted` job is adopted, not lost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+
+from scheduler.adapters import Built, Change, release, set_reasons, set_state_fast, transition_many
+from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
+from scheduler.core.types import CycleResult, Placement
+from scheduler.models import Allocation, AllocationDevice, Job, JobState
+
+if TYPE_CHECKING:
+    from scheduler.daemon import Daemon
+
+log = logging.getLogger("gantry.daemon")
+S = JobState
+RUNNING_STATES = (S.ADMITTED, S.BINDING, S.RUNNING)
+
+
+@dataclass
+class Plan:
+    """What phase A committed and phase B must realise."""
+
+    pods: dict[int, list[PodRequest]] = field(default_factory=dict)  # job id -> new pods
+    allocations: dict[int, list[int]] = field(default_factory=dict)  # job id -> allocation ids
+    claimed: set[int] = field(default_factory=set)  # queued -> admitted (others grow)
+    deletions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, grace
+    preempted: int = 0
+
+
+@dataclass
+class Outcome:
+    bound: dict[int, list[int]] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)  # job id -> why
+
+
+# --- phase A ------------------------------------------------------------------------------------
+
+
+def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
+    plan = Plan()
+    now = daemon.now_dt()
+    with transaction.atomic():
+        daemon.lease.fence()
+        _preempt(built, result, plan, now)
+        waiting = {int(w.job_id): w.message for w in result.waiting}
+        for placement in result.placements:
+            job_id = int(placement.job_id)
+            if placement.preempted and job_id in set(built.pending_ids):
+                victims = ", ".join(placement.preempted)
+                waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
+        _place(daemon, built, result, plan, now)
+        current = {int(k): r["reason"] for k, r in built.jobs.items()}
+        set_reasons({j: m for j, m in waiting.items() if j not in plan.claimed}, current)
+    return plan
+
+
+def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:
+    whole = [p for p in result.preemptions if p.whole_job]
+    changes = [
+        Change(
+            int(p.job_id),
+            RUNNING_STATES,
+            S.PREEMPTED,
+            message=f"Preempted: {p.reason}.",
+            reason=f"preempted: {p.reason}",
+            kind="preempted",
+            data={"preemptor": p.preemptor, "work_lost_gpu_s": round(p.work_lost_gpu_s)},
+        )
+        for p in whole
+    ]
+    done = transition_many(changes, now)
+    plan.preempted = len(done)
+    stopping = list(Allocation.objects.filter(job_id__in=list(done), ended_at__isnull=True))
+    for p in result.preemptions:
+        if not p.whole_job:
+            stopping += list(
+                Allocation.objects.filter(
+                    job_id=int(p.job_id), replica__in=p.replicas, ended_at__isnull=True
+                )
+            )
+    for allocation in stopping:
+        allocation.end_reason = "preempted"
+        plan.deletions.append((allocation.namespace, allocation.pod_name, 30))
+    Allocation.objects.bulk_update(stopping, ["end_reason"])
+
+
+def _place(daemon: Daemon, built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:
+    pending = set(built.pending_ids)
+    fresh = [p for p in result.placements if int(p.job_id) in pending and not p.preempted]
+    grow = [p for p in result.placements if int(p.job_id) not in pending]
+    claimed = set(
+        set_state_fast(
+            [int(p.job_id) for p in fresh],
+            S.QUEUED,
+            S.ADMITTED,
+            now,
+            "Admitted: placement decided, quota charged.",
+        )
+    )
+    plan.claimed = claimed
+    growing = set(
+        Job.objects.filter(
+            id__in=[int(p.job_id) for p in grow], state__in=(S.BINDING, S.RUNNING)
+        ).values_list("id", flat=True)
+    )
+    chosen = [p for p in fresh if int(p.job_id) in claimed]
+    chosen += [p for p in grow if int(p.job_id) in growing]
+    try:
+        with transaction.atomic():
+            _allocate(daemon, built, chosen, plan, now)
+    except IntegrityError:
+        # The snapshot was stale somewhere (a device given out meanwhile): one job at a time,
+        # so only the conflicting ones wait for the next cycle.
+        log.warning("bulk allocation conflicted; allocating job by job")
+        plan.pods.clear()
+        plan.allocations.clear()
+        for placement in chosen:
+            try:
+                with transaction.atomic():
+                    _allocate(daemon, built, [placement], plan, now)
+            except IntegrityError:
+                _unclaim(int(placement.job_id), now)
+                plan.claimed.discard(int(placement.job_id))
+
+
+def _unclaim(job_id: int, now: datetime) -> None:
+    transition_many(
+        [
+            Change(
+                job_id,
+                (S.ADMITTED,),
+                S.QUEUED,
+                reason="placement conflicted with another allocation; retrying next cycle",
+            )
+        ],
+        now,
+    )
+
+
+def _allocate(
+    daemon: Daemon, built: Built, placements: list[Placement], plan: Plan, now: datetime
+) -> None:
+    rows: list[Allocation] = []
+    shares: list[list[tuple[int, int, int]]] = []
+    requests: list[PodRequest] = []
+    for placement in placements:
+        row = built.jobs[placement.job_id]
+        for a in placement.assignments:
+            request = pod_request(row, a.replica, a.node, tuple(s.device for s in a.shares))
+            rows.append(
+                Allocation(
+                    job_id=row["id"],
+                    node_id=built.nodes[a.node],
+                    attempt=row["attempt"],
+                    replica=a.replica,
+                    pod_name=request.name,
+                    namespace=request.namespace,
+                    flavor=placement.flavor,
+                    gpu_milli=a.gpu_milli,
+                    elastic=a.elastic,
+                    epoch=daemon.lease.epoch or 0,
+                    started_at=now,
+                )
+            )
+            shares.append(
+                [(built.devices[(a.node, s.device)], s.milli, s.memory_mib) for s in a.shares]
+            )
+            requests.append(request)
+    Allocation.objects.bulk_create(rows, batch_size=2000)
+    AllocationDevice.objects.bulk_create(
+        [
+            AllocationDevice(allocation_id=r.pk, device_id=d, milli=m, memory_mib=mem)
+            for r, per in zip(rows, shares, strict=True)
+            for (d, m, mem) in per
+        ],
+        batch_size=5000,
+    )
+    for allocation, request in zip(rows, requests, strict=True):
+        plan.pods.setdefault(allocation.job_id, []).append(request)
+        plan.allocations.setdefault(allocation.job_id, []).append(allocation.pk)
+
+
+def pod_request(
+    row: dict[str, Any], replica: int, node: str, devices: tuple[int, ...]
+) -> PodRequest:
+    spec = row["spec"] or {}
+    sim = spec.get("simulation") or {}
+    return PodRequest(
+        name=pod_name(row["id"], row["attempt"], replica),
+        namespace=row["project__namespace"],
+        job_id=row["id"],
+        attempt=row["attempt"],
+        replica=replica,
+        replicas=row["replicas"],
+        node=node,
+        gpu_indices=devices,
+        gpu_milli=row["gpu_milli_per_replica"],
+        gpu_memory_mib=row["gpu_memory_mib"],
+        cpu_milli=row["cpu_milli"],
+        memory_mib=row["memory_mib"],
+        image=spec.get("image", ""),
+        command=tuple(spec.get("command") or ()),
+        env=dict(spec.get("env") or {}),
+        priority_class=spec.get("priority_class") or "",
+        job_type=row["job_type"],
+        sim_duration_s=sim.get("duration_s"),
+        sim_fail=bool(sim.get("fail")),
+    )
+
+
+# --- phase B ------------------------------------------------------------------------------------
+
+
+def call_with_retry(daemon: Daemon, call: Callable[[], None], what: str) -> None:
+    """Retry transient backend errors with bounded, jittered backoff; re-raise the last."""
+    for attempt in range(daemon.backend_retries):
+        try:
+            call()
+            return
+        except BackendError as error:
+            if attempt + 1 == daemon.backend_retries:
+                raise
+            delay = error.retry_after_s or daemon.backend_backoff_s * (2**attempt)
+            delay = min(delay, 5.0) * (0.5 + daemon.random())
+            log.info("backend %s failed (%s); retrying in %.2fs", what, error, delay)
+            daemon.sleep(delay)
+
+
+def delete_pods(daemon: Daemon, deletions: list[tuple[str, str, int]]) -> None:
+    for namespace, name, grace in deletions:
+
+        def delete(namespace: str = namespace, name: str = name, grace: int = grace) -> None:
+            daemon.backend.delete_pod(namespace, name, grace)
+
+        try:
+            call_with_retry(daemon, delete, "delete")
+        except BackendError as error:  # reconcile deletes it on a later cycle
+            log.warning("could not delete pod %s/%s: %s", namespace, name, error)
+
+
+def _creator(daemon: Daemon, pod: PodRequest) -> Callable[[], None]:
+    return lambda: daemon.backend.create_pod(pod)
+
+
+def _binder(daemon: Daemon, pod: PodRequest) -> Callable[[], None]:
+    return binder(daemon, pod.namespace, pod.name, pod.node)
+
+
+def binder(daemon: Daemon, namespace: str, name: str, node: str) -> Callable[[], None]:
+    return lambda: daemon.backend.bind_pod(namespace, name, node)
+
+
+def bind_plan(daemon: Daemon, plan: Plan) -> Outcome:
+    out = Outcome()
+    delete_pods(daemon, plan.deletions)
+    created: dict[int, list[PodRequest]] = defaultdict(list)
+    for job_id, pods in plan.pods.items():
+        try:
+            for pod in pods:
+                call_with_retry(daemon, _creator(daemon, pod), "create")
+                created[job_id].append(pod)
+        except BackendError as error:
+            out.failed[job_id] = f"creating pods failed: {error}"
+    daemon.hook("pods_created")
+    for job_id, pods in created.items():
+        if job_id in out.failed:
+            continue
+        try:
+            for pod in pods:
+                call_with_retry(daemon, _binder(daemon, pod), "bind")
+            out.bound[job_id] = plan.allocations[job_id]
+        except BindConflict as conflict:
+            where = f" (bound to {conflict.bound_node})" if conflict.bound_node else ""
+            out.failed[job_id] = f"bind conflict{where}: {conflict}"
+        except BackendError as error:
+            out.failed[job_id] = f"binding failed: {error}"
+    daemon.hook("bound")
+    return out
+
+
+# --- phase C ------------------------------------------------------------------------------------
+
+
+def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
+    now = daemon.now_dt()
+    failed_pods = [(p.namespace, p.name, 0) for j in out.failed for p in plan.pods.get(j, [])]
+    delete_pods(daemon, failed_pods)
+    with transaction.atomic():
+        daemon.lease.fence()
+        bound_ids = [a for ids in out.bound.values() for a in ids]
+        Allocation.objects.filter(id__in=bound_ids).update(bound_at=now)
+        set_state_fast(
+            [j for j in out.bound if j in plan.claimed],
+            S.ADMITTED,
+            S.BINDING,
+            now,
+            "Bound: pods created and bound to their nodes.",
+        )
+        release([a for j in out.failed for a in plan.allocations.get(j, [])], now, "bind failed")
+        attempts = dict(Job.objects.filter(id__in=list(out.failed)).values_list("id", "attempt"))
+        changes = []
+        for job_id, why in out.failed.items():
+            if job_id not in plan.claimed:
+                continue  # an elastic replica that did not bind: simply not grown this time
+            delay = min(300, 5 * 2 ** min(attempts.get(job_id, 0), 6))
+            changes.append(
+                Change(
+                    job_id,
+                    (S.ADMITTED,),
+                    S.QUEUED,
+                    new_attempt=True,
+                    not_before=now + timedelta(seconds=delay),
+                    message=f"Bind failed, back to the queue: {why}",
+                    reason=f"bind failed ({why}); retrying in {delay} s",
+                )
+            )
+        transition_many(changes, now)
+        daemon.hook("before_commit")

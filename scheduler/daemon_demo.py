@@ -1,0 +1,102 @@
+"""A small load generator for the demo: jobs from several teams so queues, preemption and
+dashboards move. Runs inside the daemon process, on the daemon's clock; submits through
+`job_submit` like any user would. It keeps the queue short (at most `max_queued` waiting).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from scheduler.models import Job, JobState
+from scheduler.services import job_submit
+from tenants.models import Project
+
+log = logging.getLogger("gantry.demo")
+
+# submitter, project, name, type, replicas, gpus, flavor, (min, max) duration s, extra spec
+TEMPLATES: list[tuple[str, str, str, str, int, int, str, tuple[int, int], dict[str, Any]]] = [
+    ("ana", "llm-pretrain", "pretrain", "training", 1, 8, "H100-80GB", (240, 900), {}),
+    (
+        "ana",
+        "llm-pretrain",
+        "sft",
+        "fine-tuning",
+        1,
+        4,
+        "H100-80GB",
+        (120, 480),
+        {"checkpointable": True},
+    ),
+    ("ana", "nlp-eval", "eval", "evaluation", 1, 1, "A100-40GB", (30, 180), {}),
+    (
+        "vik",
+        "detector",
+        "detector-train",
+        "training",
+        2,
+        4,
+        "A100-40GB",
+        (180, 600),
+        {"retry": {"limit": 2, "backoff_s": 10}},
+    ),
+    ("vik", "detector", "augment", "batch", 1, 2, "A100-40GB", (60, 240), {}),
+    ("sam", "ranker", "ranker-scoring", "batch", 2, 1, "T4-16GB", (60, 300), {}),
+    (
+        "ada",
+        "chat-serving",
+        "chat-canary",
+        "inference",
+        1,
+        1,
+        "L40S-48GB",
+        (300, 900),
+        {"min_replicas": 1, "max_replicas": 3},
+    ),
+]
+
+
+class DemoLoad:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        every_s: float = 15.0,
+        max_queued: int = 12,
+        seed: int | None = None,
+    ) -> None:
+        self.clock, self.every_s, self.max_queued = clock, every_s, max_queued
+        self.rng = random.Random(seed)  # noqa: S311 - demo data
+        self.next_at = clock()
+        self.count = 0
+
+    def tick(self, *_args: Any) -> None:
+        now = self.clock()
+        if now < self.next_at:
+            return
+        self.next_at = now + self.rng.uniform(0.5, 1.5) * self.every_s
+        if Job.objects.filter(state=JobState.QUEUED).count() >= self.max_queued:
+            return
+        template = self.rng.choice(TEMPLATES)
+        user_name, project_slug, name, kind, replicas, gpus, flavor, span, extra = template
+        user = get_user_model().objects.filter(username=user_name).first()
+        project = Project.objects.filter(slug=project_slug).first()
+        if user is None or project is None:
+            return
+        self.count += 1
+        spec: dict[str, Any] = {
+            "name": f"{name}-{self.count}",
+            "type": kind,
+            "replicas": replicas,
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "command": ["python", "-m", name],
+            "resources": {"gpus": gpus, "cpu_milli": 4000 * gpus, "memory_mib": 16384 * gpus},
+            "flavors": [flavor],
+            "simulation": {"duration_s": self.rng.randint(*span), "fail": self.rng.random() < 0.05},
+            **extra,
+        }
+        job, _ = job_submit(user=user, project=project, payload=spec)
+        log.info("demo load: %s submitted %s", user_name, job)

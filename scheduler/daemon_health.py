@@ -1,0 +1,156 @@
+"""The daemon's node duties, each cycle before reconcile: sync the inventory, apply admin
+requests (simulated failures, cordons, drains), cordon what is unhealthy and lift its own
+cordons once healed; and scale inference jobs on the backend's load signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from scheduler.adapters import Change, transition_many
+from scheduler.backends.base import NodeInfo
+from scheduler.models import Allocation, GpuDevice, Job, JobState, Node
+from scheduler.nodes import DAEMON, node_sync
+
+if TYPE_CHECKING:
+    from scheduler.daemon import Daemon
+
+log = logging.getLogger("gantry.daemon")
+S = JobState
+
+
+def _fingerprint(info: NodeInfo) -> tuple[Any, ...]:
+    gpus = tuple((g.index, g.memory_mib, g.healthy) for g in info.gpus)
+    return (
+        info.flavor,
+        gpus,
+        info.cpu_milli,
+        info.memory_mib,
+        info.ready,
+        tuple(sorted(info.labels.items())),
+        info.taints,
+    )
+
+
+def sync_nodes(daemon: Daemon, *, force: bool = False) -> int:
+    """Write the inventory when the cluster's view changed (or `force`); apply admin
+    requests. Returns how many nodes changed."""
+    _apply_sim_failures(daemon)
+    infos = list(daemon.backend.list_nodes())
+    prints = {i.name: _fingerprint(i) for i in infos}
+    changed = force or prints != daemon.node_prints
+    if changed:
+        with transaction.atomic():
+            daemon.lease.fence()
+            node_sync(infos)
+        daemon.node_prints = prints
+    _health(daemon, {i.name: i for i in infos})
+    return int(changed)
+
+
+def _apply_sim_failures(daemon: Daemon) -> None:
+    fail, heal = (
+        getattr(daemon.backend, "fail_node", None),
+        getattr(daemon.backend, "heal_node", None),
+    )
+    failed_now = getattr(daemon.backend, "node_failed", None)
+    if fail is None or heal is None or failed_now is None:
+        return
+    for name, wanted in Node.objects.filter(Q(sim_failed=True) | Q(ready=False)).values_list(
+        "name", "sim_failed"
+    ):
+        if wanted and not failed_now(name):
+            log.info("failing node %s as an admin asked", name)
+            fail(name, "failed by an admin (simulated)")
+        elif not wanted and failed_now(name):
+            heal(name)
+
+
+def _health(daemon: Daemon, infos: dict[str, NodeInfo]) -> None:
+    nodes = list(
+        Node.objects.filter(
+            Q(ready=False) | Q(cordoned=True) | Q(drain_requested=True) | Q(devices__healthy=False)
+        ).distinct()
+    )
+    sick = dict(GpuDevice.objects.filter(healthy=False).values_list("node_id", "index"))
+    with transaction.atomic():
+        daemon.lease.fence()
+        for node in nodes:
+            _judge_node(daemon, node, sick, infos.get(node.name))
+    for node in Node.objects.filter(name__in=list(infos)).only("name", "cordoned"):
+        info = infos[node.name]
+        if info.unschedulable != node.cordoned:
+            daemon.backend.set_node_unschedulable(node.name, node.cordoned)
+
+
+def _judge_node(daemon: Daemon, node: Node, sick: dict[int, int], info: NodeInfo | None) -> None:
+    problem = ""
+    if not node.ready or not node.present:
+        problem = "NotReady" if node.present else "gone from the cluster"
+    elif node.pk in sick:
+        problem = f"GPU {sick[node.pk]} unhealthy"
+    if problem and not node.cordoned:
+        log.warning("cordoning node %s: %s", node.name, problem)
+        Node.objects.filter(pk=node.pk).update(
+            cordoned=True, cordoned_by=DAEMON, cordon_reason=problem
+        )
+    elif not problem and node.cordoned and node.cordoned_by == DAEMON:
+        log.info("node %s healthy again: uncordoning", node.name)
+        Node.objects.filter(pk=node.pk).update(cordoned=False, cordoned_by="", cordon_reason="")
+    if node.drain_requested:
+        jobs = set(
+            Allocation.objects.filter(node=node, ended_at__isnull=True).values_list(
+                "job_id", flat=True
+            )
+        )
+        why = node.cordon_reason or "drained"
+        transition_many(
+            [
+                Change(
+                    j,
+                    (S.ADMITTED, S.BINDING, S.RUNNING),
+                    S.PREEMPTED,
+                    kind="preempted",
+                    message=f"Stopped: node {node.name} is being drained ({why}).",
+                    reason=f"node {node.name} drained",
+                )
+                for j in jobs
+            ],
+            daemon.now_dt(),
+        )
+        Node.objects.filter(pk=node.pk).update(drain_requested=False)
+
+
+def autoscale(daemon: Daemon) -> int:
+    """Set each running inference job's replica target from the backend's load signal,
+    between its min and max replicas. Growth is placed by the engine (within quota, as
+    preemptible elastic replicas); shrinking stops the highest replicas first."""
+    load = getattr(daemon.backend, "inference_load", None)
+    if load is None:
+        return 0
+    rows = Job.objects.filter(job_type="inference", state=S.RUNNING).values(
+        "id", "replicas", "spec"
+    )
+    targets = {}
+    for row in rows:
+        low = row["spec"].get("min_replicas") or row["replicas"]
+        high = row["spec"].get("max_replicas") or low
+        want = max(low, min(high, math.ceil(load(row["id"]))))
+        if want != row["replicas"]:
+            targets[row["id"]] = want
+    if not targets:
+        return 0
+    with transaction.atomic():
+        daemon.lease.fence()
+        for job_id, want in targets.items():
+            Job.objects.filter(id=job_id, state=S.RUNNING).update(replicas=want)
+            Allocation.objects.filter(
+                job_id=job_id, replica__gte=want, ended_at__isnull=True, end_reason=""
+            ).update(end_reason="scaled down")
+    log.info("inference targets: %s", targets)
+    return len(targets)

@@ -1,0 +1,324 @@
+"""Reconcile, level-based: what the cluster reports wins.
+
+Called at the start of every cycle, when no claim of this daemon is in flight, so an
+`admitted` job found here was claimed by a daemon that died before committing its binds.
+
+1. Pods without an active allocation are orphans: reported and deleted.
+2. Allocations that are stopping (preempted, scaled down, an older attempt, a job that
+   ended): their pod is deleted; once it is gone the allocation is released.
+3. Each job holding allocations is judged on its pods: adopt a crashed claim (all pods exist:
+   bind the unbound ones) or release it; running when its pods run; succeeded when they
+   have; an attempt failed on a failed or vanished pod, a lost node or an unhealthy GPU
+   (retried per the job's policy); failed past its max runtime.
+4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import Count, Exists, OuterRef
+
+from scheduler.adapters import Change, release, transition_many
+from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
+from scheduler.daemon_apply import binder, call_with_retry, delete_pods
+from scheduler.models import FINAL_STATES, Allocation, AllocationDevice, Job, JobEvent, JobState
+
+if TYPE_CHECKING:
+    from scheduler.daemon import Daemon
+
+log = logging.getLogger("gantry.daemon")
+S = JobState
+F = FailureReason
+# Not the job's fault: retried whatever its policy, up to INFRA_ATTEMPTS attempts.
+INFRA = frozenset({F.NODE_LOST, F.EVICTED, F.PREEMPTED, F.REJECTED})
+INFRA_ATTEMPTS = 10
+# Retrying cannot help.
+FINAL = frozenset({F.DEADLINE_EXCEEDED, F.IMAGE_PULL})
+WHY = {
+    F.OOM_KILLED: "OOMKilled: a container ran out of memory",
+    F.EVICTED: "Evicted by the node (resource pressure)",
+    F.IMAGE_PULL: "image pull failure: the image could not be pulled",
+    F.CRASH_LOOP: "CrashLoopBackOff: the container keeps crashing",
+    F.DEADLINE_EXCEEDED: "deadline exceeded",
+    F.NODE_LOST: "node lost",
+    F.PREEMPTED: "preempted by the cluster",
+    F.REJECTED: "rejected by the kubelet",
+    F.ERROR: "the job exited with an error",
+}
+ALLOC_FIELDS = (
+    "id",
+    "job_id",
+    "attempt",
+    "replica",
+    "pod_name",
+    "namespace",
+    "elastic",
+    "end_reason",
+    "node__name",
+    "node__ready",
+    "node__present",
+    "bound_at",
+)
+
+
+@dataclass
+class Verdict:
+    """What reconcile decided for one job."""
+
+    start: bool = False  # binding -> running
+    adopt: list[tuple[str, str, str]] = field(default_factory=list)  # ns, pod, node to bind
+    adopted: bool = False
+    release_claim: bool = False
+    succeeded: bool = False
+    failure: tuple[FailureReason, str] | None = None
+
+
+@dataclass
+class ReconcileStats:
+    released: int = 0
+    orphans: int = 0
+    changed: int = 0
+
+
+def reconcile(daemon: Daemon) -> ReconcileStats:
+    stats = ReconcileStats()
+    pods = {p.name: p for p in daemon.backend.list_pods()}
+    allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
+    jobs = {
+        j["id"]: j
+        for j in Job.objects.filter(id__in={a["job_id"] for a in allocs}).values(
+            "id", "state", "attempt", "spec", "started_at", "max_runtime_s", "job_type"
+        )
+    }
+    bad_gpu = set(
+        AllocationDevice.objects.filter(
+            released=False, device__healthy=False, allocation__ended_at__isnull=True
+        ).values_list("allocation_id", flat=True)
+    )
+    now = daemon.now_dt()
+    known = {a["pod_name"] for a in allocs}
+    # 1. orphans
+    orphans = [
+        (p.namespace, p.name, 0) for p in pods.values() if p.name not in known and not p.deleting
+    ]
+    for _, name, _ in orphans:
+        log.warning("pod %s has no allocation: deleting it", name)
+    delete_pods(daemon, orphans)
+    stats.orphans = len(orphans)
+    # 2. stopping allocations; 3. judge the rest per job
+    live: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    to_release: list[int] = []
+    deletions: list[tuple[str, str, int]] = []
+    for a in allocs:
+        job = jobs[a["job_id"]]
+        stopping = (
+            a["end_reason"]
+            or a["attempt"] != job["attempt"]
+            or job["state"] in FINAL_STATES
+            or job["state"] == S.PREEMPTED
+        )
+        if not stopping:
+            live[a["job_id"]].append(a)
+            continue
+        pod = pods.get(a["pod_name"])
+        if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+            to_release.append(a["id"])
+        if pod is not None and not pod.deleting:
+            deletions.append((a["namespace"], a["pod_name"], 30))
+    verdicts = {
+        job_id: judge(jobs[job_id], group, pods, bad_gpu, now) for job_id, group in live.items()
+    }
+    for verdict in verdicts.values():
+        for namespace, name, node in verdict.adopt:
+            try:
+                call_with_retry(daemon, binder(daemon, namespace, name, node), "bind")
+            except (BackendError, BindConflict) as error:
+                log.warning("adopting pod %s failed: %s", name, error)
+                verdict.adopted, verdict.release_claim = False, True
+    delete_pods(daemon, deletions)
+    with transaction.atomic():
+        daemon.lease.fence()
+        stats.released = release(to_release, now, "pod gone")
+        stats.changed, ended = _apply(jobs, live, pods, verdicts, now)
+        stats.changed += _requeue_preempted(now)
+    delete_pods(
+        daemon,
+        [
+            (a["namespace"], a["pod_name"], 30)
+            for a in ended
+            if (p := pods.get(a["pod_name"])) is not None and not p.deleting
+        ],
+    )
+    return stats
+
+
+def judge(
+    job: Mapping[str, Any],
+    allocs: list[dict[str, Any]],
+    pods: Mapping[str, PodStatus],
+    bad_gpu: set[int],
+    now: datetime,
+) -> Verdict:
+    verdict = Verdict()
+    mine = [pods.get(a["pod_name"]) for a in allocs]
+    if job["state"] == S.ADMITTED:
+        if any(p is None for p in mine):
+            verdict.release_claim = True
+            return verdict
+        verdict.adopt = [
+            (a["namespace"], a["pod_name"], a["node__name"])
+            for a, p in zip(allocs, mine, strict=True)
+            if p is not None and p.node is None
+        ]
+        verdict.adopted = True
+        return verdict
+    for a, pod in zip(allocs, mine, strict=True):
+        if not a["node__ready"] or not a["node__present"]:
+            verdict.failure = (F.NODE_LOST, f"node {a['node__name']} is NotReady or gone")
+        elif a["id"] in bad_gpu:
+            verdict.failure = (F.NODE_LOST, f"a GPU of {a['node__name']} turned unhealthy")
+        elif pod is None:
+            verdict.failure = (F.NODE_LOST, f"pod {a['pod_name']} vanished")
+        elif pod.phase == PodPhase.FAILED:
+            verdict.failure = (pod.reason or F.ERROR, pod.message or "")
+        if verdict.failure:
+            return verdict
+    phases = [p.phase for p in mine if p is not None]
+    core = [
+        p.phase for a, p in zip(allocs, mine, strict=True) if p is not None and not a["elastic"]
+    ]
+    verdict.start = job["state"] == S.BINDING and any(
+        ph in (PodPhase.RUNNING, PodPhase.SUCCEEDED) for ph in phases
+    )
+    verdict.succeeded = bool(core) and all(ph == PodPhase.SUCCEEDED for ph in core)
+    limit, started = job["max_runtime_s"], job["started_at"]
+    if not verdict.succeeded and limit and started and now - started > timedelta(seconds=limit):
+        verdict.failure = (F.DEADLINE_EXCEEDED, f"ran longer than its max runtime of {limit} s")
+    return verdict
+
+
+def _apply(
+    jobs: Mapping[int, Any],
+    live: Mapping[int, list[dict[str, Any]]],
+    pods: Mapping[str, PodStatus],
+    verdicts: Mapping[int, Verdict],
+    now: datetime,
+) -> tuple[int, list[dict[str, Any]]]:
+    starts = [
+        Change(j, (S.BINDING,), S.RUNNING, message="Running: all pods started.")
+        for j, v in verdicts.items()
+        if v.start
+    ]
+    changed = transition_many(starts, now)
+    for job_id in changed:
+        jobs[job_id]["state"] = S.RUNNING
+    adopted = [j for j, v in verdicts.items() if v.adopted and not v.release_claim]
+    Allocation.objects.filter(job_id__in=adopted, ended_at__isnull=True).update(bound_at=now)
+    changes = [
+        Change(
+            j,
+            (S.ADMITTED,),
+            S.BINDING,
+            message="Bound: adopted pods of a claim whose scheduler stopped before recording them.",
+        )
+        for j in adopted
+    ]
+    failures = {j: v.failure for j, v in verdicts.items() if v.failure}
+    counts = dict(
+        JobEvent.objects.filter(job_id__in=list(failures), kind="attempt_failed")
+        .values_list("job_id")
+        .annotate(n=Count("id"))
+    )
+    ends: list[int] = []
+    for job_id, verdict in verdicts.items():
+        job = jobs[job_id]
+        if verdict.release_claim:
+            ends.append(job_id)
+            changes.append(
+                Change(
+                    job_id,
+                    (S.ADMITTED,),
+                    S.QUEUED,
+                    new_attempt=True,
+                    message="Claim released: the scheduler that made it stopped "
+                    "before its pods were created; back to the queue.",
+                    reason="claim released after a scheduler restart",
+                )
+            )
+        elif verdict.failure:
+            ends.append(job_id)
+            changes.append(_failure_change(job, *verdict.failure, counts.get(job_id, 0), now))
+        elif verdict.succeeded:
+            ends.append(job_id)
+            changes.append(Change(job_id, (S.RUNNING,), S.SUCCEEDED, message="Succeeded."))
+    done = transition_many(changes, now)
+    ended = [a for j in ends if j in done for a in live[j]]
+    finished = [
+        a["id"]
+        for a in ended
+        if (p := pods.get(a["pod_name"])) is None
+        or p.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+    ]
+    release(finished, now, "attempt ended")
+    stopping = [a["id"] for a in ended if a["id"] not in set(finished)]
+    Allocation.objects.filter(id__in=stopping).update(end_reason="attempt ended")
+    return len(changed) + len(done), ended
+
+
+def _failure_change(
+    job: Mapping[str, Any], reason: FailureReason, detail: str, failures: int, now: datetime
+) -> Change:
+    retry = (job["spec"] or {}).get("retry") or {}
+    limit, backoff = int(retry.get("limit", 0)), int(retry.get("backoff_s", 30))
+    why = WHY.get(reason, str(reason)) + (f" ({detail})" if detail else "")
+    infra = reason in INFRA and job["attempt"] + 1 < INFRA_ATTEMPTS
+    if reason not in FINAL and (infra or failures < limit):
+        delay = 0 if infra else min(3600, backoff * 2**failures)
+        tries = "" if infra else f" (retry {failures + 1} of {limit})"
+        return Change(
+            job["id"],
+            (S.BINDING, S.RUNNING),
+            S.QUEUED,
+            new_attempt=True,
+            not_before=now + timedelta(seconds=delay),
+            kind="attempt_failed",
+            message=f"Attempt {job['attempt']} failed: {why}; retrying in {delay} s{tries}.",
+            reason=f"attempt {job['attempt']} failed: {why}; retry in {delay} s",
+            data={"reason": str(reason)},
+        )
+    return Change(
+        job["id"],
+        (S.BINDING, S.RUNNING),
+        S.FAILED,
+        kind="attempt_failed",
+        message=f"Failed: {why}.",
+        reason=why,
+        data={"reason": str(reason)},
+    )
+
+
+def _requeue_preempted(now: datetime) -> int:
+    """Preempted jobs with nothing left running go back to the queue, attempt raised."""
+    holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
+    ids = list(
+        Job.objects.filter(state=S.PREEMPTED).exclude(Exists(holding)).values_list("id", "reason")
+    )
+    changes = [
+        Change(
+            i,
+            (S.PREEMPTED,),
+            S.QUEUED,
+            new_attempt=True,
+            reason=r,
+            message="Back in the queue after preemption.",
+        )
+        for i, r in ids
+    ]
+    return len(transition_many(changes, now))

@@ -1,0 +1,74 @@
+"""How the daemon waits between cycles: LISTEN/NOTIFY on PostgreSQL, a plain sleep otherwise.
+
+The triggers of migration 0003 NOTIFY `gantry_scheduler` when a job is queued or cancelled
+and when an allocation ends. The listening connection is separate from Django's (it must
+stay outside transactions). When it breaks, silently or not, the waiter still returns at the
+timeout (the polling fallback) and reconnects on the next wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from django.db import connection
+
+log = logging.getLogger("gantry.daemon")
+CHANNEL = "gantry_scheduler"
+
+
+class Waiter:
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self.stop = stop or threading.Event()
+        self.listen = connection.vendor == "postgresql"
+        self._conn: Any = None
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("server_side_binding", None)
+        conn = psycopg.connect(**params, autocommit=True)
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def backend_pid(self) -> int | None:
+        return self._conn.info.backend_pid if self._conn is not None else None
+
+    def wait(self, timeout_s: float) -> str:
+        """Block until a notification, `stop`, or the timeout. Returns "notify", "stop",
+        "timeout" or "error" (the listener broke; it reconnects next time)."""
+        if timeout_s <= 0:
+            return "timeout"
+        if not self.listen:
+            return "stop" if self.stop.wait(timeout_s) else "timeout"
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            # Short slices so that SIGTERM (the stop event) is honoured promptly.
+            slice_s = min(timeout_s, 0.5)
+            waited = 0.0
+            while waited < timeout_s:
+                if self.stop.is_set():
+                    return "stop"
+                got = list(
+                    self._conn.notifies(timeout=min(slice_s, timeout_s - waited), stop_after=50)
+                )
+                if got:
+                    return "notify"
+                waited += slice_s
+            return "timeout"
+        except Exception as error:
+            log.warning("LISTEN connection failed (%s); polling until it reconnects", error)
+            self.close()
+            return "error"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection
+                self._conn.close()
+            self._conn = None

@@ -1,0 +1,248 @@
+"""Node services: inventory sync from the cluster backend, admin cordon/drain/uncordon,
+simulated failures, and the node agent's GPU health reports.
+
+Admins only record what they want (`cordoned`, `drain_requested`, `sim_failed`); the daemon,
+the only process that talks to the cluster, applies it on its next cycle.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from common.errors import ConflictError
+from scheduler.backends.base import NodeInfo
+from scheduler.models import GpuDevice, Node
+from tenants import access
+
+log = logging.getLogger("gantry.nodes")
+
+# XIDs that mean the device needs a reset or replacement (NVIDIA's XID catalogue):
+# 48 double-bit ECC, 62/64/74 internal/NVLink, 79 fell off the bus, 92-95 ECC/contained errors.
+FATAL_XIDS = frozenset({48, 62, 64, 74, 79, 92, 94, 95})
+DAEMON = "daemon"
+ADMIN = "admin"
+
+
+def _audit(**kwargs: Any) -> None:
+    """Record in the audit log when the tenants app provides one."""
+    try:
+        module = importlib.import_module("tenants.audit")
+    except ImportError:  # pragma: no cover - the audit app is optional here
+        log.info("node action %s by %s", kwargs.get("action"), kwargs.get("actor"))
+        return
+    module.audit_record(tenant=None, **kwargs)
+
+
+# --- inventory ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SyncResult:
+    created: int = 0
+    updated: int = 0
+    vanished: int = 0
+
+
+def _node_fields(info: NodeInfo) -> dict[str, Any]:
+    return {
+        "flavor": info.flavor,
+        "pool": info.labels.get("gantry.io/pool", "default"),
+        "cpu_milli": info.cpu_milli,
+        "memory_mib": info.memory_mib,
+        "rdma": info.rdma,
+        "labels": dict(info.labels),
+        "taints": [list(t) for t in info.taints],
+        "ready": info.ready,
+        "present": True,
+    }
+
+
+@transaction.atomic
+def node_sync(infos: Sequence[NodeInfo], *, complete: bool = True) -> SyncResult:
+    """Upsert `infos` (nodes and their devices). With `complete`, nodes the cluster no longer
+    lists are marked absent and not ready. Bounded queries whatever the node count."""
+    result = SyncResult()
+    existing = {n.name: n for n in Node.objects.all()}
+    new = [Node(name=i.name, **_node_fields(i)) for i in infos if i.name not in existing]
+    Node.objects.bulk_create(new, batch_size=2000)
+    result.created = len(new)
+    changed = []
+    for info in infos:
+        node = existing.get(info.name)
+        fields = _node_fields(info)
+        if node is not None and any(getattr(node, k) != v for k, v in fields.items()):
+            for key, value in fields.items():
+                setattr(node, key, value)
+            changed.append(node)
+    if complete:
+        listed = {i.name for i in infos}
+        for name, node in existing.items():
+            if name not in listed and node.present:
+                node.present, node.ready = False, False
+                changed.append(node)
+                result.vanished += 1
+    Node.objects.bulk_update(
+        changed,
+        [*_node_fields(infos[0]).keys()] if infos else ["present", "ready"],
+        batch_size=2000,
+    )
+    result.updated = len(changed) - result.vanished
+    _sync_devices(infos)
+    return result
+
+
+def _sync_devices(infos: Iterable[NodeInfo]) -> None:
+    ids = dict(Node.objects.values_list("name", "id"))
+    have = {(d.node_id, d.index): d for d in GpuDevice.objects.filter(node_id__in=ids.values())}
+    new, changed = [], []
+    for info in infos:
+        node_id = ids[info.name]
+        for gpu in info.gpus:
+            device = have.get((node_id, gpu.index))
+            if device is None:
+                new.append(
+                    GpuDevice(
+                        node_id=node_id,
+                        index=gpu.index,
+                        uuid=gpu.uuid,
+                        model=info.flavor,
+                        memory_mib=gpu.memory_mib,
+                        healthy=gpu.healthy,
+                    )
+                )
+            elif device.memory_mib != gpu.memory_mib or (not gpu.healthy and device.healthy):
+                device.memory_mib = gpu.memory_mib
+                if not gpu.healthy:
+                    device.healthy, device.health_reason = (
+                        False,
+                        "reported unhealthy by the cluster",
+                    )
+                changed.append(device)
+    GpuDevice.objects.bulk_create(new, batch_size=5000)
+    GpuDevice.objects.bulk_update(changed, ["memory_mib", "healthy", "health_reason"])
+
+
+# --- admin actions -----------------------------------------------------------------------------
+
+
+def _require_platform_admin(user: Any) -> None:
+    if not access.grants_for(user).platform_admin:
+        raise PermissionDenied("Only platform admins manage nodes.")
+
+
+def _change(user: Any, node: Node, action: str, **fields: Any) -> Node:
+    _require_platform_admin(user)
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        before = {k: getattr(locked, k) for k in fields}
+        for key, value in fields.items():
+            setattr(locked, key, value)
+        locked.save(update_fields=[*fields, "updated_at"])
+        _audit(actor=user, action=action, target=locked, before=before, after=fields)
+    return locked
+
+
+def node_cordon(*, user: Any, node: Node, reason: str = "") -> Node:
+    """No new placements on `node`; what runs there keeps running."""
+    text = reason or f"cordoned by {user.get_username()}"
+    return _change(
+        user, node, "node.cordon", cordoned=True, cordoned_by=ADMIN, cordon_reason=text[:300]
+    )
+
+
+def node_drain(*, user: Any, node: Node, reason: str = "") -> Node:
+    """Cordon, and have the daemon stop every job on the node (requeued per their policy)."""
+    text = reason or f"drained by {user.get_username()}"
+    return _change(
+        user,
+        node,
+        "node.drain",
+        cordoned=True,
+        cordoned_by=ADMIN,
+        cordon_reason=text[:300],
+        drain_requested=True,
+    )
+
+
+def node_uncordon(*, user: Any, node: Node) -> Node:
+    if not node.ready:
+        raise ConflictError(
+            f"Node {node.name} is NotReady; it cannot be uncordoned until it heals."
+        )
+    return _change(
+        user,
+        node,
+        "node.uncordon",
+        cordoned=False,
+        cordoned_by="",
+        cordon_reason="",
+        drain_requested=False,
+    )
+
+
+def node_set_failed(*, user: Any, node: Node, failed: bool) -> Node:
+    """Simulated cluster only: fail or heal the node (the daemon applies it)."""
+    return _change(user, node, "node.fail" if failed else "node.heal", sim_failed=failed)
+
+
+# --- GPU health reports --------------------------------------------------------------------------
+
+
+def can_report(user: Any) -> bool:
+    return bool(
+        access.grants_for(user).platform_admin or user.has_perm("scheduler.report_gpu_health")
+    )
+
+
+def _verdict(gpu: dict[str, Any]) -> tuple[bool, str]:
+    fatal = sorted(set(gpu.get("xid_errors") or []) & FATAL_XIDS)
+    if fatal:
+        return False, f"XID {', '.join(map(str, fatal))}"
+    if gpu.get("ecc_uncorrected", 0) > 0:
+        return False, f"{gpu['ecc_uncorrected']} uncorrected ECC errors"
+    if not gpu.get("healthy", True):
+        return False, "reported unhealthy by the node agent"
+    return True, ""
+
+
+@transaction.atomic
+def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[str, Any]]) -> Node:
+    """Record the node agent's readings. A device turns unhealthy on a fatal XID, an
+    uncorrected ECC error or the agent's own verdict, and stays so until an admin heals it
+    (a healthy reading does not clear it: XIDs are one-off events)."""
+    if not can_report(user):
+        raise PermissionDenied("Only node agents and platform admins post GPU reports.")
+    now = timezone.now()
+    devices = {d.index: d for d in GpuDevice.objects.select_for_update().filter(node=node)}
+    for gpu in gpus:
+        device = devices.get(gpu["index"]) or GpuDevice(node=node, index=gpu["index"])
+        healthy, reason = _verdict(gpu)
+        device.uuid, device.model = gpu["uuid"], gpu["name"]
+        device.memory_mib = gpu["memory_total_mib"]
+        device.memory_used_mib = gpu["memory_used_mib"]
+        device.utilization_pct, device.temperature_c = gpu["utilization_pct"], gpu["temperature_c"]
+        device.ecc_uncorrected, device.xid_errors = gpu["ecc_uncorrected"], gpu["xid_errors"]
+        device.reported_at = now
+        if not healthy:
+            device.healthy, device.health_reason = False, reason
+        device.save()
+    Node.objects.filter(pk=node.pk).update(driver_version=driver_version, last_report_at=now)
+    node.refresh_from_db()
+    return node
+
+
+def gpu_heal(*, user: Any, node: Node) -> Node:
+    """An admin declares the node's devices healthy again (after a reset or replacement)."""
+    _require_platform_admin(user)
+    with transaction.atomic():
+        GpuDevice.objects.filter(node=node).update(healthy=True, health_reason="")
+        _audit(actor=user, action="node.gpu_heal", target=node, before=None, after=None)
+    return node
