@@ -19,13 +19,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-## run: migrate, seed the demo organisation, start a Celery worker and the web server.
+## run: migrate, seed the demo organisation, start a Celery worker, the scheduler daemon
+## (simulated cluster of the demo inventory, demo load on) and the web server.
 run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	@echo "Gantry on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
 	@trap 'kill 0' EXIT INT TERM; \
 	  $(VENV)/bin/celery -A config worker --loglevel=INFO --concurrency=2 --pool=threads & \
+	  $(PY) manage.py run_scheduler & \
 	  $(PY) manage.py runserver $(HOST):$(PORT)
 
 ## services: PostgreSQL and Redis for the test suite, started when they are down.
