@@ -262,7 +262,9 @@ class RoleForm(forms.Form):
 class QuotaForm(forms.Form):
     """Quota in GPUs (decimals allowed for shares); the service stores milli-GPU."""
 
-    flavor = forms.ModelChoiceField(queryset=ResourceFlavor.objects.all(), to_field_name="name")
+    flavor = forms.ModelChoiceField(
+        label="GPU model", queryset=ResourceFlavor.objects.all(), to_field_name="name"
+    )
     guaranteed = forms.DecimalField(label="Guaranteed (GPUs)", min_value=0, decimal_places=3)
     limit = forms.DecimalField(label="Limit (GPUs)", min_value=0, decimal_places=3)
     lend_limit = forms.DecimalField(

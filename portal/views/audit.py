@@ -36,13 +36,13 @@ def _require_audit_reader(user: Any) -> None:
 
 def _filtered(request: HttpRequest) -> tuple[AuditFilterForm, QuerySet[AuditEntry]]:
     """Entries the user may read, narrowed by the filters; a foreign tenant id is a 404."""
+    tenant_id = request.GET.get("tenant")
+    tenant = access.access_tenant(request.user, tenant_id) if tenant_id else None
     _require_audit_reader(request.user)
     tenants = list(access.tenants_visible(request.user).order_by("path"))
     form = AuditFilterForm(request.GET or None, tenants=tenants)
     rows = audit_list_visible(request.user).select_related("tenant")
-    tenant_id = request.GET.get("tenant")
-    if tenant_id:
-        tenant = access.access_tenant(request.user, tenant_id)
+    if tenant is not None:
         rows = rows.filter(tenant__path__startswith=tenant.path)
     if form.is_bound and form.is_valid():
         data = form.cleaned_data

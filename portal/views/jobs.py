@@ -92,6 +92,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
     projects = _submittable_projects(request.user)
     if not projects:
         raise PermissionDenied("You are not a member of any team that can submit jobs.")
+    if request.method == "POST" and request.POST.get("project"):
+        access.access_project(request.user, request.POST["project"])  # a foreign id is a 404
     form = JobSubmitForm(request.POST or None, projects=projects)
     if request.method == "GET":
         form.apply_type_defaults(request.GET.get("type", JobType.TRAINING))

@@ -1,0 +1,270 @@
+"""Walk every portal route, found from `portal.urls`, as every persona, aimed at another team.
+
+A route added without an entry in ROUTES fails `test_every_portal_route_is_covered`, so a new
+page or partial cannot escape these checks. For each persona the "foreign" team is one they
+hold no role in: every id of it is a 404 on every route and method (405 where the method is
+not served at all), every filter naming it is a 404, no page shows its marker, and nothing
+of it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.urls import URLPattern, reverse
+
+from portal import urls as portal_urls
+from scheduler.models import Job
+from tenants.models import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    AuditEntry,
+    Membership,
+    PriorityDefault,
+    Quota,
+)
+from tests.portal.conftest import TeamObjects, World
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way to aim a route at the foreign team.
+
+    `kwargs(foreign, own)` fills the URL; `query` is a filter naming the foreign team (the
+    route is then a list that must refuse it); `body` is what a POST sends.
+    """
+
+    kwargs: Callable[[TeamObjects, TeamObjects], dict[str, Any]] | None = None
+    query: Callable[[TeamObjects], dict[str, Any]] | None = None
+    body: Callable[[World, TeamObjects], dict[str, Any]] | None = None
+
+
+def _tenant(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
+    return {"pk": foreign.tenant.pk}
+
+
+def _job(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
+    return {"pk": foreign.queued.pk}
+
+
+QUOTA_BODY = {"flavor": "A100-40GB", "guaranteed": "1", "limit": "1", "weight": "1"}
+POLICY_BODY = {"rule": "gpus_over", "threshold": "1", "applies_to_jobs": "on"}
+
+# route name -> the cases that aim it at the foreign team. Lists without ids are walked for
+# leaks; their filters naming a foreign object must be a 404.
+ROUTES: dict[str, list[Case]] = {
+    "login": [],
+    "logout": [],
+    "home": [],
+    "tenants": [],
+    "approvals": [],
+    "approval-history": [],
+    "jobs": [Case(query=lambda t: {"project": t.queued.project_id})],
+    "job-rows": [Case(query=lambda t: {"project": t.queued.project_id})],
+    "job-new": [
+        Case(
+            body=lambda w, t: {
+                "project": t.queued.project_id,
+                "job_type": "training",
+                "name": "intruder",
+                "image": "pytorch/pytorch:2.4",
+                "command": "python x.py",
+                "replicas": 1,
+                "gpus": 1,
+                "cpu_milli": 1000,
+                "memory_mib": 1024,
+                "retry_limit": 0,
+                "idempotency_key": "k1",
+            }
+        )
+    ],
+    "audit": [Case(query=lambda t: {"tenant": t.tenant.pk})],
+    "audit-export": [Case(query=lambda t: {"tenant": t.tenant.pk})],
+    "job-detail": [Case(kwargs=_job)],
+    "job-status": [Case(kwargs=_job)],
+    "job-cancel": [
+        Case(kwargs=_job, body=lambda w, t: {"reason": "intrusion"}),
+        Case(kwargs=lambda t, o: {"pk": t.pending.pk}, body=lambda w, t: {}),
+    ],
+    "tenant-detail": [Case(kwargs=_tenant)],
+    "tenant-members": [
+        Case(kwargs=_tenant, body=lambda w, t: {"username": "alice", "role": "admin"})
+    ],
+    "tenant-member-role": [
+        Case(
+            kwargs=lambda t, o: {"pk": t.tenant.pk, "membership_pk": t.membership.pk},
+            body=lambda w, t: {"role": "admin"},
+        ),
+        # the user's own tenant with the foreign team's membership id
+        Case(
+            kwargs=lambda t, o: {"pk": o.tenant.pk, "membership_pk": t.membership.pk},
+            body=lambda w, t: {"role": "admin"},
+        ),
+    ],
+    "tenant-member-remove": [
+        Case(
+            kwargs=lambda t, o: {"pk": t.tenant.pk, "membership_pk": t.membership.pk},
+            body=lambda w, t: {},
+        ),
+        Case(
+            kwargs=lambda t, o: {"pk": o.tenant.pk, "membership_pk": t.membership.pk},
+            body=lambda w, t: {},
+        ),
+    ],
+    "tenant-quotas": [Case(kwargs=_tenant, body=lambda w, t: QUOTA_BODY)],
+    "tenant-priorities": [
+        Case(
+            kwargs=_tenant, body=lambda w, t: {"job_type": "training", "priority_class": "critical"}
+        )
+    ],
+    "tenant-policies": [Case(kwargs=_tenant, body=lambda w, t: POLICY_BODY)],
+    "tenant-policy-delete": [
+        Case(
+            kwargs=lambda t, o: {"pk": t.tenant.pk, "policy_pk": t.policy.pk}, body=lambda w, t: {}
+        ),
+        Case(
+            kwargs=lambda t, o: {"pk": o.tenant.pk, "policy_pk": t.policy.pk}, body=lambda w, t: {}
+        ),
+    ],
+    "approval-decide": [
+        Case(
+            kwargs=lambda t, o: {"pk": t.request.pk},
+            body=lambda w, t: {"decision": "approve", "comment": "ok"},
+        )
+    ],
+}
+# Routes without tenant data: only the leak check applies.
+NO_TENANT_DATA = {"login", "logout"}
+
+# persona -> (the team whose objects they must never see, a team they do see)
+PERSONAS = {
+    "alice": ("bravo", "alpha"),  # member of team-alpha
+    "bob-bravo": ("alpha", "bravo"),  # member of team-bravo
+    "tina": ("bravo", "alpha"),  # admin of team-alpha
+    "dana": ("charlie", "alpha"),  # admin of research (alpha and bravo)
+    "chris": ("alpha", "charlie"),  # member of team-charlie
+}
+
+
+def portal_route_names() -> list[str]:
+    return [p.name for p in portal_urls.urlpatterns if isinstance(p, URLPattern) and p.name]
+
+
+def test_every_portal_route_is_covered() -> None:
+    names = portal_route_names()
+    assert len(names) >= 20, names
+    missing = [name for name in names if name not in ROUTES]
+    assert not missing, f"portal routes without an isolation entry: {missing}"
+    stale = [name for name in ROUTES if name not in names]
+    assert not stale, f"isolation entries for routes that no longer exist: {stale}"
+    with_ids = [p.name for p in portal_urls.urlpatterns if p.pattern.converters]
+    assert all(any(c.kwargs for c in ROUTES[name]) for name in with_ids), with_ids
+
+
+def state_of_everything() -> dict[str, Any]:
+    """Every row a forged request could touch, to compare before and after the walk."""
+    return {
+        "jobs": sorted(Job.objects.values_list("pk", "state", "name")),
+        "memberships": sorted(Membership.objects.values_list("pk", "tenant_id", "role")),
+        "quotas": sorted(Quota.objects.values_list("pk", "guaranteed_milli", "limit_milli")),
+        "defaults": sorted(PriorityDefault.objects.values_list("pk", "priority_class_id")),
+        "policies": sorted(ApprovalPolicy.objects.values_list("pk", "rule", "threshold")),
+        "requests": sorted(ApprovalRequest.objects.values_list("pk", "state")),
+        "audit": AuditEntry.objects.count(),
+    }
+
+
+def _content(response: Any) -> str:
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode()
+    return response.content.decode()
+
+
+@pytest.mark.parametrize("persona", sorted(PERSONAS))
+def test_portal_isolation_walk(persona: str, world: World, web_for: Any) -> None:
+    foreign_key, own_key = PERSONAS[persona]
+    foreign, own = world.teams[foreign_key], world.teams[own_key]
+    marker = foreign_key  # every name of the foreign team contains it
+    client = web_for(persona)
+    before = state_of_everything()
+    checked = 0
+    for name, cases in ROUTES.items():
+        if not cases:
+            # a page without ids: it renders (or refuses) without the foreign team's data
+            if name == "logout":
+                continue
+            response = client.get(reverse(f"portal:{name}"))
+            assert response.status_code in (200, 302, 403), (name, response.status_code)
+            assert marker not in _content(response).lower(), f"{name} shows {marker}"
+            checked += 1
+            continue
+        for case in cases:
+            url = reverse(
+                f"portal:{name}", kwargs=case.kwargs(foreign, own) if case.kwargs else None
+            )
+            query = case.query(foreign) if case.query else {}
+            for method in ("get", "post"):
+                if method == "post" and case.body is None and not case.kwargs:
+                    continue
+                body = case.body(world, foreign) if case.body and method == "post" else {}
+                if method == "get":
+                    response = client.get(url, query)
+                else:
+                    response = client.post(url + _qs(query), body)
+                if case.kwargs or query or method == "post":
+                    expected = (404, 405) if case.kwargs else (404,)
+                    if name == "job-new" and method == "get":
+                        continue
+                    assert response.status_code in expected, (name, method, response.status_code)
+                assert marker not in _content(response).lower(), f"{name} {method} shows {marker}"
+                checked += 1
+    assert checked >= 40
+    assert state_of_everything() == before, "a forged request changed something"
+
+
+def _qs(query: dict[str, Any]) -> str:
+    return "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
+
+
+@pytest.mark.parametrize("persona", sorted(PERSONAS))
+def test_lists_show_own_team_but_never_the_foreign_one(
+    persona: str, world: World, web_for: Any
+) -> None:
+    """The same pages do show the persona's own team: the walk above is not vacuous."""
+    foreign_key, own_key = PERSONAS[persona]
+    client = web_for(persona)
+    jobs = client.get(reverse("portal:jobs")).content.decode()
+    assert f"small-team-{own_key}" in jobs
+    assert foreign_key not in jobs
+    rows = client.get(reverse("portal:job-rows"), HTTP_HX_REQUEST="true").content.decode()
+    assert f"small-team-{own_key}" in rows and "<html" not in rows
+    detail = client.get(reverse("portal:job-detail", kwargs={"pk": world.teams[own_key].queued.pk}))
+    assert detail.status_code == 200
+
+
+def test_finance_and_platform_admin_see_every_team(world: World, web_for: Any) -> None:
+    for persona in ("carol", "pat"):
+        jobs = web_for(persona).get(reverse("portal:jobs")).content.decode()
+        assert all(f"small-team-{team}" in jobs for team in ("alpha", "bravo", "charlie"))
+
+
+def test_job_new_post_to_a_foreign_project_creates_nothing(world: World, web_for: Any) -> None:
+    body = {
+        "project": world.teams["bravo"].queued.project_id,
+        "job_type": "training",
+        "name": "intruder",
+        "image": "pytorch/pytorch:2.4",
+        "command": "python x.py",
+        "replicas": 1,
+        "gpus": 1,
+        "cpu_milli": 1000,
+        "memory_mib": 1024,
+        "retry_limit": 0,
+        "idempotency_key": "intruder-1",
+    }
+    response = web_for("alice").post(reverse("portal:job-new"), body)
+    assert response.status_code == 404
+    assert not Job.objects.filter(name="intruder").exists()
