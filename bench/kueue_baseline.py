@@ -36,8 +36,11 @@ CLASSES = {
     "large": (50, 4, 5, 1.0, 1.2, 200),
 }
 LOWER_BOUND_S = 66.0
-KUEUE = {"makespan_s": 351.0, "admission_mean_s": {"small": 215.0, "medium": 77.0,
-         "large": 16.5}, "usage_pct": 55.9}  # fmt: skip
+KUEUE = {
+    "makespan_s": 351.0,
+    "admission_mean_s": {"small": 215.0, "medium": 77.0, "large": 16.5},
+    "usage_pct": 55.9,
+}
 
 
 def cluster() -> Cluster:
@@ -61,9 +64,13 @@ def workload() -> list[WorkloadJob]:
         for name, (count, gpus, replicas, duration, interval, _) in CLASSES.items():
             for i in range(count):
                 request = JobRequest(
-                    f"{team}-{name}-{i}", team, name, Resources(gpu_milli=gpus * 1000),
-                    replicas, user=team,
-                )  # fmt: skip
+                    f"{team}-{name}-{i}",
+                    team,
+                    name,
+                    Resources(gpu_milli=gpus * 1000),
+                    replicas,
+                    user=team,
+                )
                 jobs.append(WorkloadJob(request, round(i * interval, 6), duration))
     return jobs
 

@@ -48,6 +48,7 @@ class _Track:
     preemptions: int = 0
     gpu_s: float = 0.0
     epoch: int = 0  # bumps on every stop, so stale END/FAIL events are ignored
+    reason: str = ""  # the latest cycle's wait reason, while it waits
 
 
 def simulate(
@@ -73,8 +74,9 @@ class Simulation:
     ) -> None:
         self.cluster, self.profile, self.config = cluster, profile, config
         self.nodes = {n.name: n for n in cluster.nodes}
-        self.tracks = {w.request.id: _Track(w, replace(w.request, submitted_at=w.arrival_s))
-                       for w in workload}  # fmt: skip
+        self.tracks = {
+            w.request.id: _Track(w, replace(w.request, submitted_at=w.arrival_s)) for w in workload
+        }
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, RunningJob] = {}
         self.events: list[tuple[float, int, int, str, int]] = []
@@ -173,6 +175,8 @@ class Simulation:
         for placement in result.placements:
             self._start(placement)
         self._last_cycle_idle = not result.placements and not result.preemptions
+        for waiting in result.waiting:
+            self.tracks[waiting.job_id].reason = waiting.message
         self._note_fragmentation(result)
         self._note_allocation()
 
@@ -184,9 +188,14 @@ class Simulation:
         running = tuple(self._with_checkpoint(r) for r in self.running.values())
         c = self.cluster
         return Snapshot(
-            self.now, tuple(self.nodes.values()), c.tenants, c.priority_classes,
-            running, tuple(self.pending.values()), dict(self.decayed),
-        )  # fmt: skip
+            self.now,
+            tuple(self.nodes.values()),
+            c.tenants,
+            c.priority_classes,
+            running,
+            tuple(self.pending.values()),
+            dict(self.decayed),
+        )
 
     def _with_checkpoint(self, running: RunningJob) -> RunningJob:
         if not running.job.checkpointable:
@@ -219,7 +228,7 @@ class Simulation:
         self.running[job.id] = RunningJob(
             job, placement.flavor, placement.assignments, self.now, preempted=placement.preempted
         )
-        track.state = "running"
+        track.state, track.reason = "running", ""
         if track.first_start is None:
             track.first_start = self.now
         remaining = max(0.0, track.spec.duration_s - track.done_s)
@@ -278,8 +287,9 @@ class Simulation:
 
     def _requeue(self, job_id: str, *, not_before: float) -> None:
         track = self.tracks[job_id]
-        track.request = replace(track.request, attempt=track.request.attempt + 1,
-                                not_before=not_before)  # fmt: skip
+        track.request = replace(
+            track.request, attempt=track.request.attempt + 1, not_before=not_before
+        )
         track.state = "pending"
         self.pending[job_id] = track.request
 
@@ -344,14 +354,24 @@ class Simulation:
         )
 
     def _entitlements(self) -> dict[str, float]:
-        return {t.name: float(sum(q.guaranteed for q in t.quotas.values()))
-                for t in self.cluster.tenants}  # fmt: skip
+        return {
+            t.name: float(sum(q.guaranteed for q in t.quotas.values()))
+            for t in self.cluster.tenants
+        }
 
     def _outcome(self, track: _Track) -> JobOutcome:
         request = track.request
         state = track.state if track.state in ("succeeded", "failed") else "unfinished"
         return JobOutcome(
-            request.id, request.tenant, request.priority_class, track.spec.arrival_s,
-            track.first_start, track.end, state, request.attempt + 1, track.preemptions,
+            request.id,
+            request.tenant,
+            request.priority_class,
+            track.spec.arrival_s,
+            track.first_start,
+            track.end,
+            state,
+            request.attempt + 1,
+            track.preemptions,
             track.gpu_s,
-        )  # fmt: skip
+            track.reason,
+        )

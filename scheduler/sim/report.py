@@ -38,7 +38,8 @@ class Percentiles:
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
-    """One job's story. ``state``: succeeded, failed (gave up retrying) or unfinished."""
+    """One job's story. ``state``: succeeded, failed (gave up retrying) or unfinished;
+    ``reason``: why it still waited at the end (empty once it ran)."""
 
     id: str
     tenant: str
@@ -50,6 +51,7 @@ class JobOutcome:
     attempts: int
     preemptions: int
     gpu_s: float
+    reason: str = ""
 
     @property
     def wait_s(self) -> float | None:

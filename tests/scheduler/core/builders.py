@@ -55,9 +55,19 @@ def make_node(
 ) -> Node:
     labels = {k: v for k, v in ((LABEL_NVLINK_DOMAIN, domain), (LABEL_RACK, rack)) if v}
     return Node.with_gpus(
-        name, model, gpus, gpu_memory_mib, cpu, memory, rdma=rdma, pool=pool, labels=labels,
-        taints=tuple(taints), healthy=healthy, cordoned=cordoned,
-    )  # fmt: skip
+        name,
+        model,
+        gpus,
+        gpu_memory_mib,
+        cpu,
+        memory,
+        rdma=rdma,
+        pool=pool,
+        labels=labels,
+        taints=tuple(taints),
+        healthy=healthy,
+        cordoned=cordoned,
+    )
 
 
 def make_job(
@@ -86,11 +96,23 @@ def make_job(
     """``gpus`` per replica: whole (``4``) or a share (``0.5``)."""
     resources = Resources(round(gpus * GPU), gpu_memory_mib, cpu, memory, rdma)
     return JobRequest(
-        job_id, tenant, priority, resources, replicas, user=user, kind=kind,
-        min_replicas=min_replicas, flavors=tuple(flavors), pools=tuple(pools),
-        tolerations=tuple(tolerations), submitted_at=submitted_at, max_runtime_s=runtime,
-        checkpointable=checkpointable, not_before=not_before, attempt=attempt,
-    )  # fmt: skip
+        job_id,
+        tenant,
+        priority,
+        resources,
+        replicas,
+        user=user,
+        kind=kind,
+        min_replicas=min_replicas,
+        flavors=tuple(flavors),
+        pools=tuple(pools),
+        tolerations=tuple(tolerations),
+        submitted_at=submitted_at,
+        max_runtime_s=runtime,
+        checkpointable=checkpointable,
+        not_before=not_before,
+        attempt=attempt,
+    )
 
 
 def make_running(
@@ -107,11 +129,13 @@ def make_running(
     per_device = GPU if res.gpu_milli >= GPU else res.gpu_milli
     assignments = tuple(
         ReplicaAssignment(
-            r, node, tuple(DeviceShare(d, per_device, res.gpu_memory_mib or 81920) for d in devs),
+            r,
+            node,
+            tuple(DeviceShare(d, per_device, res.gpu_memory_mib or 81920) for d in devs),
             elastic=elastic_from is not None and r >= elastic_from,
         )
         for r, (node, devs) in enumerate(placements)
-    )  # fmt: skip
+    )
     return RunningJob(job, flavor, assignments, started_at, last_checkpoint_at, tuple(preempted))
 
 
@@ -133,8 +157,14 @@ def make_tenants(
             None if name not in lend else round(lend[name] * GPU),
         )
         cap = caps.get(name)
-        out.append(Tenant(name, parent, {flavor: quota},
-                          max_gpu_milli_per_user=None if cap is None else round(cap * GPU)))  # fmt: skip
+        out.append(
+            Tenant(
+                name,
+                parent,
+                {flavor: quota},
+                max_gpu_milli_per_user=None if cap is None else round(cap * GPU),
+            )
+        )
     return tuple(out)
 
 
@@ -150,9 +180,14 @@ def snapshot(
     if tenants is None:
         tenants = make_tenants(("team-a", 64, None), ("team-b", 64, None))
     return Snapshot(
-        now, tuple(nodes), tuple(tenants), CLASSES, tuple(running), tuple(pending),
+        now,
+        tuple(nodes),
+        tuple(tenants),
+        CLASSES,
+        tuple(running),
+        tuple(pending),
         decayed or {},
-    )  # fmt: skip
+    )
 
 
 def cycle(snap: Snapshot, profile: Profile = BEST_FIT) -> CycleResult:

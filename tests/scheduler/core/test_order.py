@@ -30,15 +30,27 @@ def order_of(result, ids):
 @pytest.mark.parametrize(
     ("jobs", "first"),
     [
-        pytest.param([make_job("n", priority="normal", submitted_at=0),
-                      make_job("h", priority="high", submitted_at=500)], "h", id="priority-before-age"),
-        pytest.param([make_job("late", submitted_at=500), make_job("early", submitted_at=100)],
-                     "early", id="older-first"),
+        pytest.param(
+            [
+                make_job("n", priority="normal", submitted_at=0),
+                make_job("h", priority="high", submitted_at=500),
+            ],
+            "h",
+            id="priority-before-age",
+        ),
+        pytest.param(
+            [make_job("late", submitted_at=500), make_job("early", submitted_at=100)],
+            "early",
+            id="older-first",
+        ),
         # team-a already runs 1 GPU on n0: team-b has the lower share and goes first
-        pytest.param([make_job("a", "team-a", submitted_at=0), make_job("b", "team-b", submitted_at=10)],
-                     "b", id="fair-share-before-age"),
+        pytest.param(
+            [make_job("a", "team-a", submitted_at=0), make_job("b", "team-b", submitted_at=10)],
+            "b",
+            id="fair-share-before-age",
+        ),
     ],
-)  # fmt: skip
+)
 def test_who_goes_first(jobs, first):
     running = [make_running(make_job("busy", "team-a", gpus=7), ("n0", range(7)))]
     result = cycle(snapshot([make_node("n0")], jobs, running))

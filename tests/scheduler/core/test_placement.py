@@ -71,8 +71,9 @@ FILTERS = [
 ]
 
 
-@pytest.mark.parametrize(("nodes", "job", "expected"), [c[1:] for c in FILTERS],
-                         ids=[c[0] for c in FILTERS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("nodes", "job", "expected"), [c[1:] for c in FILTERS], ids=[c[0] for c in FILTERS]
+)
 def test_filters(nodes, job, expected):
     result = cycle(snapshot(nodes, [job]))
     if expected is None:
@@ -126,8 +127,12 @@ def test_gang_is_all_or_nothing():
     )
     assert result.placement_for("g") is None
     # and the capacity the gang tried stays free for the next job
-    result = cycle(snapshot([make_node("n1"), make_node("n2")],
-                            [make_job("g", gpus=8, replicas=3), make_job("k", gpus=8, submitted_at=5)]))  # fmt: skip
+    result = cycle(
+        snapshot(
+            [make_node("n1"), make_node("n2")],
+            [make_job("g", gpus=8, replicas=3), make_job("k", gpus=8, submitted_at=5)],
+        )
+    )
     assert result.placement_for("k") is not None
 
 
@@ -137,13 +142,23 @@ def test_gang_is_all_or_nothing():
         # replicas of 4 GPUs: both fit on one node (8 GPUs) -> same node
         pytest.param([make_node("x"), make_node("y")], ["x", "x"], id="same-node"),
         # 6-GPU replicas cannot share a node; the second follows the first's NVLink domain
-        pytest.param([make_node("a1", domain="d1"), make_node("b1", domain="d2"), make_node("a2", domain="d1")],
-                     ["a1", "a2"], id="same-nvlink-domain"),
+        pytest.param(
+            [
+                make_node("a1", domain="d1"),
+                make_node("b1", domain="d2"),
+                make_node("a2", domain="d1"),
+            ],
+            ["a1", "a2"],
+            id="same-nvlink-domain",
+        ),
         # no domain in common, but a rack
-        pytest.param([make_node("r1", rack="r1"), make_node("r2", rack="r2"), make_node("r1b", rack="r1")],
-                     ["r1", "r1b"], id="same-rack"),
+        pytest.param(
+            [make_node("r1", rack="r1"), make_node("r2", rack="r2"), make_node("r1b", rack="r1")],
+            ["r1", "r1b"],
+            id="same-rack",
+        ),
     ],
-)  # fmt: skip
+)
 def test_topology_keeps_a_gang_close(nodes, expected):
     gpus = 4 if expected[0] == expected[1] else 6
     result = cycle(snapshot(nodes, [make_job("g", gpus=gpus, replicas=2)]))

@@ -24,8 +24,11 @@ PROFILE = replace(BEST_FIT, min_runtime_s=300.0, ping_pong_guard_s=900.0)
 def full_node(
     job_id: str, tenant: str = "team-a", priority: str = "low", started: float = 0.0, **kw
 ):
-    return make_running(make_job(job_id, tenant, gpus=8, priority=priority, **kw), ("n1", range(8)),
-                        started_at=started)  # fmt: skip
+    return make_running(
+        make_job(job_id, tenant, gpus=8, priority=priority, **kw),
+        ("n1", range(8)),
+        started_at=started,
+    )
 
 
 # (id, running on the only node, the new 8-GPU job's tenant and class, victims expected)
@@ -43,8 +46,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("running", "job", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("running", "job", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_who_may_be_preempted(running, job, expected):
     tenant, priority = job
     pending = [make_job("new", tenant, gpus=8, priority=priority)]
@@ -72,8 +76,11 @@ def test_fewest_victims_that_lose_least_work():
 def test_checkpoint_makes_a_job_cheaper_to_stop():
     # both ran since 0; "ck" checkpointed at 990: it loses 8 x 10 = 80 GPU-s against 8000
     a = make_running(make_job("plain", gpus=8, priority="low"), ("n1", range(8)))
-    b = make_running(make_job("ck", gpus=8, priority="low", checkpointable=True), ("n2", range(8)),
-                     last_checkpoint_at=990.0)  # fmt: skip
+    b = make_running(
+        make_job("ck", gpus=8, priority="low", checkpointable=True),
+        ("n2", range(8)),
+        last_checkpoint_at=990.0,
+    )
     nodes = [make_node("n1"), make_node("n2")]
     result = cycle(snapshot(nodes, [make_job("new", gpus=8)], [a, b], now=NOW), PROFILE)
     assert victims(result) == {"ck"}
@@ -84,11 +91,21 @@ def test_reclaim_from_a_borrowing_tenant():
     # guarantees 8 each on 16 GPUs; team-b runs 16 (borrows 8). team-a asks for its 8:
     # it stays within its guarantee (0 + 8 <= 8), so it reclaims one of b's jobs, any priority.
     tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
-    running = [make_running(make_job(f"b{i}", "team-b", gpus=8, priority="high"), (f"n{i}", range(8)))
-               for i in (1, 2)]  # fmt: skip
+    running = [
+        make_running(make_job(f"b{i}", "team-b", gpus=8, priority="high"), (f"n{i}", range(8)))
+        for i in (1, 2)
+    ]
     nodes = [make_node("n1"), make_node("n2")]
-    result = cycle(snapshot(nodes, [make_job("a", "team-a", gpus=8, priority="low")], running,
-                            tenants=tenants, now=NOW), PROFILE)  # fmt: skip
+    result = cycle(
+        snapshot(
+            nodes,
+            [make_job("a", "team-a", gpus=8, priority="low")],
+            running,
+            tenants=tenants,
+            now=NOW,
+        ),
+        PROFILE,
+    )
     assert len(victims(result)) == 1
     assert result.placement_for("a") is not None
     assert "reclaims" in result.preemptions[0].reason
@@ -102,8 +119,16 @@ def test_no_reclaim_beyond_own_guarantee():
         make_running(make_job(f"b{i}", "team-b", gpus=8), (f"n{i}", range(8))) for i in (1, 2)
     ]
     nodes = [make_node(f"n{i}") for i in range(3)]
-    result = cycle(snapshot(nodes, [make_job("a1", "team-a", gpus=8, priority="high")], running,
-                            tenants=tenants, now=NOW), PROFILE)  # fmt: skip
+    result = cycle(
+        snapshot(
+            nodes,
+            [make_job("a1", "team-a", gpus=8, priority="high")],
+            running,
+            tenants=tenants,
+            now=NOW,
+        ),
+        PROFILE,
+    )
     assert victims(result) == set()
 
 
@@ -112,8 +137,9 @@ def test_no_ping_pong():
     # and loser (team-b, within its guarantee) may reclaim from team-a; winner is the cheaper
     # victim (8 x 50 GPU-s against 8 x 1000) but displaced loser: protected until 950 + 900.
     tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
-    winner = make_running(make_job("winner", "team-a", gpus=8), ("n1", range(8)), started_at=950,
-                          preempted=["loser"])  # fmt: skip
+    winner = make_running(
+        make_job("winner", "team-a", gpus=8), ("n1", range(8)), started_at=950, preempted=["loser"]
+    )
     other = make_running(make_job("a-other", "team-a", gpus=8), ("n2", range(8)), started_at=0)
     loser = make_job("loser", "team-b", gpus=8, priority="high", attempt=1)
     nodes = [make_node("n1"), make_node("n2")]
@@ -132,8 +158,9 @@ def test_elastic_extras_give_way_first():
     # A normal 4-GPU job of the same tenant at lower priority than the inference job's class
     # still takes the extras' room: extras are preemptible by anyone in the tenant.
     inf = make_job("inf", gpus=2, replicas=4, min_replicas=2, priority="high")
-    running = make_running(inf, ("n1", [0, 1]), ("n1", [2, 3]), ("n1", [4, 5]), ("n1", [6, 7]),
-                           elastic_from=2)  # fmt: skip
+    running = make_running(
+        inf, ("n1", [0, 1]), ("n1", [2, 3]), ("n1", [4, 5]), ("n1", [6, 7]), elastic_from=2
+    )
     result = cycle(
         snapshot([make_node("n1")], [make_job("train", gpus=4)], [running], now=NOW), PROFILE
     )

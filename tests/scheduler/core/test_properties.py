@@ -26,33 +26,49 @@ CLASS_OF = {c.name: c for c in CLASSES}
 @st.composite
 def jobs(draw: st.DrawFn, prefix: str, at: float) -> list[JobRequest]:
     out = []
-    for i in range(draw(st.integers(0, 8))):
+    for i in range(draw(st.integers(0, 10))):
         share = draw(st.booleans()) and draw(st.booleans())
         gpus = draw(st.sampled_from([0.25, 0.5])) if share else draw(st.integers(1, 8))
         replicas = 1 if share else draw(st.integers(1, 3))
         elastic = replicas > 1 and draw(st.booleans())
-        out.append(make_job(
-            f"{prefix}{i}", draw(st.sampled_from(TENANTS)), gpus, replicas=replicas,
-            priority=draw(st.sampled_from(CLASS_NAMES)), user=draw(st.sampled_from(["u1", "u2"])),
-            gpu_memory_mib=draw(st.sampled_from([0, 20000, 60000])) if share else 0,
-            flavors=draw(st.sampled_from([(), ("H100",), ("A100",)])),
-            submitted_at=at + i, runtime=draw(st.sampled_from([None, 600.0, 7200.0])),
-            min_replicas=1 if elastic else None, checkpointable=draw(st.booleans()),
-        ))  # fmt: skip
+        out.append(
+            make_job(
+                f"{prefix}{i}",
+                draw(st.sampled_from(TENANTS)),
+                gpus,
+                replicas=replicas,
+                priority=draw(st.sampled_from(CLASS_NAMES)),
+                user=draw(st.sampled_from(["u1", "u2"])),
+                gpu_memory_mib=draw(st.sampled_from([0, 20000, 60000])) if share else 0,
+                flavors=draw(st.sampled_from([(), ("H100",), ("A100",)])),
+                submitted_at=at + i,
+                runtime=draw(st.sampled_from([None, 600.0, 7200.0])),
+                min_replicas=1 if elastic else None,
+                checkpointable=draw(st.booleans()),
+            )
+        )
     return out
 
 
 @st.composite
 def worlds(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
     nodes = [
-        make_node(f"n{i}", draw(st.integers(1, 8)), draw(st.sampled_from(FLAVORS)),
-                  domain=f"d{i // 2}", rack=f"r{i // 4}", healthy=draw(st.booleans()) or i == 0)
-        for i in range(draw(st.integers(1, 6)))
-    ]  # fmt: skip
+        make_node(
+            f"n{i}",
+            draw(st.sampled_from([2, 4, 8])),
+            draw(st.sampled_from(FLAVORS)),
+            domain=f"d{i // 2}",
+            rack=f"r{i // 4}",
+            healthy=draw(st.booleans()) or i == 0,
+        )
+        for i in range(draw(st.integers(1, 4)))
+    ]
     teams = [(t, draw(st.integers(0, 8)), draw(st.sampled_from([None, 4, 12]))) for t in TENANTS]
     tenants = [*make_tenants(*teams, flavor="H100")]
-    tenants = [replace(t, quotas={**t.quotas, **make_tenants(*teams, flavor="A100")[k].quotas})
-               for k, t in enumerate(tenants)]  # fmt: skip
+    tenants = [
+        replace(t, quotas={**t.quotas, **make_tenants(*teams, flavor="A100")[k].quotas})
+        for k, t in enumerate(tenants)
+    ]
     first = Snapshot(0.0, tuple(nodes), tuple(tenants), CLASSES, (), tuple(draw(jobs("r", 0.0))))
     result = run_cycle(first, BEST_FIT)
     by_id = {j.id: j for j in first.pending}
@@ -67,8 +83,10 @@ def worlds(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
 def held_after(snap: Snapshot, result: CycleResult) -> list[tuple[JobRequest, str, list]]:
     """(job, flavor, assignments) of everything running once the decisions are applied."""
     stopped = {(p.job_id, r) for p in result.preemptions for r in p.replicas}
-    out = [(r.job, r.flavor, [a for a in r.assignments if (r.job.id, a.replica) not in stopped])
-           for r in snap.running]  # fmt: skip
+    out = [
+        (r.job, r.flavor, [a for a in r.assignments if (r.job.id, a.replica) not in stopped])
+        for r in snap.running
+    ]
     pending = {j.id: j for j in snap.pending} | {r.job.id: r.job for r in snap.running}
     out += [(pending[p.job_id], p.flavor, list(p.assignments)) for p in result.placements]
     return out
@@ -82,6 +100,9 @@ def check_promises(snap: Snapshot, result: CycleResult) -> None:
     for job, flavor, assignments in held:
         for a in assignments:
             assert nodes[a.node].flavor == flavor
+            # every replica got exactly what it asked for
+            assert a.gpu_milli == job.resources.gpu_milli
+            assert len(a.shares) == max(job.resources.whole_gpus, job.resources.is_shared)
             for s in a.shares:
                 milli[(a.node, s.device)] += s.milli
                 memory[(a.node, s.device)] += s.memory_mib
@@ -140,10 +161,10 @@ def check_victims(snap: Snapshot, result: CycleResult) -> None:
         v_class, p_class = CLASS_OF[victim.job.priority_class], CLASS_OF[preemptor.priority_class]
         extras_only = not p.whole_job
         lower_same_tenant = victim.job.tenant == preemptor.tenant and v_class.value < p_class.value
-        borrowing = before[(victim.job.tenant, victim.flavor)] > guarantee.get(
-            (victim.job.tenant, victim.flavor), 0
-        )
-        assert extras_only or not v_class.counts_quota or lower_same_tenant or borrowing, p
+        reclaim = victim.job.tenant != preemptor.tenant and before[
+            (victim.job.tenant, victim.flavor)
+        ] > guarantee.get((victim.job.tenant, victim.flavor), 0)
+        assert extras_only or not v_class.counts_quota or lower_same_tenant or reclaim, p
         assert v_class.preemptible or extras_only
         assert p_class.preempting and p_class.counts_quota
 

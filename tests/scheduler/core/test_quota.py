@@ -40,8 +40,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("teams", "usage", "request_", "fits"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("teams", "usage", "request_", "fits"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_admission_table(teams, usage, request_, fits):
     book = ledger(*teams)
     for team, used in usage.items():
@@ -108,8 +109,10 @@ def test_quota_reason_names_tenant_usage_and_limit():
     # team-a: guarantee 16, limit 16, runs 16 H100 already; a 4-GPU job must wait.
     tenants = make_tenants(("team-a", 16, 16), ("team-b", 16, None))
     nodes = [make_node(f"n{i}") for i in range(4)]
-    running = [make_running(make_job("r1", gpus=8), ("n0", range(8))),
-               make_running(make_job("r2", gpus=8), ("n1", range(8)))]  # fmt: skip
+    running = [
+        make_running(make_job("r1", gpus=8), ("n0", range(8))),
+        make_running(make_job("r2", gpus=8), ("n1", range(8))),
+    ]
     result = cycle(snapshot(nodes, [make_job("j", gpus=4)], running, tenants=tenants))
     reason = result.reason_for("j")
     assert reason is not None and reason.code == WaitCode.QUOTA
