@@ -1,6 +1,7 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from tenants.api import views
+from tenants.api import governance, views
 
 router = SimpleRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
@@ -10,5 +11,11 @@ router.register("flavors", views.FlavorViewSet, basename="flavor")
 router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priorityclass")
 router.register("priority-defaults", views.PriorityDefaultViewSet, basename="prioritydefault")
+router.register("approval-policies", governance.ApprovalPolicyViewSet, basename="approvalpolicy")
+router.register("quota-requests", governance.QuotaRequestViewSet, basename="quotarequest")
+router.register("audit", governance.AuditEntryViewSet, basename="audit")
 
-urlpatterns = router.urls
+urlpatterns = [
+    path("audit/export.csv", governance.AuditExportView.as_view(), name="audit-export"),
+    *router.urls,
+]
