@@ -66,12 +66,14 @@ class NvmlSession:
     def __init__(self, nvml: ModuleType | None = None) -> None:
         self.error = ""
         self._events: Any = None
+        self.nvml: ModuleType | None = None
         try:
-            self.nvml = nvml or load_pynvml()
-            self.nvml.nvmlInit()
+            module = nvml or load_pynvml()
+            module.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
-            self.nvml, self.error = None, f"{type(exc).__name__}: {exc}"
+            self.error = f"{type(exc).__name__}: {exc}"
             return
+        self.nvml = module
         self._events = self._register_xid_events()
 
     @property
@@ -80,6 +82,7 @@ class NvmlSession:
 
     def _register_xid_events(self) -> Any:
         nvml = self.nvml
+        assert nvml is not None
         try:
             events = nvml.nvmlEventSetCreate()
             for index in range(nvml.nvmlDeviceGetCount()):
@@ -158,8 +161,10 @@ class NvmlSession:
         return result
 
     def close(self) -> None:
-        if self.nvml is None:
+        nvml, events = self.nvml, self._events
+        if nvml is None:
             return
-        if self._events is not None:
-            self._field(lambda: self.nvml.nvmlEventSetFree(self._events))
-        self._field(self.nvml.nvmlShutdown)
+        if events is not None:
+            self._field(lambda: nvml.nvmlEventSetFree(events))
+        self._field(nvml.nvmlShutdown)
+        self.nvml = None

@@ -67,6 +67,7 @@ class Fault:
     remaining: int
     retry_after: int = 1
     delay_s: float = 1.0
+    watch: bool | None = None  # only watch requests (True), only others (False), any (None)
 
 
 @dataclass
@@ -495,10 +496,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else {}
+        watching = query.get("watch") in ("true", "1")
         with fake.cond:
             fake.requests.append((method, url.path))
-            fault = self._take_fault(fake, method, url.path)
-        watching = query.get("watch") in ("true", "1")
+            fault = self._take_fault(fake, method, url.path, watching)
         if fault is not None and not (fault.kind == "reset" and watching):
             self._fail(fault)
             return
@@ -512,9 +513,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(code, payload)
 
     @staticmethod
-    def _take_fault(fake: FakeApiServer, method: str, path: str) -> Fault | None:
+    def _take_fault(fake: FakeApiServer, method: str, path: str, watching: bool) -> Fault | None:
         for fault in fake.faults:
-            if fault.remaining > 0 and fault.path.search(path) and fault.method in (None, method):
+            if (
+                fault.remaining > 0
+                and fault.path.search(path)
+                and fault.method in (None, method)
+                and fault.watch in (None, watching)
+            ):
                 fault.remaining -= 1
                 return fault
         return None
