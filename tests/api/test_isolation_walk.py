@@ -1,0 +1,350 @@
+"""Walk every API route, found from the URL configuration, as every persona.
+
+A route added without an entry in FOREIGN_OBJECTS fails `test_every_route_is_covered`, so a new
+endpoint cannot escape the isolation checks. For each persona, the "foreign" tenant is one
+they hold no role in: every object of it is 404 on every detail route and method, absent from
+every list, and never changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
+
+from scheduler.models import Job, JobState
+from tenants.models import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    AuditEntry,
+    Membership,
+    PriorityDefault,
+    Quota,
+    Tenant,
+)
+from tests import factories as f
+from tests.conftest import Org, job_spec
+
+
+@dataclass(frozen=True)
+class Route:
+    template: str  # e.g. "api/v1/jobs/<pk>/cancel/"
+    name: str
+    methods: tuple[str, ...]
+
+    @property
+    def is_detail(self) -> bool:
+        return "<pk>" in self.template
+
+
+def _walk(patterns: list[Any], prefix: str = "") -> Iterator[tuple[str, Any, str]]:
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            yield from _walk(entry.url_patterns, prefix + str(entry.pattern))
+        elif isinstance(entry, URLPattern):
+            yield prefix + str(entry.pattern), entry.callback, entry.name or ""
+
+
+def _methods(callback: Any) -> tuple[str, ...]:
+    actions = getattr(callback, "actions", None)
+    if actions:
+        return tuple(sorted(m.upper() for m in actions))
+    view_class = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if view_class is None:
+        return ("GET",)
+    return tuple(
+        sorted(
+            m.upper()
+            for m in view_class.http_method_names
+            if hasattr(view_class, m) and m not in {"options", "head"}
+        )
+    )
+
+
+def api_routes() -> list[Route]:
+    routes = []
+    for template, callback, name in _walk(get_resolver().url_patterns):
+        if not template.startswith("api/v1/"):
+            continue
+        clean = template.replace("(?P<pk>[^/.]+)", "<pk>").replace("^", "").replace("$", "")
+        clean = clean.replace("\\.(?P<format>[a-z0-9]+)/?", "")
+        if "<format>" in clean or "(?P<format>" in template:
+            continue
+        routes.append(Route(clean, name, _methods(callback)))
+    return routes
+
+
+# basename of a detail route -> the object of a foreign tenant to aim at it.
+FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
+    "tenant": lambda org, t: t,
+    "project": lambda org, t: t.projects.first(),
+    "membership": lambda org, t: Membership.objects.filter(tenant=t).first(),
+    "quota": lambda org, t: Quota.objects.filter(tenant=t).first(),
+    "prioritydefault": lambda org, t: PriorityDefault.objects.filter(tenant=t).first(),
+    "job": lambda org, t: Job.objects.filter(tenant=t).first(),
+    "approvalpolicy": lambda org, t: ApprovalPolicy.objects.filter(tenant=t).first(),
+    "approvalrequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
+    "audit": lambda org, t: AuditEntry.objects.filter(tenant=t).first(),
+    # List-only routes over the same objects: listed so the walk checks them for leaks.
+    "approvalrequest-inbox": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
+    "audit-export": lambda org, t: AuditEntry.objects.filter(tenant=t).first(),
+    "quotarequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
+}
+# Detail routes on platform-wide objects, visible to all, writable by platform admins only.
+GLOBAL_DETAIL = {"flavor", "priorityclass"}
+# Routes without tenant data (schema, docs, token, me) are checked for leaks only.
+NO_TENANT_DATA = {"schema", "api-docs", "api-token", "me"}
+
+# persona -> (the tenant whose objects they must never see, may they see everything?)
+PERSONAS = {
+    "alice": "bravo",  # member of team-alpha
+    "bob-bravo": "alpha",  # member of team-bravo
+    "tina": "bravo",  # admin of team-alpha
+    "dana": "charlie",  # admin of research (alpha and bravo)
+    "chris": "alpha",  # member of team-charlie
+}
+MARKERS = {"alpha": "alpha", "bravo": "bravo", "charlie": "charlie"}
+
+
+def basename(route: Route) -> str:
+    return (
+        route.name.rsplit("-", 1)[0]
+        if route.is_detail or route.name.endswith("-list")
+        else route.name
+    )
+
+
+def populate(org: Org) -> None:
+    """Give every foreign tenant one object of every kind."""
+    for tenant, project, user in [
+        (org.alpha, org.proj_alpha, org.users["alice"]),
+        (org.bravo, org.proj_bravo, org.users["bob-bravo"]),
+        (org.charlie, org.proj_charlie, org.users["chris"]),
+    ]:
+        job = f.JobFactory(project=project, submitted_by=user, name=f"job-{tenant.slug}")
+        f.JobEventFactory(job=job, message=f"submitted to {project.slug}")
+        PriorityDefault.objects.create(
+            tenant=tenant, job_type="batch", priority_class=f.priority("low")
+        )
+        ApprovalPolicy.objects.create(
+            tenant=tenant, rule="gpus_over", threshold=8, description=f"big jobs of {tenant.slug}"
+        )
+        ApprovalRequest.objects.create(
+            kind="job",
+            tenant=tenant,
+            requester=user,
+            subject_id=job.pk,
+            payload={"title": f"job {job.name}"},
+            expires_at=timezone.now() + timedelta(days=1),
+            rules=[{"policy": None, "rule": "gpus_over", "reason": f"big ({tenant.slug})"}],
+        )
+        AuditEntry.objects.create(
+            at=timezone.now(),
+            actor=user,
+            actor_name=user.username,
+            action="job.submit",
+            tenant=tenant,
+            target_type="scheduler.job",
+            target_id=str(job.pk),
+            before=None,
+            after={"name": job.name, "project": project.slug},
+        )
+
+
+def fill(template: str, pk: Any) -> str:
+    return "/" + template.replace("<pk>", str(pk))
+
+
+def snapshot(obj: Any) -> Any:
+    obj.refresh_from_db()
+    return {k: v for k, v in obj.__dict__.items() if not k.startswith("_")}
+
+
+# A write body aimed at the foreign tenant, per list route.
+def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
+    project = foreign.projects.first()
+    return {
+        "tenant-list": {"parent": foreign.pk, "slug": "intruder", "name": "Intruder"},
+        "project-list": {"tenant": foreign.pk, "slug": "intruder", "name": "Intruder"},
+        "membership-list": {"tenant": foreign.pk, "username": "alice", "role": "admin"},
+        "quota-list": {
+            "tenant": foreign.pk,
+            "flavor": org.a100.pk,
+            "guaranteed_milli": 0,
+            "limit_milli": 0,
+        },
+        "prioritydefault-list": {
+            "tenant": foreign.pk,
+            "job_type": "training",
+            "priority_class": "critical",
+        },
+        "job-list": {"project": project.pk, "spec": job_spec()},
+        "flavor-list": {"name": "X1-intruder", "memory_mib": 1},
+        "approvalpolicy-list": {"tenant": foreign.pk, "rule": "gpus_over", "threshold": 1},
+        "quotarequest-list": {
+            "tenant": foreign.pk,
+            "flavor": org.h100.pk,
+            "guaranteed_milli": 16000,
+            "limit_milli": 32000,
+        },
+        "priorityclass-list": {"name": "intruder", "value": 12345},
+    }.get(name, {})
+
+
+def counts() -> dict[str, int]:
+    from tenants.models import PriorityClass, Project, ResourceFlavor
+
+    models = [
+        Tenant,
+        Project,
+        Membership,
+        Quota,
+        PriorityDefault,
+        Job,
+        ResourceFlavor,
+        PriorityClass,
+        ApprovalPolicy,
+        ApprovalRequest,
+        AuditEntry,
+    ]
+    return {m.__name__: m.objects.count() for m in models}
+
+
+def test_every_route_is_covered() -> None:
+    routes = api_routes()
+    assert len(routes) >= 15, [r.template for r in routes]
+    for route in routes:
+        base = basename(route)
+        known = base in FOREIGN_OBJECTS or base in GLOBAL_DETAIL or base in NO_TENANT_DATA
+        assert known, f"route {route.template} ({route.name}) has no isolation entry"
+
+
+@pytest.mark.parametrize("persona", sorted(PERSONAS))
+def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, persona: str) -> None:
+    populate(org)
+    foreign: Tenant = getattr(org, PERSONAS[persona])
+    marker = MARKERS[PERSONAS[persona]]
+    client = client_for(persona)
+    before = counts()
+    for route in api_routes():
+        base = basename(route)
+        if route.is_detail and base in FOREIGN_OBJECTS:
+            obj = FOREIGN_OBJECTS[base](org, foreign)
+            assert obj is not None, f"no foreign object for {route.template}"
+            state = snapshot(obj)
+            url = fill(route.template, obj.pk)
+            for method in route.methods:
+                response = client.generic(method, url, data="{}", content_type="application/json")
+                assert response.status_code == 404, (persona, method, url, response.status_code)
+            assert snapshot(obj) == state, f"{persona} changed {url}"
+        elif not route.is_detail and "GET" in route.methods:
+            response = client.get("/" + route.template)
+            assert response.status_code == 200, (persona, route.template, response.status_code)
+            if base not in NO_TENANT_DATA or base == "me":
+                assert marker not in response.content.decode(), (persona, route.template)
+        if not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
+            body = foreign_create_body(route.name, org, foreign)
+            response = client.post("/" + route.template, body, format="json")
+            assert response.status_code in {400, 403, 404}, (
+                persona,
+                route.template,
+                response.json(),
+            )
+    assert counts() == before, persona
+
+
+def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) -> None:
+    populate(org)
+    client = client_for("carol")
+    before = counts()
+    for route in api_routes():
+        base = basename(route)
+        if route.is_detail and base in FOREIGN_OBJECTS:
+            obj = FOREIGN_OBJECTS[base](org, org.bravo)
+            url = fill(route.template, obj.pk)
+            state = snapshot(obj)
+            for method in route.methods:
+                response = client.generic(method, url, data="{}", content_type="application/json")
+                expected = {200} if method in {"GET", "HEAD"} else {400, 403}
+                assert response.status_code in expected, (method, url, response.status_code)
+            assert snapshot(obj) == state
+        elif not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
+            body = foreign_create_body(route.name, org, org.bravo)
+            response = client.post("/" + route.template, body, format="json")
+            assert response.status_code == 403, (route.template, response.json())
+    listed = client.get("/api/v1/jobs/").json()
+    assert {j["tenant_slug"] for j in listed["results"]} == {
+        "team-alpha",
+        "team-bravo",
+        "team-charlie",
+    }
+    assert counts() == before
+
+
+def test_platform_admin_sees_everything(org: Org, client_for: Any) -> None:
+    populate(org)
+    client = client_for("pat")
+    for route in api_routes():
+        base = basename(route)
+        if route.is_detail and base in FOREIGN_OBJECTS and "GET" in route.methods:
+            obj = FOREIGN_OBJECTS[base](org, org.bravo)
+            assert client.get(fill(route.template, obj.pk)).status_code == 200
+    tenants = {t["slug"] for t in client.get("/api/v1/tenants/").json()["results"]}
+    assert tenants == {"acme", "research", "product", "team-alpha", "team-bravo", "team-charlie"}
+
+
+def test_department_admin_manages_teams_below(org: Org, client_for: Any) -> None:
+    client = client_for("dana")
+    quota = Quota.objects.get(tenant=org.bravo, flavor=org.h100)
+    response = client.patch(
+        f"/api/v1/quotas/{quota.pk}/", {"guaranteed_milli": 12000}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    quota.refresh_from_db()
+    assert quota.guaranteed_milli == 12000
+
+
+@pytest.mark.parametrize(
+    ("persona", "expected"),
+    [("alice", 403), ("tina", 403), ("dana", 200), ("pat", 200)],
+    ids=["member", "team-admin-own-team", "dept-admin", "platform-admin"],
+)
+def test_who_may_set_team_quota(org: Org, client_for: Any, persona: str, expected: int) -> None:
+    quota = Quota.objects.get(tenant=org.alpha, flavor=org.h100)
+    response = client_for(persona).patch(
+        f"/api/v1/quotas/{quota.pk}/", {"limit_milli": 20000}, format="json"
+    )
+    assert response.status_code == expected, response.json()
+    quota.refresh_from_db()
+    assert quota.limit_milli == (20000 if expected == 200 else 32000)
+
+
+def test_member_cancels_only_own_jobs(org: Org, client_for: Any) -> None:
+    mine = f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"])
+    teammate = f.JobFactory(project=org.proj_alpha, submitted_by=org.users["tina"])
+    client = client_for("alice")
+    assert client.post(f"/api/v1/jobs/{teammate.pk}/cancel/").status_code == 403
+    assert client.post(f"/api/v1/jobs/{mine.pk}/cancel/").status_code == 200
+    teammate.refresh_from_db()
+    mine.refresh_from_db()
+    assert (mine.state, teammate.state) == (JobState.CANCELLED, JobState.QUEUED)
+    admin = client_for("tina")
+    assert admin.post(f"/api/v1/jobs/{teammate.pk}/cancel/").status_code == 200
+
+
+def test_anonymous_gets_nothing(org: Org) -> None:
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    for route in api_routes():
+        if route.is_detail or basename(route) in {"api-token", "schema", "api-docs"}:
+            continue
+        response = client.get("/" + route.template)
+        assert response.status_code in {401, 403}, route.template
+        assert "alpha" not in json.dumps(response.json())
