@@ -97,7 +97,7 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "quotarequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
 }
 # Detail routes on platform-wide objects, visible to all, writable by platform admins only.
-GLOBAL_DETAIL = {"flavor", "priorityclass"}
+GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
 NO_TENANT_DATA = {"schema", "api-docs", "api-token", "me"}
 

@@ -1,0 +1,147 @@
+"""Node API: inventory for admins, cordon/drain/uncordon (and simulated fail/heal) for
+platform admins, and the node agent's GPU report.
+
+Who sees nodes: platform admins, finance and tenant admins (the inventory holds no tenant
+data); members get an empty list and 404 on details. Actions: platform admins only.
+`POST /api/v1/nodes/report/`: a token of a user holding the `scheduler.report_gpu_health`
+permission (a dedicated node-agent account) or a platform admin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduler import nodes as services
+from scheduler.models import GpuDevice, Node
+from scheduler.spec import StrictDictSerializer, StrictIntegerField
+from tenants import access
+from tenants.models import Role
+
+
+class GpuOut(serializers.ModelSerializer):
+    class Meta:
+        model = GpuDevice
+        fields = [
+            "index", "uuid", "model", "memory_mib", "healthy", "health_reason",
+            "allocated_milli", "memory_used_mib", "utilization_pct", "temperature_c",
+            "ecc_uncorrected", "xid_errors", "reported_at",
+        ]  # fmt: skip
+
+
+class NodeOut(serializers.ModelSerializer):
+    gpus = GpuOut(source="devices", many=True, read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id", "name", "flavor", "pool", "cpu_milli", "memory_mib", "labels", "ready",
+            "present", "cordoned", "cordoned_by", "cordon_reason", "drain_requested",
+            "sim_failed", "driver_version", "last_report_at", "gpus",
+        ]  # fmt: skip
+
+
+class NodeActionIn(StrictDictSerializer):
+    reason = serializers.CharField(required=False, default="", max_length=300, allow_blank=True)
+
+
+class GpuReading(StrictDictSerializer):
+    index = StrictIntegerField(min_value=0, max_value=255)
+    uuid = serializers.CharField(max_length=64, allow_blank=True)
+    name = serializers.CharField(max_length=63, allow_blank=True)
+    memory_total_mib = StrictIntegerField(min_value=0, max_value=1 << 24)
+    memory_used_mib = StrictIntegerField(min_value=0, max_value=1 << 24)
+    utilization_pct = serializers.FloatField(min_value=0, max_value=100)
+    temperature_c = serializers.FloatField(min_value=-50, max_value=200)
+    ecc_uncorrected = StrictIntegerField(min_value=0, max_value=1 << 31)
+    xid_errors = serializers.ListField(
+        child=StrictIntegerField(min_value=0, max_value=1 << 16), max_length=64
+    )
+    healthy = serializers.BooleanField()
+
+
+class GpuReportIn(StrictDictSerializer):
+    node = serializers.CharField(max_length=253)
+    driver_version = serializers.CharField(max_length=64, allow_blank=True)
+    gpus = serializers.ListField(child=GpuReading(), max_length=64)
+
+
+def node_list_visible(user: Any) -> Any:
+    grants = access.grants_for(user)
+    admin = grants.sees_everything or Role.ADMIN in grants.roles_by_path.values()
+    if not admin:
+        return Node.objects.none()
+    return Node.objects.prefetch_related("devices").order_by("name")
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = NodeOut
+    filterset_fields = ["flavor", "pool", "ready", "cordoned"]
+
+    def get_queryset(self) -> Any:
+        return node_list_visible(self.request.user)
+
+    def _act(self, request: Request, change: Any) -> Response:
+        node = self.get_object()
+        body = NodeActionIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = change(node, body.validated_data["reason"])
+        return Response(NodeOut(Node.objects.prefetch_related("devices").get(pk=node.pk)).data)
+
+    @extend_schema(request=NodeActionIn, responses=NodeOut)
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, pk: str) -> Response:
+        return self._act(request, lambda n, r: services.node_cordon(user=request.user, node=n,
+                                                                     reason=r))  # fmt: skip
+
+    @extend_schema(request=NodeActionIn, responses=NodeOut)
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str) -> Response:
+        return self._act(request, lambda n, r: services.node_drain(user=request.user, node=n,
+                                                                    reason=r))  # fmt: skip
+
+    @extend_schema(request=NodeActionIn, responses=NodeOut)
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, pk: str) -> Response:
+        return self._act(request, lambda n, r: services.node_uncordon(user=request.user, node=n))
+
+    @extend_schema(request=NodeActionIn, responses=NodeOut)
+    @action(detail=True, methods=["post"])
+    def fail(self, request: Request, pk: str) -> Response:
+        """Simulated cluster: fail the node (its pods are lost, it reports NotReady)."""
+        return self._act(
+            request, lambda n, r: services.node_set_failed(user=request.user, node=n, failed=True)
+        )
+
+    @extend_schema(request=NodeActionIn, responses=NodeOut)
+    @action(detail=True, methods=["post"])
+    def heal(self, request: Request, pk: str) -> Response:
+        """Simulated cluster: heal the node; also declares its GPUs healthy again."""
+
+        def heal(node: Node, _reason: str) -> Node:
+            node = services.node_set_failed(user=request.user, node=node, failed=False)
+            return services.gpu_heal(user=request.user, node=node)
+
+        return self._act(request, heal)
+
+    @extend_schema(request=GpuReportIn, responses=NodeOut)
+    @action(detail=False, methods=["post"])
+    def report(self, request: Request) -> Response:
+        """The node agent's readings of every GPU of one node."""
+        if not services.can_report(request.user):
+            raise PermissionDenied("Only node agents and platform admins post GPU reports.")
+        body = GpuReportIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        node = Node.objects.filter(name=data["node"]).first()
+        if node is None:
+            raise NotFound(f"unknown node {data['node'][:64]!r}; the scheduler lists it first.")
+        node = services.gpu_report(user=request.user, node=node,
+                                   driver_version=data["driver_version"], gpus=data["gpus"])  # fmt: skip
+        return Response(NodeOut(Node.objects.prefetch_related("devices").get(pk=node.pk)).data)
