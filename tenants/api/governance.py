@@ -15,7 +15,7 @@ import django_filters
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -156,7 +156,15 @@ class AuditExportView(APIView):
     renderer_classes = [JSONRenderer, CSVRenderer]
 
     @extend_schema(
-        parameters=[AuditFilter],
+        parameters=[
+            OpenApiParameter("actor", str, description="Username of who acted."),
+            OpenApiParameter("action", str, description="e.g. quota.set, approval.decide."),
+            OpenApiParameter("tenant", int, description="Entries of this tenant's subtree."),
+            OpenApiParameter("target_type", str),
+            OpenApiParameter("target_id", str),
+            OpenApiParameter("at_after", OpenApiTypes.DATETIME, description="From (inclusive)."),
+            OpenApiParameter("at_before", OpenApiTypes.DATETIME, description="Until (exclusive)."),
+        ],
         responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR)},
     )
     def get(self, request: Request) -> HttpResponse:
