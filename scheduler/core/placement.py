@@ -15,7 +15,13 @@ import numpy as np
 
 from scheduler.core.scoring import GpuFit, ScoreInput, Scorer
 from scheduler.core.state import BoolArray, ClusterState, IntArray
-from scheduler.core.types import MILLI_PER_GPU, DeviceShare, JobRequest, ReplicaAssignment
+from scheduler.core.types import (
+    MILLI_PER_GPU,
+    DeviceShare,
+    JobRequest,
+    ReplicaAssignment,
+    Resources,
+)
 
 
 @dataclass(slots=True)
@@ -45,7 +51,8 @@ class Placer:
         node = -1
         for position, replica in enumerate(replicas):
             if node < 0 or not self._fits_node(node, job, avoid_reserved):
-                node = self._choose(job, static, placed, len(replicas) - position, avoid_reserved)
+                left = len(replicas) - position
+                node = self._choose(job, flavor, static, placed, left, avoid_reserved)
                 if node < 0:
                     state.rollback(mark)
                     return None
@@ -84,12 +91,19 @@ class Placer:
     def _choose(
         self,
         job: JobRequest,
+        flavor: str,
         static: BoolArray,
         placed: list[int],
         remaining: int,
         avoid_reserved: bool,
     ) -> int:
-        nodes = self.feasible(job, static, avoid_reserved)
+        """The best node for one replica, or -1. A lone whole-GPU replica takes its
+        candidates from the free-count buckets (O(max_scored), not O(nodes)); gangs and
+        shares filter every node, since topology and devices need the whole picture."""
+        if job.resources.whole_gpus and remaining == 1 and not placed and not avoid_reserved:
+            nodes = self._bucket_candidates(job, flavor, static)
+        else:
+            nodes = self.feasible(job, static, avoid_reserved)
         if len(nodes) == 0:
             return -1
         devices = self._best_devices(job, nodes, avoid_reserved)
@@ -109,6 +123,36 @@ class Placer:
         for scorer, weight in self.scorers:
             total += weight * scorer.score(inp)
         return int(inp.nodes[int(np.argmax(total))])
+
+    def _bucket_candidates(self, job: JobRequest, flavor: str, static: BoolArray) -> IntArray:
+        """Up to ``max_scored`` feasible nodes, fewest whole free GPUs first (best fit), in
+        node order within a count: the same shortlist ``_shortlist`` would keep."""
+        state, res = self.state, job.resources
+        code, need = state.flavor_code(flavor), self.max_scored
+        found: list[IntArray] = []
+        for count in range(res.whole_gpus, state.max_devices + 1):
+            bucket = state.buckets.get((code, count), [])
+            start = 0
+            while need > 0 and start < len(bucket):
+                chunk = np.array(bucket[start : start + 2 * need], dtype=np.int64)
+                start += len(chunk)
+                good = chunk[self._room(chunk, res, static)][:need]
+                found.append(good)
+                need -= len(good)
+            if need == 0:
+                break
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+    def _room(self, nodes: IntArray, res: Resources, static: BoolArray) -> BoolArray:
+        state = self.state
+        ok = static[nodes]
+        if res.cpu_milli:
+            ok &= state.cpu_free[nodes] >= res.cpu_milli
+        if res.memory_mib:
+            ok &= state.mem_free[nodes] >= res.memory_mib
+        if res.rdma:
+            ok &= state.rdma_free[nodes] >= res.rdma
+        return np.asarray(ok, dtype=np.bool_)
 
     def _shortlist(self, inp: ScoreInput) -> ScoreInput:
         """The ``max_scored`` best-fitting candidates, in node order among equals."""

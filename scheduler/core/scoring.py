@@ -125,23 +125,15 @@ class FragmentationScore:
         """The model's delta per candidate, memoised per (node state, request): within a
         cycle the mix is fixed, so the delta is a function of those two alone. Candidates
         mostly share a few states (empty nodes, nodes filled alike), so most are hits."""
-        signatures = self.state.signature[nodes]
-        unique, first, inverse = np.unique(signatures, return_index=True, return_inverse=True)
-        values = np.empty(len(unique))
-        missing: list[int] = []
-        for u, signature in enumerate(unique.tolist()):
-            hit = self._memo.get((request, signature))
-            if hit is None:
-                missing.append(u)
-            else:
-                values[u] = hit
+        signatures = self.state.signature[nodes].tolist()
+        memo = self._memo
+        missing = {sig: i for i, sig in enumerate(signatures) if (request, sig) not in memo}
         if missing:
             self._sync()
-            computed = self.model.score(nodes[first[missing]], request)
-            for u, value in zip(missing, computed.tolist(), strict=True):
-                values[u] = value
-                self._memo[(request, int(unique[u]))] = value
-        return np.asarray(values[inverse.reshape(-1)], dtype=np.float64)
+            computed = self.model.score(nodes[list(missing.values())], request)
+            for sig, value in zip(missing, computed.tolist(), strict=True):
+                memo[(request, sig)] = value
+        return np.array([memo[(request, sig)] for sig in signatures], dtype=np.float64)
 
     def _sync(self) -> None:
         state = self.state

@@ -10,6 +10,8 @@ also the tie-break order of scoring (ties go to the earliest node, which packs).
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -59,6 +61,10 @@ class ClusterState:
         self._recount()
         self.node_free = np.where(self.usable, self.dev_free, 0).sum(axis=1).astype(np.int64)
         self.flavor_free = self._flavor_free()
+        # (flavor code, whole free devices) -> node indices, ascending: best fit, then order
+        self.buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for i in range(n):
+            self.buckets[(int(self.flavor[i]), int(self.whole_free[i]))].append(i)
         self._journal: list[_Entry] = []
         self._signatures: dict[tuple[int, ...], int] = {}
         self.signature = np.array([self._sign(i) for i in range(n)], dtype=np.int64)
@@ -87,6 +93,7 @@ class ClusterState:
         self, i: int, shares: tuple[DeviceShare, ...], cpu: int, mem: int, rdma: int, sign: int
     ) -> None:
         free, flavor = self.dev_free, int(self.flavor[i])
+        whole_before = int(self.whole_free[i])
         for share in shares:
             d = share.device
             before = int(free[i, d])
@@ -105,6 +112,11 @@ class ClusterState:
         self.rdma_free[i] -= sign * rdma
         self.signature[i] = self._sign(i)
         self.dirty.add(i)
+        whole_after = int(self.whole_free[i])
+        if whole_after != whole_before:
+            old = self.buckets[(flavor, whole_before)]
+            del old[bisect_left(old, i)]
+            insort(self.buckets[(flavor, whole_after)], i)
 
     def _sign(self, i: int) -> int:
         """An id shared by nodes in identical states (same flavor, usable free capacity per
