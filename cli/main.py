@@ -1,0 +1,246 @@
+"""`gantry` command line: log in, submit jobs from a YAML or JSON spec, follow and cancel them.
+
+Exit codes: 0 success, 1 the server refused (4xx/5xx, message printed), 2 bad usage or input,
+3 the server could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from cli.client import ApiError, Client, ConnectionFailed
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(os.environ.get("GANTRY_CONFIG", Path(base) / "gantry" / "config.json"))
+
+
+def load_config() -> dict[str, str]:
+    path = config_path()
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    url = os.environ.get("GANTRY_URL") or stored.get("url") or DEFAULT_URL
+    token = os.environ.get("GANTRY_TOKEN") or stored.get("token") or ""
+    return {"url": url, "token": token}
+
+
+def save_config(url: str, token: str) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"url": url, "token": token}))
+    path.chmod(0o600)  # the token is a credential
+    return path
+
+
+class UsageError(Exception):
+    """Bad arguments or an unreadable spec file (exit 2)."""
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO) -> None:
+    if not rows:
+        out.write("(none)\n")
+        return
+    cells = [[_cell(row.get(col)) for col in columns] for row in rows]
+    widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
+    out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)) + "\n")
+    for r in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    # Never let a server value move the terminal cursor or change colours.
+    return "".join(ch if ch.isprintable() else "?" for ch in text)[:60]
+
+
+def emit(args: argparse.Namespace, data: Any, columns: Sequence[str] | None, out: TextIO) -> None:
+    if args.json or columns is None:
+        out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    elif isinstance(data, list):
+        table(data, columns, out)
+    else:
+        for col in columns:
+            out.write(f"{col:>14}: {_cell(data.get(col))}\n")
+
+
+# --- commands -----------------------------------------------------------------------------
+
+JOB_COLUMNS = [
+    "id",
+    "name",
+    "job_type",
+    "state",
+    "project_slug",
+    "submitted_by",
+    "priority_class",
+    "gpus_total",
+    "reason",
+]
+
+
+def cmd_login(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    password = os.environ.get("GANTRY_PASSWORD") or getpass.getpass("Password: ")
+    url = args.url or client.url
+    anonymous = Client(url=url, retries=client.retries)
+    token = anonymous.post(
+        "/api/v1/auth/token/", {"username": args.username, "password": password}
+    )["token"]
+    path = save_config(url, token)
+    out.write(f"Logged in to {url} as {args.username}; token saved in {path}\n")
+
+
+def cmd_whoami(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    emit(args, client.get("/api/v1/me/"), ["username", "platform_roles"], out)
+
+
+def cmd_projects(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    rows = list(client.pages("/api/v1/projects/"))
+    emit(args, rows, ["id", "slug", "name", "namespace", "tenant"], out)
+
+
+def cmd_quotas(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    rows = list(client.pages("/api/v1/quotas/", tenant=args.tenant))
+    for row in rows:
+        row["guaranteed"] = row["guaranteed_milli"] / 1000
+        row["limit"] = row["limit_milli"] / 1000
+    emit(args, rows, ["tenant_slug", "flavor_name", "guaranteed", "limit", "weight"], out)
+
+
+def read_spec(path: str) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        spec = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read the spec {path}: {exc}") from None
+    if not isinstance(spec, dict):
+        raise UsageError(f"the spec {path} must be a mapping of fields, e.g. name: ..., type: ...")
+    return spec
+
+
+def resolve_project(client: Client, project: str) -> int:
+    if project.isdigit():
+        return int(project)
+    matches = [p for p in client.pages("/api/v1/projects/") if p["slug"] == project]
+    if len(matches) != 1:
+        raise UsageError(f"no single project with slug {project!r}; see `gantry projects`.")
+    return int(matches[0]["id"])
+
+
+def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    spec = read_spec(args.spec)
+    if args.name:
+        spec["name"] = args.name
+    # One key per invocation: the client's own retries can never create a second job.
+    key = args.idempotency_key or f"cli-{uuid.uuid4()}"
+    body = {"project": resolve_project(client, args.project), "spec": spec}
+    job = client.post("/api/v1/jobs/", body, headers={"Idempotency-Key": key})
+    emit(args, job, ["id", "name", "state", "priority_class", "gpus_total", "reason"], out)
+
+
+def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    params = {"state": args.state, "project": args.project, "job_type": args.type}
+    rows = (
+        list(client.pages("/api/v1/jobs/", **params))
+        if args.all
+        else client.get("/api/v1/jobs/", page_size=args.limit, **params)["results"]
+    )
+    emit(args, rows, JOB_COLUMNS, out)
+
+
+def cmd_job(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    emit(
+        args,
+        client.get(f"/api/v1/jobs/{args.id}/"),
+        [*JOB_COLUMNS, "attempt", "created_at", "started_at", "finished_at"],
+        out,
+    )
+
+
+def cmd_events(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    rows = list(client.pages(f"/api/v1/jobs/{args.id}/events/"))
+    emit(args, rows, ["at", "kind", "from_state", "to_state", "actor", "message"], out)
+
+
+def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    job = client.post(f"/api/v1/jobs/{args.id}/cancel/", {"reason": args.reason})
+    emit(args, job, ["id", "name", "state"], out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gantry", description="Gantry GPU scheduler client.")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    sub = parser.add_subparsers(dest="command", required=True)
+    login = sub.add_parser("login", help="get an API token and save it")
+    login.add_argument("username")
+    login.add_argument("--url", help=f"server URL (default $GANTRY_URL or {DEFAULT_URL})")
+    login.set_defaults(func=cmd_login)
+    sub.add_parser("whoami", help="your user and roles").set_defaults(func=cmd_whoami)
+    sub.add_parser("projects", help="projects you can see").set_defaults(func=cmd_projects)
+    quotas = sub.add_parser("quotas", help="quotas you can see")
+    quotas.add_argument("--tenant", type=int)
+    quotas.set_defaults(func=cmd_quotas)
+    submit = sub.add_parser("submit", help="submit a job from a YAML/JSON spec ('-' = stdin)")
+    submit.add_argument("spec")
+    submit.add_argument("--project", required=True, help="project id or slug")
+    submit.add_argument("--name", help="override the spec's name")
+    submit.add_argument("--idempotency-key", help="repeat-safe key (default: one per run)")
+    submit.set_defaults(func=cmd_submit)
+    jobs = sub.add_parser("jobs", help="list jobs")
+    jobs.add_argument("--state", action="append")
+    jobs.add_argument("--type", action="append")
+    jobs.add_argument("--project", type=int)
+    jobs.add_argument("--limit", type=int, default=50)
+    jobs.add_argument("--all", action="store_true", help="every page")
+    jobs.set_defaults(func=cmd_jobs)
+    for name, func, text in [
+        ("job", cmd_job, "one job"),
+        ("events", cmd_events, "a job's history"),
+    ]:
+        one = sub.add_parser(name, help=text)
+        one.add_argument("id", type=int)
+        one.set_defaults(func=func)
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("id", type=int)
+    cancel.add_argument("--reason", default="")
+    cancel.set_defaults(func=cmd_cancel)
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    args = build_parser().parse_args(argv)
+    settings = load_config()
+    client = Client(url=settings["url"], token=settings["token"] or None)
+    try:
+        args.func(args, client, out)
+    except ApiError as exc:
+        err.write(exc.describe() + "\n")
+        return 1
+    except UsageError as exc:
+        err.write(f"gantry: {exc}\n")
+        return 2
+    except ConnectionFailed as exc:
+        err.write(f"gantry: {exc}\n")
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The `gantry` CLI against a live server: log in, submit, follow, cancel, and clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cli.client import _flatten
+from cli.main import main
+from scheduler.models import Job, JobState
+from tests.conftest import Org, job_spec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def gantry(live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """gantry("jobs", "--json") -> (exit code, stdout, stderr) against the live server."""
+    monkeypatch.setenv("GANTRY_CONFIG", str(tmp_path / "config.json"))
+    monkeypatch.setenv("GANTRY_URL", live_server.url)
+    monkeypatch.delenv("GANTRY_TOKEN", raising=False)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(list(argv), out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    return run
+
+
+@pytest.fixture
+def logged_in(gantry: Any, org: Org, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
+    code, _, err = gantry("login", "alice")
+    assert code == 0, err
+    return gantry
+
+
+def test_login_saves_a_private_token(
+    gantry: Any, org: Org, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
+    code, out, _ = gantry("login", "alice")
+    assert code == 0
+    config = tmp_path / "config.json"
+    assert json.loads(config.read_text())["token"]
+    assert config.stat().st_mode & 0o777 == 0o600
+    code, out, _ = gantry("--json", "whoami")
+    assert json.loads(out)["username"] == "alice"
+
+
+def test_wrong_password_is_a_clear_error(
+    gantry: Any, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GANTRY_PASSWORD", "wrong")
+    code, _, err = gantry("login", "alice")
+    assert code == 1
+    assert "HTTP 400" in err and "Unable to log in" in err
+
+
+def test_submit_from_yaml_then_follow_and_cancel(logged_in: Any, org: Org, tmp_path: Path) -> None:
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(job_spec(name="cli-job")))
+    code, out, err = logged_in("--json", "submit", str(spec_file), "--project", "proj-alpha")
+    assert code == 0, err
+    job = json.loads(out)
+    assert (job["name"], job["state"], job["gpus_total"]) == ("cli-job", "queued", 8)
+
+    code, out, _ = logged_in("jobs")
+    assert "cli-job" in out and "queued" in out
+    code, out, _ = logged_in("--json", "events", str(job["id"]))
+    assert [e["kind"] for e in json.loads(out)] == ["submitted"]
+
+    code, out, _ = logged_in("cancel", str(job["id"]), "--reason", "typo in args")
+    assert code == 0
+    assert Job.objects.get(pk=job["id"]).state == JobState.CANCELLED
+    code, _, err = logged_in("cancel", str(job["id"]))
+    assert code == 1 and "HTTP 409" in err and "already cancelled" in err
+
+
+def test_invalid_spec_prints_each_field_error(logged_in: Any, org: Org, tmp_path: Path) -> None:
+    spec = job_spec(replicas=0, resources={"gpus": 1.5})
+    spec_file = tmp_path / "bad.json"
+    spec_file.write_text(json.dumps(spec))
+    code, _, err = logged_in("submit", str(spec_file), "--project", str(org.proj_alpha.pk))
+    assert code == 1
+    assert "spec.replicas:" in err
+    assert "spec.resources.gpus: must be a whole number of GPUs" in err
+    assert Job.objects.count() == 0
+
+
+def test_other_teams_job_is_not_found(logged_in: Any, org: Org) -> None:
+    from tests import factories as f
+
+    theirs = f.JobFactory(project=org.proj_bravo, submitted_by=org.users["bob-bravo"])
+    code, _, err = logged_in("job", str(theirs.pk))
+    assert code == 1 and "HTTP 404" in err
+
+
+def test_unreadable_spec_and_unknown_project_are_usage_errors(
+    logged_in: Any, org: Org, tmp_path: Path
+) -> None:
+    code, _, err = logged_in("submit", str(tmp_path / "missing.yaml"), "--project", "1")
+    assert code == 2 and "cannot read the spec" in err
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(job_spec()))
+    code, _, err = logged_in("submit", str(spec_file), "--project", "proj-bravo")
+    assert code == 2 and "no single project" in err
+
+
+def test_unreachable_server_exits_3(gantry: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GANTRY_URL", "http://127.0.0.1:9")  # discard port: refused at once
+    monkeypatch.setattr("cli.client.time.sleep", lambda s: None)
+    code, _, err = gantry("whoami")
+    assert code == 3 and "cannot reach" in err
+
+
+def test_table_output_strips_terminal_escapes() -> None:
+    from cli.main import table
+
+    out = io.StringIO()
+    table([{"name": "evil\x1b[2Jname"}], ["name"], out)
+    assert "\x1b" not in out.getvalue()
+    assert "evil?[2Jname" in out.getvalue()
+
+
+def test_error_paths_are_flattened() -> None:
+    errors = {"spec": {"resources": {"gpus": ["bad"]}, "name": ["worse"]}}
+    assert list(_flatten(errors)) == [("spec.resources.gpus", "bad"), ("spec.name", "worse")]
