@@ -117,6 +117,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--tie-break", default="order", choices=("order", "bestfit"))
     g.add_argument("--coverage", type=float, default=1.0)
     g.add_argument("--half-life", type=float, default=None)
+    g.add_argument("--cpu-only-step", type=float, default=None)
     return p.parse_args(argv)
 
 
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "tie_break": args.tie_break,
         "coverage": args.coverage,
         "half_life": args.half_life,
+        "cpu_only_step": args.cpu_only_step,
     }
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     tasks = [

@@ -82,6 +82,8 @@ __all__ = [
 MILLI = 1000
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+# Per-device values ``[N, D]``: an array, or one sequence per node (lengths may differ).
+PerDevice = Sequence[Sequence[int]] | npt.NDArray[np.int64]
 # Free GPU memory when the caller does not track it: large enough for any request.
 UNTRACKED_GPU_MEMORY = 1 << 40
 
@@ -155,13 +157,14 @@ class FragmentationModel:
         cpu_free: npt.ArrayLike,
         memory_free: npt.ArrayLike,
         *,
-        gpu_free: npt.ArrayLike | None = None,
-        gpu_memory_free: npt.ArrayLike | None = None,
+        gpu_free: PerDevice | None = None,
+        gpu_memory_free: PerDevice | None = None,
         step_milli: float = 500.0,
         quantizer: str = "step",
         tie_break: str = "order",
         coverage: float = 1.0,
         half_life: float | None = None,
+        cpu_only_step: float | None = None,
     ) -> None:
         if quantizer not in QUANTIZERS or tie_break not in TIE_BREAKS:
             raise ValueError(f"unknown quantizer {quantizer!r} or tie_break {tie_break!r}")
@@ -180,6 +183,7 @@ class FragmentationModel:
         self._cache = np.zeros((len(counts), 16), np.int64)
         self._step, self._quantizer, self._tie_break = step_milli, quantizer, tie_break
         self._coverage = coverage
+        self._cpu_only_step = cpu_only_step
         self._decay = 2.0 ** (-1.0 / half_life) if half_life else 1.0
         self._active: tuple[IntArray, FloatArray] | None = None
 
@@ -208,7 +212,8 @@ class FragmentationModel:
             total = cumulative[-1] if len(cumulative) else 0.0
             keep = int(np.searchsorted(cumulative, self._coverage * total * (1 - 1e-12))) + 1
             types = np.sort(order[: min(keep, len(order))]).astype(np.int64)
-            probs = weights[types] / total if total > 0 else weights[types]
+            kept = weights[types].sum()
+            probs = weights[types] / kept if kept > 0 else weights[types]
             self._active = (types, probs)
         return self._active
 
@@ -316,7 +321,7 @@ class FragmentationModel:
         options = self._options(cand, request)
         if len(options.position) == 0:
             return None
-        keys = self._keys(options.delta)
+        keys = self._keys(options.delta, request)
         if self._tie_break == "bestfit":
             fit = options.cpu_after / self._cpu_scale + options.gpu_after / self._gpu_scale
             best = int(np.lexsort((options.device, options.position, fit, keys))[0])
@@ -336,9 +341,13 @@ class FragmentationModel:
             raise ValueError(f"{request} does not fit on node {i}")
         return placement.devices
 
-    def _keys(self, delta: FloatArray) -> FloatArray:
+    def _keys(self, delta: FloatArray, request: PodRequest) -> FloatArray:
         if self._quantizer == "exact":
             return delta
+        if request.gpu_count == 0 and self._cpu_only_step is not None:
+            if self._cpu_only_step <= 0:
+                return delta
+            return np.floor(delta / self._cpu_only_step + 1e-9)
         if self._quantizer == "sigmoid":
             # FGD's int64(sigmoid(decrease / 1000) * 100), as a cost: lower is better.
             return -np.floor(100.0 / (1.0 + np.exp(np.clip(delta, -1e5, 1e5) / MILLI)))
@@ -431,10 +440,11 @@ def _share_options(
     return rows.astype(np.int64), device.astype(np.int64)
 
 
-def _per_device(values: npt.ArrayLike | None, exists: BoolArray, default: int) -> IntArray:
+def _per_device(values: PerDevice | None, exists: BoolArray, default: int) -> IntArray:
     if values is None:
         return np.where(exists, default, 0).astype(np.int64)
-    given = np.asarray(values, dtype=np.int64)
     out = np.zeros(exists.shape, np.int64)
-    out[:, : given.shape[1]] = given
+    for i, row in enumerate(values):  # rows may differ in length
+        given = np.asarray(row, dtype=np.int64)
+        out[i, : len(given)] = given
     return np.where(exists, out, 0)
