@@ -1,0 +1,168 @@
+"""Tenant admin pages: members and roles, quotas with current use, quota requests, priority
+defaults and approval policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+
+from portal.selectors import quota_rows
+from scheduler.models import JobState
+from tenants.models import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    AuditEntry,
+    Membership,
+    PriorityDefault,
+    Quota,
+)
+from tests import factories as f
+from tests.conftest import Org
+
+# --- quota use ----------------------------------------------------------------------------
+
+
+def test_use_sums_charged_jobs_of_the_subtree(org: Org) -> None:
+    def job(project: Any, state: str, replicas: int, milli: int) -> None:
+        f.JobFactory(project=project, state=state, replicas=replicas,
+                     gpu_milli_per_replica=milli, flavors=["H100-80GB"])
+
+    job(org.proj_alpha, JobState.RUNNING, 2, 4000)  # 8 GPUs
+    job(org.proj_alpha, JobState.ADMITTED, 1, 500)  # half a GPU
+    job(org.proj_alpha, JobState.BINDING, 1, 1000)  # 1 GPU
+    job(org.proj_alpha, JobState.QUEUED, 4, 8000)  # waiting: not charged
+    job(org.proj_alpha, JobState.SUCCEEDED, 4, 8000)  # finished: not charged
+    job(org.proj_bravo, JobState.RUNNING, 1, 2000)  # 2 GPUs in a sibling
+    rows = {row.tenant.slug: row for row in quota_rows([org.alpha, org.bravo, org.research])
+            if row.flavor == org.h100}
+    # alpha: 8 + 0.5 + 1 = 9.5 GPUs; bravo: 2; research holds both: 11.5
+    assert rows["team-alpha"].used_milli == 9500
+    assert rows["team-bravo"].used_milli == 2000
+    assert rows["research"].used_milli == 11500
+    assert rows["team-alpha"].guaranteed_milli == 16000 and rows["team-alpha"].limit_milli == 32000
+    assert rows["team-alpha"].used_pct == 30  # 9.5 / 32
+
+
+def test_quota_page_shows_guaranteed_limit_and_use(org: Org, web_for: Any) -> None:
+    f.JobFactory(project=org.proj_alpha, state=JobState.RUNNING, replicas=2,
+                 gpu_milli_per_replica=8000, flavors=["H100-80GB"])
+    html = web_for("alice").get(reverse("portal:tenant-quotas", args=[org.alpha.pk])).content.decode()
+    # 2 x 8 = 16 in use of guaranteed 16, limit 32: 50% of the limit
+    assert "<b>16</b>" in html and "50% of limit" in html
+    assert "set by admins of its parent" in html  # a member sees no form
+
+
+def test_member_home_shows_team_quota_with_use(org: Org, web_for: Any) -> None:
+    f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"], name="mine-running",
+                 state=JobState.RUNNING, replicas=1, gpu_milli_per_replica=4000,
+                 flavors=["H100-80GB"])
+    html = web_for("alice").get(reverse("portal:home")).content.decode()
+    assert "mine-running" in html and "Team quota" in html and "<b>4</b>" in html
+
+
+def test_department_admin_sets_a_team_quota_and_it_is_audited(org: Org, web_for: Any) -> None:
+    body = {"flavor": "H100-80GB", "guaranteed": "12", "limit": "20", "weight": "1"}
+    response = web_for("dana").post(reverse("portal:tenant-quotas", args=[org.alpha.pk]), body)
+    assert response.status_code == 302
+    quota = Quota.objects.get(tenant=org.alpha, flavor=org.h100)
+    assert (quota.guaranteed_milli, quota.limit_milli) == (12000, 20000)
+    entry = AuditEntry.objects.filter(action__startswith="quota").latest("at")
+    assert entry.actor_name == "dana" and entry.before["guaranteed_milli"] == 16000
+    assert entry.after["guaranteed_milli"] == 12000
+
+
+def test_quota_errors_are_inline(org: Org, web_for: Any) -> None:
+    body = {"flavor": "H100-80GB", "guaranteed": "12", "limit": "8", "weight": "1"}
+    response = web_for("dana").post(reverse("portal:tenant-quotas", args=[org.alpha.pk]), body)
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert "is below its guaranteed" in html.split('id="field-limit"')[1].split("</div>\n</div>")[0]
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).limit_milli == 32000
+
+
+def test_team_admin_requests_a_quota_change_instead(org: Org, web_for: Any) -> None:
+    body = {"flavor": "H100-80GB", "guaranteed": "16", "limit": "40", "weight": "1",
+            "justification": "new model"}
+    response = web_for("tina").post(reverse("portal:tenant-quotas", args=[org.alpha.pk]), body,
+                                    follow=True)
+    assert "requested" in response.content.decode()
+    request = ApprovalRequest.objects.get(kind="quota", tenant=org.alpha)
+    assert request.payload["values"]["limit_milli"] == 40000
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).limit_milli == 32000
+
+
+def test_member_cannot_post_a_quota(org: Org, web_for: Any) -> None:
+    body = {"flavor": "H100-80GB", "guaranteed": "1", "limit": "1", "weight": "1"}
+    response = web_for("alice").post(reverse("portal:tenant-quotas", args=[org.alpha.pk]), body)
+    assert response.status_code == 403
+    assert not ApprovalRequest.objects.exists()
+
+
+# --- members ------------------------------------------------------------------------------
+
+
+def test_admin_adds_changes_and_removes_a_member(org: Org, web_for: Any) -> None:
+    client = web_for("tina")
+    url = reverse("portal:tenant-members", args=[org.alpha.pk])
+    assert client.post(url, {"username": "chris", "role": "member"}).status_code == 302
+    membership = Membership.objects.get(user=org.users["chris"], tenant=org.alpha)
+    client.post(reverse("portal:tenant-member-role", args=[org.alpha.pk, membership.pk]),
+                {"role": "approver"})
+    membership.refresh_from_db()
+    assert membership.role == "approver"
+    html = client.get(url).content.decode()
+    assert 'id="member-chris"' in html
+    client.post(reverse("portal:tenant-member-remove", args=[org.alpha.pk, membership.pk]))
+    assert not Membership.objects.filter(pk=membership.pk).exists()
+    actions = list(AuditEntry.objects.filter(tenant=org.alpha).values_list("action", flat=True))
+    assert sum(a.startswith("membership") for a in actions) == 3
+
+
+def test_unknown_username_is_an_inline_error(org: Org, web_for: Any) -> None:
+    response = web_for("tina").post(reverse("portal:tenant-members", args=[org.alpha.pk]),
+                                    {"username": "nobody", "role": "member"})
+    assert response.status_code == 400 and "No user with this username." in response.content.decode()
+
+
+def test_member_cannot_manage_members(org: Org, web_for: Any) -> None:
+    client = web_for("alice")
+    html = client.get(reverse("portal:tenant-members", args=[org.alpha.pk])).content.decode()
+    assert "Add a member" not in html
+    response = client.post(reverse("portal:tenant-members", args=[org.alpha.pk]),
+                           {"username": "alice", "role": "admin"})
+    assert response.status_code == 403
+    assert Membership.objects.get(user=org.users["alice"], tenant=org.alpha).role == "member"
+
+
+# --- priority defaults and policies ------------------------------------------------------
+
+
+def test_admin_sets_a_priority_default(org: Org, web_for: Any) -> None:
+    client = web_for("tina")
+    url = reverse("portal:tenant-priorities", args=[org.alpha.pk])
+    client.post(url, {"job_type": "batch", "priority_class": "high"})
+    assert PriorityDefault.objects.get(tenant=org.alpha, job_type="batch").priority_class.name == "high"
+    html = client.get(url).content.decode()
+    assert "<b>high</b>" in html  # the effective default of batch
+
+
+def test_admin_adds_and_removes_an_approval_policy(org: Org, web_for: Any) -> None:
+    client = web_for("tina")
+    url = reverse("portal:tenant-policies", args=[org.alpha.pk])
+    client.post(url, {"rule": "gpus_over", "threshold": "8", "applies_to_jobs": "on",
+                      "description": "big jobs"})
+    policy = ApprovalPolicy.objects.get(tenant=org.alpha)
+    assert "GPUs over 8" in client.get(url).content.decode()
+    client.post(reverse("portal:tenant-policy-delete", args=[org.alpha.pk, policy.pk]))
+    assert not ApprovalPolicy.objects.exists()
+
+
+def test_policy_errors_are_inline(org: Org, web_for: Any) -> None:
+    response = web_for("tina").post(
+        reverse("portal:tenant-policies", args=[org.alpha.pk]),
+        {"rule": "priority_at_least", "applies_to_jobs": "on"},
+    )
+    assert response.status_code == 400
+    assert "needs a priority class" in response.content.decode()
+    assert not ApprovalPolicy.objects.exists()
