@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 
 from scheduler.adapters import Built, Change, release, set_reasons, set_state_fast, transition_many
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
-from scheduler.core.types import CycleResult, Placement
+from scheduler.core.types import CycleResult, Placement, WaitCode
 from scheduler.models import Allocation, AllocationDevice, Job, JobState
 
 if TYPE_CHECKING:
@@ -57,7 +57,12 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     with transaction.atomic():
         daemon.lease.fence()
         _preempt(built, result, plan, now)
-        waiting = {int(w.job_id): w.message for w in result.waiting}
+        # A job in retry backoff keeps the reason its attempt failed with.
+        waiting = {
+            int(w.job_id): w.message
+            for w in result.waiting
+            if not (w.code == WaitCode.BACKOFF and built.jobs[w.job_id]["reason"])
+        }
         for placement in result.placements:
             job_id = int(placement.job_id)
             if placement.preempted and job_id in set(built.pending_ids):

@@ -124,6 +124,16 @@ class SimulatedCluster:
                 if pod.node == node and pod.failed is None and not self._ended(pod, now):
                     pod.failed = (now, FailureReason.NODE_LOST, message)
 
+    def fail_pod(self, name: str, reason: FailureReason, message: str = "") -> None:
+        """Tests and demos: the pod ends now with `reason` (OOMKilled, Evicted, ...)."""
+        with self._lock:
+            self._pods[name].failed = (self.clock(), reason, message)
+
+    def vanish_pod(self, name: str) -> None:
+        """Tests: the pod disappears without a trace (deleted behind Gantry's back)."""
+        with self._lock:
+            self._pods.pop(name, None)
+
     def heal_node(self, node: str) -> None:
         with self._lock:
             self._nodes[node].failed_at = None

@@ -1,0 +1,115 @@
+"""The daemon on PostgreSQL with the simulated cluster, on a fake clock.
+
+`env` gives the organisation of tests/conftest.py, a simulated cluster of H100 nodes synced
+into the database, and `env.daemon()` makes a daemon (its own lease holder) on the same
+database and backend, so a "restart" is simply a new instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from scheduler.backends.simulated import SimulatedCluster, make_nodes
+from scheduler.daemon import Daemon
+from scheduler.leader import Lease
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, SchedulerLease
+from scheduler.services import job_submit
+from tests.conftest import Org, build_org, job_spec
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_900_000_000.0) -> None:
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class Killed(Exception):
+    """Stands for SIGKILL at a step of the cycle."""
+
+
+@dataclass
+class Env:
+    org: Org
+    clock: FakeClock
+    backend: SimulatedCluster
+    daemons: list[Daemon] = field(default_factory=list)
+
+    def daemon(self, holder: str = "", hooks: dict[str, Callable[[], None]] | None = None,
+               **kwargs: Any) -> Daemon:  # fmt: skip
+        lease = Lease(holder or f"daemon-{len(self.daemons)}", ttl_s=30)
+        made = Daemon(self.backend, lease=lease, clock=self.clock, sleep=lambda _s: None,
+                      hooks=hooks, **kwargs)  # fmt: skip
+        self.daemons.append(made)
+        return made
+
+    def submit(self, user: str = "alice", **overrides: Any) -> Job:
+        project = self.org.proj_alpha if user in ("alice", "tina") else self.org.proj_bravo
+        spec = job_spec(**{"replicas": 1, "resources": {"gpus": 4}, **overrides})
+        job, _ = job_submit(user=self.org.users[user], project=project, payload=spec)
+        return job
+
+    def run(self, daemon: Daemon, seconds: float = 0.0, cycles: int = 1) -> None:
+        """`cycles` steps, the clock moving `seconds` before each."""
+        for _ in range(cycles):
+            self.clock.advance(seconds)
+            daemon.step()
+
+
+def expire_leases() -> None:
+    """Stands for the lease TTL passing after a leader's death (no waiting)."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE scheduler_schedulerlease SET expires_at = now() - interval '1s'")
+
+
+def assert_consistent(backend: SimulatedCluster) -> None:
+    """The promises: no device allocated beyond 1000 milli, the trigger-kept counters agree
+    with the live shares, every live pod has an active allocation, and every bound active
+    allocation of a running job has its pod."""
+    live_shares: dict[int, int] = {}
+    for device_id, milli in AllocationDevice.objects.filter(released=False).values_list(
+        "device_id", "milli"
+    ):
+        live_shares[device_id] = live_shares.get(device_id, 0) + milli
+    for device in GpuDevice.objects.all():
+        assert 0 <= device.allocated_milli <= 1000, device
+        assert device.allocated_milli == live_shares.get(device.pk, 0), device
+    active = set(
+        Allocation.objects.filter(ended_at__isnull=True).values_list("pod_name", flat=True)
+    )
+    pods = {p.name for p in backend.list_pods() if not p.deleting}
+    assert pods <= active, f"pods without allocation: {pods - active}"
+    running = Allocation.objects.filter(
+        ended_at__isnull=True, end_reason="", job__state__in=["binding", "running"]
+    ).values_list("pod_name", flat=True)
+    assert set(running) <= pods, f"allocations without pods: {set(running) - pods}"
+
+
+def make_env(nodes: int = 4) -> Env:
+    org = build_org()
+    clock = FakeClock()
+    backend = SimulatedCluster(make_nodes(nodes, "H100-80GB", 8, prefix="h100"), clock=clock,
+                               start_delay_s=1.0, grace_cap_s=2.0)  # fmt: skip
+    return Env(org, clock, backend)
+
+
+@pytest.fixture
+def env(db: Any) -> Env:
+    return make_env()
+
+
+@pytest.fixture
+def tenv(transactional_db: Any) -> Env:
+    return make_env()
+
+
+__all__ = ["Env", "FakeClock", "Killed", "SchedulerLease", "assert_consistent", "expire_leases"]

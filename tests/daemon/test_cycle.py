@@ -1,0 +1,174 @@
+"""One job's life through the daemon: placed, bound, running, finished; the snapshot's
+query count; reasons; retries; max runtime; preemption; orphans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.adapters import build_snapshot
+from scheduler.backends.base import FailureReason
+from scheduler.models import Allocation, GpuDevice, Job, JobEvent
+from tests.daemon.conftest import Env, assert_consistent
+
+
+def states(job: Job) -> list[str]:
+    return list(JobEvent.objects.filter(job=job).values_list("to_state", flat=True))
+
+
+def test_job_is_placed_bound_run_and_finished(env: Env) -> None:
+    job = env.submit(replicas=2, resources={"gpus": 4}, simulation={"duration_s": 60})
+    daemon = env.daemon()
+    env.run(daemon)
+    job.refresh_from_db()
+    assert job.state == "binding"
+    pods = {p.name: p for p in env.backend.list_pods()}
+    assert set(pods) == {f"gantry-{job.pk}-a0-r0", f"gantry-{job.pk}-a0-r1"}
+    assert all(p.node for p in pods.values())
+    assert_consistent(env.backend)
+    env.run(daemon, seconds=2)
+    job.refresh_from_db()
+    assert job.state == "running"
+    # 2 x 4 GPUs = 8 devices fully held
+    assert sum(GpuDevice.objects.values_list("allocated_milli", flat=True)) == 8000
+    env.run(daemon, seconds=60)
+    job.refresh_from_db()
+    assert job.state == "succeeded"
+    assert states(job) == ["queued", "admitted", "binding", "running", "succeeded"]
+    assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+    assert sum(GpuDevice.objects.values_list("allocated_milli", flat=True)) == 0
+    env.run(daemon)
+    assert env.backend.list_pods() == []
+
+
+def test_snapshot_query_count_does_not_grow_with_the_cluster(
+    env: Env, django_assert_max_num_queries: Any
+) -> None:
+    for _ in range(3):
+        env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    env.run(daemon, cycles=2)
+    for _ in range(20):
+        env.submit(resources={"gpus": 8})
+    with django_assert_max_num_queries(9):
+        built = build_snapshot(env.clock(), decayed={})
+    assert len(built.snapshot.running) == 3
+    assert len(built.snapshot.pending) == 20
+    assert len(built.snapshot.nodes) == 4
+
+
+def test_waiting_job_gets_a_reason(env: Env) -> None:
+    job = env.submit(replicas=5, resources={"gpus": 8})  # 40 GPUs: over team-alpha's limit 32
+    env.run(env.daemon())
+    job.refresh_from_db()
+    assert job.state == "queued"
+    assert job.reason.startswith("quota"), job.reason
+
+
+def test_failed_attempt_retries_with_backoff_then_fails(env: Env) -> None:
+    job = env.submit(simulation={"duration_s": 10, "fail": True},
+                     retry={"limit": 1, "backoff_s": 30})  # fmt: skip
+    daemon = env.daemon()
+    env.run(daemon, cycles=2)
+    env.run(daemon, seconds=12)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("queued", 1)
+    assert "retry in 30 s" in job.reason
+    env.run(daemon, seconds=5)  # inside the backoff: not placed
+    job.refresh_from_db()
+    assert job.state == "queued"
+    env.run(daemon, seconds=30, cycles=2)
+    env.run(daemon, seconds=12)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "exited with an error" in job.reason
+    assert_consistent(env.backend)
+
+
+@pytest.mark.parametrize(
+    ("reason", "limit", "final_state", "text"),
+    [
+        (FailureReason.OOM_KILLED, 1, "queued", "OOMKilled"),
+        (FailureReason.OOM_KILLED, 0, "failed", "OOMKilled"),
+        (FailureReason.IMAGE_PULL, 3, "failed", "image pull"),
+        (FailureReason.EVICTED, 0, "queued", "Evicted"),
+        (FailureReason.NODE_LOST, 0, "queued", "node lost"),
+        (FailureReason.DEADLINE_EXCEEDED, 3, "failed", "deadline"),
+    ],
+    ids=["oom-retried", "oom-no-retries-left", "image-pull-final", "evicted-infra",
+         "node-lost-infra", "deadline-final"],
+)  # fmt: skip
+def test_pod_failure_reason_decides_retry(
+    env: Env, reason: FailureReason, limit: int, final_state: str, text: str
+) -> None:
+    job = env.submit(retry={"limit": limit, "backoff_s": 10}, simulation={"duration_s": 100})
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=2)
+    env.backend.fail_pod(f"gantry-{job.pk}-a0-r0", reason, "from the test")
+    env.run(daemon)
+    job.refresh_from_db()
+    event = JobEvent.objects.filter(job=job, kind="attempt_failed").get()
+    assert text in event.message
+    if final_state == "failed":
+        assert job.state == "failed" and text in job.reason
+        assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    else:  # requeued with a new attempt (infra failures at once, so maybe placed again)
+        assert event.to_state == "queued" and job.attempt == 1
+        assert not Allocation.objects.filter(job=job, attempt=0, ended_at__isnull=True).exists()
+    assert_consistent(env.backend)
+
+
+def test_job_past_max_runtime_is_stopped(env: Env) -> None:
+    job = env.submit(max_runtime_s=60, simulation={"duration_s": 1000})
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=2)
+    env.run(daemon, seconds=61)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "max runtime" in job.reason
+    env.run(daemon, seconds=3, cycles=2)
+    assert env.backend.list_pods() == []
+
+
+def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:
+    job = env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=2)
+    from scheduler.daemon_apply import pod_request
+
+    row = Job.objects.filter(pk=job.pk).values(
+        "id", "attempt", "spec", "replicas", "gpu_milli_per_replica", "gpu_memory_mib",
+        "cpu_milli", "memory_mib", "job_type", "project__namespace")[0]  # fmt: skip
+    stray = pod_request({**row, "id": 999_999}, 0, "h100-0003", (7,))
+    env.backend.create_pod(stray)
+    env.backend.vanish_pod(f"gantry-{job.pk}-a0-r0")
+    env.run(daemon)
+    assert stray.name not in {p.name for p in env.backend.list_pods()}
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("binding", 1)  # node loss: requeued and placed at once
+    assert "vanished" in JobEvent.objects.filter(job=job, kind="attempt_failed").get().message
+    assert_consistent(env.backend)
+
+
+def test_preemption_waits_for_victims_to_stop(env: Env) -> None:
+    low = [env.submit(resources={"gpus": 8}, priority_class="low",
+                      simulation={"duration_s": 10_000}) for _ in range(4)]  # fmt: skip
+    daemon = env.daemon()
+    daemon.profile = type(daemon.profile)(min_runtime_s=0)
+    env.run(daemon, seconds=2, cycles=2)
+    assert Job.objects.filter(state="running").count() == 4
+    urgent = env.submit(user="alice", resources={"gpus": 8}, priority_class="critical",
+                        simulation={"duration_s": 60})  # fmt: skip
+    env.run(daemon)
+    urgent.refresh_from_db()
+    victims = [j for j in low if Job.objects.get(pk=j.pk).state == "preempted"]
+    assert len(victims) == 1
+    assert urgent.state == "queued" and "preempting" in urgent.reason
+    assert_consistent(env.backend)
+    env.run(daemon, seconds=3, cycles=2)
+    urgent.refresh_from_db()
+    assert urgent.state in ("binding", "running")
+    victim = Job.objects.get(pk=victims[0].pk)
+    assert (victim.state, victim.attempt) == ("queued", 1)
+    assert_consistent(env.backend)
