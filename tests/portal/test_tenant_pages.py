@@ -25,8 +25,13 @@ from tests.conftest import Org
 
 def test_use_sums_charged_jobs_of_the_subtree(org: Org) -> None:
     def job(project: Any, state: str, replicas: int, milli: int) -> None:
-        f.JobFactory(project=project, state=state, replicas=replicas,
-                     gpu_milli_per_replica=milli, flavors=["H100-80GB"])
+        f.JobFactory(
+            project=project,
+            state=state,
+            replicas=replicas,
+            gpu_milli_per_replica=milli,
+            flavors=["H100-80GB"],
+        )
 
     job(org.proj_alpha, JobState.RUNNING, 2, 4000)  # 8 GPUs
     job(org.proj_alpha, JobState.ADMITTED, 1, 500)  # half a GPU
@@ -34,8 +39,11 @@ def test_use_sums_charged_jobs_of_the_subtree(org: Org) -> None:
     job(org.proj_alpha, JobState.QUEUED, 4, 8000)  # waiting: not charged
     job(org.proj_alpha, JobState.SUCCEEDED, 4, 8000)  # finished: not charged
     job(org.proj_bravo, JobState.RUNNING, 1, 2000)  # 2 GPUs in a sibling
-    rows = {row.tenant.slug: row for row in quota_rows([org.alpha, org.bravo, org.research])
-            if row.flavor == org.h100}
+    rows = {
+        row.tenant.slug: row
+        for row in quota_rows([org.alpha, org.bravo, org.research])
+        if row.flavor == org.h100
+    }
     # alpha: 8 + 0.5 + 1 = 9.5 GPUs; bravo: 2; research holds both: 11.5
     assert rows["team-alpha"].used_milli == 9500
     assert rows["team-bravo"].used_milli == 2000
@@ -45,18 +53,31 @@ def test_use_sums_charged_jobs_of_the_subtree(org: Org) -> None:
 
 
 def test_quota_page_shows_guaranteed_limit_and_use(org: Org, web_for: Any) -> None:
-    f.JobFactory(project=org.proj_alpha, state=JobState.RUNNING, replicas=2,
-                 gpu_milli_per_replica=8000, flavors=["H100-80GB"])
-    html = web_for("alice").get(reverse("portal:tenant-quotas", args=[org.alpha.pk])).content.decode()
+    f.JobFactory(
+        project=org.proj_alpha,
+        state=JobState.RUNNING,
+        replicas=2,
+        gpu_milli_per_replica=8000,
+        flavors=["H100-80GB"],
+    )
+    html = (
+        web_for("alice").get(reverse("portal:tenant-quotas", args=[org.alpha.pk])).content.decode()
+    )
     # 2 x 8 = 16 in use of guaranteed 16, limit 32: 50% of the limit
     assert "<b>16</b>" in html and "50% of limit" in html
     assert "set by admins of its parent" in html  # a member sees no form
 
 
 def test_member_home_shows_team_quota_with_use(org: Org, web_for: Any) -> None:
-    f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"], name="mine-running",
-                 state=JobState.RUNNING, replicas=1, gpu_milli_per_replica=4000,
-                 flavors=["H100-80GB"])
+    f.JobFactory(
+        project=org.proj_alpha,
+        submitted_by=org.users["alice"],
+        name="mine-running",
+        state=JobState.RUNNING,
+        replicas=1,
+        gpu_milli_per_replica=4000,
+        flavors=["H100-80GB"],
+    )
     html = web_for("alice").get(reverse("portal:home")).content.decode()
     assert "mine-running" in html and "Team quota" in html and "<b>4</b>" in html
 
@@ -82,10 +103,16 @@ def test_quota_errors_are_inline(org: Org, web_for: Any) -> None:
 
 
 def test_team_admin_requests_a_quota_change_instead(org: Org, web_for: Any) -> None:
-    body = {"flavor": "H100-80GB", "guaranteed": "16", "limit": "40", "weight": "1",
-            "justification": "new model"}
-    response = web_for("tina").post(reverse("portal:tenant-quotas", args=[org.alpha.pk]), body,
-                                    follow=True)
+    body = {
+        "flavor": "H100-80GB",
+        "guaranteed": "16",
+        "limit": "40",
+        "weight": "1",
+        "justification": "new model",
+    }
+    response = web_for("tina").post(
+        reverse("portal:tenant-quotas", args=[org.alpha.pk]), body, follow=True
+    )
     assert "requested" in response.content.decode()
     request = ApprovalRequest.objects.get(kind="quota", tenant=org.alpha)
     assert request.payload["values"]["limit_milli"] == 40000
@@ -107,8 +134,10 @@ def test_admin_adds_changes_and_removes_a_member(org: Org, web_for: Any) -> None
     url = reverse("portal:tenant-members", args=[org.alpha.pk])
     assert client.post(url, {"username": "chris", "role": "member"}).status_code == 302
     membership = Membership.objects.get(user=org.users["chris"], tenant=org.alpha)
-    client.post(reverse("portal:tenant-member-role", args=[org.alpha.pk, membership.pk]),
-                {"role": "approver"})
+    client.post(
+        reverse("portal:tenant-member-role", args=[org.alpha.pk, membership.pk]),
+        {"role": "approver"},
+    )
     membership.refresh_from_db()
     assert membership.role == "approver"
     html = client.get(url).content.decode()
@@ -120,17 +149,23 @@ def test_admin_adds_changes_and_removes_a_member(org: Org, web_for: Any) -> None
 
 
 def test_unknown_username_is_an_inline_error(org: Org, web_for: Any) -> None:
-    response = web_for("tina").post(reverse("portal:tenant-members", args=[org.alpha.pk]),
-                                    {"username": "nobody", "role": "member"})
-    assert response.status_code == 400 and "No user with this username." in response.content.decode()
+    response = web_for("tina").post(
+        reverse("portal:tenant-members", args=[org.alpha.pk]),
+        {"username": "nobody", "role": "member"},
+    )
+    assert (
+        response.status_code == 400 and "No user with this username." in response.content.decode()
+    )
 
 
 def test_member_cannot_manage_members(org: Org, web_for: Any) -> None:
     client = web_for("alice")
     html = client.get(reverse("portal:tenant-members", args=[org.alpha.pk])).content.decode()
     assert "Add a member" not in html
-    response = client.post(reverse("portal:tenant-members", args=[org.alpha.pk]),
-                           {"username": "alice", "role": "admin"})
+    response = client.post(
+        reverse("portal:tenant-members", args=[org.alpha.pk]),
+        {"username": "alice", "role": "admin"},
+    )
     assert response.status_code == 403
     assert Membership.objects.get(user=org.users["alice"], tenant=org.alpha).role == "member"
 
@@ -142,7 +177,10 @@ def test_admin_sets_a_priority_default(org: Org, web_for: Any) -> None:
     client = web_for("tina")
     url = reverse("portal:tenant-priorities", args=[org.alpha.pk])
     client.post(url, {"job_type": "batch", "priority_class": "high"})
-    assert PriorityDefault.objects.get(tenant=org.alpha, job_type="batch").priority_class.name == "high"
+    assert (
+        PriorityDefault.objects.get(tenant=org.alpha, job_type="batch").priority_class.name
+        == "high"
+    )
     html = client.get(url).content.decode()
     assert "<b>high</b>" in html  # the effective default of batch
 
@@ -150,8 +188,10 @@ def test_admin_sets_a_priority_default(org: Org, web_for: Any) -> None:
 def test_admin_adds_and_removes_an_approval_policy(org: Org, web_for: Any) -> None:
     client = web_for("tina")
     url = reverse("portal:tenant-policies", args=[org.alpha.pk])
-    client.post(url, {"rule": "gpus_over", "threshold": "8", "applies_to_jobs": "on",
-                      "description": "big jobs"})
+    client.post(
+        url,
+        {"rule": "gpus_over", "threshold": "8", "applies_to_jobs": "on", "description": "big jobs"},
+    )
     policy = ApprovalPolicy.objects.get(tenant=org.alpha)
     assert "GPUs over 8" in client.get(url).content.decode()
     client.post(reverse("portal:tenant-policy-delete", args=[org.alpha.pk, policy.pk]))

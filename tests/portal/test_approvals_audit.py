@@ -1,0 +1,157 @@
+"""Approval inbox and history, deciding in place through HTMX, and the audit log pages."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduler.models import Job, JobState
+from tenants import approvals
+from tenants.models import ApprovalRequest, AuditEntry
+from tests.conftest import Org
+from tests.portal.test_jobs import form_body
+
+
+def submit_big_job(org: Org, web_for: Any, user: str = "alice") -> Job:
+    """A policy on team-alpha sends jobs over 4 GPUs to approvers; submit an 8-GPU job."""
+    if not org.alpha.approval_policies.exists():
+        approvals.policy_set(
+            user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4
+        )
+    web_for(user).post(
+        reverse("portal:job-new"), form_body(org, name=f"big-{user}", idempotency_key=f"k-{user}")
+    )
+    return Job.objects.get(name=f"big-{user}")
+
+
+def test_submission_that_needs_approval_waits_and_says_why(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for)
+    assert job.state == JobState.PENDING_APPROVAL
+    html = web_for("alice").get(reverse("portal:job-detail", args=[job.pk])).content.decode()
+    assert "Pending Approval" in html and "GPUs" in html
+
+
+def test_approver_inbox_lists_the_request_and_home_shows_it(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for)
+    inbox = web_for("tina").get(reverse("portal:approvals")).content.decode()
+    assert job.name in inbox and "Approve" in inbox
+    home = web_for("tina").get(reverse("portal:home")).content.decode()
+    assert 'id="home-inbox"' in home and job.name in home
+    # the requester's team member sees no decision buttons
+    assert job.name not in web_for("alice").get(reverse("portal:approvals")).content.decode()
+
+
+def test_approving_through_htmx_swaps_the_row_and_queues_the_job(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for)
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    response = web_for("tina").post(
+        reverse("portal:approval-decide", args=[request.pk]),
+        {"decision": "approve", "comment": "go ahead"},
+        HTTP_HX_REQUEST="true",
+    )
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html
+    assert f'id="approval-{request.pk}"' in html and "approved" in html and "go ahead" in html
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+
+
+def test_rejecting_without_htmx_redirects_and_history_shows_the_comment(
+    org: Org, web_for: Any
+) -> None:
+    job = submit_big_job(org, web_for)
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    response = web_for("tina").post(
+        reverse("portal:approval-decide", args=[request.pk]),
+        {"decision": "reject", "comment": "too big"},
+    )
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert job.state == JobState.REJECTED
+    history = web_for("alice").get(reverse("portal:approval-history")).content.decode()
+    assert "too big" in history and "rejected" in history
+
+
+def test_nobody_approves_their_own_request(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for, user="tina")
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    assert job.name not in web_for("tina").get(reverse("portal:approvals")).content.decode()
+    response = web_for("tina").post(
+        reverse("portal:approval-decide", args=[request.pk]), {"decision": "approve"}
+    )
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING_APPROVAL
+
+
+def test_a_member_cannot_decide(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for, user="tina")
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    response = web_for("alice").post(
+        reverse("portal:approval-decide", args=[request.pk]), {"decision": "approve"}
+    )
+    assert response.status_code == 403
+
+
+def test_second_decision_is_reported_not_applied(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for)
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    web_for("tina").post(
+        reverse("portal:approval-decide", args=[request.pk]), {"decision": "approve"}
+    )
+    late = web_for("dana").post(
+        reverse("portal:approval-decide", args=[request.pk]),
+        {"decision": "reject"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert "already" in late.content.decode() or "approved" in late.content.decode()
+    request.refresh_from_db()
+    assert request.state == "approved" and request.decided_by == org.users["tina"]
+
+
+# --- audit log -------------------------------------------------------------------------
+
+
+def test_admin_reads_and_filters_their_subtree_audit_log(org: Org, web_for: Any) -> None:
+    submit_big_job(org, web_for)
+    client = web_for("tina")
+    html = client.get(reverse("portal:audit")).content.decode()
+    assert "job.submit" in html and "policy.set" in html
+    only_policy = client.get(reverse("portal:audit"), {"action": "policy"}).content.decode()
+    assert "policy.set" in only_policy and "job.submit" not in only_policy
+    by_actor = client.get(reverse("portal:audit"), {"actor": "alice"}).content.decode()
+    assert "job.submit" in by_actor and "policy.set" not in by_actor
+    future = timezone.now().date().replace(year=timezone.now().year + 1).isoformat()
+    assert "No entries." in client.get(reverse("portal:audit"), {"since": future}).content.decode()
+
+
+def test_members_cannot_read_the_audit_log(org: Org, web_for: Any) -> None:
+    assert web_for("alice").get(reverse("portal:audit")).status_code == 403
+    assert web_for("alice").get(reverse("portal:audit-export")).status_code == 403
+
+
+def test_csv_export_follows_the_filters_and_defuses_formulas(org: Org, web_for: Any) -> None:
+    submit_big_job(org, web_for)
+    AuditEntry.objects.create(
+        at=timezone.now(),
+        actor_name='=HYPERLINK("x")',
+        action="job.note",
+        tenant=org.alpha,
+        target_type="scheduler.job",
+        target_id="1",
+        before=None,
+        after={"note": "x"},
+    )
+    response = web_for("tina").get(reverse("portal:audit-export"), {"tenant": org.alpha.pk})
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0][:3] == ["at", "actor", "action"]
+    actions = {row[2] for row in rows[1:]}
+    assert {"job.submit", "policy.set", "job.note"} <= actions
+    assert [row[1] for row in rows[1:] if row[2] == "job.note"] == ['\'=HYPERLINK("x")']
+    assert all(row[3] == "team-alpha" for row in rows[1:])
