@@ -263,7 +263,7 @@ def _running(
     return tuple(out)
 
 
-# --- bulk writes -------------------------------------------------------------------------------
+# --- bulk writes ------
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def _audit(**kwargs: Any) -> None:
     module.audit_record(tenant=None, **kwargs)
 
 
-# --- inventory ---------------------------------------------------------------------------------
+# --- inventory ------
 
 
 @dataclass
@@ -130,7 +130,7 @@ def _sync_devices(infos: Iterable[NodeInfo]) -> None:
     GpuDevice.objects.bulk_update(changed, ["memory_mib", "healthy", "health_reason"])
 
 
-# --- admin actions -----------------------------------------------------------------------------
+# --- admin actions ------
 
 
 def _require_platform_admin(user: Any) -> None:

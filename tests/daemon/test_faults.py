@@ -30,7 +30,7 @@ def pg() -> Any:
     return psycopg.connect(**params, autocommit=True)
 
 
-# --- crash at each step ---------------------------------------------------------------------------
+# --- crash at each step ------
 
 # step -> (attempt the job runs under, how many pods were ever created)
 CRASHES = {
@@ -64,7 +64,7 @@ def test_killed_at_each_step_loses_nothing(env: Env, step: str) -> None:
     assert job.state == "running"
 
 
-# --- leadership -------------------------------------------------------------------------------------
+# --- leadership ------
 
 
 def test_two_daemons_only_one_acts_and_standby_takes_over(env: Env) -> None:
@@ -119,7 +119,7 @@ def test_lease_uses_the_database_clock(env: Env) -> None:  # FAULT 21
     assert daemon.lease.renew()
 
 
-# --- the database -------------------------------------------------------------------------------------
+# --- the database ------
 
 
 def test_connection_killed_mid_run_daemon_reconnects(tenv: Env) -> None:  # FAULT 5
@@ -213,7 +213,7 @@ def test_takeover_waits_for_the_fenced_write_in_flight(tenv: Env) -> None:
     assert SchedulerLease.objects.get().epoch == 2
 
 
-# --- the cluster backend ---------------------------------------------------------------------------
+# --- the cluster backend ------
 
 
 def test_backend_errors_are_retried_with_backoff(env: Env) -> None:
@@ -273,7 +273,7 @@ def test_list_pods_failing_skips_the_cycle_and_keeps_state(env: Env) -> None:
     assert job.state == "running"
 
 
-# --- concurrency -------------------------------------------------------------------------------------
+# --- concurrency ------
 
 
 def test_cancel_racing_bind_leaves_no_pod(env: Env) -> None:  # FAULT 20
