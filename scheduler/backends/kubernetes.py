@@ -297,6 +297,7 @@ class KubernetesBackend:
             on_event=on_event,
             timeout_s=timeout_s,
             sleep=self._sleep,
+            rand=self._rand,
         )
 
     def node_watcher(
@@ -314,6 +315,7 @@ class KubernetesBackend:
             on_event=on_event,
             timeout_s=timeout_s,
             sleep=self._sleep,
+            rand=self._rand,
         )
 
     def _open_stream(

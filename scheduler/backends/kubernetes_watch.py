@@ -48,6 +48,7 @@ class ListWatcher(Generic[T]):
     timeout_s: int = 300
     policy: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=8, cap_s=30.0))
     sleep: Callable[[float], None] = time.sleep
+    rand: Callable[[], float] = random.random
     resource_version: str | None = None
     relists: int = 0
     _failures: int = 0
@@ -79,7 +80,7 @@ class ListWatcher(Generic[T]):
         if error is None:
             raise exc
         self.resource_version = None
-        delay = self.policy.delay(self._failures, error.retry_after_s, random.random)
+        delay = self.policy.delay(self._failures, error.retry_after_s, self.rand)
         self._failures = min(self._failures + 1, 16)
         logger.warning("watch failed (%s); re-list in %.2fs", error, delay)
         self.sleep(delay)

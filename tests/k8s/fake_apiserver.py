@@ -14,7 +14,7 @@ It keeps the rules the backend depends on, and no more:
   open streams silently.
 - Faults on command (`inject`): the next N requests matching a method and path answer 429 with
   Retry-After, 500 or 503, hang past the client's timeout, or have their connection reset
-  (a watch is reset after its first events).
+  (a watch is reset after its first events), or do the write and lose the answer.
 - Restricted Pod Security: a namespace labelled `pod-security.kubernetes.io/enforce:
   restricted` rejects pods that are not (403), like the real admission plugin.
 """
@@ -22,6 +22,7 @@ It keeps the rules the backend depends on, and no more:
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import re
@@ -61,7 +62,7 @@ def status_body(code: int, reason: str, message: str) -> Obj:
 
 @dataclass
 class Fault:
-    kind: str  # "429" | "500" | "503" | "timeout" | "reset"
+    kind: str  # "429" | "500" | "503" | "timeout" | "reset" | "lost" (done, answer lost)
     path: re.Pattern[str]
     method: str | None
     remaining: int
@@ -132,10 +133,15 @@ class FakeApiServer:
         method: str | None = None,
         retry_after: int = 1,
         delay_s: float = 1.0,
+        watch: bool | None = None,
     ) -> None:
-        """The next `count` requests whose path matches `path` (a regex) fail as `kind`."""
+        """The next `count` requests whose path matches `path` (a regex) fail as `kind`.
+
+        A "reset" of a watch request sends the stream's first events, then resets.
+        """
+        fault = Fault(kind, re.compile(path), method, count, retry_after, delay_s, watch)
         with self.cond:
-            self.faults.append(Fault(kind, re.compile(path), method, count, retry_after, delay_s))
+            self.faults.append(fault)
 
     def compact(self) -> None:
         """Forget history: a watch from any version before now answers 410 Gone."""
@@ -503,6 +509,11 @@ class _Handler(BaseHTTPRequestHandler):
         with fake.cond:
             fake.requests.append((method, url.path))
             fault = self._take_fault(fake, method, url.path, watching)
+        if fault is not None and fault.kind == "lost" and not watching:
+            with contextlib.suppress(ApiError):  # the write happens; its answer never arrives
+                self._route(fake, method, url.path, query, body)
+            self._reset()
+            return
         if fault is not None and not (fault.kind == "reset" and watching):
             self._fail(fault)
             return
