@@ -1,9 +1,11 @@
 """Discrete-event replay of a workload on virtual time through ``scheduler.core.run_cycle``.
 
-A library: ``simulate(workload, cluster, profile, outages=..., config=...) -> SimReport``.
+A library: ``simulate(workload, cluster, profile, outages=..., config=...) -> SimReport``,
+and ``estimate_starts(snapshot, profile)`` for wait-time estimates from the present.
 """
 
-from scheduler.sim.engine import Simulation, simulate
+from scheduler.sim.engine import Simulation, StartState, simulate
+from scheduler.sim.estimate import estimate_starts
 from scheduler.sim.report import JobOutcome, Percentiles, SimReport
 from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
 
@@ -15,6 +17,8 @@ __all__ = [
     "SimConfig",
     "SimReport",
     "Simulation",
+    "StartState",
     "WorkloadJob",
+    "estimate_starts",
     "simulate",
 ]

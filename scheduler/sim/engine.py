@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.core import Profile, decay_usage, run_cycle
@@ -35,6 +35,21 @@ from scheduler.sim.report import (
 from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
 
 END, FAIL, OUTAGE, HEAL, ARRIVE, TICK = range(6)  # handling order at one instant
+
+
+@dataclass(frozen=True, slots=True)
+class StartState:
+    """A replay that starts mid-flight: see ``Simulation``."""
+
+    now: float
+    running: tuple[RunningJob, ...]
+    ends: Mapping[str, float]
+    decayed: Mapping[str, float]
+
+
+def _submitted(w: WorkloadJob) -> JobRequest:
+    at = w.arrival_s if w.submitted_at is None else w.submitted_at
+    return replace(w.request, submitted_at=at)
 
 
 @dataclass(slots=True)
@@ -64,6 +79,10 @@ def simulate(
 
 
 class Simulation:
+    """One replay. ``start`` seeds it mid-flight (used by ``estimate``): the virtual clock
+    starts there, with ``start.running`` jobs already holding their devices until
+    ``start.ends[job id]`` and ``start.decayed`` as the tenants' history."""
+
     def __init__(
         self,
         workload: Sequence[WorkloadJob],
@@ -71,34 +90,43 @@ class Simulation:
         profile: Profile,
         outages: Sequence[NodeOutage],
         config: SimConfig,
+        start: StartState | None = None,
     ) -> None:
         self.cluster, self.profile, self.config = cluster, profile, config
         self.nodes = {n.name: n for n in cluster.nodes}
-        self.tracks = {
-            w.request.id: _Track(w, replace(w.request, submitted_at=w.arrival_s)) for w in workload
-        }
+        self.tracks = {w.request.id: _Track(w, _submitted(w)) for w in workload}
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, RunningJob] = {}
         self.events: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
-        self.now = 0.0
+        t0 = start.now if start is not None else 0.0
+        self.now = self._last_account = self._decayed_at = t0
         self.cycles = 0
-        self.decayed: dict[str, float] = {}
+        self.decayed: dict[str, float] = dict(start.decayed) if start is not None else {}
         self.tenant_gpu_s: dict[str, float] = {}
-        self.allocation: list[tuple[float, float]] = [(0.0, 0.0)]
-        self.fragmented: list[tuple[float, float]] = [(0.0, 0.0)]
+        self.fragmented: list[tuple[float, float]] = [(t0, 0.0)]
         self.preemptions = 0
         self.lost_preempt_gpu_s = 0.0
         self.lost_fail_gpu_s = 0.0
-        self._last_account = 0.0
         self._ticks: set[float] = set()
-        self._decayed_at = 0.0
         self._last_cycle_idle = False
+        if start is not None:
+            self._seed(start)
+        self.allocation: list[tuple[float, float]] = [(t0, self._allocated_gpus())]
         for w in workload:
             self._push(w.arrival_s, ARRIVE, w.request.id)
         for o in outages:
             self._push(o.at_s, OUTAGE, o.node)
             self._push(o.at_s + o.duration_s, HEAL, o.node)
+
+    def _seed(self, start: StartState) -> None:
+        for running in start.running:
+            job = running.job
+            end = max(start.now, start.ends[job.id])
+            spec = WorkloadJob(job, job.submitted_at, end - running.started_at)
+            self.tracks[job.id] = _Track(spec, job, first_start=running.started_at, state="running")
+            self.running[job.id] = running
+            self._push(end, END, job.id)
 
     def _push(self, at: float, kind: int, key: str, epoch: int = 0) -> None:
         self._seq += 1

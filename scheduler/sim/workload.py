@@ -12,7 +12,8 @@ from scheduler.core.types import JobRequest, Node, PriorityClass, Tenant
 
 @dataclass(frozen=True, slots=True)
 class WorkloadJob:
-    """One job of the workload. ``request.submitted_at`` is replaced by ``arrival_s``.
+    """One job of the workload. ``request.submitted_at`` is replaced by ``submitted_at``,
+    or by ``arrival_s`` when that is None (the job was submitted when it arrived).
 
     ``duration_s`` is the work it needs (wall time with all replicas). Its first ``failures``
     attempts fail ``fail_after_s`` seconds after they start (then it retries with backoff).
@@ -23,6 +24,7 @@ class WorkloadJob:
     duration_s: float
     failures: int = 0
     fail_after_s: float = 0.0
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,41 @@
+"""Wait-time estimates: replay the present forward, assuming nothing else arrives.
+
+Running jobs end at start plus their runtime bound (max runtime, else estimate, else
+``default_runtime_s``; a job past its bound is taken to end now); pending jobs run for
+their own bound. The result is when each pending job would start under the same profile:
+an estimate, and only as good as the runtime bounds it rests on.
+"""
+
+from __future__ import annotations
+
+from scheduler.core import Profile
+from scheduler.core.types import JobRequest, Snapshot
+from scheduler.sim.engine import Simulation, StartState
+from scheduler.sim.workload import Cluster, SimConfig, WorkloadJob
+
+
+def estimate_starts(
+    snapshot: Snapshot,
+    profile: Profile,
+    *,
+    default_runtime_s: float = 3600.0,
+    horizon_s: float = 7 * 86_400.0,
+) -> dict[str, float | None]:
+    """Expected start time (virtual seconds, same clock as ``snapshot.now``) of every
+    pending job; None when it would not start within ``horizon_s``."""
+
+    def bound(job: JobRequest) -> float:
+        runtime = job.runtime_bound_s
+        return runtime if runtime is not None else default_runtime_s
+
+    now = snapshot.now
+    workload = [
+        WorkloadJob(job, now, bound(job), submitted_at=job.submitted_at) for job in snapshot.pending
+    ]
+    ends = {r.job.id: r.started_at + bound(r.job) for r in snapshot.running}
+    start = StartState(now, snapshot.running, ends, snapshot.decayed_usage)
+    cluster = Cluster(snapshot.nodes, snapshot.tenants, snapshot.priority_classes)
+    config = SimConfig(horizon_s=now + horizon_s, tick_s=max(60.0, default_runtime_s / 10))
+    report = Simulation(workload, cluster, profile, (), config, start).run()
+    pending = {job.id for job in snapshot.pending}
+    return {j.id: j.first_start_s for j in report.jobs if j.id in pending}
