@@ -1,0 +1,589 @@
+"""Approvals: rules, decisions, the approval race, expiry, quota requests (FAULTS 10, 19, 28)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, connection
+from django.utils import timezone
+
+from common.errors import ConflictError
+from scheduler.approvals import job_approval_decide, job_needs_approval
+from scheduler.models import Job, JobEvent, JobState
+from scheduler.services import job_cancel, job_submit
+from tenants import approvals, selectors
+from tenants.approvals import (
+    approval_decide,
+    approval_expire_due,
+    approval_rules_for_job,
+    policy_set,
+    quota_request_create,
+)
+from tenants.models import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalState,
+    AuditEntry,
+    PriorityClass,
+    Quota,
+)
+from tenants.notifications import approval_notification_send
+from tenants.quota_rules import QuotaValues
+from tests import factories as f
+from tests.conftest import Org, job_spec
+
+HOUR = 3600
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Notifications that would be queued, captured instead of sent to a broker."""
+    queued: list[int] = []
+    monkeypatch.setattr(approvals, "enqueue_notification", queued.append)
+    return queued
+
+
+def policy(org: Org, rule: str, tenant: Any = None, **fields: Any) -> ApprovalPolicy:
+    return ApprovalPolicy.objects.create(tenant=tenant or org.alpha, rule=rule, **fields)
+
+
+def submit(org: Org, username: str = "alice", **spec: Any) -> Job:
+    job, _ = job_submit(user=org.users[username], project=org.proj_alpha, payload=job_spec(**spec))
+    return job
+
+
+def request_of(job: Job) -> ApprovalRequest:
+    return ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+
+
+# --- rules, table-driven ------------------------------------------------------------------
+
+BASE = {
+    "gpus_milli": 8000,
+    "est_gpu_hours": 10.0,
+    "priority_value": 500,
+    "borrowing": False,
+    "runtime_hours": 5.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("rule", "policy_fields", "job", "matches"),
+    [
+        # gpus_over 8: exactly 8 GPUs is not over; 8.001 is
+        ("gpus_over", {"threshold": 8}, {"gpus_milli": 8000}, False),
+        ("gpus_over", {"threshold": 8}, {"gpus_milli": 8001}, True),
+        ("gpus_over", {"threshold": 0.5}, {"gpus_milli": 500}, False),
+        ("gpus_over", {"threshold": 0.5}, {"gpus_milli": 750}, True),
+        # gpu_hours_over 100
+        ("gpu_hours_over", {"threshold": 100}, {"est_gpu_hours": 100.0}, False),
+        ("gpu_hours_over", {"threshold": 100}, {"est_gpu_hours": 100.5}, True),
+        ("gpu_hours_over", {"threshold": 100}, {"est_gpu_hours": None}, True),  # unbounded
+        # priority_at_least high (800)
+        ("priority_at_least", {"priority_class": "high"}, {"priority_value": 800}, True),
+        ("priority_at_least", {"priority_class": "high"}, {"priority_value": 1000}, True),
+        ("priority_at_least", {"priority_class": "high"}, {"priority_value": 500}, False),
+        ("borrowing", {}, {"borrowing": True}, True),
+        ("borrowing", {}, {"borrowing": False}, False),
+        # runtime_over_hours 24
+        ("runtime_over_hours", {"threshold": 24}, {"runtime_hours": 24.0}, False),
+        ("runtime_over_hours", {"threshold": 24}, {"runtime_hours": 24.5}, True),
+        ("runtime_over_hours", {"threshold": 24}, {"runtime_hours": None}, True),  # no limit
+    ],
+    ids=lambda v: str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items()),
+)
+def test_each_rule_kind(
+    org: Org, rule: str, policy_fields: dict[str, Any], job: dict[str, Any], matches: bool
+) -> None:
+    fields = dict(policy_fields)
+    if "priority_class" in fields:
+        fields["priority_class"] = PriorityClass.objects.get(name=fields["priority_class"])
+    policy(org, rule, **fields)
+    reasons = approval_rules_for_job(tenant=org.alpha, **{**BASE, **job})
+    assert bool(reasons) is matches, reasons
+    if matches:
+        assert "team-alpha" in reasons[0]  # the reason names the policy's tenant
+
+
+@pytest.mark.parametrize(
+    ("where", "active", "jobs", "matches"),
+    [
+        ("alpha", True, True, True),
+        ("research", True, True, True),  # an ancestor's policy applies below it
+        ("acme", True, True, True),
+        ("bravo", True, True, False),  # a sibling's does not
+        ("alpha", False, True, False),  # inactive
+        ("alpha", True, False, False),  # quota requests only
+    ],
+)
+def test_which_policies_apply(
+    org: Org, where: str, active: bool, jobs: bool, matches: bool
+) -> None:
+    policy(
+        org,
+        "gpus_over",
+        tenant=getattr(org, where),
+        threshold=1,
+        active=active,
+        applies_to_jobs=jobs,
+        applies_to_quota=not jobs,
+    )
+    reasons = approval_rules_for_job(tenant=org.alpha, **BASE)
+    assert bool(reasons) is matches
+
+
+@pytest.mark.parametrize(
+    ("spec", "threshold", "pending"),
+    [
+        # 2 replicas x 4 GPUs x 10 h = 80 GPU-hours
+        ({"estimated_runtime_s": 10 * HOUR}, 79, True),
+        ({"estimated_runtime_s": 10 * HOUR}, 80, False),
+        # no estimate: max_runtime 5 h -> 2 x 4 x 5 = 40
+        ({"max_runtime_s": 5 * HOUR}, 39, True),
+        ({"max_runtime_s": 5 * HOUR}, 40, False),
+        # the estimate wins over the maximum: 2 x 4 x 1 h = 8
+        ({"max_runtime_s": 50 * HOUR, "estimated_runtime_s": HOUR}, 8, False),
+    ],
+)
+def test_submit_estimates_gpu_hours(
+    org: Org, spec: dict[str, Any], threshold: int, pending: bool
+) -> None:
+    policy(org, "gpu_hours_over", threshold=threshold)
+    job = submit(org, **spec)
+    assert (job.state == JobState.PENDING_APPROVAL) is pending
+    assert ApprovalRequest.objects.filter(subject_id=job.pk).exists() is pending
+
+
+@pytest.mark.parametrize(("running_gpus", "pending"), [(0, False), (8, False), (9, True)])
+def test_submit_detects_borrowing(org: Org, running_gpus: int, pending: bool) -> None:
+    # team-alpha is guaranteed 16 H100; the new job asks for 2 x 4 = 8.
+    policy(org, "borrowing")
+    if running_gpus:
+        f.JobFactory(
+            project=org.proj_alpha,
+            state=JobState.RUNNING,
+            replicas=1,
+            gpus_per_replica=running_gpus,
+            gpu_milli_per_replica=running_gpus * 1000,
+            flavors=["H100-80GB"],
+        )
+    job = submit(org)
+    assert (job.state == JobState.PENDING_APPROVAL) is pending, job.reason
+    assert bool(job_needs_approval(job)) is pending
+
+
+def test_a_job_needing_approval_waits_with_its_reasons(org: Org) -> None:
+    policy(org, "gpus_over", threshold=4)
+    job = submit(org)
+    assert job.state == JobState.PENDING_APPROVAL
+    assert job.queued_at is None
+    request = request_of(job)
+    assert request.state == ApprovalState.PENDING
+    assert request.requester == org.users["alice"]
+    assert request.reasons == ["asks for 8 GPUs (policy of 'team-alpha': GPUs over 4)"]
+    assert request.payload["job_name"] == "bert-pretrain"
+    assert "waiting for approval" in job.reason
+
+
+def test_a_job_without_matching_policy_is_queued(org: Org) -> None:
+    policy(org, "gpus_over", threshold=8)
+    job = submit(org)
+    assert job.state == JobState.QUEUED
+    assert not ApprovalRequest.objects.exists()
+
+
+# --- deciding ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pending_job(org: Org) -> Job:
+    policy(org, "gpus_over", threshold=4)
+    return submit(org)
+
+
+def test_approve_queues_the_job(org: Org, pending_job: Job) -> None:
+    request = job_approval_decide(
+        user=org.users["tina"], request=request_of(pending_job), approve=True, comment="go ahead"
+    )
+    pending_job.refresh_from_db()
+    assert pending_job.state == JobState.QUEUED
+    assert pending_job.queued_at is not None and pending_job.reason == ""
+    assert (request.state, request.decided_by, request.comment) == (
+        ApprovalState.APPROVED,
+        org.users["tina"],
+        "go ahead",
+    )
+    assert JobEvent.objects.filter(job=pending_job, kind="approved").count() == 1
+
+
+def test_reject_rejects_the_job(org: Org, pending_job: Job) -> None:
+    job_approval_decide(
+        user=org.users["dana"], request=request_of(pending_job), approve=False, comment="too big"
+    )
+    pending_job.refresh_from_db()
+    assert pending_job.state == JobState.REJECTED
+    assert pending_job.reason == "rejected by dana: too big"
+
+
+def test_tenants_decide_works_for_job_requests_too(org: Org, pending_job: Job) -> None:
+    approval_decide(
+        user=org.users["tina"], request=request_of(pending_job), approve=True, comment=""
+    )
+    pending_job.refresh_from_db()
+    assert pending_job.state == JobState.QUEUED
+
+
+def test_nobody_approves_their_own_request(org: Org) -> None:
+    policy(org, "gpus_over", threshold=4)
+    job = submit(org, "tina")  # tina is an admin of team-alpha: she could approve others'
+    with pytest.raises(PermissionDenied, match="your own request"):
+        approval_decide(user=org.users["tina"], request=request_of(job), approve=True, comment="")
+    assert request_of(job).state == ApprovalState.PENDING
+    assert not selectors.approval_list_inbox(org.users["tina"]).exists()
+    assert list(selectors.approval_list_inbox(org.users["dana"])) == [request_of(job)]
+
+
+def test_the_database_refuses_a_self_decision(org: Org, pending_job: Job) -> None:
+    with pytest.raises(IntegrityError):
+        ApprovalRequest.objects.filter(subject_id=pending_job.pk).update(
+            state=ApprovalState.APPROVED, decided_by=org.users["alice"], decided_at=timezone.now()
+        )
+
+
+def test_the_database_refuses_a_decision_without_decider(org: Org, pending_job: Job) -> None:
+    with pytest.raises(IntegrityError):
+        ApprovalRequest.objects.filter(subject_id=pending_job.pk).update(
+            state=ApprovalState.APPROVED
+        )
+
+
+@pytest.mark.parametrize(
+    ("username", "role_on_alpha", "may"),
+    [
+        ("alice-2", "member", False),
+        ("lead", "approver", True),
+        ("tina", None, True),  # admin of team-alpha
+        ("dana", None, True),  # admin of research, above
+        ("chris", None, False),  # member of another team
+        ("carol", None, False),  # finance reads but decides nothing
+        ("pat", None, True),  # platform admin
+    ],
+)
+def test_who_may_decide_a_job_request(
+    org: Org, pending_job: Job, username: str, role_on_alpha: str | None, may: bool
+) -> None:
+    user = org.users.get(username) or f.UserFactory(username=username)
+    if role_on_alpha:
+        f.MembershipFactory(user=user, tenant=org.alpha, role=role_on_alpha)
+    request = request_of(pending_job)
+    assert selectors.approval_list_inbox(user).filter(pk=request.pk).exists() is may
+    if may:
+        approval_decide(user=user, request=request, approve=True, comment="")
+        assert request_of(pending_job).state == ApprovalState.APPROVED
+    else:
+        with pytest.raises(PermissionDenied):
+            approval_decide(user=user, request=request, approve=True, comment="")
+        assert request_of(pending_job).state == ApprovalState.PENDING
+
+
+def test_a_second_decision_is_a_conflict(org: Org, pending_job: Job) -> None:
+    request = request_of(pending_job)
+    approval_decide(user=org.users["tina"], request=request, approve=True, comment="")
+    stale = ApprovalRequest.objects.get(pk=request.pk)
+    with pytest.raises(ConflictError, match="already approved by tina"):
+        approval_decide(user=org.users["dana"], request=stale, approve=False, comment="")
+    pending_job.refresh_from_db()
+    assert pending_job.state == JobState.QUEUED
+
+
+def test_cancelling_a_waiting_job_withdraws_its_request(org: Org, pending_job: Job) -> None:
+    job_cancel(user=org.users["alice"], job=pending_job)
+    request = request_of(pending_job)
+    assert request.state == ApprovalState.CANCELLED
+    with pytest.raises(ConflictError):
+        approval_decide(user=org.users["tina"], request=request, approve=True, comment="")
+    pending_job.refresh_from_db()
+    assert pending_job.state == JobState.CANCELLED
+
+
+def test_a_comment_with_control_characters_is_refused(org: Org, pending_job: Job) -> None:
+    with pytest.raises(ValidationError):
+        approval_decide(
+            user=org.users["tina"],
+            request=request_of(pending_job),
+            approve=True,
+            comment="ok\x1b[31m",
+        )
+    assert request_of(pending_job).state == ApprovalState.PENDING
+
+
+def test_policy_set_refuses_a_member_and_explains_missing_arguments(org: Org) -> None:
+    with pytest.raises(PermissionDenied):
+        policy_set(user=org.users["alice"], tenant=org.alpha, rule="gpus_over", threshold=1)
+    with pytest.raises(ValidationError) as err:
+        policy_set(user=org.users["tina"], tenant=org.alpha, rule="gpus_over")
+    assert "needs a threshold" in str(err.value)
+    with pytest.raises(ValidationError):
+        policy_set(user=org.users["tina"], tenant=org.alpha, rule="priority_at_least")
+    assert not ApprovalPolicy.objects.exists()
+
+
+# --- the approval race (FAULTS 19) ---------------------------------------------------------
+
+
+def run_in_threads(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
+    results: list[tuple[str, Any]] = [("pending", None)] * len(calls)
+
+    def runner(index: int, call: Callable[[], Any]) -> None:
+        try:
+            results[index] = ("ok", call())
+        except Exception as exc:
+            results[index] = ("error", exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=runner, args=(i, c)) for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    return results
+
+
+def wait_after_checks(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
+    """Hold every decider after its checks passed (it saw the request pending) until all are
+    there: the interleaving where a check-then-write would let both decisions land."""
+    barrier = threading.Barrier(parties, timeout=10)
+    original = approvals._check_comment
+
+    def check_then_wait(text: str, name: str = "comment") -> None:
+        original(text, name)
+        if name == "comment":
+            barrier.wait()
+
+    monkeypatch.setattr(approvals, "_check_comment", check_then_wait)
+
+
+@pytest.mark.parametrize(
+    ("tina_approves", "dana_approves"),
+    [(True, True), (True, False), (False, False)],
+    ids=["both-approve", "approve-and-reject", "both-reject"],
+)
+def test_two_approvers_at_once_make_exactly_one_decision(
+    transactional_db: Any,
+    django_db_serialized_rollback: Any,
+    org: Org,
+    monkeypatch: pytest.MonkeyPatch,
+    tina_approves: bool,
+    dana_approves: bool,
+) -> None:
+    policy(org, "gpus_over", threshold=4)
+    job = submit(org)
+    wait_after_checks(monkeypatch, 2)
+
+    def decide(username: str, approve: bool) -> ApprovalRequest:
+        request = ApprovalRequest.objects.get(subject_id=job.pk)
+        return job_approval_decide(
+            user=org.users[username], request=request, approve=approve, comment=username
+        )
+
+    results = run_in_threads(
+        lambda: decide("tina", tina_approves), lambda: decide("dana", dana_approves)
+    )
+    kinds = sorted(kind for kind, _ in results)
+    assert kinds == ["error", "ok"], results
+    loser = next(value for kind, value in results if kind == "error")
+    assert isinstance(loser, ConflictError)
+    winner = next(value for kind, value in results if kind == "ok")
+    job.refresh_from_db()
+    assert job.state == (
+        JobState.QUEUED if winner.state == ApprovalState.APPROVED else JobState.REJECTED
+    )
+    assert AuditEntry.objects.filter(action="approval.decide").count() == 1
+    assert JobEvent.objects.filter(job=job, kind__in=["approved", "rejected"]).count() == 1
+
+
+# --- expiry (FAULTS 10) ---------------------------------------------------------------------
+
+
+def test_expiry_rejects_the_job_once(org: Org, settings: Any, no_broker: list[int]) -> None:
+    settings.GANTRY_APPROVAL_TTL_HOURS = 2
+    policy(org, "gpus_over", threshold=4)
+    job = submit(org)
+    now = timezone.now()
+    assert approval_expire_due(now + timedelta(hours=1)) == 0  # not yet
+    assert approval_expire_due(now + timedelta(hours=3)) == 1
+    assert approval_expire_due(now + timedelta(hours=3)) == 0  # a second beat: nothing
+    job.refresh_from_db()
+    assert (job.state, job.reason) == (JobState.REJECTED, "approval expired")
+    request = request_of(job)
+    assert request.state == ApprovalState.EXPIRED and request.decided_by is None
+    assert AuditEntry.objects.filter(action="approval.expire").count() == 1
+
+
+def test_an_expired_request_cannot_be_approved(org: Org, settings: Any) -> None:
+    settings.GANTRY_APPROVAL_TTL_HOURS = 1
+    policy(org, "gpus_over", threshold=4)
+    job = submit(org)
+    ApprovalRequest.objects.filter(subject_id=job.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    with pytest.raises(ConflictError, match="expired"):
+        approval_decide(user=org.users["tina"], request=request_of(job), approve=True, comment="")
+    assert not selectors.approval_list_inbox(org.users["tina"]).exists()
+
+
+def test_two_beats_expire_each_request_once(
+    transactional_db: Any,
+    django_db_serialized_rollback: Any,
+    org: Org,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    policy(org, "gpus_over", threshold=4)
+    jobs = [submit(org, name=f"big-{i}") for i in range(3)]
+    later = timezone.now() + timedelta(days=30)
+    # Both beats list the due requests before either expires one.
+    barrier = threading.Barrier(2, timeout=10)
+    original = approvals._expire_one
+    waited = threading.local()
+
+    def list_then_wait(pk: int, now: Any) -> bool:
+        if not getattr(waited, "done", False):
+            waited.done = True
+            barrier.wait()
+        return original(pk, now)
+
+    monkeypatch.setattr(approvals, "_expire_one", list_then_wait)
+    results = run_in_threads(lambda: approval_expire_due(later), lambda: approval_expire_due(later))
+    assert [kind for kind, _ in results] == ["ok", "ok"], results
+    assert sum(value for _, value in results) == 3
+    assert AuditEntry.objects.filter(action="approval.expire").count() == 3
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.state == JobState.REJECTED
+        assert JobEvent.objects.filter(job=job, to_state=JobState.REJECTED).count() == 1
+
+
+# --- notifications (FAULTS 9) ---------------------------------------------------------------
+
+
+def test_decision_queues_one_notification_and_sends_one_email(
+    org: Org, pending_job: Job, no_broker: list[int], django_capture_on_commit_callbacks: Any
+) -> None:
+    request = request_of(pending_job)
+    with django_capture_on_commit_callbacks(execute=True):
+        approval_decide(user=org.users["tina"], request=request, approve=False, comment="no")
+    assert no_broker == [request.pk]
+    assert approval_notification_send(request.pk) is True
+    assert approval_notification_send(request.pk) is False  # delivered twice: one email
+    assert len(mail.outbox) == 1
+    message = mail.outbox[0]
+    assert message.to == ["alice@example.com"]
+    assert "rejected" in message.subject and "Comment: no" in message.body
+
+
+def test_a_pending_request_sends_nothing(org: Org, pending_job: Job) -> None:
+    assert approval_notification_send(request_of(pending_job).pk) is False
+    assert mail.outbox == []
+
+
+# --- quota requests (FAULTS 19) -------------------------------------------------------------
+
+
+@pytest.fixture
+def tight_research(org: Org) -> Org:
+    """research guarantees 32 H100; alpha and bravo 12 each: 8 left to share."""
+    Quota.objects.filter(tenant__in=[org.alpha, org.bravo], flavor=org.h100).update(
+        guaranteed_milli=12000
+    )
+    org.users["bea-bravo"] = f.UserFactory(username="bea-bravo")
+    f.MembershipFactory(user=org.users["bea-bravo"], tenant=org.bravo, role="admin")
+    return org
+
+
+def ask(org: Org, username: str, tenant: Any, guaranteed: int) -> ApprovalRequest:
+    values = QuotaValues(
+        guaranteed_milli=guaranteed * 1000, limit_milli=32000, lend_limit_milli=None, weight=1.0
+    )
+    return quota_request_create(
+        user=org.users[username],
+        tenant=tenant,
+        flavor=org.h100,
+        values=values,
+        justification="new project",
+    )
+
+
+def guaranteed(org: Org, tenant: Any) -> int:
+    return Quota.objects.get(tenant=tenant, flavor=org.h100).guaranteed_milli // 1000
+
+
+def test_approving_a_quota_request_applies_it(tight_research: Org) -> None:
+    org = tight_research
+    request = ask(org, "tina", org.alpha, 18)
+    assert request.state == ApprovalState.PENDING and guaranteed(org, org.alpha) == 12
+    approval_decide(user=org.users["dana"], request=request, approve=True, comment="ok")
+    assert guaranteed(org, org.alpha) == 18
+    assert AuditEntry.objects.filter(action="quota.set", tenant=org.alpha).count() == 1
+
+
+def test_quota_requests_are_made_by_admins_and_decided_above(tight_research: Org) -> None:
+    org = tight_research
+    with pytest.raises(PermissionDenied):
+        ask(org, "alice", org.alpha, 14)  # a member
+    request = ask(org, "tina", org.alpha, 14)
+    lead = f.UserFactory(username="alpha-lead")
+    f.MembershipFactory(user=lead, tenant=org.alpha, role="admin")
+    for user in [org.users["tina"], lead]:  # the requester; an admin of the team itself
+        with pytest.raises(PermissionDenied):
+            approval_decide(user=user, request=request, approve=True, comment="")
+    assert guaranteed(org, org.alpha) == 12
+    with pytest.raises(ConflictError, match="already pending"):
+        ask(org, "tina", org.alpha, 15)
+
+
+def test_a_quota_request_that_cannot_fit_is_refused_at_once(tight_research: Org) -> None:
+    org = tight_research
+    with pytest.raises(ValidationError, match="above the parent's guarantee"):
+        ask(org, "tina", org.alpha, 21)  # 21 + 12 > 32
+    assert not ApprovalRequest.objects.exists()
+
+
+def test_two_quota_approvals_exceeding_the_parent_one_wins_in_turn(tight_research: Org) -> None:
+    org = tight_research
+    first, second = ask(org, "tina", org.alpha, 18), ask(org, "bea-bravo", org.bravo, 18)
+    approval_decide(user=org.users["dana"], request=first, approve=True, comment="")
+    with pytest.raises(ValidationError, match="above the parent's guarantee"):
+        approval_decide(user=org.users["dana"], request=second, approve=True, comment="")
+    second.refresh_from_db()
+    assert second.state == ApprovalState.PENDING  # nothing landed; it can still be rejected
+    assert (guaranteed(org, org.alpha), guaranteed(org, org.bravo)) == (18, 12)
+
+
+def test_two_quota_approvals_at_once_exceeding_the_parent_exactly_one_succeeds(
+    transactional_db: Any,
+    django_db_serialized_rollback: Any,
+    tight_research: Org,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 18 + 18 = 36 > research's 32; each alone fits (18 + 12 = 30).
+    org = tight_research
+    first, second = ask(org, "tina", org.alpha, 18), ask(org, "bea-bravo", org.bravo, 18)
+    wait_after_checks(monkeypatch, 2)
+    dana, pat = org.users["dana"], org.users["pat"]
+    results = run_in_threads(
+        lambda: approval_decide(user=dana, request=first, approve=True, comment=""),
+        lambda: approval_decide(user=pat, request=second, approve=True, comment=""),
+    )
+    assert sorted(kind for kind, _ in results) == ["error", "ok"], results
+    assert isinstance(next(v for k, v in results if k == "error"), ValidationError)
+    assert sorted([guaranteed(org, org.alpha), guaranteed(org, org.bravo)]) == [12, 18]
+    states = sorted(ApprovalRequest.objects.values_list("state", flat=True))
+    assert states == [ApprovalState.APPROVED, ApprovalState.PENDING]
