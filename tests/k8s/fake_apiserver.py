@@ -360,7 +360,7 @@ class FakeApiServer:
             self._bump("pods", "MODIFIED", pod)
             return status_body(201, "", "")
 
-    def list(self, resource: str, namespace: str, query: dict[str, str]) -> Obj:
+    def list_objects(self, resource: str, namespace: str, query: dict[str, str]) -> Obj:
         with self.cond:
             items = self._matching(resource, namespace, query)
             offset = _decode_continue(query.get("continue", ""))
@@ -574,7 +574,7 @@ class _Handler(BaseHTTPRequestHandler):
         if collection and collection["res"] in CLUSTER_SCOPED | NAMESPACED:
             ns, res = collection["ns"] or "", collection["res"]
             if method == "GET":
-                return 200, fake.list(res, ns, query)
+                return 200, fake.list_objects(res, ns, query)
             if method == "POST":
                 return 201, fake.create(res, ns, body)
         item = _ITEM.match(path)

@@ -7,20 +7,28 @@ is really gone (the fake plays the kubelet; a real cluster is polled). Pods are 
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from kubernetes import client
 
-from scheduler.backends.base import BindConflict, ClusterBackend, PodPhase, PodStatus
+from scheduler.backends.base import (
+    BindConflict,
+    ClusterBackend,
+    PodPhase,
+    PodRequest,
+    PodStatus,
+)
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import Cluster
 
 PAUSE = "registry.k8s.io/pause:3.10"
 
 
-def request_for(cluster: Cluster, job_id: int, **changes: object) -> object:
+def request_for(cluster: Cluster, job_id: int, **changes: Any) -> PodRequest:
     base = make_request(
         job_id,
         namespace=cluster.namespace,
@@ -33,6 +41,15 @@ def request_for(cluster: Cluster, job_id: int, **changes: object) -> object:
         grace_period_s=5,
     )
     return replace(base, **changes)
+
+
+def raw(fn: Any, *args: Any) -> Any:
+    """A read as plain JSON (what the apiserver sent, no client models)."""
+    response = fn(*args, _preload_content=False)
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
 
 
 def ours(cluster: Cluster, name: str) -> list[PodStatus]:
@@ -55,15 +72,15 @@ def test_list_nodes(cluster: Cluster) -> None:
 
 def test_create_is_idempotent_and_listed_unbound(cluster: Cluster) -> None:
     pod = request_for(cluster, 101)
-    cluster.backend.create_pod(pod)  # type: ignore[arg-type]
-    cluster.backend.create_pod(pod)  # type: ignore[arg-type]  # a retry adopts, no second pod
+    cluster.backend.create_pod(pod)
+    cluster.backend.create_pod(pod)  # a retry adopts, no second pod
     (status,) = ours(cluster, "gantry-101-a0-r0")
     assert (status.job_id, status.attempt, status.replica) == (101, 0, 0)
     assert status.node is None and status.phase == PodPhase.PENDING and not status.deleting
 
 
 def test_bind_is_idempotent_on_the_same_node(cluster: Cluster) -> None:
-    cluster.backend.create_pod(request_for(cluster, 102))  # type: ignore[arg-type]
+    cluster.backend.create_pod(request_for(cluster, 102))
     cluster.backend.bind_pod(cluster.namespace, "gantry-102-a0-r0", cluster.nodes[0])
     cluster.backend.bind_pod(cluster.namespace, "gantry-102-a0-r0", cluster.nodes[0])
     (status,) = ours(cluster, "gantry-102-a0-r0")
@@ -71,7 +88,7 @@ def test_bind_is_idempotent_on_the_same_node(cluster: Cluster) -> None:
 
 
 def test_bind_to_another_node_is_a_conflict_naming_the_winner(cluster: Cluster) -> None:
-    cluster.backend.create_pod(request_for(cluster, 103))  # type: ignore[arg-type]
+    cluster.backend.create_pod(request_for(cluster, 103))
     cluster.backend.bind_pod(cluster.namespace, "gantry-103-a0-r0", cluster.nodes[0])
     with pytest.raises(BindConflict) as raised:
         cluster.backend.bind_pod(cluster.namespace, "gantry-103-a0-r0", "some-other-node")
@@ -85,7 +102,7 @@ def test_bind_of_a_missing_pod_is_a_conflict_to_requeue(cluster: Cluster) -> Non
 
 
 def test_graceful_delete_then_gone_and_repeat_delete_is_success(cluster: Cluster) -> None:
-    cluster.backend.create_pod(request_for(cluster, 105))  # type: ignore[arg-type]
+    cluster.backend.create_pod(request_for(cluster, 105))
     cluster.backend.bind_pod(cluster.namespace, "gantry-105-a0-r0", cluster.nodes[0])
     cluster.backend.delete_pod(cluster.namespace, "gantry-105-a0-r0", grace_period_s=5)
     cluster.finish_deletion(cluster.namespace, "gantry-105-a0-r0")
@@ -94,7 +111,7 @@ def test_graceful_delete_then_gone_and_repeat_delete_is_success(cluster: Cluster
 
 
 def test_unbound_pod_is_deleted_at_once(cluster: Cluster) -> None:
-    cluster.backend.create_pod(request_for(cluster, 106))  # type: ignore[arg-type]
+    cluster.backend.create_pod(request_for(cluster, 106))
     cluster.backend.delete_pod(cluster.namespace, "gantry-106-a0-r0")
     assert ours(cluster, "gantry-106-a0-r0") == []
 
@@ -104,20 +121,20 @@ def test_distributed_job_gets_a_headless_service_owned_by_rank_0(cluster: Cluste
         pod = request_for(
             cluster, 107, replicas=2, replica=replica, name=f"gantry-107-a0-r{replica}"
         )
-        cluster.backend.create_pod(pod)  # type: ignore[arg-type]
+        cluster.backend.create_pod(pod)
     core = client.CoreV1Api(cluster.backend.api_client)
-    service = core.read_namespaced_service("gantry-107-a0", cluster.namespace)
-    assert service.spec.cluster_ip == "None"
-    (owner,) = service.metadata.owner_references
-    assert (owner.kind, owner.name) == ("Pod", "gantry-107-a0-r0")
-    pod = core.read_namespaced_pod("gantry-107-a0-r1", cluster.namespace)
-    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    service = raw(core.read_namespaced_service, "gantry-107-a0", cluster.namespace)
+    assert service["spec"]["clusterIP"] == "None"
+    (owner,) = service["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Pod", "gantry-107-a0-r0")
+    pod = raw(core.read_namespaced_pod, "gantry-107-a0-r1", cluster.namespace)
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env["RANK"] == "1" and env["WORLD_SIZE"] == "2"
     assert env["MASTER_ADDR"].startswith("gantry-107-a0-r0.gantry-107-a0.")
 
 
 def test_pods_of_other_schedulers_are_not_listed(cluster: Cluster) -> None:
-    core = client.CoreV1Api(cluster.backend.api_client)
+    core: Any = client.CoreV1Api(cluster.backend.api_client)  # a raw dict body, on purpose
     foreign = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -145,7 +162,7 @@ def test_watch_delivers_sync_then_changes(cluster: Cluster) -> None:
 
     watcher = cluster.backend.pod_watcher(synced.append, on_event, timeout_s=30)
     watcher.run_once(stop)  # the list
-    cluster.backend.create_pod(request_for(cluster, 108))  # type: ignore[arg-type]
+    cluster.backend.create_pod(request_for(cluster, 108))
     cluster.backend.bind_pod(cluster.namespace, "gantry-108-a0-r0", cluster.nodes[0])
     watcher.run_once(stop)  # the watch, until the bind is seen
     assert len(synced) == 1

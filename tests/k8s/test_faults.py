@@ -370,7 +370,7 @@ def test_cordon_and_uncordon(fake: FakeApiServer, backend: KubernetesBackend) ->
 
 
 def test_stale_update_is_a_conflict(fake: FakeApiServer, backend: KubernetesBackend) -> None:
-    core = client.CoreV1Api(backend.api_client)
+    core: Any = client.CoreV1Api(backend.api_client)  # raw dict bodies, on purpose
     node = fake.get("nodes", "", "gpu-1")
     assert node is not None
     backend.set_node_unschedulable("gpu-1", True)  # someone else wrote in between
@@ -437,7 +437,7 @@ def test_restricted_namespace_rejects_a_privileged_pod(
 ) -> None:
     """The fake enforces the restricted standard, so the contract tests' pods passing it means
     something: a hand-made privileged pod is refused."""
-    core = client.CoreV1Api(backend.api_client)
+    core: Any = client.CoreV1Api(backend.api_client)
     pod = {
         "metadata": {"name": "bad"},
         "spec": {"hostNetwork": True, "containers": [

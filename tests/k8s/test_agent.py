@@ -1,0 +1,246 @@
+"""The node agent: NVML readings through a fake `pynvml`, the report, the command."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from scheduler.agent import nvml as nvml_module
+from scheduler.agent.nvml import NvmlSession
+from scheduler.agent.report import build_report, report_url
+
+MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """The slice of pynvml the agent uses: two H100s, device 1 with uncorrected ECC errors."""
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    nvmlEventTypeXidCriticalError = 8
+    NVMLError = NVMLError
+
+    def __init__(
+        self, ecc: tuple[int | None, ...] = (0, 2), xids: tuple[tuple[int, int], ...] = ()
+    ):
+        self.ecc = ecc
+        self.pending = list(xids)  # (device index, xid)
+        self.shut_down = False
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "550.54.15"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle:04d}"
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return b"NVIDIA H100 80GB HBM3"  # older bindings return bytes
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        return SimpleNamespace(total=81559 * MIB, used=(1024 + handle * 40000) * MIB)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        return SimpleNamespace(gpu=[97, 3][handle], memory=50)
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        return 61 + handle
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, kind: int, counter: int) -> int:
+        value = self.ecc[handle]
+        if value is None:
+            raise NVMLError("Not Supported")
+        return value
+
+    def nvmlEventSetCreate(self) -> str:
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, handle: int, types: int, events: str) -> None: ...
+    def nvmlEventSetFree(self, events: str) -> None: ...
+
+    def nvmlEventSetWait_v2(self, events: str, timeout_ms: int) -> Any:
+        if not self.pending:
+            raise NVMLError("Timeout")
+        index, xid = self.pending.pop(0)
+        return SimpleNamespace(device=index, eventData=xid)
+
+
+class NoDriver:
+    NVMLError = NVMLError
+
+    def nvmlInit(self) -> None:
+        raise NVMLError("NVML Shared Library Not Found")
+
+
+def test_two_gpus_one_with_ecc_errors_is_unhealthy() -> None:
+    session = NvmlSession(FakeNvml())  # type: ignore[arg-type]
+    reading = session.read()
+    assert reading.driver_version == "550.54.15" and reading.error == ""
+    first, second = reading.gpus
+    assert (first.uuid, first.name, first.memory_total_mib, first.memory_used_mib) == (
+        "GPU-0000", "NVIDIA H100 80GB HBM3", 81559, 1024)  # fmt: skip
+    assert (first.utilization_pct, first.temperature_c, first.ecc_uncorrected) == (97, 61, 0)
+    assert first.healthy
+    assert second.ecc_uncorrected == 2 and not second.healthy
+
+
+@pytest.mark.parametrize(
+    ("xid", "healthy"), [(13, True), (43, True), (48, False), (79, False), (94, False)]
+)
+def test_xid_events_since_the_last_report(xid: int, healthy: bool) -> None:
+    session = NvmlSession(FakeNvml(ecc=(0, 0), xids=((0, xid),)))  # type: ignore[arg-type]
+    first, second = session.read().gpus
+    assert first.xid_errors == (xid,) and first.healthy is healthy
+    assert second.xid_errors == () and second.healthy
+    assert session.read().gpus[0].xid_errors == ()  # drained: reported once
+
+
+def test_field_not_supported_is_none_not_a_lost_device() -> None:
+    session = NvmlSession(FakeNvml(ecc=(None, 0)))  # type: ignore[arg-type]
+    first, _ = session.read().gpus
+    assert first.ecc_uncorrected is None and first.healthy and first.memory_total_mib == 81559
+
+
+def test_without_nvml_no_gpus_and_the_reason() -> None:
+    session = NvmlSession(NoDriver())  # type: ignore[arg-type]
+    reading = session.read()
+    assert not session.available and reading.gpus == ()
+    assert "NVML Shared Library Not Found" in reading.error
+    session.close()
+
+
+def test_report_shape() -> None:
+    report = build_report("gpu-1", NvmlSession(FakeNvml()).read())  # type: ignore[arg-type]
+    assert report["node"] == "gpu-1" and report["driver_version"] == "550.54.15"
+    assert set(report["gpus"][0]) == {
+        "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "utilization_pct",
+        "temperature_c", "ecc_uncorrected", "xid_errors", "healthy",
+    }  # fmt: skip
+    assert [g["healthy"] for g in report["gpus"]] == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("base", "url"),
+    [
+        ("http://gantry:8000", "http://gantry:8000/api/v1/nodes/report/"),
+        ("https://g.example/", "https://g.example/api/v1/nodes/report/"),
+        ("https://g.example/api/v1/nodes/report/", "https://g.example/api/v1/nodes/report/"),
+    ],
+)
+def test_report_url(base: str, url: str) -> None:
+    assert report_url(base) == url
+
+
+@pytest.mark.parametrize("bad", ["file:///etc/passwd", "gantry:8000", "ftp://x/"])
+def test_report_url_refuses_other_schemes(bad: str) -> None:
+    with pytest.raises(ValueError):
+        report_url(bad)
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+class Receiver:
+    """A local endpoint that records what the agent posts."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.posts: list[tuple[str, dict[str, str], Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                receiver.posts.append((self.path, dict(self.headers), body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.close()
+
+
+def test_command_posts_the_report_with_the_token(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nvml_module, "load_pynvml", FakeNvml)
+    monkeypatch.setenv("NODE_NAME", "gpu-7")
+    call_command("run_node_agent", "--once", "--url", receiver.url, "--token", "s3cret",
+                 "--node", "gpu-7", stdout=StringIO())  # fmt: skip
+    ((path, headers, body),) = receiver.posts
+    assert path == "/api/v1/nodes/report/"
+    assert headers["Authorization"] == "Token s3cret"
+    assert body["node"] == "gpu-7" and [g["healthy"] for g in body["gpus"]] == [True, False]
+
+
+def test_command_without_nvml_degrades_cleanly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(nvml_module, "load_pynvml", NoDriver)
+    out = StringIO()
+    with caplog.at_level(logging.WARNING, logger="scheduler.agent"):
+        call_command("run_node_agent", "--once", "--print", "--node", "cpu-1", stdout=out)
+    assert json.loads(out.getvalue()) == {"node": "cpu-1", "driver_version": "", "gpus": []}
+    (line,) = [r.getMessage() for r in caplog.records if "NVML" in r.getMessage()]
+    assert line.startswith("NVML unavailable: ") and line.endswith("; reporting no GPUs")
+
+
+def test_command_once_fails_when_the_report_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nvml_module, "load_pynvml", NoDriver)
+    refusing = Receiver(status=403)
+    try:
+        with pytest.raises(CommandError):
+            call_command("run_node_agent", "--once", "--url", refusing.url, "--token", "bad",
+                         stdout=StringIO())  # fmt: skip
+    finally:
+        refusing.close()
+    assert len(refusing.posts) == 1
+
+
+def test_command_needs_a_token_with_a_url() -> None:
+    with pytest.raises(CommandError, match="--token"):
+        call_command("run_node_agent", "--once", "--url", "http://x", "--token", "")
