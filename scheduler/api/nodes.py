@@ -29,10 +29,20 @@ class GpuOut(serializers.ModelSerializer):
     class Meta:
         model = GpuDevice
         fields = [
-            "index", "uuid", "model", "memory_mib", "healthy", "health_reason",
-            "allocated_milli", "memory_used_mib", "utilization_pct", "temperature_c",
-            "ecc_uncorrected", "xid_errors", "reported_at",
-        ]  # fmt: skip
+            "index",
+            "uuid",
+            "model",
+            "memory_mib",
+            "healthy",
+            "health_reason",
+            "allocated_milli",
+            "memory_used_mib",
+            "utilization_pct",
+            "temperature_c",
+            "ecc_uncorrected",
+            "xid_errors",
+            "reported_at",
+        ]
 
 
 class NodeOut(serializers.ModelSerializer):
@@ -41,10 +51,24 @@ class NodeOut(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = [
-            "id", "name", "flavor", "pool", "cpu_milli", "memory_mib", "labels", "ready",
-            "present", "cordoned", "cordoned_by", "cordon_reason", "drain_requested",
-            "sim_failed", "driver_version", "last_report_at", "gpus",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "flavor",
+            "pool",
+            "cpu_milli",
+            "memory_mib",
+            "labels",
+            "ready",
+            "present",
+            "cordoned",
+            "cordoned_by",
+            "cordon_reason",
+            "drain_requested",
+            "sim_failed",
+            "driver_version",
+            "last_report_at",
+            "gpus",
+        ]
 
 
 class NodeActionIn(StrictDictSerializer):
@@ -97,14 +121,16 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     @extend_schema(request=NodeActionIn, responses=NodeOut)
     @action(detail=True, methods=["post"])
     def cordon(self, request: Request, pk: str) -> Response:
-        return self._act(request, lambda n, r: services.node_cordon(user=request.user, node=n,
-                                                                     reason=r))  # fmt: skip
+        return self._act(
+            request, lambda n, r: services.node_cordon(user=request.user, node=n, reason=r)
+        )
 
     @extend_schema(request=NodeActionIn, responses=NodeOut)
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str) -> Response:
-        return self._act(request, lambda n, r: services.node_drain(user=request.user, node=n,
-                                                                    reason=r))  # fmt: skip
+        return self._act(
+            request, lambda n, r: services.node_drain(user=request.user, node=n, reason=r)
+        )
 
     @extend_schema(request=NodeActionIn, responses=NodeOut)
     @action(detail=True, methods=["post"])
@@ -142,6 +168,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         node = Node.objects.filter(name=data["node"]).first()
         if node is None:
             raise NotFound(f"unknown node {data['node'][:64]!r}; the scheduler lists it first.")
-        node = services.gpu_report(user=request.user, node=node,
-                                   driver_version=data["driver_version"], gpus=data["gpus"])  # fmt: skip
+        node = services.gpu_report(
+            user=request.user, node=node, driver_version=data["driver_version"], gpus=data["gpus"]
+        )
         return Response(NodeOut(Node.objects.prefetch_related("devices").get(pk=node.pk)).data)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from rest_framework.test import APIClient
 
 from scheduler.backends.simulated import SimulatedCluster, make_nodes
 from scheduler.daemon import Daemon
@@ -105,6 +106,18 @@ def make_env(nodes: int = 4) -> Env:
 @pytest.fixture
 def env(db: Any) -> Env:
     return make_env()
+
+
+@pytest.fixture
+def clients(env: Env) -> Callable[[str], APIClient]:
+    """clients("pat") -> an APIClient authenticated as that persona of `env.org`."""
+
+    def make(username: str) -> APIClient:
+        client = APIClient()
+        client.force_authenticate(env.org.users[username])
+        return client
+
+    return make
 
 
 @pytest.fixture

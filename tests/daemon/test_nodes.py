@@ -1,0 +1,192 @@
+"""Node health and admin actions through the daemon; the node-agent report; inference
+scaling; the database's guard against allocating a device twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from scheduler.backends.simulated import nodes_from_openb_csv
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node
+from scheduler.nodes import node_set_failed
+from tests import factories as f
+from tests.daemon.conftest import Env, assert_consistent
+
+OPENB = Path(__file__).resolve().parents[3] / "shared/bench/openb/openb_node_list_gpu_node.csv"
+
+
+def node_of(job: Job) -> str:
+    """The node of the job's current attempt (an older attempt may still be stopping)."""
+    job.refresh_from_db()
+    return Allocation.objects.get(job=job, attempt=job.attempt, ended_at__isnull=True).node.name
+
+
+def started(env: Env, **spec: Any) -> tuple[Job, Any]:
+    job = env.submit(simulation={"duration_s": 10_000}, **spec)
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=2)
+    job.refresh_from_db()
+    assert job.state == "running"
+    return job, daemon
+
+
+def test_not_ready_node_is_cordoned_and_its_job_fails_over(env: Env) -> None:
+    job, daemon = started(env)
+    first = node_of(job)
+    env.backend.fail_node(first)
+    env.run(daemon)
+    node = Node.objects.get(name=first)
+    assert (node.ready, node.cordoned, node.cordoned_by) == (False, True, "daemon")
+    job.refresh_from_db()
+    assert job.attempt == 1 and job.state == "binding"
+    assert node_of(job) != first
+    assert_consistent(env.backend)
+    env.backend.heal_node(first)
+    env.run(daemon)
+    node.refresh_from_db()
+    assert (node.ready, node.cordoned) == (True, False)
+
+
+def test_admin_fails_and_heals_a_simulated_node_through_the_database(env: Env) -> None:
+    job, daemon = started(env)
+    first = Node.objects.get(name=node_of(job))
+    node_set_failed(user=env.org.users["pat"], node=first, failed=True)
+    env.run(daemon, cycles=2)
+    assert env.backend.node_failed(first.name)
+    job.refresh_from_db()
+    assert job.attempt == 1 and node_of(job) != first.name
+    node_set_failed(user=env.org.users["pat"], node=first, failed=False)
+    env.run(daemon, cycles=2)
+    first.refresh_from_db()
+    assert not env.backend.node_failed(first.name)
+    assert (first.ready, first.cordoned) == (True, False)
+
+
+def report(node: str, xids: list[int]) -> dict[str, Any]:
+    gpu = {"index": 0, "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559,
+           "memory_used_mib": 1024, "utilization_pct": 97.0, "temperature_c": 61.0,
+           "ecc_uncorrected": 0, "xid_errors": xids, "healthy": True}  # fmt: skip
+    return {"node": node, "driver_version": "550.54.15", "gpus": [gpu]}
+
+
+def test_node_agent_reports_a_fatal_xid_and_the_job_fails_over(env: Env, clients: Any) -> None:
+    job, daemon = started(env, resources={"gpus": 8})
+    first = node_of(job)
+    agent = f.UserFactory(username="agent-h100")
+    agent.user_permissions.add(Permission.objects.get(codename="report_gpu_health"))
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(agent)
+    response = client.post("/api/v1/nodes/report/", report(first, [79]), format="json")
+    assert response.status_code == 200, response.json()
+    gpu = GpuDevice.objects.get(node__name=first, index=0)
+    assert (gpu.healthy, gpu.health_reason, gpu.utilization_pct) == (False, "XID 79", 97.0)
+    env.run(daemon)
+    node = Node.objects.get(name=first)
+    assert node.cordoned and node.cordon_reason == "GPU 0 unhealthy"
+    job.refresh_from_db()
+    assert job.attempt == 1 and node_of(job) != first
+    assert_consistent(env.backend)
+
+
+@pytest.mark.parametrize(
+    ("who", "body", "status"),
+    [
+        ("alice", "ok", 403),
+        ("carol", "ok", 403),
+        ("pat", "unknown-node", 404),
+        ("pat", "bad", 400),
+        ("pat", "ok", 200),
+    ],
+    ids=["member", "finance", "unknown-node", "bad-body", "platform-admin"],
+)
+def test_report_permissions_and_validation(
+    env: Env, clients: Any, who: str, body: str, status: int
+) -> None:
+    env.run(env.daemon())
+    payload = {"ok": report("h100-0000", []), "unknown-node": report("nope", []),
+               "bad": {**report("h100-0000", []), "gpus": [{"index": "x"}]}}[body]  # fmt: skip
+    response = clients(who).post("/api/v1/nodes/report/", payload, format="json")
+    assert response.status_code == status, response.content
+
+
+def test_drain_by_platform_admin_moves_jobs_and_others_may_not(env: Env, clients: Any) -> None:
+    job, daemon = started(env)
+    first = Node.objects.get(name=node_of(job))
+    url = f"/api/v1/nodes/{first.pk}/drain/"
+    assert clients("alice").post(url, {}, format="json").status_code == 404
+    assert clients("tina").post(url, {}, format="json").status_code == 403
+    response = clients("pat").post(url, {"reason": "firmware update"}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["cordon_reason"] == "firmware update"
+    env.run(daemon)
+    job.refresh_from_db()
+    assert job.state == "preempted"
+    env.run(daemon, seconds=3, cycles=2)
+    job.refresh_from_db()
+    assert job.attempt == 1 and job.state in ("binding", "running")
+    assert node_of(job) != first.name
+    response = clients("pat").post(f"/api/v1/nodes/{first.pk}/uncordon/", {}, format="json")
+    assert response.status_code == 200 and response.json()["cordoned"] is False
+    assert_consistent(env.backend)
+
+
+def test_node_list_for_admins_only(env: Env, clients: Any) -> None:
+    env.run(env.daemon())
+    assert clients("alice").get("/api/v1/nodes/").json()["results"] == []
+    listed = clients("tina").get("/api/v1/nodes/").json()["results"]
+    assert [n["name"] for n in listed] == [f"h100-{i:04d}" for i in range(4)]
+    assert len(listed[0]["gpus"]) == 8
+
+
+def test_inference_scales_with_load_within_bounds(env: Env) -> None:
+    load = {"value": 3.0}
+    env.backend.inference_load = lambda job_id, now=None: load["value"]  # type: ignore[method-assign]
+    job = env.submit(type="inference", replicas=1, min_replicas=1, max_replicas=3,
+                     resources={"gpus": 1})  # fmt: skip
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=3)
+    job.refresh_from_db()
+    assert job.replicas == 3
+    active = Allocation.objects.filter(job=job, ended_at__isnull=True)
+    assert sorted(active.values_list("replica", "elastic")) == [(0, False), (1, True), (2, True)]
+    load["value"] = 9.0  # capped at max_replicas
+    env.run(daemon, seconds=2)
+    job.refresh_from_db()
+    assert job.replicas == 3
+    load["value"] = 0.4  # floored at min_replicas
+    env.run(daemon, seconds=3, cycles=3)
+    job.refresh_from_db()
+    assert job.replicas == 1 and job.state == "running"
+    assert list(Allocation.objects.filter(job=job, ended_at__isnull=True)
+                .values_list("replica", flat=True)) == [0]  # fmt: skip
+    assert_consistent(env.backend)
+
+
+def test_database_refuses_to_allocate_a_device_twice(env: Env) -> None:
+    job, _ = started(env, resources={"gpus": 1})
+    held = AllocationDevice.objects.get(allocation__job=job)
+    other = env.submit()
+    node = held.allocation.node
+    rogue = Allocation.objects.create(job=other, node=node, attempt=0, replica=0, pod_name="rogue",
+                                      namespace="x", started_at=timezone.now())  # fmt: skip
+    with pytest.raises(IntegrityError), transaction.atomic():
+        AllocationDevice.objects.create(allocation=rogue, device=held.device, milli=1)
+    AllocationDevice.objects.create(allocation=rogue, device=held.device.node.devices.get(index=7)
+                                    if held.device.index != 7 else held.device.node.devices.get(
+                                        index=6), milli=500)  # fmt: skip
+    AllocationDevice.objects.filter(pk=held.pk).update(released=True)
+    held.device.refresh_from_db()
+    assert held.device.allocated_milli == 0
+
+
+def test_openb_node_list_loads() -> None:
+    nodes = nodes_from_openb_csv(OPENB)
+    assert len(nodes) == 1213
+    assert {n.flavor for n in nodes} >= {"T4-16GB", "P100-16GB", "V100-32GB"}
