@@ -21,43 +21,28 @@ It keeps the rules the backend depends on, and no more:
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import copy
-import json
 import re
-import socket
-import struct
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-Obj = dict[str, Any]
-CLUSTER_SCOPED = {"nodes", "namespaces"}
-NAMESPACED = {"pods", "services", "events"}
+from tests.k8s.fake_http import Handler
+from tests.k8s.fake_rules import (
+    ApiError,
+    Obj,
+    decode_continue,
+    encode_continue,
+    merge_patch,
+    now,
+    restricted_violations,
+    selected,
+    status_body,
+)
 
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-
-
-def status_body(code: int, reason: str, message: str) -> Obj:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success" if code < 400 else "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
+__all__ = ["ApiError", "FakeApiServer", "restricted_violations"]
 
 
 @dataclass
@@ -96,7 +81,7 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.watch_linger_s: float | None = None  # close an idle watch after this long
         self._stopping = False
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(
@@ -241,7 +226,7 @@ class FakeApiServer:
             if resource == "pods":
                 self._admit_pod(namespace, body)
                 body.setdefault("status", {"phase": "Pending"})
-            meta |= {"uid": str(uuid.uuid4()), "creationTimestamp": _now()}
+            meta |= {"uid": str(uuid.uuid4()), "creationTimestamp": now()}
             if namespace:
                 meta["namespace"] = namespace
             self.state.objects[key] = body
@@ -331,7 +316,7 @@ class FakeApiServer:
             if obj["spec"].get("nodeName") and grace > 0:
                 meta = obj["metadata"]
                 if not meta.get("deletionTimestamp"):
-                    meta |= {"deletionTimestamp": _now(), "deletionGracePeriodSeconds": grace}
+                    meta |= {"deletionTimestamp": now(), "deletionGracePeriodSeconds": grace}
                     self._bump(resource, "MODIFIED", obj)
                 return copy.deepcopy(obj)
             return copy.deepcopy(self._remove(resource, namespace, name))
@@ -363,12 +348,12 @@ class FakeApiServer:
     def list_objects(self, resource: str, namespace: str, query: dict[str, str]) -> Obj:
         with self.cond:
             items = self._matching(resource, namespace, query)
-            offset = _decode_continue(query.get("continue", ""))
+            offset = decode_continue(query.get("continue", ""))
             limit = int(query.get("limit") or 0) or len(items) or 1
             page = items[offset : offset + limit]
             meta: Obj = {"resourceVersion": str(self.state.rv)}
             if offset + limit < len(items):
-                meta["continue"] = _encode_continue(offset + limit)
+                meta["continue"] = encode_continue(offset + limit)
             kind = resource[:-1].capitalize() + "List"
             return {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": page}
 
@@ -379,316 +364,3 @@ class FakeApiServer:
             for k in keys
             if (not namespace or k[1] == namespace) and selected(self.state.objects[k], query)
         ]
-
-
-# -- selectors, patches, pod security -------------------------------------------------------
-
-
-def selected(obj: Obj, query: dict[str, str]) -> bool:
-    labels = obj["metadata"].get("labels") or {}
-    for term in filter(None, query.get("labelSelector", "").split(",")):
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key) != value:
-                return False
-        elif term not in labels:
-            return False
-    for term in filter(None, query.get("fieldSelector", "").split(",")):
-        key, value = term.split("=", 1)
-        if _field(obj, key) != value:
-            return False
-    return True
-
-
-def _field(obj: Obj, path: str) -> str:
-    value: Any = obj
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return "" if value is None else str(value)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch (also used for strategic merge: enough for our bodies)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = target if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def restricted_violations(pod: Obj) -> list[str]:
-    """The restricted Pod Security Standard checks that matter for Gantry's pods."""
-    spec = pod.get("spec") or {}
-    problems = []
-    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
-        problems.append("host namespaces")
-    if any("hostPath" in v for v in spec.get("volumes") or ()):
-        problems.append("hostPath volumes")
-    pod_sc = spec.get("securityContext") or {}
-    for c in spec.get("containers") or ():
-        sc = c.get("securityContext") or {}
-        name = c.get("name")
-        if sc.get("privileged"):
-            problems.append(f"privileged (container {name!r})")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            problems.append(f"allowPrivilegeEscalation != false (container {name!r})")
-        caps = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or ()):
-            problems.append(f"unrestricted capabilities (container {name!r})")
-        if set(caps.get("add") or ()) - {"NET_BIND_SERVICE"}:
-            problems.append(f"added capabilities (container {name!r})")
-        if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
-            problems.append(f"runAsNonRoot != true (container {name!r})")
-        if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
-            problems.append(f"runAsUser=0 (container {name!r})")
-        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            problems.append(f"seccompProfile (container {name!r})")
-    return problems
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _encode_continue(offset: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
-
-
-def _decode_continue(token: str) -> int:
-    return int(json.loads(base64.urlsafe_b64decode(token))["offset"]) if token else 0
-
-
-# -- HTTP -------------------------------------------------------------------------------------
-
-_COLLECTION = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
-_ITEM = re.compile(
-    r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
-)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out as two writes
-    server: Any
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
-    def _handle(self, method: str) -> None:
-        fake: FakeApiServer = self.server.fake
-        url = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else {}
-        watching = query.get("watch") in ("true", "1")
-        with fake.cond:
-            fake.requests.append((method, url.path))
-            fault = self._take_fault(fake, method, url.path, watching)
-        if fault is not None and fault.kind == "lost" and not watching:
-            with contextlib.suppress(ApiError):  # the write happens; its answer never arrives
-                self._route(fake, method, url.path, query, body)
-            self._reset()
-            return
-        if fault is not None and not (fault.kind == "reset" and watching):
-            self._fail(fault)
-            return
-        try:
-            if watching:
-                self._watch(fake, url.path, query, reset=fault is not None)
-                return
-            code, payload = self._route(fake, method, url.path, query, body)
-        except ApiError as exc:
-            code, payload = exc.code, status_body(exc.code, exc.reason, exc.message)
-        self._json(code, payload)
-
-    @staticmethod
-    def _take_fault(fake: FakeApiServer, method: str, path: str, watching: bool) -> Fault | None:
-        for fault in fake.faults:
-            if (
-                fault.remaining > 0
-                and fault.path.search(path)
-                and fault.method in (None, method)
-                and fault.watch in (None, watching)
-            ):
-                fault.remaining -= 1
-                return fault
-        return None
-
-    def _fail(self, fault: Fault) -> None:
-        if fault.kind == "timeout":
-            time.sleep(fault.delay_s)  # longer than the client's read timeout
-            self._reset()
-        elif fault.kind == "reset":
-            self._reset()
-        else:
-            code = int(fault.kind)
-            headers = {"Retry-After": str(fault.retry_after)} if code == 429 else {}
-            reason = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
-            self._json(code, status_body(code, reason.get(code, ""), "injected"), headers)
-
-    def _reset(self) -> None:
-        # SO_LINGER 0: close() sends RST, the client sees "connection reset by peer".
-        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        self.close_connection = True
-        self.connection.close()
-
-    def _json(self, code: int, payload: Obj, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _route(
-        self, fake: FakeApiServer, method: str, path: str, query: dict[str, str], body: Obj
-    ) -> tuple[int, Obj]:
-        collection = _COLLECTION.match(path)
-        if collection and collection["res"] in CLUSTER_SCOPED | NAMESPACED:
-            ns, res = collection["ns"] or "", collection["res"]
-            if method == "GET":
-                return 200, fake.list_objects(res, ns, query)
-            if method == "POST":
-                return 201, fake.create(res, ns, body)
-        item = _ITEM.match(path)
-        if item and item["res"] in CLUSTER_SCOPED | NAMESPACED:
-            ns, res, name, sub = item["ns"] or "", item["res"], item["name"], item["sub"]
-            if sub == "binding" and res == "pods" and method == "POST":
-                return 201, fake.bind(ns, name, body)
-            if sub is None:
-                return self._item(fake, method, res, ns, name, query, body)
-        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
-
-    @staticmethod
-    def _item(
-        fake: FakeApiServer,
-        method: str,
-        res: str,
-        ns: str,
-        name: str,
-        query: dict[str, str],
-        body: Obj,
-    ) -> tuple[int, Obj]:
-        if method == "GET":
-            with fake.cond:
-                return 200, copy.deepcopy(fake._existing(res, ns, name))
-        if method == "PUT":
-            return 200, fake.replace(res, ns, name, body)
-        if method == "PATCH":
-            return 200, fake.patch(res, ns, name, body)
-        if method == "DELETE":
-            grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
-            return 200, fake.delete(res, ns, name, None if grace is None else int(grace))
-        raise ApiError(405, "MethodNotAllowed", method)
-
-    def _watch(self, fake: FakeApiServer, path: str, query: dict[str, str], reset: bool) -> None:
-        match = _COLLECTION.match(path)
-        if not match:
-            raise ApiError(404, "NotFound", path)
-        ns, res = match["ns"] or "", match["res"]
-        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        with fake.cond:
-            generation = fake.state.watch_generation
-            since = int(query.get("resourceVersion") or 0)
-            if since and since < fake.state.compacted_rv:
-                gone = status_body(410, "Expired", f"too old resource version: {since}")
-                self._chunk({"type": "ERROR", "object": gone})
-                self._chunk(None)
-                return
-            backlog = self._initial(fake, res, ns, query, since)
-        for event in backlog:
-            self._chunk(event)
-        if reset:
-            self._reset()
-            return
-        self._stream(fake, res, ns, query, max(since, fake.state.rv), generation, deadline)
-
-    def _initial(
-        self, fake: FakeApiServer, res: str, ns: str, query: dict[str, str], since: int
-    ) -> list[Obj]:
-        if not since:  # no version: the current state as ADDED events, then changes
-            return [{"type": "ADDED", "object": o} for o in fake._matching(res, ns, query)]
-        return self._since(fake, res, ns, query, since)
-
-    @staticmethod
-    def _since(
-        fake: FakeApiServer, res: str, ns: str, query: dict[str, str], since: int
-    ) -> list[Obj]:
-        return [
-            {"type": e.type, "object": copy.deepcopy(e.obj)}
-            for e in fake.state.events
-            if e.rv > since
-            and e.resource == res
-            and (not ns or e.obj["metadata"].get("namespace") == ns)
-            and selected(e.obj, query)
-        ]
-
-    def _stream(
-        self,
-        fake: FakeApiServer,
-        res: str,
-        ns: str,
-        query: dict[str, str],
-        since: int,
-        generation: int,
-        deadline: float,
-    ) -> None:
-        idle_since = time.monotonic()
-        while True:
-            with fake.cond:
-                linger = fake.watch_linger_s
-                fake.cond.wait(timeout=0.05 if linger is None else min(linger, 0.05))
-                if fake._stopping or fake.state.watch_generation != generation:
-                    break
-                events = self._since(fake, res, ns, query, since)
-                since = fake.state.rv
-            now = time.monotonic()
-            if events:
-                idle_since = now
-            try:
-                for event in events:
-                    self._chunk(event)
-            except OSError:
-                return
-            if now >= deadline or (linger is not None and now - idle_since >= linger):
-                break
-        try:
-            self._chunk(None)
-        except OSError:
-            return
-
-    def _chunk(self, event: Obj | None) -> None:
-        data = b"" if event is None else json.dumps(event).encode() + b"\n"
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()

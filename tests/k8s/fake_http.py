@@ -1,0 +1,245 @@
+"""The HTTP face of the fake apiserver: routing, faults, chunked watch streams."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import socket
+import struct
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.k8s.fake_rules import CLUSTER_SCOPED, NAMESPACED, ApiError, Obj, selected, status_body
+
+if TYPE_CHECKING:
+    from tests.k8s.fake_apiserver import FakeApiServer, Fault
+
+# -- routing -------------------------------------------------------------------------------------
+
+_COLLECTION = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
+_ITEM = re.compile(
+    r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
+)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as two writes
+    server: Any
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        fake: FakeApiServer = self.server.fake
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else {}
+        watching = query.get("watch") in ("true", "1")
+        with fake.cond:
+            fake.requests.append((method, url.path))
+            fault = self._take_fault(fake, method, url.path, watching)
+        if fault is not None and fault.kind == "lost" and not watching:
+            with contextlib.suppress(ApiError):  # the write happens; its answer never arrives
+                self._route(fake, method, url.path, query, body)
+            self._reset()
+            return
+        if fault is not None and not (fault.kind == "reset" and watching):
+            self._fail(fault)
+            return
+        try:
+            if watching:
+                self._watch(fake, url.path, query, reset=fault is not None)
+                return
+            code, payload = self._route(fake, method, url.path, query, body)
+        except ApiError as exc:
+            code, payload = exc.code, status_body(exc.code, exc.reason, exc.message)
+        self._json(code, payload)
+
+    @staticmethod
+    def _take_fault(fake: FakeApiServer, method: str, path: str, watching: bool) -> Fault | None:
+        for fault in fake.faults:
+            if (
+                fault.remaining > 0
+                and fault.path.search(path)
+                and fault.method in (None, method)
+                and fault.watch in (None, watching)
+            ):
+                fault.remaining -= 1
+                return fault
+        return None
+
+    def _fail(self, fault: Fault) -> None:
+        if fault.kind == "timeout":
+            time.sleep(fault.delay_s)  # longer than the client's read timeout
+            self._reset()
+        elif fault.kind == "reset":
+            self._reset()
+        else:
+            code = int(fault.kind)
+            headers = {"Retry-After": str(fault.retry_after)} if code == 429 else {}
+            reason = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
+            self._json(code, status_body(code, reason.get(code, ""), "injected"), headers)
+
+    def _reset(self) -> None:
+        # SO_LINGER 0: close() sends RST, the client sees "connection reset by peer".
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
+    def _json(self, code: int, payload: Obj, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _route(
+        self, fake: FakeApiServer, method: str, path: str, query: dict[str, str], body: Obj
+    ) -> tuple[int, Obj]:
+        collection = _COLLECTION.match(path)
+        if collection and collection["res"] in CLUSTER_SCOPED | NAMESPACED:
+            ns, res = collection["ns"] or "", collection["res"]
+            if method == "GET":
+                return 200, fake.list_objects(res, ns, query)
+            if method == "POST":
+                return 201, fake.create(res, ns, body)
+        item = _ITEM.match(path)
+        if item and item["res"] in CLUSTER_SCOPED | NAMESPACED:
+            ns, res, name, sub = item["ns"] or "", item["res"], item["name"], item["sub"]
+            if sub == "binding" and res == "pods" and method == "POST":
+                return 201, fake.bind(ns, name, body)
+            if sub is None:
+                return self._item(fake, method, res, ns, name, query, body)
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
+
+    @staticmethod
+    def _item(
+        fake: FakeApiServer,
+        method: str,
+        res: str,
+        ns: str,
+        name: str,
+        query: dict[str, str],
+        body: Obj,
+    ) -> tuple[int, Obj]:
+        if method == "GET":
+            with fake.cond:
+                return 200, copy.deepcopy(fake._existing(res, ns, name))
+        if method == "PUT":
+            return 200, fake.replace(res, ns, name, body)
+        if method == "PATCH":
+            return 200, fake.patch(res, ns, name, body)
+        if method == "DELETE":
+            grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+            return 200, fake.delete(res, ns, name, None if grace is None else int(grace))
+        raise ApiError(405, "MethodNotAllowed", method)
+
+    def _watch(self, fake: FakeApiServer, path: str, query: dict[str, str], reset: bool) -> None:
+        match = _COLLECTION.match(path)
+        if not match:
+            raise ApiError(404, "NotFound", path)
+        ns, res = match["ns"] or "", match["res"]
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with fake.cond:
+            generation = fake.state.watch_generation
+            since = int(query.get("resourceVersion") or 0)
+            if since and since < fake.state.compacted_rv:
+                gone = status_body(410, "Expired", f"too old resource version: {since}")
+                self._chunk({"type": "ERROR", "object": gone})
+                self._chunk(None)
+                return
+            backlog = self._initial(fake, res, ns, query, since)
+        for event in backlog:
+            self._chunk(event)
+        if reset:
+            self._reset()
+            return
+        self._stream(fake, res, ns, query, max(since, fake.state.rv), generation, deadline)
+
+    def _initial(
+        self, fake: FakeApiServer, res: str, ns: str, query: dict[str, str], since: int
+    ) -> list[Obj]:
+        if not since:  # no version: the current state as ADDED events, then changes
+            return [{"type": "ADDED", "object": o} for o in fake._matching(res, ns, query)]
+        return self._since(fake, res, ns, query, since)
+
+    @staticmethod
+    def _since(
+        fake: FakeApiServer, res: str, ns: str, query: dict[str, str], since: int
+    ) -> list[Obj]:
+        return [
+            {"type": e.type, "object": copy.deepcopy(e.obj)}
+            for e in fake.state.events
+            if e.rv > since
+            and e.resource == res
+            and (not ns or e.obj["metadata"].get("namespace") == ns)
+            and selected(e.obj, query)
+        ]
+
+    def _stream(
+        self,
+        fake: FakeApiServer,
+        res: str,
+        ns: str,
+        query: dict[str, str],
+        since: int,
+        generation: int,
+        deadline: float,
+    ) -> None:
+        idle_since = time.monotonic()
+        while True:
+            with fake.cond:
+                linger = fake.watch_linger_s
+                fake.cond.wait(timeout=0.05 if linger is None else min(linger, 0.05))
+                if fake._stopping or fake.state.watch_generation != generation:
+                    break
+                events = self._since(fake, res, ns, query, since)
+                since = fake.state.rv
+            now = time.monotonic()
+            if events:
+                idle_since = now
+            try:
+                for event in events:
+                    self._chunk(event)
+            except OSError:
+                return
+            if now >= deadline or (linger is not None and now - idle_since >= linger):
+                break
+        try:
+            self._chunk(None)
+        except OSError:
+            return
+
+    def _chunk(self, event: Obj | None) -> None:
+        data = b"" if event is None else json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()

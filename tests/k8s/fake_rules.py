@@ -1,0 +1,117 @@
+"""The rules of the fake apiserver that are not HTTP: errors, selectors, patches, admission."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+Obj = dict[str, Any]
+CLUSTER_SCOPED = {"nodes", "namespaces"}
+NAMESPACED = {"pods", "services", "events"}
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def status_body(code: int, reason: str, message: str) -> Obj:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+# -- selectors, patches, pod security -------------------------------------------------------
+
+
+def selected(obj: Obj, query: dict[str, str]) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, query.get("labelSelector", "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term not in labels:
+            return False
+    for term in filter(None, query.get("fieldSelector", "").split(",")):
+        key, value = term.split("=", 1)
+        if _field(obj, key) != value:
+            return False
+    return True
+
+
+def _field(obj: Obj, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (also used for strategic merge: enough for our bodies)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = target if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def restricted_violations(pod: Obj) -> list[str]:
+    """The restricted Pod Security Standard checks that matter for Gantry's pods."""
+    spec = pod.get("spec") or {}
+    problems = []
+    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
+        problems.append("host namespaces")
+    if any("hostPath" in v for v in spec.get("volumes") or ()):
+        problems.append("hostPath volumes")
+    pod_sc = spec.get("securityContext") or {}
+    for c in spec.get("containers") or ():
+        sc = c.get("securityContext") or {}
+        name = c.get("name")
+        if sc.get("privileged"):
+            problems.append(f"privileged (container {name!r})")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"allowPrivilegeEscalation != false (container {name!r})")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or ()):
+            problems.append(f"unrestricted capabilities (container {name!r})")
+        if set(caps.get("add") or ()) - {"NET_BIND_SERVICE"}:
+            problems.append(f"added capabilities (container {name!r})")
+        if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
+            problems.append(f"runAsNonRoot != true (container {name!r})")
+        if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
+            problems.append(f"runAsUser=0 (container {name!r})")
+        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"seccompProfile (container {name!r})")
+    return problems
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def encode_continue(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
+
+
+def decode_continue(token: str) -> int:
+    return int(json.loads(base64.urlsafe_b64decode(token))["offset"]) if token else 0
