@@ -66,10 +66,38 @@ def _filtered(request: HttpRequest) -> tuple[AuditFilterForm, QuerySet[AuditEntr
 def audit_log(request: HttpRequest) -> HttpResponse:
     form, rows = _filtered(request)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    for entry in page.object_list:
+        entry.changes = changes(entry.before, entry.after)
     query = request.GET.copy()
     query.pop("page", None)
     context = {"filter_form": form, "page": page, "export_query": query.urlencode()}
     return render(request, "portal/audit/list.html", context)
+
+
+# Bookkeeping keys that say nothing a reader needs in the table (the CSV keeps everything).
+HIDDEN_KEYS = frozenset({"id", "spec", "request_hash", "idempotency_key"})
+MAX_VALUE = 60
+
+
+def changes(before: Any, after: Any) -> list[tuple[str, str, str]]:
+    """(key, before, after) for each key that differs, as short text; '' means absent."""
+    old = before if isinstance(before, dict) else {}
+    new = after if isinstance(after, dict) else {}
+    if not old and not new:
+        return [("", _short(before), _short(after))] if before != after else []
+    keys = [k for k in dict.fromkeys([*old, *new]) if k not in HIDDEN_KEYS]
+    return [
+        (key, _short(old[key]) if key in old else "", _short(new[key]) if key in new else "")
+        for key in keys
+        if old.get(key) != new.get(key) or key not in old or key not in new
+    ]
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "—"
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
 class _Echo:

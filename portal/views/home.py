@@ -22,6 +22,7 @@ def _member_section(user: Any) -> dict[str, Any]:
         "jobs": selectors.my_recent_jobs(user),
         "quotas": selectors.quota_rows(teams),
         "teams": teams,
+        "several_teams": len(teams) > 1,
     }
 
 

@@ -125,7 +125,7 @@ def _announce(request: HttpRequest, job: Any, created: bool) -> None:
     if not created:
         messages.info(request, f"This form was already submitted: job {job.name} (#{job.pk}).")
     elif job.state == "pending_approval":
-        messages.warning(request, f"Job {job.name} needs approval: {job.reason or 'policy'}.")
+        messages.warning(request, f"Job {job.name} is {job.reason or 'waiting for approval'}.")
     else:
         messages.success(request, f"Job {job.name} submitted and {job.state}.")
 
