@@ -92,3 +92,21 @@ class CycleContext:
         if placed is not None and self.counts_quota(job):
             self.ledger.charge(job.tenant, job.user, flavor, milli)
         return placed
+
+    def try_place_any(
+        self,
+        job: JobRequest,
+        flavors: Sequence[str],
+        replicas: Sequence[int],
+        *,
+        avoid_reserved: bool,
+    ) -> tuple[str, tuple[ReplicaAssignment, ...]] | None:
+        """``try_place`` over the flavors whose quota admits the gang, best node first."""
+        milli = job.resources.gpu_milli * len(replicas)
+        allowed = [f for f in flavors if self.quota_verdict(job, f, milli) is None]
+        if not allowed:
+            return None
+        found = self.placer.place_gang_any(job, allowed, replicas, avoid_reserved=avoid_reserved)
+        if found is not None and self.counts_quota(job):
+            self.ledger.charge(job.tenant, job.user, found[0], milli)
+        return found

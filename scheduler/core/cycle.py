@@ -189,35 +189,48 @@ def _invalid(ctx: CycleContext, job: JobRequest) -> str:
 
 
 def _flavors(ctx: CycleContext, job: JobRequest) -> tuple[str, ...]:
-    return job.flavors or tuple(ctx.state.flavor_names)
+    """The job's allowed flavors that some node has, in the job's order (all if none set)."""
+    known = ctx.state.flavor_names
+    return tuple(f for f in job.flavors if f in known) if job.flavors else tuple(known)
 
 
 def _admit_and_place(ctx: CycleContext, job: JobRequest, out: _Decisions) -> WaitReason | None:
-    """Pass 1: every allowed flavor without preemption (kueue's flavor assignment); pass 2:
-    with preemption; then a reservation when the job waits on capacity. None when placed."""
+    """Pass 1: the best node over every allowed flavor whose quota admits the job, without
+    preemption; pass 2: flavor by flavor, with preemption; then a reservation when the job
+    waits on capacity. None when placed, else why it waits."""
     gang = tuple(range(job.gang_size))
-    milli = job.resources.gpu_milli * len(gang)
-    first: WaitReason | None = None
-    capacity_flavor = ""
-    for flavor in _flavors(ctx, job):
-        avoid = not ends_before_reservation(ctx, job)
-        placed = ctx.try_place(job, flavor, gang, avoid_reserved=avoid)
-        if placed is not None:
-            _record(ctx, out, job, flavor, placed, ())
-            return None
-        verdict = ctx.quota_verdict(job, flavor, milli)
-        if verdict is None and not capacity_flavor:
-            capacity_flavor = flavor
-        if first is None:
-            first = reasons.quota(job, verdict) if verdict else _capacity_reason(ctx, job, flavor)
-    for flavor in _flavors(ctx, job):
+    flavors = _flavors(ctx, job)
+    found = ctx.try_place_any(
+        job, flavors, gang, avoid_reserved=not ends_before_reservation(ctx, job)
+    )
+    if found is not None:
+        _record(ctx, out, job, found[0], found[1], ())
+        return None
+    reason, capacity_flavor = _why_waiting(ctx, job, flavors, gang)
+    for flavor in flavors:
         plan = select_victims(ctx, job, flavor, gang, not ends_before_reservation(ctx, job))
         if plan is not None:
             _record_preemption(ctx, out, job, flavor, plan)
             return None
     if capacity_flavor and ctx.profile.backfill and ctx.reservation is None:
-        return _reserve(ctx, job, capacity_flavor, gang, out) or first
-    return first
+        return _reserve(ctx, job, capacity_flavor, gang, out) or reason
+    return reason
+
+
+def _why_waiting(
+    ctx: CycleContext, job: JobRequest, flavors: tuple[str, ...], gang: tuple[int, ...]
+) -> tuple[WaitReason, str]:
+    """The reason, and the first flavor whose quota admits the job ("" if none): capacity on
+    that flavor explains more than quota on another."""
+    milli = job.resources.gpu_milli * len(gang)
+    verdicts = [(f, ctx.quota_verdict(job, f, milli)) for f in flavors]
+    admitted = [f for f, verdict in verdicts if verdict is None]
+    if admitted:
+        return _capacity_reason(ctx, job, admitted[0]), admitted[0]
+    for _, verdict in verdicts:
+        if verdict is not None:
+            return reasons.quota(job, verdict), ""
+    return reasons.no_flavor(job), ""
 
 
 def _capacity_reason(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:

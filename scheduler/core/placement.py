@@ -43,9 +43,40 @@ class Placer:
     ) -> tuple[ReplicaAssignment, ...] | None:
         """Place every replica in ``replicas`` on ``flavor`` or none: on failure the state is
         rolled back and None returned; on success the state keeps the allocations."""
+        found = self._gang(job, (flavor,), replicas, avoid_reserved, elastic)
+        return None if found is None else found[1]
+
+    def place_gang_any(
+        self,
+        job: JobRequest,
+        flavors: Sequence[str],
+        replicas: Sequence[int],
+        *,
+        avoid_reserved: bool,
+    ) -> tuple[str, tuple[ReplicaAssignment, ...]] | None:
+        """As ``place_gang``, choosing among ``flavors``: the first replica goes to the best
+        node of any of them and the gang stays on that node's flavor (a gang never mixes GPU
+        models). If that gang fails, each flavor is tried alone, in order."""
+        found = self._gang(job, tuple(flavors), replicas, avoid_reserved, False)
+        if found is None and len(flavors) > 1:
+            for flavor in flavors:
+                found = self._gang(job, (flavor,), replicas, avoid_reserved, False)
+                if found is not None:
+                    break
+        return found
+
+    def _gang(
+        self,
+        job: JobRequest,
+        flavors: tuple[str, ...],
+        replicas: Sequence[int],
+        avoid_reserved: bool,
+        elastic: bool,
+    ) -> tuple[str, tuple[ReplicaAssignment, ...]] | None:
         state, res = self.state, job.resources
         mark = state.mark()
-        static = state.static_mask(flavor, job.pools, job.tolerations)
+        static = self._static(job, flavors)
+        flavor = flavors[0] if len(flavors) == 1 else None
         out: list[ReplicaAssignment] = []
         placed: list[int] = []
         node = -1
@@ -56,11 +87,19 @@ class Placer:
                 if node < 0:
                     state.rollback(mark)
                     return None
+            if flavor is None:
+                flavor = state.nodes[node].flavor
+                static = state.static_mask(flavor, job.pools, job.tolerations)
             shares = self._shares(node, job, avoid_reserved)
             state.apply(node, shares, res.cpu_milli, res.memory_mib, res.rdma, +1)
             out.append(ReplicaAssignment(replica, state.nodes[node].name, shares, elastic))
             placed.append(node)
-        return tuple(out)
+        assert flavor is not None  # replicas is never empty
+        return flavor, tuple(out)
+
+    def _static(self, job: JobRequest, flavors: tuple[str, ...]) -> BoolArray:
+        masks = [self.state.static_mask(f, job.pools, job.tolerations) for f in flavors]
+        return masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
 
     def feasible(self, job: JobRequest, static: BoolArray, avoid_reserved: bool) -> IntArray:
         """Indices of nodes where one replica of ``job`` fits now."""
@@ -91,7 +130,7 @@ class Placer:
     def _choose(
         self,
         job: JobRequest,
-        flavor: str,
+        flavor: str | None,
         static: BoolArray,
         placed: list[int],
         remaining: int,
@@ -100,7 +139,8 @@ class Placer:
         """The best node for one replica, or -1. A lone whole-GPU replica takes its
         candidates from the free-count buckets (O(max_scored), not O(nodes)); gangs and
         shares filter every node, since topology and devices need the whole picture."""
-        if job.resources.whole_gpus and remaining == 1 and not placed and not avoid_reserved:
+        lone = job.resources.whole_gpus and remaining == 1 and not placed
+        if lone and flavor is not None and not avoid_reserved:
             nodes = self._bucket_candidates(job, flavor, static)
         else:
             nodes = self.feasible(job, static, avoid_reserved)

@@ -34,6 +34,11 @@ def invalid(job: JobRequest, why: str) -> WaitReason:
     return WaitReason(job.id, WaitCode.INVALID, f"invalid job: {why}")
 
 
+def no_flavor(job: JobRequest) -> WaitReason:
+    wanted = ", ".join(job.flavors) or "any GPU"
+    return WaitReason(job.id, WaitCode.NO_MATCHING_NODE, f"no node has {wanted}")
+
+
 def capacity(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:
     """Why the gang finds no room on ``flavor``: no matching node, GPU memory on shared
     devices, fragmentation (enough free in total, not together) or plain capacity."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from scheduler.core.types import Taint, Toleration, WaitCode
+from scheduler.core.types import Quota, Taint, Toleration, WaitCode
 from tests.scheduler.core.builders import (
     cycle,
     make_job,
@@ -185,3 +187,23 @@ def test_fragmentation_reason_counts_free_gpus():
 def test_no_matching_node_reason():
     result = cycle(snapshot([make_node("n1", taints=[NOSCHED])], [make_job("j")]))
     assert result.reason_for("j").code == WaitCode.NO_MATCHING_NODE
+
+
+def test_any_of_flavors_takes_the_best_node_across_them():
+    # the A100 node is busier (6 of 8 used): best fit puts a 2-GPU job there, not on the
+    # empty H100 node listed first
+    nodes = [make_node("h", model="H100"), make_node("a", model="A100")]
+    running = [make_running(make_job("r", gpus=6), ("a", range(6)), flavor="A100")]
+    tenants = make_tenants(("team-a", 16, None))
+    both = (*tenants[:1], replace(tenants[1], quotas={"H100": Quota(8000), "A100": Quota(8000)}))
+    result = cycle(
+        snapshot(nodes, [make_job("j", gpus=2, flavors=["H100", "A100"])], running, tenants=both)
+    )
+    assert placed_nodes(result, "j") == ["a"]
+    assert result.placement_for("j").flavor == "A100"
+
+
+def test_unknown_flavor_reason():
+    result = cycle(snapshot([make_node("n1")], [make_job("j", flavors=["TPU-v5"])]))
+    reason = result.reason_for("j")
+    assert reason.code == WaitCode.NO_MATCHING_NODE and reason.message == "no node has TPU-v5"
