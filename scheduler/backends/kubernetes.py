@@ -18,6 +18,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -29,6 +30,7 @@ from scheduler.backends.kubernetes_inventory import node_info
 from scheduler.backends.kubernetes_render import (
     LABEL_MANAGED,
     is_adoptable,
+    render_event,
     render_pod,
     render_service,
 )
@@ -277,6 +279,14 @@ class KubernetesBackend:
         except ApiException as exc:
             if exc.status != CONFLICT:
                 raise
+
+    def record_event(
+        self, namespace: str, pod: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        """A core/v1 Event on a pod (`kubectl describe pod` shows it), e.g. why it waits."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = render_event(namespace, pod, reason, message[:1024], warning, now)
+        self._call(f"event on {pod}", self.core.create_namespaced_event, namespace, body)
 
     # -- watches ----------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ Gantry's own schedulerName.
 from __future__ import annotations
 
 import re
+import socket
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -241,3 +243,24 @@ def _subset(want: Any, have: Any, key: str) -> bool:
             _subset(w, h, "") for w, h in zip(want, have, strict=True)
         )
     return bool(want == have)
+
+
+def render_event(
+    namespace: str, pod: str, reason: str, message: str, warning: bool, now: str
+) -> dict[str, Any]:
+    """A core/v1 Event about one of our pods."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": namespace},
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "gantry-scheduler"},
+        "reportingComponent": "gantry.io/scheduler",
+        "reportingInstance": socket.gethostname()[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -268,6 +269,17 @@ def test_watch_reset_mid_stream_backs_off_and_relists(
     assert watcher.relists == 2
 
 
+def test_watch_answered_with_http_410_relists_at_once(
+    fake: FakeApiServer, backend: KubernetesBackend, sleeps: Sleeps
+) -> None:
+    fake.inject("410", r"^/api/v1/pods$", watch=True)
+    seen = Recorder()
+    watcher = backend.pod_watcher(seen.sync, seen.event, timeout_s=5)
+    watcher.run_once()
+    watcher.run_once()  # HTTP 410 instead of a stream
+    assert watcher.resource_version is None and sleeps.delays == []
+
+
 def test_watch_list_failure_backs_off(
     fake: FakeApiServer, backend: KubernetesBackend, sleeps: Sleeps
 ) -> None:
@@ -457,3 +469,18 @@ def test_ensure_namespace_enforces_restricted(
     backend.ensure_namespace("team-c")  # exists: fine
     labels = fake.get("namespaces", "", "team-c")["metadata"]["labels"]  # type: ignore[index]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_events_explain_a_pod(fake: FakeApiServer, backend: KubernetesBackend) -> None:
+    backend.create_pod(make_request())
+    backend.record_event(NAMESPACE, POD, "Waiting", "quota: team-a uses 16/16 H100", warning=True)
+    (event,) = fake.list_objects("events", NAMESPACE, {})["items"]
+    assert event["involvedObject"]["name"] == POD and event["type"] == "Warning"
+    assert event["message"] == "quota: team-a uses 16/16 H100"
+
+
+def test_event_manifest_is_valid() -> None:
+    from scheduler.backends.kubernetes_render import render_event
+
+    event = render_event(NAMESPACE, POD, "Bound", "bound to gpu-1", False, "2026-01-01T00:00:00Z")
+    assert kubernetes_validate.validate(event, "1.30", strict=True)
