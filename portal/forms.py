@@ -138,11 +138,13 @@ class JobSubmitForm(forms.Form):
 
     def __init__(self, *args: Any, projects: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [(p.pk, f"{p.tenant.slug} / {p.slug}") for p in projects]
-        self.fields["flavors"].choices = [
+        _choice_field(self, "project").choices = [
+            (p.pk, f"{p.tenant.slug} / {p.slug}") for p in projects
+        ]
+        _choice_field(self, "flavors").choices = [
             (name, name) for name in ResourceFlavor.objects.values_list("name", flat=True)
         ]
-        self.fields["priority_class"].choices = [("", "Team default for the type")] + [
+        _choice_field(self, "priority_class").choices = [("", "Team default for the type")] + [
             (name, name) for name in PriorityClass.objects.values_list("name", flat=True)
         ]
         if not self.is_bound:
@@ -225,6 +227,12 @@ class JobSubmitForm(forms.Form):
             self.add_error(None, prefix + _flatten(value))
 
 
+def _choice_field(form: forms.Form, name: str) -> forms.ChoiceField:
+    field = form.fields[name]
+    assert isinstance(field, forms.ChoiceField)
+    return field
+
+
 def _flatten(value: Any) -> str:
     if isinstance(value, dict):
         return "; ".join(f"{k}: {_flatten(v)}" for k, v in value.items())
@@ -241,7 +249,7 @@ class JobFilterForm(forms.Form):
 
     def __init__(self, *args: Any, projects: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [("", "Any project")] + [
+        _choice_field(self, "project").choices = [("", "Any project")] + [
             (p.pk, f"{p.tenant.slug} / {p.slug}") for p in projects
         ]
 
@@ -357,4 +365,6 @@ class AuditFilterForm(forms.Form):
 
     def __init__(self, *args: Any, tenants: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tenant"].choices = [("", "Any tenant")] + [(t.pk, t.slug) for t in tenants]
+        _choice_field(self, "tenant").choices = [("", "Any tenant")] + [
+            (t.pk, t.slug) for t in tenants
+        ]

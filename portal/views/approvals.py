@@ -82,7 +82,7 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
         except (ConflictError, ValidationError) as exc:
             error = " ".join(getattr(exc, "messages", None) or [str(exc)])
             approval.refresh_from_db()
-    if request.htmx:
+    if request.headers.get("HX-Request") == "true":
         context = {"req": approval, "error": error}
         return render(request, "portal/approvals/_decided.html", context)
     if error:

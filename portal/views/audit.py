@@ -66,11 +66,15 @@ def _filtered(request: HttpRequest) -> tuple[AuditFilterForm, QuerySet[AuditEntr
 def audit_log(request: HttpRequest) -> HttpResponse:
     form, rows = _filtered(request)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    for entry in page.object_list:
-        entry.changes = changes(entry.before, entry.after)
+    rows_with_changes = [(e, changes(e.before, e.after)) for e in page.object_list]
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"filter_form": form, "page": page, "export_query": query.urlencode()}
+    context = {
+        "filter_form": form,
+        "page": page,
+        "entries": rows_with_changes,
+        "export_query": query.urlencode(),
+    }
     return render(request, "portal/audit/list.html", context)
 
 

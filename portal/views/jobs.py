@@ -48,7 +48,7 @@ def _filtered_jobs(request: HttpRequest) -> tuple[JobFilterForm, Any]:
         if form.cleaned_data["type"]:
             jobs = jobs.filter(job_type=form.cleaned_data["type"])
         if form.cleaned_data["mine"]:
-            jobs = jobs.filter(submitted_by=request.user)
+            jobs = jobs.filter(submitted_by_id=request.user.pk)
     return form, jobs
 
 
