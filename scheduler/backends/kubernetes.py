@@ -150,23 +150,25 @@ class KubernetesBackend:
         if pod.replicas > 1 and pod.replica == 0:
             self._ensure_service(pod, created)
 
-    def _create_or_adopt(self, pod: PodRequest, manifest: dict[str, Any]) -> dict[str, Any]:
+    def _create_or_adopt(
+        self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
+    ) -> dict[str, Any]:
+        """The created pod, or ours found under its name. `again`: one more try is allowed."""
         try:
-            return dict(
-                self._call(
-                    f"create pod {pod.name}",
-                    self.core.create_namespaced_pod,
-                    pod.namespace,
-                    manifest,
-                )
+            created = self._call(
+                f"create pod {pod.name}", self.core.create_namespaced_pod, pod.namespace, manifest
             )
+            return dict(created)
         except ApiException as exc:
+            if exc.status == NOT_FOUND and again:  # the project's namespace does not exist yet
+                self.ensure_namespace(pod.namespace)
+                return self._create_or_adopt(pod, manifest, again=False)
             if exc.status != CONFLICT:
                 raise
         existing = self._read_pod(pod.namespace, pod.name)
-        if existing is None:  # deleted between our create and our read: a fresh try will do
-            return self._create_or_adopt(pod, manifest)
-        if not is_adoptable(existing, manifest):
+        if existing is None and again:  # deleted between our create and our read
+            return self._create_or_adopt(pod, manifest, again=False)
+        if existing is None or not is_adoptable(existing, manifest):
             raise ForeignPod(f"{pod.namespace}/{pod.name} exists and is not Gantry's pod")
         logger.info("adopted existing pod %s/%s", pod.namespace, pod.name)
         return existing

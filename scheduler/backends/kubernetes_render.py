@@ -27,6 +27,10 @@ LABEL_PRIORITY = "gantry.io/priority-class"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANNOTATION_GPUS = "gantry.io/gpu-indices"
 CONTAINER = "main"
+# Jobs never run here: no Pod Security enforcement, and Gantry's own or the cluster's pods live
+# there.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
+                               "gantry-system"})  # fmt: skip
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -61,6 +65,8 @@ def _check(pod: PodRequest) -> None:
         raise UnsafePodSpec(f"pod name {pod.name!r} is not the deterministic name")
     if not _DNS_LABEL.match(pod.namespace):
         raise UnsafePodSpec(f"namespace {pod.namespace!r} is not a DNS label")
+    if pod.namespace in SYSTEM_NAMESPACES or pod.namespace.startswith("kube-"):
+        raise UnsafePodSpec(f"namespace {pod.namespace!r} is not a project namespace")
     if not pod.image or len(pod.image) > 512 or re.search(r"[\s\x00-\x1f\x7f]", pod.image):
         raise UnsafePodSpec("image must be a non-empty reference without spaces")
     if any("\x00" in arg for arg in pod.command):

@@ -194,9 +194,21 @@ def test_long_retry_after_goes_up_to_the_daemon(
 def test_client_errors_are_answers_not_retried(
     fake: FakeApiServer, backend: KubernetesBackend, sleeps: Sleeps
 ) -> None:
+    fake.inject("422", PODS, method="POST")
     with pytest.raises(ApiException) as raised:
-        backend.create_pod(make_request(namespace="no-such-namespace"))
-    assert raised.value.status == 404 and sleeps.delays == []
+        backend.create_pod(make_request())
+    assert raised.value.status == 422 and sleeps.delays == []
+    assert pod_requests(fake, "POST", PODS) == 1
+
+
+def test_missing_project_namespace_is_created_restricted(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    backend.create_pod(make_request(namespace="team-new"))
+    namespace = fake.get("namespaces", "", "team-new")
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert fake.get("pods", "team-new", POD) is not None
 
 
 def test_pagination_reads_every_page(fake: FakeApiServer, backend: KubernetesBackend) -> None:
