@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied, Valid
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from common.errors import ConflictError
+from common.errors import ConflictError, DomainError
 from tenants import access, services
 from tenants.approval_rules import RuleMatch, job_matches, quota_matches
 from tenants.audit import audit_record, audit_snapshot
@@ -219,7 +219,10 @@ def approval_request_create(
                 expires_at=now + approval_ttl(),
             )
     except IntegrityError as exc:
-        if "approval_one_pending_per_subject" not in str(exc):
+        pending = ApprovalRequest.objects.filter(
+            kind=kind, tenant=tenant, subject_id=subject_id, state=ApprovalState.PENDING
+        )
+        if not pending.exists():
             raise
         raise ConflictError(
             f"A {kind} request for this subject of '{tenant.slug}' is already pending."
@@ -386,6 +389,38 @@ def approval_cancel_for_subject(*, kind: str, tenant: Tenant, subject_id: int, a
         updated_at=now,
     )
     return changed > 0
+
+
+@transaction.atomic
+def approval_withdraw(*, user: Any, request: ApprovalRequest) -> ApprovalRequest:
+    """The requester (or an admin of the tenant) withdraws a pending quota request.
+
+    A job's request is withdrawn by cancelling the job (`scheduler.services.job_cancel`).
+    """
+    if request.kind != ApprovalKind.QUOTA:
+        raise DomainError("Cancel the job to withdraw its approval request.")
+    if request.requester_id != user.pk and not access.can_manage_tenant(user, request.tenant):
+        raise PermissionDenied("Only the requester or an admin may withdraw this request.")
+    now = timezone.now()
+    changed = ApprovalRequest.objects.filter(pk=request.pk, state=ApprovalState.PENDING).update(
+        state=ApprovalState.CANCELLED,
+        decided_by=user,
+        decided_at=now,
+        comment="withdrawn",
+        updated_at=now,
+    )
+    if changed != 1:
+        raise ConflictError(_why_not_pending(request.pk))
+    request.refresh_from_db()
+    audit_record(
+        actor=user,
+        action="approval.withdraw",
+        tenant=request.tenant,
+        target=request,
+        before={"state": ApprovalState.PENDING},
+        after={"state": ApprovalState.CANCELLED},
+    )
+    return request
 
 
 # --- expiry ------------------------------------------------------------------------------

@@ -587,3 +587,17 @@ def test_two_quota_approvals_at_once_exceeding_the_parent_exactly_one_succeeds(
     assert sorted([guaranteed(org, org.alpha), guaranteed(org, org.bravo)]) == [12, 18]
     states = sorted(ApprovalRequest.objects.values_list("state", flat=True))
     assert states == [ApprovalState.APPROVED, ApprovalState.PENDING]
+
+
+def test_the_requester_withdraws_a_quota_request(tight_research: Org) -> None:
+    org = tight_research
+    request = ask(org, "tina", org.alpha, 14)
+    with pytest.raises(PermissionDenied):
+        approvals.approval_withdraw(user=org.users["alice"], request=request)
+    approvals.approval_withdraw(user=org.users["tina"], request=request)
+    request.refresh_from_db()
+    assert request.state == ApprovalState.CANCELLED
+    with pytest.raises(ConflictError):
+        approval_decide(user=org.users["dana"], request=request, approve=True, comment="")
+    assert guaranteed(org, org.alpha) == 12
+    assert ask(org, "tina", org.alpha, 15).state == ApprovalState.PENDING  # may ask again
