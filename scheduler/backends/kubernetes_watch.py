@@ -13,6 +13,7 @@ Transient failures back off with jitter before the next list.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -52,11 +53,22 @@ class ListWatcher(Generic[T]):
     resource_version: str | None = None
     relists: int = 0
     _failures: int = 0
+    _closed: bool = False
+    _response: Any = field(default=None, repr=False)
 
     def run(self, stop: threading.Event) -> None:
-        """Loop until `stop` is set (checked between events and between streams)."""
-        while not stop.is_set():
+        """Loop until `stop` is set (checked between events and between streams) or `close()`."""
+        while not stop.is_set() and not self._closed:
             self.run_once(stop)
+
+    def close(self) -> None:
+        """Break the open stream now (SIGTERM): an idle watch would otherwise block until the
+        server ends it, up to `timeout_s`."""
+        self._closed = True
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
 
     def run_once(self, stop: threading.Event | None = None) -> None:
         try:
@@ -76,6 +88,8 @@ class ListWatcher(Generic[T]):
             self._back_off(exc)
 
     def _back_off(self, exc: Exception) -> None:
+        if self._closed:
+            return
         error = as_backend_error(exc)
         if error is None:
             raise exc
@@ -93,7 +107,7 @@ class ListWatcher(Generic[T]):
 
     def _stream(self, stop: threading.Event | None) -> None:
         assert self.resource_version is not None
-        response = self.open_stream(self.resource_version, self.timeout_s)
+        response = self._response = self.open_stream(self.resource_version, self.timeout_s)
         try:
             for event in _events(response):
                 if event.get("type") == "ERROR":
@@ -108,6 +122,9 @@ class ListWatcher(Generic[T]):
                 if stop is not None and stop.is_set():
                     return
         finally:
+            # Closed, not returned to the pool: a half-read stream would poison the connection.
+            self._response = None
+            response.close()
             response.release_conn()
 
 

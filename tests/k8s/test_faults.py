@@ -328,6 +328,21 @@ def test_watch_loop_runs_in_a_thread_until_stopped(
     assert watcher.relists >= 1
 
 
+def test_close_breaks_an_idle_watch_at_once(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    seen = Recorder()
+    watcher = backend.pod_watcher(seen.sync, seen.event, timeout_s=60)
+    thread = threading.Thread(target=watcher.run, args=(threading.Event(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while watcher._response is None and time.monotonic() < deadline:  # the stream is open
+        time.sleep(0.01)
+    watcher.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and seen.syncs == [[]]
+
+
 # -- 14. the kubelet rejects a bound pod ------------------------------------------------------
 
 
