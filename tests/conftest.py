@@ -15,7 +15,6 @@ that an isolation test can search any response for the marker.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +41,8 @@ class Org:
     users: dict[str, Any]
 
 
-def seed_priority_classes() -> None:
-    """Re-create the seeded priority classes after a transactional test flushed them."""
-    from django.apps import apps
-
-    importlib.import_module("tenants.migrations.0002_seed_priority_classes").seed(apps, None)
-
-
 def build_org() -> Org:
-    seed_priority_classes()
+    f.seed_priority_classes()
     h100 = f.FlavorFactory(
         name="H100-80GB",
         memory_mib=81920,

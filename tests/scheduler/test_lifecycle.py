@@ -207,7 +207,6 @@ RACES = [
 @pytest.mark.parametrize(("start", "first", "second"), RACES)
 def test_two_concurrent_transitions_have_one_winner(
     transactional_db: Any,
-    django_db_serialized_rollback: Any,
     start: str,
     first: str,
     second: str,

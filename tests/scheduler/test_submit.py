@@ -155,7 +155,6 @@ def run_in_threads(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
 
 def test_two_concurrent_identical_submissions_make_one_job(
     transactional_db: Any,
-    django_db_serialized_rollback: Any,
     org: Org,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -326,7 +326,6 @@ def test_database_refuses_a_second_quota_for_the_same_flavor(org: Org) -> None:
 
 def test_concurrent_sibling_raises_cannot_both_squeeze_in(
     transactional_db: Any,
-    django_db_serialized_rollback: Any,
     org: Org,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
