@@ -37,14 +37,15 @@ def policies_applying(tenant: Tenant, *, jobs: bool) -> list[ApprovalPolicy]:
 def policy_describe(policy: ApprovalPolicy) -> str:
     """The rule in words, e.g. 'GPUs over 8' or 'priority at or above high'."""
     threshold = f"{policy.threshold.normalize():f}" if policy.threshold is not None else ""
-    return {
+    words: dict[str, str] = {
         ApprovalRule.GPUS_OVER: f"GPUs over {threshold}",
         ApprovalRule.GPU_HOURS_OVER: f"estimated GPU-hours over {threshold}",
         ApprovalRule.PRIORITY_AT_LEAST: "priority at or above "
         + (policy.priority_class.name if policy.priority_class else "?"),
         ApprovalRule.BORROWING: "borrowing beyond guarantee",
         ApprovalRule.RUNTIME_OVER_HOURS: f"runtime over {threshold} hours",
-    }.get(policy.rule, policy.rule)
+    }
+    return words.get(policy.rule, policy.rule)
 
 
 def _num(value: Decimal | None) -> float:

@@ -26,7 +26,9 @@ from tenants.models import (
 class ApprovalPolicyOut(serializers.ModelSerializer):
     tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
     threshold = serializers.FloatField(allow_null=True)
-    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    priority_class: serializers.SlugRelatedField[PriorityClass] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     summary = serializers.SerializerMethodField()
 
     class Meta:
