@@ -33,10 +33,13 @@ class GpuReading:
     temperature_c: int | None
     ecc_uncorrected: int | None
     xid_errors: tuple[int, ...]
+    lost: bool = False  # NVML could not open the device (e.g. fallen off the bus)
 
     @property
     def healthy(self) -> bool:
-        return not self.ecc_uncorrected and not FATAL_XIDS.intersection(self.xid_errors)
+        if self.lost or self.ecc_uncorrected:
+            return False
+        return not FATAL_XIDS.intersection(self.xid_errors)
 
 
 @dataclass(frozen=True)
@@ -94,15 +97,25 @@ class NvmlSession:
         return events
 
     def read(self) -> NodeReading:
+        """One reading. A device NVML cannot open is reported lost (unhealthy), not skipped:
+        the daemon must see that the node has a broken GPU, not a smaller node."""
         if self.nvml is None:
             return NodeReading(driver_version="", gpus=(), error=self.error)
         nvml = self.nvml
-        xids = self._drain_xids()
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception as exc:  # the driver went away under us
+            return NodeReading(driver_version="", gpus=(), error=f"{type(exc).__name__}: {exc}")
+        xids = self._drain_xids(count)
         driver = self._field(lambda: _text(nvml.nvmlSystemGetDriverVersion())) or ""
-        gpus = tuple(
-            self._device(index, xids.get(index, ())) for index in range(nvml.nvmlDeviceGetCount())
-        )
-        return NodeReading(driver_version=driver, gpus=gpus)
+        gpus = []
+        for index in range(count):
+            try:
+                gpus.append(self._device(index, xids.get(index, ())))
+            except Exception as exc:  # NVMLError_GpuIsLost and friends
+                logger.warning("GPU %d unreadable: %s", index, exc)
+                gpus.append(_lost(index))
+        return NodeReading(driver_version=driver, gpus=tuple(gpus))
 
     def _device(self, index: int, xids: tuple[int, ...]) -> GpuReading:
         nvml = self.nvml
@@ -138,7 +151,7 @@ class NvmlSession:
             logger.debug("NVML field unavailable: %s", exc)
             return None
 
-    def _drain_xids(self) -> dict[int, tuple[int, ...]]:
+    def _drain_xids(self, count: int) -> dict[int, tuple[int, ...]]:
         """XIDs seen since the last drain, by device index (never blocks)."""
         if self._events is None:
             return {}
@@ -153,9 +166,12 @@ class NvmlSession:
             uuid = self._field(lambda event=event: _text(nvml.nvmlDeviceGetUUID(event.device)))
             by_uuid.setdefault(uuid or "", []).append(int(event.eventData))
         result: dict[int, tuple[int, ...]] = {}
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = self._field(lambda handle=handle: _text(nvml.nvmlDeviceGetUUID(handle)))
+        for index in range(count):
+            uuid = self._field(
+                lambda index=index: _text(
+                    nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
+                )
+            )
             if uuid in by_uuid:
                 result[index] = tuple(by_uuid[uuid])
         return result
@@ -168,3 +184,18 @@ class NvmlSession:
             self._field(lambda: nvml.nvmlEventSetFree(events))
         self._field(nvml.nvmlShutdown)
         self.nvml = None
+
+
+def _lost(index: int) -> GpuReading:
+    return GpuReading(
+        index=index,
+        uuid="",
+        name="",
+        memory_total_mib=None,
+        memory_used_mib=None,
+        utilization_pct=None,
+        temperature_c=None,
+        ecc_uncorrected=None,
+        xid_errors=(),
+        lost=True,
+    )

@@ -36,9 +36,13 @@ class FakeNvml:
     NVMLError = NVMLError
 
     def __init__(
-        self, ecc: tuple[int | None, ...] = (0, 2), xids: tuple[tuple[int, int], ...] = ()
+        self,
+        ecc: tuple[int | None, ...] = (0, 2),
+        xids: tuple[tuple[int, int], ...] = (),
+        lost: int | None = None,
     ):
         self.ecc = ecc
+        self.lost = lost
         self.pending = list(xids)  # (device index, xid)
         self.shut_down = False
 
@@ -53,6 +57,8 @@ class FakeNvml:
         return 2
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if index == self.lost:
+            raise NVMLError("GPU is lost")
         return index
 
     def nvmlDeviceGetUUID(self, handle: int) -> str:
@@ -117,6 +123,13 @@ def test_xid_events_since_the_last_report(xid: int, healthy: bool) -> None:
     assert first.xid_errors == (xid,) and first.healthy is healthy
     assert second.xid_errors == () and second.healthy
     assert session.read().gpus[0].xid_errors == ()  # drained: reported once
+
+
+def test_a_lost_device_is_reported_unhealthy_not_dropped() -> None:
+    session = NvmlSession(FakeNvml(ecc=(0, 0), lost=1))  # type: ignore[arg-type]
+    first, second = session.read().gpus
+    assert first.healthy and first.uuid == "GPU-0000"
+    assert second.lost and not second.healthy and second.index == 1
 
 
 def test_field_not_supported_is_none_not_a_lost_device() -> None:
