@@ -149,6 +149,9 @@ PERSONAS = {
 }
 
 
+HTMX = {"HX-Request": "true"}
+
+
 def portal_route_names() -> list[str]:
     return [p.name for p in portal_urls.urlpatterns if isinstance(p, URLPattern) and p.name]
 
@@ -206,14 +209,15 @@ def test_portal_isolation_walk(persona: str, world: World, web_for: Any) -> None
                 f"portal:{name}", kwargs=case.kwargs(foreign, own) if case.kwargs else None
             )
             query = case.query(foreign) if case.query else {}
-            for method in ("get", "post"):
+            # as a page and as an HTMX partial request
+            for method, headers in [(m, h) for m in ("get", "post") for h in ({}, HTMX)]:
                 if method == "post" and case.body is None and not case.kwargs:
                     continue
                 body = case.body(world, foreign) if case.body and method == "post" else {}
                 if method == "get":
-                    response = client.get(url, query)
+                    response = client.get(url, query, headers=headers)
                 else:
-                    response = client.post(url + _qs(query), body)
+                    response = client.post(url + _qs(query), body, headers=headers)
                 if case.kwargs or query or method == "post":
                     expected = (404, 405) if case.kwargs else (404,)
                     if name == "job-new" and method == "get":
