@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -115,5 +116,6 @@ def _real_cluster() -> Iterator[Cluster]:
         raise AssertionError(f"{ns}/{name} still exists after 120 s")
 
     yield Cluster(backend, namespace, nodes, finish_deletion, real=True)
-    client.CoreV1Api(api).delete_namespace(namespace)
+    core: Any = client.CoreV1Api(api)  # raw response: no model for what delete returns
+    core.delete_namespace(namespace, _preload_content=False).release_conn()
     api.close()
