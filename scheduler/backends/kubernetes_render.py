@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from scheduler.backends.base import PodRequest, pod_name
 from scheduler.backends.kubernetes_config import KubernetesConfig
 
@@ -235,10 +237,10 @@ def is_adoptable(existing: Mapping[str, Any], rendered: Mapping[str, Any]) -> bo
     return not widened and _subset(rendered, existing, key="")
 
 
-def _subset(want: Any, have: Any, key: str) -> bool:
+def _subset(want: Any, have: Any, key: str, parent: str = "") -> bool:
     if isinstance(want, Mapping):
         return isinstance(have, Mapping) and all(
-            _subset(v, have.get(k), k) for k, v in want.items()
+            _subset(v, have.get(k), k, key) for k, v in want.items()
         )
     if isinstance(want, list):
         if not isinstance(have, list):
@@ -248,7 +250,16 @@ def _subset(want: Any, have: Any, key: str) -> bool:
         return len(want) == len(have) and all(
             _subset(w, h, "") for w, h in zip(want, have, strict=True)
         )
+    if parent in ("requests", "limits"):  # the apiserver canonicalizes: 2000m -> 2, 8192Mi -> 8Gi
+        return _same_quantity(want, have)
     return bool(want == have)
+
+
+def _same_quantity(want: Any, have: Any) -> bool:
+    try:
+        return bool(parse_quantity(want) == parse_quantity(have))
+    except (ValueError, ArithmeticError, TypeError):
+        return False
 
 
 def render_event(

@@ -33,6 +33,7 @@ from tests.k8s.fake_http import Handler
 from tests.k8s.fake_rules import (
     ApiError,
     Obj,
+    canonicalize_resources,
     decode_continue,
     encode_continue,
     merge_patch,
@@ -225,6 +226,7 @@ class FakeApiServer:
                 raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
             if resource == "pods":
                 self._admit_pod(namespace, body)
+                canonicalize_resources(body)
                 body.setdefault("status", {"phase": "Pending"})
             meta |= {"uid": str(uuid.uuid4()), "creationTimestamp": now()}
             if namespace:

@@ -115,3 +115,21 @@ def encode_continue(offset: int) -> str:
 
 def decode_continue(token: str) -> int:
     return int(json.loads(base64.urlsafe_b64decode(token))["offset"]) if token else 0
+
+
+def canonicalize_resources(pod: Obj) -> None:
+    """Quantities as the apiserver stores them (the shortest exact form): 2000m -> 2,
+    8192Mi -> 8Gi. A client comparing what it sent with what it reads must allow for this."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for section in (container.get("resources") or {}).values():
+            for name, value in section.items():
+                section[name] = _canonical(str(value))
+
+
+def _canonical(value: str) -> str:
+    if value.endswith("m") and value[:-1].isdigit() and int(value[:-1]) % 1000 == 0:
+        return str(int(value[:-1]) // 1000)
+    for small, big in (("Mi", "Gi"), ("Ki", "Mi")):
+        if value.endswith(small) and value[:-2].isdigit() and int(value[:-2]) % 1024 == 0:
+            return _canonical(f"{int(value[:-2]) // 1024}{big}")
+    return value

@@ -208,6 +208,9 @@ def _as_apiserver_returns(pod: dict[str, Any]) -> dict[str, Any]:
         *out["spec"].get("tolerations", []),
     ]
     out["spec"]["containers"][0] |= {"imagePullPolicy": "IfNotPresent"}
+    # quantities come back canonical: 2000m -> 2, 8192Mi -> 8Gi
+    for section in out["spec"]["containers"][0]["resources"].values():
+        section |= {"cpu": "2", "memory": "8Gi"}
     out["status"] = {"phase": "Pending"}
     return out
 
