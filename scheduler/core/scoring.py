@@ -109,6 +109,13 @@ class FragmentationScore:
         self._requests: dict[tuple[Resources, tuple[str, ...]], PodRequest] = {}
         self._memo: dict[tuple[PodRequest, int], float] = {}
 
+    def observe(self, resources: Resources, flavors: tuple[str, ...]) -> None:
+        """Add one arrival to the mix (for replays that learn it online, request by request);
+        memoised deltas were for the old mix, so they go."""
+        if resources.gpu_milli > 0:
+            self.model.observe(self._request(resources, flavors))
+            self._memo.clear()
+
     def score(self, inp: ScoreInput) -> FloatArray:
         delta = self._deltas(inp.nodes, self._request(inp.resources, inp.flavors))
         coarse = np.floor(delta / FRAGMENTATION_STEP_MILLI + 1e-9) * FRAGMENTATION_STEP_MILLI

@@ -1,11 +1,13 @@
 """Discrete-event replay of a workload on virtual time through ``scheduler.core.run_cycle``.
 
 A library: ``simulate(workload, cluster, profile, outages=..., config=...) -> SimReport``,
-and ``estimate_starts(snapshot, profile)`` for wait-time estimates from the present.
+``estimate_starts(snapshot, profile)`` for wait-time estimates from the present, and
+``replay_placements(nodes, requests, profile)`` for arrival-only fragmentation studies.
 """
 
 from scheduler.sim.engine import Simulation, StartState, simulate
 from scheduler.sim.estimate import estimate_starts
+from scheduler.sim.placement_replay import replay_placements
 from scheduler.sim.report import JobOutcome, Percentiles, SimReport
 from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
 
@@ -20,5 +22,6 @@ __all__ = [
     "StartState",
     "WorkloadJob",
     "estimate_starts",
+    "replay_placements",
     "simulate",
 ]
