@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -54,14 +55,17 @@ class ForeignPod(BindConflict):
 
 
 def api_client_from_environment() -> client.ApiClient:
-    """In-cluster service account, else KUBECONFIG / ~/.kube/config."""
+    """In-cluster service account, else KUBECONFIG / ~/.kube/config. The client's global
+    default configuration is left alone."""
     from kubernetes import config as kube_config
 
+    configuration = client.Configuration()
     try:
-        kube_config.load_incluster_config()
+        kube_config.load_incluster_config(client_configuration=configuration)
     except kube_config.ConfigException:
-        kube_config.load_kube_config()
-    configuration = client.Configuration.get_default_copy()
+        # Read KUBECONFIG now: the client reads it once, when it is imported.
+        path = os.environ.get("KUBECONFIG") or None
+        kube_config.load_kube_config(config_file=path, client_configuration=configuration)
     configuration.retries = False  # retries are ours: bounded, with jitter (kubernetes_retry)
     return client.ApiClient(configuration)
 

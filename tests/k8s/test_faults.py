@@ -511,3 +511,25 @@ def test_event_manifest_is_valid() -> None:
 
     event = render_event(NAMESPACE, POD, "Bound", "bound to gpu-1", False, "2026-01-01T00:00:00Z")
     assert kubernetes_validate.validate(event, "1.30", strict=True)
+
+
+def test_default_construction_reads_kubeconfig_and_env(
+    fake: FakeApiServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: f, cluster: {{server: '{fake.url}'}}}}]\n"
+        "users: [{name: u, user: {token: t0k}}]\n"
+        "contexts: [{name: c, context: {cluster: f, user: u}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("GANTRY_K8S_SHARE_MEMORY_RESOURCE", "example.com/vram")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    backend = KubernetesBackend()
+    try:
+        assert {n.name for n in backend.list_nodes()} == {"gpu-1", "gpu-2"}
+        assert backend.config.share_memory_resource == "example.com/vram"
+        assert client.Configuration.get_default_copy().host != fake.url  # no global change
+    finally:
+        backend.api_client.close()
