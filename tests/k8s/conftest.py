@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes import config as kube_config
 
-from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_retry import RetryPolicy
 from tests.k8s.fake_apiserver import FakeApiServer
@@ -96,10 +95,7 @@ def _fake_cluster(fake: FakeApiServer) -> Iterator[Cluster]:
 def _real_cluster() -> Iterator[Cluster]:
     if not os.environ.get("KUBECONFIG"):
         pytest.skip("real-cluster contract run: set KUBECONFIG (docs/kubernetes.md)")
-    configuration = client.Configuration()
-    kube_config.load_kube_config(client_configuration=configuration)
-    configuration.retries = False
-    api = client.ApiClient(configuration)
+    api = api_client_from_environment()
     backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=10.0))
     namespace = f"gantry-contract-{uuid.uuid4().hex[:8]}"
     backend.ensure_namespace(namespace)
