@@ -107,7 +107,7 @@ class FragmentationScore:
                 self.model.observe(pod_request(resources, flavors))
         state.dirty.clear()
         self._requests: dict[tuple[Resources, tuple[str, ...]], PodRequest] = {}
-        self._memo: dict[tuple[PodRequest, int], float] = {}
+        self._memo: dict[PodRequest, dict[int, float]] = {}
 
     def observe(self, resources: Resources, flavors: tuple[str, ...]) -> None:
         """Add one arrival to the mix (for replays that learn it online, request by request);
@@ -133,14 +133,13 @@ class FragmentationScore:
         cycle the mix is fixed, so the delta is a function of those two alone. Candidates
         mostly share a few states (empty nodes, nodes filled alike), so most are hits."""
         signatures = self.state.signature[nodes].tolist()
-        memo = self._memo
-        missing = {sig: i for i, sig in enumerate(signatures) if (request, sig) not in memo}
+        table = self._memo.setdefault(request, {})  # hash the request once, not per node
+        missing = {sig: i for i, sig in enumerate(signatures) if sig not in table}
         if missing:
             self._sync()
             computed = self.model.score(nodes[list(missing.values())], request)
-            for sig, value in zip(missing, computed.tolist(), strict=True):
-                memo[(request, sig)] = value
-        return np.array([memo[(request, sig)] for sig in signatures], dtype=np.float64)
+            table.update(zip(missing, computed.tolist(), strict=True))
+        return np.array([table[sig] for sig in signatures], dtype=np.float64)
 
     def _sync(self) -> None:
         state = self.state
