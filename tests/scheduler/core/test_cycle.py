@@ -70,3 +70,14 @@ def test_default_profile_with_fragmentation_scoring_places_everything_that_fits(
                 used[(a.node, s.device)] = used.get((a.node, s.device), 0) + s.milli
     assert max(used.values()) <= 1000
     assert sum(used.values()) >= 28_000  # at most one small gap per node after packing
+
+
+def test_capacity_on_an_admitted_flavor_explains_more_than_quota_on_another():
+    # team-a has H100 quota only; the A100 node is idle but not its to use; the H100 node is
+    # full. The job waits on H100 capacity, which is what the reason must say.
+    nodes = [make_node("a", model="A100"), make_node("h", model="H100")]
+    running = [make_running(make_job("r", gpus=8), ("h", range(8)))]
+    result = cycle(snapshot(nodes, [make_job("j", gpus=8)], running))
+    reason = result.reason_for("j")
+    assert reason is not None and reason.code == WaitCode.CAPACITY
+    assert reason.message.startswith("needs 8 free H100; 0 free in total")
