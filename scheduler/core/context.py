@@ -37,6 +37,7 @@ class CycleContext:
     fresh: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
     guarded: set[str] = field(default_factory=set)  # jobs a running job displaced (ping-pong)
+    shrunk: set[str] = field(default_factory=set)  # elastic jobs that gave way: no regrowth now
 
     @property
     def now(self) -> float:

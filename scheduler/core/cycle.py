@@ -310,6 +310,7 @@ def _record_preemption(
             del ctx.live[running.job.id]
         else:
             ctx.live[running.job.id] = replace(running, assignments=left)
+            ctx.shrunk.add(running.job.id)
     out.memo.clear()
     _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
 
@@ -327,13 +328,14 @@ def _why(ctx: CycleContext, job: JobRequest, victim: RunningJob, reclaim: bool, 
 def _grow_elastic(ctx: CycleContext, out: _Decisions) -> None:
     """Running inference jobs below their replica count grow, one elastic replica at a time."""
     for running in ctx.snapshot.running:
-        current = ctx.live.get(running.job.id)
-        job = running.job
-        if current is None or job.min_replicas is None or current.job.id in ctx.fresh:
+        job, current = running.job, ctx.live.get(running.job.id)
+        if current is None or job.min_replicas is None or job.id in ctx.fresh:
+            continue
+        if job.id in ctx.shrunk:
             continue
         have = {a.replica for a in current.assignments}
-        missing = range(job.replicas)
-        grown = _place_extras(ctx, job, current.flavor, [r for r in missing if r not in have])
+        missing = [r for r in range(job.replicas) if r not in have]
+        grown = _place_extras(ctx, job, current.flavor, missing)
         if grown:
             out.placements.append(Placement(job.id, current.flavor, grown))
             ctx.live[job.id] = replace(current, assignments=current.assignments + grown)
