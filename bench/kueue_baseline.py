@@ -94,7 +94,11 @@ def main() -> None:
     started = time.perf_counter()
     report = simulate(workload(), cluster(), profile, config=SimConfig(tick_s=1.0))
     out = figures(report)
+    useful_gpu_s = sum(
+        w.duration_s * w.request.resources.gpu_milli / 1000 * w.request.replicas for w in workload()
+    )
     extra = {
+        "useful_usage_pct": round(100 * useful_gpu_s / (600 * report.makespan_s), 1),
         "kueue_published": KUEUE,
         "preemptions": report.preemptions,
         "cycles": report.cycles,
