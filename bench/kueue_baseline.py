@@ -99,6 +99,8 @@ def main() -> None:
     )
     extra = {
         "useful_usage_pct": round(100 * useful_gpu_s / (600 * report.makespan_s), 1),
+        "admission_p99_s": {c: round(report.wait_by_class[c].p99, 2) for c in CLASSES},
+        "jain_fairness": round(report.jain_fairness, 4),
         "kueue_published": KUEUE,
         "preemptions": report.preemptions,
         "cycles": report.cycles,
