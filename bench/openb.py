@@ -118,6 +118,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--coverage", type=float, default=1.0)
     g.add_argument("--half-life", type=float, default=None)
     g.add_argument("--cpu-only-step", type=float, default=None)
+    g.add_argument("--cpu-only-to-busy", action="store_true")
     return p.parse_args(argv)
 
 
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "coverage": args.coverage,
         "half_life": args.half_life,
         "cpu_only_step": args.cpu_only_step,
+        "cpu_only_to_busy": args.cpu_only_to_busy,
     }
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     tasks = [

@@ -165,6 +165,7 @@ class FragmentationModel:
         coverage: float = 1.0,
         half_life: float | None = None,
         cpu_only_step: float | None = None,
+        cpu_only_to_busy: bool = False,
     ) -> None:
         if quantizer not in QUANTIZERS or tie_break not in TIE_BREAKS:
             raise ValueError(f"unknown quantizer {quantizer!r} or tie_break {tie_break!r}")
@@ -184,6 +185,7 @@ class FragmentationModel:
         self._step, self._quantizer, self._tie_break = step_milli, quantizer, tie_break
         self._coverage = coverage
         self._cpu_only_step = cpu_only_step
+        self._cpu_only_to_busy = cpu_only_to_busy
         self._decay = 2.0 ** (-1.0 / half_life) if half_life else 1.0
         self._active: tuple[IntArray, FloatArray] | None = None
 
@@ -322,7 +324,9 @@ class FragmentationModel:
         if len(options.position) == 0:
             return None
         keys = self._keys(options.delta, request)
-        if self._tie_break == "bestfit":
+        if request.gpu_count == 0 and self._cpu_only_to_busy:
+            best = int(np.lexsort((options.position, options.gpu_after, keys))[0])
+        elif self._tie_break == "bestfit":
             fit = options.cpu_after / self._cpu_scale + options.gpu_after / self._gpu_scale
             best = int(np.lexsort((options.device, options.position, fit, keys))[0])
         else:
@@ -408,7 +412,7 @@ class FragmentationModel:
         mem = self.memory_free[nodes] - request.memory_mib
         types, probs = self._active_types()
         after = self._fragmentation_of(types, free, gmem, cpu, mem, self.model_ids[nodes])
-        delta = (after - self._cache[nodes][:, types]) @ probs
+        delta = (after - self._cache[np.ix_(nodes, types)]) @ probs
         return _Options(position, device, np.asarray(delta, np.float64), cpu, free.sum(axis=1))
 
 

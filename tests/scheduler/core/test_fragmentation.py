@@ -114,6 +114,9 @@ def test_gpu_memory_makes_a_device_unusable():
         # Whole GPUs take the lowest-indexed fully free devices.
         pytest.param([[500, 1000, 1000, 1000]], None, whole(2), (1, 2), id="whole-lowest-free"),
         pytest.param([[1000, 1000]], None, CPU_ONLY, (), id="cpu-only-no-devices"),
+        # Devices 1 and 2 are equal (400m each) and better than idle device 0 for a 400m
+        # share (exact fill): the lower index of the equal pair is used.
+        pytest.param([[1000, 400, 400]], None, share(400), (1,), id="equal-devices-lowest"),
     ],
 )
 def test_choose_devices(gpu_free, gmem, request_, expected):
@@ -341,3 +344,44 @@ def test_cache_and_scores_equal_recompute(devices, stream, seed):
         assert model.score(list(range(n)), probe) == pytest.approx(
             _brute_force_scores(model, probe)
         )
+
+
+@pytest.mark.parametrize(
+    ("options", "expected_node"),
+    [
+        # Mix {share(500) with 1 core, CPU-only}. A CPU-only pod changes nothing GPU types
+        # need on either node: delta 0 on idle node 0 (2000m free) and on node 1 (GPUs taken).
+        pytest.param({"cpu_only_to_busy": False}, 0, id="tie-to-order"),
+        # Sent where the GPUs are already busy: node 1 has 0m free, node 0 2000m.
+        pytest.param({"cpu_only_to_busy": True}, 1, id="tie-to-busy-gpus"),
+    ],
+)
+def test_cpu_only_pods_go_where_gpus_are_busy(options, expected_node):
+    model = make_model([[1000, 1000], [0, 0]], **options)
+    model.observe(share(500))
+    model.observe(CPU_ONLY)
+    placement = model.select([0, 1], CPU_ONLY)
+    assert placement is not None
+    assert (placement.node, placement.devices) == (expected_node, ())
+
+
+@pytest.mark.parametrize(
+    ("options", "expected_node"),
+    [
+        # Mix: 1 x share(500) needing 2 cores, 9 x CPU-only (2 cores). Node 0 has 3 cores:
+        # after a CPU-only pod 1 core is left, the share type no longer fits there and its
+        # fragment goes 0 -> 1000m: delta 0.1 * 1000 = +100m. Node 1 (16 cores): delta 0.
+        # A 500m step rounds both to bin 0 and keeps node order; exact CPU-only scoring
+        # sees the 100m.
+        pytest.param({"step_milli": 500}, 0, id="coarse-keeps-order"),
+        pytest.param({"step_milli": 500, "cpu_only_step": 0}, 1, id="cpu-only-exact"),
+    ],
+)
+def test_cpu_only_step(options, expected_node):
+    model = FragmentationModel(["A", "A"], [1, 1], [3000, 16000], [65536, 65536], **options)
+    model.observe(share(500, cpu=2000))
+    for _ in range(9):
+        model.observe(CPU_ONLY)
+    placement = model.select([0, 1], CPU_ONLY)
+    assert placement is not None
+    assert placement.node == expected_node
