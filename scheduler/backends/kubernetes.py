@@ -8,11 +8,14 @@ deserialize the Status object the apiserver answers to a successful bind (it exp
 V1Binding and raises a pydantic ValueError after the bind has happened).
 
 Errors: transient failures are retried a few times (kubernetes_retry) and then raised as
-BackendError; binding races are BindConflict; everything else propagates.
+BackendError; binding races are BindConflict; a request the apiserver refuses for good is
+ApiRejected (a BackendError with the status); a request that cannot be rendered safely is
+UnsafePodSpec (a BackendError and a ValueError). No client exception leaves the Protocol.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,12 +23,12 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from scheduler.backends.base import BindConflict, NodeInfo, PodRequest, PodStatus
+from scheduler.backends.base import BackendError, BindConflict, NodeInfo, PodRequest, PodStatus
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_inventory import node_info
 from scheduler.backends.kubernetes_render import (
@@ -40,6 +43,7 @@ from scheduler.backends.kubernetes_status import pod_status
 from scheduler.backends.kubernetes_watch import ListWatcher
 
 logger = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
 CONFLICT, NOT_FOUND = 409, 404
 # Namespaces the daemon creates for projects enforce the restricted Pod Security Standard.
 PSS_LABELS = {
@@ -52,6 +56,31 @@ PSS_LABELS = {
 
 class ForeignPod(BindConflict):
     """A pod holds our deterministic name but is not the pod we render: never adopt it."""
+
+
+class ApiRejected(BackendError):
+    """The apiserver refused a request for good (403, 422, an unexplained 409, ...).
+
+    A BackendError so that the daemon's handling of failed calls applies (the job goes back
+    to the queue with backoff); `status` and the chained ApiException say what it was.
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _protocol_errors(method: F) -> F:
+    """ClusterBackend methods raise BackendError or BindConflict, never a client exception."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except ApiException as exc:
+            raise ApiRejected(f"apiserver {exc.status}: {exc.reason}", exc.status or 0) from exc
+
+    return cast(F, wrapper)
 
 
 def api_client_from_environment() -> client.ApiClient:
@@ -121,10 +150,12 @@ class KubernetesBackend:
 
     # -- inventory --------------------------------------------------------------------------
 
+    @_protocol_errors
     def list_nodes(self) -> Sequence[NodeInfo]:
         items, _ = self._pages("list nodes", self.core.list_node)
         return [self._remember(node_info(item, self.config)) for item in items]
 
+    @_protocol_errors
     def get_node(self, name: str) -> NodeInfo | None:
         """One node, fresh (after a kubelet rejection, FAULTS 14); None when it is gone."""
         try:
@@ -141,12 +172,14 @@ class KubernetesBackend:
         self._device_resource[node.name] = npu.get(node.flavor, self.config.gpu_resource)
         return node
 
+    @_protocol_errors
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
         body = {"spec": {"unschedulable": unschedulable}}
         self._call(f"cordon {node}", self.core.patch_node, node, body)
 
     # -- pods -------------------------------------------------------------------------------
 
+    @_protocol_errors
     def create_pod(self, pod: PodRequest) -> None:
         """Create the pod unbound; adopt ours under the same name; then its Service if any."""
         manifest = render_pod(pod, self.config, self._device_resource.get(pod.node))
@@ -206,6 +239,7 @@ class KubernetesBackend:
                 return None
             raise
 
+    @_protocol_errors
     def bind_pod(self, namespace: str, name: str, node: str) -> None:
         """Bind through pods/binding; an answer of 409 is resolved by reading the pod."""
         binding = client.V1Binding(
@@ -240,6 +274,7 @@ class KubernetesBackend:
             raise BindConflict(f"{namespace}/{name} is bound to {bound}", bound) from exc
         raise exc  # a 409 we cannot explain: not ours to swallow
 
+    @_protocol_errors
     def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
         """Graceful delete: the pod keeps its devices until the kubelet reports it gone."""
         try:
@@ -255,6 +290,7 @@ class KubernetesBackend:
             if exc.status != NOT_FOUND:
                 raise
 
+    @_protocol_errors
     def list_pods(self) -> Sequence[PodStatus]:
         items, _ = self._list_pod_items()
         return [status for item in items if (status := pod_status(item)) is not None]
@@ -270,6 +306,7 @@ class KubernetesBackend:
             "label_selector": f"{LABEL_MANAGED}=gantry",
         }
 
+    @_protocol_errors
     def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         """Create a project's namespace (restricted PSS) unless it exists."""
         body = {
@@ -286,6 +323,7 @@ class KubernetesBackend:
             if exc.status != CONFLICT:
                 raise
 
+    @_protocol_errors
     def record_event(
         self, namespace: str, pod: str, reason: str, message: str, warning: bool = False
     ) -> None:
@@ -347,3 +385,9 @@ class KubernetesBackend:
             _request_timeout=(self.config.request_timeout_s, timeout_s + 30),
             **kwargs,
         )
+
+
+def from_environment() -> KubernetesBackend:
+    """The backend `run_scheduler --backend kubernetes` uses: in-cluster credentials or
+    KUBECONFIG, settings from GANTRY_K8S_* (docs/kubernetes.md)."""
+    return KubernetesBackend()

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from scheduler.backends.base import PodRequest, pod_name
+from scheduler.backends.base import BackendError, PodRequest, pod_name
 from scheduler.backends.kubernetes_config import KubernetesConfig
 
 LABEL_JOB = "gantry.io/job-id"
@@ -41,15 +41,20 @@ _MIG_PROFILE = re.compile(r"^\d+g\.\d+gb$")
 DIST_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
 # Variables that steer the GPU runtime or the sharing layer: a job setting them could see
 # devices it was not given (NVIDIA_VISIBLE_DEVICES=all) or lift its share's limits.
-_RESERVED_ENV = re.compile(
+RESERVED_ENV = re.compile(
     r"^(NVIDIA_.*|CUDA_DEVICE_MEMORY_LIMIT.*|CUDA_DEVICE_SM_LIMIT|CUDA_DEVICE_MEMORY_SHARED_CACHE"
-    r"|GPU_CORE_UTILIZATION_POLICY|HAMI_.*|ASCEND_VISIBLE_DEVICES|ASCEND_RT_VISIBLE_DEVICES"
+    r"|CUDA_DISABLE_CONTROL|GPU_CORE_UTILIZATION_POLICY|HAMI_.*"
+    r"|ASCEND_VISIBLE_DEVICES|ASCEND_RT_VISIBLE_DEVICES"
     r"|LD_PRELOAD|LD_LIBRARY_PATH|WORLD_SIZE|RANK|MASTER_ADDR|MASTER_PORT)$"
 )
 
 
-class UnsafePodSpec(ValueError):
-    """The request cannot be rendered safely (a reserved env name, a bad image or name)."""
+class UnsafePodSpec(BackendError, ValueError):
+    """The request cannot be rendered safely (a reserved env name, a bad image or name).
+
+    Permanent (a ValueError: retrying changes nothing), and a BackendError so that a daemon
+    that only knows the Protocol's exceptions requeues the job instead of stopping.
+    """
 
 
 def service_name(job_id: int, attempt: int) -> str:
@@ -74,7 +79,7 @@ def _check(pod: PodRequest) -> None:
     if any("\x00" in arg for arg in pod.command):
         raise UnsafePodSpec("command arguments may not contain NUL bytes")
     for name, value in pod.env.items():
-        if not _ENV_NAME.match(name) or _RESERVED_ENV.match(name):
+        if not _ENV_NAME.match(name) or RESERVED_ENV.match(name):
             raise UnsafePodSpec(f"environment variable {name!r} is not allowed")
         if "\x00" in value:
             raise UnsafePodSpec(f"environment variable {name!r} holds a NUL byte")

@@ -59,7 +59,12 @@ class ListWatcher(Generic[T]):
     def run(self, stop: threading.Event) -> None:
         """Loop until `stop` is set (checked between events and between streams) or `close()`."""
         while not stop.is_set() and not self._closed:
-            self.run_once(stop)
+            try:
+                self.run_once(stop)
+            except Exception:  # a 403 (RBAC), a bug in a handler: keep watching, loudly
+                logger.exception("watch failed; re-listing in %.0fs", self.policy.cap_s)
+                self.resource_version = None
+                self.sleep(self.policy.cap_s)
 
     def close(self) -> None:
         """Break the open stream now (SIGTERM): an idle watch would otherwise block until the

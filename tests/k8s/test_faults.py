@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, NodeInfo, PodPhase
-from scheduler.backends.kubernetes import ForeignPod, KubernetesBackend
+from scheduler.backends.kubernetes import ApiRejected, ForeignPod, KubernetesBackend
 from scheduler.backends.kubernetes_render import UnsafePodSpec
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import NAMESPACE, Sleeps
@@ -136,9 +136,11 @@ def test_client_v37_raises_after_a_successful_bind(
 def test_a_real_bind_error_is_not_hidden(fake: FakeApiServer, backend: KubernetesBackend) -> None:
     backend.create_pod(make_request())
     fake.inject("403", BINDING)  # e.g. RBAC without pods/binding
-    with pytest.raises(ApiException) as raised:
+    with pytest.raises(ApiRejected) as raised:
         backend.bind_pod(NAMESPACE, POD, "gpu-1")
-    assert raised.value.status == 403
+    assert raised.value.status == 403 and raised.value.retry_after_s is None
+    assert isinstance(raised.value.__cause__, ApiException)
+    assert isinstance(raised.value, BackendError)  # the daemon's failed-call path applies
 
 
 # -- 12. 429, 5xx, timeouts, resets: bounded backoff with jitter ------------------------------
@@ -195,7 +197,7 @@ def test_client_errors_are_answers_not_retried(
     fake: FakeApiServer, backend: KubernetesBackend, sleeps: Sleeps
 ) -> None:
     fake.inject("422", PODS, method="POST")
-    with pytest.raises(ApiException) as raised:
+    with pytest.raises(ApiRejected) as raised:
         backend.create_pod(make_request())
     assert raised.value.status == 422 and sleeps.delays == []
     assert pod_requests(fake, "POST", PODS) == 1
@@ -343,6 +345,16 @@ def test_close_breaks_an_idle_watch_at_once(
     assert not thread.is_alive() and seen.syncs == [[]]
 
 
+def test_watch_loop_survives_a_refusal(fake: FakeApiServer, backend: KubernetesBackend) -> None:
+    fake.inject("403", r"^/api/v1/nodes$")  # e.g. RBAC fixed a minute later
+    stop = threading.Event()
+    waits: list[float] = []
+    watcher = backend.node_watcher(lambda items: stop.set(), lambda kind, node: None)
+    watcher.sleep = waits.append
+    watcher.run(stop)  # 403 -> logged, waits the cap -> re-lists -> on_sync stops the loop
+    assert waits == [30.0] and watcher.relists == 1
+
+
 # -- 14. the kubelet rejects a bound pod ------------------------------------------------------
 
 
@@ -466,8 +478,9 @@ def test_preempted_pod_holds_its_node_until_gone(
 
 
 def test_unsafe_request_creates_nothing(fake: FakeApiServer, backend: KubernetesBackend) -> None:
-    with pytest.raises(UnsafePodSpec):
+    with pytest.raises(UnsafePodSpec) as raised:
         backend.create_pod(make_request(env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, BackendError)
     assert pod_requests(fake, "POST", PODS) == 0
 
 

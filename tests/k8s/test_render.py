@@ -156,6 +156,7 @@ def test_single_replica_has_no_distributed_env() -> None:
         {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}},
         {"env": {"CUDA_DEVICE_MEMORY_LIMIT_0": "80g"}},
         {"env": {"LD_PRELOAD": "/tmp/x.so"}},
+        {"env": {"CUDA_DISABLE_CONTROL": "true"}},
         {"env": {"RANK": "0"}},
         {"env": {"BAD-NAME": "1"}},
         {"env": {"A": "nul\x00byte"}},
