@@ -10,7 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import Count, Q, QuerySet
+from django.http import Http404
 
 from scheduler.models import Job, JobState
 from scheduler.selectors import job_list_visible
@@ -107,6 +109,26 @@ def tenants_approved(user: Any) -> list[Tenant]:
     if grants.platform_admin:
         return list(access.tenants_visible(user))
     return list(Tenant.objects.filter(grants.subtree_q(min_role=Role.APPROVER)))
+
+
+def membership_list_of(tenant: Tenant) -> QuerySet[Membership]:
+    """Memberships held on `tenant` itself (the caller has access-checked the tenant)."""
+    return (
+        Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
+    )
+
+
+def access_membership(tenant: Tenant, membership_pk: int) -> Membership:
+    """A membership of `tenant` (already access-checked), else 404: an id from another
+    tenant, even one the user can see, does not resolve through this tenant's URL."""
+    try:
+        return membership_list_of(tenant).select_related("tenant").get(pk=membership_pk)
+    except Membership.DoesNotExist:
+        raise Http404("Not found.") from None
+
+
+def user_by_username(username: str) -> Any:
+    return get_user_model().objects.filter(username=username).first()
 
 
 def job_state_counts(jobs: QuerySet[Job]) -> dict[str, int]:

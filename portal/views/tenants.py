@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -21,7 +20,7 @@ from portal import selectors
 from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
 from tenants import access, approvals, services
 from tenants.approval_rules import policy_describe
-from tenants.models import ApprovalPolicy, JobType, Membership, Tenant
+from tenants.models import ApprovalPolicy, JobType, Tenant
 from tenants.quota_rules import QuotaValues
 from tenants.selectors import policy_list_visible, priority_default_list_visible
 
@@ -62,15 +61,6 @@ def tenant_detail(request: HttpRequest, pk: int) -> HttpResponse:
 # --- members -----------------------------------------------------------------------------
 
 
-def _access_membership(request: HttpRequest, tenant: Tenant, membership_pk: int) -> Membership:
-    try:
-        return Membership.objects.select_related("user", "tenant").get(
-            pk=membership_pk, tenant=tenant
-        )
-    except Membership.DoesNotExist:
-        raise Http404("Not found.") from None
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 def tenant_members(request: HttpRequest, pk: int) -> HttpResponse:
@@ -78,7 +68,7 @@ def tenant_members(request: HttpRequest, pk: int) -> HttpResponse:
     form = MembershipForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         access.access_tenant(request.user, pk, manage=True)
-        member = get_user_model().objects.filter(username=form.cleaned_data["username"]).first()
+        member = selectors.user_by_username(form.cleaned_data["username"])
         if member is None:
             form.add_error("username", "No user with this username.")
         else:
@@ -90,9 +80,7 @@ def tenant_members(request: HttpRequest, pk: int) -> HttpResponse:
                 f"{member.get_username()} is now {form.cleaned_data['role']} of {tenant.slug}.",
             )
             return redirect("portal:tenant-members", pk=tenant.pk)
-    members = (
-        Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
-    )
+    members = selectors.membership_list_of(tenant)
     context = _tenant_context(request, tenant, "members") | {
         "form": form,
         "members": [(m, RoleForm(initial={"role": m.role})) for m in members],
@@ -106,7 +94,7 @@ def tenant_members(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def tenant_member_role(request: HttpRequest, pk: int, membership_pk: int) -> HttpResponse:
     tenant = access.access_tenant(request.user, pk)
-    membership = _access_membership(request, tenant, membership_pk)
+    membership = selectors.access_membership(tenant, membership_pk)
     form = RoleForm(request.POST)
     if form.is_valid():
         services.membership_set(
@@ -126,7 +114,7 @@ def tenant_member_role(request: HttpRequest, pk: int, membership_pk: int) -> Htt
 @require_POST
 def tenant_member_remove(request: HttpRequest, pk: int, membership_pk: int) -> HttpResponse:
     tenant = access.access_tenant(request.user, pk)
-    membership = _access_membership(request, tenant, membership_pk)
+    membership = selectors.access_membership(tenant, membership_pk)
     services.membership_delete(user=request.user, membership=membership)
     messages.success(request, f"{membership.user.get_username()} removed from {tenant.slug}.")
     return redirect("portal:tenant-members", pk=tenant.pk)

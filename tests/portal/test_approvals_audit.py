@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduler.models import Job, JobState
 from tenants import approvals
-from tenants.models import ApprovalRequest, AuditEntry
+from tenants.models import ApprovalRequest, AuditEntry, Quota
 from tests.conftest import Org
 from tests.portal.test_jobs import form_body
 
@@ -155,3 +155,27 @@ def test_csv_export_follows_the_filters_and_defuses_formulas(org: Org, web_for: 
     assert {"job.submit", "policy.set", "job.note"} <= actions
     assert [row[1] for row in rows[1:] if row[2] == "job.note"] == ['\'=HYPERLINK("x")']
     assert all(row[3] == "team-alpha" for row in rows[1:])
+
+
+def test_quota_request_is_decided_in_the_inbox_of_an_admin_above(org: Org, web_for: Any) -> None:
+    web_for("tina").post(
+        reverse("portal:tenant-quotas", args=[org.alpha.pk]),
+        {
+            "flavor": "H100-80GB",
+            "guaranteed": "16",
+            "limit": "40",
+            "weight": "1",
+            "justification": "a bigger sweep",
+        },
+    )
+    request = ApprovalRequest.objects.get(kind="quota", tenant=org.alpha)
+    assert (
+        "Quota H100-80GB" not in web_for("tina").get(reverse("portal:approvals")).content.decode()
+    )
+    inbox = web_for("dana").get(reverse("portal:approvals")).content.decode()
+    assert "Quota H100-80GB" in inbox and "a bigger sweep" in inbox
+    web_for("dana").post(
+        reverse("portal:approval-decide", args=[request.pk]),
+        {"decision": "approve", "comment": "ok for Q3"},
+    )
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).limit_milli == 40000
