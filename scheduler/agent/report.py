@@ -13,7 +13,12 @@ from scheduler.agent.nvml import NodeReading
 REPORT_PATH = "/api/v1/nodes/report/"
 
 
+MAX_XIDS = 64  # per device and report: an XID storm must not make the report unacceptable
+
+
 def build_report(node: str, reading: NodeReading) -> dict[str, Any]:
+    """The JSON the endpoint takes. A field NVML could not read is sent as 0 (the endpoint
+    takes numbers only); `healthy` is computed from everything that was read."""
     return {
         "node": node,
         "driver_version": reading.driver_version,
@@ -21,13 +26,13 @@ def build_report(node: str, reading: NodeReading) -> dict[str, Any]:
             {
                 "index": gpu.index,
                 "uuid": gpu.uuid,
-                "name": gpu.name,
-                "memory_total_mib": gpu.memory_total_mib,
-                "memory_used_mib": gpu.memory_used_mib,
-                "utilization_pct": gpu.utilization_pct,
-                "temperature_c": gpu.temperature_c,
-                "ecc_uncorrected": gpu.ecc_uncorrected,
-                "xid_errors": list(gpu.xid_errors),
+                "name": gpu.name[:63],
+                "memory_total_mib": gpu.memory_total_mib or 0,
+                "memory_used_mib": gpu.memory_used_mib or 0,
+                "utilization_pct": gpu.utilization_pct or 0,
+                "temperature_c": gpu.temperature_c or 0,
+                "ecc_uncorrected": gpu.ecc_uncorrected or 0,
+                "xid_errors": list(dict.fromkeys(gpu.xid_errors))[:MAX_XIDS],
                 "healthy": gpu.healthy,
             }
             for gpu in reading.gpus

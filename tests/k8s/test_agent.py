@@ -156,6 +156,18 @@ def test_report_shape() -> None:
     assert [g["healthy"] for g in report["gpus"]] == [True, False]
 
 
+def test_report_is_accepted_by_the_endpoint_serializer() -> None:
+    """The daemon side's validator (scheduler/api/nodes.py) takes what the agent sends, also
+    for a lost device and fields NVML cannot read."""
+    from scheduler.api.nodes import GpuReportIn
+
+    for nvml in (FakeNvml(), FakeNvml(ecc=(None, 0), lost=1), FakeNvml(xids=((0, 79),) * 100)):
+        report = build_report("gpu-1", NvmlSession(nvml).read())  # type: ignore[arg-type]
+        body = GpuReportIn(data=report)
+        assert body.is_valid(), body.errors
+    assert report["gpus"][0]["xid_errors"] == [79] and not report["gpus"][0]["healthy"]
+
+
 @pytest.mark.parametrize(
     ("base", "url"),
     [
