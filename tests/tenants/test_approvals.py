@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, connection
@@ -39,6 +41,14 @@ from tests import factories as f
 from tests.conftest import Org, job_spec
 
 HOUR = 3600
+
+
+@pytest.fixture
+def seeded_classes(transactional_db: Any) -> None:
+    """Transactional tests truncate every table when they end, the migration-seeded priority
+    classes included, and other modules' tests may have done so before: put them back."""
+    seed = importlib.import_module("tenants.migrations.0002_seed_priority_classes").seed
+    seed(django_apps, None)
 
 
 @pytest.fixture(autouse=True)
@@ -378,7 +388,7 @@ def wait_after_checks(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
 )
 def test_two_approvers_at_once_make_exactly_one_decision(
     transactional_db: Any,
-    django_db_serialized_rollback: Any,
+    seeded_classes: None,
     org: Org,
     monkeypatch: pytest.MonkeyPatch,
     tina_approves: bool,
@@ -442,7 +452,7 @@ def test_an_expired_request_cannot_be_approved(org: Org, settings: Any) -> None:
 
 def test_two_beats_expire_each_request_once(
     transactional_db: Any,
-    django_db_serialized_rollback: Any,
+    seeded_classes: None,
     org: Org,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -569,7 +579,7 @@ def test_two_quota_approvals_exceeding_the_parent_one_wins_in_turn(tight_researc
 
 def test_two_quota_approvals_at_once_exceeding_the_parent_exactly_one_succeeds(
     transactional_db: Any,
-    django_db_serialized_rollback: Any,
+    seeded_classes: None,
     tight_research: Org,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
