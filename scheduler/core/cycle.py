@@ -106,7 +106,8 @@ def _scorers(
             mix = Counter((j.resources, j.flavors) for j in snapshot.pending)
             mix.update((r.job.resources, r.job.flavors) for r in snapshot.running)
             seen = [key for key, count in sorted(mix.items(), key=_mix_key) for _ in range(count)]
-            out.append((FragmentationScore(state, seen), weight))
+            step = profile.fragmentation_step_milli
+            out.append((FragmentationScore(state, seen, step), weight))
     return out
 
 

@@ -11,10 +11,12 @@
                     "ping_pong_guard_s": 900, "reclaim_any_priority": true,
                     "max_candidates": 256},
      "backfill": {"enabled": true, "unknown_runtime_s": 86400},
-     "placement": {"max_scored_nodes": 128}}
+     "placement": {"max_scored_nodes": 128, "fragmentation_step_milli": 500}}
 
 ``max_scored_nodes`` bounds how many feasible nodes are scored per replica (as
 kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order.
+``fragmentation_step_milli`` is how coarsely ``FragmentationScore`` compares the fragmentation
+a placement adds (see ``scoring``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Profile:
     backfill: bool = True
     unknown_runtime_s: float = 86_400.0
     max_scored_nodes: int = 128
+    fragmentation_step_milli: float = 500.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Profile:
@@ -86,7 +89,10 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "enabled": ("backfill", "bool"),
         "unknown_runtime_s": ("unknown_runtime_s", "pos"),
     },
-    "placement": {"max_scored_nodes": ("max_scored_nodes", "count")},
+    "placement": {
+        "max_scored_nodes": ("max_scored_nodes", "count"),
+        "fragmentation_step_milli": ("fragmentation_step_milli", "pos"),
+    },
 }
 
 

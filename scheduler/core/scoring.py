@@ -6,7 +6,8 @@ and placement takes the best, ties to the earliest node (fixed node order packs)
 - ``GpuFit`` (best fit) in [0, 1]: 1 - GPU left free on the node (or device, for a share)
   after placing, as a fraction of the node (device).
 - ``FragmentationScore`` in GPUs, <= 0: minus the expected fragmentation the placement adds
-  (FGD; ``scheduler.core.fragmentation``) rounded down to a coarse step. One GPU of added
+  (FGD; ``scheduler.core.fragmentation``) rounded down to the profile's
+  ``fragmentation_step_milli``. One GPU of added
   fragmentation outweighs the whole range of ``GpuFit`` at equal weights, so best fit only
   breaks ties between placements that fragment alike, as FGD's published scorer does.
 - ``TopologyScore`` in [0, 1]: for a gang, 1 on a node already used by the gang, 2/3 in the
@@ -27,7 +28,7 @@ from scheduler.core.state import ClusterState, IntArray
 from scheduler.core.types import MILLI_PER_GPU, Resources
 
 FloatArray = npt.NDArray[np.float64]
-FRAGMENTATION_STEP_MILLI = 500.0
+DEFAULT_STEP_MILLI = 500.0
 
 
 @dataclass(slots=True)
@@ -91,8 +92,13 @@ class FragmentationScore:
 
     name = "FragmentationScore"
 
-    def __init__(self, state: ClusterState, mix: Iterable[tuple[Resources, tuple[str, ...]]]):
-        self.state = state
+    def __init__(
+        self,
+        state: ClusterState,
+        mix: Iterable[tuple[Resources, tuple[str, ...]]],
+        step_milli: float = DEFAULT_STEP_MILLI,
+    ):
+        self.state, self.step = state, step_milli
         nodes = state.nodes
         self.model = FragmentationModel(
             [n.flavor for n in nodes],
@@ -118,7 +124,7 @@ class FragmentationScore:
 
     def score(self, inp: ScoreInput) -> FloatArray:
         delta = self._deltas(inp.nodes, self._request(inp.resources, inp.flavors))
-        coarse = np.floor(delta / FRAGMENTATION_STEP_MILLI + 1e-9) * FRAGMENTATION_STEP_MILLI
+        coarse = np.floor(delta / self.step + 1e-9) * self.step
         return np.asarray(-np.minimum(coarse, 1e9) / MILLI_PER_GPU, dtype=np.float64)
 
     def _request(self, resources: Resources, flavors: tuple[str, ...]) -> PodRequest:
