@@ -284,60 +284,42 @@ class Change:
 def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
     """Apply `changes` as compare-and-swaps in a few statements. Rows another session holds
     locked are skipped (they stay as they are for the next cycle). Must run in a transaction.
-    Returns job id -> the state it was in, for the jobs that changed."""
+    Returns job id -> the state it was in, for the jobs that changed.
+
+    Jobs whose updates are equal share one UPDATE (a cycle's changes fall into a handful of
+    groups: started, succeeded, requeued with one backoff...); one bulk insert of events."""
     if not changes:
         return {}
     by_id = {c.job_id: c for c in changes}
-    locked = list(
-        Job.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(id__in=list(by_id))
-        .only("id", "state", "attempt", "reason", "not_before")
+    locked = Job.objects.select_for_update(skip_locked=True, of=("self",)).filter(
+        id__in=list(by_id)
     )
     done: dict[int, str] = {}
-    fields = {
-        "state",
-        "reason",
-        "updated_at",
-        "attempt",
-        "not_before",
-        "queued_at",
-        "started_at",
-        "finished_at",
-    }
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     events = []
-    for job in locked:
-        change = by_id[job.pk]
-        if job.state not in change.from_states or not is_allowed(job.state, change.to_state):
+    for job_id, state in locked.values_list("id", "state"):
+        change = by_id[job_id]
+        if state not in change.from_states or not is_allowed(state, change.to_state):
             continue
-        done[job.pk] = job.state
-        events.append(
-            JobEvent(
-                job_id=job.pk,
-                kind=change.kind,
-                from_state=job.state,
-                to_state=change.to_state,
-                message=change.message[:1000],
-                data=change.data,
-            )
-        )
-        _set_fields(job, change, now)
-    Job.objects.bulk_update([j for j in locked if j.pk in done], list(fields), batch_size=1000)
+        done[job_id] = state
+        events.append(JobEvent(job_id=job_id, kind=change.kind, from_state=state,
+                               to_state=change.to_state, message=change.message[:1000],
+                               data=change.data))  # fmt: skip
+        key = (change.to_state, (change.reason or "")[:500], change.new_attempt, change.not_before)
+        groups[key].append(job_id)
+    for (to_state, reason, new_attempt, not_before), ids in groups.items():
+        fields: dict[str, Any] = {"state": to_state, "reason": reason, "updated_at": now}
+        if new_attempt:
+            fields["attempt"] = F("attempt") + 1
+        if to_state == S.QUEUED:
+            fields.update(queued_at=now, not_before=not_before)
+        elif to_state == S.RUNNING:
+            fields["started_at"] = now
+        elif to_state in FINAL_STATES:
+            fields["finished_at"] = now
+        Job.objects.filter(id__in=ids).update(**fields)
     JobEvent.objects.bulk_create(events, batch_size=2000)
     return done
-
-
-def _set_fields(job: Job, change: Change, now: datetime) -> None:
-    job.state = change.to_state
-    job.updated_at = now
-    job.reason = (change.reason if change.reason is not None else "")[:500]
-    if change.new_attempt:
-        job.attempt += 1
-    if change.to_state == S.QUEUED:
-        job.queued_at, job.not_before = now, change.not_before
-    elif change.to_state == S.RUNNING:
-        job.started_at = now
-    elif change.to_state in FINAL_STATES:
-        job.finished_at = now
 
 
 def set_state_fast(
@@ -372,11 +354,19 @@ def set_state_fast(
 
 
 def set_reasons(reasons: Mapping[int, str], current: Mapping[int, str]) -> int:
-    """Write each waiting job's reason when it changed (one bulk UPDATE)."""
-    rows = [Job(pk=i, reason=r[:500]) for i, r in reasons.items() if current.get(i) != r[:500]]
-    if rows:
+    """Write each waiting job's reason when it changed: one UPDATE per distinct text (equal
+    jobs wait for equal reasons), or one bulk UPDATE when the texts are many."""
+    changed = {i: r[:500] for i, r in reasons.items() if current.get(i) != r[:500]}
+    by_text: dict[str, list[int]] = defaultdict(list)
+    for job_id, text in changed.items():
+        by_text[text].append(job_id)
+    if len(by_text) > 50:
+        rows = [Job(pk=i, reason=r) for i, r in changed.items()]
         Job.objects.bulk_update(rows, ["reason"], batch_size=1000)
-    return len(rows)
+    else:
+        for text, ids in by_text.items():
+            Job.objects.filter(id__in=ids, state=S.QUEUED).update(reason=text)
+    return len(changed)
 
 
 def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:

@@ -180,14 +180,16 @@ class Daemon:
             stats.considered = len(built.pending_ids)
         with clock("decide"):
             result = run_cycle(built.snapshot, self.profile)
+        self._renew()  # a long decide must not let the lease lapse under our writes
         with clock("apply"):
             plan = apply_decisions(self, built, result)
             stats.placed, stats.preempted = len(plan.claimed), plan.preempted
         self.hook("claimed")
         with clock("bind"):
-            self.lease.renew() or _raise_lost()
+            self._renew()
             outcome = bind_plan(self, plan)
         with clock("commit"):
+            self._renew()
             commit_binds(self, plan, outcome)
             stats.pods_bound = sum(len(v) for v in outcome.bound.values())
             stats.bind_failed = len(outcome.failed)
@@ -196,6 +198,10 @@ class Daemon:
         if self.on_cycle is not None:
             self.on_cycle(self)
         return stats
+
+    def _renew(self) -> None:
+        if not self.lease.renew():
+            raise LeaseLost("lease lost during the cycle")
 
     def _decay(self) -> dict[str, float]:
         now = self.clock()
@@ -210,10 +216,6 @@ class Daemon:
         for running in snapshot.running:
             usage[running.job.tenant] = usage.get(running.job.tenant, 0) + running.gpu_milli
         self._usage = usage
-
-
-def _raise_lost() -> bool:
-    raise LeaseLost("lease lost before binding")
 
 
 class _Phases:

@@ -1,0 +1,110 @@
+"""Shared set-up of the daemon benchmarks: a fresh PostgreSQL database, Django on it, and
+bulk creation of tenants, users, projects and queued jobs (bypassing `job_submit`, whose
+per-job validation would dominate what is measured; the rows are what it would write).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench"
+
+
+def fresh_database(url: str) -> None:
+    """Drop and create the database of `url`, point Django at it and migrate."""
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("GANTRY_LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def organisation(teams: Sequence[tuple[str, str | None, dict[str, Any]]]) -> dict[str, Any]:
+    """Tenants (slug, parent slug, {flavor: (guaranteed, limit, lend_limit) milli}), each
+    with a user and a project. Returns slug -> (tenant, user, project)."""
+    from django.contrib.auth import get_user_model
+
+    from tenants.models import Project, Quota, ResourceFlavor, Tenant
+
+    out: dict[str, Any] = {}
+    flavors: dict[str, ResourceFlavor] = {}
+    for slug, parent, quotas in teams:
+        up = out[parent][0] if parent else None
+        tenant = Tenant.objects.create(slug=slug, name=slug, parent=up)
+        tenant.path = f"{up.path if up else '/'}{tenant.pk}/"
+        tenant.depth = up.depth + 1 if up else 0
+        tenant.save(update_fields=["path", "depth"])
+        for flavor, (guaranteed, limit, lend) in quotas.items():
+            if flavor not in flavors:
+                flavors[flavor] = ResourceFlavor.objects.create(name=flavor, memory_mib=81920)
+            Quota.objects.create(
+                tenant=tenant,
+                flavor=flavors[flavor],
+                guaranteed_milli=guaranteed,
+                limit_milli=limit,
+                lend_limit_milli=lend,
+            )
+        user = get_user_model().objects.create(username=f"u-{slug}")
+        project = Project.objects.create(tenant=tenant, slug=slug, name=slug, namespace=slug)
+        out[slug] = (tenant, user, project)
+    return out
+
+
+def job_rows(specs: Sequence[dict[str, Any]], now: Any) -> list[Any]:
+    """Unsaved queued Job rows from dicts with team (tenant, user, project), name, gpus,
+    replicas, duration_s, priority (a PriorityClass)."""
+    from scheduler.models import Job
+
+    rows = []
+    for s in specs:
+        tenant, user, project = s["team"]
+        spec = {
+            "name": s["name"],
+            "type": "batch",
+            "image": "bench/job:1",
+            "command": ["run"],
+            "replicas": s["replicas"],
+            "priority_class": s["priority"].name,
+            "resources": {"gpus": s["gpus"], "cpu_milli": 1000, "memory_mib": 1024},
+            "simulation": {"duration_s": s["duration_s"]},
+        }
+        rows.append(
+            Job(
+                project=project,
+                tenant=tenant,
+                submitted_by=user,
+                name=s["name"],
+                job_type="batch",
+                state="queued",
+                priority_class=s["priority"],
+                spec=spec,
+                replicas=s["replicas"],
+                gpus_per_replica=s["gpus"],
+                gpu_milli_per_replica=s["gpus"] * 1000,
+                cpu_milli=1000,
+                memory_mib=1024,
+                flavors=[],
+                queued_at=now,
+            )
+        )
+    return rows
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
