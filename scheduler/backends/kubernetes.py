@@ -243,6 +243,8 @@ class KubernetesBackend:
     def bind_pod(self, namespace: str, name: str, node: str) -> None:
         """Bind through pods/binding; an answer of 409 is resolved by reading the pod."""
         binding = client.V1Binding(
+            api_version="v1",
+            kind="Binding",
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
