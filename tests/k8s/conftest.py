@@ -60,7 +60,7 @@ def api_client_for(url: str) -> client.ApiClient:
 @pytest.fixture
 def backend(fake: FakeApiServer, sleeps: Sleeps) -> Iterator[KubernetesBackend]:
     api = api_client_for(fake.url)
-    config = KubernetesConfig(request_timeout_s=0.3)
+    config = KubernetesConfig(request_timeout_s=5.0)  # generous: CI machines are busy
     policy = RetryPolicy(attempts=3, base_s=0.1, cap_s=2.0)
     yield KubernetesBackend(api, config, policy=policy, sleep=sleeps, rand=lambda: 0.5)
     api.close()

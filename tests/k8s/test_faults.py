@@ -3,11 +3,12 @@
 The daemon's reactions (requeue, free the reservation, retry policy) are tested with the daemon;
 here each test asserts what the backend tells the daemon, and what it leaves in the cluster.
 No test sleeps: the backend's sleep is a recorder, and the only waits are the fake's own
-bounded ones (a 0.3 s client timeout, a 50 ms idle watch).
+bounded ones (a 0.5 s client timeout, a 50 ms idle watch).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -162,7 +163,12 @@ def test_transient_failure_is_retried_once_and_succeeds(
 ) -> None:
     method, path, call = OPERATIONS[operation]
     backend.create_pod(make_request())
-    fake.inject(kind, path, method=method, retry_after=1, delay_s=0.6)
+    if kind == "timeout":  # the fake hangs 1 s; this client gives up after 0.5 s
+        config = dataclasses.replace(backend.config, request_timeout_s=0.5)
+        backend = KubernetesBackend(
+            backend.api_client, config, policy=backend.policy, sleep=sleeps, rand=lambda: 0.5
+        )
+    fake.inject(kind, path, method=method, retry_after=1, delay_s=1.0)
     call(backend)
     assert pod_requests(fake, method, path) == 2 + (operation == "create")
     (delay,) = sleeps.delays
