@@ -55,5 +55,11 @@
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("job-form");
     if (form) setupJobForm(form);
+    // Filter bars apply as soon as a select or checkbox changes; the button stays for no-JS.
+    document.querySelectorAll("form.filters").forEach(function (filters) {
+      filters.addEventListener("change", function (event) {
+        if (event.target.matches("select, input[type=checkbox], input[type=date]")) filters.submit();
+      });
+    });
   });
 })();

@@ -144,6 +144,15 @@ def test_admin_changes_a_quota_and_the_audit_log_shows_it(org: Org, page_for: An
     quota = Quota.objects.get(tenant=org.alpha, flavor=org.h100)
     assert (quota.guaranteed_milli, quota.limit_milli) == (12000, 24000)
 
+    dana.click("nav >> text=Tenants")
+    dana.click(f"a[href='/tenants/{org.alpha.pk}/members/']")
+    expect(dana.locator("#member-alice")).to_contain_text("member")
+    shoot(dana, "tenant-members")
+    dana.click("nav.tabs >> text=Priorities")
+    shoot(dana, "tenant-priorities")
+    dana.click("nav.tabs >> text=Approval policies")
+    expect(dana.locator("body")).to_contain_text("GPUs over 4")
+    shoot(dana, "tenant-policies")
     dana.click("nav >> text=Audit log")
     entry = dana.locator("table.audit tbody tr", has_text="quota.set").first
     expect(entry).to_contain_text("dana")
@@ -173,8 +182,15 @@ def test_member_cannot_open_another_teams_job(org: Org, page_for: Any) -> None:
     expect(alice.locator("#job-rows")).not_to_contain_text("bravo")
 
 
-def test_role_home_pages_and_phone_layout(org: Org, page_for: Any) -> None:
+def test_role_home_pages_and_phone_layout(
+    org: Org, page_for: Any, browser: Any, live_server: Any
+) -> None:
     furnish(org)
+    anonymous = browser.new_page(viewport={"width": 1280, "height": 720})
+    anonymous.goto(f"{live_server.url}/jobs/")
+    expect(anonymous.locator("h1")).to_contain_text("Sign in to Gantry")
+    shoot(anonymous, "login")
+    anonymous.close()
     carol = page_for("carol")
     expect(carol.locator("#home-finance")).to_contain_text("Research")
     shoot(carol, "home-finance")
