@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
+from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
 
@@ -23,8 +24,19 @@ WINDOW_S = 15 * 60
 
 
 def client_address(request: HttpRequest) -> str:
-    # REMOTE_ADDR only: X-Forwarded-For is client-controlled unless a trusted proxy rewrites it,
-    # and trusting it would let an attacker pick a fresh counter per request.
+    """The client's address as the counters see it.
+
+    X-Forwarded-For is client-controlled: trusting it blindly would let an attacker pick a
+    fresh counter per request. With `GANTRY_TRUSTED_PROXIES = n` (the number of proxies in
+    front of Gantry, e.g. 1 for an ingress), the n-th address from the right is the one the
+    outermost trusted proxy saw; with 0 (the default) only REMOTE_ADDR counts, and behind a
+    proxy every client would share one address-wide counter.
+    """
+    proxies = int(getattr(settings, "GANTRY_TRUSTED_PROXIES", 0) or 0)
+    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    forwarded = [a for a in forwarded if a]
+    if proxies > 0 and len(forwarded) >= proxies:
+        return forwarded[-proxies][:64]
     return str(request.META.get("REMOTE_ADDR") or "unknown")
 
 

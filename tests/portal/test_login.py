@@ -119,3 +119,21 @@ def test_pages_need_a_login(db: Any) -> None:
     for name in ("portal:home", "portal:jobs", "portal:approvals", "portal:audit"):
         response = Client().get(reverse(name))
         assert response.status_code == 302 and response.url.startswith(settings.LOGIN_URL)
+
+
+def test_forwarded_addresses_count_only_behind_trusted_proxies(org: Org, settings: Any) -> None:
+    spoofed = {"HTTP_X_FORWARDED_FOR": "203.0.113.9"}
+    for _ in range(login_guard.PER_ACCOUNT):
+        Client(**spoofed).post(reverse("portal:login"), {"username": "alice", "password": "x"})
+    # without a trusted proxy the header is ignored: the spoofer's own address is locked
+    assert (
+        attempt(Client(HTTP_X_FORWARDED_FOR="198.51.100.1"), "alice", PASSWORD).status_code == 429
+    )
+    settings.GANTRY_TRUSTED_PROXIES = 1
+    cache.clear()
+    for _ in range(login_guard.PER_ACCOUNT):
+        Client(**spoofed).post(reverse("portal:login"), {"username": "alice", "password": "x"})
+    assert attempt(Client(**spoofed), "alice", PASSWORD).status_code == 429
+    assert (
+        attempt(Client(HTTP_X_FORWARDED_FOR="198.51.100.1"), "alice", PASSWORD).status_code == 302
+    )
