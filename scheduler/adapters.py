@@ -4,6 +4,7 @@ daemon makes (compare-and-swap transitions, allocations, releases, events).
 Core ids: a job is `str(job.pk)`, a tenant its slug, a node its name, a flavor its name.
 Snapshot building reads, in order: nodes, devices, tenants, quotas, priority classes, the jobs
 holding allocations, their allocations, their device shares, and the queue: nine queries
+(ten with the inventory's version check on PostgreSQL, seven when the inventory is cached)
 whatever the size of the cluster (a test pins it).
 """
 
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
+from django.db import connection
+from django.db.models import Exists, F, OuterRef
 
 from scheduler.core.types import (
     Device,
@@ -112,11 +114,10 @@ def build_snapshot(now: float, *, decayed: Mapping[str, float], max_pending: int
         )
         for pc in classes.values()
     )
+    holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
     running_rows = {
         j["id"]: j
-        for j in Job.objects.filter(state__in=HOLDING, allocations__ended_at__isnull=True)
-        .distinct()
-        .values(*JOB_FIELDS)
+        for j in Job.objects.filter(Exists(holding), state__in=HOLDING).values(*JOB_FIELDS)
     }
     running = _running(running_rows, slugs, classes, nodes)
     pending_rows = list(
@@ -132,7 +133,31 @@ def build_snapshot(now: float, *, decayed: Mapping[str, float], max_pending: int
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
 
 
-def _nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]:
+_NodeParts = tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]
+_node_cache: dict[str, Any] = {}
+
+
+def _nodes() -> _NodeParts:
+    """The inventory part of the snapshot, cached (PostgreSQL) while nodes and devices are
+    unchanged. Every write to a node bumps its `updated_at` (device health changes included,
+    see `scheduler.nodes`), so the version is one aggregate query."""
+    if connection.vendor != "postgresql":
+        return _load_nodes()
+    with connection.cursor() as cursor:  # a sum, not a max: any bump changes it
+        cursor.execute(
+            "SELECT count(*), max(id), sum(extract(epoch FROM updated_at)),"
+            " (SELECT count(*) FROM scheduler_gpudevice) FROM scheduler_node"
+        )
+        version = cursor.fetchone()
+    if _node_cache.get("version") == version:
+        parts: _NodeParts = _node_cache["parts"]
+        return parts
+    parts = _load_nodes()
+    _node_cache.update(version=version, parts=parts)
+    return parts
+
+
+def _load_nodes() -> _NodeParts:
     rows = list(Node.objects.filter(present=True).values())
     by_id = {r["id"]: r for r in rows}
     per_node: dict[int, list[Device]] = defaultdict(list)
@@ -236,21 +261,24 @@ def _running(
     classes: Mapping[int, Any],
     nodes: Mapping[str, CoreNode],
 ) -> tuple[RunningJob, ...]:
+    # Joins rather than IN lists of thousands of ids; rows of a job that changed state
+    # between the queries are skipped below.
     allocations = list(
-        Allocation.objects.filter(ended_at__isnull=True, job_id__in=list(rows)).values(
+        Allocation.objects.filter(ended_at__isnull=True, job__state__in=HOLDING).values(
             "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
         )
     )
     shares: dict[int, list[DeviceShare]] = defaultdict(list)
     for s in AllocationDevice.objects.filter(
-        released=False, allocation__ended_at__isnull=True, allocation__job_id__in=list(rows)
+        released=False, allocation__ended_at__isnull=True, allocation__job__state__in=HOLDING
     ).values("allocation_id", "device__index", "milli", "memory_mib"):
         shares[s["allocation_id"]].append(
             DeviceShare(s["device__index"], s["milli"], s["memory_mib"])
         )
     per_job: dict[int, list[Any]] = defaultdict(list)
     for a in allocations:
-        per_job[a["job_id"]].append(a)
+        if a["job_id"] in rows:
+            per_job[a["job_id"]].append(a)
     out = []
     for job_id, allocs in sorted(per_job.items()):
         request = job_request(rows[job_id], slugs, classes)

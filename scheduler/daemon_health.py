@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from scheduler.adapters import Change, transition_many
 from scheduler.backends.base import NodeInfo
@@ -97,11 +98,13 @@ def _judge_node(daemon: Daemon, node: Node, sick: dict[int, int], info: NodeInfo
     if problem and not node.cordoned:
         log.warning("cordoning node %s: %s", node.name, problem)
         Node.objects.filter(pk=node.pk).update(
-            cordoned=True, cordoned_by=DAEMON, cordon_reason=problem
+            updated_at=Now(), cordoned=True, cordoned_by=DAEMON, cordon_reason=problem
         )
     elif not problem and node.cordoned and node.cordoned_by == DAEMON:
         log.info("node %s healthy again: uncordoning", node.name)
-        Node.objects.filter(pk=node.pk).update(cordoned=False, cordoned_by="", cordon_reason="")
+        Node.objects.filter(pk=node.pk).update(
+            cordoned=False, cordoned_by="", cordon_reason="", updated_at=Now()
+        )
     if node.drain_requested:
         jobs = set(
             Allocation.objects.filter(node=node, ended_at__isnull=True).values_list(
@@ -123,7 +126,7 @@ def _judge_node(daemon: Daemon, node: Node, sick: dict[int, int], info: NodeInfo
             ],
             daemon.now_dt(),
         )
-        Node.objects.filter(pk=node.pk).update(drain_requested=False)
+        Node.objects.filter(pk=node.pk).update(drain_requested=False, updated_at=Now())
 
 
 def autoscale(daemon: Daemon) -> int:

@@ -70,6 +70,7 @@ def node_sync(infos: Sequence[NodeInfo], *, complete: bool = True) -> SyncResult
     """Upsert `infos` (nodes and their devices). With `complete`, nodes the cluster no longer
     lists are marked absent and not ready. Bounded queries whatever the node count."""
     result = SyncResult()
+    now = timezone.now()
     existing = {n.name: n for n in Node.objects.all()}
     new = [Node(name=i.name, **_node_fields(i)) for i in infos if i.name not in existing]
     Node.objects.bulk_create(new, batch_size=2000)
@@ -81,17 +82,20 @@ def node_sync(infos: Sequence[NodeInfo], *, complete: bool = True) -> SyncResult
         if node is not None and any(getattr(node, k) != v for k, v in fields.items()):
             for key, value in fields.items():
                 setattr(node, key, value)
+            node.updated_at = now
             changed.append(node)
     if complete:
         listed = {i.name for i in infos}
         for name, node in existing.items():
             if name not in listed and node.present:
-                node.present, node.ready = False, False
+                node.present, node.ready, node.updated_at = False, False, now
                 changed.append(node)
                 result.vanished += 1
     Node.objects.bulk_update(
         changed,
-        [*_node_fields(infos[0]).keys()] if infos else ["present", "ready"],
+        [*_node_fields(infos[0]).keys(), "updated_at"]
+        if infos
+        else ["present", "ready", "updated_at"],
         batch_size=2000,
     )
     result.updated = len(changed) - result.vanished
@@ -128,6 +132,12 @@ def _sync_devices(infos: Iterable[NodeInfo]) -> None:
                 changed.append(device)
     GpuDevice.objects.bulk_create(new, batch_size=5000)
     GpuDevice.objects.bulk_update(changed, ["memory_mib", "healthy", "health_reason"])
+    _touch({d.node_id for d in changed})
+
+
+def _touch(node_ids: Iterable[int]) -> None:
+    """Bump `updated_at`: the daemon's cached inventory is keyed on it."""
+    Node.objects.filter(id__in=list(node_ids)).update(updated_at=timezone.now())
 
 
 # --- admin actions ------
@@ -222,6 +232,7 @@ def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[st
         raise PermissionDenied("Only node agents and platform admins post GPU reports.")
     now = timezone.now()
     devices = {d.index: d for d in GpuDevice.objects.select_for_update().filter(node=node)}
+    sick_before = sum(not d.healthy for d in devices.values())
     for gpu in gpus:
         device = devices.get(gpu["index"]) or GpuDevice(node=node, index=gpu["index"])
         healthy, reason = _verdict(gpu)
@@ -235,6 +246,8 @@ def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[st
             device.healthy, device.health_reason = False, reason
         device.save()
     Node.objects.filter(pk=node.pk).update(driver_version=driver_version, last_report_at=now)
+    if GpuDevice.objects.filter(node=node, healthy=False).count() != sick_before:
+        _touch([node.pk])
     node.refresh_from_db()
     return node
 
@@ -244,5 +257,6 @@ def gpu_heal(*, user: Any, node: Node) -> Node:
     _require_platform_admin(user)
     with transaction.atomic():
         GpuDevice.objects.filter(node=node).update(healthy=True, health_reason="")
+        _touch([node.pk])
         _audit(actor=user, action="node.gpu_heal", target=node, before=None, after=None)
     return node

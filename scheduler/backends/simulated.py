@@ -82,6 +82,7 @@ class SimulatedCluster:
     def __post_init__(self) -> None:
         self._nodes = {n.name: _Node(n) for n in self.nodes}
         self._pods: dict[str, _Pod] = {}
+        self._on_node: dict[str, set[str]] = {}  # node -> names of pods bound there
         self._faults: dict[str, list[Exception]] = {}
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
@@ -169,6 +170,7 @@ class SimulatedCluster:
                 raise BindConflict(f"node {node} does not exist")
             pod.node, pod.bound_at = node, now
             self._admit(pod, now)
+            self._on_node.setdefault(node, set()).add(name)
 
     def _admit(self, pod: _Pod, now: float) -> None:
         """The kubelet's check: a node that is down, or devices already full, reject it."""
@@ -177,8 +179,9 @@ class SimulatedCluster:
             pod.failed = (now, FailureReason.NODE_LOST, f"node {node.info.name} is NotReady")
             return
         used: dict[int, int] = {}
-        for other in self._pods.values():
-            if other is pod or other.node != pod.node or self._ended(other, now):
+        for name in self._on_node.setdefault(node.info.name, set()):
+            other = self._pods.get(name)
+            if other is None or other is pod or other.node != pod.node or self._ended(other, now):
                 continue
             for index in other.request.gpu_indices:
                 used[index] = used.get(index, 0) + _per_device(other.request)
@@ -206,7 +209,8 @@ class SimulatedCluster:
             for name in [
                 n for n, p in self._pods.items() if p.gone_at is not None and p.gone_at <= now
             ]:
-                del self._pods[name]
+                gone = self._pods.pop(name)
+                self._on_node.get(gone.node or "", set()).discard(name)
             return [self._status(pod, now) for pod in self._pods.values()]
 
     def _live(self, name: str, now: float) -> _Pod | None:

@@ -51,7 +51,7 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     env.run(daemon, cycles=2)
     for _ in range(20):
         env.submit(resources={"gpus": 8})
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(10):
         built = build_snapshot(env.clock(), decayed={})
     assert len(built.snapshot.running) == 3
     assert len(built.snapshot.pending) == 20
