@@ -272,3 +272,21 @@ def test_job_new_post_to_a_foreign_project_creates_nothing(world: World, web_for
     response = web_for("alice").post(reverse("portal:job-new"), body)
     assert response.status_code == 404
     assert not Job.objects.filter(name="intruder").exists()
+
+
+def test_finance_sees_everything_but_changes_nothing(world: World, web_for: Any) -> None:
+    """Every write route, aimed at a team finance can see, is a 403 and changes nothing."""
+    team = world.teams["alpha"]
+    client = web_for("carol")
+    before = state_of_everything()
+    posted = 0
+    for name, cases in ROUTES.items():
+        for case in cases:
+            if case.body is None:
+                continue
+            url = reverse(f"portal:{name}", kwargs=case.kwargs(team, team) if case.kwargs else None)
+            response = client.post(url, case.body(world, team))
+            assert response.status_code == 403, (name, response.status_code)
+            posted += 1
+    assert posted >= 12
+    assert state_of_everything() == before
