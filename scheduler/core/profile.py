@@ -11,7 +11,7 @@
                     "ping_pong_guard_s": 900, "reclaim_any_priority": true,
                     "max_candidates": 256},
      "backfill": {"enabled": true, "unknown_runtime_s": 86400},
-     "placement": {"max_scored_nodes": 128, "fragmentation_step_milli": 500}}
+     "placement": {"max_scored_nodes": 128, "fragmentation_step_milli": 100}}
 
 ``max_scored_nodes`` bounds how many feasible nodes are scored per replica (as
 kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order.
@@ -51,7 +51,7 @@ class Profile:
     backfill: bool = True
     unknown_runtime_s: float = 86_400.0
     max_scored_nodes: int = 128
-    fragmentation_step_milli: float = 500.0
+    fragmentation_step_milli: float = 100.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Profile:

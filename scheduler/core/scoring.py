@@ -28,7 +28,7 @@ from scheduler.core.state import ClusterState, IntArray
 from scheduler.core.types import MILLI_PER_GPU, Resources
 
 FloatArray = npt.NDArray[np.float64]
-DEFAULT_STEP_MILLI = 500.0
+DEFAULT_STEP_MILLI = 100.0
 
 
 @dataclass(slots=True)
