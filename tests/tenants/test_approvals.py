@@ -27,6 +27,7 @@ from tenants.approvals import (
     policy_set,
     quota_request_create,
 )
+from tenants.approvals import enqueue_notification as real_enqueue_notification
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -611,3 +612,37 @@ def test_the_requester_withdraws_a_quota_request(tight_research: Org) -> None:
         approval_decide(user=org.users["dana"], request=request, approve=True, comment="")
     assert guaranteed(org, org.alpha) == 12
     assert ask(org, "tina", org.alpha, 15).state == ApprovalState.PENDING  # may ask again
+
+
+# --- the beat task and a broker that is down (FAULTS 8, 9, 10) ------------------------------
+
+
+def test_the_beat_task_expires_and_emails_once(org: Org, pending_job: Job) -> None:
+    from tenants.tasks import approvals_expire
+
+    ApprovalRequest.objects.filter(subject_id=pending_job.pk).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    assert approvals_expire() == 1
+    assert approvals_expire() == 0  # the next beat, or a second beat process
+    pending_job.refresh_from_db()
+    assert (pending_job.state, pending_job.reason) == (JobState.REJECTED, "approval expired")
+    assert len(mail.outbox) == 1  # sent by the sweep, once, although the queueing was lost
+    assert "expired" in mail.outbox[0].subject
+
+
+def test_a_broker_that_is_down_costs_no_decision(
+    org: Org, pending_job: Job, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    from tenants import tasks
+
+    def down(*args: Any) -> None:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(tasks.approval_notify, "delay", down)
+    request = approval_decide(
+        user=org.users["tina"], request=request_of(pending_job), approve=True, comment=""
+    )
+    real_enqueue_notification(request.pk)  # what on_commit runs: logs, does not raise
+    assert "could not queue the notification" in caplog.text
+    assert request_of(pending_job).state == ApprovalState.APPROVED
