@@ -104,6 +104,16 @@ def job_approval_payload(job: Job) -> dict[str, Any]:
     }
 
 
+def job_approval_request(job: Job) -> ApprovalRequest | None:
+    """The job's latest approval request (pending or settled), or None if it never needed one."""
+    return (
+        ApprovalRequest.objects.filter(kind=ApprovalKind.JOB, tenant=job.tenant, subject_id=job.pk)
+        .select_related("requester", "decided_by")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
 # --- deciding ----------------------------------------------------------------------------
 
 

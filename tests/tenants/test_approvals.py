@@ -646,3 +646,12 @@ def test_a_broker_that_is_down_costs_no_decision(
     real_enqueue_notification(request.pk)  # what on_commit runs: logs, does not raise
     assert "could not queue the notification" in caplog.text
     assert request_of(pending_job).state == ApprovalState.APPROVED
+
+
+def test_job_approval_request_finds_the_jobs_request(org: Org, pending_job: Job) -> None:
+    from scheduler.approvals import job_approval_request
+
+    assert job_approval_request(pending_job) == request_of(pending_job)
+    small = submit(org, replicas=1, resources={"gpus": 1, "cpu_milli": 1000, "memory_mib": 1024})
+    assert small.state == JobState.QUEUED
+    assert job_approval_request(small) is None
