@@ -18,11 +18,16 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from common.errors import ConflictError
 from portal import selectors
 from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
+from portal.templatetags.portal_tags import gpus
 from tenants import access, approvals, services
 from tenants.approval_rules import policy_describe
 from tenants.models import ApprovalPolicy, JobType, Tenant
 from tenants.quota_rules import QuotaValues
-from tenants.selectors import policy_list_visible, priority_default_list_visible
+from tenants.selectors import (
+    policy_list_visible,
+    priority_default_list_visible,
+    quota_list_visible,
+)
 
 
 def _tenant_context(request: HttpRequest, tenant: Tenant, tab: str) -> dict[str, Any]:
@@ -128,7 +133,7 @@ def tenant_member_remove(request: HttpRequest, pk: int, membership_pk: int) -> H
 def tenant_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     """Admins above the tenant set its quota; its own admins request a change instead."""
     tenant = access.access_tenant(request.user, pk)
-    form = QuotaForm(request.POST or None)
+    form = QuotaForm(request.POST or None, initial=_quota_initial(request, tenant))
     if request.method == "POST" and form.is_valid():
         done = _quota_save(request, tenant, form)
         if done:
@@ -142,6 +147,23 @@ def tenant_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request, "portal/tenants/quotas.html", context, status=400 if form.errors else 200
     )
+
+
+def _quota_initial(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
+    """The current values of ?flavor=NAME, so that "edit" starts from what is set."""
+    name = request.GET.get("flavor")
+    quota = (
+        name and quota_list_visible(request.user).filter(tenant=tenant, flavor__name=name).first()
+    )
+    if not quota:
+        return {}
+    return {
+        "flavor": quota.flavor.name,
+        "guaranteed": gpus(quota.guaranteed_milli),
+        "limit": gpus(quota.limit_milli),
+        "lend_limit": gpus(quota.lend_limit_milli) if quota.lend_limit_milli is not None else None,
+        "weight": quota.weight,
+    }
 
 
 def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:

@@ -206,3 +206,10 @@ def test_policy_errors_are_inline(org: Org, web_for: Any) -> None:
     assert response.status_code == 400
     assert "needs a priority class" in response.content.decode()
     assert not ApprovalPolicy.objects.exists()
+
+
+def test_edit_link_starts_the_form_from_the_current_values(org: Org, web_for: Any) -> None:
+    url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
+    html = web_for("dana").get(url, {"flavor": "H100-80GB"}).content.decode()
+    assert 'href="?flavor=H100-80GB"' in html
+    assert 'name="guaranteed" value="16"' in html and 'name="limit" value="32"' in html
