@@ -104,13 +104,6 @@ def tenants_administered(user: Any) -> list[Tenant]:
     return list(tenants.order_by("path"))
 
 
-def tenants_approved(user: Any) -> list[Tenant]:
-    grants = access.grants_for(user)
-    if grants.platform_admin:
-        return list(access.tenants_visible(user))
-    return list(Tenant.objects.filter(grants.subtree_q(min_role=Role.APPROVER)))
-
-
 def membership_list_of(tenant: Tenant) -> QuerySet[Membership]:
     """Memberships held on `tenant` itself (the caller has access-checked the tenant)."""
     return (
