@@ -112,13 +112,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path)
     p.add_argument("--jobs", type=int, default=2, help="worker processes")
     g = p.add_argument_group("gantry scorer options (scheduler.core.fragmentation)")
-    g.add_argument("--step", type=float, default=500.0, help="step of the coarse score, milli")
+    g.add_argument("--step", type=float, default=100.0, help="step of the coarse score, milli")
     g.add_argument("--quantizer", default="step", choices=("step", "sigmoid", "exact"))
     g.add_argument("--tie-break", default="order", choices=("order", "bestfit"))
-    g.add_argument("--coverage", type=float, default=1.0)
+    g.add_argument("--coverage", type=float, default=0.95)
     g.add_argument("--half-life", type=float, default=None)
-    g.add_argument("--cpu-only-step", type=float, default=None)
-    g.add_argument("--cpu-only-to-busy", action="store_true")
+    g.add_argument("--cpu-only-step", type=float, default=0.0, help="<0: same as --step")
+    g.add_argument("--cpu-only-to-busy", action=argparse.BooleanOptionalAction, default=True)
     return p.parse_args(argv)
 
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "tie_break": args.tie_break,
         "coverage": args.coverage,
         "half_life": args.half_life,
-        "cpu_only_step": args.cpu_only_step,
+        "cpu_only_step": None if args.cpu_only_step < 0 else args.cpu_only_step,
         "cpu_only_to_busy": args.cpu_only_to_busy,
     }
     seeds = range(args.first_seed, args.first_seed + args.seeds)

@@ -159,13 +159,13 @@ class FragmentationModel:
         *,
         gpu_free: PerDevice | None = None,
         gpu_memory_free: PerDevice | None = None,
-        step_milli: float = 500.0,
+        step_milli: float = 100.0,
         quantizer: str = "step",
         tie_break: str = "order",
-        coverage: float = 1.0,
+        coverage: float = 0.95,
         half_life: float | None = None,
-        cpu_only_step: float | None = None,
-        cpu_only_to_busy: bool = False,
+        cpu_only_step: float | None = 0.0,
+        cpu_only_to_busy: bool = True,
     ) -> None:
         if quantizer not in QUANTIZERS or tie_break not in TIE_BREAKS:
             raise ValueError(f"unknown quantizer {quantizer!r} or tie_break {tie_break!r}")

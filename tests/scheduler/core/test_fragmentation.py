@@ -114,9 +114,9 @@ def test_gpu_memory_makes_a_device_unusable():
         # Whole GPUs take the lowest-indexed fully free devices.
         pytest.param([[500, 1000, 1000, 1000]], None, whole(2), (1, 2), id="whole-lowest-free"),
         pytest.param([[1000, 1000]], None, CPU_ONLY, (), id="cpu-only-no-devices"),
-        # Devices 1 and 2 are equal (400m each) and better than idle device 0 for a 400m
-        # share (exact fill): the lower index of the equal pair is used.
-        pytest.param([[1000, 400, 400]], None, share(400), (1,), id="equal-devices-lowest"),
+        # Mix {400m}. Device 0 (700m) would keep 300m, a fragment: +300. Devices 1 and 2
+        # (400m each) are filled exactly: +0, equal; the lower index of the two is used.
+        pytest.param([[700, 400, 400]], None, share(400), (1,), id="equal-devices-lowest"),
     ],
 )
 def test_choose_devices(gpu_free, gmem, request_, expected):
@@ -373,7 +373,7 @@ def test_cpu_only_pods_go_where_gpus_are_busy(options, expected_node):
         # fragment goes 0 -> 1000m: delta 0.1 * 1000 = +100m. Node 1 (16 cores): delta 0.
         # A 500m step rounds both to bin 0 and keeps node order; exact CPU-only scoring
         # sees the 100m.
-        pytest.param({"step_milli": 500}, 0, id="coarse-keeps-order"),
+        pytest.param({"step_milli": 500, "cpu_only_step": None}, 0, id="coarse-keeps-order"),
         pytest.param({"step_milli": 500, "cpu_only_step": 0}, 1, id="cpu-only-exact"),
     ],
 )
