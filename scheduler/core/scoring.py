@@ -5,11 +5,12 @@ and placement takes the best, ties to the earliest node (fixed node order packs)
 
 - ``GpuFit`` (best fit) in [0, 1]: 1 - GPU left free on the node (or device, for a share)
   after placing, as a fraction of the node (device).
-- ``FragmentationScore`` in GPUs, <= 0: minus the expected fragmentation the placement adds
-  (FGD; ``scheduler.core.fragmentation``) rounded down to the profile's
-  ``fragmentation_step_milli``. One GPU of added
-  fragmentation outweighs the whole range of ``GpuFit`` at equal weights, so best fit only
-  breaks ties between placements that fragment alike, as FGD's published scorer does.
+- ``FragmentationScore`` in GPUs: minus the expected fragmentation the placement adds (FGD;
+  ``scheduler.core.fragmentation``; negative when it fills a hole) rounded down to the
+  profile's ``fragmentation_step_milli``. One GPU of added fragmentation outweighs the whole
+  range of ``GpuFit`` at equal weights, so best fit decides among placements that fragment
+  about alike. FGD's published scorer uses a coarse step and node order as tie-break; with
+  best fit breaking ties a finer step measured better on openb (see docs/engine.md).
 - ``TopologyScore`` in [0, 1]: for a gang, 1 on a node already used by the gang, 2/3 in the
   same NVLink domain, 1/3 in the same rack; for its first replica, how much of the rest of
   the gang the node could also take.
