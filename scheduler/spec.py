@@ -15,6 +15,7 @@ from typing import Any
 from rest_framework import serializers
 
 from common.text import DNS_LABEL
+from scheduler.backends.base import RESERVED_ENV
 from tenants.models import JobType, PriorityClass, ResourceFlavor
 
 IMAGE_RE = re.compile(
@@ -22,19 +23,6 @@ IMAGE_RE = re.compile(
     r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
 )
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-# Set by Gantry on every pod of a distributed job; a user value would break the rendezvous.
-RESERVED_ENV = frozenset(
-    {
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "NVIDIA_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-        "GANTRY_JOB_ID",
-    }
-)
 PRIVILEGED_FIELDS = frozenset(
     {
         "state",
@@ -291,9 +279,9 @@ class JobSpecSerializer(StrictDictSerializer):
                 raise serializers.ValidationError(
                     f"{key[:64]!r} is not a valid variable name (letters, digits, '_')."
                 )
-            if key in RESERVED_ENV:
+            if RESERVED_ENV.match(key):
                 raise serializers.ValidationError(
-                    f"{key} is set by Gantry and cannot be overridden."
+                    f"{key} is reserved: Gantry or the GPU runtime sets it, a job cannot."
                 )
             _no_control(item, f"the value of {key}")
         return value

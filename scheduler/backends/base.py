@@ -8,10 +8,22 @@ tell apart are the exceptions below; anything else is a transient failure to ret
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
+
+# Variables Gantry sets on every pod (the rendezvous of distributed jobs) or that steer the GPU
+# runtime and the sharing layer: a job setting them could see devices it was not given
+# (NVIDIA_VISIBLE_DEVICES=all) or lift its share's limits. The job spec refuses them at
+# submission and every backend refuses them again when it renders a pod.
+RESERVED_ENV = re.compile(
+    r"^(NVIDIA_.*|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_MEMORY_LIMIT.*|CUDA_DEVICE_SM_LIMIT"
+    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE|CUDA_DISABLE_CONTROL|GPU_CORE_UTILIZATION_POLICY|HAMI_.*"
+    r"|ASCEND_VISIBLE_DEVICES|ASCEND_RT_VISIBLE_DEVICES|LD_PRELOAD|LD_LIBRARY_PATH"
+    r"|WORLD_SIZE|RANK|LOCAL_RANK|MASTER_ADDR|MASTER_PORT|GANTRY_.*)$"
+)
 
 
 class PodPhase(StrEnum):

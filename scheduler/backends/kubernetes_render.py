@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from scheduler.backends.base import BackendError, PodRequest, pod_name
+from scheduler.backends.base import RESERVED_ENV, BackendError, PodRequest, pod_name
 from scheduler.backends.kubernetes_config import KubernetesConfig
 
 LABEL_JOB = "gantry.io/job-id"
@@ -39,14 +39,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]")
 _MIG_PROFILE = re.compile(r"^\d+g\.\d+gb$")
 DIST_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
-# Variables that steer the GPU runtime or the sharing layer: a job setting them could see
-# devices it was not given (NVIDIA_VISIBLE_DEVICES=all) or lift its share's limits.
-RESERVED_ENV = re.compile(
-    r"^(NVIDIA_.*|CUDA_DEVICE_MEMORY_LIMIT.*|CUDA_DEVICE_SM_LIMIT|CUDA_DEVICE_MEMORY_SHARED_CACHE"
-    r"|CUDA_DISABLE_CONTROL|GPU_CORE_UTILIZATION_POLICY|HAMI_.*"
-    r"|ASCEND_VISIBLE_DEVICES|ASCEND_RT_VISIBLE_DEVICES"
-    r"|LD_PRELOAD|LD_LIBRARY_PATH|WORLD_SIZE|RANK|MASTER_ADDR|MASTER_PORT)$"
-)
 
 
 class UnsafePodSpec(BackendError, ValueError):

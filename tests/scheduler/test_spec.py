@@ -211,14 +211,26 @@ BAD_SPECS = [
     pytest.param(
         job_spec(env={"WORLD_SIZE": "64"}),
         "env",
-        "WORLD_SIZE is set by Gantry",
+        "WORLD_SIZE is reserved",
         id="env-reserved-world-size",
     ),
     pytest.param(
         job_spec(env={"CUDA_VISIBLE_DEVICES": "0"}),
         "env",
-        "CUDA_VISIBLE_DEVICES is set by Gantry",
+        "CUDA_VISIBLE_DEVICES is reserved",
         id="env-reserved-cuda",
+    ),
+    pytest.param(
+        job_spec(env={"LD_PRELOAD": "/tmp/hook.so"}),
+        "env",
+        "LD_PRELOAD is reserved",
+        id="env-reserved-ld-preload",
+    ),
+    pytest.param(
+        job_spec(env={"NVIDIA_DRIVER_CAPABILITIES": "all"}),
+        "env",
+        "NVIDIA_DRIVER_CAPABILITIES is reserved",
+        id="env-reserved-nvidia-prefix",
     ),
     pytest.param(
         job_spec(env={"MY-VAR": "1"}),
