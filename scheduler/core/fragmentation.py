@@ -31,8 +31,11 @@ Public API
     ``gpu_count=0`` for a CPU-only request. ``gpu_models``: allowed models, empty = any.
 
 ``FragmentationModel(models, gpu_count, cpu_free, memory_free, *, gpu_free=None,
-gpu_memory_free=None, step_milli=..., quantizer="step", coverage=1.0, half_life=None)``
-    Node state and the per-node, per-type fragmentation cache ``[N, T]``.
+gpu_memory_free=None, **profile)``
+    Node state and the per-node, per-type fragmentation cache ``[N, T]``. The defaults of the
+    profile keywords are Gantry's profile, measured in ``docs/bench-openb.md``: increases
+    compared in steps of 100 milli-GPU, the types making up 95% of the mix, CPU-only pods
+    scored exactly and, on equal scores, sent to the nodes with the fewest free GPUs.
     ``models[i]``: GPU model of node i (``""`` for none); ``gpu_count[i]``: its devices;
     ``cpu_free``, ``memory_free``: ``[N]``; ``gpu_free``: ``[N, D]`` (default: all free);
     ``gpu_memory_free``: ``[N, D]`` (default: not tracked, every device has enough).
@@ -65,9 +68,17 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.fragmentation_mix import (
+    MILLI,
+    UNTRACKED_GPU_MEMORY,
+    BoolArray,
+    FloatArray,
     IntArray,
     Mix,
+    PerDevice,
     PodRequest,
+    expected_fragmentation,
+    per_device,
+    share_options,
     type_fragmentation,
 )
 
@@ -79,14 +90,6 @@ __all__ = [
     "expected_fragmentation",
 ]
 
-MILLI = 1000
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
-# Per-device values ``[N, D]``: an array, or one sequence per node (lengths may differ).
-PerDevice = Sequence[Sequence[int]] | npt.NDArray[np.int64]
-# Free GPU memory when the caller does not track it: large enough for any request.
-UNTRACKED_GPU_MEMORY = 1 << 40
-
 
 @dataclass(frozen=True, slots=True)
 class Placement:
@@ -95,45 +98,6 @@ class Placement:
     node: int
     devices: tuple[int, ...]
     delta_milli: float
-
-
-def expected_fragmentation(
-    models: Sequence[str],
-    gpu_free: npt.ArrayLike,
-    cpu_free: npt.ArrayLike,
-    memory_free: npt.ArrayLike,
-    mix: Sequence[tuple[PodRequest, float]],
-    gpu_memory_free: npt.ArrayLike | None = None,
-) -> FloatArray:
-    """Expected fragmentation ``[N]`` (milli-GPU) of each node for a mix of (request, weight).
-
-    Weights are normalised to sum to 1; an empty mix gives zeros.
-    """
-    table = Mix(sorted({m for m in models if m}))
-    for request, weight in mix:
-        table.add(request, weight)
-    free = np.asarray(gpu_free, dtype=np.int64)
-    gmem = (
-        np.full_like(free, UNTRACKED_GPU_MEMORY)
-        if gpu_memory_free is None
-        else np.asarray(gpu_memory_free, dtype=np.int64)
-    )
-    model_ids = np.array([table.model_id(m) for m in models], dtype=np.int64)
-    types = np.arange(len(table), dtype=np.int64)
-    per_type = type_fragmentation(
-        table,
-        types,
-        free,
-        gmem,
-        np.asarray(cpu_free, dtype=np.int64),
-        np.asarray(memory_free, dtype=np.int64),
-        model_ids,
-    )
-    weights = table.weights(types)
-    total = weights.sum()
-    if total <= 0:
-        return np.zeros(len(models))
-    return np.asarray(per_type @ (weights / total), dtype=np.float64)
 
 
 QUANTIZERS = ("step", "sigmoid", "exact")
@@ -148,6 +112,10 @@ class FragmentationModel:
     score ``floor(100 * sigmoid(-delta / 1000))``; ``"exact"`` compares them as they are.
     ``coverage`` < 1 keeps only the most popular types that make up that share of the mix
     (FGD's "typical pods"). ``half_life`` (in requests) makes older arrivals count less.
+    ``tie_break="bestfit"`` breaks equal keys by least CPU + GPU left instead of node order.
+    For CPU-only requests, ``cpu_only_step`` replaces ``step_milli`` (0: exact, ``None``: the
+    same step) and ``cpu_only_to_busy`` breaks ties by fewest free GPUs left on the node:
+    a CPU-only pod strands no GPU where the GPUs are already taken.
     """
 
     def __init__(
@@ -175,8 +143,8 @@ class FragmentationModel:
         exists = np.arange(max(int(counts.max(initial=0)), 1)) < counts[:, None]
         self._mix = Mix(sorted({m for m in models if m}))
         self.model_ids = np.array([self._mix.model_id(m) for m in models], dtype=np.int64)
-        self.gpu_free = _per_device(gpu_free, exists, MILLI)
-        self.gpu_memory_free = _per_device(gpu_memory_free, exists, UNTRACKED_GPU_MEMORY)
+        self.gpu_free = per_device(gpu_free, exists, MILLI)
+        self.gpu_memory_free = per_device(gpu_memory_free, exists, UNTRACKED_GPU_MEMORY)
         self.cpu_free = np.array(cpu_free, dtype=np.int64)
         self.memory_free = np.array(memory_free, dtype=np.int64)
         self._cpu_scale = max(int(self.cpu_free.max(initial=1)), 1)
@@ -398,7 +366,7 @@ class FragmentationModel:
         gmem = self.gpu_memory_free[nodes]
         device = np.full(len(nodes), -1, np.int64)
         if request.is_share:
-            rows, device = _share_options(free, gmem, request)
+            rows, device = share_options(free, gmem, request)
             position, nodes, free, gmem = position[rows], nodes[rows], free[rows], gmem[rows]
             at = np.arange(len(rows))
             free[at, device] -= request.gpu_milli
@@ -425,30 +393,3 @@ class _Options:
     delta: FloatArray
     cpu_after: IntArray
     gpu_after: IntArray
-
-
-def _share_options(
-    free: IntArray, gmem: IntArray, request: PodRequest
-) -> tuple[IntArray, IntArray]:
-    """(row, device) pairs where a share fits, one per distinct device state on each row.
-
-    Devices with equal free milli-GPU and GPU memory leave the node in equivalent states, so
-    only the lowest-indexed one is scored; that is also the tie-break ``select`` applies.
-    """
-    usable = (free >= request.gpu_milli) & (gmem >= request.gpu_memory_mib)
-    d = free.shape[1]
-    earlier = np.tri(d, d, -1, dtype=np.bool_)  # earlier[j, k]: device k comes before j
-    same = (free[:, :, None] == free[:, None, :]) & (gmem[:, :, None] == gmem[:, None, :])
-    duplicate = (same & usable[:, None, :] & earlier).any(axis=2)
-    rows, device = np.nonzero(usable & ~duplicate)
-    return rows.astype(np.int64), device.astype(np.int64)
-
-
-def _per_device(values: PerDevice | None, exists: BoolArray, default: int) -> IntArray:
-    if values is None:
-        return np.where(exists, default, 0).astype(np.int64)
-    out = np.zeros(exists.shape, np.int64)
-    for i, row in enumerate(values):  # rows may differ in length
-        given = np.asarray(row, dtype=np.int64)
-        out[i, : len(given)] = given
-    return np.where(exists, out, 0)

@@ -5,13 +5,20 @@ Pure: numpy only. Units: milli-GPU (1000 = one device), CPU millicores, memory M
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-IntArray = npt.NDArray[np.int64]
 MILLI = 1000
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+# Per-device values ``[N, D]``: an array, or one sequence per node (lengths may differ).
+PerDevice = Sequence[Sequence[int]] | npt.NDArray[np.int64]
+# Free GPU memory when the caller does not track it: large enough for any request.
+UNTRACKED_GPU_MEMORY = 1 << 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +160,67 @@ def type_fragmentation(
         & mix.model_ok[model_ids][:, types]
     )
     return np.asarray(total[:, None] - np.where(fits, usable_milli[:, local], 0), dtype=np.int64)
+
+
+def expected_fragmentation(
+    models: Sequence[str],
+    gpu_free: npt.ArrayLike,
+    cpu_free: npt.ArrayLike,
+    memory_free: npt.ArrayLike,
+    mix: Sequence[tuple[PodRequest, float]],
+    gpu_memory_free: npt.ArrayLike | None = None,
+) -> FloatArray:
+    """Expected fragmentation ``[N]`` (milli-GPU) of each node for a mix of (request, weight).
+
+    Weights are normalised to sum to 1; an empty mix gives zeros.
+    """
+    table = Mix(sorted({m for m in models if m}))
+    for request, weight in mix:
+        table.add(request, weight)
+    free = np.asarray(gpu_free, dtype=np.int64)
+    gmem = (
+        np.full_like(free, UNTRACKED_GPU_MEMORY)
+        if gpu_memory_free is None
+        else np.asarray(gpu_memory_free, dtype=np.int64)
+    )
+    model_ids = np.array([table.model_id(m) for m in models], dtype=np.int64)
+    types = np.arange(len(table), dtype=np.int64)
+    per_type = type_fragmentation(
+        table,
+        types,
+        free,
+        gmem,
+        np.asarray(cpu_free, dtype=np.int64),
+        np.asarray(memory_free, dtype=np.int64),
+        model_ids,
+    )
+    weights = table.weights(types)
+    total = weights.sum()
+    if total <= 0:
+        return np.zeros(len(models))
+    return np.asarray(per_type @ (weights / total), dtype=np.float64)
+
+
+def share_options(free: IntArray, gmem: IntArray, request: PodRequest) -> tuple[IntArray, IntArray]:
+    """(row, device) pairs where a share fits, one per distinct device state on each row.
+
+    Devices with equal free milli-GPU and GPU memory leave the node in equivalent states, so
+    only the lowest-indexed one is scored; that is also the tie-break ``select`` applies.
+    """
+    usable = (free >= request.gpu_milli) & (gmem >= request.gpu_memory_mib)
+    d = free.shape[1]
+    earlier = np.tri(d, d, -1, dtype=np.bool_)  # earlier[j, k]: device k comes before j
+    same = (free[:, :, None] == free[:, None, :]) & (gmem[:, :, None] == gmem[:, None, :])
+    duplicate = (same & usable[:, None, :] & earlier).any(axis=2)
+    rows, device = np.nonzero(usable & ~duplicate)
+    return rows.astype(np.int64), device.astype(np.int64)
+
+
+def per_device(values: PerDevice | None, exists: BoolArray, default: int) -> IntArray:
+    if values is None:
+        return np.where(exists, default, 0).astype(np.int64)
+    out = np.zeros(exists.shape, np.int64)
+    for i, row in enumerate(values):  # rows may differ in length
+        given = np.asarray(row, dtype=np.int64)
+        out[i, : len(given)] = given
+    return np.where(exists, out, 0)
