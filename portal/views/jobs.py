@@ -15,12 +15,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from rest_framework.exceptions import ValidationError as SpecError
 
 from common.errors import ConflictError
+from portal import selectors
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from scheduler.selectors import access_job, job_event_list, job_list_visible
 from scheduler.services import can_cancel, job_cancel, job_submit
 from tenants import access
 from tenants.models import JobType
-from tenants.services import priority_default_for
 
 PAGE_SIZE = 25
 POLL_SECONDS = 5
@@ -74,16 +74,9 @@ def job_rows(request: HttpRequest) -> HttpResponse:
 
 def _priority_defaults(projects: list[Any]) -> dict[str, dict[str, str]]:
     """project id -> job type -> the class the team's default gives (for the form's hint)."""
-    by_tenant: dict[int, dict[str, str]] = {}
-    out: dict[str, dict[str, str]] = {}
-    for project in projects:
-        if project.tenant_id not in by_tenant:
-            by_tenant[project.tenant_id] = {
-                t: getattr(priority_default_for(tenant=project.tenant, job_type=t), "name", "")
-                for t in JobType.values
-            }
-        out[str(project.pk)] = by_tenant[project.tenant_id]
-    return out
+    tenants = list({p.tenant_id: p.tenant for p in projects}.values())
+    by_tenant = selectors.priority_defaults_by_tenant(tenants)
+    return {str(p.pk): by_tenant[p.tenant_id] for p in projects}
 
 
 @login_required

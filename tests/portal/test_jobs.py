@@ -3,6 +3,7 @@ the polled partials, cancel, and CSRF on the forms."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from scheduler.models import Job, JobState
+from tenants.models import PriorityDefault
 from tests import factories as f
 from tests.conftest import Org
 
@@ -80,7 +82,7 @@ def test_double_submit_of_one_form_makes_one_job(org: Org, web_for: Any) -> None
         ({"mig_profile": "9g.99gb", "gpus": 0}, "", "unknown MIG profile"),
         ({"command": "python 'unclosed"}, "command", "cannot split the command"),
         ({"env": "NOEQUALS"}, "env", "write KEY=value"),
-        ({"env": "RANK=3"}, "env", "set by Gantry"),
+        ({"env": "RANK=3"}, "env", "RANK is "),
         ({"replicas": 0}, "replicas", "greater than or equal to 1"),
     ],
     ids=[
@@ -264,3 +266,22 @@ def test_forms_refuse_posts_without_the_csrf_token(org: Org) -> None:
     assert response.status_code == 302
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
+
+
+def test_priority_hint_follows_the_nearest_default(org: Org, web_for: Any) -> None:
+    PriorityDefault.objects.create(
+        tenant=org.research, job_type="batch", priority_class=f.priority("normal")
+    )
+    PriorityDefault.objects.create(
+        tenant=org.alpha, job_type="batch", priority_class=f.priority("high")
+    )
+    PriorityDefault.objects.create(
+        tenant=org.research, job_type="evaluation", priority_class=f.priority("normal")
+    )
+    pat = web_for("pat")
+    html = pat.get(reverse("portal:job-new")).content.decode()
+    hints = json.loads(re.search(r'id="priority-defaults"[^>]*>(.*?)</script>', html).group(1))
+    alpha, bravo = hints[str(org.proj_alpha.pk)], hints[str(org.proj_bravo.pk)]
+    assert (alpha["batch"], alpha["evaluation"], alpha["inference"]) == ("high", "normal", "high")
+    assert (bravo["batch"], bravo["evaluation"]) == ("normal", "normal")
+    assert hints[str(org.proj_charlie.pk)]["batch"] == "low"  # the platform's
