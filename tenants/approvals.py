@@ -8,6 +8,8 @@ from `scheduler.apps`); `scheduler.approvals.job_approval_decide` is the job-sid
 Lock order, everywhere: the request row first (its compare-and-swap), then the subject. A job
 cancel follows the same order (`approval_cancel_for_subject`, then the job), so a decision
 racing a cancel cannot deadlock.
+
+`policy_set` and `policy_delete` live in `tenants.approval_policies` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -27,14 +28,15 @@ from django.utils import timezone
 
 from common.errors import ConflictError, DomainError
 from tenants import access, services
+from tenants.approval_policies import policy_delete as policy_delete
+from tenants.approval_policies import policy_set as policy_set
+from tenants.approval_policies import require_manage
 from tenants.approval_rules import RuleMatch, job_matches, quota_matches
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import (
     ApprovalKind,
-    ApprovalPolicy,
     ApprovalRequest,
     ApprovalState,
-    PriorityClass,
     Quota,
     ResourceFlavor,
     Role,
@@ -55,103 +57,6 @@ _SUBJECT_HANDLERS: dict[str, SubjectHandler] = {}
 def register_subject_handler(kind: str, handler: SubjectHandler) -> None:
     """Called once at start-up by the app that owns the subject (the scheduler, for jobs)."""
     _SUBJECT_HANDLERS[kind] = handler
-
-
-# --- policies ----------------------------------------------------------------------------
-
-
-def _require_manage(user: Any, tenant: Tenant) -> None:
-    if not access.can_manage_tenant(user, tenant):
-        raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
-
-
-def _decimal(value: Any) -> Decimal | None:
-    if value is None:
-        return None
-    try:
-        return Decimal(str(value))
-    except InvalidOperation:
-        raise ValidationError({"threshold": [f"{str(value)[:40]!r} is not a number."]}) from None
-
-
-@transaction.atomic
-def policy_set(
-    *,
-    user: Any,
-    tenant: Tenant,
-    rule: str,
-    threshold: Any = None,
-    priority_class: PriorityClass | None = None,
-    applies_to_jobs: bool = True,
-    applies_to_quota: bool = False,
-    active: bool = True,
-    description: str = "",
-    policy: ApprovalPolicy | None = None,
-) -> ApprovalPolicy:
-    """Create a policy on `tenant`, or replace the settings of `policy` (which stays there)."""
-    _require_manage(user, tenant)
-    before = None
-    if policy is None:
-        policy = ApprovalPolicy(tenant=tenant)
-    else:
-        policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
-        if policy.tenant_id != tenant.pk:
-            raise ValidationError({"tenant": ["a policy cannot move to another tenant."]})
-        before = audit_snapshot(policy)
-    policy.rule, policy.threshold = rule, _decimal(threshold)
-    policy.priority_class = priority_class
-    policy.applies_to_jobs, policy.applies_to_quota = applies_to_jobs, applies_to_quota
-    policy.active, policy.description = active, description
-    _check_policy_arguments(policy)
-    policy.full_clean(validate_constraints=True)
-    policy.save()
-    audit_record(
-        actor=user,
-        action="policy.set",
-        tenant=tenant,
-        target=policy,
-        before=before,
-        after=audit_snapshot(policy),
-    )
-    return policy
-
-
-def _check_policy_arguments(policy: ApprovalPolicy) -> None:
-    """The messages behind the database's `approval_policy_*` constraints."""
-    errors: dict[str, list[str]] = {}
-    if policy.rule == "priority_at_least":
-        if policy.priority_class is None:
-            errors["priority_class"] = ["the rule 'priority_at_least' needs a priority class."]
-        if policy.threshold is not None:
-            errors["threshold"] = ["the rule 'priority_at_least' takes no threshold."]
-    elif policy.rule == "borrowing":
-        if policy.threshold is not None or policy.priority_class is not None:
-            errors["threshold"] = ["the rule 'borrowing' takes no threshold or priority class."]
-    else:
-        if policy.threshold is None or policy.threshold < 0:
-            errors["threshold"] = [f"the rule '{policy.rule}' needs a threshold of 0 or more."]
-        if policy.priority_class is not None:
-            errors["priority_class"] = [f"the rule '{policy.rule}' takes no priority class."]
-    if not (policy.applies_to_jobs or policy.applies_to_quota):
-        errors["applies_to_jobs"] = ["a policy must apply to jobs, quota requests or both."]
-    if errors:
-        raise ValidationError(errors)
-
-
-@transaction.atomic
-def policy_delete(*, user: Any, policy: ApprovalPolicy) -> None:
-    _require_manage(user, policy.tenant)
-    before = audit_snapshot(policy)
-    target = ("tenants.approvalpolicy", policy.pk)
-    policy.delete()
-    audit_record(
-        actor=user,
-        action="policy.delete",
-        tenant=policy.tenant,
-        target=target,
-        before=before,
-        after=None,
-    )
 
 
 # --- which rules a job matches -----------------------------------------------------------
@@ -243,7 +148,7 @@ def quota_request_create(
     The values are checked against the tree now (a request that could never apply is refused
     at once) and again when approved, under the parent's lock.
     """
-    _require_manage(user, tenant)
+    require_manage(user, tenant)
     _check_comment(justification, "justification")
     current = Quota.objects.filter(tenant=tenant, flavor=flavor).first()
     parent_quota = None
