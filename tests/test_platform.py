@@ -487,6 +487,12 @@ def test_workload_environment() -> None:
             for key in ("configMapRef", "secretRef")
             if key in source
         }
+        if "node-agent" in name:
+            # GPU nodes get no database credentials: only the agent's own API token.
+            assert refs == {("configMapRef", "gantry-config")}, name
+            token = {e["name"]: e for e in container["env"]}["GANTRY_AGENT_TOKEN"]
+            assert token["valueFrom"]["secretKeyRef"]["name"] == "gantry-node-agent", name
+            continue
         assert refs == {("configMapRef", "gantry-config"), ("secretRef", "gantry-secrets")}, name
 
 
