@@ -184,3 +184,18 @@ def test_without_aging_and_backfill_the_large_job_starves():
         starving_workload(), cluster(make_node("n1")), profile, config=SimConfig(tick_s=5.0)
     )
     assert report.outcome("large").first_start_s >= 1975.0
+
+
+def test_fair_share_between_tenants_over_time():
+    # team-a floods 16 GPUs at t=0 (borrowing team-b's idle 8); team-b arrives at t=1 with
+    # the same load and reclaims its 8 at once. From then on both run 8 at a time:
+    # each team's 40 one-GPU jobs of 100 s take 5 rounds, so both finish by about 500 s.
+    work = [job(f"a{i}", 0.0, 100.0, tenant="team-a", submitted_at=i) for i in range(40)]
+    work += [job(f"b{i}", 1.0, 100.0, tenant="team-b", submitted_at=i) for i in range(40)]
+    report = simulate(work, cluster(make_node("n1"), make_node("n2")), BEST_FIT)
+    assert report.preemptions == 8
+    assert report.jain_fairness == pytest.approx(1.0, abs=0.01)
+    a, b = report.wait_by_tenant["team-a"], report.wait_by_tenant["team-b"]
+    # b starts 8 jobs per round at 1, 101, ..., 401: waits 0, 100, ..., 400, median 200
+    assert a.p50 == b.p50 == 200.0
+    assert report.makespan_s == 501.0  # 5 rounds of 100 s from t=1
