@@ -128,3 +128,19 @@ def test_best_effort_is_not_charged_but_uses_only_idle_devices():
     result = cycle(snapshot(nodes, pending, running, tenants=tenants))
     assert result.placement_for("be") is not None
     assert result.reason_for("q") is not None and result.reason_for("q").code == WaitCode.QUOTA
+
+
+def test_user_cap_reason_through_a_cycle():
+    # alice may hold 4 GPUs in team-a: her 3-GPU job runs, her next 2-GPU job waits (3 + 2 > 4)
+    # while bob's 2-GPU job of the same tenant runs
+    tenants = make_tenants(("team-a", 16, None), ("team-b", 8, None), user_caps={"team-a": 4})
+    pending = [
+        make_job("a1", gpus=3, user="alice", submitted_at=0),
+        make_job("a2", gpus=2, user="alice", submitted_at=1),
+        make_job("b1", gpus=2, user="bob", submitted_at=2),
+    ]
+    result = cycle(snapshot([make_node("n1")], pending, tenants=tenants))
+    assert {p.job_id for p in result.placements} == {"a1", "b1"}
+    reason = result.reason_for("a2")
+    assert reason is not None and reason.code == WaitCode.USER_CAP
+    assert reason.message == "user cap: alice uses 3 GPUs in team-a, cap 4, job needs 2"
