@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
@@ -13,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from common.errors import ConflictError
+from portal.decorators import login_required
 from portal.forms import DecisionForm, HistoryFilterForm
 from portal.templatetags.portal_tags import portal_nav
 from scheduler.approvals import approval_request_decide

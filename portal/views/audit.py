@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from datetime import datetime, time
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
@@ -18,6 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from common.text import csv_safe
+from portal.decorators import login_required
 from portal.forms import AuditFilterForm
 from tenants import access
 from tenants.models import AuditEntry

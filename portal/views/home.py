@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from portal import selectors
+from portal.decorators import login_required
 from portal.views.approvals import inbox_for
 from scheduler.selectors import job_list_visible
 from tenants import access

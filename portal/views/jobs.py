@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
@@ -16,6 +15,7 @@ from rest_framework.exceptions import ValidationError as SpecError
 
 from common.errors import ConflictError
 from portal import selectors
+from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from scheduler.selectors import access_job, job_event_list, job_list_visible
 from scheduler.services import can_cancel, job_cancel, job_submit

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -17,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from common.errors import ConflictError
 from portal import selectors
+from portal.decorators import login_required
 from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
 from portal.templatetags.portal_tags import gpus
 from tenants import access, approvals, services

@@ -137,3 +137,9 @@ def test_forwarded_addresses_count_only_behind_trusted_proxies(org: Org, setting
     assert (
         attempt(Client(HTTP_X_FORWARDED_FOR="198.51.100.1"), "alice", PASSWORD).status_code == 302
     )
+
+
+def test_a_polled_partial_after_logout_redirects_the_whole_window(org: Org) -> None:
+    response = Client().get(reverse("portal:job-rows"), headers={"HX-Request": "true"})
+    assert response.headers["HX-Redirect"] == settings.LOGIN_URL
+    assert b"<html" not in response.content
