@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from common.errors import ConflictError
@@ -89,4 +90,14 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, error)
     else:
         messages.success(request, f"Request #{approval.pk} {approval.state}.")
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
     return redirect("portal:approvals")
+
+
+def pending_request_for_job(user: Any, job: Any) -> ApprovalRequest | None:
+    """The job's pending request if this user may decide it (for the job page)."""
+    if job.state != "pending_approval":
+        return None
+    return approval_list_inbox(user).filter(kind="job", subject_id=job.pk).first()

@@ -17,6 +17,7 @@ from common.errors import ConflictError
 from portal import selectors
 from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
+from portal.views.approvals import pending_request_for_job
 from scheduler.selectors import access_job, job_event_list, job_list_visible
 from scheduler.services import can_cancel, job_cancel, job_submit
 from tenants import access
@@ -131,6 +132,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "job": job,
         "events": job_event_list(job),
         "spec_json": json.dumps(job.spec, indent=2, sort_keys=True),
+        "approval": pending_request_for_job(request.user, job),
         "can_cancel": can_cancel(request.user, job) and not job.is_final,
         "cancel_form": CancelForm(),
         "poll_seconds": POLL_SECONDS,

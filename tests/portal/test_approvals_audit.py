@@ -179,3 +179,23 @@ def test_quota_request_is_decided_in_the_inbox_of_an_admin_above(org: Org, web_f
         {"decision": "approve", "comment": "ok for Q3"},
     )
     assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).limit_milli == 40000
+
+
+def test_approver_decides_from_the_job_page_and_returns_to_it(org: Org, web_for: Any) -> None:
+    job = submit_big_job(org, web_for)
+    url = reverse("portal:job-detail", args=[job.pk])
+    assert 'id="job-approval"' not in web_for("alice").get(url).content.decode()
+    page = web_for("tina").get(url).content.decode()
+    assert 'id="job-approval"' in page
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    response = web_for("tina").post(
+        reverse("portal:approval-decide", args=[request.pk]), {"decision": "approve", "next": url}
+    )
+    assert response.status_code == 302 and response.url == url
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    evil = web_for("dana").post(
+        reverse("portal:approval-decide", args=[request.pk]),
+        {"decision": "approve", "next": "https://evil.example/"},
+    )
+    assert evil.url == reverse("portal:approvals")
