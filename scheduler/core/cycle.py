@@ -87,9 +87,6 @@ def build_context(snapshot: Snapshot, profile: Profile) -> CycleContext:
         ctx.live[running.job.id] = running
         ctx.guarded.update(running.preempted)
     placer.scorers = _scorers(profile, state, snapshot)
-    placer.fragmentation = next(
-        (s for s, _ in placer.scorers if isinstance(s, FragmentationScore)), None
-    )
     return ctx
 
 

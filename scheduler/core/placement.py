@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.core.scoring import FragmentationScore, GpuFit, ScoreInput, Scorer
+from scheduler.core.scoring import GpuFit, ScoreInput, Scorer
 from scheduler.core.state import BoolArray, ClusterState, IntArray
 from scheduler.core.types import (
     MILLI_PER_GPU,
@@ -31,7 +31,6 @@ class Placer:
     state: ClusterState
     scorers: Sequence[tuple[Scorer, float]]
     max_scored: int
-    fragmentation: FragmentationScore | None = None  # picks a share's device when set
 
     def place_gang(
         self,
@@ -251,13 +250,8 @@ class Placer:
         state, res = self.state, job.resources
         if res.is_shared:
             ok = self._device_row(i, job, avoid_reserved)
-            d = (
-                -1
-                if self.fragmentation is None
-                else self.fragmentation.share_device(i, res, job.flavors)
-            )
-            if d < 0 or not ok[d]:  # no FGD, or it chose a device this job may not use
-                d = int(np.argmin(np.where(ok, state.dev_free[i], 2 * MILLI_PER_GPU)))
+            free = np.where(ok, state.dev_free[i], 2 * MILLI_PER_GPU)
+            d = int(np.argmin(free))
             return (DeviceShare(d, res.gpu_milli, res.gpu_memory_mib),)
         if not res.whole_gpus:
             return ()

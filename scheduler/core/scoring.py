@@ -123,15 +123,6 @@ class FragmentationScore:
             self.model.observe(self._request(resources, flavors))
             self._memo.clear()
 
-    def share_device(self, node: int, resources: Resources, flavors: tuple[str, ...]) -> int:
-        """The device of ``node`` where a share adds the least fragmentation (-1: none), so
-        the share lands where its score assumed it would."""
-        self._sync()
-        try:
-            return self.model.choose_devices(node, self._request(resources, flavors))[0]
-        except ValueError:
-            return -1
-
     def score(self, inp: ScoreInput) -> FloatArray:
         delta = self._deltas(inp.nodes, self._request(inp.resources, inp.flavors))
         coarse = np.floor(delta / self.step + 1e-9) * self.step
