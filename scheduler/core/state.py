@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Toleration
+from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Taint, Toleration
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -29,6 +29,13 @@ def _codes(values: Sequence[str]) -> tuple[IntArray, list[str]]:
     names = sorted({v for v in values if v})
     lookup = {v: i for i, v in enumerate(names)}
     return np.array([lookup.get(v, -1) for v in values], dtype=np.int64), names
+
+
+def _tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
+    return all(
+        t.effect == "PreferNoSchedule" or any(tol.tolerates(t) for tol in tolerations)
+        for t in taints
+    )
 
 
 class ClusterState:
@@ -52,6 +59,10 @@ class ClusterState:
                 self.dev_free[i, dev.index] = MILLI_PER_GPU
                 self.dev_mem[i, dev.index] = dev.memory_mib
         self.schedulable = np.array([nd.healthy and not nd.cordoned for nd in nodes], np.bool_)
+        self.pool, self.pool_names = _codes([node.pool for node in nodes])
+        groups = {taints: k for k, taints in enumerate(dict.fromkeys(n.taints for n in nodes))}
+        self.taint_sets = list(groups)
+        self.taint_group = np.array([groups[n.taints] for n in nodes], dtype=np.int64)
         self.cpu_free = np.array([node.cpu_milli for node in nodes], dtype=np.int64)
         self.mem_free = np.array([node.memory_mib for node in nodes], dtype=np.int64)
         self.rdma_free = np.array([node.rdma for node in nodes], dtype=np.int64)
@@ -152,29 +163,21 @@ class ClusterState:
         self, flavor: str, pools: tuple[str, ...], tolerations: tuple[Toleration, ...]
     ) -> BoolArray:
         """Nodes of ``flavor`` in ``pools`` (any when empty), schedulable, taints tolerated.
-        Cached per cycle: none of these change inside a cycle."""
+        Cached per cycle: none of these change inside a cycle. Vectorised over nodes; the
+        taint check runs once per distinct taint set, not once per node."""
         key = (flavor, pools, tolerations)
         mask = self._static.get(key)
         if mask is None:
-            mask = np.array([self._static_ok(n, flavor, pools, tolerations) for n in self.nodes])
-            mask = mask.astype(np.bool_).reshape(len(self.nodes))
+            mask = self.schedulable & (self.flavor == self.flavor_code(flavor))
+            if pools:
+                mask &= np.isin(
+                    self.pool, [self.pool_names.index(p) for p in pools if p in self.pool_names]
+                )
+            if self.taint_sets:
+                ok = [_tolerated(taints, tolerations) for taints in self.taint_sets]
+                mask &= np.array(ok, dtype=np.bool_)[self.taint_group]
             self._static[key] = mask
         return mask
-
-    @staticmethod
-    def _static_ok(
-        node: Node, flavor: str, pools: tuple[str, ...], tolerations: tuple[Toleration, ...]
-    ) -> bool:
-        return (
-            node.flavor == flavor
-            and node.healthy
-            and not node.cordoned
-            and (not pools or node.pool in pools)
-            and all(
-                t.effect == "PreferNoSchedule" or any(tol.tolerates(t) for tol in tolerations)
-                for t in node.taints
-            )
-        )
 
     def flavor_code(self, flavor: str) -> int:
         try:
