@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import Profile, run_cycle
-from scheduler.core.types import CycleResult, JobRequest, RunningJob, Snapshot
+from scheduler.core.types import CycleResult, JobRequest, Quota, RunningJob, Snapshot, Tenant
 from tests.scheduler.core.builders import BEST_FIT, CLASSES, GPU, make_job, make_node, make_tenants
 
 FLAVORS = ("H100", "A100")
@@ -69,6 +69,12 @@ def worlds(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
         replace(t, quotas={**t.quotas, **make_tenants(*teams, flavor="A100")[k].quotas})
         for k, t in enumerate(tenants)
     ]
+    if draw(st.booleans()):  # team-a and team-b inside a department, which may have a limit
+        g = (teams[0][1] + teams[1][1]) * GPU
+        limit = draw(st.sampled_from([None, g, g + 4 * GPU]))
+        dept = Tenant("dept", "org", {f: Quota(g, limit) for f in FLAVORS})
+        tenants = [replace(t, parent="dept") if t.name in TENANTS[:2] else t for t in tenants]
+        tenants.append(dept)
     first = Snapshot(0.0, tuple(nodes), tuple(tenants), CLASSES, (), tuple(draw(jobs("r", 0.0))))
     result = run_cycle(first, BEST_FIT)
     by_id = {j.id: j for j in first.pending}
@@ -125,21 +131,37 @@ def check_quota(snap: Snapshot, held: list[tuple[JobRequest, str, list]]) -> Non
     for job, flavor, assignments in held:
         if CLASS_OF[job.priority_class].counts_quota:
             usage[(job.tenant, flavor)] += sum(a.gpu_milli for a in assignments)
-    before = quota_usage(snap)
+    usage, before = subtree(snap, usage), subtree(snap, quota_usage(snap))
+    parents = {t.name: t.parent for t in snap.tenants}
     for flavor in FLAVORS:
-        borrowed = idle = 0
+        g = {t.name: t.quotas[flavor].guaranteed for t in snap.tenants if flavor in t.quotas}
         for t in snap.tenants:
             quota = t.quotas.get(flavor)
-            if quota is None:
-                continue
-            used = usage[(t.name, flavor)]
-            # no tenant over its limit (unless it already was before the cycle)
-            if quota.limit is not None:
-                assert used <= max(quota.limit, before[(t.name, flavor)])
-            borrowed += max(0, used - quota.guaranteed)
-            idle += max(0, quota.guaranteed - used)
-        # usage beyond guarantee only from idle guarantee of the cohort
-        assert borrowed <= idle
+            # no tenant (or subtree) over its limit, unless it already was before the cycle
+            if quota is not None and quota.limit is not None:
+                assert usage[(t.name, flavor)] <= max(quota.limit, before[(t.name, flavor)])
+        # usage beyond guarantee only from idle guarantee of siblings, or borrowed by the
+        # parent from further up
+        for parent in {p for p in parents.values() if p is not None}:
+            kids = [k for k, p in parents.items() if p == parent and k in g]
+            borrowed = sum(max(0, usage[(k, flavor)] - g[k]) for k in kids)
+            idle = sum(max(0, g[k] - usage[(k, flavor)]) for k in kids)
+            lent_from_above = max(0, usage[(parent, flavor)] - g[parent]) if parent in g else 0
+            if parents.get(parent) is None:
+                lent_from_above = 0  # the root has nobody to borrow from
+            assert borrowed <= idle + lent_from_above
+
+
+def subtree(snap: Snapshot, usage: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Usage of each tenant's subtree, from usage by the tenants' own jobs."""
+    parents = {t.name: t.parent for t in snap.tenants}
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for (tenant, flavor), milli in usage.items():
+        node: str | None = tenant
+        while node is not None:
+            out[(node, flavor)] += milli
+            node = parents.get(node)
+    return out
 
 
 def quota_usage(snap: Snapshot) -> dict[tuple[str, str], int]:
