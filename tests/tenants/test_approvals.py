@@ -12,7 +12,7 @@ import pytest
 from django.apps import apps as django_apps
 from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from common.errors import ConflictError
@@ -655,3 +655,53 @@ def test_job_approval_request_finds_the_jobs_request(org: Org, pending_job: Job)
     small = submit(org, replicas=1, resources={"gpus": 1, "cpu_milli": 1000, "memory_mib": 1024})
     assert small.state == JobState.QUEUED
     assert job_approval_request(small) is None
+
+
+@pytest.mark.parametrize(
+    ("write", "allowed"),
+    [
+        # research guarantees 32; alpha and bravo 16 each
+        (lambda org: Quota.objects.filter(tenant=org.alpha).update(guaranteed_milli=17000), False),
+        (lambda org: Quota.objects.filter(tenant=org.alpha).update(guaranteed_milli=15000), True),
+        (
+            lambda org: Quota.objects.filter(tenant=org.research).update(guaranteed_milli=31000),
+            False,
+        ),  # below its children's 32
+        (
+            lambda org: f.QuotaFactory(
+                tenant=f.TenantFactory(parent=org.charlie),
+                flavor=org.h100,
+                guaranteed_milli=16001,
+                limit_milli=16001,
+            ),
+            False,
+        ),
+        (
+            lambda org: f.QuotaFactory(
+                tenant=f.TenantFactory(parent=org.charlie),
+                flavor=org.a100,
+                guaranteed_milli=1,
+                limit_milli=1,
+            ),
+            False,
+        ),  # parent: none
+    ],
+    ids=[
+        "child-above",
+        "child-within",
+        "parent-below-children",
+        "new-child-above",
+        "child-without-parent-quota",
+    ],
+)
+def test_the_database_is_the_backstop_for_guarantees(
+    org: Org, write: Callable[[Org], Any], allowed: bool
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigger exists on PostgreSQL only")
+    if allowed:
+        write(org)
+        return
+    with pytest.raises(IntegrityError, match="quota: "), transaction.atomic():
+        write(org)
+    assert guaranteed(org, org.alpha) == 16 and guaranteed(org, org.research) == 32
