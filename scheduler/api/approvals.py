@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from scheduler.approvals import approval_request_decide
 from tenants import selectors
 from tenants.api.governance_serializers import ApprovalDecisionIn, ApprovalRequestOut
+from tenants.approvals import approval_withdraw
 from tenants.models import ApprovalRequest
 
 
@@ -47,6 +48,14 @@ class ApprovalRequestViewSet(
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         return self._decide(request, approve=False)
+
+    @extend_schema(request=None, responses=ApprovalRequestOut)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, pk: str) -> Response:
+        """The requester (or an admin) withdraws a pending quota request; a job's request is
+        withdrawn by cancelling the job."""
+        approval = approval_withdraw(user=request.user, request=self.get_object())
+        return Response(ApprovalRequestOut(approval).data)
 
     def _decide(self, request: Request, *, approve: bool) -> Response:
         approval: ApprovalRequest = self.get_object()
