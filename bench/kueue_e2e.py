@@ -44,7 +44,9 @@ KUEUE = {
 def setup() -> tuple[dict[str, Any], dict[str, Any]]:
     from tenants.models import PriorityClass
 
-    teams: list[tuple[str, str | None, dict[str, Any]]] = [("org", None, {})]
+    teams: list[tuple[str, str | None, dict[str, Any]]] = [
+        ("org", None, {FLAVOR: (600_000, 600_000, None)})
+    ]
     for c in range(COHORTS):
         teams.append((f"cohort-{c}", "org", {FLAVOR: (120_000, 120_000, 0)}))
         teams += [
@@ -107,7 +109,9 @@ def submitter(
     done.set()
 
 
-def run(tick: float, interval: float, limit_s: float) -> dict[str, Any]:
+def run(
+    tick: float, interval: float, limit_s: float, window: int, per_queue: int
+) -> dict[str, Any]:
     from scheduler.backends.simulated import SimulatedCluster, make_nodes
     from scheduler.core import Profile
     from scheduler.daemon import Daemon
@@ -117,9 +121,9 @@ def run(tick: float, interval: float, limit_s: float) -> dict[str, Any]:
     org, classes = setup()
     plan = arrivals(org, classes)
     backend = SimulatedCluster(make_nodes(75, FLAVOR, 8), start_delay_s=0.0, grace_cap_s=0.0)
-    daemon = Daemon(
-        backend, lease=Lease(ttl_s=60), profile=Profile(min_runtime_s=0.0), interval_s=interval
-    )
+    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=Profile(min_runtime_s=0.0),
+                    interval_s=interval, max_pending=window, per_queue=per_queue,
+                    sync_every_s=1.0)  # fmt: skip
     daemon.lease.acquire()
     sync_nodes(daemon, force=True)
     inserted: dict[str, float] = {}
@@ -181,11 +185,13 @@ def main() -> None:
     parser.add_argument("--tick", type=float, default=0.1, help="submitter period, s")
     parser.add_argument("--interval", type=float, default=0.02, help="daemon idle wait, s")
     parser.add_argument("--limit", type=float, default=900.0, help="give up after, s")
+    parser.add_argument("--window", type=int, default=500, help="queued jobs per cycle, at most")
+    parser.add_argument("--per-queue", type=int, default=10, help="heads per team x class")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     fresh_database(args.database_url)
-    out = run(args.tick, args.interval, args.limit)
+    out = run(args.tick, args.interval, args.limit, args.window, args.per_queue)
     print(json.dumps(out, indent=2))
     if args.json:
         keys = ("wall_s", "admission_mean_s", "usage_pct")

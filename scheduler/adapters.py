@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Window
+from django.db.models.functions import RowNumber
 
 from scheduler.core.types import (
     Device,
@@ -57,7 +58,6 @@ JOB_FIELDS = (
     "priority_class_id",
     "job_type",
     "state",
-    "spec",
     "replicas",
     "gpu_milli_per_replica",
     "gpu_memory_mib",
@@ -74,6 +74,15 @@ JOB_FIELDS = (
     "project__namespace",
     "name",
 )
+# The spec keys the engine needs, read as JSON paths so the whole spec (commands,
+# environment) is not parsed for every job of every cycle.
+SPEC_KEYS = {
+    "min_replicas": "spec__min_replicas",
+    "pools": "spec__pools",
+    "estimated_runtime_s": "spec__estimated_runtime_s",
+    "checkpointable": "spec__checkpointable",
+    "rdma": "spec__resources__rdma",
+}
 KINDS = {k.value.replace("_", "-"): k for k in JobKind}
 # Holding allocations: the states in which a job may hold devices.
 HOLDING = (S.ADMITTED, S.BINDING, S.RUNNING, S.PREEMPTED)
@@ -94,7 +103,12 @@ class Built:
     devices: dict[tuple[str, int], int]  # (node name, index) -> device id
 
 
-def build_snapshot(now: float, *, decayed: Mapping[str, float], max_pending: int = 20_000) -> Built:
+def build_snapshot(
+    now: float, *, decayed: Mapping[str, float], max_pending: int = 20_000, per_queue: int = 0
+) -> Built:
+    """`max_pending` bounds the queue the engine sees (by priority, then age); `per_queue`,
+    when set, keeps only the first jobs of each tenant x priority class (kueue's queue heads):
+    a job behind `per_queue` others of its own queue could not start before them anyway."""
     nodes, devices, node_ids = _nodes()
     tenants, slugs = _tenants()
     classes = {
@@ -117,13 +131,20 @@ def build_snapshot(now: float, *, decayed: Mapping[str, float], max_pending: int
     holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
     running_rows = {
         j["id"]: j
-        for j in Job.objects.filter(Exists(holding), state__in=HOLDING).values(*JOB_FIELDS)
+        for j in Job.objects.filter(Exists(holding), state__in=HOLDING).values(
+            *JOB_FIELDS, *SPEC_KEYS.values()
+        )
     }
     running = _running(running_rows, slugs, classes, nodes)
+    queued = Job.objects.filter(state=S.QUEUED)
+    if per_queue:
+        place = Window(RowNumber(), partition_by=[F("tenant_id"), F("priority_class_id")],
+                       order_by=[F("queued_at").asc(), F("id").asc()])  # fmt: skip
+        queued = queued.annotate(place=place).filter(place__lte=per_queue)
     pending_rows = list(
-        Job.objects.filter(state=S.QUEUED)
-        .order_by(-F("priority_class__value"), "queued_at", "id")
-        .values(*JOB_FIELDS)[:max_pending]
+        queued.order_by(-F("priority_class__value"), "queued_at", "id").values(
+            *JOB_FIELDS, *SPEC_KEYS.values()
+        )[:max_pending]
     )
     pending = tuple(job_request(r, slugs, classes) for r in pending_rows)
     snapshot = Snapshot(
@@ -226,8 +247,7 @@ def _tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
 def job_request(
     row: Mapping[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
 ) -> JobRequest:
-    spec = row["spec"] or {}
-    res = spec.get("resources") or {}
+    spec = {key: row.get(path) for key, path in SPEC_KEYS.items()}
     inference = row["job_type"] == "inference"
     return JobRequest(
         id=str(row["id"]),
@@ -238,7 +258,7 @@ def job_request(
             row["gpu_memory_mib"] or 0,
             row["cpu_milli"],
             row["memory_mib"],
-            res.get("rdma") or 0,
+            spec["rdma"] or 0,
         ),
         replicas=row["replicas"],
         user=str(row["submitted_by_id"]),

@@ -6,6 +6,9 @@ lease expires. Every write is fenced by the lease epoch. The loop is driven by `
 which returns whether it did work; `run()` waits between steps on LISTEN/NOTIFY (PostgreSQL)
 or polling. Time is injectable (`clock`, `sleep`) so tests never wait on the wall clock.
 
+`sync_every_s` spaces the inventory and health sync (every cycle by default; node changes
+also arrive by the database flags it reads then).
+
 Test hooks: `hooks[name]()` is called at "claimed" (after phase A committed), "pods_created",
 "bound" and "before_commit" (inside phase C's transaction); raising there simulates a crash.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -69,15 +73,17 @@ class Daemon:
         sleep: Callable[[float], None] = time.sleep,
         interval_s: float = 2.0,
         max_pending: int = 20_000,
+        per_queue: int = 0,
         hooks: dict[str, Callable[[], None]] | None = None,
         on_cycle: Callable[[Daemon], None] | None = None,
+        sync_every_s: float = 0.0,
     ) -> None:
         self.backend = backend
         self.lease = lease or Lease()
         self.profile = profile or Profile()
         self.clock, self.sleep = clock, sleep
         self.interval_s = interval_s
-        self.max_pending = max_pending
+        self.max_pending, self.per_queue = max_pending, per_queue
         self.hooks = hooks or {}
         self.on_cycle = on_cycle
         self.random = random.Random().random  # noqa: S311 - jitter
@@ -88,6 +94,9 @@ class Daemon:
         self._usage: dict[str, int] = {}
         self._usage_at: float | None = None
         self.errors = 0
+        self.sync_every_s = sync_every_s
+        self._synced_at = -math.inf
+        self._renewed = -math.inf
         self.stop = threading.Event()
         self.last: CycleStats | None = None
 
@@ -113,6 +122,7 @@ class Daemon:
             elif not self.lease.renew():
                 log.warning("lease lost; standing by")
                 return False
+            self._renewed = time.monotonic()
             stats = self.cycle()
             self.errors = 0
             return bool(stats.placed or stats.reconciled or stats.released or stats.preempted)
@@ -166,7 +176,9 @@ class Daemon:
         stats = CycleStats(self.cycle_no, self.lease.epoch)
         clock = _Phases(stats)
         with clock("sync"):
-            sync_nodes(self)
+            if self.clock() - self._synced_at >= self.sync_every_s:
+                sync_nodes(self)
+                self._synced_at = self.clock()
         with clock("reconcile"):
             rec = reconcile(self)
             stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans
@@ -174,7 +186,10 @@ class Daemon:
             autoscale(self)
         with clock("snapshot"):
             built = build_snapshot(
-                self.clock(), decayed=self._decay(), max_pending=self.max_pending
+                self.clock(),
+                decayed=self._decay(),
+                max_pending=self.max_pending,
+                per_queue=self.per_queue,
             )
             self._record_usage(built.snapshot)
             stats.considered = len(built.pending_ids)
@@ -200,8 +215,13 @@ class Daemon:
         return stats
 
     def _renew(self) -> None:
+        """Renew between phases once a third of the TTL has passed (deadlines on the
+        monotonic clock; the lease's own times are the database's)."""
+        if time.monotonic() - self._renewed < self.lease.ttl_s / 3:
+            return
         if not self.lease.renew():
             raise LeaseLost("lease lost during the cycle")
+        self._renewed = time.monotonic()
 
     def _decay(self) -> dict[str, float]:
         now = self.clock()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from scheduler.adapters import Built, Change, release, set_reasons, set_state_fast, transition_many
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gantry.daemon")
 S = JobState
 RUNNING_STATES = (S.ADMITTED, S.BINDING, S.RUNNING)
+REASONS_PER_CYCLE = 500
 
 
 @dataclass
@@ -70,7 +71,11 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
                 waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
         _place(daemon, built, result, plan, now)
         current = {int(k): r["reason"] for k, r in built.jobs.items()}
-        set_reasons({j: m for j, m in waiting.items() if j not in plan.claimed}, current)
+        # The head of the queue first; the rest catch up on later cycles (bounds the writes
+        # of a cycle when thousands wait and their reasons' figures keep changing).
+        order = [j for j in built.pending_ids if j in waiting and j not in plan.claimed]
+        changed = [j for j in order if current.get(j) != waiting[j][:500]][:REASONS_PER_CYCLE]
+        set_reasons({j: waiting[j] for j in changed}, current)
     return plan
 
 
@@ -157,47 +162,99 @@ def _unclaim(job_id: int, now: datetime) -> None:
     )
 
 
+ALLOCATION_COLUMNS = (
+    "job_id",
+    "node_id",
+    "attempt",
+    "replica",
+    "pod_name",
+    "namespace",
+    "flavor",
+    "gpu_milli",
+    "elastic",
+    "epoch",
+    "started_at",
+    "end_reason",
+)
+
+
 def _allocate(
     daemon: Daemon, built: Built, placements: list[Placement], plan: Plan, now: datetime
 ) -> None:
-    rows: list[Allocation] = []
+    rows: list[tuple[Any, ...]] = []
     shares: list[list[tuple[int, int, int]]] = []
     requests: list[PodRequest] = []
+    specs = dict(
+        Job.objects.filter(id__in=[int(p.job_id) for p in placements]).values_list("id", "spec")
+    )
+    epoch = daemon.lease.epoch or 0
     for placement in placements:
-        row = built.jobs[placement.job_id]
+        row = {**built.jobs[placement.job_id], "spec": specs.get(int(placement.job_id))}
         for a in placement.assignments:
             request = pod_request(row, a.replica, a.node, tuple(s.device for s in a.shares))
             rows.append(
-                Allocation(
-                    job_id=row["id"],
-                    node_id=built.nodes[a.node],
-                    attempt=row["attempt"],
-                    replica=a.replica,
-                    pod_name=request.name,
-                    namespace=request.namespace,
-                    flavor=placement.flavor,
-                    gpu_milli=a.gpu_milli,
-                    elastic=a.elastic,
-                    epoch=daemon.lease.epoch or 0,
-                    started_at=now,
+                (
+                    row["id"],
+                    built.nodes[a.node],
+                    row["attempt"],
+                    a.replica,
+                    request.name,
+                    request.namespace,
+                    placement.flavor,
+                    a.gpu_milli,
+                    a.elastic,
+                    epoch,
+                    now,
+                    "",
                 )
             )
             shares.append(
                 [(built.devices[(a.node, s.device)], s.milli, s.memory_mib) for s in a.shares]
             )
             requests.append(request)
-    Allocation.objects.bulk_create(rows, batch_size=2000)
-    AllocationDevice.objects.bulk_create(
-        [
-            AllocationDevice(allocation_id=r.pk, device_id=d, milli=m, memory_mib=mem)
-            for r, per in zip(rows, shares, strict=True)
-            for (d, m, mem) in per
-        ],
-        batch_size=5000,
-    )
-    for allocation, request in zip(rows, requests, strict=True):
-        plan.pods.setdefault(allocation.job_id, []).append(request)
-        plan.allocations.setdefault(allocation.job_id, []).append(allocation.pk)
+    ids = insert_allocations(rows, shares)
+    for allocation_id, request in zip(ids, requests, strict=True):
+        plan.pods.setdefault(request.job_id, []).append(request)
+        plan.allocations.setdefault(request.job_id, []).append(allocation_id)
+
+
+def insert_allocations(
+    rows: list[tuple[Any, ...]], shares: list[list[tuple[int, int, int]]]
+) -> list[int]:
+    """Allocation rows (ALLOCATION_COLUMNS) and their device shares; returns the ids. On
+    PostgreSQL through COPY with ids drawn from the sequence first (the triggers fire for
+    COPY as for INSERT); elsewhere bulk_create."""
+    if connection.vendor != "postgresql":
+        made = Allocation.objects.bulk_create(
+            [Allocation(**dict(zip(ALLOCATION_COLUMNS, r, strict=True))) for r in rows]
+        )
+        ids = [a.pk for a in made]
+        AllocationDevice.objects.bulk_create(
+            [
+                AllocationDevice(allocation_id=i, device_id=d, milli=m, memory_mib=mem)
+                for i, per in zip(ids, shares, strict=True)
+                for (d, m, mem) in per
+            ]
+        )
+        return ids
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence('scheduler_allocation', 'id'))"
+            " FROM generate_series(1, %s)",
+            [len(rows)],
+        )
+        ids = [r[0] for r in cursor.fetchall()]
+        raw = cursor.cursor
+        columns = ", ".join(("id", *ALLOCATION_COLUMNS))
+        with raw.copy(f"COPY scheduler_allocation ({columns}) FROM STDIN") as copy:
+            for allocation_id, row in zip(ids, rows, strict=True):
+                copy.write_row((allocation_id, *row))
+        share_columns = "allocation_id, device_id, milli, memory_mib, released"
+        with raw.copy(f"COPY scheduler_allocationdevice ({share_columns}) FROM STDIN") as copy:
+            for allocation_id, per in zip(ids, shares, strict=True):
+                for device, milli, memory in per:
+                    copy.write_row((allocation_id, device, milli, memory, False))
+    return ids
 
 
 def pod_request(

@@ -93,9 +93,9 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
     jobs = {
         j["id"]: j
-        for j in Job.objects.filter(id__in={a["job_id"] for a in allocs}).values(
-            "id", "state", "attempt", "spec", "started_at", "max_runtime_s", "job_type"
-        )
+        for j in Job.objects.filter(
+            Exists(Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True))
+        ).values("id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type")
     }
     bad_gpu = set(
         AllocationDevice.objects.filter(
@@ -275,7 +275,7 @@ def _apply(
 def _failure_change(
     job: Mapping[str, Any], reason: FailureReason, detail: str, failures: int, now: datetime
 ) -> Change:
-    retry = (job["spec"] or {}).get("retry") or {}
+    retry = job["spec__retry"] or {}
     limit, backoff = int(retry.get("limit", 0)), int(retry.get("backoff_s", 30))
     why = WHY.get(reason, str(reason)) + (f" ({detail})" if detail else "")
     infra = reason in INFRA and job["attempt"] + 1 < INFRA_ATTEMPTS

@@ -67,8 +67,9 @@ def test_waiting_job_gets_a_reason(env: Env) -> None:
 
 
 def test_failed_attempt_retries_with_backoff_then_fails(env: Env) -> None:
-    job = env.submit(simulation={"duration_s": 10, "fail": True},
-                     retry={"limit": 1, "backoff_s": 30})  # fmt: skip
+    job = env.submit(
+        simulation={"duration_s": 10, "fail": True}, retry={"limit": 1, "backoff_s": 30}
+    )
     daemon = env.daemon()
     env.run(daemon, cycles=2)
     env.run(daemon, seconds=12)
@@ -96,9 +97,15 @@ def test_failed_attempt_retries_with_backoff_then_fails(env: Env) -> None:
         (FailureReason.NODE_LOST, 0, "queued", "node lost"),
         (FailureReason.DEADLINE_EXCEEDED, 3, "failed", "deadline"),
     ],
-    ids=["oom-retried", "oom-no-retries-left", "image-pull-final", "evicted-infra",
-         "node-lost-infra", "deadline-final"],
-)  # fmt: skip
+    ids=[
+        "oom-retried",
+        "oom-no-retries-left",
+        "image-pull-final",
+        "evicted-infra",
+        "node-lost-infra",
+        "deadline-final",
+    ],
+)
 def test_pod_failure_reason_decides_retry(
     env: Env, reason: FailureReason, limit: int, final_state: str, text: str
 ) -> None:
@@ -138,8 +145,17 @@ def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:
     from scheduler.daemon_apply import pod_request
 
     row = Job.objects.filter(pk=job.pk).values(
-        "id", "attempt", "spec", "replicas", "gpu_milli_per_replica", "gpu_memory_mib",
-        "cpu_milli", "memory_mib", "job_type", "project__namespace")[0]  # fmt: skip
+        "id",
+        "attempt",
+        "spec",
+        "replicas",
+        "gpu_milli_per_replica",
+        "gpu_memory_mib",
+        "cpu_milli",
+        "memory_mib",
+        "job_type",
+        "project__namespace",
+    )[0]
     stray = pod_request({**row, "id": 999_999}, 0, "h100-0003", (7,))
     env.backend.create_pod(stray)
     env.backend.vanish_pod(f"gantry-{job.pk}-a0-r0")
@@ -152,14 +168,20 @@ def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:
 
 
 def test_preemption_waits_for_victims_to_stop(env: Env) -> None:
-    low = [env.submit(resources={"gpus": 8}, priority_class="low",
-                      simulation={"duration_s": 10_000}) for _ in range(4)]  # fmt: skip
+    low = [
+        env.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 10_000})
+        for _ in range(4)
+    ]
     daemon = env.daemon()
     daemon.profile = type(daemon.profile)(min_runtime_s=0)
     env.run(daemon, seconds=2, cycles=2)
     assert Job.objects.filter(state="running").count() == 4
-    urgent = env.submit(user="alice", resources={"gpus": 8}, priority_class="critical",
-                        simulation={"duration_s": 60})  # fmt: skip
+    urgent = env.submit(
+        user="alice",
+        resources={"gpus": 8},
+        priority_class="critical",
+        simulation={"duration_s": 60},
+    )
     env.run(daemon)
     urgent.refresh_from_db()
     victims = [j for j in low if Job.objects.get(pk=j.pk).state == "preempted"]
@@ -171,4 +193,41 @@ def test_preemption_waits_for_victims_to_stop(env: Env) -> None:
     assert urgent.state in ("binding", "running")
     victim = Job.objects.get(pk=victims[0].pk)
     assert (victim.state, victim.attempt) == ("queued", 1)
+    assert_consistent(env.backend)
+
+
+def test_stale_snapshot_conflict_requeues_only_the_conflicting_jobs(
+    env: Env, monkeypatch: Any
+) -> None:
+    from django.utils import timezone
+
+    import scheduler.daemon as daemon_module
+    from scheduler.models import AllocationDevice, Node
+
+    jobs = [env.submit(resources={"gpus": 8}, simulation={"duration_s": 600}) for _ in range(4)]
+    daemon = env.daemon()
+    env.run(daemon, cycles=0)
+    real = daemon_module.build_snapshot
+
+    def stale(*args: Any, **kwargs: Any) -> Any:
+        built = real(*args, **kwargs)  # then, behind the snapshot's back, a rogue holder:
+        rogue = Allocation.objects.create(
+            job=jobs[0],
+            node=Node.objects.get(name="h100-0000"),
+            attempt=9,
+            replica=0,
+            pod_name="rogue",
+            namespace="x",
+            started_at=timezone.now(),
+        )
+        for device in GpuDevice.objects.filter(node__name="h100-0000"):
+            AllocationDevice.objects.create(allocation=rogue, device=device, milli=1000)
+        return built
+
+    monkeypatch.setattr(daemon_module, "build_snapshot", stale)
+    daemon.step()
+    states = sorted(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
+    assert states == ["binding", "binding", "binding", "queued"]
+    conflicted = Job.objects.get(pk__in=[j.pk for j in jobs], state="queued")
+    assert "conflicted" in conflicted.reason
     assert_consistent(env.backend)

@@ -54,6 +54,12 @@ class Command(BaseCommand):
             help="Do not submit generated demo jobs (simulated backend only).",
         )
         parser.add_argument("--demo-every", type=float, default=15.0)
+        parser.add_argument(
+            "--per-queue",
+            type=int,
+            default=0,
+            help="queued jobs per tenant x priority class the engine sees (0: all)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         backend = make_backend(options["backend"], options["nodes_csv"])
@@ -67,6 +73,8 @@ class Command(BaseCommand):
             lease=Lease(ttl_s=options["lease_ttl"]),
             interval_s=options["interval"],
             on_cycle=on_cycle,
+            sync_every_s=min(1.0, options["interval"]),
+            per_queue=options["per_queue"],
         )
 
         def stop(signum: int, _frame: Any) -> None:
