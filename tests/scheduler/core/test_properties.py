@@ -123,7 +123,7 @@ def check_promises(snap: Snapshot, result: CycleResult) -> None:
             assert {a.replica for a in p.assignments} >= set(range(job.gang_size))
         assert all(nodes[a.node].healthy for a in p.assignments)
     check_quota(snap, held)
-    check_victims(snap, result)
+    check_victims(snap, result, held)
 
 
 def check_quota(snap: Snapshot, held: list[tuple[JobRequest, str, list]]) -> None:
@@ -172,8 +172,17 @@ def quota_usage(snap: Snapshot) -> dict[tuple[str, str], int]:
     return usage
 
 
-def check_victims(snap: Snapshot, result: CycleResult) -> None:
+def check_victims(snap: Snapshot, result: CycleResult, held: list) -> None:
+    """A victim of another tenant must belong to one that borrowed: before the cycle, or
+    once this cycle's admissions are counted (the victim still included), since a tenant
+    that borrows idle guarantee early in a cycle can be reclaimed from later in it."""
     before = quota_usage(snap)
+    peak = defaultdict(int, before)
+    for job, flavor, assignments in held:
+        if CLASS_OF[job.priority_class].counts_quota and job.id not in {
+            r.job.id for r in snap.running
+        }:
+            peak[(job.tenant, flavor)] += sum(a.gpu_milli for a in assignments)
     guarantee = {(t.name, f): q.guaranteed for t in snap.tenants for f, q in t.quotas.items()}
     running = {r.job.id: r for r in snap.running}
     jobs = {j.id: j for j in snap.pending}
@@ -183,9 +192,8 @@ def check_victims(snap: Snapshot, result: CycleResult) -> None:
         v_class, p_class = CLASS_OF[victim.job.priority_class], CLASS_OF[preemptor.priority_class]
         extras_only = not p.whole_job
         lower_same_tenant = victim.job.tenant == preemptor.tenant and v_class.value < p_class.value
-        reclaim = victim.job.tenant != preemptor.tenant and before[
-            (victim.job.tenant, victim.flavor)
-        ] > guarantee.get((victim.job.tenant, victim.flavor), 0)
+        key = (victim.job.tenant, victim.flavor)
+        reclaim = victim.job.tenant != preemptor.tenant and peak[key] > guarantee.get(key, 0)
         assert extras_only or not v_class.counts_quota or lower_same_tenant or reclaim, p
         assert v_class.preemptible or extras_only
         assert p_class.preempting and p_class.counts_quota
