@@ -223,6 +223,10 @@ GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
 GANTRY_SEED_DEMO = env_bool("GANTRY_SEED_DEMO")
 GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S", "2"))
 
+# How many reverse proxies (ingress, load balancer) sit in front of the web server: the login
+# guard then takes the client address from X-Forwarded-For, that many hops from the right.
+GANTRY_TRUSTED_PROXIES = int(os.environ.get("GANTRY_TRUSTED_PROXIES", "0"))
+
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the portal's HTMX requests read it to send X-CSRFToken
 X_FRAME_OPTIONS = "DENY"
