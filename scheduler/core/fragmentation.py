@@ -211,16 +211,23 @@ class FragmentationModel:
 
     def assign(self, i: int, request: PodRequest, devices: Sequence[int]) -> None:
         """Take ``request`` on node ``i`` using ``devices`` (from ``select``/``choose_devices``)."""
-        if len(devices) != request.gpu_count:
+        if len(set(devices)) != request.gpu_count:
             raise ValueError(f"{request} needs {request.gpu_count} devices, got {devices}")
         dev = np.asarray(devices, dtype=np.int64)
-        self.gpu_free[i, dev] -= request.gpu_milli
-        self.gpu_memory_free[i, dev] -= request.gpu_memory_mib
-        self.cpu_free[i] -= request.cpu_milli
-        self.memory_free[i] -= request.memory_mib
-        if (self.gpu_free[i] < 0).any() or self.cpu_free[i] < 0 or self.memory_free[i] < 0:
-            raise ValueError(f"{request} does not fit on node {i}")
-        self._refresh(i)
+        free, gmem = self.gpu_free[i].copy(), self.gpu_memory_free[i].copy()
+        free[dev] -= request.gpu_milli
+        gmem[dev] -= request.gpu_memory_mib
+        cpu = int(self.cpu_free[i]) - request.cpu_milli
+        mem = int(self.memory_free[i]) - request.memory_mib
+        if (free < 0).any() or (gmem < 0).any() or cpu < 0 or mem < 0:
+            raise ValueError(f"{request} does not fit on node {i} devices {devices}")
+        self.update_node(
+            i,
+            gpu_free_milli=free,
+            cpu_free_milli=cpu,
+            memory_free_mib=mem,
+            gpu_memory_free_mib=gmem,
+        )
 
     def node_fragmentation(self) -> FloatArray:
         """Expected fragmentation ``[N]`` in milli-GPU under the current mix."""
@@ -241,7 +248,7 @@ class FragmentationModel:
 
     def _add_cache_column(self, first_new: int) -> None:
         n = len(self._mix)
-        if n > self._cache.shape[1]:
+        while n > self._cache.shape[1]:
             self._cache = np.concatenate([self._cache, np.zeros_like(self._cache)], axis=1)
         self._cache[:, first_new:n] = self._fragmentation_of(
             np.arange(first_new, n, dtype=np.int64),

@@ -125,6 +125,26 @@ def test_choose_devices(gpu_free, gmem, request_, expected):
     assert model.choose_devices(0, request_) == expected
 
 
+@pytest.mark.parametrize(
+    ("request_", "devices"),
+    [
+        pytest.param(share(500), (1,), id="device-too-full"),
+        pytest.param(whole(2), (0, 0), id="same-device-twice"),
+        pytest.param(whole(2), (0,), id="too-few-devices"),
+        pytest.param(PodRequest(32000, 1024), (), id="cpu-too-large"),
+    ],
+)
+def test_assign_refuses_and_changes_nothing(request_, devices):
+    model = make_model([[1000, 300]])
+    model.observe(share(500))
+    before = (model.gpu_free.copy(), model.cpu_free.copy(), model.node_fragmentation())
+    with pytest.raises(ValueError):
+        model.assign(0, request_, devices)
+    assert (model.gpu_free == before[0]).all()
+    assert (model.cpu_free == before[1]).all()
+    assert model.node_fragmentation() == pytest.approx(before[2])
+
+
 def test_choose_devices_refuses_what_does_not_fit():
     model = make_model([[1000, 300]])
     with pytest.raises(ValueError, match="does not fit"):
