@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench"
@@ -108,3 +109,17 @@ def percentile(values: Sequence[float], q: float) -> float:
         return 0.0
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
+
+
+def postgres_cpu_s() -> float:
+    """CPU seconds used so far by this connection's PostgreSQL backend (from /proc)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # PostgreSQL on another host
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
