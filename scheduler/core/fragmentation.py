@@ -54,6 +54,7 @@ gpu_memory_free=None, **profile)``
       node i: for a share, the device whose use adds the least fragmentation; for whole GPUs,
       the lowest-indexed fully free devices; ``()`` for CPU-only.
     - ``node_fragmentation() -> float64[N]``: expected fragmentation of every node.
+    - ``copy()``: an independent model, for placing a gang tentatively.
 
 ``expected_fragmentation(...)``: the same measure for arbitrary node arrays and a given mix,
 without a cache (used by tests and benchmarks to check the model).
@@ -61,6 +62,7 @@ without a cache (used by tests and benchmarks to check the model).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -228,6 +230,10 @@ class FragmentationModel:
             memory_free_mib=mem,
             gpu_memory_free_mib=gmem,
         )
+
+    def copy(self) -> FragmentationModel:
+        """An independent copy: place a gang on it, keep it to commit, drop it to discard."""
+        return copy.deepcopy(self)
 
     def node_fragmentation(self) -> FloatArray:
         """Expected fragmentation ``[N]`` in milli-GPU under the current mix."""

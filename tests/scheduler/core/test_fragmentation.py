@@ -145,6 +145,18 @@ def test_assign_refuses_and_changes_nothing(request_, devices):
     assert model.node_fragmentation() == pytest.approx(before[2])
 
 
+def test_copy_is_independent():
+    # A gang placed tentatively on a copy leaves the original untouched until committed.
+    model = make_model([[1000, 1000]])
+    model.observe(whole(2))
+    tentative = model.copy()
+    tentative.observe(share(500))
+    tentative.assign(0, whole(2), (0, 1))
+    assert model.gpu_free.tolist() == [[1000, 1000]]
+    assert model.mix() == [(whole(2), 1.0)]
+    assert tentative.gpu_free.tolist() == [[0, 0]]
+
+
 def test_choose_devices_refuses_what_does_not_fit():
     model = make_model([[1000, 300]])
     with pytest.raises(ValueError, match="does not fit"):
