@@ -157,7 +157,7 @@ def type_fragmentation(
         (usable_count[:, local] >= mix.count[types])
         & (cpu_free[:, None] >= mix.cpu[types])
         & (memory_free[:, None] >= mix.mem[types])
-        & mix.model_ok[model_ids][:, types]
+        & mix.model_ok[np.ix_(model_ids, types)]
     )
     return np.asarray(total[:, None] - np.where(fits, usable_milli[:, local], 0), dtype=np.int64)
 
