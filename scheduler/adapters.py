@@ -19,6 +19,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
+from django.utils import timezone
 
 from scheduler.core.types import (
     Device,
@@ -138,8 +139,11 @@ def build_snapshot(
     running = _running(running_rows, slugs, classes, nodes)
     queued = Job.objects.filter(state=S.QUEUED)
     if per_queue:
-        place = Window(RowNumber(), partition_by=[F("tenant_id"), F("priority_class_id")],
-                       order_by=[F("queued_at").asc(), F("id").asc()])  # fmt: skip
+        place = Window(
+            RowNumber(),
+            partition_by=[F("tenant_id"), F("priority_class_id")],
+            order_by=[F("queued_at").asc(), F("id").asc()],
+        )
         queued = queued.annotate(place=place).filter(place__lte=per_queue)
     pending_rows = list(
         queued.order_by(-F("priority_class__value"), "queued_at", "id").values(
@@ -350,9 +354,9 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
         if state not in change.from_states or not is_allowed(state, change.to_state):
             continue
         done[job_id] = state
-        events.append(JobEvent(job_id=job_id, kind=change.kind, from_state=state,
-                               to_state=change.to_state, message=change.message[:1000],
-                               data=change.data))  # fmt: skip
+        events.append(
+            (job_id, change.kind, state, change.to_state, change.message[:1000], change.data)
+        )
         key = (change.to_state, (change.reason or "")[:500], change.new_attempt, change.not_before)
         groups[key].append(job_id)
     for (to_state, reason, new_attempt, not_before), ids in groups.items():
@@ -366,8 +370,15 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
         elif to_state in FINAL_STATES:
             fields["finished_at"] = now
         Job.objects.filter(id__in=ids).update(**fields)
-    JobEvent.objects.bulk_create(events, batch_size=2000)
+    insert_events(events)
     return done
+
+
+CLAIM_SQL = (
+    "UPDATE scheduler_job SET state = %s, reason = %s, updated_at = %s{started}"
+    " WHERE id IN (SELECT id FROM scheduler_job WHERE id = ANY(%s) AND state = %s"
+    " FOR UPDATE SKIP LOCKED) RETURNING id"
+)
 
 
 def set_state_fast(
@@ -378,27 +389,63 @@ def set_state_fast(
     message: str,
     reason: str = "",
 ) -> list[int]:
-    """The hot path of a CAS for many jobs in one state: lock what is free, one UPDATE, one
-    bulk insert of events. Must run in a transaction."""
-    claimed = list(
-        Job.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(id__in=list(ids), state=from_state)
-        .values_list("id", flat=True)
-    )
-    extra: dict[str, Any] = {"started_at": now} if to_state == S.RUNNING else {}
-    Job.objects.filter(id__in=claimed).update(
-        state=to_state, reason=reason, updated_at=now, **extra
-    )
-    JobEvent.objects.bulk_create(
-        [
-            JobEvent(
-                job_id=i, kind="state", from_state=from_state, to_state=to_state, message=message
-            )
-            for i in claimed
-        ],
-        batch_size=2000,
-    )
+    """The hot path of a CAS for many jobs in one state: lock what is free and update it (one
+    statement on PostgreSQL), then the events in one COPY. Must run in a transaction."""
+    ids = list(ids)
+    if not ids:
+        return []
+    started = ", started_at = %s" if to_state == S.RUNNING else ""
+    if connection.vendor == "postgresql":
+        sql = CLAIM_SQL.format(started=started)
+        params: list[Any] = [to_state, reason, now, *([now] if started else []), ids, from_state]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            claimed = [row[0] for row in cursor.fetchall()]
+    else:
+        claimed = list(
+            Job.objects.filter(id__in=ids, state=from_state).values_list("id", flat=True)
+        )
+        extra: dict[str, Any] = {"started_at": now} if started else {}
+        Job.objects.filter(id__in=claimed).update(
+            state=to_state, reason=reason, updated_at=now, **extra
+        )
+    insert_events([(i, "state", from_state, to_state, message) for i in claimed])
     return claimed
+
+
+def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
+    """JobEvent rows (job id, kind, from, to, message[, data]): COPY on PostgreSQL."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job_id=r[0],
+                    kind=r[1],
+                    from_state=r[2],
+                    to_state=r[3],
+                    message=r[4],
+                    data=r[5] if len(r) > 5 else {},
+                )
+                for r in rows
+            ],
+            batch_size=2000,
+        )
+        return
+    from psycopg.types.json import Jsonb
+
+    columns = "job_id, at, kind, from_state, to_state, message, data"
+    at = timezone.now()  # as auto_now_add would: event times are wall time
+    sql = f"COPY scheduler_jobevent ({columns}) FROM STDIN"
+    with (
+        connection.cursor() as cursor,
+        connection.wrap_database_errors,
+        cursor.cursor.copy(sql) as copy,
+    ):
+        for row in rows:
+            data = Jsonb(row[5] if len(row) > 5 else {})
+            copy.write_row((row[0], at, row[1], row[2], row[3], row[4][:1000], data))
 
 
 def set_reasons(reasons: Mapping[int, str], current: Mapping[int, str]) -> int:
