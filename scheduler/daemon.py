@@ -90,6 +90,7 @@ class Daemon:
         self.backend_retries, self.backend_backoff_s = 4, 0.05
         self.cycle_no = 0
         self.node_prints: dict[str, Any] = {}
+        self.cluster_cordons: set[str] = set()  # nodes this daemon cordoned in the cluster
         self.decayed: dict[str, float] = {}
         self._usage: dict[str, int] = {}
         self._usage_at: float | None = None

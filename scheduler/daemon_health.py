@@ -83,10 +83,20 @@ def _health(daemon: Daemon, infos: dict[str, NodeInfo]) -> None:
         daemon.lease.fence()
         for node in nodes:
             _judge_node(daemon, node, sick, infos.get(node.name))
-    for node in Node.objects.filter(name__in=list(infos)).only("name", "cordoned"):
-        info = infos[node.name]
-        if info.unschedulable != node.cordoned:
-            daemon.backend.set_node_unschedulable(node.name, node.cordoned)
+    _mirror_cordons(daemon, infos)
+
+
+def _mirror_cordons(daemon: Daemon, infos: dict[str, NodeInfo]) -> None:
+    """Gantry's cordons go to the cluster. A node the cluster's own admins cordoned is left
+    alone: the daemon uncordons in the cluster only what it cordoned there itself."""
+    cordoned = set(Node.objects.filter(cordoned=True).values_list("name", flat=True))
+    for name, info in infos.items():
+        if name in cordoned and not info.unschedulable:
+            daemon.backend.set_node_unschedulable(name, True)
+            daemon.cluster_cordons.add(name)
+        elif name not in cordoned and info.unschedulable and name in daemon.cluster_cordons:
+            daemon.backend.set_node_unschedulable(name, False)
+            daemon.cluster_cordons.discard(name)
 
 
 def _judge_node(daemon: Daemon, node: Node, sick: dict[int, int], info: NodeInfo | None) -> None:

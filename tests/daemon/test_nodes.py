@@ -132,8 +132,12 @@ def test_drain_by_platform_admin_moves_jobs_and_others_may_not(env: Env, clients
     job.refresh_from_db()
     assert job.attempt == 1 and job.state in ("binding", "running")
     assert node_of(job) != first.name
+    unschedulable = {n.name: n.unschedulable for n in env.backend.list_nodes()}
+    assert unschedulable[first.name] is True  # the cordon reached the cluster
     response = clients("pat").post(f"/api/v1/nodes/{first.pk}/uncordon/", {}, format="json")
     assert response.status_code == 200 and response.json()["cordoned"] is False
+    env.run(daemon)
+    assert not any(n.unschedulable for n in env.backend.list_nodes())
     assert_consistent(env.backend)
 
 
