@@ -11,13 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from common.errors import ConflictError
 from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel
 from tests import factories as f
+from tests.concurrency import run_in_threads
 
 S = JobState
 FINAL = {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.REJECTED}
@@ -174,27 +174,6 @@ def test_cancel_with_a_stale_copy_of_a_finished_job_is_refused() -> None:
 
 
 # --- races --------------------------------------------------------------------------------
-
-
-def run_in_threads(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """Run each call in its own thread; ("ok", result) or ("error", exception) per call."""
-    results: list[tuple[str, Any]] = [("pending", None)] * len(calls)
-
-    def runner(index: int, call: Callable[[], Any]) -> None:
-        try:
-            results[index] = ("ok", call())
-        except Exception as exc:
-            results[index] = ("error", exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=runner, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    return results
 
 
 RACES = [

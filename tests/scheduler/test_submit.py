@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.core.exceptions import PermissionDenied
-from django.db import connection
 from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
@@ -17,6 +15,7 @@ from scheduler.models import Job, JobEvent
 from scheduler.services import job_submit
 from tenants.models import PriorityClass
 from tenants.services import priority_default_set
+from tests.concurrency import run_in_threads
 from tests.conftest import Org, job_spec
 
 JOBS = "/api/v1/jobs/"
@@ -130,27 +129,6 @@ def test_outsiders_cannot_submit_to_team_alpha(org: Org, username: str) -> None:
 
 
 # --- idempotency under a race -------------------------------------------------------------
-
-
-def run_in_threads(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """Run each call in its own thread; ("ok", result) or ("error", exception) per call."""
-    results: list[tuple[str, Any]] = [("pending", None)] * len(calls)
-
-    def runner(index: int, call: Callable[[], Any]) -> None:
-        try:
-            results[index] = ("ok", call())
-        except Exception as exc:
-            results[index] = ("error", exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=runner, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    return results
 
 
 def test_two_concurrent_identical_submissions_make_one_job(

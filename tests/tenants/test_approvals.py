@@ -39,6 +39,7 @@ from tenants.models import (
 from tenants.notifications import approval_notification_send
 from tenants.quota_rules import QuotaValues
 from tests import factories as f
+from tests.concurrency import run_in_threads
 from tests.conftest import Org, job_spec
 
 HOUR = 3600
@@ -346,26 +347,6 @@ def test_policy_set_refuses_a_member_and_explains_missing_arguments(org: Org) ->
 
 
 # --- the approval race (FAULTS 19) ---------------------------------------------------------
-
-
-def run_in_threads(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
-    results: list[tuple[str, Any]] = [("pending", None)] * len(calls)
-
-    def runner(index: int, call: Callable[[], Any]) -> None:
-        try:
-            results[index] = ("ok", call())
-        except Exception as exc:
-            results[index] = ("error", exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=runner, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    return results
 
 
 def wait_after_checks(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
