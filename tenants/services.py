@@ -164,42 +164,33 @@ def membership_delete(*, user: Any, membership: Membership) -> None:
 # --- flavors and priority classes (platform-wide) -----------------------------------------
 
 
-@transaction.atomic
-def flavor_save(*, user: Any, flavor: ResourceFlavor) -> ResourceFlavor:
+def _platform_object_save(*, user: Any, obj: Any, action: str) -> Any:
+    """Validate and save a platform-wide object (platform admins only), audited."""
     access.require_platform_admin(user)
     before = None
-    if flavor.pk:
-        before = audit_snapshot(ResourceFlavor.objects.filter(pk=flavor.pk).first())
-    _full_clean(flavor)
-    flavor.save()
+    if obj.pk:
+        before = audit_snapshot(type(obj).objects.filter(pk=obj.pk).first())
+    _full_clean(obj)
+    obj.save()
     audit_record(
         actor=user,
-        action="flavor.save",
+        action=action,
         tenant=None,
-        target=flavor,
+        target=obj,
         before=before,
-        after=audit_snapshot(flavor),
+        after=audit_snapshot(obj),
     )
-    return flavor
+    return obj
+
+
+@transaction.atomic
+def flavor_save(*, user: Any, flavor: ResourceFlavor) -> ResourceFlavor:
+    return _platform_object_save(user=user, obj=flavor, action="flavor.save")
 
 
 @transaction.atomic
 def priority_class_save(*, user: Any, priority_class: PriorityClass) -> PriorityClass:
-    access.require_platform_admin(user)
-    before = None
-    if priority_class.pk:
-        before = audit_snapshot(PriorityClass.objects.filter(pk=priority_class.pk).first())
-    _full_clean(priority_class)
-    priority_class.save()
-    audit_record(
-        actor=user,
-        action="priority_class.save",
-        tenant=None,
-        target=priority_class,
-        before=before,
-        after=audit_snapshot(priority_class),
-    )
-    return priority_class
+    return _platform_object_save(user=user, obj=priority_class, action="priority_class.save")
 
 
 @transaction.atomic
