@@ -85,8 +85,6 @@ SPEC_KEYS = {
     "rdma": "spec__resources__rdma",
 }
 KINDS = {k.value.replace("_", "-"): k for k in JobKind}
-# Holding allocations: the states in which a job may hold devices.
-HOLDING = (S.ADMITTED, S.BINDING, S.RUNNING, S.PREEMPTED)
 
 
 def ts(value: datetime | None) -> float:
@@ -132,7 +130,7 @@ def build_snapshot(
     holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
     running_rows = {
         j["id"]: j
-        for j in Job.objects.filter(Exists(holding), state__in=HOLDING).values(
+        for j in Job.objects.filter(Exists(holding)).values(
             *JOB_FIELDS, *SPEC_KEYS.values()
         )
     }
@@ -285,16 +283,18 @@ def _running(
     classes: Mapping[int, Any],
     nodes: Mapping[str, CoreNode],
 ) -> tuple[RunningJob, ...]:
-    # Joins rather than IN lists of thousands of ids; rows of a job that changed state
+    # Every active allocation holds its devices, whatever its job's state: a job requeued
+    # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
+    # the engine skips queued jobs that are live). Rows of a job whose allocations appeared
     # between the queries are skipped below.
     allocations = list(
-        Allocation.objects.filter(ended_at__isnull=True, job__state__in=HOLDING).values(
+        Allocation.objects.filter(ended_at__isnull=True).values(
             "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
         )
     )
     shares: dict[int, list[DeviceShare]] = defaultdict(list)
     for s in AllocationDevice.objects.filter(
-        released=False, allocation__ended_at__isnull=True, allocation__job__state__in=HOLDING
+        released=False, allocation__ended_at__isnull=True
     ).values("allocation_id", "device__index", "milli", "memory_mib"):
         shares[s["allocation_id"]].append(
             DeviceShare(s["device__index"], s["milli"], s["memory_mib"])

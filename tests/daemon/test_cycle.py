@@ -231,3 +231,33 @@ def test_stale_snapshot_conflict_requeues_only_the_conflicting_jobs(
     conflicted = Job.objects.get(pk__in=[j.pk for j in jobs], state="queued")
     assert "conflicted" in conflicted.reason
     assert_consistent(env.backend)
+
+
+def test_gpus_of_a_stopping_attempt_are_not_given_out(env: Env) -> None:
+    """A failed gang's surviving pod keeps its GPUs until it is gone (FAULTS 17): the engine
+    sees them held, so nothing is placed on them meanwhile and no placement conflicts."""
+    job = env.submit(
+        replicas=2,
+        resources={"gpus": 8},
+        retry={"limit": 1, "backoff_s": 0},
+        simulation={"duration_s": 600},
+    )
+    fillers = [env.submit(resources={"gpus": 8}, simulation={"duration_s": 600}) for _ in range(2)]
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=2)
+    env.backend.fail_pod(f"gantry-{job.pk}-a0-r1", FailureReason.OOM_KILLED)
+    waiting = env.submit(resources={"gpus": 8}, simulation={"duration_s": 600})
+    env.run(daemon)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("queued", 1)
+    survivor = Allocation.objects.get(job=job, attempt=0, replica=0)
+    assert survivor.ended_at is None  # its pod is still terminating
+    waiting.refresh_from_db()
+    assert waiting.state == "binding"  # took the failed replica's node, not the survivor's
+    assert Allocation.objects.get(job=waiting).node_id != survivor.node_id
+    assert all(Job.objects.get(pk=f.pk).state == "running" for f in fillers)
+    assert_consistent(env.backend)
+    env.run(daemon, seconds=3, cycles=2)
+    survivor.refresh_from_db()
+    assert survivor.ended_at is not None
+    assert_consistent(env.backend)

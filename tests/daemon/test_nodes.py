@@ -91,7 +91,10 @@ def test_node_agent_reports_a_fatal_xid_and_the_job_fails_over(env: Env, clients
     node = Node.objects.get(name=first)
     assert node.cordoned and node.cordon_reason == "GPU 0 unhealthy"
     job.refresh_from_db()
-    assert job.attempt == 1 and node_of(job) != first
+    assert (job.state, job.attempt) == ("queued", 1)  # until its old pod has really stopped
+    env.run(daemon, seconds=3, cycles=2)
+    job.refresh_from_db()
+    assert job.state in ("binding", "running") and node_of(job) != first
     assert_consistent(env.backend)
 
 
