@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.02, help="daemon idle wait, s")
     parser.add_argument("--limit", type=float, default=900.0, help="give up after, s")
     parser.add_argument("--window", type=int, default=500, help="queued jobs per cycle, at most")
-    parser.add_argument("--per-queue", type=int, default=10, help="heads per team x class")
+    parser.add_argument("--per-queue", type=int, default=50, help="heads per team x class")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

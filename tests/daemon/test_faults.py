@@ -292,3 +292,16 @@ def test_cancel_racing_bind_leaves_no_pod(env: Env) -> None:  # FAULT 20
     assert [p for p in env.backend.list_pods()] == []
     assert not Allocation.objects.filter(ended_at__isnull=True).exists()
     assert_consistent(env.backend)
+
+
+def test_sigterm_finishes_the_current_cycle_then_steps_down(env: Env) -> None:
+    job = env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    daemon.hooks = {"claimed": daemon.stop.set}  # SIGTERM arrives mid-cycle
+    daemon.run()
+    job.refresh_from_db()
+    assert job.state == "binding"  # the cycle was finished: bound and committed
+    assert daemon.cycle_no == 1 and not daemon.lease.leading
+    standby = env.daemon("standby")
+    assert standby.lease.acquire()  # released at once: no wait for expiry
+    assert_consistent(env.backend)
