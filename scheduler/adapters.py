@@ -130,9 +130,7 @@ def build_snapshot(
     holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
     running_rows = {
         j["id"]: j
-        for j in Job.objects.filter(Exists(holding)).values(
-            *JOB_FIELDS, *SPEC_KEYS.values()
-        )
+        for j in Job.objects.filter(Exists(holding)).values(*JOB_FIELDS, *SPEC_KEYS.values())
     }
     running = _running(running_rows, slugs, classes, nodes)
     queued = Job.objects.filter(state=S.QUEUED)
