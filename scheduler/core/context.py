@@ -22,6 +22,7 @@ from scheduler.core.types import (
     Snapshot,
 )
 
+BEST_EFFORT_GROUP = "\x00best-effort"  # not a tenant name: tenants are slugs
 BEST_EFFORT = PriorityClass("<unknown>", 0, preempting=False, counts_quota=False)
 
 
@@ -38,6 +39,10 @@ class CycleContext:
     reservation: Reservation | None = None
     guarded: set[str] = field(default_factory=set)  # jobs a running job displaced (ping-pong)
     shrunk: set[str] = field(default_factory=set)  # elastic jobs that gave way: no regrowth now
+    # live jobs by (flavor, tenant), best-effort ones under (flavor, BEST_EFFORT_GROUP):
+    # victim search looks only at the groups that may give way
+    live_by: dict[tuple[str, str], dict[str, RunningJob]] = field(default_factory=dict)
+    work_lost: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
 
     @property
     def now(self) -> float:
@@ -45,6 +50,21 @@ class CycleContext:
 
     def priority_class(self, job: JobRequest) -> PriorityClass:
         return self.classes.get(job.priority_class, BEST_EFFORT)
+
+    def set_live(self, running: RunningJob) -> None:
+        """Add or replace a job holding devices (keep ``live`` and ``live_by`` in step)."""
+        self.drop_live(running.job.id)
+        self.live[running.job.id] = running
+        self.live_by.setdefault(self._group(running), {})[running.job.id] = running
+
+    def drop_live(self, job_id: str) -> None:
+        running = self.live.pop(job_id, None)
+        if running is not None:
+            del self.live_by[self._group(running)][job_id]
+
+    def _group(self, running: RunningJob) -> tuple[str, str]:
+        tenant = running.job.tenant if self.counts_quota(running.job) else BEST_EFFORT_GROUP
+        return (running.flavor, tenant)
 
     def counts_quota(self, job: JobRequest) -> bool:
         return self.priority_class(job).counts_quota

@@ -84,7 +84,7 @@ def build_context(snapshot: Snapshot, profile: Profile) -> CycleContext:
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
     for running in snapshot.running:
         ctx.hold(running.job, running.flavor, running.assignments, +1)
-        ctx.live[running.job.id] = running
+        ctx.set_live(running)
         ctx.guarded.update(running.preempted)
     placer.scorers = _scorers(profile, state, snapshot)
     return ctx
@@ -170,7 +170,9 @@ def _memo_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
     if job.id in ctx.guarded:
         return None  # the ping-pong guard makes this job's options its own
     shape = (job.resources, job.replicas, job.min_replicas, job.flavors, job.pools)
-    who = (job.tenant, job.user, job.priority_class, job.tolerations)
+    tenant = ctx.ledger.tenants.get(job.tenant)
+    user = job.user if tenant is not None and tenant.max_gpu_milli_per_user is not None else ""
+    who = (job.tenant, user, job.priority_class, job.tolerations)
     return (*who, *shape, ends_before_reservation(ctx, job))
 
 
@@ -270,7 +272,7 @@ def _record(
     extras = _place_extras(ctx, job, flavor, range(job.gang_size, job.replicas))
     assignments = placed + extras
     out.placements.append(Placement(job.id, flavor, assignments, victims))
-    ctx.live[job.id] = RunningJob(job, flavor, assignments, ctx.now, preempted=victims)
+    ctx.set_live(RunningJob(job, flavor, assignments, ctx.now, preempted=victims))
     ctx.fresh.add(job.id)
 
 
@@ -308,9 +310,9 @@ def _record_preemption(
         if whole:
             if left:  # elastic extras cannot outlive their core replicas
                 ctx.hold(running.job, running.flavor, left, -1)
-            del ctx.live[running.job.id]
+            ctx.drop_live(running.job.id)
         else:
-            ctx.live[running.job.id] = replace(running, assignments=left)
+            ctx.set_live(replace(running, assignments=left))
             ctx.shrunk.add(running.job.id)
     out.memo.clear()
     _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
@@ -339,4 +341,4 @@ def _grow_elastic(ctx: CycleContext, out: _Decisions) -> None:
         grown = _place_extras(ctx, job, current.flavor, missing)
         if grown:
             out.placements.append(Placement(job.id, current.flavor, grown))
-            ctx.live[job.id] = replace(current, assignments=current.assignments + grown)
+            ctx.set_live(replace(current, assignments=current.assignments + grown))

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.core.context import CycleContext
+from scheduler.core.context import BEST_EFFORT_GROUP, CycleContext
 from scheduler.core.types import MILLI_PER_GPU, JobRequest, ReplicaAssignment, RunningJob
+
+# Nodes tried for one replica, cheapest candidates first (kube-scheduler tries at least 100).
+NODES_TRIED = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +60,26 @@ def select_victims(
     ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid_reserved: bool
 ) -> Plan | None:
     """Find victims and place ``job`` in their room; on success state and ledger hold the
-    job and no longer hold the victims. On failure nothing changed."""
-    candidates = eligible_candidates(ctx, job, flavor)
+    job and no longer hold the victims. On failure nothing changed.
+
+    Three paths: only quota is short (the job fits on some node now): the cheapest victims
+    that make quota fit; one replica that fits nowhere: the best node, as kube-scheduler
+    does; a larger gang: cheapest first until it fits, then the minimal set."""
+    static = ctx.state.static_mask(flavor, job.pools, job.tolerations)
+    if len(ctx.placer.feasible(job, static, avoid_reserved)):
+        return _for_quota(ctx, job, flavor, replicas, avoid_reserved)
+    if len(replicas) == 1:
+        return best_node_plan(ctx, job, flavor, replicas[0], avoid_reserved)
+    candidates = eligible_candidates(ctx, job, flavor)[: ctx.profile.max_preemption_candidates]
     if not candidates:
         return None
     mark = ctx.mark()
     removed: list[Candidate] = []
     for cand in candidates:
-        if cand.reclaim and ctx.ledger.borrowing(cand.tenant, flavor) <= 0:
-            continue
-        _release(ctx, cand, -1)
-        removed.append(cand)
-        if _fits(ctx, job, flavor, replicas, avoid_reserved):
-            break
+        if _take(ctx, cand, flavor):
+            removed.append(cand)
+            if _fits(ctx, job, flavor, replicas, avoid_reserved):
+                break
     else:
         ctx.rollback(mark)
         return None
@@ -77,6 +87,124 @@ def select_victims(
     placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid_reserved)
     assert placed is not None  # _fits just proved it on this very state
     return Plan(tuple(kept), placed)
+
+
+def _take(ctx: CycleContext, cand: Candidate, flavor: str) -> bool:
+    """Stop the candidate unless it is a reclaim whose tenant no longer borrows."""
+    if cand.reclaim and ctx.ledger.borrowing(cand.tenant, flavor) <= 0:
+        return False
+    _release(ctx, cand, -1)
+    return True
+
+
+def _for_quota(
+    ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid: bool
+) -> Plan | None:
+    """Room exists; quota does not: the cheapest victims that make quota fit, minimised."""
+    milli = job.resources.gpu_milli * len(replicas)
+    mark = ctx.mark()
+    removed = _until_quota_fits(ctx, job, flavor, eligible_candidates(ctx, job, flavor), [])
+    if removed is None:
+        ctx.rollback(mark)
+        return None
+    for cand in reversed(removed):
+        _release(ctx, cand, +1)
+        if ctx.quota_verdict(job, flavor, milli) is None:
+            removed.remove(cand)
+        else:
+            _release(ctx, cand, -1)
+    placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid)
+    if placed is None:
+        ctx.rollback(mark)
+        return None
+    return Plan(tuple(removed), placed)
+
+
+def _until_quota_fits(
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    candidates: list[Candidate],
+    taken: list[Candidate],
+) -> list[Candidate] | None:
+    """Stop candidates (cheapest first, skipping ``taken``) until the job passes quota; the
+    ones stopped, or None if even all of them do not make it (the state then still holds
+    the removals: the caller rolls back)."""
+    milli = job.resources.gpu_milli * job.gang_size
+    out: list[Candidate] = []
+    skip = {id(c) for c in taken}
+    for cand in candidates:
+        if ctx.quota_verdict(job, flavor, milli) is None:
+            return out
+        if id(cand) not in skip and _take(ctx, cand, flavor):
+            out.append(cand)
+    return out if ctx.quota_verdict(job, flavor, milli) is None else None
+
+
+def best_node_plan(
+    ctx: CycleContext, job: JobRequest, flavor: str, replica: int, avoid: bool
+) -> Plan | None:
+    """One replica that fits nowhere: on each node holding candidates, the cheapest of them
+    that make room there, plus the cheapest others that make quota fit; the plan with the
+    fewest victims, then the least work lost, then the earliest node, wins."""
+    candidates = eligible_candidates(ctx, job, flavor)
+    best: tuple[tuple[int, float, int], list[Candidate]] | None = None
+    for node, on_node in _by_node(ctx, job, flavor, candidates).items():
+        victims = _victims_for_node(ctx, job, flavor, node, on_node, candidates, avoid)
+        if victims is not None:
+            key = (len(victims), sum(c.rank[2] for c in victims), node)
+            best = (key, victims) if best is None or key < best[0] else best
+    if best is None:
+        return None
+    for cand in best[1]:
+        _release(ctx, cand, -1)
+    placed = ctx.placer.place_on(job, best[0][2], replica, avoid_reserved=avoid)
+    if ctx.counts_quota(job):
+        ctx.ledger.charge(job.tenant, job.user, flavor, placed.gpu_milli)
+    return Plan(tuple(best[1]), (placed,))
+
+
+def _by_node(
+    ctx: CycleContext, job: JobRequest, flavor: str, candidates: list[Candidate]
+) -> dict[int, list[Candidate]]:
+    """Candidates per node the job may use, cheapest first; at most ``max_preemption_
+    candidates`` nodes, those whose cheapest candidate is cheapest."""
+    static = ctx.state.static_mask(flavor, job.pools, job.tolerations)
+    index = ctx.state.index
+    out: dict[int, list[Candidate]] = {}
+    limit = min(ctx.profile.max_preemption_candidates, NODES_TRIED)
+    for cand in candidates:
+        for name in dict.fromkeys(a.node for a in cand.assignments):
+            node = index.get(name, -1)
+            if node >= 0 and static[node] and (node in out or len(out) < limit):
+                out.setdefault(node, []).append(cand)
+    return out
+
+
+def _victims_for_node(
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    node: int,
+    on_node: list[Candidate],
+    candidates: list[Candidate],
+    avoid: bool,
+) -> list[Candidate] | None:
+    """The victims that let one replica of ``job`` onto ``node``; state left unchanged."""
+    mark = ctx.mark()
+    try:
+        chosen: list[Candidate] = []
+        for cand in on_node:
+            if ctx.placer.fits_node(node, job, avoid):
+                break
+            if _take(ctx, cand, flavor):
+                chosen.append(cand)
+        if not ctx.placer.fits_node(node, job, avoid):
+            return None
+        more = _until_quota_fits(ctx, job, flavor, candidates, chosen)
+        return None if more is None else chosen + more
+    finally:
+        ctx.rollback(mark)
 
 
 def _minimise(
@@ -116,19 +244,27 @@ def _release(ctx: CycleContext, cand: Candidate, sign: int) -> None:
 
 
 def eligible_candidates(ctx: CycleContext, job: JobRequest, flavor: str) -> list[Candidate]:
-    """Victim candidates for ``job`` on ``flavor``, cheapest first, capped by the profile."""
+    """Victim candidates for ``job`` on ``flavor``, cheapest first. Only the groups that may
+    give way are visited: the job's tenant, best-effort jobs, and (when the job reclaims its
+    guarantee) tenants that borrow; on a full cluster the rest are most jobs."""
     pc = ctx.priority_class(job)
     if not (pc.preempting and pc.counts_quota):
         return []
     reclaim_ok = ctx.ledger.within_guarantee_after(
         job.tenant, flavor, job.resources.gpu_milli * job.gang_size
     )
+    groups = [job.tenant, BEST_EFFORT_GROUP]
+    if reclaim_ok:
+        groups += [
+            t for t in ctx.ledger.tenants if t != job.tenant and ctx.ledger.borrowing(t, flavor) > 0
+        ]
     out: list[Candidate] = []
-    for running in ctx.live.values():
-        if running.flavor == flavor and running.job.id not in ctx.fresh:
-            out.extend(_candidates_of(ctx, job, running, reclaim_ok))
+    for tenant in groups:
+        for running in ctx.live_by.get((flavor, tenant), {}).values():
+            if running.job.id not in ctx.fresh:
+                out.extend(_candidates_of(ctx, job, running, reclaim_ok))
     out.sort(key=lambda c: c.rank)
-    return out[: ctx.profile.max_preemption_candidates]
+    return out
 
 
 def _candidates_of(
@@ -138,6 +274,13 @@ def _candidates_of(
     if job.id in running.preempted and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
         return []
     same_tenant = victim.tenant == job.tenant
+    if not any(a.elastic for a in running.assignments):
+        relation = _relation(ctx, job, running)
+        if relation is None or not _outside_min_runtime(ctx, job, running):
+            return []
+        if relation[1] and not reclaim_ok:
+            return []
+        return [_candidate(ctx, running, running.assignments, relation[0], reclaim=relation[1])]
     extras = tuple(a for a in running.assignments if a.elastic)
     core = tuple(a for a in running.assignments if not a.elastic)
     out: list[Candidate] = []
@@ -177,7 +320,10 @@ def _candidate(
     *,
     reclaim: bool,
 ) -> Candidate:
-    lost = work_lost_gpu_s(running, assignments, ctx.now)
+    key = (running.job.id, tuple(a.replica for a in assignments))
+    lost = ctx.work_lost.get(key)
+    if lost is None:  # the same for every preemptor in the cycle: compute once
+        lost = ctx.work_lost[key] = work_lost_gpu_s(running, assignments, ctx.now)
     value = ctx.priority_class(running.job).value
     rank = (tier, value, lost, -running.started_at, running.job.id)
     return Candidate(running, assignments, tier == 0, reclaim, rank)
