@@ -65,8 +65,7 @@ def select_victims(
     Three paths: only quota is short (the job fits on some node now): the cheapest victims
     that make quota fit; one replica that fits nowhere: the best node, as kube-scheduler
     does; a larger gang: cheapest first until it fits, then the minimal set."""
-    static = ctx.state.static_mask(flavor, job.pools, job.tolerations)
-    if len(ctx.placer.feasible(job, static, avoid_reserved)):
+    if _room_now(ctx, job, flavor, replicas, avoid_reserved):
         return _for_quota(ctx, job, flavor, replicas, avoid_reserved)
     if len(replicas) == 1:
         return best_node_plan(ctx, job, flavor, replicas[0], avoid_reserved)
@@ -87,6 +86,16 @@ def select_victims(
     placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid_reserved)
     assert placed is not None  # _fits just proved it on this very state
     return Plan(tuple(kept), placed)
+
+
+def _room_now(
+    ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid: bool
+) -> bool:
+    """Whether the whole gang would fit on the nodes as they are, quota aside."""
+    mark = ctx.mark()
+    placed = ctx.placer.place_gang(job, flavor, replicas, avoid_reserved=avoid)
+    ctx.rollback(mark)
+    return placed is not None
 
 
 def _take(ctx: CycleContext, cand: Candidate, flavor: str) -> bool:

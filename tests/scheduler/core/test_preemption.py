@@ -205,3 +205,15 @@ def test_quota_only_preemption_takes_the_cheapest_job_anywhere():
         snapshot(nodes, [make_job("new", gpus=4)], running, tenants=tenants, now=NOW), profile
     )
     assert victims(result) == {"young"}
+
+
+def test_gang_preempts_when_only_part_of_it_fits():
+    # n1 is empty, n2 runs a low job: one 8-GPU replica fits, the gang of two does not
+    running = [make_running(make_job("low", gpus=8, priority="low"), ("n2", range(8)))]
+    nodes = [make_node("n1"), make_node("n2")]
+    profile = replace(PROFILE, min_runtime_s=0.0)
+    result = cycle(
+        snapshot(nodes, [make_job("gang", gpus=8, replicas=2)], running, now=NOW), profile
+    )
+    assert victims(result) == {"low"}
+    assert sorted(a.node for a in result.placement_for("gang").assignments) == ["n1", "n2"]
