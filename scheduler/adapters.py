@@ -140,7 +140,8 @@ def build_snapshot(
             partition_by=[F("tenant_id"), F("priority_class_id")],
             order_by=[F("queued_at").asc(), F("id").asc()],
         )
-        queued = queued.annotate(place=place).filter(place__lte=per_queue)
+        heads = queued.annotate(place=place).filter(place__lte=per_queue).values("id")
+        queued = Job.objects.filter(id__in=heads)  # the window over ids only, then the rows
     pending_rows = list(
         queued.order_by(-F("priority_class__value"), "queued_at", "id").values(
             *JOB_FIELDS, *SPEC_KEYS.values()

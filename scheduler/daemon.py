@@ -151,8 +151,12 @@ class Daemon:
         waiter = waiter or Waiter(self.stop)
         try:
             while not self.stop.is_set():
-                if self.step():
-                    continue
+                try:
+                    if self.step():
+                        continue
+                except Exception:  # a bug must not stop scheduling: log, back off, rescan
+                    log.exception("cycle %s failed", self.cycle_no)
+                    self._db_error(RuntimeError("unexpected error"))
                 waiter.wait(self._timeout())
         finally:
             waiter.close()

@@ -56,6 +56,10 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     assert len(built.snapshot.running) == 3
     assert len(built.snapshot.pending) == 20
     assert len(built.snapshot.nodes) == 4
+    env.submit(user="bob-bravo", resources={"gpus": 8})
+    heads = build_snapshot(env.clock(), decayed={}, per_queue=5).snapshot.pending
+    # the 5 oldest of alpha's 20 (one tenant, one class) and bravo's one
+    assert sorted(j.tenant for j in heads) == ["team-alpha"] * 5 + ["team-bravo"]
 
 
 def test_waiting_job_gets_a_reason(env: Env) -> None:
