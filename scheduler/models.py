@@ -192,6 +192,9 @@ class GpuDevice(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"GPU {self.index} of node {self.node_id}"
+
 
 class Allocation(models.Model):
     """One replica of one attempt of a job on a node, from `started_at` to `ended_at`.
@@ -231,6 +234,9 @@ class Allocation(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.pod_name} on node {self.node_id}"
+
 
 class AllocationDevice(models.Model):
     """The share of one device an allocation holds. `released` flips once, when the
@@ -247,10 +253,11 @@ class AllocationDevice(models.Model):
             models.CheckConstraint(
                 condition=Q(milli__gte=1) & Q(milli__lte=1000), name="allocation_device_share"
             ),
-            models.UniqueConstraint(
-                fields=["allocation", "device"], name="allocation_device_once"
-            ),
+            models.UniqueConstraint(fields=["allocation", "device"], name="allocation_device_once"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.milli} milli of device {self.device_id}"
 
 
 class SchedulerLease(models.Model):
@@ -262,3 +269,6 @@ class SchedulerLease(models.Model):
     epoch = models.PositiveBigIntegerField(default=0)
     renewed_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} (epoch {self.epoch})"
