@@ -221,15 +221,6 @@ class Placer:
         free = np.where(ok, self.state.dev_free[nodes], 2 * MILLI_PER_GPU)
         return np.asarray(np.argmin(free, axis=1), dtype=np.int64)
 
-    def place_on(
-        self, job: JobRequest, node: int, replica: int, *, avoid_reserved: bool
-    ) -> ReplicaAssignment:
-        """Take one replica on ``node``, which the caller checked with ``fits_node``."""
-        res = job.resources
-        shares = self._shares(node, job, avoid_reserved)
-        self.state.apply(node, shares, res.cpu_milli, res.memory_mib, res.rdma, +1)
-        return ReplicaAssignment(replica, self.state.nodes[node].name, shares)
-
     def fits_node(self, i: int, job: JobRequest, avoid_reserved: bool) -> bool:
         """Whether one more replica fits on node ``i`` (already past the static filters)."""
         state, res = self.state, job.resources

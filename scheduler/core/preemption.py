@@ -22,9 +22,6 @@ from dataclasses import dataclass
 from scheduler.core.context import BEST_EFFORT_GROUP, CycleContext
 from scheduler.core.types import MILLI_PER_GPU, JobRequest, ReplicaAssignment, RunningJob
 
-# Nodes tried for one replica, cheapest candidates first (kube-scheduler tries at least 100).
-NODES_TRIED = 100
-
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -62,13 +59,12 @@ def select_victims(
     """Find victims and place ``job`` in their room; on success state and ledger hold the
     job and no longer hold the victims. On failure nothing changed.
 
-    Three paths: only quota is short (the job fits on some node now): the cheapest victims
-    that make quota fit; one replica that fits nowhere: the best node, as kube-scheduler
-    does; a larger gang: cheapest first until it fits, then the minimal set."""
+    Two paths: only quota is short (the gang fits on the nodes as they are): the cheapest
+    victims that make quota fit, without placement trials; otherwise cheapest first until
+    the gang fits on the tentative state. Both then put back every victim the job can do
+    without (kueue's minimal set)."""
     if _room_now(ctx, job, flavor, replicas, avoid_reserved):
         return _for_quota(ctx, job, flavor, replicas, avoid_reserved)
-    if len(replicas) == 1:
-        return best_node_plan(ctx, job, flavor, replicas[0], avoid_reserved)
     candidates = eligible_candidates(ctx, job, flavor)[: ctx.profile.max_preemption_candidates]
     if not candidates:
         return None
@@ -148,72 +144,6 @@ def _until_quota_fits(
         if id(cand) not in skip and _take(ctx, cand, flavor):
             out.append(cand)
     return out if ctx.quota_verdict(job, flavor, milli) is None else None
-
-
-def best_node_plan(
-    ctx: CycleContext, job: JobRequest, flavor: str, replica: int, avoid: bool
-) -> Plan | None:
-    """One replica that fits nowhere: on each node holding candidates, the cheapest of them
-    that make room there, plus the cheapest others that make quota fit; the plan with the
-    fewest victims, then the least work lost, then the earliest node, wins."""
-    candidates = eligible_candidates(ctx, job, flavor)
-    best: tuple[tuple[int, float, int], list[Candidate]] | None = None
-    for node, on_node in _by_node(ctx, job, flavor, candidates).items():
-        victims = _victims_for_node(ctx, job, flavor, node, on_node, candidates, avoid)
-        if victims is not None:
-            key = (len(victims), sum(c.rank[2] for c in victims), node)
-            best = (key, victims) if best is None or key < best[0] else best
-    if best is None:
-        return None
-    for cand in best[1]:
-        _release(ctx, cand, -1)
-    placed = ctx.placer.place_on(job, best[0][2], replica, avoid_reserved=avoid)
-    if ctx.counts_quota(job):
-        ctx.ledger.charge(job.tenant, job.user, flavor, placed.gpu_milli)
-    return Plan(tuple(best[1]), (placed,))
-
-
-def _by_node(
-    ctx: CycleContext, job: JobRequest, flavor: str, candidates: list[Candidate]
-) -> dict[int, list[Candidate]]:
-    """Candidates per node the job may use, cheapest first; at most ``max_preemption_
-    candidates`` nodes, those whose cheapest candidate is cheapest."""
-    static = ctx.state.static_mask(flavor, job.pools, job.tolerations)
-    index = ctx.state.index
-    out: dict[int, list[Candidate]] = {}
-    limit = min(ctx.profile.max_preemption_candidates, NODES_TRIED)
-    for cand in candidates:
-        for name in dict.fromkeys(a.node for a in cand.assignments):
-            node = index.get(name, -1)
-            if node >= 0 and static[node] and (node in out or len(out) < limit):
-                out.setdefault(node, []).append(cand)
-    return out
-
-
-def _victims_for_node(
-    ctx: CycleContext,
-    job: JobRequest,
-    flavor: str,
-    node: int,
-    on_node: list[Candidate],
-    candidates: list[Candidate],
-    avoid: bool,
-) -> list[Candidate] | None:
-    """The victims that let one replica of ``job`` onto ``node``; state left unchanged."""
-    mark = ctx.mark()
-    try:
-        chosen: list[Candidate] = []
-        for cand in on_node:
-            if ctx.placer.fits_node(node, job, avoid):
-                break
-            if _take(ctx, cand, flavor):
-                chosen.append(cand)
-        if not ctx.placer.fits_node(node, job, avoid):
-            return None
-        more = _until_quota_fits(ctx, job, flavor, candidates, chosen)
-        return None if more is None else chosen + more
-    finally:
-        ctx.rollback(mark)
 
 
 def _minimise(

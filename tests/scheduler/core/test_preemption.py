@@ -170,25 +170,6 @@ def test_elastic_extras_give_way_first():
     assert result.placement_for("train") is not None
 
 
-def test_one_replica_goes_where_fewest_victims_make_room():
-    # n1: eight 1-GPU jobs started at 990 (8 victims, 8 x 10 = 80 GPU-s lost);
-    # n2: two 4-GPU jobs started at 0 (2 victims, 2 x 4 x 1000 = 8000 GPU-s lost).
-    # An 8-GPU job takes n2: fewest victims first, then least work lost.
-    running = [
-        make_running(make_job(f"small{d}", gpus=1, priority="low"), ("n1", [d]), started_at=990)
-        for d in range(8)
-    ]
-    running += [
-        make_running(make_job(f"big{k}", gpus=4, priority="low"), ("n2", range(4 * k, 4 * k + 4)))
-        for k in range(2)
-    ]
-    profile = replace(PROFILE, min_runtime_s=0.0)
-    nodes = [make_node("n1"), make_node("n2")]
-    result = cycle(snapshot(nodes, [make_job("new", gpus=8)], running, now=NOW), profile)
-    assert victims(result) == {"big0", "big1"}
-    assert [a.node for a in result.placement_for("new").assignments] == ["n2"]
-
-
 def test_quota_only_preemption_takes_the_cheapest_job_anywhere():
     # team-a at its limit 8 with two 4-GPU low jobs (on n1, started 0 and 900); n2 is empty.
     # A normal 4-GPU job fits on n2 but not in quota: the cheaper victim (4 x 100) goes.
