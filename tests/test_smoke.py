@@ -41,3 +41,14 @@ def test_healthz_reports_database(db: Any) -> None:
     response = Client().get("/healthz")
     assert response.status_code == 200
     assert response.json()["database"] == "ok"
+
+
+def test_healthz_is_degraded_not_down_when_redis_is_unreachable(db: Any, settings: Any) -> None:
+    from django.test import Client
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    response = Client().get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["database"]) == ("degraded", "ok")
+    assert body["broker"].startswith("unreachable")
