@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler.core.placement import Placer
 from scheduler.core.profile import Profile
@@ -21,6 +22,9 @@ from scheduler.core.types import (
     RunningJob,
     Snapshot,
 )
+
+if TYPE_CHECKING:
+    from scheduler.core.preemption import Candidate
 
 BEST_EFFORT_GROUP = "\x00best-effort"  # not a tenant name: tenants are slugs
 BEST_EFFORT = PriorityClass("<unknown>", 0, preempting=False, counts_quota=False)
@@ -42,7 +46,8 @@ class CycleContext:
     # live jobs by (flavor, tenant), best-effort ones under (flavor, BEST_EFFORT_GROUP):
     # victim search looks only at the groups that may give way
     live_by: dict[tuple[str, str], dict[str, RunningJob]] = field(default_factory=dict)
-    work_lost: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
+    # victim candidates, built once per cycle per job (see preemption._candidate)
+    candidates: dict[tuple[str, int, int, int, bool], Candidate] = field(default_factory=dict)
 
     @property
     def now(self) -> float:

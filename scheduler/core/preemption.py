@@ -259,10 +259,12 @@ def _candidate(
     *,
     reclaim: bool,
 ) -> Candidate:
-    key = (running.job.id, tuple(a.replica for a in assignments))
-    lost = ctx.work_lost.get(key)
-    if lost is None:  # the same for every preemptor in the cycle: compute once
-        lost = ctx.work_lost[key] = work_lost_gpu_s(running, assignments, ctx.now)
-    value = ctx.priority_class(running.job).value
-    rank = (tier, value, lost, -running.started_at, running.job.id)
-    return Candidate(running, assignments, tier == 0, reclaim, rank)
+    # The same for every preemptor of the cycle (while the job keeps its replicas): build once.
+    key = (running.job.id, len(running.assignments), len(assignments), tier, reclaim)
+    cached = ctx.candidates.get(key)
+    if cached is None or cached.running is not running:
+        lost = work_lost_gpu_s(running, assignments, ctx.now)
+        value = ctx.priority_class(running.job).value
+        rank = (tier, value, lost, -running.started_at, running.job.id)
+        cached = ctx.candidates[key] = Candidate(running, assignments, tier == 0, reclaim, rank)
+    return cached
