@@ -141,6 +141,8 @@ class FragmentationModel:
             raise ValueError(f"unknown quantizer {quantizer!r} or tie_break {tie_break!r}")
         if quantizer == "step" and step_milli <= 0:
             raise ValueError("step_milli must be positive")
+        if not 0 < coverage <= 1:
+            raise ValueError("coverage must be in (0, 1]")
         counts = np.asarray(gpu_count, dtype=np.int64)
         exists = np.arange(max(int(counts.max(initial=0)), 1)) < counts[:, None]
         self._mix = Mix(sorted({m for m in models if m}))

@@ -239,6 +239,20 @@ def test_bad_requests_are_refused(kwargs):
         PodRequest(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"quantizer": "round"}, id="unknown-quantizer"),
+        pytest.param({"tie_break": "random"}, id="unknown-tie-break"),
+        pytest.param({"step_milli": 0}, id="zero-step"),
+        pytest.param({"coverage": 0}, id="zero-coverage"),
+    ],
+)
+def test_bad_profiles_are_refused(options):
+    with pytest.raises(ValueError):
+        make_model(NODE, **options)
+
+
 def test_whole_gpu_count_defaults_to_whole_devices():
     assert PodRequest(1000, 1024, gpu_count=2).gpu_milli == 1000
 
