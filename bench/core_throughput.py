@@ -3,8 +3,10 @@
     python -m bench.core_throughput --nodes 5000 --pods 10000 --json out.json
 
 Reports placements per second (jobs placed over the cycle's wall time) and the time split by
-phase, as ``run_cycle`` announces its phases. The job mix (seeded): 1 GPU 50%, 2 GPUs 20%,
-4 GPUs 15%, 8 GPUs 10%, gangs of 2 x 8 GPUs 5%; ten teams whose guarantees split the cluster.
+phase, as ``run_cycle`` announces its phases. ``--warm-pending N`` also times a warm cycle:
+the cold cycle's jobs running, N new ones arriving, half of a higher class (it preempts).
+The job mix (seeded): 1 GPU 50%, 2 GPUs 20%, 4 GPUs 15%, 8 GPUs 10%, gangs of 2 x 8 GPUs
+5%; ten teams whose guarantees split the cluster.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import json
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from scheduler.core import Profile, run_cycle
@@ -22,6 +25,7 @@ from scheduler.core.types import (
     PriorityClass,
     Quota,
     Resources,
+    RunningJob,
     Snapshot,
     Tenant,
 )
@@ -86,14 +90,53 @@ def measure(nodes: int, pods: int, seed: int = 1) -> dict[str, object]:
     }
 
 
+def measure_warm(nodes: int, pods: int, pending: int, seed: int = 1) -> dict[str, object]:
+    """A warm cycle: the cold cycle's placements run; ``pending`` new jobs arrive, half of
+    them of a higher class, so the cycle preempts (within tenants, and reclaims)."""
+    cold = build_snapshot(nodes, pods, seed)
+    classes = (PriorityClass("normal", 100), PriorityClass("high", 200))
+    cold = replace(cold, priority_classes=classes)
+    by_id = {j.id: j for j in cold.pending}
+    running = tuple(
+        RunningJob(by_id[p.job_id], p.flavor, p.assignments, 0.0)
+        for p in run_cycle(cold, Profile()).placements
+    )
+    rng = random.Random(seed)
+    new = tuple(
+        replace(
+            j, id=f"new-{i}", priority_class=rng.choice(["normal", "high"]), submitted_at=3000.0 + i
+        )
+        for i, j in enumerate(cold.pending[:pending])
+    )
+    warm = replace(cold, now=7200.0, running=running, pending=new)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = run_cycle(warm, Profile())
+    return {
+        "running": len(running),
+        "pending": len(new),
+        "placed": len(result.placements),
+        "preemptions": len(result.preemptions),
+        "cycle_s": round(time.perf_counter() - start, 3),
+        "cycle_cpu_s": round(time.process_time() - cpu_start, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--warm-pending",
+        type=int,
+        default=0,
+        help="also time a warm cycle with this many new jobs (preemption-heavy)",
+    )
     args = parser.parse_args()
     figures = measure(args.nodes, args.pods, args.seed)
+    if args.warm_pending:
+        figures["warm"] = measure_warm(args.nodes, args.pods, args.warm_pending, args.seed)
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:
