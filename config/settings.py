@@ -225,6 +225,8 @@ GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S"
 
 # How many reverse proxies (ingress, load balancer) sit in front of the web server: the login
 # guard then takes the client address from X-Forwarded-For, that many hops from the right.
+# Bearer token a Prometheus scraper sends to /metrics (platform admins may read it too).
+GANTRY_METRICS_TOKEN = os.environ.get("GANTRY_METRICS_TOKEN", "")
 GANTRY_TRUSTED_PROXIES = int(os.environ.get("GANTRY_TRUSTED_PROXIES", "0"))
 
 SESSION_COOKIE_HTTPONLY = True

@@ -6,6 +6,7 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.throttling import AnonRateThrottle
 
 from common.views import healthz
+from scheduler.metrics import metrics_view
 from tenants.api.views import MeView
 
 
@@ -29,6 +30,7 @@ api_v1: list[URLPattern | URLResolver] = [
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     # The portal, including login (with brute-force slowing) and logout.
     path("", include("portal.urls")),
 ]
