@@ -230,8 +230,11 @@ class ApprovalRule(models.TextChoices):
 
 
 # Rules that compare against `threshold`; `priority_at_least` names a class instead.
-THRESHOLD_RULES = (ApprovalRule.GPUS_OVER, ApprovalRule.GPU_HOURS_OVER,
-                   ApprovalRule.RUNTIME_OVER_HOURS)
+THRESHOLD_RULES = (
+    ApprovalRule.GPUS_OVER,
+    ApprovalRule.GPU_HOURS_OVER,
+    ApprovalRule.RUNTIME_OVER_HOURS,
+)
 
 
 class ApprovalPolicy(TimeStampedModel):
@@ -243,7 +246,10 @@ class ApprovalPolicy(TimeStampedModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approval_policies")
     rule = models.CharField(max_length=32, choices=ApprovalRule.choices)
     threshold = models.DecimalField(
-        max_digits=12, decimal_places=3, null=True, blank=True,
+        max_digits=12,
+        decimal_places=3,
+        null=True,
+        blank=True,
         help_text="GPUs, GPU-hours or hours, depending on the rule.",
     )
     priority_class = models.ForeignKey(
@@ -259,12 +265,20 @@ class ApprovalPolicy(TimeStampedModel):
         verbose_name_plural = "approval policies"
         constraints = [
             models.CheckConstraint(
-                condition=Q(rule__in=THRESHOLD_RULES, threshold__isnull=False,
-                            threshold__gte=0, priority_class__isnull=True)
-                | Q(rule=ApprovalRule.PRIORITY_AT_LEAST, threshold__isnull=True,
-                    priority_class__isnull=False)
-                | Q(rule=ApprovalRule.BORROWING, threshold__isnull=True,
-                    priority_class__isnull=True),
+                condition=Q(
+                    rule__in=THRESHOLD_RULES,
+                    threshold__isnull=False,
+                    threshold__gte=0,
+                    priority_class__isnull=True,
+                )
+                | Q(
+                    rule=ApprovalRule.PRIORITY_AT_LEAST,
+                    threshold__isnull=True,
+                    priority_class__isnull=False,
+                )
+                | Q(
+                    rule=ApprovalRule.BORROWING, threshold__isnull=True, priority_class__isnull=True
+                ),
                 name="approval_policy_rule_arguments",
             ),
             models.CheckConstraint(
@@ -330,10 +344,10 @@ class ApprovalRequest(TimeStampedModel):
             # Only one decision can land: the decision fields are set iff the state is final,
             # and an approve/reject names who decided (never the requester).
             models.CheckConstraint(
-                condition=Q(state=ApprovalState.PENDING, decided_at__isnull=True,
-                            decided_by__isnull=True)
-                | Q(state__in=DECIDED_STATES, decided_at__isnull=False,
-                    decided_by__isnull=False)
+                condition=Q(
+                    state=ApprovalState.PENDING, decided_at__isnull=True, decided_by__isnull=True
+                )
+                | Q(state__in=DECIDED_STATES, decided_at__isnull=False, decided_by__isnull=False)
                 | Q(state__in=SETTLED_STATES, decided_at__isnull=False),
                 name="approval_decision_iff_final",
             ),
@@ -369,7 +383,10 @@ class AuditEntry(models.Model):
 
     at = models.DateTimeField(db_index=True)
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
         related_name="+",
     )
     # Kept as written so the entry reads the same if the user is renamed; blank = the system.

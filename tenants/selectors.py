@@ -49,9 +49,11 @@ def approval_list_visible(user: Any) -> QuerySet[ApprovalRequest]:
 
 def approval_list_inbox(user: Any) -> QuerySet[ApprovalRequest]:
     """Pending, unexpired requests the user may decide (see `approvals.can_decide`)."""
-    rows = approval_list_visible(user).filter(
-        state=ApprovalState.PENDING, expires_at__gt=timezone.now()
-    ).exclude(requester_id=user.pk)
+    rows = (
+        approval_list_visible(user)
+        .filter(state=ApprovalState.PENDING, expires_at__gt=timezone.now())
+        .exclude(requester_id=user.pk)
+    )
     grants = access.grants_for(user)
     if grants.platform_admin:
         return rows
