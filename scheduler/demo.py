@@ -11,10 +11,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from scheduler.services import job_submit
+from scheduler.services import job_cancel, job_submit
+from tenants.approval_policies import policy_set
 from tenants.models import (
     Membership,
     PlatformRole,
+    PriorityClass,
     Project,
     Quota,
     ResourceFlavor,
@@ -94,6 +96,16 @@ JOBS = [
     ("vik", "detector", "yolo-finetune", "fine-tuning", 1, 4, "A100-40GB"),
     ("sam", "ranker", "ranker-batch-scoring", "batch", 4, 1, "T4-16GB"),
     ("ada", "chat-serving", "chat-7b-serving", "inference", 2, 1, "L40S-48GB"),
+    # 3 x 8 = 24 GPUs: over NLP's 16-GPU approval threshold, so it waits for nils or nora.
+    ("ana", "llm-pretrain", "llama-70b-pretrain", "training", 3, 8, "H100-80GB"),
+    ("vik", "detector", "detector-sweep", "batch", 2, 1, "T4-16GB"),
+]
+CANCELLED_JOBS = {"detector-sweep"}
+# tenant, rule, threshold, priority class: what sends a job to approvers.
+POLICIES = [
+    ("nlp", "gpus_over", 16, None),
+    ("research", "priority_at_least", None, "critical"),
+    ("product", "runtime_over_hours", 48, None),
 ]
 
 
@@ -145,6 +157,7 @@ def seed_demo() -> DemoResult:
         )
         for team, slug in PROJECTS
     }
+    _create_policies(tenants, users["admin"])
     for username, project, name, job_type, replicas, gpus, flavor in JOBS:
         spec = {
             "name": name,
@@ -156,8 +169,21 @@ def seed_demo() -> DemoResult:
             "flavors": [flavor],
             "simulation": {"duration_s": 600},
         }
-        job_submit(user=users[username], project=projects[project], payload=spec)
+        job, _ = job_submit(user=users[username], project=projects[project], payload=spec)
+        if name in CANCELLED_JOBS:
+            job_cancel(user=users[username], job=job, reason="submitted with the wrong dataset")
     return DemoResult(created=True, logins=_logins())
+
+
+def _create_policies(tenants: dict[str, Tenant], admin: Any) -> None:
+    for slug, rule, threshold, priority in POLICIES:
+        policy_set(
+            user=admin,
+            tenant=tenants[slug],
+            rule=rule,
+            threshold=threshold,
+            priority_class=PriorityClass.objects.get(name=priority) if priority else None,
+        )
 
 
 def _create_users(tenants: dict[str, Tenant]) -> dict[str, Any]:

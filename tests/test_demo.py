@@ -1,0 +1,51 @@
+"""The demo organisation that `make run` seeds: every role, quotas, policies, jobs in states."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+from django.core.management import call_command
+
+from scheduler.models import Job, JobState
+from tenants.models import ApprovalPolicy, Membership, PlatformRole, Quota, Tenant
+from tests import factories as f
+
+
+def seed() -> str:
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    return out.getvalue()
+
+
+def test_seed_builds_a_realistic_organisation(db: Any) -> None:
+    f.seed_priority_classes()
+    printed = seed()
+    assert "Seeded demo organisation" in printed and "gantry-demo" in printed
+    kinds = dict(Tenant.objects.values_list("slug", "kind"))
+    assert sum(k == "department" for k in kinds.values()) == 2
+    assert sum(k == "team" for k in kinds.values()) == 4
+    assert set(Membership.objects.values_list("role", flat=True)) == {"member", "approver", "admin"}
+    assert set(PlatformRole.objects.values_list("role", flat=True)) == {"platform_admin", "finance"}
+    assert Quota.objects.values("flavor").distinct().count() >= 3
+    assert ApprovalPolicy.objects.count() >= 3
+    states = set(Job.objects.values_list("state", flat=True))
+    assert {JobState.QUEUED, JobState.PENDING_APPROVAL, JobState.CANCELLED} <= states
+    for username in ("ana", "nils", "nora", "rita", "fiona", "admin"):
+        assert username in printed
+
+
+def test_seed_twice_changes_nothing(db: Any) -> None:
+    f.seed_priority_classes()
+    seed()
+    jobs = Job.objects.count()
+    assert "Already seeded" in seed()
+    assert Job.objects.count() == jobs
+
+
+def test_if_enabled_respects_the_setting(db: Any, settings: Any) -> None:
+    settings.GANTRY_SEED_DEMO = False
+    out = StringIO()
+    call_command("seed_demo", "--if-enabled", stdout=out)
+    assert "not seeding" in out.getvalue()
+    assert not Tenant.objects.exists()
