@@ -64,12 +64,18 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
             for w in result.waiting
             if not (w.code == WaitCode.BACKOFF and built.jobs[w.job_id]["reason"])
         }
+        held = _victim_devices(built, result)
+        pending = set(built.pending_ids)
+        deferred: set[str] = set()
         for placement in result.placements:
             job_id = int(placement.job_id)
-            if placement.preempted and job_id in set(built.pending_ids):
-                victims = ", ".join(placement.preempted)
-                waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
-        _place(daemon, built, result, plan, now)
+            uses = {(a.node, sh.device) for a in placement.assignments for sh in a.shares}
+            if placement.preempted or uses & held:
+                deferred.add(placement.job_id)
+                if job_id in pending:
+                    victims = ", ".join(placement.preempted) or "of lower priority"
+                    waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
+        _place(daemon, built, result, plan, now, deferred)
         current = {int(k): r["reason"] for k, r in built.jobs.items()}
         # The head of the queue first; the rest catch up on later cycles (bounds the writes
         # of a cycle when thousands wait and their reasons' figures keep changing).
@@ -109,10 +115,34 @@ def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> No
     Allocation.objects.bulk_update(stopping, ["end_reason"])
 
 
-def _place(daemon: Daemon, built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:
+def _victim_devices(built: Built, result: CycleResult) -> set[tuple[str, int]]:
+    """Devices of this cycle's victims. The engine counts them free at once; they are free
+    only when the victims' pods are gone, so no placement may use them this cycle (neither
+    the preemptor's nor another job's that the engine fitted into what was left)."""
+    running = {r.job.id: r for r in built.snapshot.running}
+    out: set[tuple[str, int]] = set()
+    for p in result.preemptions:
+        victim = running.get(p.job_id)
+        if victim is None:
+            continue
+        for a in victim.assignments:
+            if p.whole_job or a.replica in p.replicas:
+                out.update((a.node, sh.device) for sh in a.shares)
+    return out
+
+
+def _place(
+    daemon: Daemon,
+    built: Built,
+    result: CycleResult,
+    plan: Plan,
+    now: datetime,
+    deferred: set[str],
+) -> None:
     pending = set(built.pending_ids)
-    fresh = [p for p in result.placements if int(p.job_id) in pending and not p.preempted]
-    grow = [p for p in result.placements if int(p.job_id) not in pending]
+    ready = [p for p in result.placements if p.job_id not in deferred]
+    fresh = [p for p in ready if int(p.job_id) in pending]
+    grow = [p for p in ready if int(p.job_id) not in pending]
     claimed = set(
         set_state_fast(
             [int(p.job_id) for p in fresh],
@@ -133,17 +163,18 @@ def _place(daemon: Daemon, built: Built, result: CycleResult, plan: Plan, now: d
     try:
         with transaction.atomic():
             _allocate(daemon, built, chosen, plan, now)
-    except IntegrityError:
+    except IntegrityError as error:
         # The snapshot was stale somewhere (a device given out meanwhile): one job at a time,
         # so only the conflicting ones wait for the next cycle.
-        log.warning("bulk allocation conflicted; allocating job by job")
+        log.warning("bulk allocation conflicted (%s); allocating job by job", error)
         plan.pods.clear()
         plan.allocations.clear()
         for placement in chosen:
             try:
                 with transaction.atomic():
                     _allocate(daemon, built, [placement], plan, now)
-            except IntegrityError:
+            except IntegrityError as error:
+                log.warning("job %s not allocated: %s", placement.job_id, error)
                 _unclaim(int(placement.job_id), now)
                 plan.claimed.discard(int(placement.job_id))
 

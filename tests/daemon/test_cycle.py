@@ -265,3 +265,34 @@ def test_gpus_of_a_stopping_attempt_are_not_given_out(env: Env) -> None:
     survivor.refresh_from_db()
     assert survivor.ended_at is not None
     assert_consistent(env.backend)
+
+
+def test_jobs_fitted_into_a_victims_leftover_wait_for_it_too(env: Env) -> None:
+    """The engine frees a victim's 8 GPUs at once; the preemptor takes 4 and fits a second
+    job into the other 4. Both wait until the victim's pod is gone, then start there."""
+    low = [
+        env.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 10_000})
+        for _ in range(4)
+    ]
+    daemon = env.daemon()
+    daemon.profile = type(daemon.profile)(min_runtime_s=0)
+    env.run(daemon, seconds=2, cycles=2)
+    first, second = (
+        env.submit(resources={"gpus": 4}, priority_class="critical", simulation={"duration_s": 60})
+        for _ in range(2)
+    )
+    env.run(daemon)
+    preempted = [j for j in low if Job.objects.get(pk=j.pk).state == "preempted"]
+    assert len(preempted) == 1
+    for job in (first, second):
+        job.refresh_from_db()
+        assert job.state == "queued" and "preempting" in job.reason, job.reason
+    assert_consistent(env.backend)
+    env.run(daemon, seconds=3, cycles=2)
+    nodes = set()
+    for job in (first, second):
+        job.refresh_from_db()
+        assert job.state in ("binding", "running")
+        nodes.add(Allocation.objects.get(job=job, ended_at__isnull=True).node_id)
+    assert len(nodes) == 1  # both on the victim's node
+    assert_consistent(env.backend)
