@@ -49,15 +49,7 @@ class ClusterState:
         self.flavor, self.flavor_names = _codes([node.flavor for node in nodes])
         self.domain, _ = _codes([node.nvlink_domain for node in nodes])
         self.rack, _ = _codes([node.rack for node in nodes])
-        self.usable = np.zeros((n, d), dtype=np.bool_)
-        self.dev_free = np.zeros((n, d), dtype=np.int64)
-        self.dev_mem = np.zeros((n, d), dtype=np.int64)
-        for i, node in enumerate(nodes):
-            ok = node.healthy and not node.cordoned
-            for dev in node.devices:
-                self.usable[i, dev.index] = ok and dev.healthy
-                self.dev_free[i, dev.index] = MILLI_PER_GPU
-                self.dev_mem[i, dev.index] = dev.memory_mib
+        self._load_devices(n, d)
         self.schedulable = np.array([nd.healthy and not nd.cordoned for nd in nodes], np.bool_)
         self.pool, self.pool_names = _codes([node.pool for node in nodes])
         groups = {taints: k for k, taints in enumerate(dict.fromkeys(n.taints for n in nodes))}
@@ -81,6 +73,19 @@ class ClusterState:
         self.signature = np.array([self._sign(i) for i in range(n)], dtype=np.int64)
         self._static: dict[tuple[str, tuple[str, ...], tuple[Toleration, ...]], BoolArray] = {}
         self.dirty: set[int] = set()
+
+    def _load_devices(self, n: int, d: int) -> None:
+        """Per-device arrays; a device is usable when it and its node are healthy and the
+        node is not cordoned (running allocations on others still count)."""
+        self.usable = np.zeros((n, d), dtype=np.bool_)
+        self.dev_free = np.zeros((n, d), dtype=np.int64)
+        self.dev_mem = np.zeros((n, d), dtype=np.int64)
+        for i, node in enumerate(self.nodes):
+            ok = node.healthy and not node.cordoned
+            for dev in node.devices:
+                self.usable[i, dev.index] = ok and dev.healthy
+                self.dev_free[i, dev.index] = MILLI_PER_GPU
+                self.dev_mem[i, dev.index] = dev.memory_mib
 
     def _recount(self) -> None:
         full = self.usable & (self.dev_free == MILLI_PER_GPU)
