@@ -47,6 +47,8 @@ class Plan:
 class Outcome:
     bound: dict[int, list[int]] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)  # job id -> why
+    # Pods whose name something else already holds: not ours, so never deleted by us.
+    foreign: set[tuple[str, str]] = field(default_factory=set)
 
 
 # --- phase A ------------------------------------------------------------------------------------
@@ -369,6 +371,11 @@ def bind_plan(daemon: Daemon, plan: Plan) -> Outcome:
                 created[job_id].append(pod)
         except BackendError as error:
             out.failed[job_id] = f"creating pods failed: {error}"
+        except BindConflict as conflict:
+            # Another object holds the deterministic name. The requeue raises the attempt,
+            # so the next try uses a fresh name; the foreign pod is left alone.
+            out.failed[job_id] = f"creating pods failed: {conflict}"
+            out.foreign.add((pod.namespace, pod.name))
     daemon.hook("pods_created")
     for job_id, pods in created.items():
         if job_id in out.failed:
@@ -391,7 +398,12 @@ def bind_plan(daemon: Daemon, plan: Plan) -> Outcome:
 
 def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
     now = daemon.now_dt()
-    failed_pods = [(p.namespace, p.name, 0) for j in out.failed for p in plan.pods.get(j, [])]
+    failed_pods = [
+        (p.namespace, p.name, 0)
+        for j in out.failed
+        for p in plan.pods.get(j, [])
+        if (p.namespace, p.name) not in out.foreign
+    ]
     delete_pods(daemon, failed_pods)
     with transaction.atomic():
         daemon.lease.fence()

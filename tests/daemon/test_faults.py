@@ -246,6 +246,19 @@ def test_backend_down_requeues_with_backoff_nothing_lost(env: Env) -> None:
     assert_consistent(env.backend)
 
 
+def test_foreign_pod_holding_our_name_is_left_alone_and_job_requeued(env: Env) -> None:
+    job = env.submit(simulation={"duration_s": 600})
+    env.backend.inject("create_pod", BindConflict("a foreign pod holds the name"))
+    daemon = env.daemon()
+    env.run(daemon)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("queued", 1)
+    assert "foreign pod" in job.reason
+    assert env.backend.calls.get("delete_pod", 0) == 0  # never delete what is not ours
+    assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+    assert_consistent(env.backend)
+
+
 def test_bind_conflict_on_another_node_frees_the_reservation(env: Env) -> None:
     job = env.submit(simulation={"duration_s": 600})
     env.backend.inject("bind_pod", BindConflict("already bound", bound_node="elsewhere"))
