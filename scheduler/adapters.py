@@ -203,7 +203,7 @@ def _load_nodes() -> _NodeParts:
             r["labels"],
             taints,
             healthy=r["ready"] and not r["sim_failed"],
-            cordoned=r["cordoned"],
+            cordoned=r["cordoned"] or r["cluster_unschedulable"],
         )
     return nodes, device_ids, {r["name"]: r["id"] for r in rows}
 

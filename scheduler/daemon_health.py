@@ -33,6 +33,7 @@ def _fingerprint(info: NodeInfo) -> tuple[Any, ...]:
         info.cpu_milli,
         info.memory_mib,
         info.ready,
+        info.unschedulable,
         tuple(sorted(info.labels.items())),
         info.taints,
     )

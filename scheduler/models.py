@@ -144,6 +144,9 @@ class Node(models.Model):
     ready = models.BooleanField(default=True)
     present = models.BooleanField(default=True, help_text="Still listed by the cluster.")
     cordoned = models.BooleanField(default=False)
+    # Unschedulable in the cluster itself (`kubectl cordon` by the cluster's admins, or the
+    # daemon's own mirrored cordon): nothing new is placed there either way.
+    cluster_unschedulable = models.BooleanField(default=False)
     cordoned_by = models.CharField(max_length=16, blank=True, default="")
     cordon_reason = models.CharField(max_length=300, blank=True, default="")
     drain_requested = models.BooleanField(default=False)

@@ -61,6 +61,7 @@ def _node_fields(info: NodeInfo) -> dict[str, Any]:
         "labels": dict(info.labels),
         "taints": [list(t) for t in info.taints],
         "ready": info.ready,
+        "cluster_unschedulable": info.unschedulable,
         "present": True,
     }
 

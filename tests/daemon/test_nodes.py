@@ -52,6 +52,27 @@ def test_not_ready_node_is_cordoned_and_its_job_fails_over(env: Env) -> None:
     assert (node.ready, node.cordoned) == (True, False)
 
 
+def test_node_cordoned_by_the_clusters_admins_gets_nothing_new(env: Env) -> None:
+    daemon = env.daemon()
+    env.run(daemon)  # learn the inventory
+    names = sorted(Node.objects.values_list("name", flat=True))
+    for name in names[:-1]:  # `kubectl cordon` every node but the last, outside Gantry
+        env.backend.set_node_unschedulable(name, True)
+    jobs = [env.submit(simulation={"duration_s": 600}) for _ in range(3)]
+    env.run(daemon, seconds=1)
+
+    def placed() -> list[str]:
+        live = Allocation.objects.filter(job__in=jobs, ended_at__isnull=True)
+        return sorted(live.values_list("node__name", flat=True))
+
+    assert placed() == [names[-1], names[-1]]  # two 4-GPU jobs fill the one open node
+    assert Node.objects.get(name=names[0]).cordoned is False  # Gantry's own flag untouched
+    env.backend.set_node_unschedulable(names[0], False)
+    env.run(daemon, seconds=1)
+    assert placed() == sorted([names[-1], names[-1], names[0]])
+    assert_consistent(env.backend)
+
+
 def test_admin_fails_and_heals_a_simulated_node_through_the_database(env: Env) -> None:
     job, daemon = started(env)
     first = Node.objects.get(name=node_of(job))
