@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -132,7 +132,7 @@ def build_snapshot(
         j["id"]: j
         for j in Job.objects.filter(Exists(holding)).values(*JOB_FIELDS, *SPEC_KEYS.values())
     }
-    running = _running(running_rows, slugs, classes, nodes)
+    running = _running(running_rows, slugs, classes, nodes, _displaced())
     queued = Job.objects.filter(state=S.QUEUED)
     if per_queue:
         place = Window(
@@ -281,6 +281,7 @@ def _running(
     slugs: Mapping[int, str],
     classes: Mapping[int, Any],
     nodes: Mapping[str, CoreNode],
+    displaced: Mapping[int, tuple[str, ...]],
 ) -> tuple[RunningJob, ...]:
     # Every active allocation holds its devices, whatever its job's state: a job requeued
     # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
@@ -310,8 +311,34 @@ def _running(
             for a in sorted(allocs, key=lambda a: a["replica"])
         )
         started = min(ts(a["started_at"]) for a in allocs)
-        out.append(RunningJob(request, allocs[0]["flavor"], assignments, started))
+        out.append(
+            RunningJob(
+                request,
+                allocs[0]["flavor"],
+                assignments,
+                started,
+                preempted=displaced.get(job_id, ()),
+            )
+        )
     return tuple(out)
+
+
+# Longer than any sensible ping-pong guard of the profile; the engine applies the exact one.
+DISPLACED_LOOKBACK_S = 6 * 3600
+
+
+def _displaced() -> dict[int, tuple[str, ...]]:
+    """Preemptor job id -> the jobs it preempted lately, read from the victims' events, so
+    that a victim's retry cannot preempt its preemptor straight back (no ping-pong).
+    Events carry wall-clock times, so the look-back is on the wall clock too."""
+    since = timezone.now() - timedelta(seconds=DISPLACED_LOOKBACK_S)
+    out: dict[int, list[str]] = defaultdict(list)
+    rows = JobEvent.objects.filter(kind="preempted", at__gte=since).values_list("job_id", "data")
+    for victim, data in rows:
+        preemptor = str((data or {}).get("preemptor", ""))
+        if preemptor.isdigit():
+            out[int(preemptor)].append(str(victim))
+    return {job: tuple(sorted(set(victims))) for job, victims in out.items()}
 
 
 # --- bulk writes ------

@@ -198,6 +198,10 @@ def test_preemption_waits_for_victims_to_stop(env: Env) -> None:
     victim = Job.objects.get(pk=victims[0].pk)
     assert (victim.state, victim.attempt) == ("queued", 1)
     assert_consistent(env.backend)
+    # The engine learns who displaced whom, so the victim's retry cannot preempt it back.
+    running = build_snapshot(env.clock(), decayed={}).snapshot.running
+    guard = {r.job.id: r.preempted for r in running}
+    assert guard[str(urgent.pk)] == (str(victim.pk),)
 
 
 def test_stale_snapshot_conflict_requeues_only_the_conflicting_jobs(
