@@ -26,7 +26,8 @@ run: venv
 	$(PY) manage.py seed_demo
 	@echo "Gantry on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
 	@trap 'kill 0' EXIT INT TERM; \
-	  $(VENV)/bin/celery -A config worker --loglevel=INFO --concurrency=2 --pool=threads & \
+	  $(VENV)/bin/celery -A config worker --beat --schedule=var/celerybeat-schedule \
+	    --loglevel=INFO --concurrency=2 --pool=threads & \
 	  $(PY) manage.py run_scheduler & \
 	  $(PY) manage.py runserver $(HOST):$(PORT)
 
