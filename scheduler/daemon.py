@@ -119,8 +119,9 @@ class Daemon:
                 if not self.lease.acquire():
                     return False
                 log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
+                self._inherit_fair_share(self.lease.inherited)
                 sync_nodes(self, force=True)
-            elif not self.lease.renew():
+            elif not self.lease.renew(self._fair_share_state()):
                 log.warning("lease lost; standing by")
                 return False
             self._renewed = time.monotonic()
@@ -224,9 +225,22 @@ class Daemon:
         monotonic clock; the lease's own times are the database's)."""
         if time.monotonic() - self._renewed < self.lease.ttl_s / 3:
             return
-        if not self.lease.renew():
+        if not self.lease.renew(self._fair_share_state()):
             raise LeaseLost("lease lost during the cycle")
         self._renewed = time.monotonic()
+
+    def _fair_share_state(self) -> dict[str, Any] | None:
+        if self._usage_at is None:
+            return None
+        return {"at": self._usage_at, "decayed": self.decayed}
+
+    def _inherit_fair_share(self, state: dict[str, Any]) -> None:
+        """Start from the previous leader's decayed usage: a takeover or restart must not
+        reset fair share. Its usage since its last save is unknown and counts as none."""
+        if not state.get("decayed") or self._usage_at is not None:
+            return
+        self.decayed = {str(k): float(v) for k, v in state["decayed"].items()}
+        self._usage_at, self._usage = float(state["at"]), {}
 
     def _decay(self) -> dict[str, float]:
         now = self.clock()

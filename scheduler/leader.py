@@ -18,6 +18,7 @@ from __future__ import annotations
 import socket
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
@@ -42,6 +43,8 @@ class Lease:
         self.ttl_s = ttl_s
         self.name = name
         self.epoch: int | None = None
+        # What the previous leader saved (see `renew(state=...)`), read when acquiring.
+        self.inherited: dict[str, Any] = {}
 
     @property
     def leading(self) -> bool:
@@ -66,16 +69,19 @@ class Lease:
             if not changed:
                 self.epoch = None
                 return False
-            self.epoch = SchedulerLease.objects.get(name=self.name).epoch
+            row = SchedulerLease.objects.get(name=self.name)
+            self.epoch, self.inherited = row.epoch, dict(row.fair_share or {})
         return True
 
-    def renew(self) -> bool:
-        """Extend our lease; False (and no longer leading) when it was lost."""
+    def renew(self, state: dict[str, Any] | None = None) -> bool:
+        """Extend our lease (saving `state` with it, fenced like any write); False (and no
+        longer leading) when it was lost."""
         if self.epoch is None:
             return False
+        extra = {"fair_share": state} if state is not None else {}
         changed = SchedulerLease.objects.filter(
             name=self.name, holder=self.holder, epoch=self.epoch, expires_at__gt=Now()
-        ).update(renewed_at=Now(), expires_at=self._expiry())
+        ).update(renewed_at=Now(), expires_at=self._expiry(), **extra)
         if not changed:
             self.epoch = None
         return bool(changed)

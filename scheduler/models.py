@@ -272,6 +272,9 @@ class SchedulerLease(models.Model):
     epoch = models.PositiveBigIntegerField(default=0)
     renewed_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # The leader's decayed fair-share usage ({"at": daemon clock, "decayed": {tenant: value}}),
+    # saved with each renewal so that a standby taking over keeps the tenants' history.
+    fair_share = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} (epoch {self.epoch})"

@@ -86,6 +86,20 @@ def test_two_daemons_only_one_acts_and_standby_takes_over(env: Env) -> None:
     assert SchedulerLease.objects.get().holder == "standby"
 
 
+def test_standby_inherits_the_leaders_fair_share_history(env: Env) -> None:
+    env.submit(simulation={"duration_s": 6000})  # 4 GPUs of team-alpha, running a while
+    leader = env.daemon("leader")
+    env.run(leader, seconds=10, cycles=4)  # usage accrues; each step renews, saving it
+    saved = SchedulerLease.objects.get().fair_share["decayed"]  # as of its last renewal
+    assert saved.get("team-alpha", 0) > 0, saved
+    expire_leases()  # the leader died without stepping down
+    standby = env.daemon("standby")
+    env.run(standby)
+    # The standby starts from the saved history, decayed by the time since (a 24 h default
+    # half-life: next to nothing over these seconds), and adds its own; not from zero.
+    assert standby.decayed["team-alpha"] >= 0.99 * saved["team-alpha"], standby.decayed
+
+
 def test_stale_leader_write_is_rejected(env: Env) -> None:  # FAULT 4
     stale = env.daemon("stale")
     env.run(stale)
