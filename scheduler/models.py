@@ -117,6 +117,13 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+        indexes = [
+            # The snapshot reads recent preemptions every cycle (the ping-pong guard): a
+            # partial index keeps that to the preemption events, not the whole history.
+            models.Index(
+                fields=["at"], condition=Q(kind="preempted"), name="jobevent_preempted_at"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.from_state}->{self.to_state} of job {self.job_id}"
