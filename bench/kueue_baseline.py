@@ -1,6 +1,7 @@
 """Kueue's scheduler performance baseline, replayed on virtual time through the simulator.
 
     python -m bench.kueue_baseline --json out.json
+    python -m bench.kueue_baseline --e2e --json out.json   # through the daemon: bench.kueue_e2e
 
 5 cohorts x 6 teams, each team guaranteed 20 GPUs and allowed to borrow 100 more inside its
 cohort (cohorts lend nothing to each other), on 75 nodes of 8 GPUs (600 GPUs, the sum of
@@ -86,10 +87,23 @@ def figures(report: SimReport) -> dict[str, object]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Kueue scheduler performance baseline")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--e2e",
+        action="store_true",
+        help="run it on wall-clock time through the daemon, PostgreSQL and the simulated "
+        "cluster (bench.kueue_e2e; its options follow)",
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.e2e:
+        from bench import kueue_e2e
+
+        kueue_e2e.main([*rest, *(["--json", str(args.json)] if args.json else [])])
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     profile = Profile(min_runtime_s=0.0)
     started = time.perf_counter()
     report = simulate(workload(), cluster(), profile, config=SimConfig(tick_s=1.0))

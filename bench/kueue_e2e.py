@@ -3,6 +3,7 @@ PostgreSQL at their arrival times, scheduled by the real daemon, run by the simu
 cluster for their durations, reconciled as they finish.
 
     python -m bench.kueue_e2e --json out.json
+    python -m bench.kueue_baseline --e2e --json out.json   # the same
 
 The scenario of bench.kueue_baseline: 5 cohorts x 6 teams (20 GPUs guaranteed each, up to
 120 borrowed within the cohort, nothing lent between cohorts), 75 nodes of 8 GPUs, 15,000
@@ -180,7 +181,7 @@ def figures(start: float, inserted: dict[str, float], cycles: int, daemon: Any) 
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Kueue baseline through the daemon (PostgreSQL)")
     parser.add_argument("--tick", type=float, default=0.1, help="submitter period, s")
     parser.add_argument("--interval", type=float, default=0.02, help="daemon idle wait, s")
@@ -189,7 +190,7 @@ def main() -> None:
     parser.add_argument("--per-queue", type=int, default=50, help="heads per team x class")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     fresh_database(args.database_url)
     out = run(args.tick, args.interval, args.limit, args.window, args.per_queue)
     print(json.dumps(out, indent=2))

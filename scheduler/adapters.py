@@ -133,26 +133,40 @@ def build_snapshot(
         for j in Job.objects.filter(Exists(holding)).values(*JOB_FIELDS, *SPEC_KEYS.values())
     }
     running = _running(running_rows, slugs, classes, nodes, _displaced())
-    queued = Job.objects.filter(state=S.QUEUED)
-    if per_queue:
-        place = Window(
-            RowNumber(),
-            partition_by=[F("tenant_id"), F("priority_class_id")],
-            order_by=[F("queued_at").asc(), F("id").asc()],
-        )
-        heads = queued.annotate(place=place).filter(place__lte=per_queue).values("id")
-        queued = Job.objects.filter(id__in=heads)  # the window over ids only, then the rows
-    pending_rows = list(
-        queued.order_by(-F("priority_class__value"), "queued_at", "id").values(
-            *JOB_FIELDS, *SPEC_KEYS.values()
-        )[:max_pending]
-    )
+    pending_rows = list(_queue(max_pending, per_queue).values(*JOB_FIELDS, *SPEC_KEYS.values()))
     pending = tuple(job_request(r, slugs, classes) for r in pending_rows)
     snapshot = Snapshot(
         now, tuple(nodes.values()), tenants, core_classes, running, pending, dict(decayed)
     )
     jobs = {str(r["id"]): r for r in [*running_rows.values(), *pending_rows]}
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
+
+
+def _queue(max_pending: int, per_queue: int) -> Any:
+    """The queued jobs the engine sees. Without `per_queue`: the first `max_pending` by
+    priority, then age. With it: each queue's (tenant x priority class) first `per_queue` by
+    age, and when those are more than `max_pending`, taken round-robin across the queues
+    (every queue's first job, then every queue's second...). A window by priority alone
+    fills up with high-priority jobs that cannot fit (say 5 GPUs, where nodes have 3 left)
+    and hides the small jobs that could use the gaps; the engine orders what it sees."""
+    queued = Job.objects.filter(state=S.QUEUED)
+    if not per_queue:
+        return queued.order_by(-F("priority_class__value"), "queued_at", "id")[:max_pending]
+    place = Window(
+        RowNumber(),
+        partition_by=[F("tenant_id"), F("priority_class_id")],
+        order_by=[F("queued_at").asc(), F("id").asc()],
+    )
+    # The window over narrow rows in a subquery, then the whole rows of the chosen ids.
+    heads = (
+        queued.annotate(place=place)
+        .filter(place__lte=per_queue)
+        .order_by("place", -F("priority_class__value"), "queued_at", "id")
+        .values("id")[:max_pending]
+    )
+    return Job.objects.filter(id__in=heads).order_by(
+        -F("priority_class__value"), "queued_at", "id"
+    )
 
 
 _NodeParts = tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]

@@ -136,7 +136,16 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
     def priority(job: JobRequest) -> float:
         return effective_priority(job, ctx.classes, now, profile)
 
-    return ordered_jobs(jobs, priority, share)
+    def borrows(job: JobRequest) -> bool:
+        """Whether admitting the job now would borrow on every flavor it may use."""
+        if not profile.guaranteed_first or job.tenant not in tenants:
+            return False
+        milli = job.resources.gpu_milli * job.gang_size
+        return not any(
+            ctx.ledger.within_guarantee_after(job.tenant, f, milli) for f in _flavors(ctx, job)
+        )
+
+    return ordered_jobs(jobs, priority, share, borrows)
 
 
 def _dominant(ctx: CycleContext, tenant: str, flavor: str) -> float:

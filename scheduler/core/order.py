@@ -1,4 +1,5 @@
-"""Phase 1, order: priority class (with aging), then fair share, then age.
+"""Phase 1, order: jobs within their tenant's guarantee first (with the profile's
+``guaranteed_first``), then priority class (with aging), then fair share, then age.
 
 Fair share of a tenant = ((1 - w) * dominant share now + w * historical share) / weight, where
 the dominant share is the largest usage / guarantee over its flavors, the historical share
@@ -61,26 +62,24 @@ def ordered_jobs(
     jobs: Sequence[JobRequest],
     priority: Callable[[JobRequest], float],
     share: Callable[[str], float],
+    borrows: Callable[[JobRequest], bool] = lambda _job: False,
 ) -> Iterator[JobRequest]:
-    """Yield jobs best first. ``share(tenant)`` is read each time the tenant is re-queued,
-    i.e. after the consumer handled the tenant's previous job."""
+    """Yield jobs best first. Each tenant's queue is in priority, then age order; the
+    tenants' heads compete on (``borrows(head)``, priority, ``share(tenant)``, age), read
+    each time the tenant is re-queued, i.e. after the consumer handled its previous job."""
     queues: dict[str, deque[tuple[float, float, str, int]]] = defaultdict(deque)
     for key in sorted((-priority(j), j.submitted_at, j.id, i) for i, j in enumerate(jobs)):
         queues[jobs[key[3]].tenant].append(key)
-    heap = [_head(tenant, queue, share) for tenant, queue in queues.items()]
+
+    def head(tenant: str) -> tuple[bool, float, float, float, str, str]:
+        neg_priority, submitted, job_id, index = queues[tenant][0]
+        return (borrows(jobs[index]), neg_priority, share(tenant), submitted, job_id, tenant)
+
+    heap = [head(tenant) for tenant in queues]
     heapq.heapify(heap)
     while heap:
         tenant = heapq.heappop(heap)[-1]
         queue = queues[tenant]
         yield jobs[queue.popleft()[3]]
         if queue:
-            heapq.heappush(heap, _head(tenant, queue, share))
-
-
-def _head(
-    tenant: str,
-    queue: deque[tuple[float, float, str, int]],
-    share: Callable[[str], float],
-) -> tuple[float, float, float, str, str]:
-    neg_priority, submitted, job_id, _ = queue[0]
-    return (neg_priority, share(tenant), submitted, job_id, tenant)
+            heapq.heappush(heap, head(tenant))

@@ -5,6 +5,7 @@
 
     {"name": "default",
      "plugins": {"score": {"FragmentationScore": 2, "GpuFit": 1, "TopologyScore": 1}},
+     "order": {"guaranteed_first": true},
      "fair_share": {"half_life_s": 86400, "history_weight": 0.5},
      "aging": {"per_hour": 10, "max_boost": 1000},
      "preemption": {"min_runtime_s": 300, "critical_overrides_min_runtime": true,
@@ -13,6 +14,9 @@
      "backfill": {"enabled": true, "unknown_runtime_s": 86400},
      "placement": {"max_scored_nodes": 128, "fragmentation_step_milli": 100}}
 
+``guaranteed_first`` orders jobs that fit in their tenant's guarantee before jobs that would
+borrow, then by priority (as Kueue orders its queue heads): capacity freed by reclaiming a
+guarantee goes to the reclaimer, not back to a higher-priority borrower.
 ``max_scored_nodes`` bounds how many feasible nodes are scored per replica (as
 kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order.
 ``fragmentation_step_milli`` is how coarsely ``FragmentationScore`` compares the fragmentation
@@ -39,6 +43,7 @@ class Profile:
     score_weights: Mapping[str, float] = field(
         default_factory=lambda: {"FragmentationScore": 2.0, "GpuFit": 1.0, "TopologyScore": 1.0}
     )
+    guaranteed_first: bool = True
     half_life_s: float = 86_400.0
     history_weight: float = 0.5
     aging_per_hour: float = 10.0
@@ -73,6 +78,7 @@ class Profile:
 # section -> key -> (Profile attribute, kind); kinds: "pos" > 0, "nonneg" >= 0,
 # "unit" in [0, 1], "bool", "count" positive int.
 _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
+    "order": {"guaranteed_first": ("guaranteed_first", "bool")},
     "fair_share": {
         "half_life_s": ("half_life_s", "pos"),
         "history_weight": ("history_weight", "unit"),

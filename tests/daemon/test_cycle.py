@@ -62,6 +62,22 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     assert sorted(j.tenant for j in heads) == ["team-alpha"] * 5 + ["team-bravo"]
 
 
+def test_queue_window_takes_every_queues_heads_round_robin(env: Env) -> None:
+    """When the queue heads are more than `max_pending`, each queue (tenant x priority class)
+    gets its turn: high-priority jobs that cannot fit must not hide the low-priority ones
+    that could fill the gaps."""
+    high = [env.submit(priority_class="high") for _ in range(6)]
+    low = [env.submit(priority_class="low") for _ in range(2)]
+    seen = build_snapshot(env.clock(), decayed={}, max_pending=4, per_queue=5).snapshot.pending
+    # round-robin: the first of each queue, then the second of each
+    assert sorted(int(j.id) for j in seen) == sorted(j.pk for j in [*high[:2], *low])
+    # ordered for the engine by priority, then age
+    assert [int(j.id) for j in seen] == [j.pk for j in [*high[:2], *low]]
+    # without per_queue: by priority, then age
+    seen = build_snapshot(env.clock(), decayed={}, max_pending=4).snapshot.pending
+    assert [int(j.id) for j in seen] == [j.pk for j in high[:4]]
+
+
 def test_waiting_job_gets_a_reason(env: Env) -> None:
     job = env.submit(replicas=5, resources={"gpus": 8})  # 40 GPUs: over team-alpha's limit 32
     env.run(env.daemon())

@@ -15,6 +15,7 @@ def test_defaults_and_overrides():
             "fair_share": {"half_life_s": 3600, "history_weight": 0.25},
             "preemption": {"min_runtime_s": 60, "max_candidates": 16},
             "backfill": {"enabled": False},
+            "order": {"guaranteed_first": False},
         }
     )
     assert profile.name == "research"
@@ -22,6 +23,7 @@ def test_defaults_and_overrides():
     assert (profile.half_life_s, profile.history_weight) == (3600.0, 0.25)
     assert (profile.min_runtime_s, profile.max_preemption_candidates) == (60.0, 16)
     assert profile.backfill is False
+    assert profile.guaranteed_first is False and Profile().guaranteed_first is True
     assert profile.aging_per_hour == Profile().aging_per_hour
 
 
@@ -37,6 +39,7 @@ BAD = [
     ("history-weight-above-one", {"fair_share": {"history_weight": 1.5}}, "history_weight"),
     ("bool-is-not-a-number", {"preemption": {"min_runtime_s": True}}, "min_runtime_s"),
     ("enabled-not-bool", {"backfill": {"enabled": "yes"}}, "backfill.enabled"),
+    ("guaranteed-first-not-bool", {"order": {"guaranteed_first": 1}}, "order.guaranteed_first"),
     ("candidates-not-int", {"preemption": {"max_candidates": 2.5}}, "max_candidates"),
 ]
 
