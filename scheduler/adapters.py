@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Window
+from django.db.models import F, Window
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -102,8 +103,22 @@ class Built:
     devices: dict[tuple[str, int], int]  # (node name, index) -> device id
 
 
+@dataclass
+class SnapshotCache:
+    """What a daemon keeps between cycles: the device shares of each active allocation
+    (written once with the allocation, never changed until it ends), so a cycle reads only
+    the shares of allocations new since the last one."""
+
+    shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)
+
+
 def build_snapshot(
-    now: float, *, decayed: Mapping[str, float], max_pending: int = 20_000, per_queue: int = 0
+    now: float,
+    *,
+    decayed: Mapping[str, float],
+    max_pending: int = 20_000,
+    per_queue: int = 0,
+    cache: SnapshotCache | None = None,
 ) -> Built:
     """`max_pending` bounds the queue the engine sees (by priority, then age); `per_queue`,
     when set, keeps only the first jobs of each tenant x priority class (kueue's queue heads):
@@ -127,12 +142,22 @@ def build_snapshot(
         )
         for pc in classes.values()
     )
-    holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
+    # Every active allocation holds its devices, whatever its job's state: a job requeued
+    # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
+    # the engine skips queued jobs that are live).
+    allocations = list(
+        Allocation.objects.filter(ended_at__isnull=True).values(
+            "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
+        )
+    )
     running_rows = {
         j["id"]: j
-        for j in Job.objects.filter(Exists(holding)).values(*JOB_FIELDS, *SPEC_KEYS.values())
+        for j in Job.objects.filter(id__in={a["job_id"] for a in allocations}).values(
+            *JOB_FIELDS, *SPEC_KEYS.values()
+        )
     }
-    running = _running(running_rows, slugs, classes, nodes, _displaced())
+    shares = _shares([a["id"] for a in allocations], cache or SnapshotCache())
+    running = _running(allocations, shares, running_rows, slugs, classes, _displaced())
     pending_rows = list(_queue(max_pending, per_queue).values(*JOB_FIELDS, *SPEC_KEYS.values()))
     pending = tuple(job_request(r, slugs, classes) for r in pending_rows)
     snapshot = Snapshot(
@@ -140,6 +165,15 @@ def build_snapshot(
     )
     jobs = {str(r["id"]): r for r in [*running_rows.values(), *pending_rows]}
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
+
+
+HEADS_SQL = (
+    "SELECT h.id FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("
+    " SELECT j.id, j.queued_at, row_number() OVER (ORDER BY j.queued_at, j.id) AS place"
+    " FROM {job} j WHERE j.tenant_id = t.id AND j.priority_class_id = pc.id AND j.state = %s"
+    " ORDER BY j.queued_at, j.id LIMIT %s) h"
+    " ORDER BY h.place, pc.value DESC, h.queued_at, h.id LIMIT %s"
+)
 
 
 def _queue(max_pending: int, per_queue: int) -> Any:
@@ -152,21 +186,31 @@ def _queue(max_pending: int, per_queue: int) -> Any:
     queued = Job.objects.filter(state=S.QUEUED)
     if not per_queue:
         return queued.order_by(-F("priority_class__value"), "queued_at", "id")[:max_pending]
-    place = Window(
-        RowNumber(),
-        partition_by=[F("tenant_id"), F("priority_class_id")],
-        order_by=[F("queued_at").asc(), F("id").asc()],
-    )
-    # The window over narrow rows in a subquery, then the whole rows of the chosen ids.
-    heads = (
-        queued.annotate(place=place)
-        .filter(place__lte=per_queue)
-        .order_by("place", -F("priority_class__value"), "queued_at", "id")
-        .values("id")[:max_pending]
-    )
-    return Job.objects.filter(id__in=heads).order_by(
-        -F("priority_class__value"), "queued_at", "id"
-    )
+    heads: Any
+    if connection.vendor == "postgresql":
+        # One index probe per queue (job_queue_heads), not a window over the whole queue.
+        # Table names come from the models and the values are parameters.
+        heads = RawSQL(  # noqa: S611
+            HEADS_SQL.format(
+                tenant=Tenant._meta.db_table,
+                pclass=PriorityClassRow._meta.db_table,
+                job=Job._meta.db_table,
+            ),
+            (S.QUEUED, per_queue, max_pending),
+        )
+    else:
+        place = Window(
+            RowNumber(),
+            partition_by=[F("tenant_id"), F("priority_class_id")],
+            order_by=[F("queued_at").asc(), F("id").asc()],
+        )
+        heads = (
+            queued.annotate(place=place)
+            .filter(place__lte=per_queue)
+            .order_by("place", -F("priority_class__value"), "queued_at", "id")
+            .values("id")[:max_pending]
+        )
+    return Job.objects.filter(id__in=heads).order_by(-F("priority_class__value"), "queued_at", "id")
 
 
 _NodeParts = tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]
@@ -290,29 +334,34 @@ def job_request(
     )
 
 
+def _shares(active: Sequence[int], cache: SnapshotCache) -> dict[int, tuple[DeviceShare, ...]]:
+    """Device shares of the active allocations: from the cache, reading only new ones."""
+    known = cache.shares
+    missing = [i for i in active if i not in known]
+    if missing:
+        found: dict[int, list[DeviceShare]] = {i: [] for i in missing}
+        for row in AllocationDevice.objects.filter(allocation_id__in=missing).values(
+            "allocation_id", "device__index", "milli", "memory_mib"
+        ):
+            found[row["allocation_id"]].append(
+                DeviceShare(row["device__index"], row["milli"], row["memory_mib"])
+            )
+        known.update((i, tuple(v)) for i, v in found.items())
+    if len(known) > len(active):
+        keep = set(active)
+        for gone in [i for i in known if i not in keep]:
+            del known[gone]
+    return known
+
+
 def _running(
+    allocations: Sequence[dict[str, Any]],
+    shares: Mapping[int, tuple[DeviceShare, ...]],
     rows: Mapping[int, dict[str, Any]],
     slugs: Mapping[int, str],
     classes: Mapping[int, Any],
-    nodes: Mapping[str, CoreNode],
     displaced: Mapping[int, tuple[str, ...]],
 ) -> tuple[RunningJob, ...]:
-    # Every active allocation holds its devices, whatever its job's state: a job requeued
-    # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
-    # the engine skips queued jobs that are live). Rows of a job whose allocations appeared
-    # between the queries are skipped below.
-    allocations = list(
-        Allocation.objects.filter(ended_at__isnull=True).values(
-            "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
-        )
-    )
-    shares: dict[int, list[DeviceShare]] = defaultdict(list)
-    for s in AllocationDevice.objects.filter(
-        released=False, allocation__ended_at__isnull=True
-    ).values("allocation_id", "device__index", "milli", "memory_mib"):
-        shares[s["allocation_id"]].append(
-            DeviceShare(s["device__index"], s["milli"], s["memory_mib"])
-        )
     per_job: dict[int, list[Any]] = defaultdict(list)
     for a in allocations:
         if a["job_id"] in rows:
@@ -321,7 +370,7 @@ def _running(
     for job_id, allocs in sorted(per_job.items()):
         request = job_request(rows[job_id], slugs, classes)
         assignments = tuple(
-            ReplicaAssignment(a["replica"], a["node__name"], tuple(shares[a["id"]]), a["elastic"])
+            ReplicaAssignment(a["replica"], a["node__name"], shares[a["id"]], a["elastic"])
             for a in sorted(allocs, key=lambda a: a["replica"])
         )
         started = min(ts(a["started_at"]) for a in allocs)

@@ -35,7 +35,7 @@ from django.db import (
     connection,
 )
 
-from scheduler.adapters import build_snapshot
+from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import BackendError, ClusterBackend
 from scheduler.core import Profile, decay_usage, run_cycle
 from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds
@@ -100,6 +100,7 @@ class Daemon:
         self._renewed = -math.inf
         self.stop = threading.Event()
         self.last: CycleStats | None = None
+        self.cache = SnapshotCache()
 
     def now_dt(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), tz=UTC)
@@ -119,6 +120,7 @@ class Daemon:
                 if not self.lease.acquire():
                     return False
                 log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
+                self.cache = SnapshotCache()  # nothing read under another leader is kept
                 self._inherit_fair_share(self.lease.inherited)
                 sync_nodes(self, force=True)
             elif not self.lease.renew(self._fair_share_state()):
@@ -196,6 +198,7 @@ class Daemon:
                 decayed=self._decay(),
                 max_pending=self.max_pending,
                 per_queue=self.per_queue,
+                cache=self.cache,
             )
             self._record_usage(built.snapshot)
             stats.considered = len(built.pending_ids)

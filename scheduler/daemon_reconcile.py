@@ -28,7 +28,15 @@ from django.db.models import Count, Exists, OuterRef
 from scheduler.adapters import Change, release, transition_many
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
 from scheduler.daemon_apply import binder, call_with_retry, delete_pods
-from scheduler.models import FINAL_STATES, Allocation, AllocationDevice, Job, JobEvent, JobState
+from scheduler.models import (
+    FINAL_STATES,
+    Allocation,
+    AllocationDevice,
+    GpuDevice,
+    Job,
+    JobEvent,
+    JobState,
+)
 
 if TYPE_CHECKING:
     from scheduler.daemon import Daemon
@@ -93,14 +101,20 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
     jobs = {
         j["id"]: j
-        for j in Job.objects.filter(
-            Exists(Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True))
-        ).values("id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type")
+        for j in Job.objects.filter(id__in={a["job_id"] for a in allocs}).values(
+            "id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type"
+        )
     }
-    bad_gpu = set(
-        AllocationDevice.objects.filter(
-            released=False, device__healthy=False, allocation__ended_at__isnull=True
-        ).values_list("allocation_id", flat=True)
+    # Unhealthy devices are few (usually none): find them first, then their live shares.
+    unhealthy = list(GpuDevice.objects.filter(healthy=False).values_list("id", flat=True))
+    bad_gpu = (
+        set(
+            AllocationDevice.objects.filter(released=False, device_id__in=unhealthy).values_list(
+                "allocation_id", flat=True
+            )
+        )
+        if unhealthy
+        else set()
     )
     now = daemon.now_dt()
     known = {a["pod_name"] for a in allocs}
