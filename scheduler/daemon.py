@@ -7,7 +7,8 @@ which returns whether it did work; `run()` waits between steps on LISTEN/NOTIFY 
 or polling. Time is injectable (`clock`, `sleep`) so tests never wait on the wall clock.
 
 `sync_every_s` spaces the inventory and health sync (every cycle by default; node changes
-also arrive by the database flags it reads then).
+also arrive by the database flags it reads then); `reasons_every_s` spaces the writes of
+waiting jobs' reasons (1 s).
 
 Test hooks: `hooks[name]()` is called at "claimed" (after phase A committed), "pods_created",
 "bound" and "before_commit" (inside phase C's transaction); raising there simulates a crash.
@@ -77,6 +78,7 @@ class Daemon:
         hooks: dict[str, Callable[[], None]] | None = None,
         on_cycle: Callable[[Daemon], None] | None = None,
         sync_every_s: float = 0.0,
+        reasons_every_s: float = 1.0,
     ) -> None:
         self.backend = backend
         self.lease = lease or Lease()
@@ -96,6 +98,8 @@ class Daemon:
         self._usage_at: float | None = None
         self.errors = 0
         self.sync_every_s = sync_every_s
+        self.reasons_every_s = reasons_every_s
+        self._reasons_at = -math.inf
         self._synced_at = -math.inf
         self._renewed = -math.inf
         self.stop = threading.Event()
@@ -222,6 +226,15 @@ class Daemon:
         if self.on_cycle is not None:
             self.on_cycle(self)
         return stats
+
+    def reasons_due(self) -> bool:
+        """Waiting reasons are written at most every `reasons_every_s` (daemon clock): they
+        are for people, and rewriting hundreds of them each cycle slows placing."""
+        now = self.clock()
+        if now - self._reasons_at < self.reasons_every_s:
+            return False
+        self._reasons_at = now
+        return True
 
     def _renew(self) -> None:
         """Renew between phases once a third of the TTL has passed (deadlines on the

@@ -78,12 +78,15 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
                     victims = ", ".join(placement.preempted) or "of lower priority"
                     waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
         _place(daemon, built, result, plan, now, deferred)
-        current = {int(k): r["reason"] for k, r in built.jobs.items()}
-        # The head of the queue first; the rest catch up on later cycles (bounds the writes
-        # of a cycle when thousands wait and their reasons' figures keep changing).
+        # Jobs waiting on their victims are told at once; the other reasons are refreshed
+        # at the daemon's pace, the head of the queue first, the rest on later refreshes
+        # (bounds the writes when thousands wait and their reasons' figures keep changing).
         order = [j for j in built.pending_ids if j in waiting and j not in plan.claimed]
-        changed = [j for j in order if current.get(j) != waiting[j][:500]][:REASONS_PER_CYCLE]
-        set_reasons({j: waiting[j] for j in changed}, current)
+        if not daemon.reasons_due():
+            order = [j for j in order if str(j) in deferred]
+        current = {int(k): r["reason"] for k, r in built.jobs.items()}
+        changed = [j for j in order if current.get(j) != waiting[j][:500]]
+        set_reasons({j: waiting[j] for j in changed[:REASONS_PER_CYCLE]}, current)
     return plan
 
 

@@ -86,6 +86,21 @@ def test_waiting_job_gets_a_reason(env: Env) -> None:
     assert job.reason.startswith("quota"), job.reason
 
 
+def test_waiting_reasons_are_refreshed_at_the_daemons_pace(env: Env) -> None:
+    daemon = env.daemon(reasons_every_s=1.0)
+    first = env.submit(replicas=5, resources={"gpus": 8})  # over team-alpha's limit
+    env.run(daemon)
+    first.refresh_from_db()
+    assert first.reason.startswith("quota")
+    second = env.submit(replicas=5, resources={"gpus": 8})
+    env.run(daemon, seconds=0.5)  # within the second: not rewritten yet
+    second.refresh_from_db()
+    assert second.reason == ""
+    env.run(daemon, seconds=0.5)
+    second.refresh_from_db()
+    assert second.reason.startswith("quota")
+
+
 def test_failed_attempt_retries_with_backoff_then_fails(env: Env) -> None:
     job = env.submit(
         simulation={"duration_s": 10, "fail": True}, retry={"limit": 1, "backoff_s": 30}
