@@ -105,11 +105,16 @@ class Built:
 
 @dataclass
 class SnapshotCache:
-    """What a daemon keeps between cycles: the device shares of each active allocation
-    (written once with the allocation, never changed until it ends), so a cycle reads only
-    the shares of allocations new since the last one."""
+    """What a daemon keeps between cycles, so that a cycle reads only what changed:
+
+    - the device shares of each active allocation (written once with the allocation, never
+      changed until it ends);
+    - job rows with their PostgreSQL row version (`xmin`: every UPDATE of a row writes a new
+      version under a new transaction id), so only the rows of jobs new or changed since the
+      last cycle are read whole. On other databases every row is read each cycle."""
 
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)
+    rows: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
 
 
 def build_snapshot(
@@ -123,6 +128,7 @@ def build_snapshot(
     """`max_pending` bounds the queue the engine sees (by priority, then age); `per_queue`,
     when set, keeps only the first jobs of each tenant x priority class (kueue's queue heads):
     a job behind `per_queue` others of its own queue could not start before them anyway."""
+    cache = cache if cache is not None else SnapshotCache()
     nodes, devices, node_ids = _nodes()
     tenants, slugs = _tenants()
     classes = {
@@ -150,21 +156,47 @@ def build_snapshot(
             "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
         )
     )
-    running_rows = {
-        j["id"]: j
-        for j in Job.objects.filter(id__in={a["job_id"] for a in allocations}).values(
-            *JOB_FIELDS, *SPEC_KEYS.values()
-        )
-    }
-    shares = _shares([a["id"] for a in allocations], cache or SnapshotCache())
+    holding = Job.objects.filter(id__in={a["job_id"] for a in allocations})
+    running_rows = {r["id"]: r for r in _job_rows(holding, cache)}
+    shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced())
-    pending_rows = list(_queue(max_pending, per_queue).values(*JOB_FIELDS, *SPEC_KEYS.values()))
+    pending_rows = [
+        r for r in _job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
+    ]
+    pending_rows.sort(
+        key=lambda r: (-classes[r["priority_class_id"]]["value"], r["queued_at"], r["id"])
+    )
+    seen = running_rows.keys() | {r["id"] for r in pending_rows}
+    for gone in [i for i in cache.rows if i not in seen]:
+        del cache.rows[gone]
     pending = tuple(job_request(r, slugs, classes) for r in pending_rows)
     snapshot = Snapshot(
         now, tuple(nodes.values()), tenants, core_classes, running, pending, dict(decayed)
     )
     jobs = {str(r["id"]): r for r in [*running_rows.values(), *pending_rows]}
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
+
+
+# A row's version on PostgreSQL: the id of the transaction that wrote it.
+_VERSION = RawSQL("scheduler_job.xmin::text::bigint", ())
+
+
+def _job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
+    """The rows (JOB_FIELDS and the spec keys) of the jobs of queryset `jobs`: on PostgreSQL
+    their ids and versions first, then whole rows only for the jobs the cache lacks or holds
+    an older version of."""
+    fields = (*JOB_FIELDS, *SPEC_KEYS.values())
+    if connection.vendor != "postgresql":
+        return list(jobs.values(*fields))
+    versions = list(jobs.annotate(version=_VERSION).values_list("id", "version"))
+    known = cache.rows
+    stale = [i for i, v in versions if i not in known or known[i][0] != v]
+    if stale:
+        for row in (
+            Job.objects.filter(id__in=stale).annotate(version=_VERSION).values(*fields, "version")
+        ):
+            known[row["id"]] = (row.pop("version"), row)
+    return [known[i][1] for i, _ in versions if i in known]
 
 
 HEADS_SQL = (
@@ -185,7 +217,8 @@ def _queue(max_pending: int, per_queue: int) -> Any:
     and hides the small jobs that could use the gaps; the engine orders what it sees."""
     queued = Job.objects.filter(state=S.QUEUED)
     if not per_queue:
-        return queued.order_by(-F("priority_class__value"), "queued_at", "id")[:max_pending]
+        first = queued.order_by(-F("priority_class__value"), "queued_at", "id")
+        return Job.objects.filter(id__in=first.values("id")[:max_pending])
     heads: Any
     if connection.vendor == "postgresql":
         # One index probe per queue (job_queue_heads), not a window over the whole queue.
@@ -210,7 +243,7 @@ def _queue(max_pending: int, per_queue: int) -> Any:
             .order_by("place", -F("priority_class__value"), "queued_at", "id")
             .values("id")[:max_pending]
         )
-    return Job.objects.filter(id__in=heads).order_by(-F("priority_class__value"), "queued_at", "id")
+    return Job.objects.filter(id__in=heads)
 
 
 _NodeParts = tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]

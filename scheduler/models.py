@@ -35,15 +35,17 @@ class Job(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
     # The project's team, copied so that access filters and quota roll-ups need no join.
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="jobs")
+    # No index of its own on tenant or state: job_tenant_state and job_queue_order lead with
+    # them, and every state change of a job pays for each index of the table.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
     )
     name = models.CharField(max_length=63)
     job_type = models.CharField(max_length=16, choices=JobType.choices)
-    state = models.CharField(
-        max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True
-    )
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
     priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT)
     spec = models.JSONField()
 
@@ -252,7 +254,10 @@ class AllocationDevice(models.Model):
     """The share of one device an allocation holds. `released` flips once, when the
     allocation ends; the trigger then gives the share back to the device."""
 
-    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="devices")
+    # Indexed by allocation_device_once (allocation, device).
+    allocation = models.ForeignKey(
+        Allocation, on_delete=models.CASCADE, related_name="devices", db_index=False
+    )
     device = models.ForeignKey(GpuDevice, on_delete=models.PROTECT, related_name="shares")
     milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField(default=0)

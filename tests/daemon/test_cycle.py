@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.adapters import build_snapshot
+from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import FailureReason
 from scheduler.models import Allocation, GpuDevice, Job, JobEvent
 from tests.daemon.conftest import Env, assert_consistent
@@ -51,15 +51,35 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     env.run(daemon, cycles=2)
     for _ in range(20):
         env.submit(resources={"gpus": 8})
-    with django_assert_max_num_queries(10):
-        built = build_snapshot(env.clock(), decayed={})
+    cache = SnapshotCache()
+    with django_assert_max_num_queries(11):
+        built = build_snapshot(env.clock(), decayed={}, cache=cache)
     assert len(built.snapshot.running) == 3
     assert len(built.snapshot.pending) == 20
     assert len(built.snapshot.nodes) == 4
+    # Warm: job versions only, no whole rows and no device shares read again.
+    with django_assert_max_num_queries(9):
+        again = build_snapshot(env.clock(), decayed={}, cache=cache)
+    assert again.snapshot == built.snapshot
     env.submit(user="bob-bravo", resources={"gpus": 8})
     heads = build_snapshot(env.clock(), decayed={}, per_queue=5).snapshot.pending
     # the 5 oldest of alpha's 20 (one tenant, one class) and bravo's one
     assert sorted(j.tenant for j in heads) == ["team-alpha"] * 5 + ["team-bravo"]
+
+
+def test_cached_rows_are_read_again_when_the_job_changes(env: Env) -> None:
+    """The snapshot cache keys job rows by their PostgreSQL row version: any write to a job,
+    by anyone, makes the next snapshot read its row again."""
+    job = env.submit(resources={"gpus": 2})
+    cache = SnapshotCache()
+    first = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending
+    assert [(j.id, j.resources.gpu_milli) for j in first] == [(str(job.pk), 2000)]
+    Job.objects.filter(pk=job.pk).update(gpu_milli_per_replica=3000)  # no updated_at bump
+    again = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending
+    assert [(j.id, j.resources.gpu_milli) for j in again] == [(str(job.pk), 3000)]
+    Job.objects.filter(pk=job.pk).update(state="cancelled")
+    assert build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending == ()
+    assert cache.rows == {}
 
 
 def test_queue_window_takes_every_queues_heads_round_robin(env: Env) -> None:
