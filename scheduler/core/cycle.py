@@ -105,9 +105,8 @@ def _scorers(
         else:
             mix = Counter((j.resources, j.flavors) for j in snapshot.pending)
             mix.update((r.job.resources, r.job.flavors) for r in snapshot.running)
-            seen = [key for key, count in sorted(mix.items(), key=_mix_key) for _ in range(count)]
             step = profile.fragmentation_step_milli
-            out.append((FragmentationScore(state, seen, step), weight))
+            out.append((FragmentationScore(state, sorted(mix.items(), key=_mix_key), step), weight))
     return out
 
 

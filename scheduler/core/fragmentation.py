@@ -163,12 +163,17 @@ class FragmentationModel:
 
     # -- the mix ------------------------------------------------------------------------------
 
-    def observe(self, request: PodRequest) -> None:
-        """Count one arrival of ``request`` in the mix (before or after placing it)."""
+    def observe(self, request: PodRequest, count: int = 1) -> None:
+        """Count ``count`` arrivals of ``request`` in the mix (before or after placing them).
+        Several at once are the same as one by one only without decay (``half_life``)."""
+        if count != 1 and self._decay != 1.0:
+            for _ in range(count):
+                self.observe(request)
+            return
         if self._decay != 1.0:
             self._mix.weight[: len(self._mix)] *= self._decay
         n_before = len(self._mix)
-        self._mix.add(request)
+        self._mix.add(request, float(count))
         if len(self._mix) > n_before:
             self._add_cache_column(n_before)
         self._active = None

@@ -85,7 +85,8 @@ def _shares_label(candidates: IntArray, placed: IntArray) -> npt.NDArray[np.bool
 
 
 class FragmentationScore:
-    """FGD over the mix of requests in the snapshot (pending and running: what arrives now).
+    """FGD over the mix of requests in the snapshot (pending and running: what arrives now),
+    given as ((resources, flavors), count) pairs.
 
     The model mirrors the state's free capacity; nodes the state marks dirty are re-synced
     lazily before each score, so only changed nodes are recomputed.
@@ -96,7 +97,7 @@ class FragmentationScore:
     def __init__(
         self,
         state: ClusterState,
-        mix: Iterable[tuple[Resources, tuple[str, ...]]],
+        mix: Iterable[tuple[tuple[Resources, tuple[str, ...]], int]],
         step_milli: float = DEFAULT_STEP_MILLI,
     ):
         self.state, self.step = state, step_milli
@@ -109,9 +110,9 @@ class FragmentationScore:
             gpu_free=np.where(state.usable, state.dev_free, 0),
             gpu_memory_free=state.dev_mem,
         )
-        for resources, flavors in mix:
+        for (resources, flavors), count in mix:
             if resources.gpu_milli > 0:
-                self.model.observe(pod_request(resources, flavors))
+                self.model.observe(pod_request(resources, flavors), count)
         state.dirty.clear()
         self._requests: dict[tuple[Resources, tuple[str, ...]], PodRequest] = {}
         self._memo: dict[PodRequest, dict[int, float]] = {}

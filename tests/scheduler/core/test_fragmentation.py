@@ -431,3 +431,16 @@ def test_cpu_only_step(options, expected_node):
     placement = model.select([0, 1], CPU_ONLY)
     assert placement is not None
     assert placement.node == expected_node
+
+
+@pytest.mark.parametrize("half_life", [None, 4.0])
+def test_observing_a_count_is_observing_one_by_one(half_life):
+    """The scheduler observes each request type once with its count per cycle."""
+    one_by_one, counted = (make_model(NODE, half_life=half_life) for _ in range(2))
+    for request, count in [(share(500), 3), (whole(2), 2), (share(500), 1)]:
+        for _ in range(count):
+            one_by_one.observe(request)
+        counted.observe(request, count)
+    expected = one_by_one.mix()
+    assert [r for r, _ in counted.mix()] == [r for r, _ in expected]
+    assert [p for _, p in counted.mix()] == pytest.approx([p for _, p in expected])

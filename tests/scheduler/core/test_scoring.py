@@ -75,14 +75,14 @@ def test_fragmentation_score_is_minus_the_coarse_fragmentation_added():
     # more, so both stay stranded: +2000 milli. On n1 (5 free) it leaves 3: +3000 milli.
     # In steps of 500 milli, as GPUs: -2.0 and -3.0.
     state = state_with({"n0": [GPU] * 4, "n1": [GPU] * 3})
-    scorer = FragmentationScore(state, [(Resources(gpu_milli=4 * GPU), ())] * 10)
+    scorer = FragmentationScore(state, [((Resources(gpu_milli=4 * GPU), ()), 10)])
     assert scorer.score(inp(state, [0, 1], 2)).tolist() == pytest.approx([-2.0, -3.0])
 
 
 def test_fragmentation_score_follows_state_changes():
     # after n0 fills up to 2 free, a 2-GPU job there strands nothing more: 2 free -> 0
     state = state_with({"n0": [GPU] * 4})
-    scorer = FragmentationScore(state, [(Resources(gpu_milli=4 * GPU), ())] * 10)
+    scorer = FragmentationScore(state, [((Resources(gpu_milli=4 * GPU), ()), 10)])
     assert scorer.score(inp(state, [0], 2)).tolist() == pytest.approx([-2.0])
     state.apply(0, tuple(DeviceShare(d, GPU, 0) for d in (4, 5)), 0, 0, 0, +1)
     # before: 2 free, all stranded (2000); after: 0 free, 0 stranded: delta -2000 -> +2.0
