@@ -388,7 +388,7 @@ def _shares(active: Sequence[int], cache: SnapshotCache) -> dict[int, tuple[Devi
 
 
 def _running(
-    allocations: Sequence[dict[str, Any]],
+    allocations: Sequence[Mapping[str, Any]],
     shares: Mapping[int, tuple[DeviceShare, ...]],
     rows: Mapping[int, dict[str, Any]],
     slugs: Mapping[int, str],
