@@ -11,16 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404
 
-from scheduler.models import Job, JobState
+from scheduler.models import Allocation, Job, JobState
 from scheduler.selectors import job_list_visible
 from tenants import access
 from tenants.models import Membership, PriorityDefault, Quota, ResourceFlavor, Role, Tenant
-
-# The states in which a job holds its GPUs (quota is charged at admission).
-CHARGED_STATES = (JobState.ADMITTED, JobState.BINDING, JobState.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -50,26 +47,26 @@ class QuotaRow:
 
 
 def usage_by_tenant(tenants: list[Tenant]) -> dict[int, dict[str, int]]:
-    """tenant id -> flavor name -> milli-GPU held by charged jobs of the tenant's subtree.
-
-    Use = sum of replicas x gpu_milli_per_replica over admitted, binding and running jobs.
-    Until allocations record the flavor a job landed on, a job counts against the first
-    flavor it allows (jobs that name none count under "any"). One query for all tenants.
-    """
+    """tenant id -> flavor name -> milli-GPU held in the tenant's subtree: the active
+    allocations, on the flavor each replica landed on. This is what the scheduler charges:
+    a job's pods hold their share from placement until they are gone (a preempted or
+    finished job included, while its pods stop). One query for all tenants."""
     if not tenants:
         return {}
     subtree = Q()
     for tenant in tenants:
-        subtree |= Q(tenant__path__startswith=tenant.path)
-    rows = Job.objects.filter(subtree, state__in=CHARGED_STATES).values_list(
-        "tenant__path", "flavors", "replicas", "gpu_milli_per_replica"
+        subtree |= Q(job__tenant__path__startswith=tenant.path)
+    rows = (
+        Allocation.objects.filter(subtree, ended_at__isnull=True)
+        .values("job__tenant__path", "flavor")
+        .annotate(milli=Sum("gpu_milli"))
+        .values_list("job__tenant__path", "flavor", "milli")
     )
     used: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in tenants}
-    for path, flavors, replicas, milli in rows:
-        flavor = flavors[0] if flavors else "any"
+    for path, flavor, milli in rows:
         for tenant in tenants:
             if path.startswith(tenant.path):
-                used[tenant.pk][flavor] += replicas * milli
+                used[tenant.pk][flavor] += milli
     return used
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
-from scheduler.models import Job, JobEvent, JobState
+from scheduler.models import Allocation, Job, JobEvent, JobState, Node
 from tenants.models import (
     Membership,
     PlatformRole,
@@ -146,3 +147,36 @@ class JobEventFactory(factory.django.DjangoModelFactory):
     job = factory.SubFactory(JobFactory)
     kind = "submitted"
     to_state = JobState.QUEUED
+
+
+class NodeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Node
+
+    name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    flavor = "H100-80GB"
+    cpu_milli = 64_000
+    memory_mib = 512 * 1024
+
+
+class AllocationFactory(factory.django.DjangoModelFactory):
+    """One replica of a job placed on a node (active unless `ended_at` is given)."""
+
+    class Meta:
+        model = Allocation
+
+    job = factory.SubFactory(JobFactory)
+    node = factory.SubFactory(NodeFactory)
+    attempt = factory.LazyAttribute(lambda a: a.job.attempt)
+    replica = 0
+    pod_name = factory.LazyAttribute(lambda a: f"gantry-{a.job.pk}-a{a.attempt}-r{a.replica}")
+    namespace = factory.LazyAttribute(lambda a: a.job.project.namespace)
+    flavor = factory.LazyAttribute(lambda a: a.node.flavor)
+    gpu_milli = factory.LazyAttribute(lambda a: a.job.gpu_milli_per_replica)
+    started_at = factory.LazyFunction(timezone.now)
+
+
+def place(job: Job, node: Node | None = None) -> list[Allocation]:
+    """Active allocations for every replica of `job` (on `node`, else a new H100 node)."""
+    node = node or NodeFactory()
+    return [AllocationFactory(job=job, node=node, replica=r) for r in range(job.replicas)]

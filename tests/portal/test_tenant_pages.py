@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
+from django.utils import timezone
 
 from portal.selectors import quota_rows
 from scheduler.models import JobState
@@ -23,43 +24,51 @@ from tests.conftest import Org
 # --- quota use ----------------------------------------------------------------------------
 
 
-def test_use_sums_charged_jobs_of_the_subtree(org: Org) -> None:
-    def job(project: Any, state: str, replicas: int, milli: int) -> None:
-        f.JobFactory(
+def test_use_sums_active_allocations_of_the_subtree_by_landed_flavor(org: Org) -> None:
+    h100, a100 = f.NodeFactory(flavor="H100-80GB"), f.NodeFactory(flavor="A100-40GB")
+
+    def job(project: Any, state: str, replicas: int, milli: int, node: Any = h100) -> Any:
+        made = f.JobFactory(
             project=project,
             state=state,
             replicas=replicas,
             gpu_milli_per_replica=milli,
-            flavors=["H100-80GB"],
+            flavors=["A100-40GB", "H100-80GB"],  # it may land on either
         )
+        if node is not None:
+            f.place(made, node)
+        return made
 
-    job(org.proj_alpha, JobState.RUNNING, 2, 4000)  # 8 GPUs
+    job(org.proj_alpha, JobState.RUNNING, 2, 4000)  # 8 GPUs on H100
     job(org.proj_alpha, JobState.ADMITTED, 1, 500)  # half a GPU
     job(org.proj_alpha, JobState.BINDING, 1, 1000)  # 1 GPU
-    job(org.proj_alpha, JobState.QUEUED, 4, 8000)  # waiting: not charged
-    job(org.proj_alpha, JobState.SUCCEEDED, 4, 8000)  # finished: not charged
+    job(org.proj_alpha, JobState.RUNNING, 1, 3000, node=a100)  # 3 GPUs, but of A100
+    job(org.proj_alpha, JobState.QUEUED, 4, 8000, node=None)  # waiting: holds nothing
+    done = job(org.proj_alpha, JobState.SUCCEEDED, 4, 8000)  # its pods are gone:
+    done.allocations.update(ended_at=timezone.now())  # released
     job(org.proj_bravo, JobState.RUNNING, 1, 2000)  # 2 GPUs in a sibling
     rows = {
-        row.tenant.slug: row
+        (row.tenant.slug, row.flavor.name): row
         for row in quota_rows([org.alpha, org.bravo, org.research])
-        if row.flavor == org.h100
     }
-    # alpha: 8 + 0.5 + 1 = 9.5 GPUs; bravo: 2; research holds both: 11.5
-    assert rows["team-alpha"].used_milli == 9500
-    assert rows["team-bravo"].used_milli == 2000
-    assert rows["research"].used_milli == 11500
-    assert rows["team-alpha"].guaranteed_milli == 16000 and rows["team-alpha"].limit_milli == 32000
-    assert rows["team-alpha"].used_pct == 30  # 9.5 / 32
+    # alpha on H100: 8 + 0.5 + 1 = 9.5 GPUs; bravo: 2; research holds both: 11.5
+    assert rows["team-alpha", "H100-80GB"].used_milli == 9500
+    assert rows["team-bravo", "H100-80GB"].used_milli == 2000
+    assert rows["research", "H100-80GB"].used_milli == 11500
+    alpha = rows["team-alpha", "H100-80GB"]
+    assert alpha.guaranteed_milli == 16000 and alpha.limit_milli == 32000
+    assert alpha.used_pct == 30  # 9.5 / 32
 
 
 def test_quota_page_shows_guaranteed_limit_and_use(org: Org, web_for: Any) -> None:
-    f.JobFactory(
+    running = f.JobFactory(
         project=org.proj_alpha,
         state=JobState.RUNNING,
         replicas=2,
         gpu_milli_per_replica=8000,
         flavors=["H100-80GB"],
     )
+    f.place(running)
     html = (
         web_for("alice").get(reverse("portal:tenant-quotas", args=[org.alpha.pk])).content.decode()
     )
@@ -69,7 +78,7 @@ def test_quota_page_shows_guaranteed_limit_and_use(org: Org, web_for: Any) -> No
 
 
 def test_member_home_shows_team_quota_with_use(org: Org, web_for: Any) -> None:
-    f.JobFactory(
+    mine = f.JobFactory(
         project=org.proj_alpha,
         submitted_by=org.users["alice"],
         name="mine-running",
@@ -78,6 +87,7 @@ def test_member_home_shows_team_quota_with_use(org: Org, web_for: Any) -> None:
         gpu_milli_per_replica=4000,
         flavors=["H100-80GB"],
     )
+    f.place(mine)
     html = web_for("alice").get(reverse("portal:home")).content.decode()
     assert "mine-running" in html and "Team quota" in html and "<b>4</b>" in html
 
