@@ -2,10 +2,11 @@
 daemon makes (compare-and-swap transitions, allocations, releases, events).
 
 Core ids: a job is `str(job.pk)`, a tenant its slug, a node its name, a flavor its name.
-Snapshot building reads, in order: nodes, devices, tenants, quotas, priority classes, the jobs
-holding allocations, their allocations, their device shares, and the queue: nine queries
-(ten with the inventory's version check on PostgreSQL, seven when the inventory is cached)
-whatever the size of the cluster (a test pins it).
+Snapshot building reads, in order: the inventory's version (nodes and devices when it
+changed), tenants, quotas, priority classes, the active allocations, the versions of the jobs
+holding them, their rows, the device shares, recent preemptions, the queue's versions and
+rows: a fixed number of queries whatever the size of the cluster (eleven with a cold cache,
+nine warm; a test pins both). `SnapshotCache` keeps what did not change between cycles.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ SPEC_KEYS = {
     "estimated_runtime_s": "spec__estimated_runtime_s",
     "checkpointable": "spec__checkpointable",
     "rdma": "spec__resources__rdma",
+    "retry": "spec__retry",  # for reconcile, which reads its rows through the same cache
 }
 KINDS = {k.value.replace("_", "-"): k for k in JobKind}
 
@@ -124,10 +126,13 @@ def build_snapshot(
     max_pending: int = 20_000,
     per_queue: int = 0,
     cache: SnapshotCache | None = None,
+    active: Sequence[Mapping[str, Any]] | None = None,
 ) -> Built:
     """`max_pending` bounds the queue the engine sees (by priority, then age); `per_queue`,
     when set, keeps only the first jobs of each tenant x priority class (kueue's queue heads):
-    a job behind `per_queue` others of its own queue could not start before them anyway."""
+    a job behind `per_queue` others of its own queue could not start before them anyway.
+    `active`: the active allocations when the caller has just read them (the daemon's
+    reconcile), with at least the fields read here; otherwise they are read."""
     cache = cache if cache is not None else SnapshotCache()
     nodes, devices, node_ids = _nodes()
     tenants, slugs = _tenants()
@@ -151,17 +156,21 @@ def build_snapshot(
     # Every active allocation holds its devices, whatever its job's state: a job requeued
     # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
     # the engine skips queued jobs that are live).
-    allocations = list(
-        Allocation.objects.filter(ended_at__isnull=True).values(
-            "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
+    allocations = (
+        list(active)
+        if active is not None
+        else list(
+            Allocation.objects.filter(ended_at__isnull=True).values(
+                "id", "job_id", "replica", "node__name", "flavor", "elastic", "started_at"
+            )
         )
     )
     holding = Job.objects.filter(id__in={a["job_id"] for a in allocations})
-    running_rows = {r["id"]: r for r in _job_rows(holding, cache)}
+    running_rows = {r["id"]: r for r in job_rows(holding, cache)}
     shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced())
     pending_rows = [
-        r for r in _job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
+        r for r in job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
     ]
     pending_rows.sort(
         key=lambda r: (-classes[r["priority_class_id"]]["value"], r["queued_at"], r["id"])
@@ -181,7 +190,7 @@ def build_snapshot(
 _VERSION = RawSQL("scheduler_job.xmin::text::bigint", ())
 
 
-def _job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
+def job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
     """The rows (JOB_FIELDS and the spec keys) of the jobs of queryset `jobs`: on PostgreSQL
     their ids and versions first, then whole rows only for the jobs the cache lacks or holds
     an older version of."""

@@ -39,6 +39,7 @@ from django.db import (
 from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import BackendError, ClusterBackend
 from scheduler.core import Profile, decay_usage, run_cycle
+from scheduler.core.types import JobKind
 from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds
 from scheduler.daemon_health import autoscale, sync_nodes
 from scheduler.daemon_reconcile import reconcile
@@ -105,6 +106,7 @@ class Daemon:
         self.stop = threading.Event()
         self.last: CycleStats | None = None
         self.cache = SnapshotCache()
+        self.inference_running = True  # until a snapshot says otherwise
 
     def now_dt(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), tz=UTC)
@@ -195,7 +197,8 @@ class Daemon:
             rec = reconcile(self)
             stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans
         with clock("scale"):
-            autoscale(self)
+            if self.inference_running:
+                autoscale(self)
         with clock("snapshot"):
             built = build_snapshot(
                 self.clock(),
@@ -203,8 +206,13 @@ class Daemon:
                 max_pending=self.max_pending,
                 per_queue=self.per_queue,
                 cache=self.cache,
+                active=rec.active,
             )
             self._record_usage(built.snapshot)
+            # Scaling reads the running inference jobs: skipped while the snapshot has none.
+            self.inference_running = any(
+                r.job.kind is JobKind.INFERENCE for r in built.snapshot.running
+            )
             stats.considered = len(built.pending_ids)
         with clock("decide"):
             result = run_cycle(built.snapshot, self.profile)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef
 
-from scheduler.adapters import Change, release, transition_many
+from scheduler.adapters import Change, job_rows, release, transition_many
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
 from scheduler.daemon_apply import binder, call_with_retry, delete_pods
 from scheduler.models import (
@@ -73,6 +73,9 @@ ALLOC_FIELDS = (
     "node__ready",
     "node__present",
     "bound_at",
+    # for the snapshot that follows (scheduler.adapters.build_snapshot)
+    "flavor",
+    "started_at",
 )
 
 
@@ -93,18 +96,17 @@ class ReconcileStats:
     released: int = 0
     orphans: int = 0
     changed: int = 0
+    # The allocations still active when reconcile is done: only this (fenced) daemon
+    # creates or ends allocations, so the cycle's snapshot takes them from here.
+    active: list[dict[str, Any]] = field(default_factory=list)
 
 
 def reconcile(daemon: Daemon) -> ReconcileStats:
     stats = ReconcileStats()
     pods = {p.name: p for p in daemon.backend.list_pods()}
     allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
-    jobs = {
-        j["id"]: j
-        for j in Job.objects.filter(id__in={a["job_id"] for a in allocs}).values(
-            "id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type"
-        )
-    }
+    holding = Job.objects.filter(id__in={a["job_id"] for a in allocs})
+    jobs = {j["id"]: dict(j) for j in job_rows(holding, daemon.cache)}  # copies: changed below
     # Unhealthy devices are few (usually none): find them first, then their live shares.
     unhealthy = list(GpuDevice.objects.filter(healthy=False).values_list("id", flat=True))
     bad_gpu = (
@@ -160,8 +162,10 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     with transaction.atomic():
         daemon.lease.fence()
         stats.released = release(to_release, now, "pod gone")
-        stats.changed, ended = _apply(jobs, live, pods, verdicts, now)
+        stats.changed, ended, finished = _apply(jobs, live, pods, verdicts, now)
         stats.changed += _requeue_preempted(now)
+    gone = {*to_release, *finished}
+    stats.active = [a for a in allocs if a["id"] not in gone]
     delete_pods(
         daemon,
         [
@@ -224,7 +228,7 @@ def _apply(
     pods: Mapping[str, PodStatus],
     verdicts: Mapping[int, Verdict],
     now: datetime,
-) -> tuple[int, list[dict[str, Any]]]:
+) -> tuple[int, list[dict[str, Any]], list[int]]:
     starts = [
         Change(j, (S.BINDING,), S.RUNNING, message="Running: all pods started.")
         for j, v in verdicts.items()
@@ -283,7 +287,7 @@ def _apply(
     release(finished, now, "attempt ended")
     stopping = [a["id"] for a in ended if a["id"] not in set(finished)]
     Allocation.objects.filter(id__in=stopping).update(end_reason="attempt ended")
-    return len(changed) + len(done), ended
+    return len(changed) + len(done), ended, finished
 
 
 def _failure_change(
