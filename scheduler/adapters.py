@@ -197,7 +197,7 @@ def job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
     fields = (*JOB_FIELDS, *SPEC_KEYS.values())
     if connection.vendor != "postgresql":
         return list(jobs.values(*fields))
-    versions = list(jobs.annotate(version=_VERSION).values_list("id", "version"))
+    versions = list(jobs.order_by().annotate(version=_VERSION).values_list("id", "version"))
     known = cache.rows
     stale = [i for i, v in versions if i not in known or known[i][0] != v]
     if stale:

@@ -57,36 +57,39 @@ class Outcome:
 def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     plan = Plan()
     now = daemon.now_dt()
+    # A job in retry backoff keeps the reason its attempt failed with.
+    waiting = {
+        int(w.job_id): w.message
+        for w in result.waiting
+        if not (w.code == WaitCode.BACKOFF and built.jobs[w.job_id]["reason"])
+    }
+    held = _victim_devices(built, result)
+    pending = set(built.pending_ids)
+    deferred: set[str] = set()
+    for placement in result.placements:
+        job_id = int(placement.job_id)
+        uses = {(a.node, sh.device) for a in placement.assignments for sh in a.shares}
+        if placement.preempted or uses & held:
+            deferred.add(placement.job_id)
+            if job_id in pending:
+                victims = ", ".join(placement.preempted) or "of lower priority"
+                waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
+    # Jobs waiting on their victims are told at once; the other reasons are refreshed at the
+    # daemon's pace, the head of the queue first, the rest on later refreshes (bounds the
+    # writes when thousands wait and their reasons' figures keep changing).
+    placed = {int(p.job_id) for p in result.placements if p.job_id not in deferred}
+    order = [j for j in built.pending_ids if j in waiting and j not in placed]
+    if not daemon.reasons_due():
+        order = [j for j in order if str(j) in deferred]
+    current = {int(k): r["reason"] for k, r in built.jobs.items()}
+    changed = [j for j in order if current.get(j) != waiting[j][:500]][:REASONS_PER_CYCLE]
+    if not (result.preemptions or placed or changed):
+        return plan  # nothing to write: no transaction
     with transaction.atomic():
         daemon.lease.fence()
         _preempt(built, result, plan, now)
-        # A job in retry backoff keeps the reason its attempt failed with.
-        waiting = {
-            int(w.job_id): w.message
-            for w in result.waiting
-            if not (w.code == WaitCode.BACKOFF and built.jobs[w.job_id]["reason"])
-        }
-        held = _victim_devices(built, result)
-        pending = set(built.pending_ids)
-        deferred: set[str] = set()
-        for placement in result.placements:
-            job_id = int(placement.job_id)
-            uses = {(a.node, sh.device) for a in placement.assignments for sh in a.shares}
-            if placement.preempted or uses & held:
-                deferred.add(placement.job_id)
-                if job_id in pending:
-                    victims = ", ".join(placement.preempted) or "of lower priority"
-                    waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
         _place(daemon, built, result, plan, now, deferred)
-        # Jobs waiting on their victims are told at once; the other reasons are refreshed
-        # at the daemon's pace, the head of the queue first, the rest on later refreshes
-        # (bounds the writes when thousands wait and their reasons' figures keep changing).
-        order = [j for j in built.pending_ids if j in waiting and j not in plan.claimed]
-        if not daemon.reasons_due():
-            order = [j for j in order if str(j) in deferred]
-        current = {int(k): r["reason"] for k, r in built.jobs.items()}
-        changed = [j for j in order if current.get(j) != waiting[j][:500]]
-        set_reasons({j: waiting[j] for j in changed[:REASONS_PER_CYCLE]}, current)
+        set_reasons({j: waiting[j] for j in changed if j not in plan.claimed}, current)
     return plan
 
 
@@ -165,6 +168,8 @@ def _place(
     )
     chosen = [p for p in fresh if int(p.job_id) in claimed]
     chosen += [p for p in grow if int(p.job_id) in growing]
+    if not chosen:
+        return
     try:
         with transaction.atomic():
             _allocate(daemon, built, chosen, plan, now)
@@ -408,6 +413,8 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
         if (p.namespace, p.name) not in out.foreign
     ]
     delete_pods(daemon, failed_pods)
+    if not (out.bound or out.failed):
+        return  # nothing was bound or failed: nothing to record
     with transaction.atomic():
         daemon.lease.fence()
         bound_ids = [a for ids in out.bound.values() for a in ids]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import FailureReason
@@ -65,6 +67,25 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     heads = build_snapshot(env.clock(), decayed={}, per_queue=5).snapshot.pending
     # the 5 oldest of alpha's 20 (one tenant, one class) and bravo's one
     assert sorted(j.tenant for j in heads) == ["team-alpha"] * 5 + ["team-bravo"]
+
+
+def test_a_quiet_cycle_reads_little(env: Env) -> None:
+    """A cycle where nothing changed re-reads no job row, allocation or device share it
+    already holds: reconcile hands its active allocations to the snapshot, both read job
+    rows through the daemon's cache, and scaling is skipped without inference jobs."""
+    for _ in range(3):
+        env.submit(simulation={"duration_s": 600})
+    for _ in range(5):
+        env.submit(replicas=5, resources={"gpus": 8})  # over quota: they wait
+    daemon = env.daemon(sync_every_s=60)  # the inventory sync is not part of this count
+    env.run(daemon, seconds=1, cycles=3)
+    with CaptureQueriesContext(connection) as quiet:
+        env.run(daemon)
+    sql = [q["sql"] for q in quiet.captured_queries]
+    assert len(sql) <= 16, "\n".join(sql)
+    assert sum(q.startswith('SELECT "scheduler_allocation"."id"') for q in sql) == 1
+    assert not any("scheduler_allocationdevice" in q and q.startswith("SELECT") for q in sql)
+    assert not any('"scheduler_job"."spec" AS' in q for q in sql)  # scaling's read
 
 
 def test_cached_rows_are_read_again_when_the_job_changes(env: Env) -> None:
