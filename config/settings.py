@@ -97,9 +97,12 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Bound every statement so a stuck lock or query never hangs a request or the daemon.
+    # No JIT: Gantry's queries are short, and the planner's over-estimates of the queue
+    # queries crossed jit_above_cost, compiling 10-20 ms of code for a 5 ms query, each cycle.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={os.environ.get('GANTRY_DB_LOCK_TIMEOUT_MS', '5000')}"
         f" -c statement_timeout={os.environ.get('GANTRY_DB_STATEMENT_TIMEOUT_MS', '30000')}"
+        f" -c jit={os.environ.get('GANTRY_DB_JIT', 'off')}"
     )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)

@@ -209,12 +209,14 @@ def job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
 
 
 HEADS_SQL = (
-    "SELECT h.id FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("
+    "SELECT unnest(ARRAY(SELECT h.id FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("
     " SELECT j.id, j.queued_at, row_number() OVER (ORDER BY j.queued_at, j.id) AS place"
     " FROM {job} j WHERE j.tenant_id = t.id AND j.priority_class_id = pc.id AND j.state = %s"
     " ORDER BY j.queued_at, j.id LIMIT %s) h"
-    " ORDER BY h.place, pc.value DESC, h.queued_at, h.id LIMIT %s"
+    " ORDER BY h.place, pc.value DESC, h.queued_at, h.id LIMIT %s))"
 )
+# (The ids as an array first: the planner over-estimates the lateral's rows and would
+# otherwise scan the whole job table to join them.)
 
 
 def _queue(max_pending: int, per_queue: int) -> Any:

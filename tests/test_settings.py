@@ -52,3 +52,15 @@ def test_production_refuses_to_start_without_secret_key() -> None:
     result = manage("check", env=env)
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_postgresql_sessions_bound_statements_and_skip_jit(db: None) -> None:
+    """The daemon's queries are short: PostgreSQL's JIT compiled more than they ran."""
+    import pytest
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL settings")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('jit'), current_setting('lock_timeout')")
+        assert cursor.fetchone() == ("off", "5s")
