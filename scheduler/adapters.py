@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Window
+from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.utils import timezone
@@ -85,7 +85,6 @@ SPEC_KEYS = {
     "estimated_runtime_s": "spec__estimated_runtime_s",
     "checkpointable": "spec__checkpointable",
     "rdma": "spec__resources__rdma",
-    "retry": "spec__retry",  # for reconcile, which reads its rows through the same cache
 }
 KINDS = {k.value.replace("_", "-"): k for k in JobKind}
 
@@ -165,7 +164,10 @@ def build_snapshot(
             )
         )
     )
-    holding = Job.objects.filter(id__in={a["job_id"] for a in allocations})
+    # A semi-join rather than the ids: thousands of ids as parameters cost more.
+    holding = Job.objects.filter(
+        Exists(Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True))
+    )
     running_rows = {r["id"]: r for r in job_rows(holding, cache)}
     shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced())

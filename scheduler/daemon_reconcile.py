@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef
 
-from scheduler.adapters import Change, job_rows, release, transition_many
+from scheduler.adapters import Change, release, transition_many
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
 from scheduler.daemon_apply import binder, call_with_retry, delete_pods
 from scheduler.models import (
@@ -105,8 +105,15 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     stats = ReconcileStats()
     pods = {p.name: p for p in daemon.backend.list_pods()}
     allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
-    holding = Job.objects.filter(id__in={a["job_id"] for a in allocs})
-    jobs = {j["id"]: dict(j) for j in job_rows(holding, daemon.cache)}  # copies: changed below
+    holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
+    # Only the fields judged here: these rows change as often as their pods do, so the
+    # snapshot's row cache would read them whole again most cycles.
+    jobs = {
+        j["id"]: j
+        for j in Job.objects.filter(Exists(holding))
+        .order_by()
+        .values("id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type")
+    }
     # Unhealthy devices are few (usually none): find them first, then their live shares.
     unhealthy = list(GpuDevice.objects.filter(healthy=False).values_list("id", flat=True))
     bad_gpu = (
