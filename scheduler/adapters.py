@@ -466,6 +466,10 @@ class Change:
     not_before: datetime | None = None
     kind: str = "state"
     data: dict[str, Any] = field(default_factory=dict)
+    # A state passed through in the same write (a pod seen started and finished at once):
+    # one UPDATE, both events.
+    via: str | None = None
+    via_message: str = ""
 
 
 def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
@@ -483,26 +487,30 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
     )
     done: dict[int, str] = {}
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-    events = []
+    events: list[tuple[Any, ...]] = []
     for job_id, state in locked.values_list("id", "state"):
         change = by_id[job_id]
-        if state not in change.from_states or not is_allowed(state, change.to_state):
+        path = (state, change.via, change.to_state) if change.via else (state, change.to_state)
+        if state not in change.from_states or not all(map(is_allowed, path, path[1:])):
             continue
         done[job_id] = state
+        if change.via:
+            events.append((job_id, "state", state, change.via, change.via_message[:1000]))
         events.append(
-            (job_id, change.kind, state, change.to_state, change.message[:1000], change.data)
+            (job_id, change.kind, path[-2], change.to_state, change.message[:1000], change.data)
         )
-        key = (change.to_state, (change.reason or "")[:500], change.new_attempt, change.not_before)
+        reason = (change.reason or "")[:500]
+        key = (change.to_state, reason, change.new_attempt, change.not_before, change.via)
         groups[key].append(job_id)
-    for (to_state, reason, new_attempt, not_before), ids in groups.items():
+    for (to_state, reason, new_attempt, not_before, via), ids in groups.items():
         fields: dict[str, Any] = {"state": to_state, "reason": reason, "updated_at": now}
         if new_attempt:
             fields["attempt"] = F("attempt") + 1
         if to_state == S.QUEUED:
             fields.update(queued_at=now, not_before=not_before)
-        elif to_state == S.RUNNING:
+        elif to_state == S.RUNNING or via == S.RUNNING:
             fields["started_at"] = now
-        elif to_state in FINAL_STATES:
+        if to_state in FINAL_STATES:
             fields["finished_at"] = now
         Job.objects.filter(id__in=ids).update(**fields)
     insert_events(events)

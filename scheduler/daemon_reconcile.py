@@ -60,6 +60,7 @@ WHY = {
     F.REJECTED: "rejected by the kubelet",
     F.ERROR: "the job exited with an error",
 }
+STARTED = "Running: all pods started."
 ALLOC_FIELDS = (
     "id",
     "job_id",
@@ -236,10 +237,12 @@ def _apply(
     verdicts: Mapping[int, Verdict],
     now: datetime,
 ) -> tuple[int, list[dict[str, Any]], list[int]]:
+    # Pods seen started and finished at once (short jobs): one write, both events.
+    both = {j for j, v in verdicts.items() if v.start and v.succeeded}
     starts = [
-        Change(j, (S.BINDING,), S.RUNNING, message="Running: all pods started.")
+        Change(j, (S.BINDING,), S.RUNNING, message=STARTED)
         for j, v in verdicts.items()
-        if v.start
+        if v.start and j not in both
     ]
     changed = transition_many(starts, now)
     for job_id in changed:
@@ -282,7 +285,19 @@ def _apply(
             changes.append(_failure_change(job, *verdict.failure, counts.get(job_id, 0), now))
         elif verdict.succeeded:
             ends.append(job_id)
-            changes.append(Change(job_id, (S.RUNNING,), S.SUCCEEDED, message="Succeeded."))
+            if job_id in both:
+                changes.append(
+                    Change(
+                        job_id,
+                        (S.BINDING,),
+                        S.SUCCEEDED,
+                        message="Succeeded.",
+                        via=S.RUNNING,
+                        via_message=STARTED,
+                    )
+                )
+            else:
+                changes.append(Change(job_id, (S.RUNNING,), S.SUCCEEDED, message="Succeeded."))
     done = transition_many(changes, now)
     ended = [a for j in ends if j in done for a in live[j]]
     finished = [

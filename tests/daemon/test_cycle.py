@@ -44,6 +44,24 @@ def test_job_is_placed_bound_run_and_finished(env: Env) -> None:
     assert env.backend.list_pods() == []
 
 
+def test_a_job_seen_started_and_finished_at_once_is_one_write_with_both_events(
+    env: Env,
+) -> None:
+    job = env.submit(simulation={"duration_s": 1})
+    daemon = env.daemon()
+    env.run(daemon)  # placed and bound
+    with CaptureQueriesContext(connection) as seen:
+        env.run(daemon, seconds=5)  # the pod started and finished in between
+    job.refresh_from_db()
+    assert job.state == "succeeded" and job.started_at is not None
+    assert states(job) == ["queued", "admitted", "binding", "running", "succeeded"]
+    writes = [
+        q["sql"] for q in seen.captured_queries if q["sql"].startswith('UPDATE "scheduler_job"')
+    ]
+    assert len(writes) == 1, writes
+    assert_consistent(env.backend)
+
+
 def test_snapshot_query_count_does_not_grow_with_the_cluster(
     env: Env, django_assert_max_num_queries: Any
 ) -> None:
