@@ -165,14 +165,11 @@ def build_snapshot(
         )
     )
     # A semi-join rather than the ids: thousands of ids as parameters cost more.
-    holding = Job.objects.filter(
-        Exists(Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True))
-    )
-    running_rows = {r["id"]: r for r in job_rows(holding, cache)}
+    running_rows = {r["id"]: r for r in _job_rows(Job.objects.filter(holds_allocation()), cache)}
     shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced())
     pending_rows = [
-        r for r in job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
+        r for r in _job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
     ]
     pending_rows.sort(
         key=lambda r: (-classes[r["priority_class_id"]]["value"], r["queued_at"], r["id"])
@@ -188,11 +185,16 @@ def build_snapshot(
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
 
 
+def holds_allocation() -> Exists:
+    """For `Job.objects.filter(...)`: the job holds an active allocation."""
+    return Exists(Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True))
+
+
 # A row's version on PostgreSQL: the id of the transaction that wrote it.
 _VERSION = RawSQL("scheduler_job.xmin::text::bigint", ())
 
 
-def job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
+def _job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
     """The rows (JOB_FIELDS and the spec keys) of the jobs of queryset `jobs`: on PostgreSQL
     their ids and versions first, then whole rows only for the jobs the cache lacks or holds
     an older version of."""

@@ -81,8 +81,8 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     order = [j for j in built.pending_ids if j in waiting and j not in placed]
     if not daemon.reasons_due():
         order = [j for j in order if str(j) in deferred]
-    current = {int(k): r["reason"] for k, r in built.jobs.items()}
-    changed = [j for j in order if current.get(j) != waiting[j][:500]][:REASONS_PER_CYCLE]
+    current = {j: built.jobs[str(j)]["reason"] for j in order}
+    changed = [j for j in order if current[j] != waiting[j][:500]][:REASONS_PER_CYCLE]
     if not (result.preemptions or placed or changed):
         return plan  # nothing to write: no transaction
     with transaction.atomic():

@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count
 
-from scheduler.adapters import Change, release, transition_many
+from scheduler.adapters import Change, holds_allocation, release, transition_many
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
 from scheduler.daemon_apply import binder, call_with_retry, delete_pods
 from scheduler.models import (
@@ -106,12 +106,11 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     stats = ReconcileStats()
     pods = {p.name: p for p in daemon.backend.list_pods()}
     allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
-    holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
     # Only the fields judged here: these rows change as often as their pods do, so the
     # snapshot's row cache would read them whole again most cycles.
     jobs = {
         j["id"]: j
-        for j in Job.objects.filter(Exists(holding))
+        for j in Job.objects.filter(holds_allocation())
         .order_by()
         .values("id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type")
     }
@@ -346,9 +345,10 @@ def _failure_change(
 
 def _requeue_preempted(now: datetime) -> int:
     """Preempted jobs with nothing left running go back to the queue, attempt raised."""
-    holding = Allocation.objects.filter(job_id=OuterRef("pk"), ended_at__isnull=True)
     ids = list(
-        Job.objects.filter(state=S.PREEMPTED).exclude(Exists(holding)).values_list("id", "reason")
+        Job.objects.filter(state=S.PREEMPTED)
+        .exclude(holds_allocation())
+        .values_list("id", "reason")
     )
     changes = [
         Change(
