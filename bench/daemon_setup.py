@@ -24,6 +24,8 @@ def fresh_database(url: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("GANTRY_LOG_LEVEL", "WARNING")
+    # As the daemon runs in production: DEBUG logs every query's SQL and time.
+    os.environ.setdefault("DJANGO_DEBUG", "0")
     import django
 
     django.setup()

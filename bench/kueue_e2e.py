@@ -104,8 +104,15 @@ def submitter(plan: list[tuple[float, dict[str, Any]]], tick: float, start: floa
 
 
 def run(
-    tick: float, interval: float, limit_s: float, window: int, per_queue: int
+    tick: float,
+    interval: float,
+    limit_s: float,
+    window: int,
+    per_queue: int,
+    cycles_log: Path | None = None,
 ) -> dict[str, Any]:
+    from dataclasses import asdict
+
     from django.db import connections
 
     from scheduler.backends.simulated import SimulatedCluster, make_nodes
@@ -117,9 +124,15 @@ def run(
     org, classes = setup()
     plan = arrivals(org, classes)
     backend = SimulatedCluster(make_nodes(75, FLAVOR, 8), start_delay_s=0.0, grace_cap_s=0.0)
+    log: list[dict[str, Any]] = []
+
+    def record(d: Daemon) -> None:
+        if d.last is not None:
+            log.append({"at": round(time.time() - start, 3), **asdict(d.last)})
+
     daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=Profile(min_runtime_s=0.0),
                     interval_s=interval, max_pending=window, per_queue=per_queue,
-                    sync_every_s=1.0)  # fmt: skip
+                    sync_every_s=1.0, on_cycle=record if cycles_log else None)  # fmt: skip
     daemon.lease.acquire()
     sync_nodes(daemon, force=True)
     connections.close_all()  # the forked submitter opens its own
@@ -137,6 +150,8 @@ def run(
         if not did:
             time.sleep(interval)
     process.join()
+    if cycles_log:
+        cycles_log.write_text("".join(json.dumps(row) + "\n" for row in log))
     return figures(start, cycles)
 
 
@@ -187,9 +202,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-queue", type=int, default=50, help="heads per team x class")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cycles", type=Path, help="write each cycle's stats here (JSON lines)")
     args = parser.parse_args(argv)
     fresh_database(args.database_url)
-    out = run(args.tick, args.interval, args.limit, args.window, args.per_queue)
+    out = run(args.tick, args.interval, args.limit, args.window, args.per_queue, args.cycles)
     print(json.dumps(out, indent=2))
     if args.json:
         keys = ("wall_s", "admission_mean_s", "usage_pct")

@@ -2,11 +2,12 @@
 daemon makes (compare-and-swap transitions, allocations, releases, events).
 
 Core ids: a job is `str(job.pk)`, a tenant its slug, a node its name, a flavor its name.
-Snapshot building reads, in order: the inventory's version (nodes and devices when it
-changed), tenants, quotas, priority classes, the active allocations, the versions of the jobs
-holding them, their rows, the device shares, recent preemptions, the queue's versions and
-rows: a fixed number of queries whatever the size of the cluster (eleven with a cold cache,
-nine warm; a test pins both). `SnapshotCache` keeps what did not change between cycles.
+Snapshot building reads, in order: the versions of the inventory and the organisation
+(nodes and devices, tenants, quotas and priority classes when they changed), the active
+allocations, the versions of the jobs holding them, their rows, the device shares, recent
+preemptions, the queue's versions and rows: a fixed number of queries whatever the size of
+the cluster (eleven with a cold cache, six warm; a test pins both). `SnapshotCache` keeps
+what did not change between cycles.
 """
 
 from __future__ import annotations
@@ -116,6 +117,36 @@ class SnapshotCache:
 
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)
     rows: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    # The engine's view of a row (kept while the row and the organisation are unchanged).
+    requests: dict[int, tuple[dict[str, Any], JobRequest]] = field(default_factory=dict)
+    # Tenants, quotas and priority classes, with the version they were read at.
+    org: tuple[Any, Any] | None = None
+    # Recent preemptions: (event id, at, preemptor id, victim id), read after the last id.
+    preemptions: list[tuple[int, datetime, int, str]] = field(default_factory=list)
+    preemptions_after: int = 0
+
+    def remember(self, versions: Mapping[int, int], fields: Mapping[str, Any]) -> None:
+        """After a committed write of `fields` by this daemon to the rows of `versions`
+        (job id -> the row version the UPDATE returned): the cache takes the new versions,
+        so the next snapshot need not read those rows again. Only for rows written once in
+        that transaction (a second write in the same transaction has the same version).
+        Rows are replaced, not changed in place: the rows a cycle read stay as read."""
+        for job_id, version in versions.items():
+            kept = self.rows.get(job_id)
+            if kept is not None:
+                self.rows[job_id] = (version, {**kept[1], **fields})
+
+    def request(
+        self, row: dict[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
+    ) -> JobRequest:
+        """The JobRequest of `row`, built once per row version (rows of a new version are
+        new dicts: `_job_rows` replaces them)."""
+        kept = self.requests.get(row["id"])
+        if kept is not None and kept[0] is row:
+            return kept[1]
+        made = job_request(row, slugs, classes)
+        self.requests[row["id"]] = (row, made)
+        return made
 
 
 def build_snapshot(
@@ -133,25 +164,9 @@ def build_snapshot(
     `active`: the active allocations when the caller has just read them (the daemon's
     reconcile), with at least the fields read here; otherwise they are read."""
     cache = cache if cache is not None else SnapshotCache()
-    nodes, devices, node_ids = _nodes()
-    tenants, slugs = _tenants()
-    classes = {
-        pc["id"]: pc
-        for pc in PriorityClassRow.objects.values(
-            "id", "name", "value", "may_preempt", "preemptible", "counts_against_quota"
-        )
-    }
-    core_classes = tuple(
-        PriorityClass(
-            pc["name"],
-            pc["value"],
-            pc["may_preempt"],
-            pc["preemptible"],
-            pc["counts_against_quota"],
-            critical=not pc["preemptible"],
-        )
-        for pc in classes.values()
-    )
+    versions = _versions()
+    nodes, devices, node_ids = _nodes(versions[0] if versions else None)
+    tenants, slugs, classes, core_classes = _organisation(versions[1] if versions else None, cache)
     # Every active allocation holds its devices, whatever its job's state: a job requeued
     # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
     # the engine skips queued jobs that are live).
@@ -167,7 +182,7 @@ def build_snapshot(
     # A semi-join rather than the ids: thousands of ids as parameters cost more.
     running_rows = {r["id"]: r for r in _job_rows(Job.objects.filter(holds_allocation()), cache)}
     shares = _shares([a["id"] for a in allocations], cache)
-    running = _running(allocations, shares, running_rows, slugs, classes, _displaced())
+    running = _running(allocations, shares, running_rows, slugs, classes, _displaced(cache), cache)
     pending_rows = [
         r for r in _job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
     ]
@@ -177,7 +192,9 @@ def build_snapshot(
     seen = running_rows.keys() | {r["id"] for r in pending_rows}
     for gone in [i for i in cache.rows if i not in seen]:
         del cache.rows[gone]
-    pending = tuple(job_request(r, slugs, classes) for r in pending_rows)
+    for gone in [i for i in cache.requests if i not in seen]:
+        del cache.requests[gone]
+    pending = tuple(cache.request(r, slugs, classes) for r in pending_rows)
     snapshot = Snapshot(
         now, tuple(nodes.values()), tenants, core_classes, running, pending, dict(decayed)
     )
@@ -264,25 +281,82 @@ def _queue(max_pending: int, per_queue: int) -> Any:
 _NodeParts = tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]
 _node_cache: dict[str, Any] = {}
 
+# Versions of what changes rarely, in one query (PostgreSQL). The inventory: every write to
+# a node bumps its `updated_at` (device health changes included, see `scheduler.nodes`),
+# summed rather than maxed so any bump changes it. The organisation: tenants, quotas and
+# priority classes by their row versions (`xmin`, new on every UPDATE) and counts.
+VERSIONS_SQL = (
+    "SELECT (SELECT row(count(*), max(id), sum(extract(epoch FROM updated_at)))::text"
+    " FROM {node}), (SELECT count(*) FROM {device}),"
+    " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {tenant}),"
+    " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {quota}),"
+    " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {pclass})"
+)
 
-def _nodes() -> _NodeParts:
-    """The inventory part of the snapshot, cached (PostgreSQL) while nodes and devices are
-    unchanged. Every write to a node bumps its `updated_at` (device health changes included,
-    see `scheduler.nodes`), so the version is one aggregate query."""
+
+def _versions() -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """(inventory version, organisation version) on PostgreSQL; None elsewhere (read all)."""
     if connection.vendor != "postgresql":
+        return None
+    sql = VERSIONS_SQL.format(
+        node=Node._meta.db_table,
+        device=GpuDevice._meta.db_table,
+        tenant=Tenant._meta.db_table,
+        quota=QuotaRow._meta.db_table,
+        pclass=PriorityClassRow._meta.db_table,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        row = cursor.fetchone()
+    return tuple(row[:2]), tuple(row[2:])
+
+
+def _nodes(version: tuple[Any, ...] | None = None) -> _NodeParts:
+    """The inventory part of the snapshot, cached (PostgreSQL) while `version` is unchanged."""
+    if version is None:
         return _load_nodes()
-    with connection.cursor() as cursor:  # a sum, not a max: any bump changes it
-        cursor.execute(
-            "SELECT count(*), max(id), sum(extract(epoch FROM updated_at)),"
-            " (SELECT count(*) FROM scheduler_gpudevice) FROM scheduler_node"
-        )
-        version = cursor.fetchone()
     if _node_cache.get("version") == version:
         parts: _NodeParts = _node_cache["parts"]
         return parts
     parts = _load_nodes()
     _node_cache.update(version=version, parts=parts)
     return parts
+
+
+_Org = tuple[
+    tuple[CoreTenant, ...], dict[int, str], dict[int, dict[str, Any]], tuple[PriorityClass, ...]
+]
+
+
+def _organisation(version: tuple[Any, ...] | None, cache: SnapshotCache) -> _Org:
+    """Tenants with their quotas, and priority classes: read again only when `version`
+    changed (always without one). The engine's job views name tenants and classes, so they
+    are dropped with them."""
+    if version is not None and cache.org is not None and cache.org[0] == version:
+        org: _Org = cache.org[1]
+        return org
+    tenants, slugs = _tenants()
+    classes: dict[int, dict[str, Any]] = {
+        pc["id"]: dict(pc)
+        for pc in PriorityClassRow.objects.values(
+            "id", "name", "value", "may_preempt", "preemptible", "counts_against_quota"
+        )
+    }
+    core_classes = tuple(
+        PriorityClass(
+            pc["name"],
+            pc["value"],
+            pc["may_preempt"],
+            pc["preemptible"],
+            pc["counts_against_quota"],
+            critical=not pc["preemptible"],
+        )
+        for pc in classes.values()
+    )
+    made: _Org = (tenants, slugs, classes, core_classes)
+    cache.requests.clear()
+    cache.org = (version, made) if version is not None else None
+    return made
 
 
 def _load_nodes() -> _NodeParts:
@@ -409,6 +483,7 @@ def _running(
     slugs: Mapping[int, str],
     classes: Mapping[int, Any],
     displaced: Mapping[int, tuple[str, ...]],
+    cache: SnapshotCache,
 ) -> tuple[RunningJob, ...]:
     per_job: dict[int, list[Any]] = defaultdict(list)
     for a in allocations:
@@ -416,7 +491,7 @@ def _running(
             per_job[a["job_id"]].append(a)
     out = []
     for job_id, allocs in sorted(per_job.items()):
-        request = job_request(rows[job_id], slugs, classes)
+        request = cache.request(rows[job_id], slugs, classes)
         assignments = tuple(
             ReplicaAssignment(a["replica"], a["node__name"], shares[a["id"]], a["elastic"])
             for a in sorted(allocs, key=lambda a: a["replica"])
@@ -438,18 +513,26 @@ def _running(
 DISPLACED_LOOKBACK_S = 6 * 3600
 
 
-def _displaced() -> dict[int, tuple[str, ...]]:
+def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     """Preemptor job id -> the jobs it preempted lately, read from the victims' events, so
     that a victim's retry cannot preempt its preemptor straight back (no ping-pong).
-    Events carry wall-clock times, so the look-back is on the wall clock too."""
+    Events carry wall-clock times, so the look-back is on the wall clock too. Events are
+    only ever added, and `preempted` ones only by the leading daemon, one transaction at a
+    time: the cache reads those after the last id it holds."""
     since = timezone.now() - timedelta(seconds=DISPLACED_LOOKBACK_S)
-    out: dict[int, list[str]] = defaultdict(list)
-    rows = JobEvent.objects.filter(kind="preempted", at__gte=since).values_list("job_id", "data")
-    for victim, data in rows:
+    rows = JobEvent.objects.filter(
+        kind="preempted", at__gte=since, id__gt=cache.preemptions_after
+    ).values_list("id", "at", "job_id", "data")
+    for event_id, at, victim, data in rows.order_by("id"):
         preemptor = str((data or {}).get("preemptor", ""))
+        cache.preemptions_after = max(cache.preemptions_after, event_id)
         if preemptor.isdigit():
-            out[int(preemptor)].append(str(victim))
-    return {job: tuple(sorted(set(victims))) for job, victims in out.items()}
+            cache.preemptions.append((event_id, at, int(preemptor), str(victim)))
+    cache.preemptions = [p for p in cache.preemptions if p[1] >= since]
+    out: dict[int, set[str]] = defaultdict(set)
+    for _, _, preemptor_id, victim_id in cache.preemptions:
+        out[preemptor_id].add(victim_id)
+    return {job: tuple(sorted(victims)) for job, victims in out.items()}
 
 
 # --- bulk writes ------
@@ -522,7 +605,7 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
 CLAIM_SQL = (
     "UPDATE scheduler_job SET state = %s, reason = %s, updated_at = %s{started}"
     " WHERE id IN (SELECT id FROM scheduler_job WHERE id = ANY(%s) AND state = %s"
-    " FOR UPDATE SKIP LOCKED) RETURNING id"
+    " FOR UPDATE SKIP LOCKED) RETURNING id, xmin::text::bigint"
 )
 
 
@@ -533,9 +616,12 @@ def set_state_fast(
     now: datetime,
     message: str,
     reason: str = "",
+    versions: dict[int, int] | None = None,
 ) -> list[int]:
     """The hot path of a CAS for many jobs in one state: lock what is free and update it (one
-    statement on PostgreSQL), then the events in one COPY. Must run in a transaction."""
+    statement on PostgreSQL), then the events in one COPY. Must run in a transaction.
+    `versions`, when given, receives the new row versions (PostgreSQL) for
+    `SnapshotCache.remember`."""
     ids = list(ids)
     if not ids:
         return []
@@ -545,7 +631,10 @@ def set_state_fast(
         params: list[Any] = [to_state, reason, now, *([now] if started else []), ids, from_state]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            claimed = [row[0] for row in cursor.fetchall()]
+            written = cursor.fetchall()
+        claimed = [row[0] for row in written]
+        if versions is not None:
+            versions.update(written)
     else:
         claimed = list(
             Job.objects.filter(id__in=ids, state=from_state).values_list("id", flat=True)
@@ -593,20 +682,38 @@ def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
             copy.write_row((row[0], at, row[1], row[2], row[3], row[4][:1000], data))
 
 
-def set_reasons(reasons: Mapping[int, str], current: Mapping[int, str]) -> int:
-    """Write each waiting job's reason when it changed: one UPDATE per distinct text (equal
-    jobs wait for equal reasons), or one bulk UPDATE when the texts are many."""
+REASONS_SQL = (
+    "UPDATE scheduler_job AS j SET reason = v.reason"
+    " FROM unnest(%s::bigint[], %s::text[]) AS v(id, reason)"
+    " WHERE j.id = v.id AND j.state = %s RETURNING j.id, j.xmin::text::bigint, v.reason"
+)
+
+
+def set_reasons(
+    reasons: Mapping[int, str],
+    current: Mapping[int, str],
+    versions: dict[int, int] | None = None,
+) -> int:
+    """Write each queued job's reason when it changed. PostgreSQL: one UPDATE from arrays,
+    whose new row versions go to `versions` when given. Elsewhere: one UPDATE per distinct
+    text (equal jobs wait for equal reasons)."""
     changed = {i: r[:500] for i, r in reasons.items() if current.get(i) != r[:500]}
+    if not changed:
+        return 0
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(REASONS_SQL, [list(changed), list(changed.values()), S.QUEUED])
+            written = cursor.fetchall()
+        if versions is not None:
+            versions.update((job_id, version) for job_id, version, _ in written)
+        return len(written)
     by_text: dict[str, list[int]] = defaultdict(list)
     for job_id, text in changed.items():
         by_text[text].append(job_id)
-    if len(by_text) > 50:
-        rows = [Job(pk=i, reason=r) for i, r in changed.items()]
-        Job.objects.bulk_update(rows, ["reason"], batch_size=1000)
-    else:
-        for text, ids in by_text.items():
-            Job.objects.filter(id__in=ids, state=S.QUEUED).update(reason=text)
-    return len(changed)
+    return sum(
+        Job.objects.filter(id__in=ids, state=S.QUEUED).update(reason=text)
+        for text, ids in by_text.items()
+    )
 
 
 def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:

@@ -101,8 +101,10 @@ class Daemon:
         self.sync_every_s = sync_every_s
         self.reasons_every_s = reasons_every_s
         self._reasons_at = -math.inf
+        self.requeue_swept_at = -math.inf
         self._synced_at = -math.inf
         self._renewed = -math.inf
+        self._step_renewed = -math.inf
         self.stop = threading.Event()
         self.last: CycleStats | None = None
         self.cache = SnapshotCache()
@@ -126,13 +128,19 @@ class Daemon:
                 if not self.lease.acquire():
                     return False
                 log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
+                self._renewed = time.monotonic()
+                self._step_renewed = self.clock()
                 self.cache = SnapshotCache()  # nothing read under another leader is kept
                 self._inherit_fair_share(self.lease.inherited)
                 sync_nodes(self, force=True)
-            elif not self.lease.renew(self._fair_share_state()):
-                log.warning("lease lost; standing by")
-                return False
-            self._renewed = time.monotonic()
+            elif self._renew_due():
+                # A few times per TTL, not every cycle: a lost lease is also caught by the
+                # fence of the cycle's first write, before anything is written.
+                if not self.lease.renew(self._fair_share_state()):
+                    log.warning("lease lost; standing by")
+                    return False
+                self._renewed = time.monotonic()
+                self._step_renewed = self.clock()
             stats = self.cycle()
             self.errors = 0
             return bool(stats.placed or stats.reconciled or stats.released or stats.preempted)
@@ -243,6 +251,12 @@ class Daemon:
             return False
         self._reasons_at = now
         return True
+
+    def _renew_due(self) -> bool:
+        """Renewal at the start of a step: every sixth of the TTL on the daemon's clock
+        (which saves the fair-share history with it), and whenever that clock went back."""
+        elapsed = self.clock() - self._step_renewed
+        return elapsed >= self.lease.ttl_s / 6 or elapsed < 0
 
     def _renew(self) -> None:
         """Renew between phases once a third of the TTL has passed (deadlines on the

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gantry.daemon")
 S = JobState
 RUNNING_STATES = (S.ADMITTED, S.BINDING, S.RUNNING)
+_ADMITTED = {"state": S.ADMITTED, "reason": ""}
+_BINDING = {"state": S.BINDING, "reason": ""}
 REASONS_PER_CYCLE = 500
 
 
@@ -85,11 +87,19 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     changed = [j for j in order if current[j] != waiting[j][:500]][:REASONS_PER_CYCLE]
     if not (result.preemptions or placed or changed):
         return plan  # nothing to write: no transaction
+    reasons = {j: waiting[j][:500] for j in changed if j not in plan.claimed}
+    written: dict[int, int] = {}
     with transaction.atomic():
         daemon.lease.fence()
         _preempt(built, result, plan, now)
-        _place(daemon, built, result, plan, now, deferred)
-        set_reasons({j: waiting[j] for j in changed if j not in plan.claimed}, current)
+        _place(daemon, built, result, plan, now, deferred, written)
+        set_reasons({j: r for j, r in reasons.items() if j not in plan.claimed}, current, written)
+    # Committed. Claims and reasons went to distinct queued jobs, each written once (a claim
+    # undone in the same transaction is no longer in `plan.claimed`).
+    daemon.cache.remember({j: v for j, v in written.items() if j in plan.claimed}, _ADMITTED)
+    for job_id in reasons.keys() - plan.claimed:
+        if job_id in written:
+            daemon.cache.remember({job_id: written[job_id]}, {"reason": reasons[job_id]})
     return plan
 
 
@@ -146,6 +156,7 @@ def _place(
     plan: Plan,
     now: datetime,
     deferred: set[str],
+    versions: dict[int, int],
 ) -> None:
     pending = set(built.pending_ids)
     ready = [p for p in result.placements if p.job_id not in deferred]
@@ -158,6 +169,7 @@ def _place(
             S.ADMITTED,
             now,
             "Admitted: placement decided, quota charged.",
+            versions=versions,
         )
     )
     plan.claimed = claimed
@@ -415,16 +427,19 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
     delete_pods(daemon, failed_pods)
     if not (out.bound or out.failed):
         return  # nothing was bound or failed: nothing to record
+    bound_jobs = [j for j in out.bound if j in plan.claimed]
+    written: dict[int, int] = {}
     with transaction.atomic():
         daemon.lease.fence()
         bound_ids = [a for ids in out.bound.values() for a in ids]
         Allocation.objects.filter(id__in=bound_ids).update(bound_at=now)
         set_state_fast(
-            [j for j in out.bound if j in plan.claimed],
+            bound_jobs,
             S.ADMITTED,
             S.BINDING,
             now,
             "Bound: pods created and bound to their nodes.",
+            versions=written,
         )
         release([a for j in out.failed for a in plan.allocations.get(j, [])], now, "bind failed")
         attempts = dict(Job.objects.filter(id__in=list(out.failed)).values_list("id", "attempt"))
@@ -446,3 +461,5 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
             )
         transition_many(changes, now)
         daemon.hook("before_commit")
+    # Committed; a job bound in part and failed in part was written twice: not remembered.
+    daemon.cache.remember({j: v for j, v in written.items() if j not in out.failed}, _BINDING)

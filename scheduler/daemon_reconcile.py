@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,8 @@ F = FailureReason
 # Not the job's fault: retried whatever its policy, up to INFRA_ATTEMPTS attempts.
 INFRA = frozenset({F.NODE_LOST, F.EVICTED, F.PREEMPTED, F.REJECTED})
 INFRA_ATTEMPTS = 10
+# Every preempted job with nothing left running is looked for this often (daemon clock, s).
+REQUEUE_SWEEP_S = 2.0
 # Retrying cannot help.
 FINAL = frozenset({F.DEADLINE_EXCEEDED, F.IMAGE_PULL})
 WHY = {
@@ -170,8 +172,19 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         daemon.lease.fence()
         stats.released = release(to_release, now, "pod gone")
         stats.changed, ended, finished = _apply(jobs, live, pods, verdicts, now)
-        stats.changed += _requeue_preempted(now)
-    gone = {*to_release, *finished}
+        gone = {*to_release, *finished}
+        # Preempted jobs whose last allocation ended now; every few seconds, all of them
+        # (a job preempted with nothing left running is requeued by the sweep).
+        holding: dict[int, set[int]] = defaultdict(set)
+        for a in allocs:
+            if jobs[a["job_id"]]["state"] == S.PREEMPTED:
+                holding[a["job_id"]].add(a["id"])
+        freed = [j for j, ids in holding.items() if ids <= gone]
+        if daemon.clock() - daemon.requeue_swept_at >= REQUEUE_SWEEP_S:
+            daemon.requeue_swept_at = daemon.clock()
+            stats.changed += _requeue_preempted(now)
+        elif freed:
+            stats.changed += _requeue_preempted(now, freed)
     stats.active = [a for a in allocs if a["id"] not in gone]
     delete_pods(
         daemon,
@@ -343,13 +356,13 @@ def _failure_change(
     )
 
 
-def _requeue_preempted(now: datetime) -> int:
-    """Preempted jobs with nothing left running go back to the queue, attempt raised."""
-    ids = list(
-        Job.objects.filter(state=S.PREEMPTED)
-        .exclude(holds_allocation())
-        .values_list("id", "reason")
-    )
+def _requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int:
+    """Preempted jobs (of `among`, or all) with nothing left running go back to the queue,
+    attempt raised."""
+    preempted = Job.objects.filter(state=S.PREEMPTED)
+    if among is not None:
+        preempted = preempted.filter(id__in=among)
+    ids = list(preempted.exclude(holds_allocation()).values_list("id", "reason"))
     changes = [
         Change(
             i,

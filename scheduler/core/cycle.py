@@ -123,14 +123,21 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
     profile, now = ctx.profile, ctx.now
     all_flavors = set(ctx.state.flavor_names)
 
+    shares: dict[str, tuple[int, float]] = {}  # tenant -> (ledger version, share)
+
     def share(tenant: str) -> float:
         t = tenants.get(tenant)
         if t is None:
             return 0.0
+        kept = shares.get(tenant)
+        if kept is not None and kept[0] == ctx.ledger.changes:
+            return kept[1]
         flavors = all_flavors | set(t.quotas)
         current = max((_dominant(ctx, tenant, f) for f in flavors), default=0.0)
         total_g = sum(ctx.ledger.guarantee(tenant, f) for f in flavors)
-        return fair_share(current, decayed.get(tenant, 0.0), total_g, t.weight, profile)
+        value = fair_share(current, decayed.get(tenant, 0.0), total_g, t.weight, profile)
+        shares[tenant] = (ctx.ledger.changes, value)
+        return value
 
     def priority(job: JobRequest) -> float:
         return effective_priority(job, ctx.classes, now, profile)

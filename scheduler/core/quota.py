@@ -54,6 +54,7 @@ class QuotaLedger:
         self._eff: dict[_Key, int] = defaultdict(int)  # max(inner, reserve)
         self._guarantee: dict[_Key, int] = {}
         self._journal: list[tuple[str, str, str, int]] = []
+        self.changes = 0  # bumped by every charge and refund: a version for caches
         self._init_footprints(flavors)
 
     def _chain(self, name: str) -> tuple[str, ...]:
@@ -149,6 +150,7 @@ class QuotaLedger:
         self._journal.append((tenant, user, flavor, milli))
 
     def _charge(self, tenant: str, user: str, flavor: str, milli: int) -> None:
+        self.changes += 1
         self.user_usage[(tenant, user)] += milli
         footprints = self._footprints(tenant, flavor, milli)
         delta = milli

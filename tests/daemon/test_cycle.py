@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from scheduler.adapters import SnapshotCache, build_snapshot
@@ -77,8 +77,9 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     assert len(built.snapshot.running) == 3
     assert len(built.snapshot.pending) == 20
     assert len(built.snapshot.nodes) == 4
-    # Warm: job versions only, no whole rows and no device shares read again.
-    with django_assert_max_num_queries(9):
+    # Warm: versions only (inventory and organisation, jobs), no whole rows, device shares,
+    # tenants or old preemptions read again.
+    with django_assert_max_num_queries(6):
         again = build_snapshot(env.clock(), decayed={}, cache=cache)
     assert again.snapshot == built.snapshot
     env.submit(user="bob-bravo", resources={"gpus": 8})
@@ -390,3 +391,120 @@ def test_jobs_fitted_into_a_victims_leftover_wait_for_it_too(env: Env) -> None:
         nodes.add(Allocation.objects.get(job=job, ended_at__isnull=True).node_id)
     assert len(nodes) == 1  # both on the victim's node
     assert_consistent(env.backend)
+
+
+def test_organisation_is_read_again_only_when_it_changed(env: Env) -> None:
+    """Tenants, quotas and priority classes come from the cache while their row versions
+    are unchanged; any write to one of them (by anyone) is seen at the next snapshot, and
+    the engine's views of the jobs name the new values."""
+    from tenants.models import PriorityClass, Quota
+
+    job = env.submit(resources={"gpus": 2})
+    cache = SnapshotCache()
+    first = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot
+    with CaptureQueriesContext(connection) as warm:
+        again = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot
+    read = " ".join(q["sql"] for q in warm.captured_queries)
+    assert 'FROM "tenants_quota"' not in read and 'FROM "tenants_tenant"' not in read
+    assert again.tenants == first.tenants
+    assert again.pending[0] is first.pending[0]  # the same view, not built again
+    quota = Quota.objects.get(tenant=env.org.alpha, flavor__name="H100-80GB")
+    # Each write in its own (sub)transaction, as the API makes them: a new row version.
+    with transaction.atomic():
+        Quota.objects.filter(pk=quota.pk).update(guaranteed_milli=quota.guaranteed_milli - 1000)
+    changed = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot
+    alpha = {t.name: t for t in changed.tenants}["team-alpha"]
+    assert alpha.quotas["H100-80GB"].guaranteed == quota.guaranteed_milli - 1000
+    pc = PriorityClass.objects.get(pk=job.priority_class_id)
+    with transaction.atomic():
+        PriorityClass.objects.filter(pk=pc.pk).update(name="renamed")
+    renamed = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot
+    assert [j.priority_class for j in renamed.pending] == ["renamed"]
+
+
+def test_recent_preemptions_are_read_incrementally(env: Env) -> None:
+    """The ping-pong guard's preemptions are read after the last event the cache holds:
+    a new one is seen at the next snapshot, and one past the look-back is dropped."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.adapters import DISPLACED_LOOKBACK_S, _displaced
+
+    victim, preemptor, other = (env.submit() for _ in range(3))
+    cache = SnapshotCache()
+    assert _displaced(cache) == {}
+    JobEvent.objects.create(job=victim, kind="preempted", data={"preemptor": preemptor.pk})
+    assert _displaced(cache) == {preemptor.pk: (str(victim.pk),)}
+    with CaptureQueriesContext(connection) as seen:
+        JobEvent.objects.create(job=other, kind="preempted", data={"preemptor": preemptor.pk})
+        found = _displaced(cache)
+    assert found == {preemptor.pk: tuple(sorted((str(victim.pk), str(other.pk))))}
+    assert '"scheduler_jobevent"."id" >' in seen.captured_queries[-1]["sql"]
+    old = timezone.now() - timedelta(seconds=DISPLACED_LOOKBACK_S + 60)
+    cache.preemptions = [(i, old if v == str(victim.pk) else at, p, v)
+                         for i, at, p, v in cache.preemptions]  # fmt: skip
+    assert _displaced(cache) == {preemptor.pk: (str(other.pk),)}
+
+
+def test_the_daemons_own_writes_keep_the_row_cache_exact(env: Env) -> None:
+    """Claims, binds and waiting reasons written by the daemon hand their new row versions
+    to the cache: the next snapshot reads none of those rows again, and equals a snapshot
+    built from scratch."""
+    for _ in range(2):
+        env.submit(resources={"gpus": 4}, simulation={"duration_s": 600})
+    for _ in range(3):
+        env.submit(replicas=5, resources={"gpus": 8})  # over quota: they wait, with reasons
+    daemon = env.daemon(sync_every_s=60)
+    env.run(daemon)
+    assert Job.objects.filter(state="binding").count() == 2
+    assert Job.objects.exclude(reason="").filter(state="queued").count() == 3
+    with CaptureQueriesContext(connection) as seen:
+        warm = build_snapshot(env.clock(), decayed={}, cache=daemon.cache)
+    whole = [q["sql"] for q in seen.captured_queries if '"scheduler_job"."queued_at"' in q["sql"]]
+    assert whole == [], "job rows read again"
+    cold = build_snapshot(env.clock(), decayed={})
+    assert warm.snapshot == cold.snapshot
+    assert warm.jobs == cold.jobs
+
+
+def test_reasons_are_written_only_to_queued_jobs(env: Env) -> None:
+    from scheduler.adapters import set_reasons
+
+    queued, cancelled = env.submit(), env.submit()
+    Job.objects.filter(pk=cancelled.pk).update(state="cancelled", reason="cancelled by alice")
+    versions: dict[int, int] = {}
+    assert set_reasons({queued.pk: "waiting", cancelled.pk: "waiting"}, {}, versions) == 1
+    assert list(versions) == [queued.pk]
+    assert Job.objects.get(pk=cancelled.pk).reason == "cancelled by alice"
+    assert Job.objects.get(pk=queued.pk).reason == "waiting"
+
+
+def test_a_preempted_job_with_nothing_running_is_requeued_by_the_sweep(env: Env) -> None:
+    """Requeueing after preemption is checked for the jobs whose last allocation ended in
+    the cycle, and for every preempted job every few seconds (level-based)."""
+    job = env.submit()
+    Job.objects.filter(pk=job.pk).update(state="preempted", reason="preempted: test")
+    daemon = env.daemon()
+    env.run(daemon)  # the first cycle sweeps (and places the job again)
+    job.refresh_from_db()
+    assert job.attempt == 1 and job.state in ("queued", "admitted", "binding")
+    assert JobEvent.objects.filter(job=job, message__startswith="Back in the queue").exists()
+    again = env.submit()
+    Job.objects.filter(pk=again.pk).update(state="preempted")
+    env.run(daemon, seconds=0.5)  # not due yet
+    assert Job.objects.get(pk=again.pk).state == "preempted"
+    env.run(daemon, seconds=2.0)
+    assert Job.objects.get(pk=again.pk).attempt == 1
+
+
+def test_lease_is_renewed_a_few_times_per_ttl_not_every_cycle(env: Env) -> None:
+    from scheduler.models import SchedulerLease
+
+    daemon = env.daemon()  # TTL 30 s: renewed every 5 s of the daemon's clock
+    env.run(daemon)
+    renewed = SchedulerLease.objects.get().renewed_at
+    env.run(daemon, seconds=1, cycles=3)
+    assert SchedulerLease.objects.get().renewed_at == renewed
+    env.run(daemon, seconds=3)
+    assert SchedulerLease.objects.get().renewed_at > renewed
