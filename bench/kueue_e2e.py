@@ -110,6 +110,7 @@ def run(
     window: int,
     per_queue: int,
     cycles_log: Path | None = None,
+    reasons_every_s: float = 1.0,
 ) -> dict[str, Any]:
     from dataclasses import asdict
 
@@ -132,7 +133,8 @@ def run(
 
     daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=Profile(min_runtime_s=0.0),
                     interval_s=interval, max_pending=window, per_queue=per_queue,
-                    sync_every_s=1.0, on_cycle=record if cycles_log else None)  # fmt: skip
+                    sync_every_s=1.0, on_cycle=record if cycles_log else None,
+                    reasons_every_s=reasons_every_s)  # fmt: skip
     daemon.lease.acquire()
     sync_nodes(daemon, force=True)
     connections.close_all()  # the forked submitter opens its own
@@ -203,9 +205,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cycles", type=Path, help="write each cycle's stats here (JSON lines)")
+    parser.add_argument("--reasons-every", type=float, default=1.0, help="reason refresh, s")
     args = parser.parse_args(argv)
     fresh_database(args.database_url)
-    out = run(args.tick, args.interval, args.limit, args.window, args.per_queue, args.cycles)
+    out = run(
+        args.tick,
+        args.interval,
+        args.limit,
+        args.window,
+        args.per_queue,
+        args.cycles,
+        args.reasons_every,
+    )
     print(json.dumps(out, indent=2))
     if args.json:
         keys = ("wall_s", "admission_mean_s", "usage_pct")

@@ -40,7 +40,7 @@ from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import BackendError, ClusterBackend
 from scheduler.core import Profile, decay_usage, run_cycle
 from scheduler.core.types import JobKind
-from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds
+from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, write_reasons
 from scheduler.daemon_health import autoscale, sync_nodes
 from scheduler.daemon_reconcile import reconcile
 from scheduler.daemon_wakeup import Waiter
@@ -237,6 +237,8 @@ class Daemon:
             commit_binds(self, plan, outcome)
             stats.pods_bound = sum(len(v) for v in outcome.bound.values())
             stats.bind_failed = len(outcome.failed)
+        with clock("reasons"):
+            write_reasons(self, plan)
         self.last = stats
         log.info("cycle %s", json.dumps(asdict(stats), separators=(",", ":")))
         if self.on_cycle is not None:

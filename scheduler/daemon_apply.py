@@ -43,6 +43,8 @@ class Plan:
     claimed: set[int] = field(default_factory=set)  # queued -> admitted (others grow)
     deletions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, grace
     preempted: int = 0
+    reasons: dict[int, str] = field(default_factory=dict)  # job id -> reason to write
+    current: dict[int, str] = field(default_factory=dict)  # job id -> reason as read
 
 
 @dataclass
@@ -87,20 +89,33 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     changed = [j for j in order if current[j] != waiting[j][:500]][:REASONS_PER_CYCLE]
     if not (result.preemptions or placed or changed):
         return plan  # nothing to write: no transaction
-    reasons = {j: waiting[j][:500] for j in changed if j not in plan.claimed}
+    # Reasons are written after the pods are bound (`write_reasons`), in their own
+    # transaction: hundreds of them must not delay the placed jobs' start.
+    plan.reasons = {j: waiting[j][:500] for j in changed}
+    plan.current = current
+    if not (result.preemptions or placed):
+        return plan
     written: dict[int, int] = {}
     with transaction.atomic():
         daemon.lease.fence()
         _preempt(built, result, plan, now)
         _place(daemon, built, result, plan, now, deferred, written)
-        set_reasons({j: r for j, r in reasons.items() if j not in plan.claimed}, current, written)
-    # Committed. Claims and reasons went to distinct queued jobs, each written once (a claim
-    # undone in the same transaction is no longer in `plan.claimed`).
+    # Committed. A claim undone in the same transaction is no longer in `plan.claimed`.
     daemon.cache.remember({j: v for j, v in written.items() if j in plan.claimed}, _ADMITTED)
-    for job_id in reasons.keys() - plan.claimed:
-        if job_id in written:
-            daemon.cache.remember({job_id: written[job_id]}, {"reason": reasons[job_id]})
     return plan
+
+
+def write_reasons(daemon: Daemon, plan: Plan) -> None:
+    """The waiting reasons the cycle decided (jobs still queued only), fenced; the new row
+    versions go to the snapshot cache."""
+    if not plan.reasons:
+        return
+    written: dict[int, int] = {}
+    with transaction.atomic():
+        daemon.lease.fence()
+        set_reasons(plan.reasons, plan.current, written)
+    for job_id, version in written.items():
+        daemon.cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})
 
 
 def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:

@@ -508,3 +508,19 @@ def test_lease_is_renewed_a_few_times_per_ttl_not_every_cycle(env: Env) -> None:
     assert SchedulerLease.objects.get().renewed_at == renewed
     env.run(daemon, seconds=3)
     assert SchedulerLease.objects.get().renewed_at > renewed
+
+
+def test_reasons_are_written_after_the_placed_jobs_are_bound(env: Env) -> None:
+    """Hundreds of waiting reasons must not delay the placed jobs' start: the claim
+    transaction holds no reason write, and the reasons follow the binds."""
+    placed = env.submit(simulation={"duration_s": 600})
+    waiting = env.submit(replicas=5, resources={"gpus": 8})  # over quota
+    with CaptureQueriesContext(connection) as seen:
+        env.run(env.daemon())
+    sql = [q["sql"] for q in seen.captured_queries]
+    binding = next(i for i, q in enumerate(sql) if "SET state = 'binding'" in q)
+    reasons = next(i for i, q in enumerate(sql) if "SET reason = v.reason" in q)
+    assert binding < reasons
+    placed.refresh_from_db()
+    waiting.refresh_from_db()
+    assert placed.state == "binding" and waiting.reason.startswith("quota")
