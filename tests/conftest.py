@@ -15,14 +15,32 @@ that an isolation test can search any response for the marker.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from tenants.models import Project, ResourceFlavor, Tenant, TenantKind
 from tests import factories as f
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_per_worker(worker_id: str) -> Iterator[None]:
+    """Each xdist worker gets its own Redis database for the cache: a test's `cache.clear()`
+    (FLUSHDB) must not wipe the login-guard counters of a test running on the other worker."""
+    cache = settings.CACHES["default"]
+    location = str(cache.get("LOCATION", ""))
+    if worker_id == "master" or not location.startswith("redis://"):
+        yield
+        return
+    database = int(worker_id.removeprefix("gw")) + 1
+    own = {**cache, "LOCATION": f"{location.rsplit('/', 1)[0]}/{database}"}
+    with override_settings(CACHES={**settings.CACHES, "default": own}):
+        yield
 
 
 @dataclass
