@@ -468,7 +468,9 @@ def _shares(active: Sequence[int], cache: SnapshotCache) -> dict[int, tuple[Devi
             found[row["allocation_id"]].append(
                 DeviceShare(row["device__index"], row["milli"], row["memory_mib"])
             )
-        known.update((i, tuple(v)) for i, v in found.items())
+        known.update(
+            (i, tuple(sorted(v, key=lambda share: share.device))) for i, v in found.items()
+        )
     if len(known) > len(active):
         keep = set(active)
         for gone in [i for i in known if i not in keep]:
@@ -562,8 +564,8 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
     locked are skipped (they stay as they are for the next cycle). Must run in a transaction.
     Returns job id -> the state it was in, for the jobs that changed.
 
-    Jobs whose updates are equal share one UPDATE (a cycle's changes fall into a handful of
-    groups: started, succeeded, requeued with one backoff...); one bulk insert of events."""
+    Jobs moving to the same state share one UPDATE (a cycle's changes fall into a handful of
+    groups: started, succeeded, requeued...); one bulk insert of events."""
     if not changes:
         return {}
     by_id = {c.job_id: c for c in changes}
@@ -584,22 +586,57 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
         events.append(
             (job_id, change.kind, path[-2], change.to_state, change.message[:1000], change.data)
         )
-        reason = (change.reason or "")[:500]
-        key = (change.to_state, reason, change.new_attempt, change.not_before, change.via)
-        groups[key].append(job_id)
-    for (to_state, reason, new_attempt, not_before, via), ids in groups.items():
-        fields: dict[str, Any] = {"state": to_state, "reason": reason, "updated_at": now}
-        if new_attempt:
-            fields["attempt"] = F("attempt") + 1
-        if to_state == S.QUEUED:
-            fields.update(queued_at=now, not_before=not_before)
-        elif to_state == S.RUNNING or via == S.RUNNING:
-            fields["started_at"] = now
-        if to_state in FINAL_STATES:
-            fields["finished_at"] = now
-        Job.objects.filter(id__in=ids).update(**fields)
+        groups[(change.to_state, change.new_attempt, change.via)].append(job_id)
+    for (to_state, new_attempt, via), ids in groups.items():
+        _update_group([by_id[i] for i in ids], to_state, new_attempt, via, now)
     insert_events(events)
     return done
+
+
+def _update_group(
+    changes: Sequence[Change], to_state: str, new_attempt: bool, via: str | None, now: datetime
+) -> None:
+    """One UPDATE for changes to the same state: reasons and backoffs per job come as arrays
+    on PostgreSQL (every preempted job has its own reason); elsewhere one UPDATE per
+    distinct reason and backoff."""
+    fields: dict[str, Any] = {"state": to_state, "updated_at": now}
+    if to_state == S.QUEUED:
+        fields["queued_at"] = now
+    elif to_state == S.RUNNING or via == S.RUNNING:
+        fields["started_at"] = now
+    if to_state in FINAL_STATES:
+        fields["finished_at"] = now
+    if connection.vendor == "postgresql":
+        sets = [f"{name} = %s" for name in fields]
+        sets.append("reason = v.reason")
+        if to_state == S.QUEUED:
+            sets.append("not_before = v.not_before")
+        if new_attempt:
+            sets.append("attempt = j.attempt + 1")
+        sql = (
+            f"UPDATE {Job._meta.db_table} AS j SET {', '.join(sets)}"  # noqa: S608 - names are ours
+            " FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS v(id, reason, not_before)"
+            " WHERE j.id = v.id"
+        )
+        params = [
+            *fields.values(),
+            [c.job_id for c in changes],
+            [(c.reason or "")[:500] for c in changes],
+            [c.not_before for c in changes],
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+        return
+    same: dict[tuple[str, datetime | None], list[int]] = defaultdict(list)
+    for c in changes:
+        same[((c.reason or "")[:500], c.not_before)].append(c.job_id)
+    for (reason, not_before), ids in same.items():
+        extra: dict[str, Any] = {"reason": reason}
+        if to_state == S.QUEUED:
+            extra["not_before"] = not_before
+        if new_attempt:
+            extra["attempt"] = F("attempt") + 1
+        Job.objects.filter(id__in=ids).update(**fields, **extra)
 
 
 CLAIM_SQL = (

@@ -20,7 +20,7 @@ from django.db import IntegrityError, connection, transaction
 
 from scheduler.adapters import Built, Change, release, set_reasons, set_state_fast, transition_many
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
-from scheduler.core.types import CycleResult, Placement, WaitCode
+from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.models import Allocation, AllocationDevice, Job, JobState
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class Plan:
     claimed: set[int] = field(default_factory=set)  # queued -> admitted (others grow)
     deletions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, grace
     preempted: int = 0
+    shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
     reasons: dict[int, str] = field(default_factory=dict)  # job id -> reason to write
     current: dict[int, str] = field(default_factory=dict)  # job id -> reason as read
 
@@ -100,8 +101,10 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
         daemon.lease.fence()
         _preempt(built, result, plan, now)
         _place(daemon, built, result, plan, now, deferred, written)
-    # Committed. A claim undone in the same transaction is no longer in `plan.claimed`.
+    # Committed. A claim undone in the same transaction is no longer in `plan.claimed`. The
+    # new allocations' device shares go to the cache too (they never change while active).
     daemon.cache.remember({j: v for j, v in written.items() if j in plan.claimed}, _ADMITTED)
+    daemon.cache.shares.update(plan.shares)
     return plan
 
 
@@ -206,6 +209,7 @@ def _place(
         log.warning("bulk allocation conflicted (%s); allocating job by job", error)
         plan.pods.clear()
         plan.allocations.clear()
+        plan.shares.clear()
         for placement in chosen:
             try:
                 with transaction.atomic():
@@ -251,6 +255,7 @@ def _allocate(
 ) -> None:
     rows: list[tuple[Any, ...]] = []
     shares: list[list[tuple[int, int, int]]] = []
+    held: list[tuple[DeviceShare, ...]] = []  # the same shares, as the snapshot reads them
     requests: list[PodRequest] = []
     specs = dict(
         Job.objects.filter(id__in=[int(p.job_id) for p in placements]).values_list("id", "spec")
@@ -280,10 +285,12 @@ def _allocate(
                 [(built.devices[(a.node, s.device)], s.milli, s.memory_mib) for s in a.shares]
             )
             requests.append(request)
+            held.append(tuple(sorted(a.shares, key=lambda share: share.device)))
     ids = insert_allocations(rows, shares)
-    for allocation_id, request in zip(ids, requests, strict=True):
+    for allocation_id, request, devices in zip(ids, requests, held, strict=True):
         plan.pods.setdefault(request.job_id, []).append(request)
         plan.allocations.setdefault(request.job_id, []).append(allocation_id)
+        plan.shares[allocation_id] = devices
 
 
 def insert_allocations(

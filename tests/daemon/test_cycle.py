@@ -56,7 +56,9 @@ def test_a_job_seen_started_and_finished_at_once_is_one_write_with_both_events(
     assert job.state == "succeeded" and job.started_at is not None
     assert states(job) == ["queued", "admitted", "binding", "running", "succeeded"]
     writes = [
-        q["sql"] for q in seen.captured_queries if q["sql"].startswith('UPDATE "scheduler_job"')
+        q["sql"]
+        for q in seen.captured_queries
+        if q["sql"].startswith(('UPDATE "scheduler_job" ', "UPDATE scheduler_job "))
     ]
     assert len(writes) == 1, writes
     assert_consistent(env.backend)
@@ -449,8 +451,8 @@ def test_recent_preemptions_are_read_incrementally(env: Env) -> None:
 
 def test_the_daemons_own_writes_keep_the_row_cache_exact(env: Env) -> None:
     """Claims, binds and waiting reasons written by the daemon hand their new row versions
-    to the cache: the next snapshot reads none of those rows again, and equals a snapshot
-    built from scratch."""
+    to the cache, and new allocations their device shares: the next snapshot reads none of
+    them again, and equals a snapshot built from scratch."""
     for _ in range(2):
         env.submit(resources={"gpus": 4}, simulation={"duration_s": 600})
     for _ in range(3):
@@ -463,6 +465,8 @@ def test_the_daemons_own_writes_keep_the_row_cache_exact(env: Env) -> None:
         warm = build_snapshot(env.clock(), decayed={}, cache=daemon.cache)
     whole = [q["sql"] for q in seen.captured_queries if '"scheduler_job"."queued_at"' in q["sql"]]
     assert whole == [], "job rows read again"
+    shares = [q["sql"] for q in seen.captured_queries if "scheduler_allocationdevice" in q["sql"]]
+    assert shares == [], "device shares read back"
     cold = build_snapshot(env.clock(), decayed={})
     assert warm.snapshot == cold.snapshot
     assert warm.jobs == cold.jobs
@@ -524,3 +528,39 @@ def test_reasons_are_written_after_the_placed_jobs_are_bound(env: Env) -> None:
     placed.refresh_from_db()
     waiting.refresh_from_db()
     assert placed.state == "binding" and waiting.reason.startswith("quota")
+
+
+def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env) -> None:
+    """Every preempted job carries its own reason; requeueing many is still one UPDATE
+    (PostgreSQL), each job with its own reason, backoff and attempt."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.adapters import Change, transition_many
+
+    jobs = [env.submit() for _ in range(3)]
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state="preempted")
+    now = timezone.now()
+    changes = [
+        Change(
+            j.pk,
+            ("preempted",),
+            "queued",
+            reason=f"preempted by {i}",
+            new_attempt=True,
+            not_before=now + timedelta(seconds=i),
+        )
+        for i, j in enumerate(jobs)
+    ]
+    with CaptureQueriesContext(connection) as seen, transaction.atomic():
+        done = transition_many(changes, now)
+    assert sorted(done) == sorted(j.pk for j in jobs)
+    updates = [q["sql"] for q in seen.captured_queries if q["sql"].startswith("UPDATE")]
+    # Elsewhere (SQLite, the embedded default): one UPDATE per distinct reason and backoff.
+    assert len(updates) == (1 if connection.vendor == "postgresql" else 3), updates
+    for i, job in enumerate(jobs):
+        job.refresh_from_db()
+        assert (job.state, job.reason, job.attempt) == ("queued", f"preempted by {i}", 1)
+        assert job.not_before == now + timedelta(seconds=i)
+        assert job.queued_at == now
