@@ -12,6 +12,7 @@ what did not change between cycles.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -294,19 +295,23 @@ VERSIONS_SQL = (
 )
 
 
-def _versions() -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
-    """(inventory version, organisation version) on PostgreSQL; None elsewhere (read all)."""
-    if connection.vendor != "postgresql":
-        return None
-    sql = VERSIONS_SQL.format(
+@functools.cache
+def _versions_sql() -> str:
+    return VERSIONS_SQL.format(
         node=Node._meta.db_table,
         device=GpuDevice._meta.db_table,
         tenant=Tenant._meta.db_table,
         quota=QuotaRow._meta.db_table,
         pclass=PriorityClassRow._meta.db_table,
     )
+
+
+def _versions() -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """(inventory version, organisation version) on PostgreSQL; None elsewhere (read all)."""
+    if connection.vendor != "postgresql":
+        return None
     with connection.cursor() as cursor:
-        cursor.execute(sql)
+        cursor.execute(_versions_sql())
         row = cursor.fetchone()
     return tuple(row[:2]), tuple(row[2:])
 
@@ -726,15 +731,11 @@ REASONS_SQL = (
 )
 
 
-def set_reasons(
-    reasons: Mapping[int, str],
-    current: Mapping[int, str],
-    versions: dict[int, int] | None = None,
-) -> int:
-    """Write each queued job's reason when it changed. PostgreSQL: one UPDATE from arrays,
-    whose new row versions go to `versions` when given. Elsewhere: one UPDATE per distinct
-    text (equal jobs wait for equal reasons)."""
-    changed = {i: r[:500] for i, r in reasons.items() if current.get(i) != r[:500]}
+def set_reasons(reasons: Mapping[int, str], versions: dict[int, int] | None = None) -> int:
+    """Write each queued job's new reason. PostgreSQL: one UPDATE from arrays, whose new row
+    versions go to `versions` when given. Elsewhere: one UPDATE per distinct text (equal jobs
+    wait for equal reasons)."""
+    changed = {i: r[:500] for i, r in reasons.items()}
     if not changed:
         return 0
     if connection.vendor == "postgresql":

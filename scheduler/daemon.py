@@ -128,8 +128,7 @@ class Daemon:
                 if not self.lease.acquire():
                     return False
                 log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
-                self._renewed = time.monotonic()
-                self._step_renewed = self.clock()
+                self._mark_renewed()
                 self.cache = SnapshotCache()  # nothing read under another leader is kept
                 self._inherit_fair_share(self.lease.inherited)
                 sync_nodes(self, force=True)
@@ -139,8 +138,7 @@ class Daemon:
                 if not self.lease.renew(self._fair_share_state()):
                     log.warning("lease lost; standing by")
                     return False
-                self._renewed = time.monotonic()
-                self._step_renewed = self.clock()
+                self._mark_renewed()
             stats = self.cycle()
             self.errors = 0
             return bool(stats.placed or stats.reconciled or stats.released or stats.preempted)
@@ -254,6 +252,12 @@ class Daemon:
         self._reasons_at = now
         return True
 
+    def _mark_renewed(self) -> None:
+        """The lease was just taken or renewed: on the monotonic clock (the deadline between
+        phases) and on the daemon's (the next renewal at a step's start)."""
+        self._renewed = time.monotonic()
+        self._step_renewed = self.clock()
+
     def _renew_due(self) -> bool:
         """Renewal at the start of a step: every sixth of the TTL on the daemon's clock
         (which saves the fair-share history with it), and whenever that clock went back."""
@@ -267,7 +271,7 @@ class Daemon:
             return
         if not self.lease.renew(self._fair_share_state()):
             raise LeaseLost("lease lost during the cycle")
-        self._renewed = time.monotonic()
+        self._mark_renewed()
 
     def _fair_share_state(self) -> dict[str, Any] | None:
         if self._usage_at is None:

@@ -44,8 +44,7 @@ class Plan:
     deletions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, grace
     preempted: int = 0
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
-    reasons: dict[int, str] = field(default_factory=dict)  # job id -> reason to write
-    current: dict[int, str] = field(default_factory=dict)  # job id -> reason as read
+    reasons: dict[int, str] = field(default_factory=dict)  # job id -> changed reason to write
 
 
 @dataclass
@@ -88,14 +87,11 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
         order = [j for j in order if str(j) in deferred]
     current = {j: built.jobs[str(j)]["reason"] for j in order}
     changed = [j for j in order if current[j] != waiting[j][:500]][:REASONS_PER_CYCLE]
-    if not (result.preemptions or placed or changed):
-        return plan  # nothing to write: no transaction
     # Reasons are written after the pods are bound (`write_reasons`), in their own
     # transaction: hundreds of them must not delay the placed jobs' start.
     plan.reasons = {j: waiting[j][:500] for j in changed}
-    plan.current = current
     if not (result.preemptions or placed):
-        return plan
+        return plan  # nothing to write here: no transaction
     written: dict[int, int] = {}
     with transaction.atomic():
         daemon.lease.fence()
@@ -116,7 +112,7 @@ def write_reasons(daemon: Daemon, plan: Plan) -> None:
     written: dict[int, int] = {}
     with transaction.atomic():
         daemon.lease.fence()
-        set_reasons(plan.reasons, plan.current, written)
+        set_reasons(plan.reasons, written)
     for job_id, version in written.items():
         daemon.cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})
 

@@ -141,8 +141,11 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     live: dict[int, list[dict[str, Any]]] = defaultdict(list)
     to_release: list[int] = []
     deletions: list[tuple[str, str, int]] = []
+    preempted: dict[int, set[int]] = defaultdict(set)  # preempted job -> its allocations
     for a in allocs:
         job = jobs[a["job_id"]]
+        if job["state"] == S.PREEMPTED:
+            preempted[a["job_id"]].add(a["id"])
         stopping = (
             a["end_reason"]
             or a["attempt"] != job["attempt"]
@@ -175,13 +178,10 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         gone = {*to_release, *finished}
         # Preempted jobs whose last allocation ended now; every few seconds, all of them
         # (a job preempted with nothing left running is requeued by the sweep).
-        holding: dict[int, set[int]] = defaultdict(set)
-        for a in allocs:
-            if jobs[a["job_id"]]["state"] == S.PREEMPTED:
-                holding[a["job_id"]].add(a["id"])
-        freed = [j for j, ids in holding.items() if ids <= gone]
-        if daemon.clock() - daemon.requeue_swept_at >= REQUEUE_SWEEP_S:
-            daemon.requeue_swept_at = daemon.clock()
+        freed = [j for j, ids in preempted.items() if ids <= gone]
+        at = daemon.clock()
+        if at - daemon.requeue_swept_at >= REQUEUE_SWEEP_S:
+            daemon.requeue_swept_at = at
             stats.changed += _requeue_preempted(now)
         elif freed:
             stats.changed += _requeue_preempted(now, freed)

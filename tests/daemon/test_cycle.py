@@ -478,7 +478,7 @@ def test_reasons_are_written_only_to_queued_jobs(env: Env) -> None:
     queued, cancelled = env.submit(), env.submit()
     Job.objects.filter(pk=cancelled.pk).update(state="cancelled", reason="cancelled by alice")
     versions: dict[int, int] = {}
-    assert set_reasons({queued.pk: "waiting", cancelled.pk: "waiting"}, {}, versions) == 1
+    assert set_reasons({queued.pk: "waiting", cancelled.pk: "waiting"}, versions) == 1
     assert list(versions) == [queued.pk]
     assert Job.objects.get(pk=cancelled.pk).reason == "cancelled by alice"
     assert Job.objects.get(pk=queued.pk).reason == "waiting"
