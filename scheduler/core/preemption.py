@@ -66,7 +66,7 @@ def select_victims(
     if _room_now(ctx, job, flavor, replicas, avoid_reserved):
         return _for_quota(ctx, job, flavor, replicas, avoid_reserved)
     candidates = eligible_candidates(ctx, job, flavor)[: ctx.profile.max_preemption_candidates]
-    if not candidates:
+    if not candidates or not may_make_room(ctx, job, flavor, len(replicas), candidates):
         return None
     mark = ctx.mark()
     removed: list[Candidate] = []
@@ -82,6 +82,38 @@ def select_victims(
     placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid_reserved)
     assert placed is not None  # _fits just proved it on this very state
     return Plan(tuple(kept), placed)
+
+
+def may_make_room(
+    ctx: CycleContext, job: JobRequest, flavor: str, replicas: int, candidates: list[Candidate]
+) -> bool:
+    """A cheap necessary condition for the search below, on whole-GPU requests: even if
+    every candidate stopped, would the nodes of `flavor` have `replicas` slots of the
+    job's GPU count? A device counts as freeable when it is whole and free now or a
+    candidate holds part of it. Failed searches (taking candidates one by one, each a
+    journaled change of the state) were most of a busy cycle's preemption time; False here
+    only ever means the search could not have succeeded. Shares and CPU-only jobs: True."""
+    per_replica = job.resources.gpu_milli // MILLI_PER_GPU
+    if job.resources.gpu_milli < MILLI_PER_GPU:
+        return True
+    state = ctx.state
+    code = state.flavor_names.index(flavor) if flavor in state.flavor_names else -1
+    touched: dict[int, set[int]] = {}
+    for cand in candidates:
+        for a in cand.assignments:
+            i = state.index.get(a.node)
+            if i is not None and state.flavor[i] == code:
+                touched.setdefault(i, set()).update(s.device for s in a.shares)
+    whole = state.whole_free
+    slots = int((whole[state.flavor == code] // per_replica).sum())
+    for i, devices in touched.items():
+        extra = sum(
+            1 for d in devices if state.usable[i, d] and state.dev_free[i, d] < MILLI_PER_GPU
+        )
+        slots += (int(whole[i]) + extra) // per_replica - int(whole[i]) // per_replica
+        if slots >= replicas:
+            return True
+    return slots >= replicas
 
 
 def _room_now(

@@ -198,3 +198,37 @@ def test_gang_preempts_when_only_part_of_it_fits():
     )
     assert victims(result) == {"low"}
     assert sorted(a.node for a in result.placement_for("gang").assignments) == ["n1", "n2"]
+
+
+def test_a_search_that_cannot_make_room_takes_no_candidate(monkeypatch):
+    # Each node runs one low 1-GPU job (a candidate) and seven normal ones of another class
+    # that may not be stopped: stopping every candidate frees one GPU per node, and the new
+    # job wants 5 on one node. The search is skipped, not tried candidate by candidate.
+    from scheduler.core import preemption
+
+    nodes = [make_node("n1"), make_node("n2")]
+    running = []
+    for node in ("n1", "n2"):
+        running.append(make_running(make_job(f"low-{node}", gpus=1, priority="low"), (node, [0])))
+        running += [
+            make_running(make_job(f"keep-{node}-{d}", gpus=1, priority="high"), (node, [d]))
+            for d in range(1, 8)
+        ]
+    taken = []
+    monkeypatch.setattr(preemption, "_take", lambda *args: taken.append(args) or True)
+    profile = replace(PROFILE, min_runtime_s=0.0)
+    result = cycle(snapshot(nodes, [make_job("new", gpus=5)], running, now=NOW), profile)
+    assert result.placement_for("new") is None
+    assert taken == []
+
+
+def test_precheck_counts_devices_candidates_free():
+    # The same cluster, but n1's candidates hold four GPUs beside four free: 4 + 4 >= 5.
+    nodes = [make_node("n1")]
+    running = [
+        make_running(make_job(f"low-{d}", gpus=1, priority="low"), ("n1", [d])) for d in range(4)
+    ]
+    profile = replace(PROFILE, min_runtime_s=0.0)
+    result = cycle(snapshot(nodes, [make_job("new", gpus=5)], running, now=NOW), profile)
+    assert result.placement_for("new") is not None
+    assert len(victims(result)) == 1

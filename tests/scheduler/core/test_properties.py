@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -216,3 +217,18 @@ def test_run_cycle_is_deterministic(world):
     _, second = world
     profile = Profile(min_runtime_s=300.0)
     assert run_cycle(second, profile) == run_cycle(second, profile)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), profile=st.sampled_from(PROFILES))
+def test_preemption_precheck_changes_no_decision(world, profile):
+    """`may_make_room` only skips searches that could not succeed: the same cycle without
+    it decides exactly the same."""
+    from scheduler.core import preemption
+
+    _, second = world
+    with_check = run_cycle(second, profile)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(preemption, "may_make_room", lambda *args: True)
+        without = run_cycle(second, profile)
+    assert with_check == without
