@@ -125,6 +125,8 @@ class SnapshotCache:
     # Recent preemptions: (event id, at, preemptor id, victim id), read after the last id.
     preemptions: list[tuple[int, datetime, int, str]] = field(default_factory=list)
     preemptions_after: int = 0
+    # Active allocations (reconcile's fields) with their row and node versions.
+    allocations: dict[int, tuple[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
 
     def remember(self, versions: Mapping[int, int], fields: Mapping[str, Any]) -> None:
         """After a committed write of `fields` by this daemon to the rows of `versions`

@@ -22,10 +22,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count
 
-from scheduler.adapters import Change, holds_allocation, release, transition_many
+from scheduler.adapters import (
+    Change,
+    SnapshotCache,
+    holds_allocation,
+    release,
+    transition_many,
+)
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
 from scheduler.daemon_apply import binder, call_with_retry, delete_pods
 from scheduler.models import (
@@ -36,6 +42,7 @@ from scheduler.models import (
     Job,
     JobEvent,
     JobState,
+    Node,
 )
 
 if TYPE_CHECKING:
@@ -107,7 +114,7 @@ class ReconcileStats:
 def reconcile(daemon: Daemon) -> ReconcileStats:
     stats = ReconcileStats()
     pods = {p.name: p for p in daemon.backend.list_pods()}
-    allocs = list(Allocation.objects.filter(ended_at__isnull=True).values(*ALLOC_FIELDS))
+    allocs = active_allocations(daemon.cache)
     # Only the fields judged here: these rows change as often as their pods do, so the
     # snapshot's row cache would read them whole again most cycles.
     jobs = {
@@ -195,6 +202,42 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         ],
     )
     return stats
+
+
+# An active allocation's version: its row's and its node's (PostgreSQL row versions, new on
+# every UPDATE), so a change to either, by any writer, reads the row again.
+ACTIVE_VERSIONS_SQL = (
+    "SELECT a.id, a.xmin::text::bigint, n.xmin::text::bigint FROM {allocation} a"
+    " JOIN {node} n ON n.id = a.node_id WHERE a.ended_at IS NULL"
+)
+
+
+def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
+    """The active allocations (ALLOC_FIELDS), oldest first. On PostgreSQL their ids and
+    versions first, then whole rows only for those the cache lacks or holds an older
+    version of: an allocation is read when it is made and when it or its node changes,
+    not every cycle. The rows are shared with the cache: read-only."""
+    if connection.vendor != "postgresql":
+        return list(
+            Allocation.objects.filter(ended_at__isnull=True).order_by("id").values(*ALLOC_FIELDS)
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ACTIVE_VERSIONS_SQL.format(
+                allocation=Allocation._meta.db_table, node=Node._meta.db_table
+            )
+        )
+        versions = {i: (a, n) for i, a, n in cursor.fetchall()}
+    known = cache.allocations
+    stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]
+    if stale:
+        fresh = Allocation.objects.filter(id__in=stale, ended_at__isnull=True)
+        for row in fresh.values(*ALLOC_FIELDS):
+            if row["id"] in versions:
+                known[row["id"]] = (versions[row["id"]], row)
+    for gone in [i for i in known if i not in versions]:
+        del known[gone]
+    return [known[i][1] for i in sorted(versions) if i in known]
 
 
 def judge(

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import FailureReason
-from scheduler.models import Allocation, GpuDevice, Job, JobEvent
+from scheduler.daemon_reconcile import active_allocations
+from scheduler.models import Allocation, GpuDevice, Job, JobEvent, Node
 from tests.daemon.conftest import Env, assert_consistent
 
 
@@ -92,8 +94,9 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
 
 def test_a_quiet_cycle_reads_little(env: Env) -> None:
     """A cycle where nothing changed re-reads no job row, allocation or device share it
-    already holds: reconcile hands its active allocations to the snapshot, both read job
-    rows through the daemon's cache, and scaling is skipped without inference jobs."""
+    already holds: reconcile reads allocations by version and hands them to the snapshot,
+    both read job rows through the daemon's cache, and scaling is skipped without
+    inference jobs."""
     for _ in range(3):
         env.submit(simulation={"duration_s": 600})
     for _ in range(5):
@@ -104,7 +107,9 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
         env.run(daemon)
     sql = [q["sql"] for q in quiet.captured_queries]
     assert len(sql) <= 16, "\n".join(sql)
-    assert sum(q.startswith('SELECT "scheduler_allocation"."id"') for q in sql) == 1
+    # the active allocations' versions, and no allocation row (none changed)
+    assert sum(q.startswith("SELECT a.id, a.xmin") for q in sql) == 1
+    assert not any(q.startswith('SELECT "scheduler_allocation"."id"') for q in sql)
     assert not any("scheduler_allocationdevice" in q and q.startswith("SELECT") for q in sql)
     assert not any('"scheduler_job"."spec" AS' in q for q in sql)  # scaling's read
 
@@ -122,6 +127,26 @@ def test_cached_rows_are_read_again_when_the_job_changes(env: Env) -> None:
     Job.objects.filter(pk=job.pk).update(state="cancelled")
     assert build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending == ()
     assert cache.rows == {}
+
+
+def test_allocations_are_read_again_when_they_or_their_node_change(env: Env) -> None:
+    """Reconcile keeps active allocations by row version (the allocation's and its node's):
+    a write to either, by anyone, reads the row again; an ended one drops out."""
+    job = env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    env.run(daemon, seconds=1, cycles=2)
+    [alloc] = active_allocations(daemon.cache)
+    assert alloc["job_id"] == job.pk and alloc["node__ready"] is True
+    assert active_allocations(daemon.cache)[0] is alloc  # unchanged: the cached row
+    Allocation.objects.filter(pk=alloc["id"]).update(end_reason="scaled down")
+    [again] = active_allocations(daemon.cache)
+    assert again["end_reason"] == "scaled down"
+    Node.objects.filter(name=alloc["node__name"]).update(ready=False)
+    [third] = active_allocations(daemon.cache)
+    assert third["node__ready"] is False
+    Allocation.objects.filter(pk=alloc["id"]).update(ended_at=timezone.now())
+    assert active_allocations(daemon.cache) == []
+    assert daemon.cache.allocations == {}
 
 
 def test_queue_window_takes_every_queues_heads_round_robin(env: Env) -> None:
