@@ -15,6 +15,7 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -212,6 +213,13 @@ ACTIVE_VERSIONS_SQL = (
 )
 
 
+@functools.cache
+def _active_versions_sql() -> str:
+    return ACTIVE_VERSIONS_SQL.format(
+        allocation=Allocation._meta.db_table, node=Node._meta.db_table
+    )
+
+
 def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
     """The active allocations (ALLOC_FIELDS), oldest first. On PostgreSQL their ids and
     versions first, then whole rows only for those the cache lacks or holds an older
@@ -222,11 +230,7 @@ def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
             Allocation.objects.filter(ended_at__isnull=True).order_by("id").values(*ALLOC_FIELDS)
         )
     with connection.cursor() as cursor:
-        cursor.execute(
-            ACTIVE_VERSIONS_SQL.format(
-                allocation=Allocation._meta.db_table, node=Node._meta.db_table
-            )
-        )
+        cursor.execute(_active_versions_sql())
         versions = {i: (a, n) for i, a, n in cursor.fetchall()}
     known = cache.allocations
     stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]

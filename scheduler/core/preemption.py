@@ -93,9 +93,9 @@ def may_make_room(
     candidate holds part of it. Failed searches (taking candidates one by one, each a
     journaled change of the state) were most of a busy cycle's preemption time; False here
     only ever means the search could not have succeeded. Shares and CPU-only jobs: True."""
-    per_replica = job.resources.gpu_milli // MILLI_PER_GPU
     if job.resources.gpu_milli < MILLI_PER_GPU:
         return True
+    per_replica = job.resources.gpu_milli // MILLI_PER_GPU
     state = ctx.state
     code = state.flavor_names.index(flavor) if flavor in state.flavor_names else -1
     touched: dict[int, set[int]] = {}
