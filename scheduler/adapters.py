@@ -125,6 +125,8 @@ class SnapshotCache:
     # Recent preemptions: (event id, at, preemptor id, victim id), read after the last id.
     preemptions: list[tuple[int, datetime, int, str]] = field(default_factory=list)
     preemptions_after: int = 0
+    # What the snapshot makes of them (preemptor -> victims), until they change.
+    displaced: dict[int, tuple[str, ...]] | None = None
     # Active allocations (reconcile's fields) with their row and node versions.
     allocations: dict[int, tuple[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
 
@@ -532,16 +534,24 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     rows = JobEvent.objects.filter(
         kind="preempted", at__gte=since, id__gt=cache.preemptions_after
     ).values_list("id", "at", "job_id", "data")
+    changed = False
     for event_id, at, victim, data in rows.order_by("id"):
         preemptor = str((data or {}).get("preemptor", ""))
         cache.preemptions_after = max(cache.preemptions_after, event_id)
         if preemptor.isdigit():
             cache.preemptions.append((event_id, at, int(preemptor), str(victim)))
-    cache.preemptions = [p for p in cache.preemptions if p[1] >= since]
+            changed = True
+    # Held in id order, which is nearly time order: the oldest tells whether any expired.
+    if cache.preemptions and cache.preemptions[0][1] < since:
+        cache.preemptions = [p for p in cache.preemptions if p[1] >= since]
+        changed = True
+    if not changed and cache.displaced is not None:
+        return cache.displaced
     out: dict[int, set[str]] = defaultdict(set)
     for _, _, preemptor_id, victim_id in cache.preemptions:
         out[preemptor_id].add(victim_id)
-    return {job: tuple(sorted(victims)) for job, victims in out.items()}
+    cache.displaced = {job: tuple(sorted(victims)) for job, victims in out.items()}
+    return cache.displaced
 
 
 # --- bulk writes ------

@@ -451,7 +451,8 @@ def test_organisation_is_read_again_only_when_it_changed(env: Env) -> None:
 
 def test_recent_preemptions_are_read_incrementally(env: Env) -> None:
     """The ping-pong guard's preemptions are read after the last event the cache holds:
-    a new one is seen at the next snapshot, and one past the look-back is dropped."""
+    a new one is seen at the next snapshot, and one past the look-back is dropped; the
+    preemptor -> victims map is rebuilt only when they change."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -463,6 +464,7 @@ def test_recent_preemptions_are_read_incrementally(env: Env) -> None:
     assert _displaced(cache) == {}
     JobEvent.objects.create(job=victim, kind="preempted", data={"preemptor": preemptor.pk})
     assert _displaced(cache) == {preemptor.pk: (str(victim.pk),)}
+    assert _displaced(cache) is _displaced(cache)  # nothing new: the same map, not rebuilt
     with CaptureQueriesContext(connection) as seen:
         JobEvent.objects.create(job=other, kind="preempted", data={"preemptor": preemptor.pk})
         found = _displaced(cache)
