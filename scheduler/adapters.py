@@ -534,18 +534,17 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     rows = JobEvent.objects.filter(
         kind="preempted", at__gte=since, id__gt=cache.preemptions_after
     ).values_list("id", "at", "job_id", "data")
-    changed = False
     for event_id, at, victim, data in rows.order_by("id"):
         preemptor = str((data or {}).get("preemptor", ""))
         cache.preemptions_after = max(cache.preemptions_after, event_id)
         if preemptor.isdigit():
             cache.preemptions.append((event_id, at, int(preemptor), str(victim)))
-            changed = True
+            cache.displaced = None
     # Held in id order, which is nearly time order: the oldest tells whether any expired.
     if cache.preemptions and cache.preemptions[0][1] < since:
         cache.preemptions = [p for p in cache.preemptions if p[1] >= since]
-        changed = True
-    if not changed and cache.displaced is not None:
+        cache.displaced = None
+    if cache.displaced is not None:
         return cache.displaced
     out: dict[int, set[str]] = defaultdict(set)
     for _, _, preemptor_id, victim_id in cache.preemptions:

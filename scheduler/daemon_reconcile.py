@@ -237,8 +237,7 @@ def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
     if stale:
         fresh = Allocation.objects.filter(id__in=stale, ended_at__isnull=True)
         for row in fresh.values(*ALLOC_FIELDS):
-            if row["id"] in versions:
-                known[row["id"]] = (versions[row["id"]], row)
+            known[row["id"]] = (versions[row["id"]], row)
     for gone in [i for i in known if i not in versions]:
         del known[gone]
     return [known[i][1] for i in sorted(versions) if i in known]
