@@ -88,6 +88,9 @@ SPEC_KEYS = {
     "checkpointable": "spec__checkpointable",
     "rdma": "spec__resources__rdma",
 }
+# Read with the rows for the daemon's reconcile, not the engine.
+ROW_EXTRA = ("spec__retry",)
+ROW_FIELDS = (*JOB_FIELDS, *SPEC_KEYS.values(), *ROW_EXTRA)
 KINDS = {k.value.replace("_", "-"): k for k in JobKind}
 
 
@@ -162,12 +165,15 @@ def build_snapshot(
     per_queue: int = 0,
     cache: SnapshotCache | None = None,
     active: Sequence[Mapping[str, Any]] | None = None,
+    running_rows: Mapping[int, dict[str, Any]] | None = None,
 ) -> Built:
     """`max_pending` bounds the queue the engine sees (by priority, then age); `per_queue`,
     when set, keeps only the first jobs of each tenant x priority class (kueue's queue heads):
     a job behind `per_queue` others of its own queue could not start before them anyway.
     `active`: the active allocations when the caller has just read them (the daemon's
-    reconcile), with at least the fields read here; otherwise they are read."""
+    reconcile), with at least the fields read here; otherwise they are read. `running_rows`:
+    likewise, the rows of the jobs holding them (job id -> row, as `running_job_rows` reads
+    them), current after the caller's own writes."""
     cache = cache if cache is not None else SnapshotCache()
     versions = _versions()
     nodes, devices, node_ids = _nodes(versions[0] if versions else None)
@@ -184,8 +190,8 @@ def build_snapshot(
             )
         )
     )
-    # A semi-join rather than the ids: thousands of ids as parameters cost more.
-    running_rows = {r["id"]: r for r in _job_rows(Job.objects.filter(holds_allocation()), cache)}
+    if running_rows is None:
+        running_rows = {r["id"]: r for r in running_job_rows(cache)}
     shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced(cache), cache)
     pending_rows = [
@@ -216,22 +222,40 @@ def holds_allocation() -> Exists:
 _VERSION = RawSQL("scheduler_job.xmin::text::bigint", ())
 
 
+def running_job_rows(cache: SnapshotCache) -> list[dict[str, Any]]:
+    """The rows of the jobs holding an active allocation, through the cache (`_job_rows`)."""
+    # A semi-join rather than the ids: thousands of ids as parameters cost more.
+    return _job_rows(Job.objects.filter(holds_allocation()), cache)
+
+
 def _job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
-    """The rows (JOB_FIELDS and the spec keys) of the jobs of queryset `jobs`: on PostgreSQL
-    their ids and versions first, then whole rows only for the jobs the cache lacks or holds
-    an older version of."""
-    fields = (*JOB_FIELDS, *SPEC_KEYS.values())
+    """The rows (JOB_FIELDS, the spec keys and ROW_EXTRA) of the jobs of queryset `jobs`: on
+    PostgreSQL their ids and versions first, then whole rows only for the jobs the cache
+    lacks or holds an older version of."""
     if connection.vendor != "postgresql":
-        return list(jobs.values(*fields))
+        return list(jobs.values(*ROW_FIELDS))
     versions = list(jobs.order_by().annotate(version=_VERSION).values_list("id", "version"))
     known = cache.rows
-    stale = [i for i, v in versions if i not in known or known[i][0] != v]
-    if stale:
-        for row in (
-            Job.objects.filter(id__in=stale).annotate(version=_VERSION).values(*fields, "version")
-        ):
-            known[row["id"]] = (row.pop("version"), row)
+    missing = [i for i, v in versions if i not in known or known[i][0] != v]
+    if missing:
+        reread(missing, cache)
     return [known[i][1] for i, _ in versions if i in known]
+
+
+def reread(ids: Sequence[int], cache: SnapshotCache) -> dict[int, dict[str, Any]]:
+    """Read the rows of `ids` whole, with their versions, into the cache (PostgreSQL);
+    jobs that no longer exist are dropped from it. Returns id -> row."""
+    if connection.vendor != "postgresql":
+        return {r["id"]: r for r in Job.objects.filter(id__in=ids).values(*ROW_FIELDS)}
+    found: dict[int, dict[str, Any]] = {}
+    for row in (
+        Job.objects.filter(id__in=ids).annotate(version=_VERSION).values(*ROW_FIELDS, "version")
+    ):
+        cache.rows[row["id"]] = (row.pop("version"), row)
+        found[row["id"]] = row
+    for gone in set(ids) - found.keys():
+        cache.rows.pop(gone, None)
+    return found
 
 
 HEADS_SQL = (

@@ -203,8 +203,8 @@ class Daemon:
             rec = reconcile(self)
             stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans
         with clock("scale"):
-            if self.inference_running:
-                autoscale(self)
+            # Scaling rewrites job rows: then the snapshot reads them again.
+            scaled = self.inference_running and autoscale(self) > 0
         with clock("snapshot"):
             built = build_snapshot(
                 self.clock(),
@@ -213,6 +213,7 @@ class Daemon:
                 per_queue=self.per_queue,
                 cache=self.cache,
                 active=rec.active,
+                running_rows=None if scaled else rec.rows,
             )
             self._record_usage(built.snapshot)
             # Scaling reads the running inference jobs: skipped while the snapshot has none.

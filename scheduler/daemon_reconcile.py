@@ -31,6 +31,8 @@ from scheduler.adapters import (
     SnapshotCache,
     holds_allocation,
     release,
+    reread,
+    running_job_rows,
     transition_many,
 )
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
@@ -108,22 +110,18 @@ class ReconcileStats:
     orphans: int = 0
     changed: int = 0
     # The allocations still active when reconcile is done: only this (fenced) daemon
-    # creates or ends allocations, so the cycle's snapshot takes them from here.
+    # creates or ends allocations, so the cycle's snapshot takes them from here; and the
+    # rows of their jobs, read again where reconcile wrote them.
     active: list[dict[str, Any]] = field(default_factory=list)
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def reconcile(daemon: Daemon) -> ReconcileStats:
     stats = ReconcileStats()
     pods = {p.name: p for p in daemon.backend.list_pods()}
     allocs = active_allocations(daemon.cache)
-    # Only the fields judged here: these rows change as often as their pods do, so the
-    # snapshot's row cache would read them whole again most cycles.
-    jobs = {
-        j["id"]: j
-        for j in Job.objects.filter(holds_allocation())
-        .order_by()
-        .values("id", "state", "attempt", "spec__retry", "started_at", "max_runtime_s", "job_type")
-    }
+    # The snapshot's rows (shared with its cache: read-only here), handed on to it below.
+    jobs = {r["id"]: r for r in running_job_rows(daemon.cache)}
     # Unhealthy devices are few (usually none): find them first, then their live shares.
     unhealthy = list(GpuDevice.objects.filter(healthy=False).values_list("id", flat=True))
     bad_gpu = (
@@ -182,7 +180,8 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     with transaction.atomic():
         daemon.lease.fence()
         stats.released = release(to_release, now, "pod gone")
-        stats.changed, ended, finished = _apply(jobs, live, pods, verdicts, now)
+        written, ended, finished = _apply(jobs, live, pods, verdicts, now)
+        stats.changed = len(written)
         gone = {*to_release, *finished}
         # Preempted jobs whose last allocation ended now; every few seconds, all of them
         # (a job preempted with nothing left running is requeued by the sweep).
@@ -194,6 +193,7 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         elif freed:
             stats.changed += _requeue_preempted(now, freed)
     stats.active = [a for a in allocs if a["id"] not in gone]
+    stats.rows = _holders(stats.active, jobs, written, daemon.cache)
     delete_pods(
         daemon,
         [
@@ -203,6 +203,20 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         ],
     )
     return stats
+
+
+def _holders(
+    active: Sequence[Mapping[str, Any]],
+    jobs: Mapping[int, dict[str, Any]],
+    written: set[int],
+    cache: SnapshotCache,
+) -> dict[int, dict[str, Any]]:
+    """The rows of the jobs holding `active`: as read, or read again if reconcile wrote them."""
+    holders = {a["job_id"] for a in active}
+    again = sorted(holders & written)
+    rows = {i: jobs[i] for i in holders if i in jobs and i not in written}
+    rows.update(reread(again, cache) if again else {})
+    return rows
 
 
 # An active allocation's version: its row's and its node's (PostgreSQL row versions, new on
@@ -294,7 +308,9 @@ def _apply(
     pods: Mapping[str, PodStatus],
     verdicts: Mapping[int, Verdict],
     now: datetime,
-) -> tuple[int, list[dict[str, Any]], list[int]]:
+) -> tuple[set[int], list[dict[str, Any]], list[int]]:
+    """Write the verdicts. Returns the ids of the jobs written, the allocations of the
+    attempts that ended and those of them released."""
     # Pods seen started and finished at once (short jobs): one write, both events.
     both = {j for j, v in verdicts.items() if v.start and v.succeeded}
     starts = [
@@ -303,8 +319,8 @@ def _apply(
         if v.start and j not in both
     ]
     changed = transition_many(starts, now)
-    for job_id in changed:
-        jobs[job_id]["state"] = S.RUNNING
+    # (The rows are the cache's: a changed copy, not the row itself.)
+    state = {job_id: S.RUNNING for job_id in changed}
     adopted = [j for j, v in verdicts.items() if v.adopted and not v.release_claim]
     Allocation.objects.filter(job_id__in=adopted, ended_at__isnull=True).update(bound_at=now)
     changes = [
@@ -324,7 +340,7 @@ def _apply(
     )
     ends: list[int] = []
     for job_id, verdict in verdicts.items():
-        job = jobs[job_id]
+        job = {**jobs[job_id], "state": state[job_id]} if job_id in state else jobs[job_id]
         if verdict.release_claim:
             ends.append(job_id)
             changes.append(
@@ -367,7 +383,7 @@ def _apply(
     release(finished, now, "attempt ended")
     stopping = [a["id"] for a in ended if a["id"] not in set(finished)]
     Allocation.objects.filter(id__in=stopping).update(end_reason="attempt ended")
-    return len(changed) + len(done), ended, finished
+    return {*changed, *done}, ended, finished
 
 
 def _failure_change(

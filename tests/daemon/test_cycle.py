@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -94,9 +95,8 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
 
 def test_a_quiet_cycle_reads_little(env: Env) -> None:
     """A cycle where nothing changed re-reads no job row, allocation or device share it
-    already holds: reconcile reads allocations by version and hands them to the snapshot,
-    both read job rows through the daemon's cache, and scaling is skipped without
-    inference jobs."""
+    already holds: reconcile reads allocations and their jobs' rows by version and hands
+    both to the snapshot, and scaling is skipped without inference jobs."""
     for _ in range(3):
         env.submit(simulation={"duration_s": 600})
     for _ in range(5):
@@ -106,12 +106,43 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
     with CaptureQueriesContext(connection) as quiet:
         env.run(daemon)
     sql = [q["sql"] for q in quiet.captured_queries]
-    assert len(sql) <= 16, "\n".join(sql)
+    assert len(sql) <= 9, "\n".join(sql)
+    # the jobs holding allocations, read once by reconcile and handed to the snapshot
+    holders = [q for q in sql if q.startswith('SELECT "scheduler_job"') and "EXISTS(" in q]
+    assert len(holders) == 1, holders
     # the active allocations' versions, and no allocation row (none changed)
     assert sum(q.startswith("SELECT a.id, a.xmin") for q in sql) == 1
     assert not any(q.startswith('SELECT "scheduler_allocation"."id"') for q in sql)
     assert not any("scheduler_allocationdevice" in q and q.startswith("SELECT") for q in sql)
     assert not any('"scheduler_job"."spec" AS' in q for q in sql)  # scaling's read
+
+
+def test_reconcile_hands_the_snapshot_rows_current_after_its_own_writes(env: Env) -> None:
+    """Reconcile reads the rows of the jobs holding allocations once; the rows it hands on
+    are those it wrote read again (a job seen started is `running` in the same cycle's
+    snapshot), and the rows of the jobs whose allocations ended are not handed on."""
+    from scheduler.daemon_reconcile import reconcile
+
+    keeps = env.submit(simulation={"duration_s": 600})
+    ends = env.submit(simulation={"duration_s": 1})
+    daemon = env.daemon()
+    env.run(daemon)  # both placed and bound
+    env.clock.advance(5)  # one started, the other started and ended
+    with transaction.atomic():
+        rec = reconcile(daemon)
+    assert set(rec.rows) == {keeps.pk}
+    assert rec.rows[keeps.pk]["state"] == "running"
+    version = daemon.cache.rows[keeps.pk][0]
+    row_version = RawSQL("xmin::text::bigint", ())
+    current = Job.objects.annotate(v=row_version).values_list("v", flat=True).get(pk=keeps.pk)
+    assert version == current
+    built = build_snapshot(
+        env.clock(), decayed={}, cache=daemon.cache, active=rec.active, running_rows=rec.rows
+    )
+    assert [r.job.id for r in built.snapshot.running] == [str(keeps.pk)]
+    assert built.jobs[str(keeps.pk)]["state"] == "running"
+    ends.refresh_from_db()
+    assert ends.state == "succeeded"
 
 
 def test_cached_rows_are_read_again_when_the_job_changes(env: Env) -> None:
