@@ -13,8 +13,9 @@ what did not change between cycles.
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -194,8 +195,11 @@ def build_snapshot(
         running_rows = {r["id"]: r for r in running_job_rows(cache)}
     shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced(cache), cache)
+    queue = ("queue", max_pending, per_queue)
     pending_rows = [
-        r for r in _job_rows(_queue(max_pending, per_queue), cache) if r["state"] == S.QUEUED
+        r
+        for r in _job_rows(queue, lambda: _queue(max_pending, per_queue), cache)
+        if r["state"] == S.QUEUED
     ]
     pending_rows.sort(
         key=lambda r: (-classes[r["priority_class_id"]]["value"], r["queued_at"], r["id"])
@@ -222,19 +226,41 @@ def holds_allocation() -> Exists:
 _VERSION = RawSQL("scheduler_job.xmin::text::bigint", ())
 
 
+_compiled: dict[tuple[Any, ...], tuple[str, tuple[Any, ...]]] = {}
+
+
+def fetch_compiled(key: tuple[Any, ...], query: Callable[[], Any]) -> list[tuple[Any, ...]]:
+    """The rows of the queryset `query()` builds, which must depend on `key` alone: built
+    and compiled to SQL once per key and process, then executed as SQL. The daemon runs the
+    same few reads every cycle, and building and compiling them through the ORM cost more
+    than running them."""
+    compiled = _compiled.get(key)
+    if compiled is None:
+        compiled = _compiled[key] = query().query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(*compiled)
+        return cursor.fetchall()
+
+
 def running_job_rows(cache: SnapshotCache) -> list[dict[str, Any]]:
     """The rows of the jobs holding an active allocation, through the cache (`_job_rows`)."""
     # A semi-join rather than the ids: thousands of ids as parameters cost more.
-    return _job_rows(Job.objects.filter(holds_allocation()), cache)
+    return _job_rows(("running",), lambda: Job.objects.filter(holds_allocation()), cache)
 
 
-def _job_rows(jobs: Any, cache: SnapshotCache) -> list[dict[str, Any]]:
-    """The rows (JOB_FIELDS, the spec keys and ROW_EXTRA) of the jobs of queryset `jobs`: on
-    PostgreSQL their ids and versions first, then whole rows only for the jobs the cache
-    lacks or holds an older version of."""
+def _job_rows(
+    key: tuple[Any, ...], jobs: Callable[[], Any], cache: SnapshotCache
+) -> list[dict[str, Any]]:
+    """The rows (JOB_FIELDS, the spec keys and ROW_EXTRA) of the jobs of the queryset `jobs()`
+    (which depends on `key` alone, see `fetch_compiled`): on PostgreSQL their ids and
+    versions first, then whole rows only for the jobs the cache lacks or holds an older
+    version of."""
     if connection.vendor != "postgresql":
-        return list(jobs.values(*ROW_FIELDS))
-    versions = list(jobs.order_by().annotate(version=_VERSION).values_list("id", "version"))
+        return list(jobs().values(*ROW_FIELDS))
+    versions = fetch_compiled(
+        ("versions", *key),
+        lambda: jobs().order_by().annotate(version=_VERSION).values_list("id", "version"),
+    )
     known = cache.rows
     missing = [i for i, v in versions if i not in known or known[i][0] != v]
     if missing:
@@ -548,6 +574,14 @@ def _running(
 DISPLACED_LOOKBACK_S = 6 * 3600
 
 
+@functools.cache
+def _displaced_sql() -> str:
+    return (
+        f"SELECT id, at, job_id, data FROM {JobEvent._meta.db_table}"  # noqa: S608 - our names
+        " WHERE kind = %s AND at >= %s AND id > %s ORDER BY id"
+    )
+
+
 def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     """Preemptor job id -> the jobs it preempted lately, read from the victims' events, so
     that a victim's retry cannot preempt its preemptor straight back (no ping-pong).
@@ -555,10 +589,12 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     only ever added, and `preempted` ones only by the leading daemon, one transaction at a
     time: the cache reads those after the last id it holds."""
     since = timezone.now() - timedelta(seconds=DISPLACED_LOOKBACK_S)
-    rows = JobEvent.objects.filter(
-        kind="preempted", at__gte=since, id__gt=cache.preemptions_after
-    ).values_list("id", "at", "job_id", "data")
-    for event_id, at, victim, data in rows.order_by("id"):
+    with connection.cursor() as cursor:
+        cursor.execute(_displaced_sql(), ["preempted", since, cache.preemptions_after])
+        rows = cursor.fetchall()
+    for event_id, at, victim, data in rows:
+        if isinstance(data, str):  # JSON arrives as text (Django's loaders)
+            data = json.loads(data)
         preemptor = str((data or {}).get("preemptor", ""))
         cache.preemptions_after = max(cache.preemptions_after, event_id)
         if preemptor.isdigit():

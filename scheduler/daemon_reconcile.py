@@ -29,6 +29,7 @@ from django.db.models import Count
 from scheduler.adapters import (
     Change,
     SnapshotCache,
+    fetch_compiled,
     holds_allocation,
     release,
     reread,
@@ -123,7 +124,12 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     # The snapshot's rows (shared with its cache: read-only here), handed on to it below.
     jobs = {r["id"]: r for r in running_job_rows(daemon.cache)}
     # Unhealthy devices are few (usually none): find them first, then their live shares.
-    unhealthy = list(GpuDevice.objects.filter(healthy=False).values_list("id", flat=True))
+    unhealthy = [
+        row[0]
+        for row in fetch_compiled(
+            ("unhealthy devices",), lambda: GpuDevice.objects.filter(healthy=False).values("id")
+        )
+    ]
     bad_gpu = (
         set(
             AllocationDevice.objects.filter(released=False, device_id__in=unhealthy).values_list(
