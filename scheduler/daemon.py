@@ -39,6 +39,7 @@ from django.db import (
 from scheduler.adapters import SnapshotCache, build_snapshot
 from scheduler.backends.base import BackendError, ClusterBackend
 from scheduler.core import Profile, decay_usage, run_cycle
+from scheduler.core.context import Held
 from scheduler.core.types import JobKind
 from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, write_reasons
 from scheduler.daemon_health import autoscale, sync_nodes
@@ -108,6 +109,7 @@ class Daemon:
         self.stop = threading.Event()
         self.last: CycleStats | None = None
         self.cache = SnapshotCache()
+        self.held = Held()  # the engine's state of what runs, kept between cycles
         self.inference_running = True  # until a snapshot says otherwise
 
     def now_dt(self) -> datetime:
@@ -130,6 +132,7 @@ class Daemon:
                 log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
                 self._mark_renewed()
                 self.cache = SnapshotCache()  # nothing read under another leader is kept
+                self.held = Held()
                 self._inherit_fair_share(self.lease.inherited)
                 sync_nodes(self, force=True)
             elif self._renew_due():
@@ -222,7 +225,7 @@ class Daemon:
             )
             stats.considered = len(built.pending_ids)
         with clock("decide"):
-            result = run_cycle(built.snapshot, self.profile)
+            result = run_cycle(built.snapshot, self.profile, held=self.held)
         self._renew()  # a long decide must not let the lease lapse under our writes
         with clock("apply"):
             plan = apply_decisions(self, built, result)

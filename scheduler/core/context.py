@@ -1,7 +1,10 @@
 """What the phases of one cycle share: the tentative state, the quota ledger, the placer.
 
 Built once per ``run_cycle`` from the snapshot: every running allocation is taken on the
-state and charged to the ledger, so both start from what really runs.
+state and charged to the ledger, so both start from what really runs. A caller that runs
+cycle after cycle (the daemon) may keep that base in a ``Held`` between them: the next
+cycle then takes and gives back only what started or ended since, and the cycle's own
+tentative changes are rolled back at its end.
 """
 
 from __future__ import annotations
@@ -28,6 +31,20 @@ if TYPE_CHECKING:
 
 BEST_EFFORT_GROUP = "\x00best-effort"  # not a tenant name: tenants are slugs
 BEST_EFFORT = PriorityClass("<unknown>", 0, preempting=False, counts_quota=False)
+
+
+@dataclass(slots=True)
+class Held:
+    """The state and ledger holding what ran at the last cycle, for the next one. Valid
+    while the nodes, tenants, priority classes and profile are the same (``key``)."""
+
+    key: tuple[object, ...] | None = None
+    state: ClusterState | None = None
+    ledger: QuotaLedger | None = None
+    running: dict[str, RunningJob] = field(default_factory=dict)
+
+    def drop(self) -> None:
+        self.key, self.state, self.ledger, self.running = None, None, None, {}
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.core import reasons
 from scheduler.core.backfill import ends_before_reservation, hold_reservation, reserve
-from scheduler.core.context import CycleContext
+from scheduler.core.context import CycleContext, Held
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
 from scheduler.core.preemption import Plan, select_victims, work_lost_gpu_s
@@ -54,38 +54,71 @@ class _Decisions:
 
 
 def run_cycle(
-    snapshot: Snapshot, profile: Profile, *, on_phase: Callable[[str], None] | None = None
+    snapshot: Snapshot,
+    profile: Profile,
+    *,
+    on_phase: Callable[[str], None] | None = None,
+    held: Held | None = None,
 ) -> CycleResult:
     """Decide placements, preemptions and reservations for ``snapshot.pending``, and give
     every job left waiting a reason. ``on_phase(name)`` is called as each phase starts (and
-    with ``"done"``), so a caller can time phases without the engine reading a clock."""
+    with ``"done"``), so a caller can time phases without the engine reading a clock.
+    ``held``: the base kept from the caller's previous cycle (see ``context.Held``); the
+    result is the same with or without it."""
     phase = on_phase or (lambda _name: None)
-    phase("snapshot")  # 1. tentative state and ledger from what runs
-    ctx = build_context(snapshot, profile)
-    phase("order")  # 2. priority, fair share, age
-    queue = _queue(ctx)
-    phase("schedule")  # 3. admit, place, 4. preempt, 5. backfill: per job, best first
-    out = _Decisions()
-    for job in queue:
-        _schedule(ctx, job, out)
-    phase("elastic")  # 6. grow running inference jobs above their min, within quota
-    _grow_elastic(ctx, out)
-    phase("done")
+    try:
+        phase("snapshot")  # 1. tentative state and ledger from what runs
+        ctx = build_context(snapshot, profile, held)
+        phase("order")  # 2. priority, fair share, age
+        queue = _queue(ctx)
+        phase("schedule")  # 3. admit, place, 4. preempt, 5. backfill: per job, best first
+        out = _Decisions()
+        for job in queue:
+            _schedule(ctx, job, out)
+        phase("elastic")  # 6. grow running inference jobs above their min, within quota
+        _grow_elastic(ctx, out)
+        phase("done")
+    except BaseException:
+        if held is not None:
+            held.drop()
+        raise
+    if held is not None:  # back to what runs, for the next cycle
+        ctx.rollback((0, 0))
+        ctx.state.clear_reservations()
     return out.result()
 
 
-def build_context(snapshot: Snapshot, profile: Profile) -> CycleContext:
-    """State and ledger holding every running allocation, and the placer with its plugins."""
-    state = ClusterState(snapshot.nodes)
-    flavors = set(state.flavor_names) | {f for t in snapshot.tenants for f in t.quotas}
-    ledger = QuotaLedger(snapshot.tenants, sorted(flavors))
+def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None) -> CycleContext:
+    """State and ledger holding every running allocation, and the placer with its plugins.
+    With ``held``: its state and ledger, brought from what ran at its last cycle to what
+    runs now (or built afresh when the nodes, tenants, classes or profile changed)."""
+    key = (snapshot.nodes, snapshot.tenants, snapshot.priority_classes, profile)
+    now = {running.job.id: running for running in snapshot.running}
+    if held is not None and len(now) != len(snapshot.running):  # a job twice: no base follows
+        held.drop()
+        held = None
+    if held is None or held.key != key or held.state is None or held.ledger is None:
+        state = ClusterState(snapshot.nodes)
+        flavors = set(state.flavor_names) | {f for t in snapshot.tenants for f in t.quotas}
+        ledger = QuotaLedger(snapshot.tenants, sorted(flavors))
+        before: dict[str, RunningJob] = {}
+    else:
+        state, ledger, before = held.state, held.ledger, held.running
     placer = Placer(state, [], profile.max_scored_nodes)
     classes = {pc.name: pc for pc in snapshot.priority_classes}
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
-    for running in snapshot.running:
-        ctx.hold(running.job, running.flavor, running.assignments, +1)
+    for job_id, running in before.items():  # ended or changed since
+        if now.get(job_id) != running:
+            ctx.hold(running.job, running.flavor, running.assignments, -1)
+    for running in snapshot.running:  # started or changed since
+        if before.get(running.job.id) != running:
+            ctx.hold(running.job, running.flavor, running.assignments, +1)
         ctx.set_live(running)
         ctx.guarded.update(running.preempted)
+    if held is not None:
+        state.commit()
+        ledger.commit()
+        held.key, held.state, held.ledger, held.running = key, state, ledger, now
     placer.scorers = _scorers(profile, state, snapshot)
     return ctx
 

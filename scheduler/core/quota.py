@@ -175,6 +175,10 @@ class QuotaLedger:
     def mark(self) -> int:
         return len(self._journal)
 
+    def commit(self) -> None:
+        """Keep every charge so far: the journal starts again from here (mark 0)."""
+        self._journal.clear()
+
     def rollback(self, mark: int) -> None:
         while len(self._journal) > mark:
             tenant, user, flavor, milli = self._journal.pop()

@@ -150,6 +150,10 @@ class ClusterState:
     def mark(self) -> int:
         return len(self._journal)
 
+    def commit(self) -> None:
+        """Keep every change so far: the journal starts again from here (mark 0)."""
+        self._journal.clear()
+
     def rollback(self, mark: int) -> None:
         """Undo every change made since ``mark``, newest first."""
         while len(self._journal) > mark:
@@ -161,6 +165,11 @@ class ClusterState:
         for i, d in devices:
             self.reserved[i, d] = True
         self._recount()
+
+    def clear_reservations(self) -> None:
+        if self.reserved.any():
+            self.reserved[:] = False
+            self._recount()
 
     # -- queries --------------------------------------------------------------------------
 

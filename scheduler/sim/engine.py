@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.core import Profile, decay_usage, run_cycle
+from scheduler.core.context import Held
 from scheduler.core.types import (
     MILLI_PER_GPU,
     CycleResult,
@@ -102,6 +103,7 @@ class Simulation:
         t0 = start.now if start is not None else 0.0
         self.now = self._last_account = self._decayed_at = t0
         self.cycles = 0
+        self.held = Held()  # the engine's state of what runs, kept between cycles
         self.decayed: dict[str, float] = dict(start.decayed) if start is not None else {}
         self.tenant_gpu_s: dict[str, float] = {}
         self.fragmented: list[tuple[float, float]] = [(t0, 0.0)]
@@ -196,7 +198,7 @@ class Simulation:
 
     def _cycle(self) -> None:
         snapshot = self._snapshot()
-        result = run_cycle(snapshot, self.profile)
+        result = run_cycle(snapshot, self.profile, held=self.held)
         self.cycles += 1
         for preemption in result.preemptions:
             self._preempt(preemption)

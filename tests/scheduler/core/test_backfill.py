@@ -76,3 +76,22 @@ def test_without_backfill_later_jobs_take_the_free_devices():
     result = cycle(snapshot(nodes, pending, running, now=NOW), replace(BEST_FIT, backfill=False))
     assert result.reservations == ()
     assert result.placement_for("small") is not None
+
+
+def test_a_held_base_keeps_no_reservation_between_cycles():
+    """A reservation holds devices for one cycle only: with the daemon's `Held` base, the
+    next cycle (the big job gone) lets the long jobs use every free device again."""
+    from scheduler.core import run_cycle
+    from scheduler.core.context import Held
+
+    nodes, running = cluster_half_busy()
+    big = make_job("big", gpus=8, submitted_at=0)
+    longs = [make_job(f"long{i}", gpus=2, runtime=5000, submitted_at=2 + i) for i in range(4)]
+    base = Held()
+    first = run_cycle(snapshot(nodes, [big, *longs], running, now=NOW), BEST_FIT, held=base)
+    assert len(first.reservations) == 1
+    assert base.state is not None and not base.state.reserved.any()
+    later = snapshot(nodes, longs, running, now=NOW + 1)
+    again = run_cycle(later, BEST_FIT, held=base)
+    assert again == cycle(later)
+    assert len(again.placements) == 4  # 8 free devices, none held

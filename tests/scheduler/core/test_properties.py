@@ -232,3 +232,33 @@ def test_preemption_precheck_changes_no_decision(world, profile):
         patch.setattr(preemption, "may_make_room", lambda *args: True)
         without = run_cycle(second, profile)
     assert with_check == without
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), profile=st.sampled_from(PROFILES), data=st.data())
+def test_a_held_base_changes_no_decision(world, profile, data):
+    """The base a daemon keeps between cycles (`Held`) gives the same decisions as a state
+    built afresh, cycle after cycle, as jobs start, end and shrink under it."""
+    from scheduler.core.context import Held
+
+    first, second = world
+    held = Held()
+    assert run_cycle(first, profile, held=held) == run_cycle(first, profile)
+    result = run_cycle(second, profile, held=held)
+    assert result == run_cycle(second, profile)
+    # Next: some of what ran ended, the rest runs on (a gang may have lost a replica), and
+    # this cycle's placements started.
+    by_id = {j.id: j for j in second.pending}
+    running = [
+        replace(r, assignments=r.assignments[: data.draw(st.integers(1, len(r.assignments)))])
+        for r in second.running
+        if data.draw(st.booleans())
+    ]
+    running += [RunningJob(by_id[p.job_id], p.flavor, p.assignments, 1000.0)
+                for p in result.placements if p.job_id in by_id]  # fmt: skip
+    third = replace(
+        second, now=2000.0, running=tuple(running), pending=tuple(data.draw(jobs("q", 1500.0)))
+    )
+    assert run_cycle(third, profile, held=held) == run_cycle(third, profile)
+    # and the same snapshot again, the base unchanged by the cycle's trials
+    assert run_cycle(third, profile, held=held) == run_cycle(third, profile)
