@@ -165,8 +165,10 @@ class Daemon:
         self.sleep(min(10.0, 0.1 * 2 ** min(self.errors, 7)))
 
     def run(self, waiter: Waiter | None = None) -> None:
-        """Until `stop` is set (SIGTERM): the current cycle always finishes first."""
-        waiter = waiter or Waiter(self.stop)
+        """Until `stop` is set (SIGTERM): the current cycle always finishes first. A backend
+        that watches its pods (`watch_pods`) wakes the loop when they change."""
+        watch = getattr(self.backend, "watch_pods", None)
+        waiter = waiter or Waiter(self.stop, wake=watch(self.stop) if watch else None)
         try:
             while not self.stop.is_set():
                 try:
@@ -178,6 +180,9 @@ class Daemon:
                 waiter.wait(self._timeout())
         finally:
             waiter.close()
+            close_watches = getattr(self.backend, "close_watches", None)
+            if close_watches is not None:
+                close_watches()
             with contextlib.suppress(DatabaseError):
                 self.lease.release()
             log.info("scheduler stopped after %s cycles", self.cycle_no)

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -118,6 +119,7 @@ class KubernetesBackend:
         self._sleep, self._rand = sleep, rand
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
         self._device_resource: dict[str, str] = {}
+        self._watchers: list[ListWatcher[PodStatus]] = []
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -355,6 +357,33 @@ class KubernetesBackend:
             sleep=self._sleep,
             rand=self._rand,
         )
+
+    def watch_pods(self, stop: threading.Event, timeout_s: int = 300) -> threading.Event:
+        """Wake-ups for the daemon: a thread runs the list/watch loop over Gantry's pods
+        until `stop` is set (or `close_watches`) and sets the returned event whenever they
+        change (created, bound, started, ended, deleted), so that the daemon looks at once
+        instead of at its polling interval. Reconcile still lists the pods itself: the
+        watch only says when to look, and a lost watch costs latency, never correctness."""
+        changed = threading.Event()
+        watcher = self.pod_watcher(
+            lambda _pods: changed.set(), lambda _kind, _pod: changed.set(), timeout_s
+        )
+
+        def back_off(seconds: float) -> None:  # ends early on stop
+            stop.wait(seconds)
+
+        watcher.sleep = back_off
+        self._watchers.append(watcher)
+        threading.Thread(
+            target=watcher.run, args=(stop,), name="gantry-pod-watch", daemon=True
+        ).start()
+        return changed
+
+    def close_watches(self) -> None:
+        """Break the open watch streams (after setting the `stop` given to `watch_pods`)."""
+        for watcher in self._watchers:
+            watcher.close()
+        self._watchers.clear()
 
     def node_watcher(
         self,

@@ -552,3 +552,27 @@ def test_default_construction_reads_kubeconfig_and_env(
         assert client.Configuration.get_default_copy().host != fake.url  # no global change
     finally:
         backend.api_client.close()
+
+
+def test_the_pod_watch_wakes_the_daemon_when_pods_change(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    """`watch_pods` runs the list/watch loop in a thread and sets its event on every change
+    of Gantry's pods; stopping it ends the thread."""
+    stop = threading.Event()
+    changed = backend.watch_pods(stop, timeout_s=5)
+    try:
+        assert changed.wait(5.0)  # the first list
+        changed.clear()
+        backend.create_pod(make_request())
+        assert changed.wait(5.0)  # ADDED
+        changed.clear()
+        backend.bind_pod(NAMESPACE, POD, "gpu-1")
+        assert changed.wait(5.0)  # MODIFIED: bound
+    finally:
+        stop.set()
+        backend.close_watches()
+    watch = [t for t in threading.enumerate() if t.name == "gantry-pod-watch"]
+    for thread in watch:
+        thread.join(5.0)
+    assert not any(t.is_alive() for t in watch)

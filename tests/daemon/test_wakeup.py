@@ -1,0 +1,78 @@
+"""The daemon's waiter: a backend's pod event ends a wait at once, on PostgreSQL (beside
+LISTEN) and without it (polling); with no event the wait runs to its timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from scheduler.daemon_wakeup import Waiter
+
+
+def set_later(event: threading.Event, after_s: float) -> None:
+    threading.Timer(after_s, event.set).start()
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["listen", "poll"])
+def test_a_backend_event_ends_the_wait(transactional_db: Any, listen: bool) -> None:
+    wake = threading.Event()
+    waiter = Waiter(wake=wake)
+    waiter.listen = listen and waiter.listen
+    try:
+        assert waiter.wait(0.05) == "timeout"
+        set_later(wake, 0.1)
+        started = time.monotonic()
+        assert waiter.wait(10.0) == "backend"
+        assert time.monotonic() - started < 2.0
+        assert not wake.is_set()  # taken: the next wait waits again
+        assert waiter.wait(0.05) == "timeout"
+        wake.set()  # set while the daemon was busy: the next wait returns at once
+        assert waiter.wait(10.0) == "backend"
+    finally:
+        waiter.close()
+
+
+def test_stop_still_ends_a_wait_with_a_backend_event(transactional_db: Any) -> None:
+    stop = threading.Event()
+    waiter = Waiter(stop, wake=threading.Event())
+    try:
+        set_later(stop, 0.1)
+        started = time.monotonic()
+        assert waiter.wait(10.0) == "stop"
+        assert time.monotonic() - started < 2.0
+    finally:
+        waiter.close()
+
+
+def test_the_daemon_loop_watches_the_backends_pods(env: Any) -> None:
+    """`Daemon.run` starts the backend's pod watch (when it has one), waits on its event,
+    and closes the watch when it stops."""
+    from scheduler.daemon import Daemon
+    from scheduler.leader import Lease
+
+    calls: list[str] = []
+
+    class Watching:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def watch_pods(self, stop: threading.Event) -> threading.Event:
+            calls.append("watch")
+            return threading.Event()
+
+        def close_watches(self) -> None:
+            calls.append("close")
+
+    job = env.submit(simulation={"duration_s": 600})
+    daemon = Daemon(Watching(env.backend), lease=Lease("watching", ttl_s=30), clock=env.clock)
+    daemon.hooks = {"claimed": daemon.stop.set}
+    daemon.run()
+    job.refresh_from_db()
+    assert job.state == "binding"
+    assert calls == ["watch", "close"]
