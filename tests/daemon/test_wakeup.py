@@ -35,6 +35,32 @@ def test_a_backend_event_ends_the_wait(transactional_db: Any, listen: bool) -> N
         waiter.close()
 
 
+def test_notifications_wake_the_waiter_within_a_slice_once(transactional_db: Any) -> None:
+    """A NOTIFY ends the wait by the end of the current slice (half a second), not at the
+    wait's end, and the ones sent with it do not wake it again."""
+    waiter = Waiter()
+    try:
+        assert waiter.wait(0.05) == "timeout"  # listening from here
+        threading.Timer(0.1, notify_twice).start()
+        started = time.monotonic()
+        assert waiter.wait(10.0) == "notify"
+        assert time.monotonic() - started < 2.0
+        assert waiter.wait(0.6) == "timeout"  # the second one came with the first
+    finally:
+        waiter.close()
+
+
+def notify_twice() -> None:
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(key, None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("NOTIFY gantry_scheduler, 'a'; NOTIFY gantry_scheduler, 'b'")
+
+
 def test_stop_still_ends_a_wait_with_a_backend_event(transactional_db: Any) -> None:
     stop = threading.Event()
     waiter = Waiter(stop, wake=threading.Event())
