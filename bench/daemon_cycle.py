@@ -34,25 +34,10 @@ from bench.daemon_setup import DEFAULT_URL, fresh_database, job_rows, postgres_c
 def queue_all(org: dict[str, Any], classes: dict[str, Any], per_team: int) -> int:
     from django.utils import timezone
 
-    from bench.kueue_e2e import CLASSES, COHORTS, TEAMS_PER_COHORT
+    from bench.kueue_e2e import job_specs
     from scheduler.models import Job
 
-    specs = []
-    for c in range(COHORTS):
-        for t in range(TEAMS_PER_COHORT):
-            team = org[f"cohort-{c}-team-{t}"]
-            for name, (_, gpus, replicas, duration, _, _) in CLASSES.items():
-                specs += [
-                    {
-                        "team": team,
-                        "name": f"{name}-{c}-{t}-{i}",
-                        "gpus": gpus,
-                        "replicas": replicas,
-                        "duration_s": duration,
-                        "priority": classes[name],
-                    }
-                    for i in range(per_team)
-                ]
+    specs = [spec for _, _, spec in job_specs(org, classes, per_team)]
     Job.objects.bulk_create(job_rows(specs, timezone.now()), batch_size=2000)
     return len(specs)
 
@@ -84,7 +69,7 @@ def measure(per_team: int, cycles: int, step: float, warmup: int) -> dict[str, A
         now[0] += step
         daemon.step()
 
-    def run(kind: str, advance: float) -> dict[str, Any]:
+    def run(advance: float) -> dict[str, Any]:
         took, phases, placed = [], [], 0
         cpu, db_cpu = time.process_time(), postgres_cpu_s()
         for _ in range(cycles):
@@ -108,8 +93,8 @@ def measure(per_team: int, cycles: int, step: float, warmup: int) -> dict[str, A
             },
         }
 
-    quiet = run("quiet", 0.0)
-    busy = run("busy", step)
+    quiet = run(0.0)
+    busy = run(step)
     return {"queued": queued, "cycles": cycles, "step_s": step, "quiet": quiet, "busy": busy}
 
 

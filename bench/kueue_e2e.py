@@ -24,6 +24,7 @@ import argparse
 import json
 import multiprocessing
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,16 @@ def setup() -> tuple[dict[str, Any], dict[str, Any]]:
     return org, classes
 
 
-def arrivals(org: dict[str, Any], classes: dict[str, Any]) -> list[tuple[float, dict[str, Any]]]:
-    out = []
+def job_specs(
+    org: dict[str, Any], classes: dict[str, Any], per_class: int | None = None
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(index in its class, class name, spec for `job_rows`) of every team's jobs: the
+    scenario's counts, or `per_class` of each class."""
     for c in range(COHORTS):
         for t in range(TEAMS_PER_COHORT):
             team = org[f"cohort-{c}-team-{t}"]
-            for name, (count, gpus, replicas, duration, interval, _) in CLASSES.items():
-                for i in range(count):
+            for name, (count, gpus, replicas, duration, _, _) in CLASSES.items():
+                for i in range(count if per_class is None else per_class):
                     spec = {
                         "team": team,
                         "name": f"{name}-{c}-{t}-{i}",
@@ -78,7 +82,11 @@ def arrivals(org: dict[str, Any], classes: dict[str, Any]) -> list[tuple[float, 
                         "duration_s": duration,
                         "priority": classes[name],
                     }
-                    out.append((round(i * interval, 6), spec))
+                    yield i, name, spec
+
+
+def arrivals(org: dict[str, Any], classes: dict[str, Any]) -> list[tuple[float, dict[str, Any]]]:
+    out = [(round(i * CLASSES[name][4], 6), spec) for i, name, spec in job_specs(org, classes)]
     return sorted(out, key=lambda item: item[0])
 
 
