@@ -195,12 +195,12 @@ def build_snapshot(
         running_rows = {r["id"]: r for r in running_job_rows(cache)}
     shares = _shares([a["id"] for a in allocations], cache)
     running = _running(allocations, shares, running_rows, slugs, classes, _displaced(cache), cache)
-    queue = ("queue", max_pending, per_queue)
-    pending_rows = [
-        r
-        for r in _job_rows(queue, lambda: _queue(max_pending, per_queue), cache)
-        if r["state"] == S.QUEUED
-    ]
+    if per_queue and connection.vendor == "postgresql":
+        window = _rows_by_version(queue_heads(max_pending, per_queue), cache)
+    else:
+        queue = ("queue", max_pending, per_queue)
+        window = _job_rows(queue, lambda: _queue(max_pending, per_queue), cache)
+    pending_rows = [r for r in window if r["state"] == S.QUEUED]
     pending_rows.sort(
         key=lambda r: (-classes[r["priority_class_id"]]["value"], r["queued_at"], r["id"])
     )
@@ -261,6 +261,14 @@ def _job_rows(
         ("versions", *key),
         lambda: jobs().order_by().annotate(version=_VERSION).values_list("id", "version"),
     )
+    return _rows_by_version(versions, cache)
+
+
+def _rows_by_version(
+    versions: Sequence[tuple[int, int]], cache: SnapshotCache
+) -> list[dict[str, Any]]:
+    """The cached rows of (id, version) pairs, reading whole only those the cache lacks or
+    holds an older version of."""
     known = cache.rows
     missing = [i for i, v in versions if i not in known or known[i][0] != v]
     if missing:
@@ -285,14 +293,45 @@ def reread(ids: Sequence[int], cache: SnapshotCache) -> dict[int, dict[str, Any]
 
 
 HEADS_SQL = (
-    "SELECT unnest(ARRAY(SELECT h.id FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("
-    " SELECT j.id, j.queued_at, row_number() OVER (ORDER BY j.queued_at, j.id) AS place"
+    "SELECT h.id, h.version, h.place FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("
+    " SELECT j.id, j.xmin::text::bigint AS version, j.queued_at,"
+    " row_number() OVER (ORDER BY j.queued_at, j.id) AS place"
     " FROM {job} j WHERE j.tenant_id = t.id AND j.priority_class_id = pc.id AND j.state = %s"
     " ORDER BY j.queued_at, j.id LIMIT %s) h"
-    " ORDER BY h.place, pc.value DESC, h.queued_at, h.id LIMIT %s))"
+    " ORDER BY h.place, pc.value DESC, h.queued_at, h.id LIMIT %s"
 )
-# (The ids as an array first: the planner over-estimates the lateral's rows and would
-# otherwise scan the whole job table to join them.)
+# The number of queues that held jobs at the last read of the heads (per window shape).
+_queues_seen: dict[tuple[int, int], int] = {}
+
+
+def queue_heads(max_pending: int, per_queue: int) -> list[tuple[int, int]]:
+    """(id, version) of the jobs in the window `_queue` describes, on PostgreSQL: one index
+    probe per queue (job_queue_heads), each reading only as deep as the round-robin can
+    reach. With Q queues holding jobs, a window of `max_pending` takes about
+    `max_pending / Q` from each; reading `per_queue` from every queue to keep 500 of
+    thousands was most of a quiet cycle's database time.
+
+    Reading the first L of each queue (L <= `per_queue`) gives the same window whenever it
+    yields `max_pending` jobs (every job it leaves out is L-th or later in its queue, so
+    after all it read in the round-robin order) or no queue had L jobs to give (nothing
+    was left out). Otherwise it reads again at the full depth. L is sized from the number
+    of queues the previous read found, with room for queues that run dry."""
+    shape = (max_pending, per_queue)
+    queues = _queues_seen.get(shape)
+    depth = per_queue if queues is None else min(per_queue, -(-max_pending * 5 // (4 * queues)) + 1)
+    sql = HEADS_SQL.format(
+        tenant=Tenant._meta.db_table, pclass=PriorityClassRow._meta.db_table, job=Job._meta.db_table
+    )
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(sql, (S.QUEUED, depth, max_pending))
+            rows = cursor.fetchall()
+            deepest = max((place for _, _, place in rows), default=0)
+            if len(rows) >= max_pending or deepest < depth or depth >= per_queue:
+                break
+            depth = per_queue
+    _queues_seen[shape] = max(1, sum(1 for _, _, place in rows if place == 1))
+    return [(job_id, version) for job_id, version, _ in rows]
 
 
 def _queue(max_pending: int, per_queue: int) -> Any:
@@ -301,35 +340,23 @@ def _queue(max_pending: int, per_queue: int) -> Any:
     age, and when those are more than `max_pending`, taken round-robin across the queues
     (every queue's first job, then every queue's second...). A window by priority alone
     fills up with high-priority jobs that cannot fit (say 5 GPUs, where nodes have 3 left)
-    and hides the small jobs that could use the gaps; the engine orders what it sees."""
+    and hides the small jobs that could use the gaps; the engine orders what it sees.
+    (On PostgreSQL the per-queue window is read by `queue_heads`.)"""
     queued = Job.objects.filter(state=S.QUEUED)
     if not per_queue:
         first = queued.order_by(-F("priority_class__value"), "queued_at", "id")
         return Job.objects.filter(id__in=first.values("id")[:max_pending])
-    heads: Any
-    if connection.vendor == "postgresql":
-        # One index probe per queue (job_queue_heads), not a window over the whole queue.
-        # Table names come from the models and the values are parameters.
-        heads = RawSQL(  # noqa: S611
-            HEADS_SQL.format(
-                tenant=Tenant._meta.db_table,
-                pclass=PriorityClassRow._meta.db_table,
-                job=Job._meta.db_table,
-            ),
-            (S.QUEUED, per_queue, max_pending),
-        )
-    else:
-        place = Window(
-            RowNumber(),
-            partition_by=[F("tenant_id"), F("priority_class_id")],
-            order_by=[F("queued_at").asc(), F("id").asc()],
-        )
-        heads = (
-            queued.annotate(place=place)
-            .filter(place__lte=per_queue)
-            .order_by("place", -F("priority_class__value"), "queued_at", "id")
-            .values("id")[:max_pending]
-        )
+    place = Window(
+        RowNumber(),
+        partition_by=[F("tenant_id"), F("priority_class_id")],
+        order_by=[F("queued_at").asc(), F("id").asc()],
+    )
+    heads = (
+        queued.annotate(place=place)
+        .filter(place__lte=per_queue)
+        .order_by("place", -F("priority_class__value"), "queued_at", "id")
+        .values("id")[:max_pending]
+    )
     return Job.objects.filter(id__in=heads)
 
 
