@@ -194,7 +194,7 @@ class Daemon:
         next_event = getattr(self.backend, "next_event_at", None)
         at = next_event() if next_event is not None else None
         if at is not None:
-            timeout = min(timeout, max(0.0, at - self.clock()) + 0.01)
+            timeout = min(timeout, max(0.0, at - self.clock()) + 0.002)
         return timeout
 
     # --- one cycle --------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         before: dict[str, RunningJob] = {}
     else:
         state, ledger, before = held.state, held.ledger, held.running
-    placer = Placer(state, [], profile.max_scored_nodes)
+    placer = Placer(state, lambda: _scorers(profile, state, snapshot), profile.max_scored_nodes)
     classes = {pc.name: pc for pc in snapshot.priority_classes}
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
     for job_id, running in before.items():  # ended or changed since
@@ -119,7 +119,6 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         state.commit()
         ledger.commit()
         held.key, held.state, held.ledger, held.running = key, state, ledger, now
-    placer.scorers = _scorers(profile, state, snapshot)
     return ctx
 
 
@@ -204,7 +203,7 @@ def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     key = _memo_key(ctx, job)
     cached = out.memo.get(key) if key is not None else None
     if cached is not None:
-        out.waiting.append(replace(cached, job_id=job.id))
+        out.waiting.append(WaitReason(job.id, cached.code, cached.message))
         return
     reservations_before = len(out.reservations)
     reason = _admit_and_place(ctx, job, out)

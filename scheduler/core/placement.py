@@ -8,8 +8,8 @@ that would delay the reservation (``avoid_reserved``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,11 +26,20 @@ from scheduler.core.types import (
 
 @dataclass(slots=True)
 class Placer:
-    """Places replicas with the cycle's weighted scoring plugins."""
+    """Places replicas with the cycle's weighted scoring plugins, made by ``make_scorers``
+    when a replica is first scored: a cycle whose jobs all wait on quota or find no
+    feasible node never pays for them (the fragmentation model and the request mix)."""
 
     state: ClusterState
-    scorers: Sequence[tuple[Scorer, float]]
+    make_scorers: Callable[[], Sequence[tuple[Scorer, float]]]
     max_scored: int
+    _scorers: Sequence[tuple[Scorer, float]] | None = field(default=None, init=False)
+
+    @property
+    def scorers(self) -> Sequence[tuple[Scorer, float]]:
+        if self._scorers is None:
+            self._scorers = self.make_scorers()
+        return self._scorers
 
     def place_gang(
         self,
@@ -64,6 +73,12 @@ class Placer:
                 if found is not None:
                     break
         return found
+
+    def fits_one(self, job: JobRequest, flavor: str, *, avoid_reserved: bool) -> bool:
+        """Whether one replica of ``job`` would be placed on ``flavor`` now: where any node
+        is feasible, placement takes the best-scored one, so no scoring is needed here."""
+        static = self.state.static_mask(flavor, job.pools, job.tolerations)
+        return len(self.feasible(job, static, avoid_reserved)) > 0
 
     def _gang(
         self,

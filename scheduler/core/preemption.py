@@ -120,6 +120,8 @@ def _room_now(
     ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid: bool
 ) -> bool:
     """Whether the whole gang would fit on the nodes as they are, quota aside."""
+    if len(replicas) == 1:
+        return ctx.placer.fits_one(job, flavor, avoid_reserved=avoid)
     mark = ctx.mark()
     placed = ctx.placer.place_gang(job, flavor, replicas, avoid_reserved=avoid)
     ctx.rollback(mark)

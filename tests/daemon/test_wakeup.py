@@ -102,3 +102,20 @@ def test_the_daemon_loop_watches_the_backends_pods(env: Any) -> None:
     job.refresh_from_db()
     assert job.state == "binding"
     assert calls == ["watch", "close"]
+
+
+def test_the_daemon_waits_until_just_after_the_backends_next_pod_event(env: Any) -> None:
+    """Between cycles the daemon sleeps until the simulated cluster's next pod event and a
+    hair more (so the event has happened when reconcile looks): 2 ms, not 10, since every
+    wait for a pod's end holds its GPUs idle that much longer."""
+    from scheduler.daemon import Daemon
+    from scheduler.leader import Lease
+
+    env.submit(simulation={"duration_s": 5})
+    daemon = Daemon(env.backend, lease=Lease("timing", ttl_s=30), clock=env.clock, interval_s=30)
+    daemon.lease.acquire()
+    env.run(daemon, cycles=3)  # placed, bound, started
+    next_event = env.backend.next_event_at()
+    assert next_event is not None
+    timeout = daemon._timeout()
+    assert next_event - env.clock() < timeout <= next_event - env.clock() + 0.002

@@ -81,3 +81,26 @@ def test_capacity_on_an_admitted_flavor_explains_more_than_quota_on_another():
     reason = result.reason_for("j")
     assert reason is not None and reason.code == WaitCode.CAPACITY
     assert reason.message.startswith("needs 8 free H100; 0 free in total")
+
+
+def test_scoring_plugins_are_made_only_when_a_replica_is_scored(monkeypatch):
+    """The fragmentation model and the request mix cost a cycle as much as hundreds of
+    waiting jobs: a cycle whose jobs all wait on quota makes no scorers; one that places
+    makes them once."""
+    import scheduler.core.cycle as engine
+
+    made: list[int] = []
+    real = engine._scorers
+
+    def counting(*args):
+        made.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(engine, "_scorers", counting)
+    tenants = make_tenants(("team-a", 4, 4), ("team-b", 4, 4))
+    over = [make_job(f"big{i}", gpus=8) for i in range(3)]  # over team-a's limit of 4 GPUs
+    result = run_cycle(snapshot([make_node("n1")], over, tenants=tenants), Profile())
+    assert {w.code for w in result.waiting} == {WaitCode.QUOTA} and made == []
+    fits = [make_job(f"j{i}", gpus=1) for i in range(3)]
+    result = run_cycle(snapshot([make_node("n1")], over + fits, tenants=tenants), Profile())
+    assert len(result.placements) == 3 and made == [1]
