@@ -2,6 +2,7 @@
 
     python -m bench.kueue_baseline --json out.json
     python -m bench.kueue_baseline --e2e --json out.json   # through the daemon: bench.kueue_e2e
+    python -m bench.kueue_baseline --cycle-latency 0.06      # each cycle takes 60 ms
 
 5 cohorts x 6 teams, each team guaranteed 20 GPUs and allowed to borrow 100 more inside its
 cohort (cohorts lend nothing to each other), on 75 nodes of 8 GPUs (600 GPUs, the sum of
@@ -96,8 +97,18 @@ def main(argv: list[str] | None = None) -> None:
         help="run it on wall-clock time through the daemon, PostgreSQL and the simulated "
         "cluster (bench.kueue_e2e; its options follow)",
     )
+    parser.add_argument(
+        "--cycle-latency",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="model a daemon's cycle time on virtual time: decisions take effect S seconds "
+        "after their snapshot, and what happens meanwhile waits for the next cycle",
+    )
     args, rest = parser.parse_known_args(argv)
     if args.e2e:
+        if args.cycle_latency:
+            parser.error("--cycle-latency models the daemon on virtual time; --e2e runs it")
         from bench import kueue_e2e
 
         kueue_e2e.main([*rest, *(["--json", str(args.json)] if args.json else [])])
@@ -106,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     profile = Profile(min_runtime_s=0.0)
     started = time.perf_counter()
-    report = simulate(workload(), cluster(), profile, config=SimConfig(tick_s=1.0))
+    config = SimConfig(tick_s=1.0, cycle_latency_s=args.cycle_latency)
+    report = simulate(workload(), cluster(), profile, config=config)
     out = figures(report)
     useful_gpu_s = sum(
         w.duration_s * w.request.resources.gpu_milli / 1000 * w.request.replicas for w in workload()
@@ -119,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         "preemptions": report.preemptions,
         "cycles": report.cycles,
         "unfinished_jobs": sum(j.state != "succeeded" for j in report.jobs),
+        "cycle_latency_s": args.cycle_latency,
         "wall_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(out | extra, indent=2))

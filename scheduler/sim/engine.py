@@ -35,7 +35,7 @@ from scheduler.sim.report import (
 )
 from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
 
-END, FAIL, OUTAGE, HEAL, ARRIVE, TICK = range(6)  # handling order at one instant
+END, FAIL, OUTAGE, HEAL, ARRIVE, TICK, APPLY = range(7)  # handling order at one instant
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,8 @@ class Simulation:
         self.lost_fail_gpu_s = 0.0
         self._ticks: set[float] = set()
         self._last_cycle_idle = False
+        self._decided: dict[str, CycleResult] = {}  # in flight, with cycle_latency_s
+        self._busy_until = -math.inf
         if start is not None:
             self._seed(start)
         self.allocation: list[tuple[float, float]] = [(t0, self._allocated_gpus())]
@@ -149,7 +151,10 @@ class Simulation:
                 substantive |= self._handle(kind, key, epoch)
             due = self._due_tick(at)
             if self.pending and (substantive or due):
-                self._cycle()
+                if self.now < self._busy_until:
+                    self._ticks.add(round(self._busy_until, 9))  # a cycle as soon as free
+                else:
+                    self._cycle()
             self._schedule_tick()
         return self._report()
 
@@ -172,6 +177,8 @@ class Simulation:
                 self._fail(key)
         elif kind in (OUTAGE, HEAL):
             self._node_health(key, healthy=kind == HEAL)
+        elif kind == APPLY:
+            self._apply(self._decided.pop(key))
         return kind != TICK
 
     def _due_tick(self, at: float) -> bool:
@@ -200,6 +207,19 @@ class Simulation:
         snapshot = self._snapshot()
         result = run_cycle(snapshot, self.profile, held=self.held)
         self.cycles += 1
+        latency = self.config.cycle_latency_s
+        if latency > 0:
+            self._busy_until = self.now + latency
+            key = str(self.cycles)
+            self._decided[key] = result
+            self._push(self._busy_until, APPLY, key)
+            # decided jobs are in flight: no longer pending for a cycle that might come first
+            for placement in result.placements:
+                self.pending.pop(placement.job_id, None)
+        else:
+            self._apply(result)
+
+    def _apply(self, result: CycleResult) -> None:
         for preemption in result.preemptions:
             self._preempt(preemption)
         for placement in result.placements:
@@ -254,7 +274,7 @@ class Simulation:
             self.running[placement.job_id] = replace(current, assignments=grown)
             return
         track = self.tracks[placement.job_id]
-        job = self.pending.pop(placement.job_id)
+        job = self.pending.pop(placement.job_id, None) or self.tracks[placement.job_id].request
         self.running[job.id] = RunningJob(
             job, placement.flavor, placement.assignments, self.now, preempted=placement.preempted
         )

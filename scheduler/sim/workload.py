@@ -55,6 +55,9 @@ class SimConfig:
     - ``tick_s``: a cycle at least this often while jobs wait (aging, backoff, min runtime),
       besides the cycles that follow every arrival, completion and outage.
     - ``horizon_s``: stop there even if jobs remain (None: run until all are done).
+    - ``cycle_latency_s``: how long a cycle takes. Its decisions take effect that much
+      after the snapshot it decided on, and no other cycle runs meanwhile: what ends or
+      arrives during a cycle waits for the next one (a daemon's latency; 0: instant).
     """
 
     retry_base_s: float = 10.0
@@ -63,3 +66,4 @@ class SimConfig:
     checkpoint_interval_s: float = 600.0
     tick_s: float = 60.0
     horizon_s: float | None = None
+    cycle_latency_s: float = 0.0

@@ -199,3 +199,25 @@ def test_fair_share_between_tenants_over_time():
     # b starts 8 jobs per round at 1, 101, ..., 401: waits 0, 100, ..., 400, median 200
     assert a.p50 == b.p50 == 200.0
     assert report.makespan_s == 501.0  # 5 rounds of 100 s from t=1
+
+
+def test_a_cycle_latency_delays_decisions_and_what_happens_during_a_cycle():
+    """With `cycle_latency_s` a cycle's decisions take effect that long after its snapshot,
+    and what ends or arrives meanwhile waits for the next cycle: a daemon's latency."""
+    work = [
+        job("a", 0.0, 1.0, gpus=8, submitted_at=0.0),
+        job("b", 0.1, 1.0, gpus=8, submitted_at=0.1),
+        job("c", 1.1, 1.0, gpus=4, submitted_at=1.1),
+    ]
+    nodes = cluster(make_node("n1"), make_node("n2", gpus=4))
+    instant = simulate(work, nodes, BEST_FIT)
+    assert [instant.outcome(j).first_start_s for j in "abc"] == [0.0, 1.0, 1.1]
+    config = SimConfig(cycle_latency_s=0.2)
+    slow = simulate(work, nodes, BEST_FIT, config=config)
+    # a: decided at 0, running at 0.2. b arrives while that cycle runs: decided at 0.2 (no
+    # room), then waits. c arrives at 1.1: its cycle runs until 1.3, and a, ending at 1.2
+    # meanwhile, frees n1 for the cycle at 1.3, so b runs from 1.5.
+    assert slow.outcome("a").first_start_s == pytest.approx(0.2)
+    assert slow.outcome("c").first_start_s == pytest.approx(1.3)
+    assert slow.outcome("b").first_start_s == pytest.approx(1.5)
+    assert slow.makespan_s == pytest.approx(2.5)
