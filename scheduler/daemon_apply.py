@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connection, transaction
 
-from scheduler.adapters import Built, Change, release, set_reasons, set_state_fast, transition_many
+from scheduler.adapters import (
+    Built,
+    Change,
+    mark_bound,
+    release,
+    set_reasons,
+    set_state_fast,
+    transition_many,
+)
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.models import Allocation, AllocationDevice, Job, JobState
@@ -450,7 +458,7 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
     with transaction.atomic():
         daemon.lease.fence()
         bound_ids = [a for ids in out.bound.values() for a in ids]
-        Allocation.objects.filter(id__in=bound_ids).update(bound_at=now)
+        mark_bound(bound_ids, now)
         set_state_fast(
             bound_jobs,
             S.ADMITTED,

@@ -274,7 +274,7 @@ class Simulation:
             self.running[placement.job_id] = replace(current, assignments=grown)
             return
         track = self.tracks[placement.job_id]
-        job = self.pending.pop(placement.job_id, None) or self.tracks[placement.job_id].request
+        job = self.pending.pop(placement.job_id, None) or track.request  # in flight: popped
         self.running[job.id] = RunningJob(
             job, placement.flavor, placement.assignments, self.now, preempted=placement.preempted
         )

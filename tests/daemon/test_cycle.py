@@ -14,7 +14,7 @@ from django.utils import timezone
 from scheduler.adapters import SnapshotCache, _queue, build_snapshot, queue_heads
 from scheduler.backends.base import FailureReason
 from scheduler.daemon_reconcile import active_allocations
-from scheduler.models import Allocation, GpuDevice, Job, JobEvent, Node
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobEvent, Node
 from tests.daemon.conftest import Env, assert_consistent
 
 
@@ -32,6 +32,8 @@ def test_job_is_placed_bound_run_and_finished(env: Env) -> None:
     assert set(pods) == {f"gantry-{job.pk}-a0-r0", f"gantry-{job.pk}-a0-r1"}
     assert all(p.node for p in pods.values())
     assert_consistent(env.backend)
+    bound = Allocation.objects.filter(job=job).values_list("bound_at", flat=True)
+    assert len(bound) == 2 and None not in bound
     env.run(daemon, seconds=2)
     job.refresh_from_db()
     assert job.state == "running"
@@ -42,6 +44,8 @@ def test_job_is_placed_bound_run_and_finished(env: Env) -> None:
     assert job.state == "succeeded"
     assert states(job) == ["queued", "admitted", "binding", "running", "succeeded"]
     assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+    assert set(Allocation.objects.values_list("end_reason", flat=True)) == {"attempt ended"}
+    assert not AllocationDevice.objects.filter(released=False).exists()
     assert sum(GpuDevice.objects.values_list("allocated_milli", flat=True)) == 0
     env.run(daemon)
     assert env.backend.list_pods() == []
