@@ -312,9 +312,9 @@ def queue_heads(max_pending: int, per_queue: int) -> list[tuple[int, int]]:
     thousands was most of a quiet cycle's database time.
 
     Reading the first L of each queue (L <= `per_queue`) gives the same window whenever it
-    yields `max_pending` jobs (every job it leaves out is L-th or later in its queue, so
-    after all it read in the round-robin order) or no queue had L jobs to give (nothing
-    was left out). Otherwise it reads again at the full depth. L is sized from the number
+    yields `max_pending` jobs (every job it leaves out is deeper than L in its queue, so
+    it comes after all it read in the round-robin order) or no queue had L jobs to give
+    (nothing was left out). Otherwise it reads again at the full depth. L is sized from the number
     of queues the previous read found, with room for queues that run dry."""
     shape = (max_pending, per_queue)
     queues = _queues_seen.get(shape)

@@ -150,11 +150,10 @@ class Simulation:
                 _, kind, _, key, epoch = heapq.heappop(self.events)
                 substantive |= self._handle(kind, key, epoch)
             due = self._due_tick(at)
-            if self.pending and (substantive or due):
-                if self.now < self._busy_until:
-                    self._ticks.add(round(self._busy_until, 9))  # a cycle as soon as free
-                else:
-                    self._cycle()
+            # While a cycle is in flight the next one waits for its decisions (APPLY, a
+            # substantive event at the end of the cycle, runs it).
+            if self.pending and (substantive or due) and self.now >= self._busy_until:
+                self._cycle()
             self._schedule_tick()
         return self._report()
 
