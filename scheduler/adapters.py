@@ -304,6 +304,13 @@ HEADS_SQL = (
 _queues_seen: dict[tuple[int, int], int] = {}
 
 
+@functools.cache
+def _heads_sql() -> str:
+    return HEADS_SQL.format(
+        tenant=Tenant._meta.db_table, pclass=PriorityClassRow._meta.db_table, job=Job._meta.db_table
+    )
+
+
 def queue_heads(max_pending: int, per_queue: int) -> list[tuple[int, int]]:
     """(id, version) of the jobs in the window `_queue` describes, on PostgreSQL: one index
     probe per queue (job_queue_heads), each reading only as deep as the round-robin can
@@ -319,12 +326,9 @@ def queue_heads(max_pending: int, per_queue: int) -> list[tuple[int, int]]:
     shape = (max_pending, per_queue)
     queues = _queues_seen.get(shape)
     depth = per_queue if queues is None else min(per_queue, -(-max_pending * 5 // (4 * queues)) + 1)
-    sql = HEADS_SQL.format(
-        tenant=Tenant._meta.db_table, pclass=PriorityClassRow._meta.db_table, job=Job._meta.db_table
-    )
     with connection.cursor() as cursor:
         while True:
-            cursor.execute(sql, (S.QUEUED, depth, max_pending))
+            cursor.execute(_heads_sql(), (S.QUEUED, depth, max_pending))
             rows = cursor.fetchall()
             deepest = max((place for _, _, place in rows), default=0)
             if len(rows) >= max_pending or deepest < depth or depth >= per_queue:

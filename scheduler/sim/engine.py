@@ -212,9 +212,6 @@ class Simulation:
             key = str(self.cycles)
             self._decided[key] = result
             self._push(self._busy_until, APPLY, key)
-            # decided jobs are in flight: no longer pending for a cycle that might come first
-            for placement in result.placements:
-                self.pending.pop(placement.job_id, None)
         else:
             self._apply(result)
 
@@ -273,7 +270,7 @@ class Simulation:
             self.running[placement.job_id] = replace(current, assignments=grown)
             return
         track = self.tracks[placement.job_id]
-        job = self.pending.pop(placement.job_id, None) or track.request  # in flight: popped
+        job = self.pending.pop(placement.job_id)
         self.running[job.id] = RunningJob(
             job, placement.flavor, placement.assignments, self.now, preempted=placement.preempted
         )
