@@ -280,10 +280,10 @@ def reread(ids: Sequence[int], cache: SnapshotCache) -> dict[int, dict[str, Any]
     """Read the rows of `ids` whole, with their versions, into the cache (PostgreSQL);
     jobs that no longer exist are dropped from it. Returns id -> row."""
     if connection.vendor != "postgresql":
-        return {r["id"]: r for r in Job.objects.filter(id__in=ids).values(*ROW_FIELDS)}
+        return {r["id"]: r for r in Job.objects.filter(id__any=ids).values(*ROW_FIELDS)}
     found: dict[int, dict[str, Any]] = {}
     for row in (
-        Job.objects.filter(id__in=ids).annotate(version=_VERSION).values(*ROW_FIELDS, "version")
+        Job.objects.filter(id__any=ids).annotate(version=_VERSION).values(*ROW_FIELDS, "version")
     ):
         cache.rows[row["id"]] = (row.pop("version"), row)
         found[row["id"]] = row
@@ -552,7 +552,7 @@ def _shares(active: Sequence[int], cache: SnapshotCache) -> dict[int, tuple[Devi
     missing = [i for i in active if i not in known]
     if missing:
         found: dict[int, list[DeviceShare]] = {i: [] for i in missing}
-        for row in AllocationDevice.objects.filter(allocation_id__in=missing).values(
+        for row in AllocationDevice.objects.filter(allocation_id__any=missing).values(
             "allocation_id", "device__index", "milli", "memory_mib"
         ):
             found[row["allocation_id"]].append(
@@ -666,10 +666,13 @@ class Change:
     via_message: str = ""
 
 
-def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
+def transition_many(
+    changes: Sequence[Change], now: datetime, versions: dict[int, int] | None = None
+) -> dict[int, str]:
     """Apply `changes` as compare-and-swaps in a few statements. Rows another session holds
     locked are skipped (they stay as they are for the next cycle). Must run in a transaction.
-    Returns job id -> the state it was in, for the jobs that changed.
+    Returns job id -> the state it was in, for the jobs that changed. `versions`, when
+    given, receives their new row versions (PostgreSQL) for `SnapshotCache.remember`.
 
     Jobs moving to the same state share one UPDATE (a cycle's changes fall into a handful of
     groups: started, succeeded, requeued...); one bulk insert of events."""
@@ -677,7 +680,7 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
         return {}
     by_id = {c.job_id: c for c in changes}
     locked = Job.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-        id__in=list(by_id)
+        id__any=list(by_id)
     )
     done: dict[int, str] = {}
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
@@ -695,17 +698,19 @@ def transition_many(changes: Sequence[Change], now: datetime) -> dict[int, str]:
         )
         groups[(change.to_state, change.new_attempt, change.via)].append(job_id)
     for (to_state, new_attempt, via), ids in groups.items():
-        _update_group([by_id[i] for i in ids], to_state, new_attempt, via, now)
+        written = _update_group([by_id[i] for i in ids], to_state, new_attempt, via, now)
+        if versions is not None:
+            versions.update(written)
     insert_events(events)
     return done
 
 
 def _update_group(
     changes: Sequence[Change], to_state: str, new_attempt: bool, via: str | None, now: datetime
-) -> None:
+) -> list[tuple[int, int]]:
     """One UPDATE for changes to the same state: reasons and backoffs per job come as arrays
     on PostgreSQL (every preempted job has its own reason); elsewhere one UPDATE per
-    distinct reason and backoff."""
+    distinct reason and backoff. Returns (id, new row version) on PostgreSQL."""
     fields: dict[str, Any] = {"state": to_state, "updated_at": now}
     if to_state == S.QUEUED:
         fields["queued_at"] = now
@@ -723,7 +728,7 @@ def _update_group(
         sql = (
             f"UPDATE {Job._meta.db_table} AS j SET {', '.join(sets)}"  # noqa: S608 - names are ours
             " FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS v(id, reason, not_before)"
-            " WHERE j.id = v.id"
+            " WHERE j.id = v.id RETURNING j.id, j.xmin::text::bigint"
         )
         params = [
             *fields.values(),
@@ -733,7 +738,7 @@ def _update_group(
         ]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-        return
+            return cursor.fetchall()
     same: dict[tuple[str, datetime | None], list[int]] = defaultdict(list)
     for c in changes:
         same[((c.reason or "")[:500], c.not_before)].append(c.job_id)
@@ -744,6 +749,7 @@ def _update_group(
         if new_attempt:
             extra["attempt"] = F("attempt") + 1
         Job.objects.filter(id__in=ids).update(**fields, **extra)
+    return []
 
 
 CLAIM_SQL = (

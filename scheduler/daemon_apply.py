@@ -141,7 +141,7 @@ def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> No
     ]
     done = transition_many(changes, now)
     plan.preempted = len(done)
-    stopping = list(Allocation.objects.filter(job_id__in=list(done), ended_at__isnull=True))
+    stopping = list(Allocation.objects.filter(job_id__any=list(done), ended_at__isnull=True))
     for p in result.preemptions:
         if not p.whole_job:
             stopping += list(
@@ -197,7 +197,7 @@ def _place(
     plan.claimed = claimed
     growing = set(
         Job.objects.filter(
-            id__in=[int(p.job_id) for p in grow], state__in=(S.BINDING, S.RUNNING)
+            id__any=[int(p.job_id) for p in grow], state__in=(S.BINDING, S.RUNNING)
         ).values_list("id", flat=True)
     )
     chosen = [p for p in fresh if int(p.job_id) in claimed]
@@ -262,7 +262,7 @@ def _allocate(
     held: list[tuple[DeviceShare, ...]] = []  # the same shares, as the snapshot reads them
     requests: list[PodRequest] = []
     specs = dict(
-        Job.objects.filter(id__in=[int(p.job_id) for p in placements]).values_list("id", "spec")
+        Job.objects.filter(id__any=[int(p.job_id) for p in placements]).values_list("id", "spec")
     )
     epoch = daemon.lease.epoch or 0
     for placement in placements:
@@ -468,7 +468,7 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
             versions=written,
         )
         release([a for j in out.failed for a in plan.allocations.get(j, [])], now, "bind failed")
-        attempts = dict(Job.objects.filter(id__in=list(out.failed)).values_list("id", "attempt"))
+        attempts = dict(Job.objects.filter(id__any=list(out.failed)).values_list("id", "attempt"))
         changes = []
         for job_id, why in out.failed.items():
             if job_id not in plan.claimed:

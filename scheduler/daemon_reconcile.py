@@ -186,7 +186,8 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     with transaction.atomic():
         daemon.lease.fence()
         stats.released = release(to_release, now, "pod gone")
-        written, ended, finished = _apply(jobs, live, pods, verdicts, now)
+        started: dict[int, int] = {}  # job id -> row version, of the jobs seen started
+        written, ended, finished = _apply(jobs, live, pods, verdicts, now, started)
         stats.changed = len(written)
         gone = {*to_release, *finished}
         # Preempted jobs whose last allocation ended now; every few seconds, all of them
@@ -198,8 +199,11 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
             stats.changed += _requeue_preempted(now)
         elif freed:
             stats.changed += _requeue_preempted(now, freed)
+    # Committed: the cache takes the rows of the started jobs as written, so that they are
+    # not read again below or by the snapshot.
+    daemon.cache.remember(started, {"state": S.RUNNING, "started_at": now, "reason": ""})
     stats.active = [a for a in allocs if a["id"] not in gone]
-    stats.rows = _holders(stats.active, jobs, written, daemon.cache)
+    stats.rows = _holders(stats.active, jobs, written, daemon.cache, started)
     delete_pods(
         daemon,
         [
@@ -216,11 +220,20 @@ def _holders(
     jobs: Mapping[int, dict[str, Any]],
     written: set[int],
     cache: SnapshotCache,
+    remembered: Mapping[int, int],
 ) -> dict[int, dict[str, Any]]:
-    """The rows of the jobs holding `active`: as read, or read again if reconcile wrote them."""
+    """The rows of the jobs holding `active`: as read; as the cache remembers them if
+    reconcile wrote them and the cache took what it wrote (`remembered`: id -> version);
+    otherwise read again."""
     holders = {a["job_id"] for a in active}
-    again = sorted(holders & written)
     rows = {i: jobs[i] for i in holders if i in jobs and i not in written}
+    again = []
+    for i in sorted(holders & written):
+        kept = cache.rows.get(i)
+        if kept is not None and kept[0] == remembered.get(i):
+            rows[i] = kept[1]
+        else:
+            again.append(i)
     rows.update(reread(again, cache) if again else {})
     return rows
 
@@ -255,7 +268,7 @@ def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
     known = cache.allocations
     stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]
     if stale:
-        fresh = Allocation.objects.filter(id__in=stale, ended_at__isnull=True)
+        fresh = Allocation.objects.filter(id__any=stale, ended_at__isnull=True)
         for row in fresh.values(*ALLOC_FIELDS):
             known[row["id"]] = (versions[row["id"]], row)
     for gone in [i for i in known if i not in versions]:
@@ -314,9 +327,11 @@ def _apply(
     pods: Mapping[str, PodStatus],
     verdicts: Mapping[int, Verdict],
     now: datetime,
+    started: dict[int, int],
 ) -> tuple[set[int], list[dict[str, Any]], list[int]]:
     """Write the verdicts. Returns the ids of the jobs written, the allocations of the
-    attempts that ended and those of them released."""
+    attempts that ended and those of them released; `started` receives the new row
+    versions of the jobs moved to running (written once in this transaction)."""
     # Pods seen started and finished at once (short jobs): one write, both events.
     both = {j for j, v in verdicts.items() if v.start and v.succeeded}
     starts = [
@@ -324,11 +339,11 @@ def _apply(
         for j, v in verdicts.items()
         if v.start and j not in both
     ]
-    changed = transition_many(starts, now)
+    changed = transition_many(starts, now, started)
     # (The rows are the cache's: a changed copy, not the row itself.)
     state = {job_id: S.RUNNING for job_id in changed}
     adopted = [j for j, v in verdicts.items() if v.adopted and not v.release_claim]
-    Allocation.objects.filter(job_id__in=adopted, ended_at__isnull=True).update(bound_at=now)
+    Allocation.objects.filter(job_id__any=adopted, ended_at__isnull=True).update(bound_at=now)
     changes = [
         Change(
             j,
@@ -340,7 +355,7 @@ def _apply(
     ]
     failures = {j: v.failure for j, v in verdicts.items() if v.failure}
     counts = dict(
-        JobEvent.objects.filter(job_id__in=list(failures), kind="attempt_failed")
+        JobEvent.objects.filter(job_id__any=list(failures), kind="attempt_failed")
         .values_list("job_id")
         .annotate(n=Count("id"))
     )
@@ -387,8 +402,9 @@ def _apply(
         or p.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
     ]
     release(finished, now, "attempt ended")
-    stopping = [a["id"] for a in ended if a["id"] not in set(finished)]
-    Allocation.objects.filter(id__in=stopping).update(end_reason="attempt ended")
+    released = set(finished)
+    stopping = [a["id"] for a in ended if a["id"] not in released]
+    Allocation.objects.filter(id__any=stopping).update(end_reason="attempt ended")
     return {*changed, *done}, ended, finished
 
 
@@ -429,7 +445,7 @@ def _requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int
     attempt raised."""
     preempted = Job.objects.filter(state=S.PREEMPTED)
     if among is not None:
-        preempted = preempted.filter(id__in=among)
+        preempted = preempted.filter(id__any=among)
     ids = list(preempted.exclude(holds_allocation()).values_list("id", "reason"))
     changes = [
         Change(

@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from scheduler.backends.base import (
     BindConflict,
@@ -235,30 +236,33 @@ class SimulatedCluster:
 
     def _status(self, pod: _Pod, now: float) -> PodStatus:
         request = pod.request
-        base = PodStatus(
+        extra: dict[str, Any] = {}
+        if pod.failed is not None and pod.failed[0] <= now:
+            phase = PodPhase.FAILED
+            extra = {"reason": pod.failed[1], "message": pod.failed[2]}
+        elif pod.bound_at is None or now < pod.bound_at + self.start_delay_s:
+            phase = PodPhase.PENDING
+        elif self._finish_at(pod) <= now:
+            phase = PodPhase.FAILED if request.sim_fail else PodPhase.SUCCEEDED
+            if request.sim_fail:
+                extra = {
+                    "reason": FailureReason.ERROR,
+                    "message": "the job's command exited with code 1 (simulated)",
+                }
+        else:
+            phase = PodPhase.RUNNING
+            extra = {"gpu_utilization": self.utilization(request, now)}
+        return PodStatus(
             request.name,
             request.namespace,
             request.job_id,
             request.attempt,
             request.replica,
             pod.node,
-            PodPhase.PENDING,
+            phase,
             deleting=pod.deleted_at is not None,
+            **extra,
         )
-        if pod.failed is not None and pod.failed[0] <= now:
-            return replace(base, phase=PodPhase.FAILED, reason=pod.failed[1], message=pod.failed[2])
-        if pod.bound_at is None or now < pod.bound_at + self.start_delay_s:
-            return base
-        if self._finish_at(pod) <= now:
-            if request.sim_fail:
-                return replace(
-                    base,
-                    phase=PodPhase.FAILED,
-                    reason=FailureReason.ERROR,
-                    message="the job's command exited with code 1 (simulated)",
-                )
-            return replace(base, phase=PodPhase.SUCCEEDED)
-        return replace(base, phase=PodPhase.RUNNING, gpu_utilization=self.utilization(request, now))
 
     # --- signals --------------------------------------------------------------------------
 

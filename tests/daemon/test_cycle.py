@@ -123,8 +123,10 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
 
 def test_reconcile_hands_the_snapshot_rows_current_after_its_own_writes(env: Env) -> None:
     """Reconcile reads the rows of the jobs holding allocations once; the rows it hands on
-    are those it wrote read again (a job seen started is `running` in the same cycle's
-    snapshot), and the rows of the jobs whose allocations ended are not handed on."""
+    are current after its own writes (a job seen started is `running` in the same cycle's
+    snapshot) without reading them again: the UPDATE returns their new versions and the
+    cache takes what it wrote. The rows of the jobs whose allocations ended are not
+    handed on."""
     from scheduler.daemon_reconcile import reconcile
 
     keeps = env.submit(simulation={"duration_s": 600})
@@ -132,8 +134,10 @@ def test_reconcile_hands_the_snapshot_rows_current_after_its_own_writes(env: Env
     daemon = env.daemon()
     env.run(daemon)  # both placed and bound
     env.clock.advance(5)  # one started, the other started and ended
-    with transaction.atomic():
+    with CaptureQueriesContext(connection) as sent, transaction.atomic():
         rec = reconcile(daemon)
+    whole_rows = [q["sql"] for q in sent.captured_queries if '"max_runtime_s"' in q["sql"]]
+    assert whole_rows == []
     assert set(rec.rows) == {keeps.pk}
     assert rec.rows[keeps.pk]["state"] == "running"
     version = daemon.cache.rows[keeps.pk][0]

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class CommonConfig(AppConfig):
+    name = "common"
+
+    def ready(self) -> None:
+        from common import lookups  # noqa: F401  (registers `__any`)
