@@ -872,8 +872,3 @@ def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:
         released=True
     )
     return ended
-
-
-def mark_bound(allocation_ids: Sequence[int], now: datetime) -> None:
-    """Record when the allocations' pods were bound (ids as one parameter, as `release`)."""
-    Allocation.objects.filter(id__any=allocation_ids).update(bound_at=now)

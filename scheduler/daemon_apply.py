@@ -21,7 +21,6 @@ from django.db import IntegrityError, connection, transaction
 from scheduler.adapters import (
     Built,
     Change,
-    mark_bound,
     release,
     set_reasons,
     set_state_fast,
@@ -458,7 +457,7 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
     with transaction.atomic():
         daemon.lease.fence()
         bound_ids = [a for ids in out.bound.values() for a in ids]
-        mark_bound(bound_ids, now)
+        Allocation.objects.filter(id__any=bound_ids).update(bound_at=now)
         set_state_fast(
             bound_jobs,
             S.ADMITTED,
