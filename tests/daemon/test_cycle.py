@@ -656,3 +656,32 @@ def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env
         assert (job.state, job.reason, job.attempt) == ("queued", f"preempted by {i}", 1)
         assert job.not_before == now + timedelta(seconds=i)
         assert job.queued_at == now
+
+
+@pytest.mark.parametrize("statement", ["claim", "reasons"])
+def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
+    env: Env, statement: str
+) -> None:
+    """The claim's and the reasons' UPDATEs find the jobs they write by primary key. With
+    the state test written plainly, the planner took the partial index of queued jobs
+    after a burst of submissions it had no statistics for, and read every queued job to
+    write a hundred (the statistics below say the queue holds one)."""
+    from scheduler.adapters import CLAIM_SQL, REASONS_SQL
+
+    first = env.submit()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_job")
+    fields = {
+        f.attname: getattr(first, f.attname) for f in Job._meta.concrete_fields if not f.primary_key
+    }
+    burst = Job.objects.bulk_create([Job(**fields) for _ in range(3000)])
+    ids = [job.pk for job in burst[:100]]
+    if statement == "claim":
+        sql, params = CLAIM_SQL.format(started=""), ["admitted", "", timezone.now(), ids, "queued"]
+    else:
+        sql, params = REASONS_SQL, [ids, ["waiting"] * len(ids), "queued"]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "scheduler_job_pkey" in plan, plan
+    assert "job_queue_heads" not in plan and "job_queue_order" not in plan, plan
