@@ -119,3 +119,24 @@ def test_the_daemon_waits_until_just_after_the_backends_next_pod_event(env: Any)
     assert next_event is not None
     timeout = daemon._timeout()
     assert next_event - env.clock() < timeout <= next_event - env.clock() + 0.002
+
+
+def test_the_daemon_loop_runs_with_a_collector_for_many_short_lived_objects(env: Any) -> None:
+    """While `run` loops, what existed before is frozen out of the collector's view and
+    young collections are rarer; both are restored when it returns."""
+    import gc
+
+    from scheduler.daemon import GC_THRESHOLDS, Daemon
+    from scheduler.leader import Lease
+
+    before = gc.get_threshold()
+    seen: list[tuple[tuple[int, ...], int]] = []
+
+    def on_cycle(d: Daemon) -> None:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        d.stop.set()
+
+    daemon = Daemon(env.backend, lease=Lease("gc", ttl_s=30), clock=env.clock, on_cycle=on_cycle)
+    daemon.run()
+    assert seen and seen[0][0] == GC_THRESHOLDS and seen[0][1] > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
