@@ -868,12 +868,28 @@ def set_reasons(reasons: Mapping[int, str], versions: dict[int, int] | None = No
     )
 
 
+# By primary key, as CLAIM_SQL: written plainly, `ended_at IS NULL` let the planner take a
+# partial index of active allocations, which holds an entry for every allocation ended
+# since the last VACUUM (20,000 entries read to end 100 in bench.daemon_drain).
+RELEASE_SQL = (
+    "UPDATE scheduler_allocation SET ended_at = %s, end_reason = %s"
+    " WHERE id = ANY(%s) AND num_nulls(ended_at) = 1"
+)
+
+
 def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:
     """End allocations and give their device shares back (the trigger frees the devices).
     The ids go as one parameter (`__any`): a cycle releases thousands."""
-    ended = Allocation.objects.filter(id__any=allocation_ids, ended_at__isnull=True).update(
-        ended_at=now, end_reason=reason[:200]
-    )
+    if not allocation_ids:
+        return 0
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(RELEASE_SQL, [now, reason[:200], list(allocation_ids)])
+            ended = cursor.rowcount
+    else:
+        ended = Allocation.objects.filter(id__any=allocation_ids, ended_at__isnull=True).update(
+            ended_at=now, end_reason=reason[:200]
+        )
     AllocationDevice.objects.filter(allocation_id__any=allocation_ids, released=False).update(
         released=True
     )

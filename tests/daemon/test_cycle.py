@@ -11,7 +11,7 @@ from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler.adapters import SnapshotCache, _queue, build_snapshot, queue_heads
+from scheduler.adapters import SnapshotCache, _queue, build_snapshot, queue_heads, release
 from scheduler.backends.base import FailureReason
 from scheduler.daemon_reconcile import active_allocations
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobEvent, Node
@@ -685,3 +685,36 @@ def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "scheduler_job_pkey" in plan, plan
     assert "job_queue_heads" not in plan and "job_queue_order" not in plan, plan
+
+
+def test_release_finds_its_allocations_by_key_whatever_the_statistics(env: Env) -> None:
+    """Ending allocations finds them by primary key. With `ended_at IS NULL` written
+    plainly, the planner took a partial index of the active allocations after a burst it
+    had no statistics for (and such an index keeps an entry for every allocation ended
+    since the last VACUUM)."""
+    from scheduler.adapters import RELEASE_SQL
+
+    env.submit(simulation={"duration_s": 600})
+    env.run(env.daemon())
+    first = Allocation.objects.get()
+    fields = {
+        f.attname: getattr(first, f.attname)
+        for f in Allocation._meta.concrete_fields
+        if not f.primary_key
+    }
+    ended = [
+        Allocation(**{**fields, "replica": i + 1, "ended_at": timezone.now()}) for i in range(3000)
+    ]
+    Allocation.objects.bulk_create(ended)  # the history: many ended, one active
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_allocation")
+    burst = Allocation.objects.bulk_create(
+        [Allocation(**{**fields, "replica": i + 1, "pod_name": f"burst-{i}"}) for i in range(3000)]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + RELEASE_SQL, [timezone.now(), "x", [a.pk for a in burst[:100]]])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "scheduler_allocation_pkey" in plan, plan
+    assert "allocation_one_active" not in plan and "allocation_active" not in plan, plan
+    assert release([a.pk for a in burst[:100]], timezone.now(), "x") == 100
+    assert release([a.pk for a in burst[:100]], timezone.now(), "x") == 0  # ended already
