@@ -43,7 +43,7 @@ from scheduler.core import Profile, decay_usage, run_cycle
 from scheduler.core.context import Held
 from scheduler.core.types import JobKind
 from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, write_reasons
-from scheduler.daemon_health import autoscale, sync_nodes
+from scheduler.daemon_health import autoscale, refresh_statistics, sync_nodes
 from scheduler.daemon_reconcile import reconcile
 from scheduler.daemon_wakeup import Waiter
 from scheduler.leader import Lease, LeaseLost
@@ -105,6 +105,7 @@ class Daemon:
         self._reasons_at = -math.inf
         self.requeue_swept_at = -math.inf
         self._synced_at = -math.inf
+        self.statistics_at = -math.inf
         self._renewed = -math.inf
         self._step_renewed = -math.inf
         self.stop = threading.Event()
@@ -212,6 +213,7 @@ class Daemon:
             if self.clock() - self._synced_at >= self.sync_every_s:
                 sync_nodes(self)
                 self._synced_at = self.clock()
+            refresh_statistics(self)
         with clock("reconcile"):
             rec = reconcile(self)
             stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans

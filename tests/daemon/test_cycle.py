@@ -718,3 +718,40 @@ def test_release_finds_its_allocations_by_key_whatever_the_statistics(env: Env) 
     assert "allocation_one_active" not in plan and "allocation_active" not in plan, plan
     assert release([a.pk for a in burst[:100]], timezone.now(), "x") == 100
     assert release([a.pk for a in burst[:100]], timezone.now(), "x") == 0  # ended already
+
+
+def test_the_daemon_analyses_its_tables_once_they_outgrow_their_statistics(tenv: Env) -> None:
+    """A table the daemon plans against that changed by more rows than it held at its last
+    ANALYZE (and by 1,000) is analysed within `STATISTICS_EVERY_S`, not after autovacuum's
+    naptime: a new installation under load was planned blind for its first minute."""
+    from scheduler.daemon_health import STATISTICS_EVERY_S, refresh_statistics
+
+    def analysed(table: str) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = %s", [table]
+            )
+            return int(cursor.fetchone()[0])
+
+    daemon = tenv.daemon()
+    first = tenv.submit()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_job")
+    before = analysed("scheduler_job")
+    fields = {
+        f.attname: getattr(first, f.attname) for f in Job._meta.concrete_fields if not f.primary_key
+    }
+    Job.objects.bulk_create([Job(**fields) for _ in range(1500)])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # counted once this one ends
+    assert refresh_statistics(daemon) == ["scheduler_job"]
+    assert analysed("scheduler_job") == before + 1
+    tenv.clock.advance(STATISTICS_EVERY_S)
+    assert refresh_statistics(daemon) == []  # current again
+    Job.objects.bulk_create([Job(**fields) for _ in range(1200)])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    assert refresh_statistics(daemon) == []  # looked at most every STATISTICS_EVERY_S
+    tenv.clock.advance(STATISTICS_EVERY_S)
+    assert refresh_statistics(daemon) == []  # 1,200 new rows: fewer than the 1,501 it held
