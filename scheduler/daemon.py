@@ -106,6 +106,8 @@ class Daemon:
         self.requeue_swept_at = -math.inf
         self._synced_at = -math.inf
         self.statistics_at = -math.inf
+        # table -> (changes counted, rows) when this daemon last analysed it
+        self.analysed: dict[str, tuple[int, int]] = {}
         self._renewed = -math.inf
         self._step_renewed = -math.inf
         self.stop = threading.Event()
@@ -213,7 +215,6 @@ class Daemon:
             if self.clock() - self._synced_at >= self.sync_every_s:
                 sync_nodes(self)
                 self._synced_at = self.clock()
-            refresh_statistics(self)
         with clock("reconcile"):
             rec = reconcile(self)
             stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans
@@ -253,6 +254,8 @@ class Daemon:
             stats.bind_failed = len(outcome.failed)
         with clock("reasons"):
             write_reasons(self, plan)
+        with clock("statistics"):  # after the binds, which it must not delay
+            refresh_statistics(self)
         self.last = stats
         log.info("cycle %s", json.dumps(asdict(stats), separators=(",", ":")))
         if self.on_cycle is not None:

@@ -15,7 +15,7 @@ from django.db.models.functions import Now
 
 from scheduler.adapters import Change, transition_many
 from scheduler.backends.base import NodeInfo
-from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobEvent, JobState, Node
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
 from scheduler.nodes import DAEMON, node_sync
 
 if TYPE_CHECKING:
@@ -170,32 +170,49 @@ def autoscale(daemon: Daemon) -> int:
     return len(targets)
 
 
-# The tables the daemon plans against every cycle.
-PLANNED_TABLES = (Job, Allocation, AllocationDevice, JobEvent)
+# The tables the daemon plans against every cycle, and the columns its statements filter
+# and join on: analysing these alone takes a tenth of the time (the jobs' JSON specs are
+# most of an ANALYZE of their table: 128 ms at 15,000 jobs).
+PLANNED_COLUMNS = {
+    Job: ("id", "state", "tenant", "priority_class", "queued_at"),
+    Allocation: ("id", "job", "node", "ended_at"),
+    AllocationDevice: ("id", "allocation", "device", "released"),
+}
 STATISTICS_EVERY_S = 10.0
 
 
 def refresh_statistics(daemon: Daemon) -> list[str]:
-    """ANALYZE, on PostgreSQL, the daemon's tables that changed by more rows than they held
-    when last analysed (and by at least 1,000) since then; looked at every
-    `STATISTICS_EVERY_S` on the daemon's clock. Autovacuum does the same after its naptime
-    (a minute) and a tenth of the table: a new installation under load is planned blind
-    until then, and the planner scans whole tables to update a hundred rows. Returns the
-    tables analysed."""
+    """ANALYZE, on PostgreSQL, the columns the daemon plans with (`PLANNED_COLUMNS`) of each
+    table that changed by more rows than it held when last analysed (and by at least
+    1,000); looked at every `STATISTICS_EVERY_S` on the daemon's clock. Autovacuum does the
+    same after its naptime (a minute) and a tenth of the table: a new installation under
+    load is planned blind until then, and the planner scans whole tables to update a
+    hundred rows. An ANALYZE of some columns does not reset PostgreSQL's count of changes,
+    so the daemon keeps the count it analysed at (`Daemon.analysed`). Returns the tables
+    analysed."""
     now = daemon.clock()
     if connection.vendor != "postgresql" or now - daemon.statistics_at < STATISTICS_EVERY_S:
         return []
     daemon.statistics_at = now
-    names = [model._meta.db_table for model in PLANNED_TABLES]
+    tables = {model._meta.db_table: model for model in PLANNED_COLUMNS}
+    stale = []
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
-            " WHERE s.relname = ANY(%s) AND s.n_mod_since_analyze > GREATEST(1000, c.reltuples)",
-            [names],
+            "SELECT s.relname, s.n_mod_since_analyze, s.n_live_tup, c.reltuples"
+            " FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+            " WHERE s.relname = ANY(%s) ORDER BY s.relname",
+            [list(tables)],
         )
-        stale = sorted(row[0] for row in cursor.fetchall())
-        for name in stale:
-            cursor.execute(f"ANALYZE {connection.ops.quote_name(name)}")
+        for name, changed, rows, held in cursor.fetchall():
+            changed_then, held = daemon.analysed.get(name, (0, max(0, int(held))))
+            if changed - changed_then <= max(1000, held):
+                continue  # also when autovacuum analysed it since (the count went down)
+            model = tables[name]
+            fields = [model._meta.get_field(f) for f in PLANNED_COLUMNS[model]]
+            columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)  # type: ignore[union-attr,arg-type]
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(name)} ({columns})")
+            daemon.analysed[name] = (changed, rows)
+            stale.append(name)
     if stale:
         log.info("analysed %s", ", ".join(stale))
     return stale
