@@ -879,7 +879,7 @@ RELEASE_SQL = (
 
 def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:
     """End allocations and give their device shares back (the trigger frees the devices).
-    The ids go as one parameter (`__any`): a cycle releases thousands."""
+    The ids go as one parameter (`RELEASE_SQL`, `__any`): a cycle releases thousands."""
     if not allocation_ids:
         return 0
     if connection.vendor == "postgresql":

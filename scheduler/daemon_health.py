@@ -174,9 +174,9 @@ def autoscale(daemon: Daemon) -> int:
 # and join on: analysing these alone takes a tenth of the time (the jobs' JSON specs are
 # most of an ANALYZE of their table: 128 ms at 15,000 jobs).
 PLANNED_COLUMNS = {
-    Job: ("id", "state", "tenant", "priority_class", "queued_at"),
-    Allocation: ("id", "job", "node", "ended_at"),
-    AllocationDevice: ("id", "allocation", "device", "released"),
+    Job._meta.db_table: ("id", "state", "tenant_id", "priority_class_id", "queued_at"),
+    Allocation._meta.db_table: ("id", "job_id", "node_id", "ended_at"),
+    AllocationDevice._meta.db_table: ("id", "allocation_id", "device_id", "released"),
 }
 STATISTICS_EVERY_S = 10.0
 
@@ -194,25 +194,22 @@ def refresh_statistics(daemon: Daemon) -> list[str]:
     if connection.vendor != "postgresql" or now - daemon.statistics_at < STATISTICS_EVERY_S:
         return []
     daemon.statistics_at = now
-    tables = {model._meta.db_table: model for model in PLANNED_COLUMNS}
     stale = []
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT s.relname, s.n_mod_since_analyze, s.n_live_tup, c.reltuples"
             " FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
             " WHERE s.relname = ANY(%s) ORDER BY s.relname",
-            [list(tables)],
+            [list(PLANNED_COLUMNS)],
         )
-        for name, changed, rows, held in cursor.fetchall():
-            changed_then, held = daemon.analysed.get(name, (0, max(0, int(held))))
+        for table, changed, rows, reltuples in cursor.fetchall():
+            changed_then, held = daemon.analysed.get(table, (0, max(0, int(reltuples))))
             if changed - changed_then <= max(1000, held):
                 continue  # also when autovacuum analysed it since (the count went down)
-            model = tables[name]
-            fields = [model._meta.get_field(f) for f in PLANNED_COLUMNS[model]]
-            columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)  # type: ignore[union-attr,arg-type]
-            cursor.execute(f"ANALYZE {connection.ops.quote_name(name)} ({columns})")
-            daemon.analysed[name] = (changed, rows)
-            stale.append(name)
+            columns = ", ".join(map(connection.ops.quote_name, PLANNED_COLUMNS[table]))
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(table)} ({columns})")
+            daemon.analysed[table] = (changed, rows)
+            stale.append(table)
     if stale:
         log.info("analysed %s", ", ".join(stale))
     return stale

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import Model
 from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -16,6 +17,12 @@ from scheduler.backends.base import FailureReason
 from scheduler.daemon_reconcile import active_allocations
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobEvent, Node
 from tests.daemon.conftest import Env, assert_consistent
+
+
+def _columns(row: Model) -> dict[str, Any]:
+    """The row's column values but its key: to bulk-create copies of it."""
+    meta = type(row)._meta
+    return {f.attname: getattr(row, f.attname) for f in meta.concrete_fields if not f.primary_key}
 
 
 def states(job: Job) -> list[str]:
@@ -671,9 +678,7 @@ def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
     first = env.submit()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduler_job")
-    fields = {
-        f.attname: getattr(first, f.attname) for f in Job._meta.concrete_fields if not f.primary_key
-    }
+    fields = _columns(first)
     burst = Job.objects.bulk_create([Job(**fields) for _ in range(3000)])
     ids = [job.pk for job in burst[:100]]
     if statement == "claim":
@@ -697,11 +702,7 @@ def test_release_finds_its_allocations_by_key_whatever_the_statistics(env: Env) 
     env.submit(simulation={"duration_s": 600})
     env.run(env.daemon())
     first = Allocation.objects.get()
-    fields = {
-        f.attname: getattr(first, f.attname)
-        for f in Allocation._meta.concrete_fields
-        if not f.primary_key
-    }
+    fields = _columns(first)
     ended = [
         Allocation(**{**fields, "replica": i + 1, "ended_at": timezone.now()}) for i in range(3000)
     ]
@@ -739,9 +740,7 @@ def test_the_daemon_analyses_its_tables_once_they_outgrow_their_statistics(tenv:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduler_job")
     before = analysed("scheduler_job")
-    fields = {
-        f.attname: getattr(first, f.attname) for f in Job._meta.concrete_fields if not f.primary_key
-    }
+    fields = _columns(first)
     Job.objects.bulk_create([Job(**fields) for _ in range(1500)])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")  # counted once this one ends
