@@ -38,7 +38,8 @@ def reserve(
     mark = ctx.mark()
     try:
         for position, (end, _, running) in enumerate(ending):
-            ctx.hold(running.job, running.flavor, running.assignments, -1)
+            # Placement alone decides where the gang would fit: quota is not looked at.
+            ctx.hold_devices(running.job, running.assignments, -1)
             more_at_same_time = position + 1 < len(ending) and ending[position + 1][0] == end
             if more_at_same_time or ctx.state.free_milli(flavor) < need:
                 continue

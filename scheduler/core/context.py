@@ -95,14 +95,20 @@ class CycleContext:
         self, job: JobRequest, flavor: str, assignments: Sequence[ReplicaAssignment], sign: int
     ) -> None:
         """Take (+1) or give back (-1) ``assignments`` of ``job`` on state and ledger."""
+        self.hold_devices(job, assignments, sign)
+        if self.counts_quota(job):
+            milli = sum(a.gpu_milli for a in assignments)
+            self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
+
+    def hold_devices(
+        self, job: JobRequest, assignments: Sequence[ReplicaAssignment], sign: int
+    ) -> None:
+        """As ``hold``, on the state alone (what placement sees), not the ledger."""
         res, index = job.resources, self.state.index
         for a in assignments:
             node = index.get(a.node)
             if node is not None:
                 self.state.apply(node, a.shares, res.cpu_milli, res.memory_mib, res.rdma, sign)
-        if self.counts_quota(job):
-            milli = sum(a.gpu_milli for a in assignments)
-            self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
 
     def mark(self) -> tuple[int, int]:
         return self.state.mark(), self.ledger.mark()

@@ -53,6 +53,7 @@ class QuotaLedger:
         self._inner: dict[_Key, int] = defaultdict(int)  # own usage + children's footprints
         self._eff: dict[_Key, int] = defaultdict(int)  # max(inner, reserve)
         self._guarantee: dict[_Key, int] = {}
+        self._reserves: dict[_Key, int] = {}
         self._journal: list[tuple[str, str, str, int]] = []
         self.changes = 0  # bumped by every charge and refund: a version for caches
         self._init_footprints(flavors)
@@ -67,19 +68,26 @@ class QuotaLedger:
 
     def guarantee(self, tenant: str, flavor: str) -> int:
         key = (tenant, flavor)
-        if key not in self._guarantee:
+        kept = self._guarantee.get(key)
+        if kept is None:
             quota = self.tenants[tenant].quotas.get(flavor)
-            self._guarantee[key] = (
+            kept = self._guarantee[key] = (
                 quota.guaranteed
                 if quota is not None
                 else sum(self.guarantee(c, flavor) for c in self.children[tenant])
             )
-        return self._guarantee[key]
+        return kept
 
     def _reserve(self, tenant: str, flavor: str) -> int:
-        quota = self.tenants[tenant].quotas.get(flavor)
-        lend = None if quota is None else quota.lend_limit
-        return 0 if lend is None else max(0, self.guarantee(tenant, flavor) - lend)
+        key = (tenant, flavor)
+        kept = self._reserves.get(key)
+        if kept is None:
+            quota = self.tenants[tenant].quotas.get(flavor)
+            lend = None if quota is None else quota.lend_limit
+            kept = self._reserves[key] = (
+                0 if lend is None else max(0, self.guarantee(tenant, flavor) - lend)
+            )
+        return kept
 
     def _footprints(self, tenant: str, flavor: str, milli: int) -> list[int]:
         """eff(n) along ``chain[tenant]`` if ``tenant`` used ``milli`` more."""

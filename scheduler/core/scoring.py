@@ -88,8 +88,8 @@ class FragmentationScore:
     """FGD over the mix of requests in the snapshot (pending and running: what arrives now),
     given as ((resources, flavors), count) pairs.
 
-    The model mirrors the state's free capacity; nodes the state marks dirty are re-synced
-    lazily before each score, so only changed nodes are recomputed.
+    The model mirrors the state's free capacity; a node the state marks dirty is re-synced
+    lazily, when it is next scored in a state whose deltas are not memoised.
     """
 
     name = "FragmentationScore"
@@ -140,18 +140,25 @@ class FragmentationScore:
         """The model's delta per candidate, memoised per (node state, request): within a
         cycle the mix is fixed, so the delta is a function of those two alone. Candidates
         mostly share a few states (empty nodes, nodes filled alike), so most are hits."""
-        signatures = self.state.signature[nodes].tolist()
+        signatures = self.state.signatures(nodes)
         table = self._memo.setdefault(request, {})  # hash the request once, not per node
         missing = {sig: i for i, sig in enumerate(signatures) if sig not in table}
         if missing:
-            self._sync()
-            computed = self.model.score(nodes[list(missing.values())], request)
+            chosen = nodes[list(missing.values())]
+            self._sync(chosen.tolist())
+            computed = self.model.score(chosen, request)
             table.update(zip(missing, computed.tolist(), strict=True))
         return np.array([table[sig] for sig in signatures], dtype=np.float64)
 
-    def _sync(self) -> None:
-        state = self.state
-        for i in state.dirty:
+    def _sync(self, nodes: list[int]) -> None:
+        """Bring the model's rows of ``nodes`` up to the state. The model is read only for
+        the nodes it scores, so a node changed since stays dirty until it is scored: most
+        never are, their new state's deltas being memoised already."""
+        state, dirty = self.state, self.state.dirty
+        for i in nodes:
+            if i not in dirty:
+                continue
+            dirty.discard(i)
             self.model.update_node(
                 i,
                 gpu_free_milli=np.where(state.usable[i], state.dev_free[i], 0),
@@ -159,7 +166,6 @@ class FragmentationScore:
                 memory_free_mib=int(state.mem_free[i]),
                 gpu_memory_free_mib=state.dev_mem[i],
             )
-        state.dirty.clear()
 
 
 def pod_request(resources: Resources, flavors: tuple[str, ...]) -> PodRequest:

@@ -50,6 +50,11 @@ class ClusterState:
         self.domain, _ = _codes([node.nvlink_domain for node in nodes])
         self.rack, _ = _codes([node.rack for node in nodes])
         self._load_devices(n, d)
+        # Python copies of what never changes, for the per-node scalar code (apply, sign):
+        # reading a numpy element costs more than a list's.
+        self._flavor_of: list[int] = self.flavor.tolist()
+        self._usable_rows: list[tuple[bool, ...]] = [tuple(row) for row in self.usable.tolist()]
+        self._all_usable: list[bool] = [all(row) for row in self._usable_rows]
         self.schedulable = np.array([nd.healthy and not nd.cordoned for nd in nodes], np.bool_)
         self.pool, self.pool_names = _codes([node.pool for node in nodes])
         groups = {taints: k for k, taints in enumerate(dict.fromkeys(n.taints for n in nodes))}
@@ -70,7 +75,8 @@ class ClusterState:
             self.buckets[(int(self.flavor[i]), int(self.whole_free[i]))].append(i)
         self._journal: list[_Entry] = []
         self._signatures: dict[tuple[int, ...], int] = {}
-        self.signature = np.array([self._sign(i) for i in range(n)], dtype=np.int64)
+        self._signature = [self._sign(i) for i in range(n)]
+        self._unsigned: set[int] = set()  # nodes changed since their signature was taken
         self._static: dict[tuple[str, tuple[str, ...], tuple[Toleration, ...]], BoolArray] = {}
         self.dirty: set[int] = set()
 
@@ -108,41 +114,64 @@ class ClusterState:
     def _apply(
         self, i: int, shares: tuple[DeviceShare, ...], cpu: int, mem: int, rdma: int, sign: int
     ) -> None:
-        free, flavor = self.dev_free, int(self.flavor[i])
-        whole_before = int(self.whole_free[i])
+        free, flavor, usable = self.dev_free, self._flavor_of[i], self._usable_rows[i]
+        moved = milli = 0  # whole free devices gained; usable milli-GPU taken
         for share in shares:
             d = share.device
-            before = int(free[i, d])
+            before = free.item(i, d)
             after = before - sign * share.milli
             free[i, d] = after
-            self.dev_mem[i, d] -= sign * share.memory_mib
-            if self.usable[i, d]:
-                moved = (after == MILLI_PER_GPU) - (before == MILLI_PER_GPU)
-                self.whole_free[i] += moved
-                if self.reserved[i, d]:
-                    self.reserved_whole_free[i] += moved
-                self.flavor_free[flavor] -= sign * share.milli
-                self.node_free[i] -= sign * share.milli
-        self.cpu_free[i] -= sign * cpu
-        self.mem_free[i] -= sign * mem
-        self.rdma_free[i] -= sign * rdma
-        self.signature[i] = self._sign(i)
+            if share.memory_mib:
+                self.dev_mem[i, d] -= sign * share.memory_mib
+            if usable[d]:
+                turned = (after == MILLI_PER_GPU) - (before == MILLI_PER_GPU)
+                if turned:
+                    moved += turned
+                    if self.reserved.item(i, d):
+                        self.reserved_whole_free[i] += turned
+                milli += share.milli
+        if milli:
+            self.flavor_free[flavor] -= sign * milli
+            self.node_free[i] -= sign * milli
+        if cpu:
+            self.cpu_free[i] -= sign * cpu
+        if mem:
+            self.mem_free[i] -= sign * mem
+        if rdma:
+            self.rdma_free[i] -= sign * rdma
+        self._unsigned.add(i)
         self.dirty.add(i)
-        whole_after = int(self.whole_free[i])
-        if whole_after != whole_before:
+        if moved:
+            whole_before = self.whole_free.item(i)
+            self.whole_free[i] = whole_before + moved
             old = self.buckets[(flavor, whole_before)]
             del old[bisect_left(old, i)]
-            insort(self.buckets[(flavor, whole_after)], i)
+            insort(self.buckets[(flavor, whole_before + moved)], i)
+
+    def signatures(self, nodes: IntArray) -> list[int]:
+        """The signature of each of ``nodes``: taken when asked for, since a node may change
+        many times between two reads (trial placements, rollbacks, reservations)."""
+        signature, unsigned = self._signature, self._unsigned
+        out = []
+        for i in nodes.tolist():
+            if i in unsigned:
+                unsigned.discard(i)
+                signature[i] = self._sign(i)
+            out.append(signature[i])
+        return out
 
     def _sign(self, i: int) -> int:
         """An id shared by nodes in identical states (same flavor, usable free capacity per
         device, GPU memory, CPU, memory, RDMA), so per-state results can be memoised."""
+        free = self.dev_free[i].tolist()
+        if not self._all_usable[i]:
+            free = [f if ok else -1 for f, ok in zip(free, self._usable_rows[i], strict=True)]
         key = (
-            int(self.flavor[i]),
-            int(self.cpu_free[i]),
-            int(self.mem_free[i]),
-            int(self.rdma_free[i]),
-            *np.where(self.usable[i], self.dev_free[i], -1).tolist(),
+            self._flavor_of[i],
+            self.cpu_free.item(i),
+            self.mem_free.item(i),
+            self.rdma_free.item(i),
+            *free,
             *self.dev_mem[i].tolist(),
         )
         return self._signatures.setdefault(key, len(self._signatures))

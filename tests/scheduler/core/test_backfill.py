@@ -95,3 +95,17 @@ def test_a_held_base_keeps_no_reservation_between_cycles():
     again = run_cycle(later, BEST_FIT, held=base)
     assert again == cycle(later)
     assert len(again.placements) == 4  # 8 free devices, none held
+
+
+def test_a_reservation_is_found_on_the_devices_alone_without_charging_quota():
+    from scheduler.core.backfill import reserve
+    from scheduler.core.cycle import build_context
+
+    nodes, running = cluster_half_busy()
+    big = make_job("big", gpus=8, submitted_at=0)
+    ctx = build_context(snapshot(nodes, [big], running, now=NOW), BEST_FIT)
+    charges, free, mark = ctx.ledger.changes, ctx.state.whole_free.tolist(), ctx.mark()
+    held = reserve(ctx, big, "H100", (0,))
+    assert held is not None and held.start_at == 1600.0
+    assert ctx.ledger.changes == charges  # the running jobs were released on the state only
+    assert ctx.state.whole_free.tolist() == free and ctx.mark() == mark

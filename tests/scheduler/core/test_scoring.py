@@ -87,3 +87,40 @@ def test_fragmentation_score_follows_state_changes():
     state.apply(0, tuple(DeviceShare(d, GPU, 0) for d in (4, 5)), 0, 0, 0, +1)
     # before: 2 free, all stranded (2000); after: 0 free, 0 stranded: delta -2000 -> +2.0
     assert scorer.score(inp(state, [0], 2)).tolist() == pytest.approx([2.0])
+
+
+def test_a_node_is_signed_when_its_signature_is_read_not_at_every_change(monkeypatch):
+    # Trial placements and rollbacks change a node many times between two reads: it is
+    # signed once, when read, and the signature is that of a node in the same state.
+    state = state_with({})
+    calls = []
+    sign = ClusterState._sign
+    monkeypatch.setattr(ClusterState, "_sign", lambda self, i: calls.append(i) or sign(self, i))
+    for _ in range(50):
+        state.apply(0, (DeviceShare(0, GPU, 0),), 0, 0, 0, +1)
+        state.apply(0, (DeviceShare(0, GPU, 0),), 0, 0, 0, -1)
+    state.apply(0, (DeviceShare(1, GPU, 0),), 0, 0, 0, +1)
+    assert calls == []
+    state.apply(1, (DeviceShare(1, GPU, 0),), 0, 0, 0, +1)
+    first = state.signatures(np.array([0, 1, 2]))
+    assert sorted(calls) == [0, 1]
+    assert first[0] == first[1] != first[2]  # n0 and n1 both have device 1 taken
+    assert state.signatures(np.array([0, 1])) == first[:2] and sorted(calls) == [0, 1]
+
+
+def test_the_fragmentation_model_syncs_only_the_nodes_it_scores(monkeypatch):
+    state = state_with({})
+    scorer = FragmentationScore(state, [((Resources(gpu_milli=4 * GPU), ()), 10)])
+    synced = []
+    update = scorer.model.update_node
+    monkeypatch.setattr(
+        scorer.model, "update_node", lambda i, **kw: synced.append(i) or update(i, **kw)
+    )
+    state.apply(2, tuple(DeviceShare(d, GPU, 0) for d in range(4)), 0, 0, 0, +1)
+    state.apply(3, tuple(DeviceShare(d, GPU, 0) for d in range(3)), 0, 0, 0, +1)
+    # n0, n1: 8 free, 6 left, where a 4-GPU job still fits: nothing stranded
+    assert scorer.score(inp(state, [0, 1], 2)).tolist() == pytest.approx([0.0, 0.0])
+    assert synced == []  # n2 and n3 changed, but were not scored
+    # n2: 4 free, a 2-GPU job strands the other 2 (+2000); n3: 5 free, leaves 3 (+3000)
+    assert scorer.score(inp(state, [2, 3], 2)).tolist() == pytest.approx([-2.0, -3.0])
+    assert sorted(synced) == [2, 3]
