@@ -64,3 +64,38 @@ def test_postgresql_sessions_bound_statements_and_skip_jit(db: None) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('jit'), current_setting('lock_timeout')")
         assert cursor.fetchone() == ("off", "5s")
+
+
+def test_postgresql_binds_parameters_on_the_server(db: None) -> None:
+    """Values travel apart from the SQL text (`$1`), not quoted into it by psycopg in
+    Python: the daemon sends arrays of thousands of ids every cycle."""
+    import psycopg
+    import pytest
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL settings")
+    with connection.cursor() as cursor:
+        assert not isinstance(cursor.cursor, psycopg.ClientCursor)
+        cursor.execute(
+            "SELECT query FROM pg_stat_activity"
+            " WHERE pid = pg_backend_pid() AND cardinality(%s::int[]) > 0",
+            [[41, 42]],
+        )
+        (sent,) = cursor.fetchone()
+    assert "$1" in sent and "42" not in sent, sent
+
+
+def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        import pytest
+
+        pytest.skip("PostgreSQL settings")
+    code = "from django.db import connection; print(connection.settings_dict['OPTIONS'])"
+    on = manage("shell", "-c", code, env={"DATABASE_URL": url})
+    off = manage(
+        "shell", "-c", code, env={"DATABASE_URL": url, "GANTRY_DB_SERVER_SIDE_BINDING": "0"}
+    )
+    assert "'server_side_binding': True" in on.stdout, on.stdout + on.stderr
+    assert "'server_side_binding': False" in off.stdout, off.stdout + off.stderr
