@@ -148,14 +148,45 @@ class SnapshotCache:
     def request(
         self, row: dict[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
     ) -> JobRequest:
-        """The JobRequest of `row`, built once per row version (rows of a new version are
-        new dicts: `_job_rows` replaces them)."""
+        """The JobRequest of `row`: built again only when a field it is made of changed.
+        A job's row gets a new version at every step of its life (admitted, binding,
+        running, a new reason), which the engine's view of it does not depend on; keeping
+        the same object also makes the engine's comparisons of what runs cheap."""
         kept = self.requests.get(row["id"])
-        if kept is not None and kept[0] is row:
-            return kept[1]
+        if kept is not None:
+            if kept[0] is row:
+                return kept[1]
+            if _request_inputs(kept[0]) == _request_inputs(row):
+                self.requests[row["id"]] = (row, kept[1])
+                return kept[1]
         made = job_request(row, slugs, classes)
         self.requests[row["id"]] = (row, made)
         return made
+
+
+# The fields of a job row `job_request` reads (the organisation's names come from
+# `_organisation`, whose change clears `SnapshotCache.requests`).
+REQUEST_INPUTS = (
+    "tenant_id",
+    "priority_class_id",
+    "job_type",
+    "replicas",
+    "gpu_milli_per_replica",
+    "gpu_memory_mib",
+    "cpu_milli",
+    "memory_mib",
+    "flavors",
+    "max_runtime_s",
+    "attempt",
+    "queued_at",
+    "not_before",
+    "submitted_by_id",
+    *SPEC_KEYS.values(),
+)
+
+
+def _request_inputs(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(map(row.get, REQUEST_INPUTS))
 
 
 def build_snapshot(

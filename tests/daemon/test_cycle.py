@@ -175,6 +175,25 @@ def test_cached_rows_are_read_again_when_the_job_changes(env: Env) -> None:
     assert cache.rows == {}
 
 
+def test_the_engines_view_of_a_job_is_kept_while_what_it_is_made_of_is_unchanged(
+    env: Env,
+) -> None:
+    """A job's row gets a new version at every step (a new reason, admitted, running), none
+    of which the engine's view depends on: the same JobRequest is kept, and built again only
+    when a field it is made of changes."""
+    job = env.submit(resources={"gpus": 2})
+    cache = SnapshotCache()
+    [first] = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending
+    with transaction.atomic():  # a subtransaction: the row gets a version of its own
+        Job.objects.filter(pk=job.pk).update(reason="waiting for 2 GPUs")
+    [same] = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending
+    assert same is first and cache.rows[job.pk][1]["reason"] == "waiting for 2 GPUs"
+    with transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(attempt=1)
+    [again] = build_snapshot(env.clock(), decayed={}, cache=cache).snapshot.pending
+    assert again is not first and again.attempt == 1
+
+
 def test_allocations_are_read_again_when_they_or_their_node_change(env: Env) -> None:
     """Reconcile keeps active allocations by row version (the allocation's and its node's):
     a write to either, by anyone, reads the row again; an ended one drops out."""
