@@ -1,5 +1,5 @@
 """The scheduler daemon: lead -> sync nodes -> reconcile -> scale -> snapshot -> decide ->
-apply -> bind -> commit -> reasons -> statistics, in a loop of small steps.
+apply -> bind -> commit -> starts -> reasons -> statistics, in a loop of small steps.
 
 One instance leads (the lease in `leader`); the others stand by and take over when the
 lease expires. Every write is fenced by the lease epoch. The loop is driven by `step()`,
@@ -44,7 +44,7 @@ from scheduler.core.context import Held
 from scheduler.core.types import JobKind
 from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, write_reasons
 from scheduler.daemon_health import autoscale, refresh_statistics, sync_nodes
-from scheduler.daemon_reconcile import reconcile
+from scheduler.daemon_reconcile import reconcile, write_starts
 from scheduler.daemon_wakeup import Waiter
 from scheduler.leader import Lease, LeaseLost
 
@@ -252,6 +252,8 @@ class Daemon:
             commit_binds(self, plan, outcome)
             stats.pods_bound = sum(len(v) for v in outcome.bound.values())
             stats.bind_failed = len(outcome.failed)
+        with clock("starts"):  # after the binds, which it must not delay
+            stats.reconciled += write_starts(self, rec)
         with clock("reasons"):
             write_reasons(self, plan)
         with clock("statistics"):  # after the binds, which it must not delay

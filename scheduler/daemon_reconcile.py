@@ -7,9 +7,10 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
 2. Allocations that are stopping (preempted, scaled down, an older attempt, a job that
    ended): their pod is deleted; once it is gone the allocation is released.
 3. Each job holding allocations is judged on its pods: adopt a crashed claim (all pods exist:
-   bind the unbound ones) or release it; running when its pods run; succeeded when they
-   have; an attempt failed on a failed or vanished pod, a lost node or an unhealthy GPU
-   (retried per the job's policy); failed past its max runtime.
+   bind the unbound ones) or release it; running when its pods run (written after the
+   cycle's binds, `write_starts`); succeeded when they have; an attempt failed on a failed
+   or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy); failed
+   past its max runtime.
 4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
 """
 
@@ -115,6 +116,10 @@ class ReconcileStats:
     # rows of their jobs, read again where reconcile wrote them.
     active: list[dict[str, Any]] = field(default_factory=list)
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Jobs whose pods were seen running (binding -> running), written after the binds
+    # (`write_starts`), and the time they were seen at.
+    starts: list[Change] = field(default_factory=list)
+    seen_at: datetime | None = None
 
 
 def reconcile(daemon: Daemon) -> ReconcileStats:
@@ -186,8 +191,7 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     with transaction.atomic():
         daemon.lease.fence()
         stats.released = release(to_release, now, "pod gone")
-        started: dict[int, int] = {}  # job id -> row version, of the jobs seen started
-        written, ended, finished = _apply(jobs, live, pods, verdicts, now, started)
+        written, ended, finished, stats.starts = _apply(jobs, live, pods, verdicts, now)
         stats.changed = len(written)
         gone = {*to_release, *finished}
         # Preempted jobs whose last allocation ended now; every few seconds, all of them
@@ -199,11 +203,9 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
             stats.changed += _requeue_preempted(now)
         elif freed:
             stats.changed += _requeue_preempted(now, freed)
-    # Committed: the cache takes the rows of the started jobs as written, so that they are
-    # not read again below or by the snapshot.
-    daemon.cache.remember(started, {"state": S.RUNNING, "started_at": now, "reason": ""})
+    stats.seen_at = now
     stats.active = [a for a in allocs if a["id"] not in gone]
-    stats.rows = _holders(stats.active, jobs, written, daemon.cache, started)
+    stats.rows = _holders(stats.active, jobs, written, daemon.cache)
     delete_pods(
         daemon,
         [
@@ -220,22 +222,31 @@ def _holders(
     jobs: Mapping[int, dict[str, Any]],
     written: set[int],
     cache: SnapshotCache,
-    remembered: Mapping[int, int],
 ) -> dict[int, dict[str, Any]]:
-    """The rows of the jobs holding `active`: as read; as the cache remembers them if
-    reconcile wrote them and the cache took what it wrote (`remembered`: id -> version);
-    otherwise read again."""
+    """The rows of the jobs holding `active`: as read, or read again if reconcile wrote
+    them."""
     holders = {a["job_id"] for a in active}
     rows = {i: jobs[i] for i in holders if i in jobs and i not in written}
-    again = []
-    for i in sorted(holders & written):
-        kept = cache.rows.get(i)
-        if kept is not None and kept[0] == remembered.get(i):
-            rows[i] = kept[1]
-        else:
-            again.append(i)
+    again = sorted(holders & written)
     rows.update(reread(again, cache) if again else {})
     return rows
+
+
+def write_starts(daemon: Daemon, rec: ReconcileStats) -> int:
+    """binding -> running for the jobs whose pods reconcile saw running, fenced, after the
+    cycle's binds: nothing waits on it (the snapshot counts a job's devices as held in
+    either state), while the devices that reconcile freed wait for the binds. A job that
+    changed meanwhile (preempted in this cycle) is skipped by the compare-and-swap.
+    Returns the jobs written; the cache takes their new rows."""
+    if not rec.starts or rec.seen_at is None:
+        return 0
+    versions: dict[int, int] = {}
+    with transaction.atomic():
+        daemon.lease.fence()
+        done = transition_many(rec.starts, rec.seen_at, versions)
+    fields = {"state": S.RUNNING, "started_at": rec.seen_at, "reason": ""}
+    daemon.cache.remember(versions, fields)
+    return len(done)
 
 
 # An active allocation's version: its row's and its node's (PostgreSQL row versions, new on
@@ -327,11 +338,10 @@ def _apply(
     pods: Mapping[str, PodStatus],
     verdicts: Mapping[int, Verdict],
     now: datetime,
-    started: dict[int, int],
-) -> tuple[set[int], list[dict[str, Any]], list[int]]:
-    """Write the verdicts. Returns the ids of the jobs written, the allocations of the
-    attempts that ended and those of them released; `started` receives the new row
-    versions of the jobs moved to running (written once in this transaction)."""
+) -> tuple[set[int], list[dict[str, Any]], list[int], list[Change]]:
+    """Write the verdicts, except the starts (binding -> running), returned for
+    `write_starts`. Returns the ids of the jobs written, the allocations of the attempts
+    that ended, those of them released, and the starts."""
     # Pods seen started and finished at once (short jobs): one write, both events.
     both = {j for j, v in verdicts.items() if v.start and v.succeeded}
     starts = [
@@ -339,9 +349,6 @@ def _apply(
         for j, v in verdicts.items()
         if v.start and j not in both
     ]
-    changed = transition_many(starts, now, started)
-    # (The rows are the cache's: a changed copy, not the row itself.)
-    state = {job_id: S.RUNNING for job_id in changed}
     adopted = [j for j, v in verdicts.items() if v.adopted and not v.release_claim]
     Allocation.objects.filter(job_id__any=adopted, ended_at__isnull=True).update(bound_at=now)
     changes = [
@@ -361,7 +368,7 @@ def _apply(
     )
     ends: list[int] = []
     for job_id, verdict in verdicts.items():
-        job = {**jobs[job_id], "state": state[job_id]} if job_id in state else jobs[job_id]
+        job = jobs[job_id]
         if verdict.release_claim:
             ends.append(job_id)
             changes.append(
@@ -405,7 +412,7 @@ def _apply(
     released = set(finished)
     stopping = [a["id"] for a in ended if a["id"] not in released]
     Allocation.objects.filter(id__any=stopping).update(end_reason="attempt ended")
-    return {*changed, *done}, ended, finished
+    return set(done), ended, finished, starts
 
 
 def _failure_change(

@@ -128,13 +128,15 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
     assert not any('"scheduler_job"."spec" AS' in q for q in sql)  # scaling's read
 
 
-def test_reconcile_hands_the_snapshot_rows_current_after_its_own_writes(env: Env) -> None:
-    """Reconcile reads the rows of the jobs holding allocations once; the rows it hands on
-    are current after its own writes (a job seen started is `running` in the same cycle's
-    snapshot) without reading them again: the UPDATE returns their new versions and the
-    cache takes what it wrote. The rows of the jobs whose allocations ended are not
-    handed on."""
-    from scheduler.daemon_reconcile import reconcile
+def test_reconcile_hands_the_snapshot_rows_and_writes_the_starts_after_the_binds(
+    env: Env,
+) -> None:
+    """Reconcile reads the rows of the jobs holding allocations once and hands them on
+    without reading them again; the rows of the jobs whose allocations ended are not handed
+    on. A job seen started is written `running` after the cycle's binds (`write_starts`):
+    the UPDATE returns its new version and the cache takes what it wrote, so the next
+    snapshot reads no row whole either."""
+    from scheduler.daemon_reconcile import reconcile, write_starts
 
     keeps = env.submit(simulation={"duration_s": 600})
     ends = env.submit(simulation={"duration_s": 1})
@@ -143,21 +145,41 @@ def test_reconcile_hands_the_snapshot_rows_current_after_its_own_writes(env: Env
     env.clock.advance(5)  # one started, the other started and ended
     with CaptureQueriesContext(connection) as sent, transaction.atomic():
         rec = reconcile(daemon)
+        built = build_snapshot(
+            env.clock(), decayed={}, cache=daemon.cache, active=rec.active, running_rows=rec.rows
+        )
+        assert write_starts(daemon, rec) == 1
+        again = build_snapshot(env.clock(), decayed={}, cache=daemon.cache)
     whole_rows = [q["sql"] for q in sent.captured_queries if '"max_runtime_s"' in q["sql"]]
     assert whole_rows == []
     assert set(rec.rows) == {keeps.pk}
-    assert rec.rows[keeps.pk]["state"] == "running"
+    assert [r.job.id for r in built.snapshot.running] == [str(keeps.pk)]
+    assert built.jobs[str(keeps.pk)]["state"] == "binding"  # as read: written after the binds
+    assert again.jobs[str(keeps.pk)]["state"] == "running"
     version = daemon.cache.rows[keeps.pk][0]
     row_version = RawSQL("xmin::text::bigint", ())
     current = Job.objects.annotate(v=row_version).values_list("v", flat=True).get(pk=keeps.pk)
     assert version == current
-    built = build_snapshot(
-        env.clock(), decayed={}, cache=daemon.cache, active=rec.active, running_rows=rec.rows
-    )
-    assert [r.job.id for r in built.snapshot.running] == [str(keeps.pk)]
-    assert built.jobs[str(keeps.pk)]["state"] == "running"
+    keeps.refresh_from_db()
     ends.refresh_from_db()
-    assert ends.state == "succeeded"
+    assert (keeps.state, ends.state) == ("running", "succeeded")
+
+
+def test_a_cycle_binds_before_it_records_the_jobs_seen_started(env: Env) -> None:
+    """The devices reconcile freed go to the next jobs first: binding -> running of the jobs
+    seen started (nothing waits on it) is written after the cycle's binds."""
+    first = env.submit(simulation={"duration_s": 600}, resources={"gpus": 8})
+    daemon = env.daemon()
+    env.run(daemon)  # placed and bound
+    second = env.submit(simulation={"duration_s": 600}, resources={"gpus": 8})
+    states: list[str] = []
+    daemon.hooks = {"bound": lambda: states.append(Job.objects.get(pk=first.pk).state)}
+    env.clock.advance(5)  # past the simulated start delay
+    daemon.step()  # `first` seen running, `second` placed and bound
+    assert states == ["binding"]
+    assert Job.objects.get(pk=first.pk).state == "running"
+    assert Job.objects.get(pk=second.pk).state == "binding"
+    assert daemon.last is not None and daemon.last.reconciled == 1
 
 
 def test_cached_rows_are_read_again_when_the_job_changes(env: Env) -> None:
