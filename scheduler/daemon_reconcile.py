@@ -124,7 +124,6 @@ class ReconcileStats:
 
 def reconcile(daemon: Daemon) -> ReconcileStats:
     stats = ReconcileStats()
-    pods = {p.name: p for p in daemon.backend.list_pods()}
     allocs = active_allocations(daemon.cache)
     # The snapshot's rows (shared with its cache: read-only here), handed on to it below.
     jobs = {r["id"]: r for r in running_job_rows(daemon.cache)}
@@ -144,6 +143,9 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         if unhealthy
         else set()
     )
+    # The pods last, after the reads: a pod that ended meanwhile is seen by this cycle, not
+    # the next. (Only this fenced daemon makes allocations, so none appears in between.)
+    pods = {p.name: p for p in daemon.backend.list_pods()}
     now = daemon.now_dt()
     known = {a["pod_name"] for a in allocs}
     # 1. orphans

@@ -165,6 +165,31 @@ def test_reconcile_hands_the_snapshot_rows_and_writes_the_starts_after_the_binds
     assert (keeps.state, ends.state) == ("running", "succeeded")
 
 
+def test_reconcile_sees_the_pods_that_end_while_it_reads_the_database(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pods are listed after reconcile's reads: a pod that ends meanwhile is seen by
+    this cycle, not the next, and its devices wait one cycle less."""
+    import scheduler.daemon_reconcile as reconciling
+
+    job = env.submit(simulation={"duration_s": 1})
+    daemon = env.daemon()
+    env.run(daemon)  # placed and bound
+    read = reconciling.active_allocations
+
+    def slow_read(cache: SnapshotCache) -> list[dict[str, Any]]:
+        rows = read(cache)
+        env.clock.advance(5)  # the pod starts and ends while the database is read
+        return rows
+
+    monkeypatch.setattr(reconciling, "active_allocations", slow_read)
+    with transaction.atomic():
+        rec = reconciling.reconcile(daemon)
+    job.refresh_from_db()
+    assert job.state == "succeeded"
+    assert rec.active == []
+
+
 def test_a_cycle_binds_before_it_records_the_jobs_seen_started(env: Env) -> None:
     """The devices reconcile freed go to the next jobs first: binding -> running of the jobs
     seen started (nothing waits on it) is written after the cycle's binds."""
