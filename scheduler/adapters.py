@@ -164,23 +164,15 @@ class SnapshotCache:
         return made
 
 
-# The fields of a job row `job_request` reads (the organisation's names come from
-# `_organisation`, whose change clears `SnapshotCache.requests`).
+# The fields of a job row `job_request` reads: every column read except those that change
+# at each step of a job's life and which it does not read (a column added to JOB_FIELDS is
+# compared until it is named here). The organisation's names come from `_organisation`,
+# whose change clears `SnapshotCache.requests`.
+_NOT_IN_REQUEST = frozenset(
+    {"id", "project_id", "state", "started_at", "reason", "project__namespace", "name"}
+)
 REQUEST_INPUTS = (
-    "tenant_id",
-    "priority_class_id",
-    "job_type",
-    "replicas",
-    "gpu_milli_per_replica",
-    "gpu_memory_mib",
-    "cpu_milli",
-    "memory_mib",
-    "flavors",
-    "max_runtime_s",
-    "attempt",
-    "queued_at",
-    "not_before",
-    "submitted_by_id",
+    *(name for name in JOB_FIELDS if name not in _NOT_IN_REQUEST),
     *SPEC_KEYS.values(),
 )
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PRODUCTION_ENV = {
@@ -70,7 +72,6 @@ def test_postgresql_binds_parameters_on_the_server(db: None) -> None:
     """Values travel apart from the SQL text (`$1`), not quoted into it by psycopg in
     Python: the daemon sends arrays of thousands of ids every cycle."""
     import psycopg
-    import pytest
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -89,8 +90,6 @@ def test_postgresql_binds_parameters_on_the_server(db: None) -> None:
 def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
-        import pytest
-
         pytest.skip("PostgreSQL settings")
     code = "from django.db import connection; print(connection.settings_dict['OPTIONS'])"
     on = manage("shell", "-c", code, env={"DATABASE_URL": url})
