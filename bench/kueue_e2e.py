@@ -16,11 +16,17 @@ outside the daemon's process, as they do through the API. Admission time is from
 job's insertion to its first `admitted` event; wall time from the first insertion to the
 last job's success; usage is allocated GPU-time over 600 GPUs x wall time.
 Kueue's published run: wall 351 s; admission small 215 s, medium 77 s, large 16.5 s.
+
+`--load N` runs N busy processes (a bare Python loop each) beside the scenario: the daemon,
+PostgreSQL and the submitter then share the cores with them, as on a loaded or slower host.
+The output gives `host_loop_s`, the time a Python loop of 10 million additions took just
+before the run, with the load running: the host's speed, to compare runs between windows.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import time
@@ -168,6 +174,34 @@ def run(
     return figures(start, cycles)
 
 
+def host_loop_s() -> float:
+    """Seconds for a Python loop of 10 million additions: the host's speed as measured."""
+    started, total = time.perf_counter(), 0
+    for i in range(10_000_000):
+        total += i
+    return round(time.perf_counter() - started, 3)
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """`count` processes that keep a core busy each, for the duration of the block."""
+    spinners = [multiprocessing.get_context("fork").Process(target=_spin, daemon=True)
+                for _ in range(count)]  # fmt: skip
+    for process in spinners:
+        process.start()
+    try:
+        yield
+    finally:
+        for process in spinners:
+            process.kill()
+            process.join()
+
+
 def unfinished() -> bool:
     from scheduler.models import Job
 
@@ -217,17 +251,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cycles", type=Path, help="write each cycle's stats here (JSON lines)")
     parser.add_argument("--reasons-every", type=float, default=1.0, help="reason refresh, s")
-    args = parser.parse_args(argv)
-    fresh_database(args.database_url)
-    out = run(
-        args.tick,
-        args.interval,
-        args.limit,
-        args.window,
-        args.per_queue,
-        args.cycles,
-        args.reasons_every,
+    parser.add_argument(
+        "--load", type=int, default=0, metavar="N", help="busy processes beside the run (0)"
     )
+    args = parser.parse_args(argv)
+    if args.load < 0:
+        parser.error("--load must be 0 or more")
+    fresh_database(args.database_url)
+    with busy_processes(args.load):
+        loop_s = host_loop_s()
+        out = run(
+            args.tick,
+            args.interval,
+            args.limit,
+            args.window,
+            args.per_queue,
+            args.cycles,
+            args.reasons_every,
+        )
+    out |= {"load": args.load, "host_loop_s": loop_s}
     print(json.dumps(out, indent=2))
     if args.json:
         keys = ("wall_s", "admission_mean_s", "usage_pct")
