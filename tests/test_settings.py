@@ -58,7 +58,6 @@ def test_production_refuses_to_start_without_secret_key() -> None:
 
 def test_postgresql_sessions_bound_statements_and_skip_jit(db: None) -> None:
     """The daemon's queries are short: PostgreSQL's JIT compiled more than they ran."""
-    import pytest
     from django.db import connection
 
     if connection.vendor != "postgresql":
