@@ -31,9 +31,18 @@ run: venv
 	  $(PY) manage.py run_scheduler & \
 	  $(PY) manage.py runserver $(HOST):$(PORT)
 
-## services: PostgreSQL and Redis for the test suite, started when they are down.
+## services: PostgreSQL and Redis for the test suite: installed from Debian's packages when missing
+## (as root), local password-less access for the `postgres` user on 127.0.0.1, started when down.
 services:
-	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@command -v pg_ctlcluster >/dev/null && command -v redis-server >/dev/null || { \
+	  test "$$(id -u)" = 0 || { echo "PostgreSQL or Redis is missing: run 'sudo apt-get install postgresql redis-server'"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; }
+	@test -n "$$(ls /etc/postgresql 2>/dev/null)" || pg_createcluster --start 15 main >/dev/null
+	@hba=/etc/postgresql/$$(ls /etc/postgresql | head -1)/main/pg_hba.conf; \
+	  if test -w "$$hba" && ! grep -q '^host all postgres 127.0.0.1/32 trust' "$$hba"; then \
+	    sed -i '1i host all postgres 127.0.0.1/32 trust' "$$hba"; \
+	    pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main reload 2>/dev/null || true; fi
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start
 	@for i in $$(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
 	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 	@for i in $$(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
