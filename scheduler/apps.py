@@ -1,4 +1,15 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _ensure_triggers(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    from django.db import connections
+
+    from scheduler.triggers import ensure_sqlite_triggers
+
+    ensure_sqlite_triggers(connections[using])
 
 
 class SchedulerConfig(AppConfig):
@@ -9,3 +20,5 @@ class SchedulerConfig(AppConfig):
         from scheduler import approvals
 
         approvals.register()
+        # SQLite drops a table's triggers when a migration rebuilds it: put them back.
+        post_migrate.connect(_ensure_triggers, sender=self, dispatch_uid="gantry-sqlite-triggers")
