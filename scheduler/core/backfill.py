@@ -2,20 +2,30 @@
 
 The first job in order that passes quota but finds no room (even by preemption) gets a
 reservation: running jobs are released in the order they are expected to end (start plus
-max runtime, else the estimate, else the profile's ``unknown_runtime_s``) until its gang
-fits; that time and those devices are the reservation. A later job may then start only if
-it ends (by its own runtime bound) before the reservation starts, or uses no reserved device.
+max runtime, else the estimate, else the profile's ``unknown_runtime_s``), or sooner when the
+head job may preempt them once their minimum runtime has passed, until its gang fits; that
+time and those devices are the reservation. A later job may then start only if it ends (by
+its own runtime bound) before the reservation starts, or uses no reserved device.
 """
 
 from __future__ import annotations
 
 from scheduler.core.context import CycleContext
+from scheduler.core.preemption import preemptible_from
 from scheduler.core.types import JobRequest, Reservation, RunningJob
 
 
 def expected_end(ctx: CycleContext, running: RunningJob) -> float:
     bound = running.job.runtime_bound_s
     return running.started_at + (bound if bound is not None else ctx.profile.unknown_runtime_s)
+
+
+def frees_for(ctx: CycleContext, job: JobRequest, running: RunningJob) -> float:
+    """When ``running`` is expected to leave its devices to ``job``: at its end, or sooner
+    when ``job`` may preempt it once its minimum runtime has passed."""
+    end = expected_end(ctx, running)
+    victim_from = preemptible_from(ctx, job, running)
+    return end if victim_from is None else min(end, victim_from)
 
 
 def ends_before_reservation(ctx: CycleContext, job: JobRequest) -> bool:
@@ -32,7 +42,7 @@ def reserve(
     """The earliest expected start of ``job`` on ``flavor`` and the devices it would take;
     None when it would not fit even on an empty flavor. Leaves state and ledger unchanged."""
     ending = sorted(
-        (expected_end(ctx, r), r.job.id, r) for r in ctx.live.values() if r.flavor == flavor
+        (frees_for(ctx, job, r), r.job.id, r) for r in ctx.live.values() if r.flavor == flavor
     )
     need = job.resources.gpu_milli * len(replicas)
     mark = ctx.mark()

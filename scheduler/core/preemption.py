@@ -279,6 +279,29 @@ def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[
     return None
 
 
+def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) -> float | None:
+    """The earliest time ``running`` may give way to ``job`` by the rules above (its minimum
+    runtime and the ping-pong guard passed), or None when it never may. Backfill uses it: a
+    reservation waits for a victim's minimum runtime, not for the victim's natural end."""
+    pc = ctx.priority_class(job)
+    relation = _relation(ctx, job, running)
+    if not (pc.preempting and pc.counts_quota) or relation is None:
+        return None
+    if relation[1] and not (
+        ctx.ledger.borrowing(running.job.tenant, running.flavor) > 0
+        and ctx.ledger.within_guarantee_after(
+            job.tenant, running.flavor, job.resources.gpu_milli * job.gang_size
+        )
+    ):
+        return None
+    start = running.started_at
+    if not (pc.critical and ctx.profile.critical_overrides_min_runtime):
+        start += ctx.profile.min_runtime_s
+    if job.id in running.preempted:
+        start = max(start, running.started_at + ctx.profile.ping_pong_guard_s)
+    return max(start, ctx.now)
+
+
 def _outside_min_runtime(ctx: CycleContext, job: JobRequest, running: RunningJob) -> bool:
     if ctx.now - running.started_at >= ctx.profile.min_runtime_s:
         return True

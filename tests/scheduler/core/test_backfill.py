@@ -11,6 +11,7 @@ from tests.scheduler.core.builders import (
     make_job,
     make_node,
     make_running,
+    make_tenants,
     snapshot,
 )
 
@@ -109,3 +110,30 @@ def test_a_reservation_is_found_on_the_devices_alone_without_charging_quota():
     assert held is not None and held.start_at == 1600.0
     assert ctx.ledger.changes == charges  # the running jobs were released on the state only
     assert ctx.state.whole_free.tolist() == free and ctx.mark() == mark
+
+
+def test_reclaim_waiting_for_min_runtime_expects_the_victims_remaining_min_runtime():
+    # team-a's guarantee (16) admits its 8-GPU job; the only node runs team-b's borrowed job,
+    # started at 760: reclaimable at 760 + 300 (min runtime) = 1060, i.e. in 1 min, not at its
+    # natural end 760 + 86400 (unknown runtime), which said "expected in 1436 min".
+    tenants = make_tenants(("team-a", 16, 16), ("team-b", 0, 16))
+    victim = make_running(make_job("b1", "team-b", gpus=8), ("n1", range(8)), started_at=760)
+    profile = replace(BEST_FIT, min_runtime_s=300.0)
+    snap = snapshot([make_node("n1")], [make_job("a", gpus=8)], [victim], tenants=tenants)
+    result = cycle(replace(snap, now=NOW), profile)
+    assert [held.start_at for held in result.reservations] == [1060.0]
+    reason = result.reason_for("a")
+    assert reason is not None and reason.message.endswith("devices reserved, expected in 1 min")
+
+
+def test_reservation_waits_for_the_natural_end_of_a_job_it_may_not_preempt():
+    # the same, but team-b runs within its own guarantee: no reclaim, so the reservation
+    # waits for its end at 760 + 1200 = 1960, in 16 min
+    tenants = make_tenants(("team-a", 16, 16), ("team-b", 8, 16))
+    victim = make_running(
+        make_job("b1", "team-b", gpus=8, runtime=1200), ("n1", range(8)), started_at=760
+    )
+    profile = replace(BEST_FIT, min_runtime_s=300.0)
+    snap = snapshot([make_node("n1")], [make_job("a", gpus=8)], [victim], tenants=tenants)
+    result = cycle(replace(snap, now=NOW), profile)
+    assert [held.start_at for held in result.reservations] == [1960.0]
