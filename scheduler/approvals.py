@@ -17,10 +17,25 @@ from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobState
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
 from tenants.approvals import approval_decide, register_subject_handler
-from tenants.models import ApprovalKind, ApprovalRequest, ApprovalRule, ApprovalState, Quota
+from tenants.models import (
+    ApprovalKind,
+    ApprovalRequest,
+    ApprovalRule,
+    ApprovalState,
+    Quota,
+    Tenant,
+)
 
-# States in which a job holds (or is about to hold) GPUs charged to its tenant.
-HOLDING_STATES = (JobState.ADMITTED, JobState.BINDING, JobState.RUNNING)
+# States in which a job holds GPUs charged to its tenant, or will be given them with no
+# further decision: queued (and preempted, which returns to the queue) jobs count, or ten
+# jobs submitted together would each see the guarantee free and borrow without approval.
+CLAIMING_STATES = (
+    JobState.QUEUED,
+    JobState.ADMITTED,
+    JobState.BINDING,
+    JobState.RUNNING,
+    JobState.PREEMPTED,
+)
 
 
 def job_gpu_milli(job: Job) -> int:
@@ -41,13 +56,18 @@ def job_estimated_gpu_hours(job: Job) -> float | None:
 def job_borrows(job: Job) -> bool:
     """Would the job take its team beyond the guarantee of every flavor it may run on?
 
-    Usage counts the team's admitted, binding and running jobs. A running job that allows
-    several flavors is counted against each of them (its placement is not known here), which
-    errs towards asking for approval.
+    Usage counts the team's queued, admitted, binding, running and preempted jobs
+    (`CLAIMING_STATES`); jobs waiting for their own approval do not count (their borrowing
+    is decided with them). A job that allows several flavors is counted against each of them
+    (its placement is not known here), which errs towards asking for approval.
+
+    Called inside the submit's transaction: the tenant's row is locked first, so that jobs
+    submitted at the same moment are judged one after another, each seeing the others.
     """
     milli = job_gpu_milli(job)
     if milli == 0 or not job.priority_class.counts_against_quota:
         return False
+    list(Tenant.objects.select_for_update().filter(pk=job.tenant_id).values_list("pk"))
     guaranteed = {
         name: g
         for name, g in Quota.objects.filter(tenant=job.tenant).values_list(
@@ -58,8 +78,10 @@ def job_borrows(job: Job) -> bool:
     if not candidates:
         return True  # no quota for any flavor: every GPU would be borrowed
     usage: dict[str, int] = defaultdict(int)
-    holding = Job.objects.filter(tenant=job.tenant, state__in=HOLDING_STATES).exclude(pk=job.pk)
-    for replicas, per_replica, flavors in holding.values_list(
+    claiming = Job.objects.filter(
+        tenant=job.tenant, state__in=CLAIMING_STATES, priority_class__counts_against_quota=True
+    )
+    for replicas, per_replica, flavors in claiming.exclude(pk=job.pk).values_list(
         "replicas", "gpu_milli_per_replica", "flavors"
     ):
         for name in flavors or candidates:

@@ -113,14 +113,17 @@ def job_submit(
     job = _job_from_spec(user=user, project=project, spec=dict(serializer.validated_data))
     job.idempotency_key = idempotency_key
     job.request_hash = fingerprint
-    approval = job_approval_matches(job)
-    if approval:
-        job.state = JobState.PENDING_APPROVAL
-        job.reason = ("waiting for approval: " + "; ".join(m.reason for m in approval))[:500]
-    else:
-        job.queued_at = timezone.now()
     try:
         with transaction.atomic():
+            # Inside the transaction: the borrowing rule locks the tenant's row and counts
+            # its queued jobs, so jobs submitted together are judged one after another.
+            approval = job_approval_matches(job)
+            if approval:
+                job.state = JobState.PENDING_APPROVAL
+                reasons = "; ".join(m.reason for m in approval)
+                job.reason = f"waiting for approval: {reasons}"[:500]
+            else:
+                job.queued_at = timezone.now()
             job.save()
             JobEvent.objects.create(
                 job=job,

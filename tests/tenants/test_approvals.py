@@ -16,6 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from common.errors import ConflictError
+from scheduler import approvals as scheduler_approvals
 from scheduler.approvals import job_approval_decide, job_needs_approval
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel, job_submit
@@ -188,6 +189,116 @@ def test_submit_detects_borrowing(org: Org, running_gpus: int, pending: bool) ->
     job = submit(org)
     assert (job.state == JobState.PENDING_APPROVAL) is pending, job.reason
     assert bool(job_needs_approval(job)) is pending
+
+
+def eight_gpu_guarantee(org: Org) -> None:
+    """The issue's case: team-alpha guaranteed 8 H100 (limit 80), a borrowing policy."""
+    Quota.objects.filter(tenant=org.alpha, flavor=org.h100).update(
+        guaranteed_milli=8000, limit_milli=80000
+    )
+    policy(org, "borrowing")
+
+
+def eight_gpus() -> dict[str, Any]:
+    return {"replicas": 1, "resources": {"gpus": 8, "cpu_milli": 8000, "memory_mib": 65536}}
+
+
+def test_borrowing_rule_counts_queued_jobs(org: Org) -> None:
+    # Ten 8-GPU jobs at once against an 8-GPU guarantee: the first fits (8 <= 8), each of
+    # the other nine would borrow (16, 24, ... 80 > 8), so nine wait for approval.
+    eight_gpu_guarantee(org)
+    jobs = [submit(org, name=f"job-{i}", **eight_gpus()) for i in range(10)]
+    states = [job.state for job in jobs]
+    assert states == [JobState.QUEUED] + [JobState.PENDING_APPROVAL] * 9
+    assert ApprovalRequest.objects.filter(kind="job").count() == 9
+    assert "beyond its guaranteed quota" in jobs[1].reason
+
+
+@pytest.mark.parametrize(
+    ("state", "counts"),
+    [
+        (JobState.QUEUED, True),
+        (JobState.ADMITTED, True),
+        (JobState.BINDING, True),
+        (JobState.RUNNING, True),
+        (JobState.PREEMPTED, True),  # returns to the queue
+        (JobState.PENDING_APPROVAL, False),  # its borrowing is decided with it
+        (JobState.SUCCEEDED, False),
+        (JobState.CANCELLED, False),
+    ],
+)
+def test_borrowing_rule_counts_every_claiming_state(org: Org, state: str, counts: bool) -> None:
+    eight_gpu_guarantee(org)
+    f.JobFactory(
+        project=org.proj_alpha,
+        state=state,
+        replicas=1,
+        gpus_per_replica=8,
+        gpu_milli_per_replica=8000,
+        flavors=["H100-80GB"],
+    )
+    job = submit(org, **eight_gpus())
+    assert (job.state == JobState.PENDING_APPROVAL) is counts, job.reason
+
+
+def test_borrowing_rule_ignores_best_effort_jobs(org: Org) -> None:
+    # best-effort runs on idle capacity and is not charged to the guarantee
+    eight_gpu_guarantee(org)
+    f.JobFactory(
+        project=org.proj_alpha,
+        state=JobState.QUEUED,
+        replicas=1,
+        gpus_per_replica=8,
+        gpu_milli_per_replica=8000,
+        flavors=["H100-80GB"],
+        priority_class=PriorityClass.objects.get(counts_against_quota=False),
+    )
+    assert submit(org, **eight_gpus()).state == JobState.QUEUED
+
+
+def test_borrowing_rule_holds_for_jobs_submitted_at_the_same_moment(
+    transactional_db: Any, seeded_classes: None, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Forced interleaving: job-a has judged its borrowing and holds its transaction open
+    # until job-b has judged its own, or is seen blocked on a lock. Without the tenant's row
+    # lock job-b reads no job-a (uncommitted) and is queued beside it: 16 of 8 without
+    # approval. With it, job-b waits for job-a's commit, sees it and asks for approval.
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    eight_gpu_guarantee(org)
+    a_judged, b_entered, b_judged = threading.Event(), threading.Event(), threading.Event()
+    real = scheduler_approvals.job_borrows
+
+    def b_blocked() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return bool(cursor.fetchone()[0])
+
+    def judged_in_turn(job: Job) -> bool:
+        if job.name == "job-b":
+            b_entered.set()
+            try:
+                return real(job)
+            finally:
+                b_judged.set()
+        borrows = real(job)
+        a_judged.set()
+        assert b_entered.wait(10), "job-b never started"
+        while not b_judged.wait(0.01) and not b_blocked():
+            pass
+        return borrows
+
+    monkeypatch.setattr(scheduler_approvals, "job_borrows", judged_in_turn)
+    results = run_in_threads(
+        lambda: submit(org, name="job-a", **eight_gpus()),
+        lambda: a_judged.wait(10) and submit(org, name="job-b", **eight_gpus()),
+    )
+    assert all(kind == "ok" for kind, _ in results), results
+    states = dict(Job.objects.values_list("name", "state"))
+    assert states == {"job-a": JobState.QUEUED, "job-b": JobState.PENDING_APPROVAL}
 
 
 def test_a_job_needing_approval_waits_with_its_reasons(org: Org) -> None:
