@@ -6,6 +6,7 @@ documented in README.md.
 """
 
 import contextlib
+import ipaddress
 import os
 from pathlib import Path
 
@@ -116,6 +117,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the web, daemon and worker processes read while one of them writes.
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+    # Writers wait for each other this long (seconds) before "database is locked".
+    DATABASES["default"]["OPTIONS"]["timeout"] = float(os.environ.get("GANTRY_SQLITE_TIMEOUT_S", "20"))
+    # The test database is a file, as `make run`'s is: an in-memory database shares one cache
+    # between connections and answers concurrent writers with "database table is locked"
+    # at once instead of waiting, which is not how the product behaves.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -171,7 +178,6 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -233,11 +239,21 @@ GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
 GANTRY_SEED_DEMO = env_bool("GANTRY_SEED_DEMO")
 GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S", "2"))
 
-# How many reverse proxies (ingress, load balancer) sit in front of the web server: the login
-# guard then takes the client address from X-Forwarded-For, that many hops from the right.
 # Bearer token a Prometheus scraper sends to /metrics (platform admins may read it too).
 GANTRY_METRICS_TOKEN = os.environ.get("GANTRY_METRICS_TOKEN", "")
-GANTRY_TRUSTED_PROXIES = int(os.environ.get("GANTRY_TRUSTED_PROXIES", "0"))
+# The reverse proxies (ingress controller, load balancer) in front of the web server, as
+# addresses or networks. Only a request whose direct peer is one of them has its X-Forwarded-For
+# read, for the client address that the login guard counts failures by (common/login_guard.py);
+# without it every client behind a proxy would share the proxy's counter.
+GANTRY_TRUSTED_PROXIES = env_list("GANTRY_TRUSTED_PROXIES")
+for _proxy in GANTRY_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise RuntimeError(
+            f"GANTRY_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network such as "
+            "10.0.0.0/8 (it lists the proxies in front of Gantry, not their number)"
+        ) from None
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the portal's HTMX requests read it to send X-CSRFToken

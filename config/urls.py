@@ -2,27 +2,17 @@
 
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.throttling import AnonRateThrottle
 
+from common.api.auth import GuardedObtainAuthToken
 from common.views import healthz
 from scheduler.metrics import metrics_view
 from tenants.api.views import MeView
-
-
-class LoginThrottle(AnonRateThrottle):
-    scope = "login"
-
-
-class ThrottledObtainAuthToken(ObtainAuthToken):
-    throttle_classes = [LoginThrottle]
-
 
 api_v1: list[URLPattern | URLResolver] = [
     path("", include("tenants.api.urls")),
     path("", include("scheduler.api.urls")),
     path("me/", MeView.as_view(), name="me"),
-    path("auth/token/", ThrottledObtainAuthToken.as_view(), name="api-token"),
+    path("auth/token/", GuardedObtainAuthToken.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

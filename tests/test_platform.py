@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import ipaddress
 import json
 import re
 import shlex
@@ -48,6 +49,7 @@ SETTINGS_ENV = {
     "KUBECONFIG",
     "GANTRY_SCHEDULER_INTERVAL_S",
     "GANTRY_SEED_DEMO",
+    "GANTRY_TRUSTED_PROXIES",
 }
 # Set for the process rather than for the settings: a writable HOME on a read-only filesystem.
 PROCESS_ENV = {"HOME"}
@@ -494,6 +496,13 @@ def test_workload_environment() -> None:
             assert token["valueFrom"]["secretKeyRef"]["name"] == "gantry-node-agent", name
             continue
         assert refs == {("configMapRef", "gantry-config"), ("secretRef", "gantry-secrets")}, name
+
+
+def test_config_names_the_ingress_as_a_trusted_proxy() -> None:
+    """Behind an ingress without trusted proxies, every user shares one login-failure counter
+    (issue 17): the shipped configuration lists networks, one each, that parse."""
+    proxies = _one("ConfigMap", "gantry-config")["data"]["GANTRY_TRUSTED_PROXIES"].split(",")
+    assert proxies and all(ipaddress.ip_network(p.strip(), strict=False) for p in proxies)
 
 
 def test_examples_and_templates_are_not_applied() -> None:

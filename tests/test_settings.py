@@ -97,3 +97,12 @@ def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
     )
     assert "'server_side_binding': True" in on.stdout, on.stdout + on.stderr
     assert "'server_side_binding': False" in off.stdout, off.stdout + off.stderr
+
+
+def test_trusted_proxies_that_are_not_addresses_refuse_to_start() -> None:
+    """GANTRY_TRUSTED_PROXIES lists proxies (issue 17); the old count ("1") is refused, not
+    read as a network."""
+    result = manage("check", env={"GANTRY_TRUSTED_PROXIES": "1"})
+    assert result.returncode != 0
+    assert "GANTRY_TRUSTED_PROXIES: '1' is not an IP address or network" in result.stderr
+    assert manage("check", env={"GANTRY_TRUSTED_PROXIES": "10.0.0.0/8, ::1"}).returncode == 0

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 
-from portal import login_guard
+from common import login_guard
 
 LOCKED_MESSAGE = (
     "Too many failed sign-ins for this account from your address. "

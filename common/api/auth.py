@@ -1,0 +1,68 @@
+"""`POST /api/v1/auth/token/`: a token for a username and password, behind the login guard.
+
+The same guard as the portal's login (`common.login_guard`): failures counted per account and
+address and per address, refused with 429 past either limit even for the right password, and
+logged with the username and the address. Successful logins count for nothing. The view
+authenticates nobody: a token or session sent along does not lift the guard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from common import login_guard
+from common.api.parsers import BoundedJSONParser
+
+LOCKED_DETAIL = (
+    "Too many failed logins for this account from your address. "
+    f"Wait {login_guard.WINDOW_S // 60} minutes, then try again."
+)
+
+TokenOut = inline_serializer("TokenOut", {"token": serializers.CharField()})
+
+
+class GuardedObtainAuthToken(ObtainAuthToken):
+    authentication_classes: list[Any] = []
+    throttle_classes: list[Any] = []
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+
+    @extend_schema(
+        request=AuthTokenSerializer,
+        responses={
+            200: TokenOut,
+            429: OpenApiResponse(description="Too many failed logins from this address."),
+        },
+        auth=[],
+    )
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if not hasattr(request.data, "get"):
+            raise ValidationError({"non_field_errors": ["expected a JSON object."]})
+        raw = request.data.get("username", "")
+        username = raw[:150] if isinstance(raw, str) else ""
+        address = login_guard.client_address(request._request)
+        if login_guard.is_locked(username, address):
+            # Refused before the password is checked, so a lockout cannot confirm a guess.
+            login_guard.record_refusal(username, address, surface="API")
+            return Response(
+                {"detail": LOCKED_DETAIL},
+                status=status.HTTP_429_TOO_MANY_REQUESTS,
+                headers={"Retry-After": str(login_guard.WINDOW_S)},
+            )
+        serializer = self.get_serializer(data=request.data)
+        if not serializer.is_valid():
+            login_guard.record_failure(username, address, surface="API")
+            raise ValidationError(serializer.errors)
+        user = serializer.validated_data["user"]
+        login_guard.record_success(user.get_username(), address)
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})
