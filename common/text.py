@@ -5,7 +5,8 @@ import unicodedata
 
 from django.core.exceptions import ValidationError
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Validating regexes end in \Z, never $: $ also matches before a trailing newline.
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 

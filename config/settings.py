@@ -268,7 +268,7 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = int(os.environ.get("GANTRY_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz\Z"]
 
 LOGGING = {
     "version": 1,

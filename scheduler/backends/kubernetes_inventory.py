@@ -28,8 +28,8 @@ MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB per device
 COUNT_LABEL = "nvidia.com/gpu.count"
 
 _VENDOR_TOKENS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
-_FORM_FACTOR = re.compile(r"^(SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK|GDDR\d*X?)$", re.IGNORECASE)
-_MEMORY_TOKEN = re.compile(r"^(\d+)GB$", re.IGNORECASE)
+_FORM_FACTOR = re.compile(r"^(SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK|GDDR\d*X?)\Z", re.IGNORECASE)
+_MEMORY_TOKEN = re.compile(r"^(\d+)GB\Z", re.IGNORECASE)
 
 
 def flavor_from_product(product: str, overrides: Mapping[str, str] | None = None) -> str:

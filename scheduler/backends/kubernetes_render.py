@@ -34,10 +34,10 @@ CONTAINER = "main"
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
                                "gantry-system"})  # fmt: skip
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]")
-_MIG_PROFILE = re.compile(r"^\d+g\.\d+gb$")
+_MIG_PROFILE = re.compile(r"^\d+g\.\d+gb\Z")
 DIST_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -75,7 +75,7 @@ def _check(pod: PodRequest) -> None:
             raise UnsafePodSpec(f"environment variable {name!r} is not allowed")
         if "\x00" in value:
             raise UnsafePodSpec(f"environment variable {name!r} holds a NUL byte")
-    if not re.match(r"^[a-z0-9-]{1,40}$", pod.priority_class):
+    if not re.match(r"^[a-z0-9-]{1,40}\Z", pod.priority_class):
         raise UnsafePodSpec(f"priority class {pod.priority_class!r} is not a class name")
     if not 0 <= pod.replica < pod.replicas:
         raise UnsafePodSpec("replica out of range")
