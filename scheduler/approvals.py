@@ -43,12 +43,16 @@ def job_gpu_milli(job: Job) -> int:
 
 
 def job_runtime_s(job: Job) -> int | None:
-    """The runtime approval rules reason about: the estimate if given, else the maximum."""
-    return job.spec.get("estimated_runtime_s") or job.max_runtime_s
+    """The runtime approval rules reason about: the maximum, which the daemon enforces (the
+    pod's deadline, and the job fails past it); None when unbounded. The submitter's
+    `estimated_runtime_s` is never used: nothing enforces it, so a short one would dodge the
+    runtime and GPU-hour rules."""
+    return job.max_runtime_s
 
 
 def job_estimated_gpu_hours(job: Job) -> float | None:
-    """replicas x GPUs x runtime / 3600; None when the job has no runtime bound."""
+    """replicas x GPUs x max runtime / 3600: the most the job may use; None when its runtime
+    is unbounded."""
     runtime = job_runtime_s(job)
     return None if runtime is None else job_gpu_milli(job) / 1000 * runtime / 3600
 

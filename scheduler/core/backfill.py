@@ -2,10 +2,14 @@
 
 The first job in order that passes quota but finds no room (even by preemption) gets a
 reservation: running jobs are released in the order they are expected to end (start plus
-max runtime, else the estimate, else the profile's ``unknown_runtime_s``), or sooner when the
-head job may preempt them once their minimum runtime has passed, until its gang fits; that
-time and those devices are the reservation. A later job may then start only if it ends (by
-its own runtime bound) before the reservation starts, or uses no reserved device.
+max runtime, else the profile's ``unknown_runtime_s``), or sooner when the head job may
+preempt them once their minimum runtime has passed, until its gang fits; that time and those
+devices are the reservation. A later job may then start only if it ends (by its own max
+runtime) before the reservation starts, or uses no reserved device.
+
+Only enforced bounds count (``JobRequest.runtime_bound_s``), as Slurm's backfill uses
+``--time``: the submitter's ``estimated_runtime_s`` is not enforced, so a job that gave a short
+one could start in the gap and then hold the head job's devices long past it.
 """
 
 from __future__ import annotations

@@ -195,8 +195,17 @@ class JobRequest:
 
     @property
     def runtime_bound_s(self) -> float | None:
-        """Max runtime if set, else the estimate; None when nothing bounds the runtime."""
-        return self.max_runtime_s if self.max_runtime_s is not None else self.estimated_runtime_s
+        """The enforced bound (max runtime: the job is stopped there); None when nothing
+        bounds the runtime. The submitter's estimate is never a bound: nothing enforces it,
+        so a short one would let a long job jump the backfill."""
+        return self.max_runtime_s
+
+    @property
+    def expected_runtime_s(self) -> float | None:
+        """For wait-time estimates only: the estimate, else the bound."""
+        return (
+            self.estimated_runtime_s if self.estimated_runtime_s is not None else self.max_runtime_s
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """Wait-time estimates: replay the present forward, assuming nothing else arrives.
 
-Running jobs end at start plus their runtime bound (max runtime, else estimate, else
-``default_runtime_s``; a job past its bound is taken to end now); pending jobs run for
-their own bound. The result is when each pending job would start under the same profile:
-an estimate, and only as good as the runtime bounds it rests on.
+Running jobs end at start plus their expected runtime (the submitter's estimate, else the max
+runtime, else ``default_runtime_s``; a job past it is taken to end now); pending jobs run for
+their own. The engine inside the replay still backfills by max runtimes only. The result is
+when each pending job would start under the same profile: an estimate, and only as good as
+the runtimes it rests on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def estimate_starts(
     pending job; None when it would not start within ``horizon_s``."""
 
     def bound(job: JobRequest) -> float:
-        runtime = job.runtime_bound_s
+        runtime = job.expected_runtime_s
         return runtime if runtime is not None else default_runtime_s
 
     now = snapshot.now

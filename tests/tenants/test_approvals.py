@@ -154,23 +154,43 @@ def test_which_policies_apply(
 @pytest.mark.parametrize(
     ("spec", "threshold", "pending"),
     [
-        # 2 replicas x 4 GPUs x 10 h = 80 GPU-hours
-        ({"estimated_runtime_s": 10 * HOUR}, 79, True),
-        ({"estimated_runtime_s": 10 * HOUR}, 80, False),
-        # no estimate: max_runtime 5 h -> 2 x 4 x 5 = 40
+        # max_runtime 5 h -> 2 replicas x 4 GPUs x 5 h = 40 GPU-hours
         ({"max_runtime_s": 5 * HOUR}, 39, True),
         ({"max_runtime_s": 5 * HOUR}, 40, False),
-        # the estimate wins over the maximum: 2 x 4 x 1 h = 8
-        ({"max_runtime_s": 50 * HOUR, "estimated_runtime_s": HOUR}, 8, False),
+        # a short estimate does not dodge the rule: 2 x 4 x 50 h = 400, not 2 x 4 x 1 h = 8
+        ({"max_runtime_s": 50 * HOUR, "estimated_runtime_s": HOUR}, 8, True),
+        ({"max_runtime_s": 50 * HOUR, "estimated_runtime_s": HOUR}, 400, False),
+        # an estimate without a max runtime bounds nothing: unbounded GPU-hours
+        ({"estimated_runtime_s": HOUR}, 1000, True),
     ],
+    ids=["max-over", "max-within", "short-estimate", "max-within-2", "estimate-only"],
 )
-def test_submit_estimates_gpu_hours(
+def test_gpu_hours_rule_uses_the_enforced_max_runtime_not_the_estimate(
     org: Org, spec: dict[str, Any], threshold: int, pending: bool
 ) -> None:
     policy(org, "gpu_hours_over", threshold=threshold)
     job = submit(org, **spec)
     assert (job.state == JobState.PENDING_APPROVAL) is pending
     assert ApprovalRequest.objects.filter(subject_id=job.pk).exists() is pending
+
+
+@pytest.mark.parametrize(
+    ("spec", "pending"),
+    [
+        ({"max_runtime_s": 24 * HOUR}, False),
+        ({"max_runtime_s": 25 * HOUR}, True),
+        # the estimate says 1 h, but nothing stops the job before its 72 h maximum
+        ({"max_runtime_s": 72 * HOUR, "estimated_runtime_s": HOUR}, True),
+        ({"estimated_runtime_s": HOUR}, True),  # no maximum: unbounded
+    ],
+    ids=["max-within", "max-over", "short-estimate", "estimate-only"],
+)
+def test_runtime_rule_uses_the_enforced_max_runtime_not_the_estimate(
+    org: Org, spec: dict[str, Any], pending: bool
+) -> None:
+    policy(org, "runtime_over_hours", threshold=24)
+    job = submit(org, **spec)
+    assert (job.state == JobState.PENDING_APPROVAL) is pending, job.reason
 
 
 @pytest.mark.parametrize(("running_gpus", "pending"), [(0, False), (8, False), (9, True)])

@@ -137,3 +137,39 @@ def test_reservation_waits_for_the_natural_end_of_a_job_it_may_not_preempt():
     snap = snapshot([make_node("n1")], [make_job("a", gpus=8)], [victim], tenants=tenants)
     result = cycle(replace(snap, now=NOW), profile)
     assert [held.start_at for held in result.reservations] == [1960.0]
+
+
+def test_a_short_estimate_cannot_jump_the_backfill():
+    # One node; r ends at 400 + 1200 = 1600 and "big" holds all 8 devices from then.
+    # "liar" says it needs 500 s (1000 + 500 <= 1600) but sets no max runtime, or a long
+    # one: nothing would stop it at 500 s, so it may not start on the held devices.
+    nodes = [make_node("n1")]
+    running = [make_running(make_job("r", gpus=4, runtime=1200), ("n1", range(4)), started_at=400)]
+    big = make_job("big", gpus=8)
+    for liar in (
+        replace(make_job("liar", gpus=2, submitted_at=5), estimated_runtime_s=500.0),
+        replace(make_job("liar", gpus=2, runtime=5000, submitted_at=5), estimated_runtime_s=500.0),
+    ):
+        result = cycle(snapshot(nodes, [big, liar], running, now=NOW))
+        assert result.placement_for("liar") is None
+        reason = result.reason_for("liar")
+        assert reason is not None and reason.code == WaitCode.RESERVATION
+    # the same job with an enforced 500 s bound goes around the reservation
+    honest = make_job("honest", gpus=2, runtime=500, submitted_at=5)
+    assert cycle(snapshot(nodes, [big, honest], running, now=NOW)).placement_for("honest")
+
+
+def test_a_running_jobs_estimate_does_not_move_the_reservation():
+    # r1 and r2 estimate 100 s and set no max runtime: nothing stops them at 400 + 100 = 500,
+    # so they count as running for the profile's unknown_runtime_s (400 + 86400 = 86800)
+    nodes = [make_node("n1"), make_node("n2")]
+    running = [
+        make_running(
+            replace(make_job(f"r{i}", gpus=4), estimated_runtime_s=100.0),
+            (f"n{i}", range(4)),
+            started_at=400,
+        )
+        for i in (1, 2)
+    ]
+    result = cycle(snapshot(nodes, [make_job("big", gpus=8)], running, now=NOW))
+    assert result.reservations[0].start_at == 400 + BEST_FIT.unknown_runtime_s == 86800.0
