@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,11 @@ from tenants.models import PriorityClass as PriorityClassRow
 from tenants.models import Quota as QuotaRow
 from tenants.models import Tenant
 
+log = logging.getLogger("gantry.daemon")
 S = JobState
+# Holding states whose pods have not started: the engine may preempt them inside the
+# minimum runtime (`RunningJob.started`).
+NOT_STARTED = frozenset({S.ADMITTED, S.BINDING})
 JOB_FIELDS = (
     "id",
     "tenant_id",
@@ -619,6 +624,7 @@ def _running(
                 assignments,
                 started,
                 preempted=displaced.get(job_id, ()),
+                started=rows[job_id]["state"] not in NOT_STARTED,
             )
         )
     return tuple(out)
@@ -670,9 +676,22 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
 # --- bulk writes ------
 
 
+class DisallowedChange(ValueError):
+    """A Change the lifecycle forbids from one of its `from_states`: a bug in its caller,
+    raised where the Change is made rather than skipped where it is written."""
+
+
+@functools.cache
+def _path_allowed(from_state: str, via: str | None, to_state: str) -> bool:
+    path = (from_state, via, to_state) if via else (from_state, to_state)
+    return all(map(is_allowed, path, path[1:]))
+
+
 @dataclass(frozen=True)
 class Change:
-    """Move job `job_id` from one of `from_states` to `to_state` (a CAS), with its event."""
+    """Move job `job_id` from one of `from_states` to `to_state` (a CAS), with its event.
+    Every from-state must be allowed to reach `to_state` (through `via`) by the lifecycle,
+    or making the Change raises DisallowedChange."""
 
     job_id: int
     from_states: tuple[str, ...]
@@ -688,44 +707,89 @@ class Change:
     via: str | None = None
     via_message: str = ""
 
+    def __post_init__(self) -> None:
+        for state in self.from_states:
+            if not _path_allowed(state, self.via, self.to_state):
+                through = f" through {self.via}" if self.via else ""
+                raise DisallowedChange(
+                    f"job {self.job_id}: the lifecycle does not allow {state} -> "
+                    f"{self.to_state}{through}"
+                )
+
+
+@dataclass
+class Transitions:
+    """What `transition_many` did with each change: `done` (job id -> the state it left),
+    `moved` (job id -> the state found, not one the change expected: the compare of the
+    compare-and-swap failed, someone changed the job first), `busy` (rows another session
+    held locked, or that no longer exist: nothing was written, the change may be tried
+    again). Every change lands in exactly one of the three."""
+
+    done: dict[int, str] = field(default_factory=dict)
+    moved: dict[int, str] = field(default_factory=dict)
+    busy: set[int] = field(default_factory=set)
+
+    @property
+    def missed(self) -> set[int]:
+        """The changes that were not applied, for whatever reason."""
+        return set(self.moved) | self.busy
+
 
 def transition_many(
     changes: Sequence[Change], now: datetime, versions: dict[int, int] | None = None
-) -> dict[int, str]:
+) -> Transitions:
     """Apply `changes` as compare-and-swaps in a few statements. Rows another session holds
     locked are skipped (they stay as they are for the next cycle). Must run in a transaction.
-    Returns job id -> the state it was in, for the jobs that changed. `versions`, when
-    given, receives their new row versions (PostgreSQL) for `SnapshotCache.remember`.
+    Returns what became of every change (`Transitions`): the caller decides what a missed
+    one means, and every miss is logged. `versions`, when given, receives the new row
+    versions of the jobs changed (PostgreSQL) for `SnapshotCache.remember`.
 
     Jobs moving to the same state share one UPDATE (a cycle's changes fall into a handful of
     groups: started, succeeded, requeued...); one bulk insert of events."""
+    out = Transitions()
     if not changes:
-        return {}
+        return out
     by_id = {c.job_id: c for c in changes}
     locked = Job.objects.select_for_update(skip_locked=True, of=("self",)).filter(
         id__any=list(by_id)
     )
-    done: dict[int, str] = {}
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     events: list[tuple[Any, ...]] = []
     for job_id, state in locked.values_list("id", "state"):
         change = by_id[job_id]
-        path = (state, change.via, change.to_state) if change.via else (state, change.to_state)
-        if state not in change.from_states or not all(map(is_allowed, path, path[1:])):
+        if state not in change.from_states:
+            out.moved[job_id] = state
             continue
-        done[job_id] = state
+        out.done[job_id] = state
         if change.via:
             events.append((job_id, "state", state, change.via, change.via_message[:1000]))
+        before = change.via or state
         events.append(
-            (job_id, change.kind, path[-2], change.to_state, change.message[:1000], change.data)
+            (job_id, change.kind, before, change.to_state, change.message[:1000], change.data)
         )
         groups[(change.to_state, change.new_attempt, change.via)].append(job_id)
+    out.busy = set(by_id) - out.done.keys() - out.moved.keys()
     for (to_state, new_attempt, via), ids in groups.items():
         written = _update_group([by_id[i] for i in ids], to_state, new_attempt, via, now)
         if versions is not None:
             versions.update(written)
     insert_events(events)
-    return done
+    if out.moved or out.busy:
+        log.info(
+            "%d of %d job changes not applied: %s",
+            len(out.moved) + len(out.busy),
+            len(changes),
+            "; ".join(
+                [
+                    *(
+                        f"job {i} is {s}, not {'/'.join(by_id[i].from_states)}"
+                        for i, s in sorted(out.moved.items())[:10]
+                    ),
+                    *(f"job {i} locked or gone" for i in sorted(out.busy)[:10]),
+                ]
+            ),
+        )
+    return out
 
 
 def _update_group(

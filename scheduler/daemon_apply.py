@@ -28,6 +28,7 @@ from scheduler.adapters import (
 )
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
+from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, AllocationDevice, Job, JobState
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
-RUNNING_STATES = (S.ADMITTED, S.BINDING, S.RUNNING)
 _ADMITTED = {"state": S.ADMITTED, "reason": ""}
 _BINDING = {"state": S.BINDING, "reason": ""}
 REASONS_PER_CYCLE = 500
@@ -125,11 +125,20 @@ def write_reasons(daemon: Daemon, plan: Plan) -> None:
 
 
 def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:
-    whole = [p for p in result.preemptions if p.whole_job]
+    """Write the cycle's preemptions. The engine does not know which jobs are stopping: a
+    victim already preempted, whose pods are still going, is chosen again until they are
+    gone, and has nothing to write. A victim that another writer changed or holds locked
+    is not preempted; its preemptor's placement waits for it anyway (`deferred`), and the
+    next cycle decides again."""
+    whole = [
+        p
+        for p in result.preemptions
+        if p.whole_job and built.jobs[p.job_id]["state"] in HOLDING_STATES
+    ]
     changes = [
         Change(
             int(p.job_id),
-            RUNNING_STATES,
+            HOLDING_STATES,
             S.PREEMPTED,
             message=f"Preempted: {p.reason}.",
             reason=f"preempted: {p.reason}",
@@ -138,7 +147,7 @@ def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> No
         )
         for p in whole
     ]
-    done = transition_many(changes, now)
+    done = transition_many(changes, now).done
     plan.preempted = len(done)
     stopping = list(Allocation.objects.filter(job_id__any=list(done), ended_at__isnull=True))
     for p in result.preemptions:
@@ -224,6 +233,9 @@ def _place(
 
 
 def _unclaim(job_id: int, now: datetime) -> None:
+    """admitted -> queued for a claim that got no allocation. If the row is locked (a
+    cancel in flight), it stays admitted without an allocation: reconcile's sweep
+    (`daemon_reconcile.release_lost_claims`) returns it to the queue."""
     transition_many(
         [
             Change(

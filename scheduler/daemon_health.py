@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 
 from scheduler.adapters import Change, transition_many
 from scheduler.backends.base import NodeInfo
+from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
 from scheduler.nodes import DAEMON, node_sync
 
@@ -117,27 +118,46 @@ def _judge_node(daemon: Daemon, node: Node, sick: dict[int, int], info: NodeInfo
             cordoned=False, cordoned_by="", cordon_reason="", updated_at=Now()
         )
     if node.drain_requested:
-        jobs = set(
-            Allocation.objects.filter(node=node, ended_at__isnull=True).values_list(
-                "job_id", flat=True
+        _drain(daemon, node)
+
+
+def _drain(daemon: Daemon, node: Node) -> None:
+    """Preempt every job holding devices on `node` (admitted, binding or running). The
+    request is kept until none is left to move: a job whose row another session held
+    locked is tried again at the next cycle; one that is already stopping or ended (or was
+    requeued meanwhile) has nothing left to move."""
+    jobs = set(
+        Allocation.objects.filter(node=node, ended_at__isnull=True).values_list("job_id", flat=True)
+    )
+    holding = set(
+        Job.objects.filter(id__any=list(jobs), state__in=HOLDING_STATES).values_list(
+            "id", flat=True
+        )
+    )
+    why = node.cordon_reason or "drained"
+    result = transition_many(
+        [
+            Change(
+                j,
+                HOLDING_STATES,
+                S.PREEMPTED,
+                kind="preempted",
+                message=f"Stopped: node {node.name} is being drained ({why}).",
+                reason=f"node {node.name} drained",
             )
+            for j in sorted(holding)
+        ],
+        daemon.now_dt(),
+    )
+    left = result.busy | {j for j, state in result.moved.items() if state in HOLDING_STATES}
+    if left:
+        log.warning(
+            "drain of node %s: job(s) %s could not be moved yet; retrying next cycle",
+            node.name,
+            ", ".join(map(str, sorted(left))),
         )
-        why = node.cordon_reason or "drained"
-        transition_many(
-            [
-                Change(
-                    j,
-                    (S.ADMITTED, S.BINDING, S.RUNNING),
-                    S.PREEMPTED,
-                    kind="preempted",
-                    message=f"Stopped: node {node.name} is being drained ({why}).",
-                    reason=f"node {node.name} drained",
-                )
-                for j in jobs
-            ],
-            daemon.now_dt(),
-        )
-        Node.objects.filter(pk=node.pk).update(drain_requested=False, updated_at=Now())
+        return
+    Node.objects.filter(pk=node.pk).update(drain_requested=False, updated_at=Now())
 
 
 def autoscale(daemon: Daemon) -> int:

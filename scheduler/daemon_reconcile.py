@@ -202,7 +202,7 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         at = daemon.clock()
         if at - daemon.requeue_swept_at >= REQUEUE_SWEEP_S:
             daemon.requeue_swept_at = at
-            stats.changed += _requeue_preempted(now)
+            stats.changed += _requeue_preempted(now) + release_lost_claims(now)
         elif freed:
             stats.changed += _requeue_preempted(now, freed)
     stats.seen_at = now
@@ -245,7 +245,7 @@ def write_starts(daemon: Daemon, rec: ReconcileStats) -> int:
     versions: dict[int, int] = {}
     with transaction.atomic():
         daemon.lease.fence()
-        done = transition_many(rec.starts, rec.seen_at, versions)
+        done = transition_many(rec.starts, rec.seen_at, versions).done
     fields = {"state": S.RUNNING, "started_at": rec.seen_at, "reason": ""}
     daemon.cache.remember(versions, fields)
     return len(done)
@@ -402,7 +402,9 @@ def _apply(
                 )
             else:
                 changes.append(Change(job_id, (S.RUNNING,), S.SUCCEEDED, message="Succeeded."))
-    done = transition_many(changes, now)
+    # A change not applied (the job changed meanwhile, or its row is locked) is judged
+    # again at the next cycle: its allocations stay as they are until then.
+    done = transition_many(changes, now).done
     ended = [a for j in ends if j in done for a in live[j]]
     finished = [
         a["id"]
@@ -449,6 +451,25 @@ def _failure_change(
     )
 
 
+def release_lost_claims(now: datetime) -> int:
+    """Admitted jobs holding no active allocation go back to the queue: a claim whose
+    allocation was never made, or was ended while its job's row was locked. Reconcile runs
+    when no claim of this daemon is in flight, so none of them is still being made."""
+    lost = Job.objects.filter(state=S.ADMITTED).exclude(holds_allocation())
+    changes = [
+        Change(
+            i,
+            (S.ADMITTED,),
+            S.QUEUED,
+            new_attempt=True,
+            message="Claim released: it held no allocation; back to the queue.",
+            reason="claim released: it held no allocation",
+        )
+        for i in lost.values_list("id", flat=True)
+    ]
+    return len(transition_many(changes, now).done)
+
+
 def _requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int:
     """Preempted jobs (of `among`, or all) with nothing left running go back to the queue,
     attempt raised."""
@@ -467,4 +488,4 @@ def _requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int
         )
         for i, r in ids
     ]
-    return len(transition_many(changes, now))
+    return len(transition_many(changes, now).done)

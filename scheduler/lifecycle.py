@@ -23,9 +23,12 @@ S = JobState
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({S.QUEUED, S.REJECTED, S.CANCELLED}),
     S.QUEUED: frozenset({S.ADMITTED, S.CANCELLED}),
-    # admitted -> queued: a claim released (bind failed, lease lost) before anything ran.
-    S.ADMITTED: frozenset({S.BINDING, S.QUEUED, S.CANCELLED}),
-    S.BINDING: frozenset({S.RUNNING, S.QUEUED, S.FAILED, S.CANCELLED}),
+    # admitted -> queued: a claim released (bind failed, lease lost) before anything ran;
+    # admitted -> failed: binding refused past its attempt limit.
+    # Every state that holds devices (admitted, binding, running) may be preempted or drained:
+    # a job whose pods never start must not hold its devices and quota beyond reclaim.
+    S.ADMITTED: frozenset({S.BINDING, S.QUEUED, S.FAILED, S.PREEMPTED, S.CANCELLED}),
+    S.BINDING: frozenset({S.RUNNING, S.QUEUED, S.FAILED, S.PREEMPTED, S.CANCELLED}),
     # running -> queued: a failed attempt retried per the job's retry policy.
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.QUEUED, S.CANCELLED}),
     S.PREEMPTED: frozenset({S.QUEUED, S.CANCELLED}),
@@ -37,6 +40,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 assert all(not TRANSITIONS[s] for s in FINAL_STATES)
 assert all(S.CANCELLED in TRANSITIONS[s] for s in S if s not in FINAL_STATES)
+
+
+# The states in which a job holds (or is about to hold) an allocation.
+HOLDING_STATES = (S.ADMITTED, S.BINDING, S.RUNNING)
+assert all(S.PREEMPTED in TRANSITIONS[s] for s in HOLDING_STATES)
 
 
 def is_allowed(from_state: str, to_state: str) -> bool:

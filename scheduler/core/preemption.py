@@ -9,7 +9,8 @@ Who may be a victim of job J (tenant T, class C), all on the flavor J tries:
   own guarantee after admission (reclaim); only while the victim's tenant still borrows.
 
 Never a non-preemptible class, never a job inside the profile's minimum runtime (unless C is
-critical and the profile lets critical override), never a job that preempted J itself less
+critical and the profile lets critical override; a job whose pods have not started has no
+work to protect and may give way at once), never a job that preempted J itself less
 than ``ping_pong_guard_s`` ago (no ping-pong). Candidates are taken cheapest first (extras,
 best-effort, lowest priority, least work lost since start or checkpoint) until J fits, then
 each is put back if J still fits without it (kueue's minimal set).
@@ -45,7 +46,10 @@ class Plan:
 def work_lost_gpu_s(
     running: RunningJob, assignments: tuple[ReplicaAssignment, ...], now: float
 ) -> float:
-    """GPU-seconds of progress lost: since start, or since the last checkpoint."""
+    """GPU-seconds of progress lost: since start, or since the last checkpoint; none for a
+    job whose pods have not started."""
+    if not running.started:
+        return 0.0
     since = running.started_at
     if running.job.checkpointable and running.last_checkpoint_at is not None:
         since = max(since, running.last_checkpoint_at)
@@ -303,7 +307,7 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
 
 
 def _outside_min_runtime(ctx: CycleContext, job: JobRequest, running: RunningJob) -> bool:
-    if ctx.now - running.started_at >= ctx.profile.min_runtime_s:
+    if not running.started or ctx.now - running.started_at >= ctx.profile.min_runtime_s:
         return True
     return ctx.priority_class(job).critical and ctx.profile.critical_overrides_min_runtime
 

@@ -230,7 +230,9 @@ class ReplicaAssignment:
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job holding devices. ``preempted`` lists the jobs it displaced when it started,
-    so that their retries cannot preempt it straight back (no ping-pong)."""
+    so that their retries cannot preempt it straight back (no ping-pong). ``started`` is
+    False while its pods have not started (placed, being bound, or stuck before their
+    containers run): it has done no work to lose, so the minimum runtime does not protect it."""
 
     job: JobRequest
     flavor: str
@@ -238,6 +240,7 @@ class RunningJob:
     started_at: float
     last_checkpoint_at: float | None = None
     preempted: tuple[str, ...] = ()
+    started: bool = True
 
     @property
     def gpu_milli(self) -> int:

@@ -720,7 +720,7 @@ def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env
     ]
     with CaptureQueriesContext(connection) as seen, transaction.atomic():
         done = transition_many(changes, now)
-    assert sorted(done) == sorted(j.pk for j in jobs)
+    assert sorted(done.done) == sorted(j.pk for j in jobs)
     updates = [q["sql"] for q in seen.captured_queries if q["sql"].startswith("UPDATE")]
     # Elsewhere (SQLite, the embedded default): one UPDATE per distinct reason and backoff.
     assert len(updates) == (1 if connection.vendor == "postgresql" else 3), updates

@@ -25,8 +25,9 @@ FINAL = {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.REJECTED}
 # ARCHITECTURE.md "Job lifecycle": pending_approval -> queued -> admitted -> binding -> running
 # -> succeeded | failed | cancelled, running -> preempted -> queued; cancel from every non-final
 # state. Plus the recovery edges the engine needs: a claim released before anything ran
-# (admitted/binding -> queued), a bind that fails for good (binding -> failed), a failed attempt
-# retried (running -> queued), an approval refused (pending_approval -> rejected).
+# (admitted/binding -> queued), a bind that fails for good (admitted/binding -> failed), a failed
+# attempt retried (running -> queued), an approval refused (pending_approval -> rejected), and
+# preemption or drain from every state that holds devices (admitted/binding/running -> preempted).
 ALLOWED: set[tuple[str, str]] = {
     (S.PENDING_APPROVAL, S.QUEUED),
     (S.PENDING_APPROVAL, S.REJECTED),
@@ -35,10 +36,13 @@ ALLOWED: set[tuple[str, str]] = {
     (S.QUEUED, S.CANCELLED),
     (S.ADMITTED, S.BINDING),
     (S.ADMITTED, S.QUEUED),
+    (S.ADMITTED, S.FAILED),
+    (S.ADMITTED, S.PREEMPTED),
     (S.ADMITTED, S.CANCELLED),
     (S.BINDING, S.RUNNING),
     (S.BINDING, S.QUEUED),
     (S.BINDING, S.FAILED),
+    (S.BINDING, S.PREEMPTED),
     (S.BINDING, S.CANCELLED),
     (S.RUNNING, S.SUCCEEDED),
     (S.RUNNING, S.FAILED),

@@ -40,6 +40,14 @@ CASES = [
     # started at 800: 1000 - 800 = 200 s < min runtime 300
     ("inside-min-runtime", full_node("v", started=800), ("team-a", "normal"), set()),
     ("critical-overrides-min-runtime", full_node("v", started=800), ("team-a", "critical"), {"v"}),
+    # placed at 800 but its pods never started (binding, an image that does not pull): no
+    # work to protect, so the minimum runtime does not hold it
+    (
+        "not-started-binding-job-inside-min-runtime",
+        replace(full_node("v", started=800), started=False),
+        ("team-a", "normal"),
+        {"v"},
+    ),
     ("best-effort-of-anyone", full_node("v", "team-b", "best-effort"), ("team-a", "low"), {"v"}),
     # team-b within its guarantee (8 of 64): team-a may not take it, whatever the priority
     ("other-tenant-within-guarantee", full_node("v", "team-b", "low"), ("team-a", "high"), set()),
@@ -109,6 +117,22 @@ def test_reclaim_from_a_borrowing_tenant():
     assert len(victims(result)) == 1
     assert result.placement_for("a") is not None
     assert "reclaims" in result.preemptions[0].reason
+
+
+def test_a_borrower_stuck_before_starting_is_reclaimed_inside_its_min_runtime():
+    # team-b borrows 8 (16 of its 8) with a job placed 100 s ago (< min runtime 300) whose
+    # pods never started (a bad image): team-a reclaims it now, losing no work, instead of
+    # waiting for the one that has run since 0.
+    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
+    ran = make_running(make_job("ran", "team-b", gpus=8), ("n1", range(8)), started_at=0.0)
+    stuck = make_running(make_job("stuck", "team-b", gpus=8), ("n2", range(8)), started_at=900.0)
+    stuck = replace(stuck, started=False)
+    pending = [make_job("a", "team-a", gpus=8, priority="low")]
+    nodes = [make_node("n1"), make_node("n2")]
+    snap = snapshot(nodes, pending, [ran, stuck], tenants=tenants, now=NOW)
+    result = cycle(snap, PROFILE)
+    assert victims(result) == {"stuck"}
+    assert result.preemptions[0].work_lost_gpu_s == 0.0
 
 
 def test_no_reclaim_beyond_own_guarantee():
