@@ -8,6 +8,11 @@ from django.core.exceptions import ValidationError
 # Validating regexes end in \Z, never $: $ also matches before a trailing newline.
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# Namespaces jobs never run in: no Pod Security enforcement, and Gantry's own or the cluster's
+# pods live there (and every `kube-*` one).
+SYSTEM_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", "gantry-system"}
+)
 
 
 def validate_dns_label(value: str) -> None:
@@ -17,6 +22,10 @@ def validate_dns_label(value: str) -> None:
             f"{value[:70]!r} is not a valid name: use 1-63 lowercase letters, digits or '-', "
             "starting and ending with a letter or digit."
         )
+
+
+def is_system_namespace(name: str) -> bool:
+    return name in SYSTEM_NAMESPACES or name.startswith("kube-")
 
 
 def validate_display_text(value: str) -> None:

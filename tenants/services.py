@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from common.text import is_system_namespace
 from tenants import access
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import (
@@ -83,9 +84,21 @@ def tenant_update(*, user: Any, tenant: Tenant, name: str | None = None) -> Tena
 def project_create(
     *, user: Any, tenant: Tenant, slug: str, name: str, namespace: str | None = None
 ) -> Project:
+    """A project and its Kubernetes namespace, named after the slug, which the daemon creates
+    and labels as Gantry's. Only a platform admin names a namespace (an existing one, assigned
+    explicitly): a team admin who could would run the team's jobs in another group's namespace.
+    """
     if not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
-    project = Project(tenant=tenant, slug=slug, name=name, namespace=namespace or f"{slug}")
+    if namespace is not None and not access.grants_for(user).platform_admin:
+        raise PermissionDenied(
+            "Only platform admins assign a namespace to a project; leave it out and Gantry "
+            "creates the project's own namespace, named after its slug."
+        )
+    namespace = namespace or slug
+    if is_system_namespace(namespace):
+        raise ValidationError({"namespace": [f"{namespace!r} is a system namespace."]})
+    project = Project(tenant=tenant, slug=slug, name=name, namespace=namespace)
     _full_clean(project)
     project.save()
     audit_record(
@@ -306,11 +319,14 @@ def quota_delete(*, user: Any, quota: Quota) -> None:
             f"Quotas of '{quota.tenant.slug}' are set by admins of its parent "
             "or by platform admins."
         )
+    # Without this quota the tenant holds none, and beneath it only 0/0 may stand
+    # (`quota_rules`): a child's guarantee or limit would be a quota handed down from nothing.
     children = Quota.objects.filter(tenant__parent=quota.tenant, flavor=quota.flavor)
-    if children.filter(guaranteed_milli__gt=0).exists():
+    holding = sorted(children.filter(limit_milli__gt=0).values_list("tenant__slug", flat=True))
+    if holding:
         raise ValidationError(
-            f"'{quota.tenant.slug}' still guarantees {quota.flavor.name} to its children; "
-            "remove their quotas first."
+            f"'{quota.tenant.slug}' still gives {quota.flavor.name} quota to its children "
+            f"({', '.join(holding)}); remove or zero theirs first."
         )
     before, target = audit_snapshot(quota), ("tenants.quota", quota.pk)
     quota.delete()

@@ -59,6 +59,10 @@ class ForeignPod(BindConflict):
     """A pod holds our deterministic name but is not the pod we render: never adopt it."""
 
 
+class ForeignNamespace(BackendError):
+    """A project's namespace exists but Gantry did not create it: jobs never run there."""
+
+
 class ApiRejected(BackendError):
     """The apiserver refused a request for good (403, 422, an unexplained 409, ...).
 
@@ -120,6 +124,8 @@ class KubernetesBackend:
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
         self._device_resource: dict[str, str] = {}
         self._watchers: list[ListWatcher[PodStatus]] = []
+        # Namespaces seen to carry Gantry's label, so each is read once per process.
+        self._own_namespaces: set[str] = set()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -193,6 +199,7 @@ class KubernetesBackend:
         self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
     ) -> dict[str, Any]:
         """The created pod, or ours found under its name. `again`: one more try is allowed."""
+        self._require_own_namespace(pod.namespace)
         try:
             created = self._call(
                 f"create pod {pod.name}", self.core.create_namespaced_pod, pod.namespace, manifest
@@ -309,6 +316,29 @@ class KubernetesBackend:
             "field_selector": f"spec.schedulerName={self.config.scheduler_name}",
             "label_selector": f"{LABEL_MANAGED}=gantry",
         }
+
+    def _require_own_namespace(self, name: str) -> None:
+        """Create the project's namespace, or check that Gantry did: a namespace someone else
+        made (another group's, without Pod Security labels) never gets a job's pods. A
+        platform admin who assigns an existing namespace to a project labels it
+        `app.kubernetes.io/managed-by=gantry` (docs/kubernetes.md)."""
+        if name in self._own_namespaces:
+            return
+        try:
+            found = self._call(f"read namespace {name}", self.core.read_namespace, name)
+        except ApiException as exc:
+            if exc.status != NOT_FOUND:
+                raise
+            self.ensure_namespace(name)
+        else:
+            labels = (found.get("metadata") or {}).get("labels") or {}
+            if labels.get(LABEL_MANAGED) != "gantry":
+                raise ForeignNamespace(
+                    f"namespace {name!r} exists and was not created by Gantry (no "
+                    f"{LABEL_MANAGED}=gantry label); a platform admin assigns it by adding "
+                    "that label and the Pod Security labels"
+                )
+        self._own_namespaces.add(name)
 
     @_protocol_errors
     def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:

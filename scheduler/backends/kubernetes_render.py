@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from common.text import is_system_namespace
 from scheduler.backends.base import RESERVED_ENV, BackendError, PodRequest, pod_name
 from scheduler.backends.kubernetes_config import KubernetesConfig
 
@@ -29,10 +30,6 @@ LABEL_PRIORITY = "gantry.io/priority-class"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANNOTATION_GPUS = "gantry.io/gpu-indices"
 CONTAINER = "main"
-# Jobs never run here: no Pod Security enforcement, and Gantry's own or the cluster's pods live
-# there.
-SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
-                               "gantry-system"})  # fmt: skip
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
@@ -64,7 +61,7 @@ def _check(pod: PodRequest) -> None:
         raise UnsafePodSpec(f"pod name {pod.name!r} is not the deterministic name")
     if not _DNS_LABEL.match(pod.namespace):
         raise UnsafePodSpec(f"namespace {pod.namespace!r} is not a DNS label")
-    if pod.namespace in SYSTEM_NAMESPACES or pod.namespace.startswith("kube-"):
+    if is_system_namespace(pod.namespace):
         raise UnsafePodSpec(f"namespace {pod.namespace!r} is not a project namespace")
     if not pod.image or len(pod.image) > 512 or re.search(r"[\s\x00-\x1f\x7f]", pod.image):
         raise UnsafePodSpec("image must be a non-empty reference without spaces")

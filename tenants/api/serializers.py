@@ -79,7 +79,14 @@ class ProjectCreateIn(StrictInputSerializer):
     tenant = VisibleTenantField()
     slug = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=120)
-    namespace = serializers.CharField(max_length=63, required=False, default=None)
+    namespace = serializers.CharField(
+        max_length=63,
+        required=False,
+        default=None,
+        help_text="Platform admins only: an existing namespace to assign, which must carry "
+        "the label app.kubernetes.io/managed-by=gantry. Left out, Gantry creates and owns a "
+        "namespace named after the slug.",
+    )
 
 
 class ProjectUpdateIn(StrictInputSerializer):

@@ -23,7 +23,11 @@ from scheduler.backends.kubernetes_retry import RetryPolicy
 from tests.k8s.fake_apiserver import FakeApiServer
 
 NAMESPACE = "team-a"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+# A project namespace as Gantry creates it: its own label, restricted Pod Security.
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "app.kubernetes.io/managed-by": "gantry",
+}
 
 
 @dataclass

@@ -20,7 +20,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, NodeInfo, PodPhase
-from scheduler.backends.kubernetes import ApiRejected, ForeignPod, KubernetesBackend
+from scheduler.backends.kubernetes import (
+    ApiRejected,
+    ForeignNamespace,
+    ForeignPod,
+    KubernetesBackend,
+)
 from scheduler.backends.kubernetes_render import UnsafePodSpec
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import NAMESPACE, Sleeps
@@ -68,7 +73,7 @@ def test_create_whose_answer_was_lost_is_retried_and_adopted(
 def test_a_look_alike_pod_is_never_adopted(fake: FakeApiServer, backend: KubernetesBackend) -> None:
     # Someone with pod rights pre-created our next name, with their own image: adopting it
     # would run their pod on a GPU node outside quota.
-    fake.add_namespace("team-b")
+    fake.add_namespace("team-b", {"app.kubernetes.io/managed-by": "gantry"})
     squatter = {
         "metadata": {"name": POD, "labels": {"gantry.io/job-id": "7"}},
         "spec": {"schedulerName": "gantry", "containers": [{"name": "main", "image": "miner"}]},
@@ -515,6 +520,26 @@ def test_ensure_namespace_enforces_restricted(
     backend.ensure_namespace("team-c")  # exists: fine
     labels = fake.get("namespaces", "", "team-c")["metadata"]["labels"]  # type: ignore[index]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_pods_never_land_in_a_namespace_gantry_did_not_create(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    """Issue 17, point 9: a project pointed at another group's namespace (no Pod Security
+    labels, not Gantry's) gets no pods there."""
+    fake.add_namespace("ml-prod")
+    with pytest.raises(ForeignNamespace, match="not created by Gantry"):
+        backend.create_pod(make_request(namespace="ml-prod"))
+    assert fake.list_objects("pods", "ml-prod", {})["items"] == []
+
+
+def test_a_missing_project_namespace_is_created_as_gantrys(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    backend.create_pod(make_request(namespace="proj-new"))
+    labels = fake.get("namespaces", "", "proj-new")["metadata"]["labels"]  # type: ignore[index]
+    assert labels["app.kubernetes.io/managed-by"] == "gantry"
+    assert fake.get("pods", "proj-new", POD) is not None
 
 
 def test_events_explain_a_pod(fake: FakeApiServer, backend: KubernetesBackend) -> None:
