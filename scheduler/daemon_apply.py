@@ -454,6 +454,10 @@ def bind_plan(daemon: Daemon, plan: Plan) -> Outcome:
 
 
 def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
+    """Record what bound (admitted -> binding) and return what did not to the queue.
+    A claim's allocations are released only with its state change: a job whose row another
+    session holds locked stays admitted and keeps them (its pods were deleted, so the next
+    reconcile releases the claim), never admitted without an allocation."""
     now = daemon.now_dt()
     failed_pods = [
         (p.namespace, p.name, 0)
@@ -470,6 +474,8 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
         daemon.lease.fence()
         bound_ids = [a for ids in out.bound.values() for a in ids]
         Allocation.objects.filter(id__any=bound_ids).update(bound_at=now)
+        # A job skipped here (row locked) stays admitted with its pods bound: adopted by
+        # the next reconcile.
         set_state_fast(
             bound_jobs,
             S.ADMITTED,
@@ -478,25 +484,33 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
             "Bound: pods created and bound to their nodes.",
             versions=written,
         )
-        release([a for j in out.failed for a in plan.allocations.get(j, [])], now, "bind failed")
-        attempts = dict(Job.objects.filter(id__any=list(out.failed)).values_list("id", "attempt"))
-        changes = []
-        for job_id, why in out.failed.items():
-            if job_id not in plan.claimed:
-                continue  # an elastic replica that did not bind: simply not grown this time
-            delay = min(300, 5 * 2 ** min(attempts.get(job_id, 0), 6))
-            changes.append(
-                Change(
-                    job_id,
-                    (S.ADMITTED,),
-                    S.QUEUED,
-                    new_attempt=True,
-                    not_before=now + timedelta(seconds=delay),
-                    message=f"Bind failed, back to the queue: {why}",
-                    reason=f"bind failed ({why}); retrying in {delay} s",
-                )
-            )
-        transition_many(changes, now)
+        requeued = _requeue_failed_binds(plan, out, now)
+        # An elastic replica that did not bind is simply not grown this time.
+        freed = [j for j in out.failed if j not in plan.claimed or j in requeued]
+        release([a for j in freed for a in plan.allocations.get(j, [])], now, "bind failed")
         daemon.hook("before_commit")
     # Committed; a job bound in part and failed in part was written twice: not remembered.
     daemon.cache.remember({j: v for j, v in written.items() if j not in out.failed}, _BINDING)
+
+
+def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime) -> set[int]:
+    """admitted -> queued, with a new attempt and backoff, for the claims that did not
+    bind. Returns the jobs written."""
+    failed = [j for j in out.failed if j in plan.claimed]
+    attempts = dict(Job.objects.filter(id__any=failed).values_list("id", "attempt"))
+    changes = []
+    for job_id in failed:
+        why = out.failed[job_id]
+        delay = min(300, 5 * 2 ** min(attempts.get(job_id, 0), 6))
+        changes.append(
+            Change(
+                job_id,
+                (S.ADMITTED,),
+                S.QUEUED,
+                new_attempt=True,
+                not_before=now + timedelta(seconds=delay),
+                message=f"Bind failed, back to the queue: {why}",
+                reason=f"bind failed ({why}); retrying in {delay} s",
+            )
+        )
+    return set(transition_many(changes, now).done)
