@@ -1,5 +1,8 @@
 """Quota validation: a quota must fit its parent's and hold its children's.
 
+A tenant without quota on a flavor runs there by borrowing only, and has nothing to give its
+children: beneath it only a quota of 0/0 (no borrowing either) may be set.
+
 The checks read the parent's and children's rows, so `quota_set` calls them while holding a
 row lock on the parent's quota: two siblings raised at once cannot both squeeze in.
 """
@@ -61,14 +64,7 @@ def check_against_parent(
     parent = tenant.parent
     assert parent is not None
     if parent_quota is None:
-        if values.guaranteed_milli == 0:
-            return {}
-        return {
-            "guaranteed_milli": [
-                f"'{tenant.slug}' asks for {gpus(values.guaranteed_milli)} guaranteed, but the "
-                f"parent '{parent.slug}' has no quota for {flavor.name}; set the parent's first."
-            ]
-        }
+        return _below_no_quota(tenant, parent, flavor, values)
     errors: dict[str, list[str]] = {}
     siblings = (
         Quota.objects.filter(tenant__parent=parent, flavor=flavor)
@@ -91,6 +87,29 @@ def check_against_parent(
         errors["limit_milli"] = [
             f"the limit of '{tenant.slug}' ({gpus(values.limit_milli)}) exceeds the limit of "
             f"the parent '{parent.slug}' for {flavor.name} ({gpus(parent_quota.limit_milli)})."
+        ]
+    return errors
+
+
+def _below_no_quota(
+    tenant: Tenant, parent: Tenant, flavor: ResourceFlavor, values: QuotaValues
+) -> dict[str, list[str]]:
+    """A tenant without quota on a flavor runs there by borrowing only (as a Kueue
+    ClusterQueue with nominalQuota 0), and so do its children: it has nothing to hand down.
+    Only a quota of 0/0, which keeps the child from borrowing that flavor, may be set."""
+    why = (
+        f"the parent '{parent.slug}' holds no {flavor.name} quota, so it has none to give: "
+        f"'{tenant.slug}' may only borrow idle {flavor.name}, as its parent does (a limit of 0 "
+        f"forbids even that). Give '{parent.slug}' a quota for {flavor.name} first."
+    )
+    errors: dict[str, list[str]] = {}
+    if values.guaranteed_milli:
+        errors["guaranteed_milli"] = [
+            f"'{tenant.slug}' asks for {gpus(values.guaranteed_milli)} guaranteed, but {why}"
+        ]
+    if values.limit_milli:
+        errors["limit_milli"] = [
+            f"'{tenant.slug}' asks for a limit of {gpus(values.limit_milli)}, but {why}"
         ]
     return errors
 

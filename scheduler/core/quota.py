@@ -3,6 +3,9 @@
 Per flavor, every tenant n has an effective guarantee ``g(n)`` (its own, or the sum of its
 children's when it sets none), an optional ``limit`` and a ``lend_limit`` (default: all of
 ``g``). The part ``g - lend_limit`` is n's reserve: nobody else may use it even when idle.
+A tenant without quota on a flavor may run there by borrowing only, as a Kueue ClusterQueue
+with nominalQuota 0: below a parent without quota nothing is guaranteed (``_backed``), and
+only a root without quota is a cohort whose capacity is its children's guarantees.
 A node's footprint is what it denies the rest of the tree:
 
     eff(n) = max(usage of n's own jobs + sum of eff(children), g(n) - lend_limit(n))
@@ -71,12 +74,25 @@ class QuotaLedger:
         kept = self._guarantee.get(key)
         if kept is None:
             quota = self.tenants[tenant].quotas.get(flavor)
-            kept = self._guarantee[key] = (
-                quota.guaranteed
-                if quota is not None
-                else sum(self.guarantee(c, flavor) for c in self.children[tenant])
-            )
+            if quota is not None:
+                kept = quota.guaranteed if self._backed(tenant, flavor) else 0
+            else:
+                kept = sum(self.guarantee(c, flavor) for c in self.children[tenant])
+            self._guarantee[key] = kept
         return kept
+
+    def _backed(self, tenant: str, flavor: str) -> bool:
+        """Whether the tenant's guarantee is carved out of its parent's: the parent holds a
+        quota on the flavor that is backed in turn, or is a root without one (a cohort, whose
+        capacity is its children's guarantees). Below a tenant without quota there is
+        nothing to guarantee (``tenants.quota_rules`` refuses such a quota): a row left there
+        from before keeps its limit but borrows like its parent."""
+        parent = self.tenants[tenant].parent
+        if parent is None or parent not in self.tenants:
+            return True
+        if flavor in self.tenants[parent].quotas:
+            return self._backed(parent, flavor)
+        return self.tenants[parent].parent is None
 
     def _reserve(self, tenant: str, flavor: str) -> int:
         key = (tenant, flavor)
@@ -125,9 +141,14 @@ class QuotaLedger:
             return None
         used, g = self.usage[(tenant, flavor)], self.guarantee(tenant, flavor)
         idle = max(0, capacity - self._eff[(root, flavor)])
+        holds = (
+            f"uses {gpus(used)}/{gpus(g)} {flavor}"
+            if g
+            else f"holds no {flavor} guarantee and may only borrow"
+        )
         return QuotaVerdict(
             tenant,
-            f"quota: {tenant} uses {gpus(used)}/{gpus(g)} {flavor}; job needs {gpus(milli)} "
+            f"quota: {tenant} {holds}; job needs {gpus(milli)} "
             f"but only {gpus(idle)} {flavor} of other tenants' guarantees is idle to lend",
         )
 

@@ -246,8 +246,17 @@ INVALID = [
         [],
         Write("alpha", 4, 8, flavor="a100"),
         "guaranteed_milli",
-        ["team-alpha", "4 GPUs", "research", "A100-40GB", "no quota"],
+        ["team-alpha", "4 GPUs", "research", "holds no A100-40GB quota", "quota for A100-40GB"],
         id="guarantee-under-parent-without-flavor",
+    ),
+    # research holds no A100 quota: it has none to give, so a child may not borrow more
+    # than research would (a limit is a quota too); only 0/0 may be set beneath it
+    pytest.param(
+        [],
+        Write("alpha", 0, 8, flavor="a100"),
+        "limit_milli",
+        ["team-alpha", "limit of 8 GPUs", "research", "holds no A100-40GB quota", "borrow"],
+        id="limit-under-parent-without-flavor",
     ),
     pytest.param(
         [Write("acme", 16, 16, flavor="a100")],
@@ -274,6 +283,43 @@ def test_invalid_quota_is_refused_with_numbers_and_changes_nothing(
     missing = [text for text in fragments if text not in message]
     assert not missing, f"{missing} not in {message!r}"
     assert all_quotas() == before
+
+
+def test_team_admin_cannot_give_a_child_quota_on_a_model_the_team_has_none_of(
+    org: Org, client_for: Any
+) -> None:
+    # dana administers research, which holds no A100 quota; team-alpha is research's child
+    before = all_quotas()
+    response = client_for("dana").post(
+        "/api/v1/quotas/",
+        {
+            "tenant": org.alpha.pk,
+            "flavor": org.a100.pk,
+            "guaranteed_milli": 0,
+            "limit_milli": 8000,
+            "weight": 1.0,
+        },
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert set(body["errors"]) == {"limit_milli"}
+    assert "'research' holds no A100-40GB quota" in body["errors"]["limit_milli"][0]
+    assert all_quotas() == before
+
+
+def test_a_parent_quota_cannot_be_deleted_while_a_child_holds_one(org: Org) -> None:
+    apply(org, Write("acme", 16, 16, flavor="a100"))
+    apply(org, Write("research", 8, 16, flavor="a100"))
+    apply(org, Write("alpha", 0, 8, flavor="a100"))  # borrowing up to 8, nothing guaranteed
+    research = Quota.objects.get(tenant=org.research, flavor=org.a100)
+    with pytest.raises(ValidationError, match="team-alpha"):
+        services.quota_delete(user=org.users["pat"], quota=research)
+    assert Quota.objects.filter(pk=research.pk).exists()
+    # a 0/0 child (no borrowing) does not hold the parent's quota up
+    apply(org, Write("alpha", 0, 0, flavor="a100"))
+    services.quota_delete(user=org.users["pat"], quota=research)
+    assert not Quota.objects.filter(pk=research.pk).exists()
 
 
 def test_several_broken_rules_are_all_reported(org: Org) -> None:

@@ -144,3 +144,74 @@ def test_user_cap_reason_through_a_cycle():
     reason = result.reason_for("a2")
     assert reason is not None and reason.code == WaitCode.USER_CAP
     assert reason.message == "user cap: alice uses 3 GPUs in team-a, cap 4, job needs 2"
+
+
+# --- a tenant without quota on a flavor: borrowing only (as a Kueue ClusterQueue with
+# nominalQuota 0 in its cohort) -------------------------------------------------------------
+
+
+def borrower_tree() -> tuple[Tenant, ...]:
+    """org guarantees 16 H100; "owner" 16 of them; "nobody" holds no H100 quota."""
+    return (
+        Tenant("org", None, {"H100": Quota(16 * GPU)}),
+        Tenant("owner", "org", {"H100": Quota(16 * GPU, 16 * GPU)}),
+        Tenant("nobody", "org"),
+    )
+
+
+def test_a_tenant_without_quota_borrows_idle_capacity_and_is_reclaimed_first():
+    nodes = [make_node("n1"), make_node("n2")]
+    tenants = borrower_tree()
+    # owner idle: nobody borrows all 16 (0 guaranteed + 16 borrowed <= org's 16)
+    idle = cycle(
+        snapshot(nodes, [make_job("x", "nobody", gpus=8, replicas=2)], tenants=tenants, now=1e4)
+    )
+    assert idle.placement_for("x") is not None
+    # owner asks for its guarantee back: nobody's job is reclaimed, whatever its priority
+    running = [
+        make_running(make_job(f"x{i}", "nobody", gpus=8, priority="high"), (f"n{i}", range(8)))
+        for i in (1, 2)
+    ]
+    snap = snapshot(nodes, [make_job("o", "owner", gpus=8)], running, tenants=tenants, now=1e4)
+    result = cycle(snap)
+    assert result.placement_for("o") is not None
+    assert len(result.preemptions) == 1 and "reclaims" in result.preemptions[0].reason
+
+
+def test_a_tenant_without_quota_is_told_it_may_only_borrow():
+    book = QuotaLedger(borrower_tree(), ["H100"])
+    book.charge("owner", "", "H100", 16 * GPU)
+    verdict = book.check("nobody", "", "H100", 8 * GPU)
+    assert verdict is not None
+    assert verdict.message == (
+        "quota: nobody holds no H100 guarantee and may only borrow; job needs 8 but only 0 "
+        "H100 of other tenants' guarantees is idle to lend"
+    )
+
+
+def test_a_quota_below_a_parent_without_quota_guarantees_nothing():
+    # "dept" holds no H100 quota, yet "team" has a row guaranteeing 8 (written before
+    # quota_set refused it). That 8 is not carved out of anything: team borrows like its
+    # parent, so "other", guaranteed all 16 of org, reclaims team's job instead of waiting.
+    tenants = (
+        Tenant("org", None, {"H100": Quota(16 * GPU, 16 * GPU)}),
+        Tenant("dept", "org"),
+        Tenant("team", "dept", {"H100": Quota(8 * GPU, 16 * GPU)}),
+        Tenant("other", "org", {"H100": Quota(16 * GPU, 16 * GPU)}),
+    )
+    book = QuotaLedger(tenants, ["H100"])
+    assert (book.guarantee("team", "H100"), book.guarantee("dept", "H100")) == (0, 0)
+    assert book.guarantee("other", "H100") == 16 * GPU
+    nodes = [make_node("n1"), make_node("n2")]
+    running = [make_running(make_job("t", "team", gpus=8), ("n1", range(8)))]
+    pending = [make_job("o", "other", gpus=8, replicas=2)]
+    result = cycle(snapshot(nodes, pending, running, tenants=tenants, now=1e4))
+    assert result.placement_for("o") is not None
+    assert {p.job_id for p in result.preemptions} == {"t"}
+
+
+def test_a_root_without_quota_is_a_cohort_of_its_childrens_guarantees():
+    # no row on org: its capacity is a's 8 + b's 8 (the benches' and kueue's cohorts)
+    book = ledger(("a", 8, None), ("b", 8, None))
+    assert book.guarantee("org", "H100") == 16 * GPU
+    assert book.guarantee("a", "H100") == 8 * GPU
