@@ -277,3 +277,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("GANTRY_LOG_LEVEL", "INFO")},
 }
+
+# The scheduler daemon (docs/daemon.md). A job whose pods could not be created or bound this
+# many times fails with the last error, instead of being placed (and preempting others) again.
+GANTRY_BIND_ATTEMPTS = int(os.environ.get("GANTRY_BIND_ATTEMPTS", "5"))

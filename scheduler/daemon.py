@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import (
     DatabaseError,
     InterfaceError,
@@ -82,8 +83,10 @@ class Daemon:
         on_cycle: Callable[[Daemon], None] | None = None,
         sync_every_s: float = 0.0,
         reasons_every_s: float = 1.0,
+        bind_attempts: int | None = None,
     ) -> None:
         self.backend = backend
+        self.bind_attempts = bind_attempts or settings.GANTRY_BIND_ATTEMPTS
         self.lease = lease or Lease()
         self.profile = profile or Profile()
         self.clock, self.sleep = clock, sleep

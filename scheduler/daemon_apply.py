@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count
 
 from scheduler.adapters import (
     Built,
@@ -29,7 +30,7 @@ from scheduler.adapters import (
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.lifecycle import HOLDING_STATES
-from scheduler.models import Allocation, AllocationDevice, Job, JobState
+from scheduler.models import Allocation, AllocationDevice, Job, JobEvent, JobState
 
 if TYPE_CHECKING:
     from scheduler.daemon import Daemon
@@ -39,6 +40,7 @@ S = JobState
 _ADMITTED = {"state": S.ADMITTED, "reason": ""}
 _BINDING = {"state": S.BINDING, "reason": ""}
 REASONS_PER_CYCLE = 500
+BIND_FAILED = "bind_failed"  # the kind of a failed bind's event, counted for its limit
 
 
 @dataclass
@@ -484,23 +486,43 @@ def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
             "Bound: pods created and bound to their nodes.",
             versions=written,
         )
-        requeued = _requeue_failed_binds(plan, out, now)
+        moved = _requeue_failed_binds(daemon, plan, out, now)
         # An elastic replica that did not bind is simply not grown this time.
-        freed = [j for j in out.failed if j not in plan.claimed or j in requeued]
+        freed = [j for j in out.failed if j not in plan.claimed or j in moved]
         release([a for j in freed for a in plan.allocations.get(j, [])], now, "bind failed")
         daemon.hook("before_commit")
     # Committed; a job bound in part and failed in part was written twice: not remembered.
     daemon.cache.remember({j: v for j, v in written.items() if j not in out.failed}, _BINDING)
 
 
-def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime) -> set[int]:
+def _requeue_failed_binds(daemon: Daemon, plan: Plan, out: Outcome, now: datetime) -> set[int]:
     """admitted -> queued, with a new attempt and backoff, for the claims that did not
-    bind. Returns the jobs written."""
+    bind; admitted -> failed, with the last error, for those that reached the daemon's
+    `bind_attempts` (a pod the API server refuses is refused again: retrying for ever
+    would place the job, and preempt others for it, at every try). Returns the jobs
+    written."""
     failed = [j for j in out.failed if j in plan.claimed]
     attempts = dict(Job.objects.filter(id__any=failed).values_list("id", "attempt"))
+    before = dict(
+        JobEvent.objects.filter(job_id__any=failed, kind=BIND_FAILED)
+        .values_list("job_id")
+        .annotate(n=Count("id"))
+    )
     changes = []
     for job_id in failed:
-        why = out.failed[job_id]
+        why, tries = out.failed[job_id], before.get(job_id, 0) + 1
+        if tries >= daemon.bind_attempts:
+            changes.append(
+                Change(
+                    job_id,
+                    (S.ADMITTED,),
+                    S.FAILED,
+                    kind=BIND_FAILED,
+                    message=f"Failed: its pods could not be bound ({tries} tries): {why}",
+                    reason=f"bind failed {tries} times: {why}",
+                )
+            )
+            continue
         delay = min(300, 5 * 2 ** min(attempts.get(job_id, 0), 6))
         changes.append(
             Change(
@@ -509,7 +531,9 @@ def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime) -> set[int]:
                 S.QUEUED,
                 new_attempt=True,
                 not_before=now + timedelta(seconds=delay),
-                message=f"Bind failed, back to the queue: {why}",
+                kind=BIND_FAILED,
+                message=f"Bind failed ({tries} of {daemon.bind_attempts} tries), back to the "
+                f"queue: {why}",
                 reason=f"bind failed ({why}); retrying in {delay} s",
             )
         )

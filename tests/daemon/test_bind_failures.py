@@ -57,3 +57,25 @@ def test_an_admitted_job_without_an_allocation_goes_back_to_the_queue(env: Env) 
     released = JobEvent.objects.get(job=job, from_state="admitted", to_state="queued")
     assert "held no allocation" in released.message
     assert_consistent(env.backend)
+
+
+def test_a_bind_refused_every_time_fails_the_job_after_the_attempt_limit(env: Env) -> None:
+    """The API server refuses the pod (an environment variable name it rejects): after
+    `bind_attempts` tries the job fails with that cause, instead of being placed again,
+    and preempting others for it, for ever."""
+    job = env.submit(simulation={"duration_s": 600})
+    refused = BackendError("apiserver 422: Unprocessable Entity: env name 'A\\n' is invalid")
+    env.backend.inject("create_pod", refused, times=1000)
+    daemon = env.daemon(bind_attempts=3)
+    for _ in range(3):
+        env.run(daemon, seconds=400)  # past each retry's backoff
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "422" in job.reason and "3 times" in job.reason
+    tries = JobEvent.objects.filter(job=job, kind="bind_failed")
+    assert list(tries.values_list("to_state", flat=True)) == ["queued", "queued", "failed"]
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    calls = env.backend.calls["create_pod"]
+    env.run(daemon, seconds=400, cycles=3)
+    assert env.backend.calls["create_pod"] == calls  # never tried again
+    assert_consistent(env.backend)
