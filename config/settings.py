@@ -238,6 +238,10 @@ GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
 # Seed the demo organisation at container start (`seed_demo --if-enabled`); `make run` always does.
 GANTRY_SEED_DEMO = env_bool("GANTRY_SEED_DEMO")
 GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S", "2"))
+# Refuse at submit a job that no node of the cluster could hold even empty. Turn it off where
+# the inventory grows (an autoscaler adds nodes): such jobs then queue, and their wait reason
+# says that nothing in the cluster can hold them today. Quotas refuse either way.
+GANTRY_REFUSE_BEYOND_INVENTORY = env_bool("GANTRY_REFUSE_BEYOND_INVENTORY", default=True)
 
 # Bearer token a Prometheus scraper sends to /metrics (platform admins may read it too).
 GANTRY_METRICS_TOKEN = os.environ.get("GANTRY_METRICS_TOKEN", "")
@@ -281,3 +285,6 @@ LOGGING = {
 # The scheduler daemon (docs/daemon.md). A job whose pods could not be created or bound this
 # many times fails with the last error, instead of being placed (and preempting others) again.
 GANTRY_BIND_ATTEMPTS = int(os.environ.get("GANTRY_BIND_ATTEMPTS", "5"))
+# A pod bound this long ago that has not started (an image that never pulls, a missing secret)
+# fails its job's attempt with the cause the cluster reports, so that its devices go back.
+GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600"))

@@ -13,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
 from scheduler.approvals import job_approval_matches, job_approval_payload
+from scheduler.feasibility import job_check_fits
 from scheduler.lifecycle import job_transition
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 from scheduler.spec import JobSpecSerializer
@@ -110,7 +111,9 @@ def job_submit(
         return job, False
     serializer = JobSpecSerializer(data=payload)
     serializer.is_valid(raise_exception=True)
-    job = _job_from_spec(user=user, project=project, spec=dict(serializer.validated_data))
+    spec = dict(serializer.validated_data)
+    job = _job_from_spec(user=user, project=project, spec=spec)
+    job_check_fits(job=job, spec=spec)
     job.idempotency_key = idempotency_key
     job.request_hash = fingerprint
     try:

@@ -270,13 +270,23 @@ def _admit_and_place(ctx: CycleContext, job: JobRequest, out: _Decisions) -> Wai
 def _why_waiting(
     ctx: CycleContext, job: JobRequest, flavors: tuple[str, ...], gang: tuple[int, ...]
 ) -> tuple[WaitReason, str]:
-    """The reason, and the first flavor whose quota admits the job ("" if none): capacity on
-    that flavor explains more than quota on another."""
+    """The reason, and the first flavor whose quota admits the job and whose nodes could
+    hold it ("" if none): capacity on that flavor explains more than quota on another. A job
+    no usable node of any allowed flavor could hold is told so, with the closest miss."""
     milli = job.resources.gpu_milli * len(gang)
-    verdicts = [(f, ctx.quota_verdict(job, f, milli)) for f in flavors]
+    misfits = {
+        f: ctx.state.misfit(job.resources, len(gang), f, job.pools, job.tolerations)
+        for f in flavors
+    }
+    if flavors and all(misfits.values()):
+        return reasons.never_fits(job, [m for m in misfits.values() if m is not None]), ""
+    verdicts = [(f, ctx.quota_verdict(job, f, milli)) for f in flavors if misfits[f] is None]
     admitted = [f for f, verdict in verdicts if verdict is None]
     if admitted:
-        return _capacity_reason(ctx, job, admitted[0]), admitted[0]
+        # Told about the flavor with the most free, which came closest; reserved on the
+        # job's first choice.
+        told = max(admitted, key=ctx.state.free_milli) if len(admitted) > 1 else admitted[0]
+        return _capacity_reason(ctx, job, told), admitted[0]
     for _, verdict in verdicts:
         if verdict is not None:
             return reasons.quota(job, verdict), ""

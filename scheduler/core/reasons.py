@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.core.context import CycleContext
+from scheduler.core.fit import Misfit, describe
 from scheduler.core.quota import QuotaVerdict, gpus
 from scheduler.core.types import MILLI_PER_GPU, JobRequest, Reservation, WaitCode, WaitReason
 
@@ -37,6 +38,16 @@ def invalid(job: JobRequest, why: str) -> WaitReason:
 def no_flavor(job: JobRequest) -> WaitReason:
     wanted = ", ".join(job.flavors) or "any GPU"
     return WaitReason(job.id, WaitCode.NO_MATCHING_NODE, f"no node has {wanted}")
+
+
+def never_fits(job: JobRequest, misfits: list[Misfit]) -> WaitReason:
+    """No usable node of any allowed flavor could hold the job even empty: waiting for
+    others to finish will not help, only other nodes (or a smaller request) will."""
+    return WaitReason(
+        job.id,
+        WaitCode.NO_MATCHING_NODE,
+        f"nothing in the cluster can hold this job today: {describe(misfits)}",
+    )
 
 
 def capacity(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Taint, Toleration
+from scheduler.core.fit import Capacity, Misfit, misfit
+from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Resources, Taint, Toleration
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -78,6 +79,8 @@ class ClusterState:
         self._signature = [self._sign(i) for i in range(n)]
         self._unsigned: set[int] = set()  # nodes changed since their signature was taken
         self._static: dict[tuple[str, tuple[str, ...], tuple[Toleration, ...]], BoolArray] = {}
+        self._capacity: Capacity | None = None
+        self._misfits: dict[tuple[object, ...], Misfit | None] = {}
         self.dirty: set[int] = set()
 
     def _load_devices(self, n: int, d: int) -> None:
@@ -221,6 +224,26 @@ class ClusterState:
                 mask &= np.array(ok, dtype=np.bool_)[self.taint_group]
             self._static[key] = mask
         return mask
+
+    def misfit(
+        self,
+        res: Resources,
+        gang: int,
+        flavor: str,
+        pools: tuple[str, ...],
+        tolerations: tuple[Toleration, ...],
+    ) -> Misfit | None:
+        """Why no usable node of ``flavor`` could hold the gang even if it were empty (see
+        ``fit``); None when some could. Cached: it depends on the nodes alone."""
+        key = (res, gang, flavor, pools, tolerations)
+        if key not in self._misfits:
+            if self._capacity is None:
+                self._capacity = Capacity(self.nodes, today=True)
+            if len(self._misfits) >= 4096:  # a state kept across cycles sees many shapes
+                self._misfits.clear()
+            mask = self.static_mask(flavor, pools, tolerations)
+            self._misfits[key] = misfit(self._capacity, mask, res, gang, flavor)
+        return self._misfits[key]
 
     def flavor_code(self, flavor: str) -> int:
         try:

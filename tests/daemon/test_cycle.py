@@ -111,7 +111,7 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
     for _ in range(3):
         env.submit(simulation={"duration_s": 600})
     for _ in range(5):
-        env.submit(replicas=5, resources={"gpus": 8})  # over quota: they wait
+        env.submit(replicas=4, resources={"gpus": 8})  # 24 + 32 over quota 32: they wait
     daemon = env.daemon(sync_every_s=60)  # the inventory sync is not part of this count
     env.run(daemon, seconds=1, cycles=3)
     with CaptureQueriesContext(connection) as quiet:
@@ -304,7 +304,8 @@ def test_queue_heads_read_shallow_give_the_full_window(env: Env) -> None:
 
 
 def test_waiting_job_gets_a_reason(env: Env) -> None:
-    job = env.submit(replicas=5, resources={"gpus": 8})  # 40 GPUs: over team-alpha's limit 32
+    env.submit(resources={"gpus": 8}, simulation={"duration_s": 600})
+    job = env.submit(replicas=4, resources={"gpus": 8})  # 8 + 32: over team-alpha's limit 32
     env.run(env.daemon())
     job.refresh_from_db()
     assert job.state == "queued"
@@ -313,11 +314,12 @@ def test_waiting_job_gets_a_reason(env: Env) -> None:
 
 def test_waiting_reasons_are_refreshed_at_the_daemons_pace(env: Env) -> None:
     daemon = env.daemon(reasons_every_s=1.0)
-    first = env.submit(replicas=5, resources={"gpus": 8})  # over team-alpha's limit
+    env.submit(resources={"gpus": 8}, simulation={"duration_s": 600})
+    first = env.submit(replicas=4, resources={"gpus": 8})  # 8 + 32: over team-alpha's limit
     env.run(daemon)
     first.refresh_from_db()
     assert first.reason.startswith("quota")
-    second = env.submit(replicas=5, resources={"gpus": 8})
+    second = env.submit(replicas=4, resources={"gpus": 8})
     env.run(daemon, seconds=0.5)  # within the second: not rewritten yet
     second.refresh_from_db()
     assert second.reason == ""
@@ -621,7 +623,7 @@ def test_the_daemons_own_writes_keep_the_row_cache_exact(env: Env) -> None:
     for _ in range(2):
         env.submit(resources={"gpus": 4}, simulation={"duration_s": 600})
     for _ in range(3):
-        env.submit(replicas=5, resources={"gpus": 8})  # over quota: they wait, with reasons
+        env.submit(replicas=4, resources={"gpus": 8})  # 8 + 32 over quota 32: they wait
     daemon = env.daemon(sync_every_s=60)
     env.run(daemon)
     assert Job.objects.filter(state="binding").count() == 2
@@ -683,7 +685,7 @@ def test_reasons_are_written_after_the_placed_jobs_are_bound(env: Env) -> None:
     """Hundreds of waiting reasons must not delay the placed jobs' start: the claim
     transaction holds no reason write, and the reasons follow the binds."""
     placed = env.submit(simulation={"duration_s": 600})
-    waiting = env.submit(replicas=5, resources={"gpus": 8})  # over quota
+    waiting = env.submit(replicas=4, resources={"gpus": 8})  # 4 + 32 over quota 32
     with CaptureQueriesContext(connection) as seen:
         env.run(env.daemon())
     sql = [q["sql"] for q in seen.captured_queries]
