@@ -114,7 +114,8 @@ def test_shared_request_larger_than_any_device_memory_never_runs():
     report = simulate(work, cluster(make_node("n1", gpu_memory_mib=81920)), BEST_FIT)
     outcome = report.outcome("share")
     assert outcome.state == "unfinished"
-    assert "100000 MiB GPU memory" in outcome.reason and "the most is 81920 MiB" in outcome.reason
+    assert "nothing in the cluster can hold this job today" in outcome.reason
+    assert "100000 MiB of GPU memory; the most is 81920 MiB" in outcome.reason
 
 
 def test_node_failure_requeues_jobs_elsewhere():
