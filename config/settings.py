@@ -118,7 +118,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     # Writers wait for each other this long (seconds) before "database is locked".
-    DATABASES["default"]["OPTIONS"]["timeout"] = float(os.environ.get("GANTRY_SQLITE_TIMEOUT_S", "20"))
+    DATABASES["default"]["OPTIONS"]["timeout"] = float(
+        os.environ.get("GANTRY_SQLITE_TIMEOUT_S", "20")
+    )
     # The test database is a file, as `make run`'s is: an in-memory database shares one cache
     # between connections and answers concurrent writers with "database table is locked"
     # at once instead of waiting, which is not how the product behaves.

@@ -18,7 +18,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -26,6 +26,7 @@ from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from scheduler.core.types import (
     Device,
@@ -98,6 +99,19 @@ SPEC_KEYS = {
 ROW_EXTRA = ("spec__retry",)
 ROW_FIELDS = (*JOB_FIELDS, *SPEC_KEYS.values(), *ROW_EXTRA)
 KINDS = {k.value.replace("_", "-"): k for k in JobKind}
+
+
+def aware(value: datetime | str) -> datetime:
+    """A time read through a raw cursor, as the ORM would give it: aware, in UTC. SQLite
+    stores times as naive UTC text, and a raw cursor bypasses the ORM's converters; compared
+    with an aware time, a naive one raises TypeError (which once stopped the daemon for good
+    after the first preemption on the embedded default)."""
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"not a time: {value!r}")
+        value = parsed
+    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 
 def ts(value: datetime | None) -> float:
@@ -655,6 +669,7 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     for event_id, at, victim, data in rows:
         if isinstance(data, str):  # JSON arrives as text (Django's loaders)
             data = json.loads(data)
+        at = aware(at)
         preemptor = str((data or {}).get("preemptor", ""))
         cache.preemptions_after = max(cache.preemptions_after, event_id)
         if preemptor.isdigit():

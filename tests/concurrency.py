@@ -31,3 +31,22 @@ def run_in_threads(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
         thread.join(timeout=30)
     assert not any(t.is_alive() for t in threads), "a thread hung"
     return results
+
+
+def rendezvous(parties: int) -> Callable[[], None]:
+    """A meeting point for `parties` threads that forces an interleaving: each waits there
+    until all have arrived. On SQLite a transaction takes the database's write lock when it
+    begins (IMMEDIATE), so a second writer cannot reach a point inside its transaction
+    until the first has committed: that interleaving cannot happen there, and a thread
+    that waited in vain (a short timeout) carries on. On PostgreSQL all must arrive."""
+    serialised = connection.vendor == "sqlite"
+    barrier = threading.Barrier(parties, timeout=1.0 if serialised else 10.0)
+
+    def meet() -> None:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            if not serialised:
+                raise
+
+    return meet

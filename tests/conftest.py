@@ -43,6 +43,28 @@ def _cache_per_worker(worker_id: str) -> Iterator[None]:
         yield
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """`@pytest.mark.postgresql("why")`: the test pins a behaviour that exists only on
+    PostgreSQL (the daemon's row-version cache, NOTIFY, the planner, server-side settings).
+    On the embedded default (SQLite) it is skipped, saying why; everything else runs on both."""
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        return
+    for item in items:
+        marker = item.get_closest_marker("postgresql")
+        if marker is not None:
+            why = marker.args[0] if marker.args else "PostgreSQL only"
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {why}"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Every test starts with an empty cache: throttles and login-guard counters of one test
+    must not leak into the next (the embedded default's cache lives in the process)."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @dataclass
 class Org:
     acme: Tenant

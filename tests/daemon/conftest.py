@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
 from rest_framework.test import APIClient
 
 from scheduler.backends.simulated import SimulatedCluster, make_nodes
@@ -68,8 +70,9 @@ class Env:
 
 def expire_leases() -> None:
     """Stands for the lease TTL passing after a leader's death (no waiting)."""
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE scheduler_schedulerlease SET expires_at = now() - interval '1s'")
+    SchedulerLease.objects.update(
+        expires_at=ExpressionWrapper(Now() - timedelta(seconds=1), output_field=DateTimeField())
+    )
 
 
 def assert_consistent(backend: SimulatedCluster) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.db.models.functions import Now
 
 from scheduler.backends.base import BackendError, BindConflict
 from scheduler.daemon_wakeup import Waiter
@@ -123,9 +124,7 @@ def test_lease_uses_the_database_clock(env: Env) -> None:  # FAULT 21
     env.clock.advance(10 * 365 * 86400)  # the daemon's clock is years off
     assert daemon.lease.acquire()
     lease = SchedulerLease.objects.get()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        db_now = cursor.fetchone()[0]
+    db_now = SchedulerLease.objects.annotate(db_now=Now()).values_list("db_now", flat=True).get()
     assert lease.renewed_at is not None and lease.expires_at is not None
     assert abs((lease.renewed_at - db_now).total_seconds()) < 5
     assert (lease.expires_at - lease.renewed_at).total_seconds() == pytest.approx(30)
@@ -136,6 +135,7 @@ def test_lease_uses_the_database_clock(env: Env) -> None:  # FAULT 21
 # --- the database ------
 
 
+@pytest.mark.postgresql("a server backend killed (pg_terminate_backend)")
 def test_connection_killed_mid_run_daemon_reconnects(tenv: Env) -> None:  # FAULT 5
     daemon = tenv.daemon()
     tenv.run(daemon)
@@ -155,6 +155,7 @@ def test_connection_killed_mid_run_daemon_reconnects(tenv: Env) -> None:  # FAUL
     assert_consistent(tenv.backend)
 
 
+@pytest.mark.postgresql("LISTEN/NOTIFY")
 def test_listen_connection_dies_polling_still_schedules(tenv: Env) -> None:  # FAULT 6
     daemon = tenv.daemon()
     tenv.run(daemon)
@@ -177,6 +178,7 @@ def test_listen_connection_dies_polling_still_schedules(tenv: Env) -> None:  # F
     waiter.close()
 
 
+@pytest.mark.postgresql("row locks (SKIP LOCKED) and server timeouts")
 def test_locked_job_is_skipped_and_timeouts_are_set(tenv: Env) -> None:  # FAULT 7
     locked = tenv.submit(simulation={"duration_s": 600})
     free = tenv.submit(simulation={"duration_s": 600})
@@ -200,6 +202,7 @@ def test_locked_job_is_skipped_and_timeouts_are_set(tenv: Env) -> None:  # FAULT
     assert_consistent(tenv.backend)
 
 
+@pytest.mark.postgresql("the lease row's share lock")
 def test_takeover_waits_for_the_fenced_write_in_flight(tenv: Env) -> None:
     """The leader's write transaction holds the lease FOR SHARE: a takeover UPDATE waits for
     it to commit, so the write lands under the epoch that made it, or not at all."""

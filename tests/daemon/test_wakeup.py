@@ -35,6 +35,7 @@ def test_a_backend_event_ends_the_wait(transactional_db: Any, listen: bool) -> N
         waiter.close()
 
 
+@pytest.mark.postgresql("LISTEN/NOTIFY")
 def test_notifications_wake_the_waiter_within_a_slice_once(transactional_db: Any) -> None:
     """A NOTIFY ends the wait by the end of the current slice (half a second), not at the
     wait's end, and the ones sent with it do not wake it again."""

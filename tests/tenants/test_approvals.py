@@ -40,7 +40,7 @@ from tenants.models import (
 from tenants.notifications import approval_notification_send
 from tenants.quota_rules import QuotaValues
 from tests import factories as f
-from tests.concurrency import run_in_threads
+from tests.concurrency import rendezvous, run_in_threads
 from tests.conftest import Org, job_spec
 
 HOUR = 3600
@@ -483,13 +483,13 @@ def test_policy_set_refuses_a_member_and_explains_missing_arguments(org: Org) ->
 def wait_after_checks(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
     """Hold every decider after its checks passed (it saw the request pending) until all are
     there: the interleaving where a check-then-write would let both decisions land."""
-    barrier = threading.Barrier(parties, timeout=10)
+    meet = rendezvous(parties)
     original = approvals._check_comment
 
     def check_then_wait(text: str, name: str = "comment") -> None:
         original(text, name)
         if name == "comment":
-            barrier.wait()
+            meet()
 
     monkeypatch.setattr(approvals, "_check_comment", check_then_wait)
 

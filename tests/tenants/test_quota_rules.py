@@ -362,7 +362,14 @@ def test_database_refuses_an_impossible_quota(
 
 
 def test_database_refuses_a_second_quota_for_the_same_flavor(org: Org) -> None:
-    with pytest.raises(IntegrityError, match="quota_one_per_flavor"), transaction.atomic():
+    with (
+        pytest.raises(
+            IntegrityError,
+            # PostgreSQL names the constraint, SQLite its columns
+            match=r"quota_one_per_flavor|UNIQUE constraint failed: tenants_quota\.tenant_id",
+        ),
+        transaction.atomic(),
+    ):
         f.QuotaFactory(tenant=org.alpha, flavor=org.h100, guaranteed_milli=0, limit_milli=0)
     assert Quota.objects.filter(tenant=org.alpha, flavor=org.h100).count() == 1
 
@@ -370,6 +377,7 @@ def test_database_refuses_a_second_quota_for_the_same_flavor(org: Org) -> None:
 # --- two sibling raises at once ------------------------------------------------------------
 
 
+@pytest.mark.postgresql("waits on the other transaction's row lock (pg_blocking_pids)")
 def test_concurrent_sibling_raises_cannot_both_squeeze_in(
     transactional_db: Any,
     org: Org,
