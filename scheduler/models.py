@@ -290,3 +290,21 @@ class SchedulerLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} (epoch {self.epoch})"
+
+
+class NodeAgent(models.Model):
+    """The account a node's agent reports with, bound to that one node.
+
+    Created by `manage.py node_agent_token NODE`: an agent may report only for its node, so a
+    leaked token speaks for one node, not for the whole cluster. By name rather than a foreign
+    key: the credential may be made before the cluster lists the node.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="node_agent"
+    )
+    node_name = models.CharField(max_length=253, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"agent of {self.node_name}"

@@ -13,13 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from common.errors import ConflictError
 from scheduler.backends.base import NodeInfo
-from scheduler.models import GpuDevice, Node
+from scheduler.models import GpuDevice, Node, NodeAgent
 from tenants import access
 
 log = logging.getLogger("gantry.nodes")
@@ -208,9 +208,44 @@ def node_set_failed(*, user: Any, node: Node, failed: bool) -> Node:
 
 
 def can_report(user: Any) -> bool:
-    return bool(
-        access.grants_for(user).platform_admin or user.has_perm("scheduler.report_gpu_health")
-    )
+    """Platform admins, and the agent accounts of `manage.py node_agent_token` (for their node:
+    `require_reporter`)."""
+    return bool(access.grants_for(user).platform_admin or _agent_node(user) is not None)
+
+
+def _agent_node(user: Any) -> str | None:
+    if not getattr(user, "is_authenticated", False):
+        return None
+    return NodeAgent.objects.filter(user_id=user.pk).values_list("node_name", flat=True).first()
+
+
+def require_reporter(user: Any, node_name: str) -> None:
+    """PermissionDenied unless `user` may report for `node_name`: a platform admin for any
+    node, a node agent for its own."""
+    if access.grants_for(user).platform_admin:
+        return
+    own = _agent_node(user)
+    if own is None:
+        raise PermissionDenied("Only node agents and platform admins post GPU reports.")
+    if own != node_name:
+        raise PermissionDenied(
+            f"This agent reports for node {own[:64]!r} only, not {node_name[:64]!r}."
+        )
+
+
+def _check_inventory(node: Node, devices: dict[int, GpuDevice], gpus: list[dict[str, Any]]) -> None:
+    """Readings only for the devices the cluster lists: an agent never invents a device."""
+    unknown = sorted({gpu["index"] for gpu in gpus} - set(devices))
+    if unknown:
+        listed = ", ".join(map(str, sorted(devices))) or "none"
+        raise ValidationError(
+            {
+                "gpus": [
+                    f"GPU index {', '.join(map(str, unknown[:8]))} is not in node "
+                    f"{node.name}'s inventory (the cluster lists: {listed})."
+                ]
+            }
+        )
 
 
 def _verdict(gpu: dict[str, Any]) -> tuple[bool, str]:
@@ -226,19 +261,20 @@ def _verdict(gpu: dict[str, Any]) -> tuple[bool, str]:
 
 @transaction.atomic
 def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[str, Any]]) -> Node:
-    """Record the node agent's readings. A device turns unhealthy on a fatal XID, an
+    """Record the node agent's readings of the node's listed devices (an unknown index is a
+    ValidationError and nothing is written). A device turns unhealthy on a fatal XID, an
     uncorrected ECC error or the agent's own verdict, and stays so until an admin heals it
     (a healthy reading does not clear it: XIDs are one-off events)."""
-    if not can_report(user):
-        raise PermissionDenied("Only node agents and platform admins post GPU reports.")
+    require_reporter(user, node.name)
     now = timezone.now()
     devices = {d.index: d for d in GpuDevice.objects.select_for_update().filter(node=node)}
+    _check_inventory(node, devices, gpus)
     sick_before = sum(not d.healthy for d in devices.values())
     for gpu in gpus:
-        device = devices.get(gpu["index"]) or GpuDevice(node=node, index=gpu["index"])
+        device = devices[gpu["index"]]
         healthy, reason = _verdict(gpu)
-        device.uuid, device.model = gpu["uuid"], gpu["name"]
-        device.memory_mib = gpu["memory_total_mib"]
+        # What the device is (model, memory) stays as the cluster lists it: placement reads it.
+        device.uuid = device.uuid or gpu["uuid"]
         device.memory_used_mib = gpu["memory_used_mib"]
         device.utilization_pct, device.temperature_c = gpu["utilization_pct"], gpu["temperature_c"]
         device.ecc_uncorrected, device.xid_errors = gpu["ecc_uncorrected"], gpu["xid_errors"]

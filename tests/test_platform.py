@@ -492,8 +492,18 @@ def test_workload_environment() -> None:
         if "node-agent" in name:
             # GPU nodes get no database credentials: only the agent's own API token.
             assert refs == {("configMapRef", "gantry-config")}, name
-            token = {e["name"]: e for e in container["env"]}["GANTRY_AGENT_TOKEN"]
-            assert token["valueFrom"]["secretKeyRef"]["name"] == "gantry-node-agent", name
+            # Its own node's token (issue 17, point 5): the file named after the node.
+            env = {e["name"]: e for e in container["env"]}
+            assert "GANTRY_AGENT_TOKEN" not in env, "one token for every node"
+            path = env["GANTRY_AGENT_TOKEN_FILE"]["value"]
+            assert path.endswith("/$(NODE_NAME)"), path
+            names = [e["name"] for e in container["env"]]
+            assert names.index("NODE_NAME") < names.index("GANTRY_AGENT_TOKEN_FILE"), name
+            (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"])]
+            volumes = {
+                v["name"]: v for v in _pod_spec(_one("DaemonSet", "gantry-node-agent"))["volumes"]
+            }
+            assert volumes[mount["name"]]["secret"]["secretName"] == "gantry-node-agent"
             continue
         assert refs == {("configMapRef", "gantry-config"), ("secretRef", "gantry-secrets")}, name
 

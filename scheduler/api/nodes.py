@@ -3,8 +3,9 @@ platform admins, and the node agent's GPU report.
 
 Who sees nodes: platform admins, finance and tenant admins (the inventory holds no tenant
 data); members get an empty list and 404 on details. Actions: platform admins only.
-`POST /api/v1/nodes/report/`: a token of a user holding the `scheduler.report_gpu_health`
-permission (a dedicated node-agent account) or a platform admin.
+`POST /api/v1/nodes/report/`: the token of a node's agent (`manage.py node_agent_token NODE`),
+for that node only, or a platform admin for any; readings only for the devices the cluster
+lists.
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         body = GpuReportIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        services.require_reporter(request.user, data["node"])
         node = Node.objects.filter(name=data["node"]).first()
         if node is None:
             raise NotFound(f"unknown node {data['node'][:64]!r}; the scheduler lists it first.")

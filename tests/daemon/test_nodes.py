@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scheduler.backends.simulated import nodes_from_openb_csv
-from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node, NodeAgent
 from scheduler.nodes import node_set_failed
 from tests import factories as f
 from tests.daemon.conftest import Env, assert_consistent
@@ -99,7 +98,7 @@ def test_node_agent_reports_a_fatal_xid_and_the_job_fails_over(env: Env, clients
     job, daemon = started(env, resources={"gpus": 8})
     first = node_of(job)
     agent = f.UserFactory(username="agent-h100")
-    agent.user_permissions.add(Permission.objects.get(codename="report_gpu_health"))
+    NodeAgent.objects.create(user=agent, node_name=first)  # its own node's agent
     from rest_framework.test import APIClient
 
     client = APIClient()

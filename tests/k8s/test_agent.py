@@ -269,3 +269,26 @@ def test_command_once_fails_when_the_report_is_refused(monkeypatch: pytest.Monke
 def test_command_needs_a_token_with_a_url() -> None:
     with pytest.raises(CommandError, match="--token"):
         call_command("run_node_agent", "--once", "--url", "http://x", "--token", "")
+
+
+def test_command_reads_its_nodes_token_from_a_file_at_every_report(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The DaemonSet gives each agent the file of its own node's token (issue 17, point 5);
+    a rotated token is read at the next report."""
+    monkeypatch.setattr(nvml_module, "load_pynvml", NoDriver)
+    token_file = tmp_path / "gpu-7"
+    for token in ("first", "rotated"):
+        token_file.write_text(f"{token}\n")
+        call_command("run_node_agent", "--once", "--url", receiver.url, "--token-file",
+                     str(token_file), "--node", "gpu-7", stdout=StringIO())  # fmt: skip
+    assert [headers["Authorization"] for _, headers, _ in receiver.posts] == [
+        "Token first",
+        "Token rotated",
+    ]
+
+
+def test_command_refuses_a_missing_token_file(tmp_path: Any) -> None:
+    with pytest.raises(CommandError, match="cannot read the token file"):
+        call_command("run_node_agent", "--once", "--url", "http://x",
+                     "--token-file", str(tmp_path / "absent"))  # fmt: skip

@@ -1,7 +1,10 @@
 """`manage.py run_node_agent`: report this node's GPUs (NVML) to Gantry, every --interval s.
 
 Runs as the node-agent DaemonSet (platform/k8s/30-node-agent.yaml). NODE_NAME comes from the
-downward API; the URL and token from --url/--token or GANTRY_AGENT_URL/GANTRY_AGENT_TOKEN.
+downward API; the URL from --url or GANTRY_AGENT_URL; the token, which `manage.py
+node_agent_token NODE` made for this node only, from --token or GANTRY_AGENT_TOKEN, or from the
+file --token-file or GANTRY_AGENT_TOKEN_FILE (read at every report, so a rotated token is
+picked up without a restart).
 Without a GPU or driver it says so once and reports an empty GPU list, so a misconfigured node
 shows up in Gantry as a node without GPUs rather than as silence. SIGTERM ends the loop after
 the current report.
@@ -33,12 +36,19 @@ class Command(BaseCommand):
         parser.add_argument("--print", action="store_true", help="Print each report as JSON.")
         parser.add_argument("--url", default=os.environ.get("GANTRY_AGENT_URL", ""))
         parser.add_argument("--token", default=os.environ.get("GANTRY_AGENT_TOKEN", ""))
+        parser.add_argument(
+            "--token-file",
+            default=os.environ.get("GANTRY_AGENT_TOKEN_FILE", ""),
+            help="A file holding the token (instead of --token).",
+        )
         parser.add_argument("--interval", type=float, default=30.0, help="Seconds between reports.")
         parser.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname())
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["url"] and not options["token"]:
-            raise CommandError("--url needs --token (or GANTRY_AGENT_TOKEN)")
+        if options["url"] and not (options["token"] or options["token_file"]):
+            raise CommandError("--url needs --token or --token-file (or GANTRY_AGENT_TOKEN[_FILE])")
+        if options["token_file"]:
+            _read_token(options["token_file"])  # fail at start, not at the first report
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
         stop = threading.Event()
@@ -67,10 +77,24 @@ class Command(BaseCommand):
         if not options["url"]:
             return True
         try:
-            status = post_report(options["url"], options["token"], report)
-        except (OSError, ValueError) as exc:
+            token = (
+                _read_token(options["token_file"]) if options["token_file"] else options["token"]
+            )
+            status = post_report(options["url"], token, report)
+        except (OSError, ValueError, CommandError) as exc:
             logger.warning("report to %s failed: %s", options["url"], exc)
             return False
         if status >= 300:
             logger.warning("report to %s answered HTTP %d", options["url"], status)
         return status < 300
+
+
+def _read_token(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except OSError as exc:
+        raise CommandError(f"cannot read the token file {path}: {exc.strerror}") from exc
+    if not token:
+        raise CommandError(f"the token file {path} is empty")
+    return token
