@@ -308,3 +308,29 @@ class NodeAgent(models.Model):
 
     def __str__(self) -> str:
         return f"agent of {self.node_name}"
+
+
+class SchedulingProfileRecord(models.Model):
+    """The scheduling profile the leading daemon runs, as it last loaded it: one row, kept
+    for platform admins (the portal's scheduler profile page). Written by the daemon when it
+    takes the lead and whenever its profile file changes; a file it refused is recorded
+    beside the profile it kept (`refused_*`)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    name = models.CharField(max_length=200)
+    path = models.CharField(max_length=1000, blank=True, default="")  # "": built-in defaults
+    sha256 = models.CharField(max_length=64)
+    document = models.JSONField()
+    loaded_at = models.DateTimeField()
+    loaded_by = models.CharField(max_length=200, blank=True, default="")
+    refused_sha256 = models.CharField(max_length=64, blank=True, default="")
+    refused_errors = models.JSONField(default=list, blank=True)
+    refused_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(id=1), name="scheduling_profile_one_row")
+        ]
+
+    def __str__(self) -> str:
+        return f"profile {self.name} from {self.path or 'the built-in defaults'}"
