@@ -98,6 +98,21 @@ class Lease:
         """Forget leadership locally (after a database error); `acquire` takes a new epoch."""
         self.epoch = None
 
+    def record_cycle(self, error: str | None = None) -> None:
+        """Write how the last cycle went: None, it completed (the failures since are
+        cleared); otherwise its error. Whoever holds the lease, by name: a failing daemon
+        drops its lease with each failure and takes it again, so the row speaks for the
+        scheduler, not for one epoch. Not fenced: it is a report, not a decision."""
+        rows = SchedulerLease.objects.filter(name=self.name)
+        if error is None:
+            rows.update(cycle_ok_at=Now(), cycle_failures=0, cycle_error="")
+        else:
+            rows.update(
+                cycle_failed_at=Now(),
+                cycle_failures=F("cycle_failures") + 1,
+                cycle_error=error[:500],
+            )
+
     def fence(self) -> None:
         """Inside a transaction: raise LeaseLost unless our epoch still holds the lease."""
         if self.epoch is None:

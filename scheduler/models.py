@@ -287,6 +287,14 @@ class SchedulerLease(models.Model):
     # The leader's decayed fair-share usage ({"at": daemon clock, "decayed": {tenant: value}}),
     # saved with each renewal so that a standby taking over keeps the tenants' history.
     fair_share = models.JSONField(default=dict, blank=True)
+    # How the daemon's cycles go, for /healthz and the platform admins' home page: the last
+    # cycle that completed (written every few seconds, not every cycle), and the failures
+    # since, with the last one's error. A daemon that fails every cycle still renews its
+    # lease, so the lease alone cannot tell a healthy scheduler from a wedged one.
+    cycle_ok_at = models.DateTimeField(null=True, blank=True)
+    cycle_failed_at = models.DateTimeField(null=True, blank=True)
+    cycle_failures = models.PositiveIntegerField(default=0)
+    cycle_error = models.CharField(max_length=500, blank=True, default="")
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} (epoch {self.epoch})"
