@@ -1,13 +1,18 @@
-"""Liveness and readiness: the database must answer; a broker that is down is 'degraded'.
-
-Degraded still answers 200: the portal and API keep accepting jobs and scheduling goes on
-without the broker (FAULTS 8); only background work (emails, roll-ups) waits.
-"""
+"""Health checks of what every process needs: the database answers, the broker is reachable.
+The whole /healthz, with the scheduler's state, is `scheduler.views.healthz`."""
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
-from django.views.decorators.http import require_GET
+
+
+def database_status() -> str:
+    """'ok', or the driver's error (kept from anonymous callers by the view)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # any driver error means not ready
+        return f"down: {str(exc)[:200]}"
+    return "ok"
 
 
 def broker_status() -> str:
@@ -23,15 +28,3 @@ def broker_status() -> str:
     except redis.RedisError as exc:
         return f"unreachable: {str(exc)[:120]}"
     return "ok"
-
-
-@require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except Exception as exc:  # any driver error means not ready
-        return JsonResponse({"status": "down", "database": str(exc)[:200]}, status=503)
-    broker = broker_status()
-    status = "ok" if broker in {"ok", "local"} else "degraded"
-    return JsonResponse({"status": status, "database": "ok", "broker": broker})

@@ -177,7 +177,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": _RENDERERS,
     "DEFAULT_PAGINATION_CLASS": "common.api.pagination.StrictPageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["common.api.filters.StrictFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.errors.exception_handler",
 }
@@ -240,6 +240,11 @@ GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
 # Seed the demo organisation at container start (`seed_demo --if-enabled`); `make run` always does.
 GANTRY_SEED_DEMO = env_bool("GANTRY_SEED_DEMO")
 GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S", "2"))
+# The scheduling profile's YAML file (`run_scheduler --profile`); empty: the built-in defaults.
+# The daemon reloads it when it changes; a bad new content is refused and logged.
+GANTRY_SCHEDULER_PROFILE = os.environ.get("GANTRY_SCHEDULER_PROFILE", "")
+# /healthz calls the scheduler "stale" when no cycle completed for this long (seconds).
+GANTRY_SCHEDULER_STALE_AFTER_S = float(os.environ.get("GANTRY_SCHEDULER_STALE_AFTER_S", "60"))
 # Refuse at submit a job that no node of the cluster could hold even empty. Turn it off where
 # the inventory grows (an autoscaler adds nodes): such jobs then queue, and their wait reason
 # says that nothing in the cluster can hold them today. Quotas refuse either way.

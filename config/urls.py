@@ -4,8 +4,8 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from common.api.auth import GuardedObtainAuthToken
-from common.views import healthz
 from scheduler.metrics import metrics_view
+from scheduler.views import healthz
 from tenants.api.views import MeView
 
 api_v1: list[URLPattern | URLResolver] = [

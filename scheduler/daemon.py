@@ -48,8 +48,11 @@ from scheduler.daemon_health import autoscale, refresh_statistics, sync_nodes
 from scheduler.daemon_reconcile import reconcile, write_starts
 from scheduler.daemon_wakeup import Waiter
 from scheduler.leader import Lease, LeaseLost
+from scheduler.profiles import ProfileWatch
 
 log = logging.getLogger("gantry.daemon")
+# Seconds of the daemon's clock between two reports of completed cycles (`Daemon.report`).
+REPORT_EVERY_S = 5.0
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Daemon:
         *,
         lease: Lease | None = None,
         profile: Profile | None = None,
+        profile_watch: ProfileWatch | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         interval_s: float = 2.0,
@@ -84,11 +88,14 @@ class Daemon:
         sync_every_s: float = 0.0,
         reasons_every_s: float = 1.0,
         bind_attempts: int | None = None,
+        binding_timeout_s: float | None = None,
     ) -> None:
         self.backend = backend
         self.bind_attempts = bind_attempts or settings.GANTRY_BIND_ATTEMPTS
+        self.binding_timeout_s = binding_timeout_s or settings.GANTRY_BINDING_TIMEOUT_S
         self.lease = lease or Lease()
-        self.profile = profile or Profile()
+        self.profile_watch = profile_watch  # the profile's file, reloaded when it changes
+        self.profile = profile or (profile_watch.profile if profile_watch else Profile())
         self.clock, self.sleep = clock, sleep
         self.interval_s = interval_s
         self.max_pending, self.per_queue = max_pending, per_queue
@@ -114,6 +121,7 @@ class Daemon:
         self._renewed = -math.inf
         self._step_renewed = -math.inf
         self.stop = threading.Event()
+        self._failing, self._reported_at = False, -math.inf
         self.last: CycleStats | None = None
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles
@@ -151,16 +159,33 @@ class Daemon:
                 self._mark_renewed()
             stats = self.cycle()
             self.errors = 0
+            self.report(None)
             return bool(stats.placed or stats.reconciled or stats.released or stats.preempted)
         except LeaseLost as lost:
             log.warning("lease lost mid-cycle (%s); nothing more was written", lost)
         except (OperationalError, InterfaceError, DatabaseError) as error:
+            self.report(f"database error: {error}")
             self._db_error(error)
         except BackendError as error:
             self.errors += 1
+            self.report(f"cluster backend failed: {error}")
             log.warning("cluster backend failed (%s); next cycle retries", error)
             self.sleep(min(10.0, 0.1 * 2 ** min(self.errors, 7)))
         return False
+
+    def report(self, error: str | None) -> None:
+        """Record how the cycle went in the lease row (`Lease.record_cycle`), for /healthz and
+        the platform admins: every failure, and a completed cycle after a failure or once
+        every REPORT_EVERY_S of the daemon's clock. A database that is down cannot take the
+        report; /healthz then says so itself."""
+        now = self.clock()
+        if error is None and not self._failing and now - self._reported_at < REPORT_EVERY_S:
+            return
+        try:
+            self.lease.record_cycle(error)
+        except DatabaseError:
+            return
+        self._failing, self._reported_at = error is not None, now
 
     def _db_error(self, error: Exception) -> None:
         self.errors += 1
@@ -185,8 +210,9 @@ class Daemon:
                 try:
                     if self.step():
                         continue
-                except Exception:  # a bug must not stop scheduling: log, back off, rescan
+                except Exception as error:  # a bug must not stop scheduling: log, back off, rescan
                     log.exception("cycle %s failed", self.cycle_no)
+                    self.report(f"{type(error).__name__}: {error}")
                     self._db_error(RuntimeError("unexpected error"))
                 waiter.wait(self._timeout())
         finally:
@@ -212,6 +238,8 @@ class Daemon:
 
     def cycle(self) -> CycleStats:
         self.cycle_no += 1
+        if self.profile_watch is not None:  # a changed file counts from this cycle on
+            self.profile = self.profile_watch.refresh(lead=self.lease.epoch)
         stats = CycleStats(self.cycle_no, self.lease.epoch)
         clock = _Phases(stats)
         with clock("sync"):

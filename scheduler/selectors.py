@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
 
-from scheduler.models import Job, JobEvent
+from scheduler.leader import LEASE_NAME
+from scheduler.models import Job, JobEvent, SchedulerLease
 from tenants import access
 
 
@@ -26,3 +31,53 @@ def access_job(user: Any, job_id: Any) -> Job:
 
 def job_event_list(job: Job) -> QuerySet[JobEvent]:
     return job.events.select_related("actor").order_by("at", "id")
+
+
+def job_ids_visible(user: Any, ids: Iterable[int]) -> set[int]:
+    """Which of ``ids`` name jobs the user may see (for texts that mention other jobs)."""
+    return set(
+        access.visible_by_tenant(user, Job.objects.filter(pk__in=list(ids))).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+# A daemon that failed this many cycles in a row, with none completed since, is "failing".
+FAILING_AFTER = 3
+
+
+@dataclass(frozen=True)
+class SchedulerHealth:
+    """How the scheduler daemon is doing, from its lease row.
+
+    `status`: "ok" (a cycle completed lately), "failing" (its last FAILING_AFTER cycles or more
+    failed: `error` says why), "stale" (no cycle completed within `stale_after`: the daemon
+    is stopped, hung or cannot reach the database) or "not running" (never led)."""
+
+    status: str
+    holder: str = ""
+    last_cycle_at: datetime | None = None
+    failures: int = 0
+    failed_at: datetime | None = None
+    error: str = ""
+
+
+def scheduler_health(now: datetime) -> SchedulerHealth:
+    lease = SchedulerLease.objects.filter(name=LEASE_NAME).first()
+    if lease is None or (lease.cycle_ok_at is None and lease.cycle_failed_at is None):
+        return SchedulerHealth("not running")
+    stale_after = timedelta(seconds=settings.GANTRY_SCHEDULER_STALE_AFTER_S)
+    if lease.cycle_failures >= FAILING_AFTER:
+        status = "failing"
+    elif lease.cycle_ok_at is None or now - lease.cycle_ok_at > stale_after:
+        status = "stale"
+    else:
+        status = "ok"
+    return SchedulerHealth(
+        status,
+        holder=lease.holder,
+        last_cycle_at=lease.cycle_ok_at,
+        failures=lease.cycle_failures,
+        failed_at=lease.cycle_failed_at,
+        error=lease.cycle_error if lease.cycle_failures else "",
+    )

@@ -6,12 +6,13 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from portal import selectors
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
-from scheduler.selectors import job_list_visible
+from scheduler.selectors import job_list_visible, scheduler_health
 from tenants import access
 from tenants.models import TenantKind
 
@@ -65,4 +66,6 @@ def home(request: HttpRequest) -> HttpResponse:
         context["admin"] = _admin_section(user)
     if grants.finance:
         context["finance"] = _finance_section(user)
+    if grants.platform_admin:
+        context["scheduler"] = scheduler_health(timezone.now())
     return render(request, "portal/home.html", context)

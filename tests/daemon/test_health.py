@@ -1,0 +1,105 @@
+"""The daemon says how its cycles go, and /healthz (and the platform admins' home page) shows
+it: a daemon failing every cycle must not look healthy (issue 17, point 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.test import Client
+
+import scheduler.daemon as daemon_module
+from scheduler.backends.base import BackendError
+from tests.daemon.conftest import Env
+
+
+def healthz(user: Any = None) -> dict[str, Any]:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_healthz_says_ok_while_cycles_complete(env: Env) -> None:
+    assert healthz()["scheduler"] == "not running"
+    env.run(env.daemon())
+    body = healthz()
+    assert (body["status"], body["scheduler"]) == ("ok", "ok")
+
+
+class StopAfter:
+    """The loop's waiter: stops the daemon after `waits` waits (no time passes)."""
+
+    def __init__(self, daemon: Any, waits: int) -> None:
+        self.daemon, self.waits = daemon, waits
+
+    def wait(self, timeout: float) -> str:
+        self.waits -= 1
+        if self.waits <= 0:
+            self.daemon.stop.set()
+        return "timeout"
+
+    def close(self) -> None:
+        pass
+
+
+def test_healthz_says_failing_when_every_cycle_fails(tenv: Env, monkeypatch: Any) -> None:
+    # (tenv: after an unexpected error the loop closes its connection and opens another)
+    env = tenv
+    daemon = env.daemon()
+    env.run(daemon)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("can't compare offset-naive and offset-aware datetimes")
+
+    monkeypatch.setattr(daemon_module, "build_snapshot", broken)
+    daemon._loop(StopAfter(daemon, 3))  # the loop catches each, reports it, goes on
+    body = healthz()
+    assert (body["status"], body["scheduler"]) == ("degraded", "failing")
+    assert "scheduler_detail" not in body  # no error text for anonymous callers
+    detail = healthz(env.org.users["pat"])["scheduler_detail"]
+    assert detail["failures"] == 3 and "offset-naive" in detail["error"]
+    assert "scheduler_detail" not in healthz(env.org.users["alice"])
+    # one completed cycle clears it
+    monkeypatch.undo()
+    daemon.stop.clear()
+    env.run(daemon, seconds=1)
+    assert healthz()["scheduler"] == "ok"
+
+
+def test_backend_failures_are_reported_by_the_step_itself(env: Env) -> None:
+    daemon = env.daemon()
+    env.run(daemon)
+    env.backend.inject("list_pods", BackendError("503 Service Unavailable"), times=100)
+    env.run(daemon, seconds=1, cycles=3)
+    assert healthz()["scheduler"] == "failing"
+    assert "503" in healthz(env.org.users["pat"])["scheduler_detail"]["error"]
+
+
+def test_healthz_is_stale_when_no_cycle_completed_lately(env: Env, settings: Any) -> None:
+    env.run(env.daemon())
+    settings.GANTRY_SCHEDULER_STALE_AFTER_S = 0
+    assert healthz()["scheduler"] == "stale"
+
+
+def test_healthz_hides_error_texts_from_anonymous_callers(db: Any, settings: Any) -> None:
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    body = healthz()
+    assert body["broker"] == "unreachable" and "broker_error" not in body
+    assert "127.0.0.1" not in str(body) and "Connection" not in str(body)
+
+
+def test_platform_admins_see_a_failing_scheduler_on_their_home_page(env: Env) -> None:
+    daemon = env.daemon()
+    env.run(daemon)
+    env.backend.inject("list_pods", BackendError("503 Service Unavailable"), times=100)
+    env.run(daemon, seconds=1, cycles=3)
+    admin = Client()
+    admin.force_login(env.org.users["pat"])
+    page = admin.get("/").content.decode()
+    assert "Scheduler failing" in page and "503 Service Unavailable" in page
+    member = Client()
+    member.force_login(env.org.users["alice"])
+    assert "Scheduler failing" not in member.get("/").content.decode()
