@@ -18,6 +18,7 @@ from portal import selectors
 from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from portal.views.approvals import pending_request_for_job
+from scheduler.reason_text import ReasonReader
 from scheduler.selectors import access_job, job_event_list, job_list_visible
 from scheduler.services import can_cancel, job_cancel, job_submit
 from tenants import access
@@ -124,13 +125,21 @@ def _announce(request: HttpRequest, job: Any, created: bool) -> None:
         messages.success(request, f"Job {job.name} submitted and {job.state}.")
 
 
+def _status_context(request: HttpRequest, job: Any) -> dict[str, Any]:
+    """The job's reason and events as this viewer may read them: ids of jobs they may not
+    see (a preemptor or victim of another team) are not shown."""
+    events = list(job_event_list(job))
+    reader = ReasonReader(request.user, ReasonReader.texts_of([job], events))
+    shown = [(event, reader.text(event.message)) for event in events]
+    return {"job": job, "reason": reader.text(job.reason), "events": shown}
+
+
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = access_job(request.user, pk)
     context = {
-        "job": job,
-        "events": job_event_list(job),
+        **_status_context(request, job),
         "spec_json": json.dumps(job.spec, indent=2, sort_keys=True),
         "approval": pending_request_for_job(request.user, job),
         "can_cancel": can_cancel(request.user, job) and not job.is_final,
@@ -145,7 +154,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def job_status(request: HttpRequest, pk: int) -> HttpResponse:
     """State, reason and events of one job, polled by HTMX until the job is final."""
     job = access_job(request.user, pk)
-    context = {"job": job, "events": job_event_list(job), "poll_seconds": POLL_SECONDS}
+    context = {**_status_context(request, job), "poll_seconds": POLL_SECONDS}
     return render(request, "portal/jobs/_status.html", context)
 
 

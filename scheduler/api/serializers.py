@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from rest_framework import serializers
 
 from scheduler.models import Job, JobEvent
+from scheduler.reason_text import ReasonReader
+
+
+def _reader(serializer: serializers.Serializer, texts: Any) -> ReasonReader:
+    """One reader per response (a list shares its child's context): the ids of the jobs its
+    texts mention are checked against the viewer's access in one query."""
+    context = cast(dict[str, Any], serializer.context)
+    reader = context.get("reason_reader")
+    if reader is None:
+        request = context.get("request")
+        user = getattr(request, "user", None)
+        root = serializer.root
+        items = (
+            root.instance if isinstance(root, serializers.ListSerializer) else [serializer.instance]
+        )
+        reader = context["reason_reader"] = ReasonReader(user, texts(items or []))
+    return reader
 
 
 class JobOut(serializers.ModelSerializer):
@@ -13,6 +32,9 @@ class JobOut(serializers.ModelSerializer):
     priority_class = serializers.CharField(source="priority_class.name", read_only=True)
     submitted_by = serializers.CharField(source="submitted_by.username", read_only=True)
     gpus_total = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField(
+        help_text="Why the job waits or stopped; jobs of other teams are not named."
+    )
 
     class Meta:
         model = Job
@@ -43,6 +65,9 @@ class JobOut(serializers.ModelSerializer):
     def get_gpus_total(self, job: Job) -> float:
         return job.replicas * job.gpu_milli_per_replica / 1000
 
+    def get_reason(self, job: Job) -> str:
+        return _reader(self, lambda jobs: ReasonReader.texts_of(jobs)).text(job.reason)
+
 
 class JobSubmitIn(serializers.Serializer):
     """The envelope: which project, and the spec (see the JobSpec schema)."""
@@ -62,7 +87,19 @@ class JobCancelIn(serializers.Serializer):
 
 class JobEventOut(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+    message = serializers.SerializerMethodField()
+    # DRF moves declared fields off the class, so this does not shadow Serializer.data.
+    data = serializers.SerializerMethodField()  # type: ignore[assignment]
 
     class Meta:
         model = JobEvent
         fields = ["id", "at", "kind", "from_state", "to_state", "message", "actor", "data"]
+
+    def get_message(self, event: JobEvent) -> str:
+        return self._events_reader().text(event.message)
+
+    def get_data(self, event: JobEvent) -> dict[str, Any]:
+        return self._events_reader().data(event.data or {})
+
+    def _events_reader(self) -> ReasonReader:
+        return _reader(self, lambda events: ReasonReader.texts_of((), events))

@@ -64,7 +64,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 raise
             raise ValidationError({"spec": exc.detail}) from exc
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        return Response(JobOut(job).data, status=code)
+        return Response(JobOut(job, context=self.get_serializer_context()).data, status=code)
 
     @extend_schema(request=JobCancelIn, responses=JobOut)
     @action(detail=True, methods=["post"])
@@ -73,11 +73,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = JobCancelIn(data=request.data)
         body.is_valid(raise_exception=True)
         job = services.job_cancel(user=request.user, job=job, reason=body.validated_data["reason"])
-        return Response(JobOut(job).data)
+        return Response(JobOut(job, context=self.get_serializer_context()).data)
 
     @extend_schema(responses=JobEventOut(many=True))
     @action(detail=True, methods=["get"], filterset_class=None)
     def events(self, request: Request, pk: str) -> Response:
         job = self.get_object()
         page = self.paginate_queryset(selectors.job_event_list(job))
-        return self.get_paginated_response(JobEventOut(page, many=True).data)
+        events = JobEventOut(page, many=True, context=self.get_serializer_context())
+        return self.get_paginated_response(events.data)
