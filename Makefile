@@ -25,11 +25,7 @@ run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	@echo "Gantry on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
-	@trap 'kill 0' EXIT INT TERM; \
-	  $(VENV)/bin/celery -A config worker --beat --schedule=var/celerybeat-schedule \
-	    --loglevel=INFO --concurrency=2 --pool=threads & \
-	  $(PY) manage.py run_scheduler & \
-	  $(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) manage.py run_embedded --host $(HOST) --port $(PORT)
 
 ## services: PostgreSQL and Redis for the test suite: installed from Debian's packages when missing
 ## (as root), local password-less access for the `postgres` user on 127.0.0.1, started when down.
