@@ -20,13 +20,23 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+WORKER_OPTIONS = ("--loglevel=INFO", "--concurrency=2", "--pool=threads")
+
 
 def commands(host: str, port: int, var_dir: str) -> dict[str, list[str]]:
     python = sys.executable
     return {
-        "worker": [python, "-m", "celery", "-A", "config", "worker", "--beat"]
-        + [f"--schedule={var_dir}/celerybeat-schedule", "--loglevel=INFO"]
-        + ["--concurrency=2", "--pool=threads"],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--beat",
+            *WORKER_OPTIONS,
+            f"--schedule={var_dir}/celerybeat-schedule",
+        ],
         "scheduler": [python, "manage.py", "run_scheduler"],
         "web": [python, "manage.py", "runserver", "--noreload", f"{host}:{port}"],
     }
