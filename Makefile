@@ -58,11 +58,13 @@ check: venv
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 
-## test: the whole suite on PostgreSQL and Redis, after the checks.
+## test: the whole suite on PostgreSQL and Redis, then again on the embedded default (SQLite,
+## the in-process cache) that `make run` uses, after the checks.
 test: venv services browser
 	$(MAKE) --no-print-directory check
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(PY) -m pytest -n 2 --durations=15 $(PYTEST_ARGS)
+	env -u DATABASE_URL -u REDIS_URL $(PY) -m pytest -n 2 --durations=5 $(PYTEST_ARGS)
 
 fmt: venv
 	$(VENV)/bin/ruff format .
