@@ -154,7 +154,12 @@ def quota_request_create(
     parent_quota = None
     if tenant.parent_id is not None:
         parent_quota = Quota.objects.filter(tenant_id=tenant.parent_id, flavor=flavor).first()
-    validate_quota(tenant, flavor, values, parent_quota)
+    # A team admin asks for the team's quota without seeing the parent's subtree: the errors
+    # must not show the siblings' guarantees or the parent's figures.
+    sees_parent = tenant.parent_id is None or (
+        access.tenants_visible(user).filter(pk=tenant.parent_id).exists()
+    )
+    validate_quota(tenant, flavor, values, parent_quota, reveal_parent=sees_parent)
     before = audit_snapshot(current, QUOTA_FIELDS)
     payload = {
         "flavor": flavor.pk,

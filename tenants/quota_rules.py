@@ -57,14 +57,24 @@ def check_own_bounds(tenant: Tenant, values: QuotaValues) -> dict[str, list[str]
 
 
 def check_against_parent(
-    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota | None
+    tenant: Tenant,
+    flavor: ResourceFlavor,
+    values: QuotaValues,
+    parent_quota: Quota | None,
+    *,
+    reveal_parent: bool = True,
 ) -> dict[str, list[str]]:
+    """Errors against the parent's quota. Without `reveal_parent` (a team admin asking for
+    their own team's quota, who cannot see the parent) they name no figure of the parent or
+    of the siblings: their guarantees belong to subtrees the asker does not see."""
     if tenant.parent_id is None:
         return {}
     parent = tenant.parent
     assert parent is not None
     if parent_quota is None:
         return _below_no_quota(tenant, parent, flavor, values)
+    if not reveal_parent:
+        return _against_unseen_parent(tenant, parent, flavor, values, parent_quota)
     errors: dict[str, list[str]] = {}
     siblings = (
         Quota.objects.filter(tenant__parent=parent, flavor=flavor)
@@ -87,6 +97,27 @@ def check_against_parent(
         errors["limit_milli"] = [
             f"the limit of '{tenant.slug}' ({gpus(values.limit_milli)}) exceeds the limit of "
             f"the parent '{parent.slug}' for {flavor.name} ({gpus(parent_quota.limit_milli)})."
+        ]
+    return errors
+
+
+def _against_unseen_parent(
+    tenant: Tenant, parent: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota
+) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    siblings = Quota.objects.filter(tenant__parent=parent, flavor=flavor).exclude(tenant=tenant)
+    taken = sum(siblings.values_list("guaranteed_milli", flat=True))
+    if values.guaranteed_milli + taken > parent_quota.guaranteed_milli:
+        errors["guaranteed_milli"] = [
+            f"'{tenant.slug}' asks for {gpus(values.guaranteed_milli)} guaranteed, more than "
+            f"'{parent.slug}' has left to guarantee for {flavor.name}; ask a smaller guarantee "
+            f"or an admin of '{parent.slug}'."
+        ]
+    if values.limit_milli > parent_quota.limit_milli:
+        errors["limit_milli"] = [
+            f"'{tenant.slug}' asks for a limit of {gpus(values.limit_milli)}, above the limit "
+            f"of '{parent.slug}' for {flavor.name}; ask a smaller limit or an admin of "
+            f"'{parent.slug}'."
         ]
     return errors
 
@@ -141,11 +172,21 @@ def check_against_children(
 
 
 def validate_quota(
-    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota | None
+    tenant: Tenant,
+    flavor: ResourceFlavor,
+    values: QuotaValues,
+    parent_quota: Quota | None,
+    *,
+    reveal_parent: bool = True,
 ) -> None:
-    """Raise ValidationError (field -> messages) when the quota breaks a rule of the tree."""
+    """Raise ValidationError (field -> messages) when the quota breaks a rule of the tree.
+    `reveal_parent=False` words the errors against the parent without its or the siblings'
+    figures (for a requester who cannot see them)."""
     errors = check_own_bounds(tenant, values)
-    for field_name, messages in check_against_parent(tenant, flavor, values, parent_quota).items():
+    against_parent = check_against_parent(
+        tenant, flavor, values, parent_quota, reveal_parent=reveal_parent
+    )
+    for field_name, messages in against_parent.items():
         errors.setdefault(field_name, []).extend(messages)
     for field_name, messages in check_against_children(tenant, flavor, values).items():
         errors.setdefault(field_name, []).extend(messages)

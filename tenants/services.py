@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
@@ -133,6 +134,17 @@ def project_update(*, user: Any, project: Project, name: str | None = None) -> P
 
 
 # --- memberships -------------------------------------------------------------------------
+
+
+def membership_add(*, user: Any, tenant: Tenant, username: str, role: str) -> Membership:
+    """Give the user named `username` a role on `tenant`. The name is looked up only once the
+    caller may manage the tenant, so nobody else learns which usernames exist."""
+    if not access.can_manage_tenant(user, tenant):
+        raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+    member = get_user_model().objects.filter(username=username, is_active=True).first()
+    if member is None:
+        raise ValidationError({"username": [f"no active user named {username[:64]!r}."]})
+    return membership_set(user=user, tenant=tenant, member=member, role=role)
 
 
 @transaction.atomic

@@ -12,6 +12,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.filters import StrictFilterSet
 from scheduler import selectors, services
 from scheduler.api.serializers import JobCancelIn, JobEventOut, JobOut, JobSubmitIn
 from scheduler.models import Job, JobState
@@ -19,7 +20,7 @@ from tenants import access
 from tenants.models import JobType
 
 
-class JobFilter(django_filters.FilterSet):
+class JobFilter(StrictFilterSet):
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     job_type = django_filters.MultipleChoiceFilter(choices=JobType.choices)
     priority_class = django_filters.CharFilter(field_name="priority_class__name")

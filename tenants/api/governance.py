@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api.filters import IntegerFilter, StrictFilterSet
 from common.text import csv_safe
 from tenants import approvals, selectors
 from tenants.api import governance_serializers as g
@@ -102,12 +103,10 @@ class QuotaRequestViewSet(viewsets.GenericViewSet):
         return Response(g.ApprovalRequestOut(approval).data, status=status.HTTP_201_CREATED)
 
 
-class AuditFilter(django_filters.FilterSet):
+class AuditFilter(StrictFilterSet):
     actor = django_filters.CharFilter(field_name="actor_name", max_length=150)
     action = django_filters.CharFilter(field_name="action", max_length=64)
-    tenant = django_filters.NumberFilter(
-        method="filter_subtree", label="Entries of this tenant and its subtree."
-    )
+    tenant = IntegerFilter(method="filter_subtree", label="Entries of this tenant and its subtree.")
     target_type = django_filters.CharFilter(field_name="target_type", max_length=64)
     target_id = django_filters.CharFilter(field_name="target_id", max_length=64)
     at_after = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")

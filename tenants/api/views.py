@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api.filters import StrictFilterSet
 from tenants import access, selectors, services
 from tenants.api import serializers as s
 from tenants.models import Membership, PriorityClass, PriorityDefault, Quota, ResourceFlavor
@@ -88,8 +89,8 @@ class MembershipViewSet(ReadWriteViewSet):
     @extend_schema(request=s.MembershipCreateIn, responses={201: s.MembershipOut})
     def create(self, request: Request) -> Response:
         data = self.read_input(s.MembershipCreateIn)
-        membership = services.membership_set(
-            user=request.user, tenant=data["tenant"], member=data["username"], role=data["role"]
+        membership = services.membership_add(
+            user=request.user, tenant=data["tenant"], username=data["username"], role=data["role"]
         )
         return self.respond(membership, status.HTTP_201_CREATED)
 
@@ -124,7 +125,7 @@ class FlavorViewSet(ReadWriteViewSet):
         return self.respond(services.flavor_save(user=request.user, flavor=flavor))
 
 
-class QuotaFilter(django_filters.FilterSet):
+class QuotaFilter(StrictFilterSet):
     flavor_name = django_filters.CharFilter(field_name="flavor__name")
 
     class Meta:

@@ -674,7 +674,8 @@ def test_quota_requests_are_made_by_admins_and_decided_above(tight_research: Org
 
 def test_a_quota_request_that_cannot_fit_is_refused_at_once(tight_research: Org) -> None:
     org = tight_research
-    with pytest.raises(ValidationError, match="above the parent's guarantee"):
+    # tina sees only her team: the error names no figure of the parent or of team-bravo
+    with pytest.raises(ValidationError, match="more than 'research' has left to guarantee"):
         ask(org, "tina", org.alpha, 21)  # 21 + 12 > 32
     assert not ApprovalRequest.objects.exists()
 

@@ -398,13 +398,13 @@ def test_concurrent_sibling_raises_cannot_both_squeeze_in(
             cursor.execute("SELECT %s = ANY(pg_blocking_pids(%s))", [holder, waiter])
             return bool(cursor.fetchone()[0])
 
-    def check_then_hold(tenant: Any, *args: Any) -> Any:
+    def check_then_hold(tenant: Any, *args: Any, **kwargs: Any) -> Any:
         # Force the dangerous interleaving: the first thread to validate holds its
         # transaction open until the other has either validated too (no lock: both read
         # the old siblings, the bug) or is waiting on this transaction's lock (the fix).
         me = "alpha" if tenant.slug == "team-alpha" else "bravo"
         other = "bravo" if me == "alpha" else "alpha"
-        result = original(tenant, *args)
+        result = original(tenant, *args, **kwargs)
         validated[me].set()
         while not validated[other].is_set() and not blocked_by(pids[other], pids[me]):
             validated[other].wait(0.01)
