@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.bench_profile import add_profile_argument, announced
 from scheduler.core import Profile, run_cycle
 from scheduler.core.types import (
     JobRequest,
@@ -62,12 +63,15 @@ def build_snapshot(nodes: int, pods: int, seed: int) -> Snapshot:
     return Snapshot(3600.0, cluster, tenants, classes, (), tuple(jobs))
 
 
-def measure(nodes: int, pods: int, seed: int = 1) -> dict[str, object]:
+def measure(
+    nodes: int, pods: int, seed: int = 1, profile: Profile | None = None
+) -> dict[str, object]:
+    profile = profile or Profile()
     snapshot = build_snapshot(nodes, pods, seed)
     marks: list[tuple[str, float]] = []
     start, cpu_start = time.perf_counter(), time.process_time()
     result = run_cycle(
-        snapshot, Profile(), on_phase=lambda name: marks.append((name, time.perf_counter()))
+        snapshot, profile, on_phase=lambda name: marks.append((name, time.perf_counter()))
     )
     total = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
@@ -90,16 +94,19 @@ def measure(nodes: int, pods: int, seed: int = 1) -> dict[str, object]:
     }
 
 
-def measure_warm(nodes: int, pods: int, pending: int, seed: int = 1) -> dict[str, object]:
+def measure_warm(
+    nodes: int, pods: int, pending: int, seed: int = 1, profile: Profile | None = None
+) -> dict[str, object]:
     """A warm cycle: the cold cycle's placements run; ``pending`` new jobs arrive, half of
     them of a higher class, so the cycle preempts (within tenants, and reclaims)."""
+    profile = profile or Profile()
     cold = build_snapshot(nodes, pods, seed)
     classes = (PriorityClass("normal", 100), PriorityClass("high", 200))
     cold = replace(cold, priority_classes=classes)
     by_id = {j.id: j for j in cold.pending}
     running = tuple(
         RunningJob(by_id[p.job_id], p.flavor, p.assignments, 0.0)
-        for p in run_cycle(cold, Profile()).placements
+        for p in run_cycle(cold, profile).placements
     )
     rng = random.Random(seed)
     new = tuple(
@@ -110,7 +117,7 @@ def measure_warm(nodes: int, pods: int, pending: int, seed: int = 1) -> dict[str
     )
     warm = replace(cold, now=7200.0, running=running, pending=new)
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = run_cycle(warm, Profile())
+    result = run_cycle(warm, profile)
     return {
         "running": len(running),
         "pending": len(new),
@@ -133,13 +140,18 @@ def main() -> None:
         default=0,
         help="also time a warm cycle with this many new jobs (preemption-heavy)",
     )
+    add_profile_argument(parser, "default")
     args = parser.parse_args()
-    figures = measure(args.nodes, args.pods, args.seed)
+    loaded, used = announced(args.profile)
+    figures = measure(args.nodes, args.pods, args.seed, loaded.profile)
     if args.warm_pending:
-        figures["warm"] = measure_warm(args.nodes, args.pods, args.warm_pending, args.seed)
+        figures["warm"] = measure_warm(
+            args.nodes, args.pods, args.warm_pending, args.seed, loaded.profile
+        )
+    figures["profile"] = used
     print(json.dumps(figures, indent=2))
     if args.json:  # the issue's shape; the rest is on stdout
-        shape = {key: figures[key] for key in ("placements_per_s", "phases_s")}
+        shape = {key: figures[key] for key in ("placements_per_s", "phases_s", "profile")}
         args.json.write_text(json.dumps(shape, indent=2) + "\n")
 
 

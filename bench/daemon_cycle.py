@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bench_profile import add_profile_argument, announced
 from bench.daemon_setup import DEFAULT_URL, fresh_database, job_rows, postgres_cpu_s
+from scheduler.core import Profile
 
 
 def queue_all(org: dict[str, Any], classes: dict[str, Any], per_team: int) -> int:
@@ -42,10 +44,11 @@ def queue_all(org: dict[str, Any], classes: dict[str, Any], per_team: int) -> in
     return len(specs)
 
 
-def measure(per_team: int, cycles: int, step: float, warmup: int) -> dict[str, Any]:
+def measure(
+    per_team: int, cycles: int, step: float, warmup: int, profile: Profile
+) -> dict[str, Any]:
     from bench.kueue_e2e import FLAVOR, setup
     from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.core import Profile
     from scheduler.daemon import Daemon
     from scheduler.daemon_health import sync_nodes
     from scheduler.leader import Lease
@@ -60,7 +63,7 @@ def measure(per_team: int, cycles: int, step: float, warmup: int) -> dict[str, A
     backend = SimulatedCluster(
         make_nodes(75, FLAVOR, 8), clock=clock, start_delay_s=0.0, grace_cap_s=0.0
     )
-    daemon = Daemon(backend, lease=Lease(ttl_s=3600), profile=Profile(min_runtime_s=0.0),
+    daemon = Daemon(backend, lease=Lease(ttl_s=3600), profile=profile,
                     clock=clock, max_pending=500, per_queue=50,
                     sync_every_s=3600.0)  # fmt: skip
     daemon.lease.acquire()
@@ -106,9 +109,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
+    add_profile_argument(parser, "no-min-runtime")
     args = parser.parse_args(argv)
+    loaded, used = announced(args.profile)
     fresh_database(args.database_url)
-    out = measure(args.jobs_per_team, args.cycles, args.step, args.warmup)
+    out = measure(args.jobs_per_team, args.cycles, args.step, args.warmup, loaded.profile)
+    out["profile"] = used
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

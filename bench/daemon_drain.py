@@ -27,7 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bench_profile import add_profile_argument, announced, bench_profile
 from bench.daemon_setup import DEFAULT_URL, fresh_database, job_rows, postgres_cpu_s
+from scheduler.core import Profile
 
 MEDIUM_FLOOR_S = 3000 * 0.5 / 75
 
@@ -49,10 +51,11 @@ def queue(per_team: dict[str, int]) -> int:
     return len(specs)
 
 
-def drain(per_team: dict[str, int], limit_s: float, window: int = 500) -> dict[str, Any]:
+def drain(
+    per_team: dict[str, int], limit_s: float, window: int = 500, profile: Profile | None = None
+) -> dict[str, Any]:
     from bench.kueue_e2e import FLAVOR
     from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.core import Profile
     from scheduler.daemon import Daemon, collector_for_the_loop
     from scheduler.daemon_health import sync_nodes
     from scheduler.leader import Lease
@@ -60,7 +63,8 @@ def drain(per_team: dict[str, int], limit_s: float, window: int = 500) -> dict[s
 
     jobs = queue(per_team)
     backend = SimulatedCluster(make_nodes(75, FLAVOR, 8), start_delay_s=0.0, grace_cap_s=0.0)
-    daemon = Daemon(backend, lease=Lease(ttl_s=600), profile=Profile(min_runtime_s=0.0),
+    profile = profile or bench_profile("no-min-runtime").profile
+    daemon = Daemon(backend, lease=Lease(ttl_s=600), profile=profile,
                     max_pending=window, per_queue=50, sync_every_s=600.0)  # fmt: skip
     daemon.lease.acquire()
     sync_nodes(daemon, force=True)
@@ -126,12 +130,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=500, help="queued jobs per cycle, at most")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
+    add_profile_argument(parser, "no-min-runtime")
     args = parser.parse_args(argv)
+    loaded, used = announced(args.profile)
     fresh_database(args.database_url)
     counts = {"medium": 100, "small": 350}
     if args.per_team:
         counts = dict.fromkeys(counts, args.per_team)
-    out = drain(counts, args.limit, args.window)
+    out = drain(counts, args.limit, args.window, loaded.profile)
+    out["profile"] = used
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

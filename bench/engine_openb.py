@@ -19,16 +19,17 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.bench_profile import bench_profile, profile_output
 from bench.openb import CHECKPOINTS, DEFAULT_TRACE_DIR, _stats
 from bench.openb_trace import TRACES, Nodes, load_nodes, load_pods, workload
-from scheduler.core import Profile
 from scheduler.core.fragmentation import PodRequest
 from scheduler.core.types import Device, Node, Resources
 from scheduler.sim import replay_placements
 
+# policy -> its profile in bench/profiles/
 PROFILES = {
-    "engine": {},  # the default profile: fragmentation-aware scoring
-    "engine-bestfit": {"plugins": {"score": {"GpuFit": 1}}},
+    "engine": "default",  # fragmentation-aware scoring
+    "engine-bestfit": "bestfit",
 }
 
 
@@ -57,7 +58,7 @@ def run_one(task: tuple[str, str, str, int]) -> dict[str, Any]:
     trace_dir, trace, name, seed = task
     nodes = load_nodes(Path(trace_dir))
     pods = workload(load_pods(Path(trace_dir), trace), nodes.capacity_milli, seed)
-    profile = Profile.from_dict(PROFILES[name])
+    profile = bench_profile(PROFILES[name]).profile
     capacity = nodes.capacity_milli
     arrived = allocated = 0
     alloc: dict[str, float] = {}
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="worker processes")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    used = {name: profile_output(bench_profile(file)) for name, file in PROFILES.items()}
+    for name, record in used.items():
+        print(
+            f"bench: {name} runs profile {record['name']!r} from {record['file']}", file=sys.stderr
+        )
     tasks = [(str(args.trace_dir), args.pods, name, seed)
              for name in PROFILES for seed in range(args.seeds)]  # fmt: skip
     runs = []
@@ -100,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 for x in CHECKPOINTS
             },
             "ms_per_pod": _stats([r["ms_per_pod"] for r in runs if r["policy"] == name]),
+            "profile": used[name],
         }
         for name in PROFILES
     }

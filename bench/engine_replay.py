@@ -24,10 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bench_profile import add_profile_argument, announced
 from bench.daemon_setup import DEFAULT_URL, fresh_database
 
 
-def record(out: Path, database_url: str) -> dict[str, Any]:
+def record(out: Path, database_url: str, profile: str) -> dict[str, Any]:
+    loaded, used = announced(profile)
     fresh_database(database_url)
     import scheduler.daemon as daemon_module
     from bench.daemon_drain import drain
@@ -41,11 +43,16 @@ def record(out: Path, database_url: str) -> dict[str, Any]:
 
     daemon_module.run_cycle = recording  # type: ignore[assignment]
     try:
-        figures = drain({"medium": 100, "small": 350}, 300.0)
+        figures = drain({"medium": 100, "small": 350}, 300.0, profile=loaded.profile)
     finally:
         daemon_module.run_cycle = engine
     out.write_bytes(pickle.dumps(snapshots))
-    return {"cycles": len(snapshots), "drain_s": figures["drain_s"], "out": str(out)}
+    return {
+        "cycles": len(snapshots),
+        "drain_s": figures["drain_s"],
+        "out": str(out),
+        "profile": used,
+    }
 
 
 def replay(snapshots_path: Path, repeat: int) -> tuple[dict[str, Any], list[Any]]:
@@ -81,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     rec = sub.add_parser("record", help="run bench.daemon_drain and keep its snapshots")
     rec.add_argument("--out", type=Path, required=True)
     rec.add_argument("--database-url", default=DEFAULT_URL)
+    add_profile_argument(rec, "no-min-runtime")
     rep = sub.add_parser("replay", help="run the engine over recorded snapshots")
     rep.add_argument("snapshots", type=Path)
     rep.add_argument("--repeat", type=int, default=3)
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     rep.add_argument("--compare", type=Path, help="decisions kept by another version")
     args = parser.parse_args(argv)
     if args.command == "record":
-        print(json.dumps(record(args.out, args.database_url), indent=2))
+        print(json.dumps(record(args.out, args.database_url, args.profile), indent=2))
         return
     figures, results = replay(args.snapshots, max(1, args.repeat))
     if args.results:

@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from scheduler.core import Profile
+from bench.bench_profile import add_profile_argument, announced
 from scheduler.core.types import JobRequest, Node, PriorityClass, Quota, Resources, Tenant
 from scheduler.sim import Cluster, SimConfig, SimReport, WorkloadJob, simulate
 
@@ -105,21 +105,24 @@ def main(argv: list[str] | None = None) -> None:
         help="model a daemon's cycle time on virtual time: decisions take effect S seconds "
         "after their snapshot, and what happens meanwhile waits for the next cycle",
     )
+    add_profile_argument(parser, "no-min-runtime")
     args, rest = parser.parse_known_args(argv)
     if args.e2e:
         if args.cycle_latency:
             parser.error("--cycle-latency models the daemon on virtual time; --e2e runs it")
         from bench import kueue_e2e
 
-        kueue_e2e.main([*rest, *(["--json", str(args.json)] if args.json else [])])
+        json_args = ["--json", str(args.json)] if args.json else []
+        kueue_e2e.main([*rest, "--profile", args.profile, *json_args])
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    profile = Profile(min_runtime_s=0.0)
+    loaded, used = announced(args.profile)
+    profile = loaded.profile
     started = time.perf_counter()
     config = SimConfig(tick_s=1.0, cycle_latency_s=args.cycle_latency)
     report = simulate(workload(), cluster(), profile, config=config)
-    out = figures(report)
+    out = figures(report) | {"profile": used}
     useful_gpu_s = sum(
         w.duration_s * w.request.resources.gpu_milli / 1000 * w.request.replicas for w in workload()
     )

@@ -34,7 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.bench_profile import add_profile_argument, announced, bench_profile
 from bench.daemon_setup import DEFAULT_URL, fresh_database, job_rows, organisation
+from scheduler.core import Profile
 
 COHORTS, TEAMS_PER_COHORT, FLAVOR = 5, 6, "gpu"
 # class: (count, GPUs per replica, replicas, duration s, interval s, priority)
@@ -125,13 +127,13 @@ def run(
     per_queue: int,
     cycles_log: Path | None = None,
     reasons_every_s: float = 1.0,
+    profile: Profile | None = None,
 ) -> dict[str, Any]:
     from dataclasses import asdict
 
     from django.db import connections
 
     from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.core import Profile
     from scheduler.daemon import Daemon
     from scheduler.daemon_health import sync_nodes
     from scheduler.leader import Lease
@@ -155,7 +157,8 @@ def run(
     # The daemon's own loop (`manage.py run_scheduler` runs the same): between cycles that
     # did nothing it waits for a NOTIFY (a job queued, an allocation ended), the simulated
     # cluster's next pod event, or `interval` (the polling fallback).
-    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=Profile(min_runtime_s=0.0),
+    profile = profile or bench_profile("no-min-runtime").profile
+    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=profile,
                     interval_s=interval, max_pending=window, per_queue=per_queue,
                     sync_every_s=1.0, on_cycle=on_cycle,
                     reasons_every_s=reasons_every_s)  # fmt: skip
@@ -254,9 +257,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--load", type=int, default=0, metavar="N", help="busy processes beside the run (0)"
     )
+    add_profile_argument(parser, "no-min-runtime")
     args = parser.parse_args(argv)
     if args.load < 0:
         parser.error("--load must be 0 or more")
+    loaded, used = announced(args.profile)
     fresh_database(args.database_url)
     with busy_processes(args.load):
         loop_s = host_loop_s()
@@ -268,11 +273,12 @@ def main(argv: list[str] | None = None) -> None:
             args.per_queue,
             args.cycles,
             args.reasons_every,
+            loaded.profile,
         )
-    out |= {"load": args.load, "host_loop_s": loop_s}
+    out |= {"load": args.load, "host_loop_s": loop_s, "profile": used}
     print(json.dumps(out, indent=2))
     if args.json:
-        keys = ("wall_s", "admission_mean_s", "usage_pct")
+        keys = ("wall_s", "admission_mean_s", "usage_pct", "profile")
         args.json.write_text(json.dumps({k: out[k] for k in keys}, indent=2) + "\n")
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bench_profile import add_profile_argument, announced
 from bench.daemon_setup import (
     DEFAULT_URL,
     fresh_database,
@@ -32,6 +33,7 @@ from bench.daemon_setup import (
     percentile,
     postgres_cpu_s,
 )
+from scheduler.core import Profile
 
 MIX = ((1, 1, 0.50), (2, 1, 0.20), (4, 1, 0.15), (8, 1, 0.10), (8, 2, 0.05))  # gpus, replicas, p
 TEAMS = 10
@@ -110,10 +112,9 @@ def bare_writes(job_ids: list[int], pods: int) -> float:
     return len(devices) / elapsed
 
 
-def run(nodes: int, pods: int, batch: int, seed: int) -> dict[str, Any]:
+def run(nodes: int, pods: int, batch: int, seed: int, profile: Profile) -> dict[str, Any]:
     from django.utils import timezone
 
-    from scheduler.core import Profile
     from scheduler.daemon import Daemon
     from scheduler.daemon_health import sync_nodes
     from scheduler.leader import Lease
@@ -121,7 +122,7 @@ def run(nodes: int, pods: int, batch: int, seed: int) -> dict[str, Any]:
 
     backend, job_ids = setup(nodes, pods, seed)
     daemon = Daemon(
-        backend, lease=Lease(ttl_s=120), profile=Profile(), max_pending=batch, sync_every_s=1.0
+        backend, lease=Lease(ttl_s=120), profile=profile, max_pending=batch, sync_every_s=1.0
     )
     daemon.lease.acquire()
     sync_nodes(daemon, force=True)  # the inventory, before anything is measured
@@ -181,9 +182,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
+    add_profile_argument(parser, "default")
     args = parser.parse_args()
+    loaded, used = announced(args.profile)
     fresh_database(args.database_url)
-    out = run(args.nodes, args.pods, args.batch, args.seed)
+    out = run(args.nodes, args.pods, args.batch, args.seed, loaded.profile)
+    out["profile"] = used
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

@@ -1,18 +1,24 @@
 """The scheduling profile: data, validated when loaded.
 
-``Profile.from_dict`` accepts the shape below; every key is optional and defaults as in
-``Profile``. Any unknown key, unknown plugin or bad number raises ``ProfileError`` naming it::
+A profile file (read outside the engine, see ``scheduler.profiles``) is a document in the
+manner of kube-scheduler's ``KubeSchedulerConfiguration``: a header, then the profile::
 
-    {"name": "default",
-     "plugins": {"score": {"FragmentationScore": 2, "GpuFit": 1, "TopologyScore": 1}},
-     "order": {"guaranteed_first": true},
-     "fair_share": {"half_life_s": 86400, "history_weight": 0.5},
-     "aging": {"per_hour": 10, "max_boost": 1000},
-     "preemption": {"min_runtime_s": 300, "critical_overrides_min_runtime": true,
-                    "ping_pong_guard_s": 900, "reclaim_any_priority": true,
-                    "max_candidates": 256},
-     "backfill": {"enabled": true, "unknown_runtime_s": 86400},
-     "placement": {"max_scored_nodes": 128, "fragmentation_step_milli": 100}}
+    apiVersion: gantry.io/v1
+    kind: SchedulingProfile
+    name: default
+    plugins: {score: {FragmentationScore: 2, GpuFit: 1, TopologyScore: 1}}
+    order: {guaranteed_first: true}
+    fair_share: {half_life_s: 86400, history_weight: 0.5}
+    aging: {per_hour: 10, max_boost: 1000}
+    preemption: {min_runtime_s: 300, critical_overrides_min_runtime: true,
+                 ping_pong_guard_s: 900, reclaim_any_priority: true, max_candidates: 256}
+    backfill: {enabled: true, unknown_runtime_s: 86400}
+    placement: {max_scored_nodes: 128, fragmentation_step_milli: 100}
+
+``Profile.from_document`` checks the header and the rest; ``Profile.from_dict`` the profile
+alone. Every key but the header is optional and defaults as in ``Profile``. Unknown keys,
+unknown plugins and bad values are all reported at once, each by its key path and the value
+given (``ProfileError.errors``), as kube-scheduler's strict decoding does.
 
 ``guaranteed_first`` orders jobs that fit in their tenant's guarantee before jobs that would
 borrow, then by priority (as Kueue orders its queue heads): capacity freed by reclaiming a
@@ -26,15 +32,22 @@ a placement adds (see ``scoring``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 SCORE_PLUGINS = ("FragmentationScore", "GpuFit", "TopologyScore")
+API_VERSION = "gantry.io/v1"
+KIND = "SchedulingProfile"
 
 
 class ProfileError(ValueError):
-    """A profile that cannot be used; the message names the offending key or plugin."""
+    """A profile that cannot be used. ``errors`` holds every problem found, each as (key
+    path, message naming the value given); the message joins them."""
+
+    def __init__(self, errors: Sequence[tuple[str, str]]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("; ".join(f"{path}: {message}" for path, message in self.errors))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +72,59 @@ class Profile:
     fragmentation_step_milli: float = 100.0
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Profile:
-        _only_keys("profile", data, {"name", "plugins", *_SECTIONS})
+    def from_document(cls, document: Any) -> Profile:
+        """A whole profile file's content: the header (``apiVersion``, ``kind``) and the
+        profile's keys beside it."""
+        errors: list[tuple[str, str]] = []
+        if not isinstance(document, Mapping):
+            raise ProfileError([("(document)", f"expected a mapping, got {_shown(document)}")])
+        for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+            if key not in document:
+                errors.append((key, f"missing; expected {expected!r}"))
+            elif document[key] != expected:
+                errors.append((key, f"expected {expected!r}, got {_shown(document[key])}"))
+        body = {k: v for k, v in document.items() if k not in ("apiVersion", "kind")}
+        try:
+            profile = cls.from_dict(body)
+        except ProfileError as error:
+            errors.extend(error.errors)
+        if errors:
+            raise ProfileError(errors)
+        return profile
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Profile:
+        errors: list[tuple[str, str]] = []
         values: dict[str, Any] = {}
+        if not _only_keys(errors, "", data, ("name", "plugins", *_SECTIONS)):
+            raise ProfileError(errors)
         if "name" in data:
-            values["name"] = _text("name", data["name"])
+            values["name"] = _text(errors, "name", data["name"])
         if "plugins" in data:
-            values["score_weights"] = _score_weights(data["plugins"])
+            values["score_weights"] = _score_weights(errors, data["plugins"])
         for section, spec in _SECTIONS.items():
             body = data.get(section, {})
-            _only_keys(section, body, set(spec))
+            if not _only_keys(errors, section, body, tuple(spec)):
+                continue
             for key, (attr, kind) in spec.items():
                 if key in body:
-                    values[attr] = _check(f"{section}.{key}", body[key], kind)
+                    values[attr] = _check(errors, f"{section}.{key}", body[key], kind)
+        if errors:
+            raise ProfileError(errors)
         return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting, in ``from_dict``'s shape: ``from_dict(p.to_dict()) == p``."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "plugins": {"score": dict(self.score_weights)},
+        }
+        for section, spec in _SECTIONS.items():
+            out[section] = {key: getattr(self, attr) for key, (attr, _) in spec.items()}
+        return out
+
+    def to_document(self) -> dict[str, Any]:
+        return {"apiVersion": API_VERSION, "kind": KIND, **self.to_dict()}
 
 
 # section -> key -> (Profile attribute, kind); kinds: "pos" > 0, "nonneg" >= 0,
@@ -100,57 +152,74 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "fragmentation_step_milli": ("fragmentation_step_milli", "pos"),
     },
 }
+_RULES = {"pos": "> 0", "nonneg": ">= 0", "unit": "between 0 and 1"}
+
+Errors = list[tuple[str, str]]
 
 
-def _score_weights(plugins: Any) -> dict[str, float]:
-    if not isinstance(plugins, Mapping):
-        raise ProfileError("plugins: expected a mapping")
-    _only_keys("plugins", plugins, {"score"})
+def _shown(value: Any) -> str:
+    """The value as given, cut short: a message must name it, not repeat a whole file."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _score_weights(errors: Errors, plugins: Any) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    if not _only_keys(errors, "plugins", plugins, ("score",)):
+        return weights
     score = plugins.get("score", {})
     if not isinstance(score, Mapping):
-        raise ProfileError("plugins.score: expected a mapping of plugin name to weight")
-    weights: dict[str, float] = {}
+        errors.append(
+            ("plugins.score", f"expected a mapping of plugin name to weight, got {_shown(score)}")
+        )
+        return weights
+    before = len(errors)
     for name, weight in score.items():
         if name not in SCORE_PLUGINS:
             known = ", ".join(SCORE_PLUGINS)
-            raise ProfileError(f"plugins.score: unknown plugin {name!r} (known: {known})")
-        weights[name] = _check(f"plugins.score.{name}", weight, "nonneg")
-    if not any(weights.values()):
-        raise ProfileError("plugins.score: at least one plugin needs a positive weight")
+            errors.append((f"plugins.score.{name}", f"unknown plugin (known: {known})"))
+            continue
+        weights[name] = _check(errors, f"plugins.score.{name}", weight, "nonneg")
+    if len(errors) == before and not any(weights.values()):
+        errors.append(("plugins.score", "at least one plugin needs a positive weight"))
     return weights
 
 
-def _only_keys(where: str, body: Any, allowed: set[str]) -> None:
+def _only_keys(errors: Errors, where: str, body: Any, allowed: Sequence[str]) -> bool:
+    """Whether ``body`` is a mapping; each key not in ``allowed`` is an error."""
     if not isinstance(body, Mapping):
-        raise ProfileError(f"{where}: expected a mapping")
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise ProfileError(f"{where}: unknown key {unknown[0]!r}")
+        errors.append((where or "(document)", f"expected a mapping, got {_shown(body)}"))
+        return False
+    for key in body:
+        if key not in allowed:
+            path = f"{where}.{key}" if where else str(key)
+            errors.append((path, f"unknown key (known: {', '.join(allowed)})"))
+    return True
 
 
-def _text(where: str, value: Any) -> str:
+def _text(errors: Errors, where: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise ProfileError(f"{where}: expected a non-empty string, got {value!r}")
-    return value
+        errors.append((where, f"expected a non-empty string, got {_shown(value)}"))
+    return str(value)
 
 
-def _check(where: str, value: Any, kind: str) -> Any:
+def _check(errors: Errors, where: str, value: Any, kind: str) -> Any:
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ProfileError(f"{where}: expected true or false, got {value!r}")
+            errors.append((where, f"expected true or false, got {_shown(value)}"))
         return value
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ProfileError(f"{where}: expected a positive integer, got {value!r}")
+            errors.append((where, f"expected a positive integer, got {_shown(value)}"))
         return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ProfileError(f"{where}: expected a finite number, got {value!r}")
+        errors.append((where, f"expected a finite number, got {_shown(value)}"))
+        return value
     bad = (
         (kind == "pos" and value <= 0)
         or (kind == "nonneg" and value < 0)
         or (kind == "unit" and not 0 <= value <= 1)
     )
     if bad:
-        rule = {"pos": "> 0", "nonneg": ">= 0", "unit": "between 0 and 1"}[kind]
-        raise ProfileError(f"{where}: must be {rule}, got {value!r}")
+        errors.append((where, f"must be {_RULES[kind]}, got {_shown(value)}"))
     return float(value)

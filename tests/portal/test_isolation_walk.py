@@ -62,6 +62,7 @@ ROUTES: dict[str, list[Case]] = {
     "tenants": [],
     "approvals": [],
     "approval-history": [],
+    "scheduler-profile": [],
     "jobs": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-rows": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-new": [

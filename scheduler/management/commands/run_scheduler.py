@@ -4,6 +4,7 @@
     manage.py run_scheduler --nodes-csv PATH      # simulated cluster of an openb node list
     manage.py run_scheduler --backend kubernetes  # the cluster of KUBECONFIG / in-cluster
     manage.py run_scheduler --no-demo-load        # no generated jobs
+    manage.py run_scheduler --profile FILE        # a scheduling profile (YAML; reloaded on change)
 
 SIGTERM and SIGINT finish the current cycle, step down (so a standby takes over at once)
 and exit.
@@ -19,8 +20,11 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler.core import ProfileError
 from scheduler.daemon import Daemon
 from scheduler.leader import Lease
+from scheduler.profile_record import profile_record_loaded, profile_record_refused
+from scheduler.profiles import ProfileWatch
 
 
 def make_backend(kind: str, nodes_csv: Path | None) -> Any:
@@ -40,6 +44,25 @@ def make_backend(kind: str, nodes_csv: Path | None) -> Any:
     raise CommandError(f"unknown backend {kind!r} (simulated or kubernetes)")
 
 
+def profile_watch(path: str | None, *, holder: str) -> ProfileWatch:
+    """The profile in force, recorded for platform admins (and audited) whenever the daemon
+    takes the lead or the file changes. A file that cannot be used stops the start, with
+    every problem in it; once running, a bad new content is refused and the profile kept."""
+    try:
+        return ProfileWatch(
+            path,
+            on_loaded=lambda loaded: profile_record_loaded(loaded=loaded, holder=holder),
+            on_refused=lambda path, sha, errors: profile_record_refused(
+                path=path, sha256=sha, errors=errors
+            ),
+        )
+    except OSError as error:
+        raise CommandError(f"profile {path}: cannot be read: {error.strerror or error}") from error
+    except ProfileError as error:
+        lines = "\n".join(f"  {where}: {message}" for where, message in error.errors)
+        raise CommandError(f"profile {path} is not valid:\n{lines}") from error
+
+
 class Command(BaseCommand):
     help = "Run the scheduler daemon."
 
@@ -47,6 +70,12 @@ class Command(BaseCommand):
         parser.add_argument("--backend", default=settings.GANTRY_CLUSTER_BACKEND)
         parser.add_argument("--nodes-csv", type=Path, default=None)
         parser.add_argument("--interval", type=float, default=settings.GANTRY_SCHEDULER_INTERVAL_S)
+        parser.add_argument(
+            "--profile",
+            default=settings.GANTRY_SCHEDULER_PROFILE or None,
+            help="scheduling profile file (YAML; default GANTRY_SCHEDULER_PROFILE, else the "
+            "built-in defaults); reloaded when it changes",
+        )
         parser.add_argument("--lease-ttl", type=float, default=6.0)
         parser.add_argument(
             "--no-demo-load",
@@ -62,6 +91,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        lease = Lease(ttl_s=options["lease_ttl"])
+        watch = profile_watch(options["profile"], holder=lease.holder)  # before any backend
         backend = make_backend(options["backend"], options["nodes_csv"])
         on_cycle = None
         if options["backend"] == "simulated" and not options["no_demo_load"]:
@@ -70,7 +101,8 @@ class Command(BaseCommand):
             on_cycle = DemoLoad(backend.clock, every_s=options["demo_every"]).tick
         daemon = Daemon(
             backend,
-            lease=Lease(ttl_s=options["lease_ttl"]),
+            lease=lease,
+            profile_watch=watch,
             interval_s=options["interval"],
             on_cycle=on_cycle,
             sync_every_s=min(1.0, options["interval"]),
@@ -84,4 +116,5 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         self.stdout.write(f"scheduler {daemon.lease.holder} on the {options['backend']} backend")
+        self.stdout.write(watch.current.describe())
         daemon.run()

@@ -48,3 +48,61 @@ BAD = [
 def test_bad_profiles_name_the_problem(data, named):
     with pytest.raises(ProfileError, match=named):
         Profile.from_dict(data)
+
+
+def test_every_error_is_reported_at_once_with_its_key_and_value():
+    # one bad value per section, an unknown key, an unknown plugin: all seven at once
+    with pytest.raises(ProfileError) as info:
+        Profile.from_dict(
+            {
+                "name": "",
+                "plugins": {"score": {"GpuFit": -1, "Magic": 1}},
+                "fair_share": {"half_life_s": 0},
+                "preemption": {"min_runtime_s": "five minutes", "max_candidates": 0},
+                "backfill": {"greedy": True},
+            }
+        )
+    assert dict(info.value.errors) == {
+        "name": "expected a non-empty string, got ''",
+        "plugins.score.GpuFit": "must be >= 0, got -1",
+        "plugins.score.Magic": (
+            "unknown plugin (known: FragmentationScore, GpuFit, TopologyScore)"
+        ),
+        "fair_share.half_life_s": "must be > 0, got 0",
+        "preemption.min_runtime_s": "expected a finite number, got 'five minutes'",
+        "preemption.max_candidates": "expected a positive integer, got 0",
+        "backfill.greedy": "unknown key (known: enabled, unknown_runtime_s)",
+    }
+    assert "preemption.min_runtime_s: expected a finite number" in str(info.value)
+
+
+HEADER = {"apiVersion": "gantry.io/v1", "kind": "SchedulingProfile"}
+
+DOCUMENTS = [
+    ("no-header", {"name": "x"}, {"apiVersion", "kind"}),
+    ("wrong-kind", {**HEADER, "kind": "KubeSchedulerConfiguration"}, {"kind"}),
+    ("wrong-version", {**HEADER, "apiVersion": "gantry.io/v2"}, {"apiVersion"}),
+    (
+        "header-and-body-errors",
+        {"kind": "SchedulingProfile", "preemption": {"min_runtime_s": -1}},
+        {"apiVersion", "preemption.min_runtime_s"},
+    ),
+    ("not-a-mapping", ["a", "list"], {"(document)"}),
+    ("section-not-a-mapping", {**HEADER, "backfill": [True]}, {"backfill"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("document", "paths"), [d[1:] for d in DOCUMENTS], ids=[d[0] for d in DOCUMENTS]
+)
+def test_documents_need_the_header_and_name_every_bad_key(document, paths):
+    with pytest.raises(ProfileError) as info:
+        Profile.from_document(document)
+    assert {path for path, _ in info.value.errors} == paths
+
+
+def test_a_document_reads_back_what_it_wrote():
+    tuned = Profile(name="bench", min_runtime_s=0.0, score_weights={"GpuFit": 1.0})
+    for profile in (Profile(), tuned):
+        assert Profile.from_document(profile.to_document()) == profile
+    assert Profile.from_document({**HEADER}) == Profile()
