@@ -172,39 +172,45 @@ class JobSubmitForm(forms.Form):
         return env
 
     def to_payload(self) -> dict[str, Any]:
-        """The JSON spec for `job_submit`, leaving unset optional fields out."""
+        """The JSON spec for `job_submit`, leaving unset optional fields out. On a form with
+        errors, the fields that failed are left out too (the spec then names what else is
+        wrong, so that every error shows at once)."""
         data = self.cleaned_data
         payload: dict[str, Any] = {
-            "name": data["name"],
-            "type": data["job_type"],
-            "image": data["image"],
-            "command": data["command"],
-            "env": data["env"],
-            "replicas": data["replicas"],
-            "flavors": data["flavors"],
-            "checkpointable": data["checkpointable"],
-            "retry": {"limit": data["retry_limit"]},
-            "resources": {
-                "gpus": data["gpus"],
-                "cpu_milli": data["cpu_milli"],
-                "memory_mib": data["memory_mib"],
-            },
+            key: data[field]
+            for key, field in (
+                ("name", "name"),
+                ("type", "job_type"),
+                ("image", "image"),
+                ("command", "command"),
+                ("env", "env"),
+                ("replicas", "replicas"),
+                ("flavors", "flavors"),
+                ("checkpointable", "checkpointable"),
+            )
+            if field in data
         }
+        if "retry_limit" in data:
+            payload["retry"] = {"limit": data["retry_limit"]}
+        resources: dict[str, Any] = {
+            key: data[key] for key in ("gpus", "cpu_milli", "memory_mib") if key in data
+        }
+        payload["resources"] = resources
         for key in ("gpu_milli", "gpu_memory_mib"):
-            if data[key] is not None:
-                payload["resources"][key] = data[key]
-        if data["mig_profile"]:
-            payload["resources"]["mig_profile"] = data["mig_profile"]
-            payload["resources"]["gpus"] = 0
-        if data["gpu_milli"] is not None:
-            payload["resources"]["gpus"] = 0
-        if data["job_type"] == JobType.INFERENCE:
+            if data.get(key) is not None:
+                resources[key] = data[key]
+        if data.get("mig_profile"):
+            resources["mig_profile"] = data["mig_profile"]
+            resources["gpus"] = 0
+        if data.get("gpu_milli") is not None:
+            resources["gpus"] = 0
+        if data.get("job_type") == JobType.INFERENCE:
             for key in INFERENCE_ONLY:
-                if data[key] is not None:
+                if data.get(key) is not None:
                     payload[key] = data[key]
-        if data["priority_class"]:
+        if data.get("priority_class"):
             payload["priority_class"] = data["priority_class"]
-        if data["max_runtime_hours"] is not None:
+        if data.get("max_runtime_hours") is not None:
             payload["max_runtime_s"] = int(data["max_runtime_hours"] * 3600)
         return payload
 
@@ -221,8 +227,9 @@ class JobSubmitForm(forms.Form):
                 self._add(RENAMED_FIELDS.get(key, key), value, prefix=f"{key}: ")
 
     def _add(self, field: str | None, value: Any, prefix: str) -> None:
-        if field in self.fields and field not in self.errors:
-            self.add_error(field, _flatten(value))
+        if field in self.fields:
+            if field not in self.errors:  # the form's own message on it says enough
+                self.add_error(field, _flatten(value))
         else:
             self.add_error(None, prefix + _flatten(value))
 

@@ -12,7 +12,9 @@ import re
 import unicodedata
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
+from rest_framework.fields import SkipField, get_error_detail
 
 from common.text import DNS_LABEL
 from scheduler.backends.base import RESERVED_ENV
@@ -101,17 +103,61 @@ class StrictBooleanField(serializers.BooleanField):
 
 
 class StrictDictSerializer(serializers.Serializer):
-    """Refuse keys the serializer does not declare, naming them."""
+    """Refuse keys the serializer does not declare, naming them; report every error at once.
+
+    DRF stops at the first failing stage (a key refused up front hides the fields' errors,
+    and checks across fields run only when every field passed). Here unknown keys,
+    ``refused`` keys, each field's own errors and the ``cross_checks`` of the fields that
+    passed are gathered into one error, so a form or a client sees all its mistakes in one
+    round."""
+
+    def refused(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Errors for keys refused before their field is read (none by default)."""
+        return {}
+
+    def cross_checks(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Errors of rules across fields, on the fields that passed (``attrs`` may lack
+        any field that failed: a rule whose inputs are missing is skipped)."""
+        return {}
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):
             raise serializers.ValidationError(f"must be an object, got {type(data).__name__}.")
         unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {key[:64]: ["unknown field."] for key in unknown[:20]}
-            )
-        return super().to_internal_value(data)
+        errors: dict[str, Any] = {key[:64]: ["unknown field."] for key in unknown[:20]}
+        errors.update(self.refused(data))
+        attrs, field_errors = self._fields(data, skip=set(errors))
+        errors.update(field_errors)
+        for key, value in self.cross_checks(attrs).items():
+            errors.setdefault(key, value)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    def _fields(
+        self, data: dict[str, Any], skip: set[str]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Each declared field but ``skip`` validated on its own (DRF's loop, not stopping)."""
+        attrs: dict[str, Any] = {}
+        errors: dict[str, Any] = {}
+        for field in self._writable_fields:
+            name = str(field.field_name)
+            if name in skip:
+                continue
+            check = getattr(self, f"validate_{name}", None)
+            try:
+                value = field.run_validation(field.get_value(data))
+                if check is not None:
+                    value = check(value)
+            except serializers.ValidationError as exc:
+                errors[name] = exc.detail
+            except DjangoValidationError as exc:
+                errors[name] = get_error_detail(exc)
+            except SkipField:
+                pass
+            else:
+                self.set_value(attrs, field.source_attrs, value)
+        return attrs, errors
 
 
 class ResourcesSerializer(StrictDictSerializer):
@@ -138,42 +184,33 @@ class ResourcesSerializer(StrictDictSerializer):
     memory_mib = StrictIntegerField(required=False, default=4096, min_value=1, max_value=16 << 20)
     rdma = StrictIntegerField(required=False, default=0, min_value=0, max_value=16)
 
-    def to_internal_value(self, data: Any) -> Any:
-        gpus = data.get("gpus") if isinstance(data, dict) else None
+    def refused(self, data: dict[str, Any]) -> dict[str, Any]:
+        gpus = data.get("gpus")
         if isinstance(gpus, float) and not gpus.is_integer():
-            raise serializers.ValidationError(
-                {
-                    "gpus": [
-                        f"must be a whole number of GPUs, got {gpus!r}; for a share of one "
-                        "GPU use gpu_milli (e.g. 500 for half a GPU) with gpu_memory_mib."
-                    ]
-                }
-            )
-        return super().to_internal_value(data)
+            return {
+                "gpus": [
+                    f"must be a whole number of GPUs, got {gpus!r}; for a share of one "
+                    "GPU use gpu_milli (e.g. 500 for half a GPU) with gpu_memory_mib."
+                ]
+            }
+        return {}
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+    def cross_checks(self, attrs: dict[str, Any]) -> dict[str, Any]:
         share, whole, mig = attrs.get("gpu_milli"), attrs.get("gpus", 0), attrs.get("mig_profile")
+        errors: dict[str, Any] = {}
         if share is not None and whole:
-            raise serializers.ValidationError(
-                {
-                    "gpu_milli": [
-                        "ask for whole GPUs (gpus) or a share of one (gpu_milli), not both."
-                    ]
-                }
-            )
-        if share is not None and attrs.get("gpu_memory_mib") is None:
-            raise serializers.ValidationError(
-                {
-                    "gpu_memory_mib": [
-                        "a GPU share (gpu_milli) needs the GPU memory it uses, in MiB."
-                    ]
-                }
-            )
+            errors["gpu_milli"] = [
+                "ask for whole GPUs (gpus) or a share of one (gpu_milli), not both."
+            ]
+        if share is not None and "gpu_memory_mib" in attrs and attrs["gpu_memory_mib"] is None:
+            errors["gpu_memory_mib"] = [
+                "a GPU share (gpu_milli) needs the GPU memory it uses, in MiB."
+            ]
         if mig is not None and (share is not None or whole):
-            raise serializers.ValidationError(
-                {"mig_profile": ["a MIG slice replaces gpus and gpu_milli; set only mig_profile."]}
-            )
-        return attrs
+            errors["mig_profile"] = [
+                "a MIG slice replaces gpus and gpu_milli; set only mig_profile."
+            ]
+        return errors
 
 
 class RetrySerializer(StrictDictSerializer):
@@ -230,23 +267,25 @@ class JobSpecSerializer(StrictDictSerializer):
     retry = RetrySerializer(required=False)
     simulation = SimulationSerializer(required=False)
 
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            privileged = sorted(PRIVILEGED_FIELDS & set(data))
-            if privileged:
-                raise serializers.ValidationError(
-                    {key: ["is set by Gantry, not by the submitter."] for key in privileged}
-                )
-            if isinstance(data.get("command"), str):
-                raise serializers.ValidationError(
-                    {
-                        "command": [
-                            "must be a list of arguments, not a shell string, e.g. "
-                            '["python", "train.py"]; Gantry never runs commands through a shell.'
-                        ]
-                    }
-                )
-        return super().to_internal_value(data)
+    def refused(self, data: dict[str, Any]) -> dict[str, Any]:
+        errors: dict[str, Any] = {
+            key: ["is set by Gantry, not by the submitter."]
+            for key in sorted(PRIVILEGED_FIELDS & set(data))
+        }
+        if isinstance(data.get("command"), str):
+            errors["command"] = [
+                "must be a list of arguments, not a shell string, e.g. "
+                '["python", "train.py"]; Gantry never runs commands through a shell.'
+            ]
+        return errors
+
+    def cross_checks(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors: dict[str, Any] = {}
+        if "type" in attrs and "replicas" in attrs:
+            errors.update(self._replica_errors(attrs))
+        if "resources" in attrs and "flavors" in attrs:
+            errors.update(self._mig_errors(attrs))
+        return errors
 
     def validate_name(self, value: str) -> str:
         if not DNS_LABEL.match(value):
@@ -314,56 +353,57 @@ class JobSpecSerializer(StrictDictSerializer):
         attrs.setdefault("resources", ResourcesSerializer().to_internal_value({}))
         attrs.setdefault("retry", RetrySerializer().to_internal_value({}))
         attrs.setdefault("simulation", SimulationSerializer().to_internal_value({}))
-        self._validate_replicas(attrs)
-        self._validate_mig(attrs)
+        if attrs["type"] == JobType.INFERENCE:
+            low = attrs["min_replicas"] = attrs.get("min_replicas") or attrs["replicas"]
+            attrs["max_replicas"] = attrs.get("max_replicas") or max(low, attrs["replicas"])
         if attrs["max_runtime_s"] is None:
             attrs["max_runtime_s"] = DEFAULT_MAX_RUNTIME_S.get(attrs["type"])
         return attrs
 
-    def _validate_replicas(self, attrs: dict[str, Any]) -> None:
+    def _replica_errors(self, attrs: dict[str, Any]) -> dict[str, Any]:
         low, high = attrs.get("min_replicas"), attrs.get("max_replicas")
         if attrs["type"] != JobType.INFERENCE:
             if low is not None or high is not None:
-                raise serializers.ValidationError(
-                    {
-                        "min_replicas": [
-                            "min_replicas and max_replicas apply to inference jobs only."
-                        ]
-                    }
-                )
-            return
-        low = attrs["min_replicas"] = low if low is not None else attrs["replicas"]
-        high = attrs["max_replicas"] = high if high is not None else max(low, attrs["replicas"])
-        if low > high:
-            raise serializers.ValidationError(
-                {"max_replicas": [f"max_replicas ({high}) is below min_replicas ({low})."]}
-            )
-        if not low <= attrs["replicas"] <= high:
-            raise serializers.ValidationError(
-                {
-                    "replicas": [
-                        f"replicas ({attrs['replicas']}) must lie between min_replicas "
-                        f"({low}) and max_replicas ({high})."
-                    ]
+                return {
+                    "min_replicas": ["min_replicas and max_replicas apply to inference jobs only."]
                 }
-            )
+            return {}
+        replicas = attrs["replicas"]
+        low = low if low is not None else replicas
+        high = high if high is not None else max(low, replicas)
+        if low > high:
+            return {"max_replicas": [f"max_replicas ({high}) is below min_replicas ({low})."]}
+        if not low <= replicas <= high:
+            return {
+                "replicas": [
+                    f"replicas ({replicas}) must lie between min_replicas "
+                    f"({low}) and max_replicas ({high})."
+                ]
+            }
+        return {}
 
-    def _validate_mig(self, attrs: dict[str, Any]) -> None:
+    def _mig_errors(self, attrs: dict[str, Any]) -> dict[str, Any]:
         profile = attrs["resources"].get("mig_profile")
         if profile is None:
-            return
+            return {}
         flavors = ResourceFlavor.objects.all()
         if attrs["flavors"]:
             flavors = flavors.filter(name__in=attrs["flavors"])
         offered = sorted({p for f in flavors for p in (f.mig_profiles or [])})
-        if profile not in offered:
-            raise serializers.ValidationError(
-                {
-                    "resources": {
-                        "mig_profile": [
-                            f"unknown MIG profile {profile[:32]!r}; the allowed flavors offer: "
-                            f"{', '.join(offered) or 'none'}."
-                        ]
-                    }
-                }
-            )
+        if profile in offered:
+            return {}
+        return {
+            "resources": {
+                "mig_profile": [
+                    f"unknown MIG profile {profile[:32]!r}; the allowed flavors offer: "
+                    f"{', '.join(offered) or 'none'}."
+                ]
+            }
+        }
+
+
+def spec_errors(payload: dict[str, Any]) -> dict[str, Any]:
+    """Every error of ``payload`` by field, {} when it is a valid spec; for a form that shows
+    the spec's errors beside its own before anything is submitted."""
+    serializer = JobSpecSerializer(data=payload)
+    return {} if serializer.is_valid() else dict(serializer.errors)

@@ -21,6 +21,7 @@ from portal.views.approvals import pending_request_for_job
 from scheduler.reason_text import ReasonReader
 from scheduler.selectors import access_job, job_event_list, job_list_visible
 from scheduler.services import can_cancel, job_cancel, job_submit
+from scheduler.spec import spec_errors
 from tenants import access
 from tenants.models import JobType
 
@@ -108,6 +109,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
         else:
             _announce(request, job, created)
             return redirect("portal:job-detail", pk=job.pk)
+    else:
+        # The spec's own checks on what the form could read: every error in one round.
+        form.add_spec_errors(spec_errors(form.to_payload()))
     context = {
         "form": form,
         "type_defaults": TYPE_DEFAULTS,

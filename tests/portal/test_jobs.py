@@ -285,3 +285,31 @@ def test_priority_hint_follows_the_nearest_default(org: Org, web_for: Any) -> No
     assert (alpha["batch"], alpha["evaluation"], alpha["inference"]) == ("high", "normal", "high")
     assert (bravo["batch"], bravo["evaluation"]) == ("normal", "normal")
     assert hints[str(org.proj_charlie.pk)]["batch"] == "low"  # the platform's
+
+
+def test_submit_form_reports_every_error_in_one_round(org: Org, web_for: Any) -> None:
+    # The name, replicas and GPU-memory errors (the spec's) showed only once the command,
+    # env and GPU errors (the form's own) were fixed: two rounds.
+    body = form_body(
+        org,
+        name="Bad_Name",
+        command="python 'unclosed",
+        env="NOEQUALS",
+        gpus=-1,
+        replicas=10**9,
+        gpu_milli=500,
+    )
+    response = web_for("alice").post(reverse("portal:job-new"), body)
+    assert response.status_code == 400
+    html = response.content.decode()
+    expected = {
+        "command": "cannot split the command",
+        "env": "write KEY=value",
+        "gpus": "greater than or equal to 0",
+        "name": "is not a valid job name",
+        "replicas": "less than or equal to 1024",
+        "gpu_memory_mib": "needs the GPU memory",
+    }
+    for field, message in expected.items():
+        assert message in field_errors(html, field), f"{message!r} not inline on {field}"
+    assert not Job.objects.exists()

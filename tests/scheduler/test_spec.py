@@ -318,6 +318,55 @@ def test_bad_spec_is_refused_with_its_own_message(
     assert not Job.objects.exists()
 
 
+def test_every_error_is_reported_at_once(org: Org, client_for: Any) -> None:
+    # A shell-string command (or a privileged or unknown key) hid every other field's
+    # error, and the checks across fields ran only once every field passed.
+    spec = job_spec(
+        name="Bad_Name",
+        command="python train.py",
+        env={"1BAD": "x"},
+        replicas=10**9,
+        resources=resources(gpu_milli=500, gpus=1.5),
+        state="running",
+        colour="blue",
+    )
+    response = client_for("alice").post(
+        JOBS, {"project": org.proj_alpha.pk, "spec": spec}, format="json"
+    )
+    assert response.status_code == 400
+    errors = flatten(response.json()["errors"]["spec"])
+    expected = {
+        "name": "is not a valid job name",
+        "command": "not a shell string",
+        "env": "is not a valid variable name",
+        "replicas": "less than or equal to 1024",
+        "resources.gpus": "whole number of GPUs",
+        "resources.gpu_memory_mib": "needs the GPU memory",
+        "state": "is set by Gantry",
+        "colour": "unknown field",
+    }
+    for path, message in expected.items():
+        assert path in errors, (path, errors)
+        assert any(message in text for text in errors[path]), errors[path]
+    assert not Job.objects.exists()
+
+
+def test_checks_across_fields_run_beside_field_errors(org: Org, client_for: Any) -> None:
+    # an inference range error and a MIG profile error with a bad image beside them
+    spec = inference(
+        image="not an image!",
+        replicas=5,
+        min_replicas=1,
+        max_replicas=4,
+        resources=resources(mig_profile="9g.99gb"),
+    )
+    response = client_for("alice").post(
+        JOBS, {"project": org.proj_alpha.pk, "spec": spec}, format="json"
+    )
+    errors = flatten(response.json()["errors"]["spec"])
+    assert {"image", "replicas", "resources.mig_profile"} <= set(errors), errors
+
+
 def test_privileged_fields_are_each_named(org: Org, client_for: Any) -> None:
     spec = job_spec(state="running", approved_by="dana", tenant=org.bravo.pk)
     response = client_for("alice").post(
