@@ -243,6 +243,11 @@ GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S"
 # The scheduling profile's YAML file (`run_scheduler --profile`); empty: the built-in defaults.
 # The daemon reloads it when it changes; a bad new content is refused and logged.
 GANTRY_SCHEDULER_PROFILE = os.environ.get("GANTRY_SCHEDULER_PROFILE", "")
+# The simulated cluster's state (its pods, failed nodes), shared by the scheduler processes on
+# this host and kept across their restarts; empty: in the daemon's memory only.
+GANTRY_SIM_STATE_FILE = os.environ.get(
+    "GANTRY_SIM_STATE_FILE", str(VAR_DIR / "simulated-cluster.state")
+)
 # /healthz calls the scheduler "stale" when no cycle completed for this long (seconds).
 GANTRY_SCHEDULER_STALE_AFTER_S = float(os.environ.get("GANTRY_SCHEDULER_STALE_AFTER_S", "60"))
 # Refuse at submit a job that no node of the cluster could hold even empty. Turn it off where

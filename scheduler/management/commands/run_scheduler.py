@@ -33,7 +33,13 @@ def make_backend(kind: str, nodes_csv: Path | None) -> Any:
         from scheduler.demo import demo_nodes
 
         nodes = nodes_from_openb_csv(nodes_csv) if nodes_csv else demo_nodes()
-        return SimulatedCluster(nodes)
+        if not settings.GANTRY_SIM_STATE_FILE:
+            return SimulatedCluster(nodes)
+        from scheduler.backends.simulated_state import PersistentCluster
+
+        # Its pods outlive this process, as a real cluster's do: a restarted (or standby)
+        # scheduler finds them running.
+        return PersistentCluster(nodes, Path(settings.GANTRY_SIM_STATE_FILE))
     if kind == "kubernetes":
         try:
             module = importlib.import_module("scheduler.backends.kubernetes")

@@ -1,0 +1,47 @@
+"""A scheduler restart or failover on the simulated cluster leaves running jobs running, as
+on a real cluster (issue 17, point 10: the simulated cluster lived in the daemon's process,
+so every restart made every pod vanish and their jobs failed with "node lost")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scheduler.backends.simulated import make_nodes
+from scheduler.backends.simulated_state import PersistentCluster
+from scheduler.models import Job, JobEvent
+from tests.conftest import build_org
+from tests.daemon.conftest import Env, FakeClock, assert_consistent, expire_leases
+
+
+def cluster(path: Path, clock: FakeClock) -> PersistentCluster:
+    nodes = make_nodes(4, "H100-80GB", 8, prefix="h100")
+    return PersistentCluster(nodes, path, clock=clock, start_delay_s=1.0, grace_cap_s=2.0)
+
+
+def test_running_jobs_survive_a_restart_and_a_failover(db: Any, tmp_path: Path) -> None:
+    clock = FakeClock()
+    state = tmp_path / "simulated-cluster.state"
+    env = Env(build_org(), clock, cluster(state, clock))
+    jobs = [env.submit(simulation={"duration_s": 10_000}) for _ in range(3)]
+    env.run(env.daemon("first"), seconds=2, cycles=2)
+    assert set(Job.objects.values_list("state", flat=True)) == {"running"}
+
+    # 1. a restart: the process (daemon and its cluster object) is gone; a new one starts
+    env.backend = cluster(state, clock)
+    expire_leases()
+    restarted = env.daemon("restarted")
+    env.run(restarted, seconds=2, cycles=3)
+    # 2. a failover: a standby in another process takes over from a leader that froze
+    leader_backend, env.backend = env.backend, cluster(state, clock)
+    standby = env.daemon("standby")
+    expire_leases()
+    env.run(standby, seconds=2, cycles=3)
+    assert standby.lease.leading
+
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.state, job.attempt) == ("running", 0), job.reason
+    assert not JobEvent.objects.filter(message__icontains="lost").exists()
+    assert len(leader_backend.list_pods()) == 3  # both processes see the same pods
+    assert_consistent(env.backend)
