@@ -88,7 +88,9 @@ def test_permission_is_checked_before_the_rules(org: Org) -> None:
 
 def test_quota_delete_refused_while_children_hold_guarantees(org: Org) -> None:
     research = Quota.objects.get(tenant=org.research, flavor=org.h100)
-    with pytest.raises(ValidationError, match="'research' still guarantees H100-80GB"):
+    with pytest.raises(
+        ValidationError, match="'research' still gives H100-80GB quota to its children"
+    ):
         services.quota_delete(user=org.users["pat"], quota=research)
     assert Quota.objects.filter(pk=research.pk).exists()
     alpha = Quota.objects.get(tenant=org.alpha, flavor=org.h100)
