@@ -234,6 +234,9 @@ EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
 )
 DEFAULT_FROM_EMAIL = os.environ.get("GANTRY_FROM_EMAIL", "gantry@localhost")
+# The portal's address as its users reach it, for the links in emails (no request to read it
+# from when a worker sends them).
+GANTRY_BASE_URL = os.environ.get("GANTRY_BASE_URL", "http://127.0.0.1:8000")
 
 # Cluster backend for the scheduler daemon: "simulated" (embedded default) or "kubernetes".
 GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")

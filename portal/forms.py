@@ -369,6 +369,9 @@ class AuditFilterForm(forms.Form):
     tenant = forms.TypedChoiceField(required=False, coerce=int, empty_value=None, choices=())
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    page_size = forms.IntegerField(
+        required=False, min_value=10, max_value=100, widget=forms.HiddenInput
+    )
 
     def __init__(self, *args: Any, tenants: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -7,17 +7,28 @@ widen what a user sees by passing other ids.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
+from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404
 
 from scheduler.models import Allocation, Job, JobState
 from scheduler.selectors import job_list_visible
 from tenants import access
-from tenants.models import Membership, PriorityDefault, Quota, ResourceFlavor, Role, Tenant
+from tenants.models import (
+    AuditEntry,
+    Membership,
+    PriorityDefault,
+    Quota,
+    ResourceFlavor,
+    Role,
+    Tenant,
+)
 
 
 @dataclass(frozen=True)
@@ -141,9 +152,51 @@ def user_by_username(username: str) -> Any:
 
 
 def job_state_counts(jobs: QuerySet[Job]) -> dict[str, int]:
+    """Jobs per state, keyed by the state's label as a person reads it ("Pending approval")."""
     counts = dict(jobs.order_by().values_list("state").annotate(n=Count("id")))
-    return {state: counts.get(state, 0) for state in JobState.values}
+    return {str(state.label).capitalize(): counts.get(state, 0) for state in JobState}
 
 
 def my_recent_jobs(user: Any, limit: int = 8) -> list[Job]:
     return list(job_list_visible(user).filter(submitted_by=user)[:limit])
+
+
+def audit_reference_names(entries: Iterable[AuditEntry]) -> dict[int, dict[tuple[str, Any], str]]:
+    """entry id -> (field, id) -> the name of what the field refers to, for the references
+    (foreign keys of the entry's target model) in the entries' before and after: one query
+    per referenced model for the whole page. A reference to a deleted row has no name."""
+    wanted: dict[Any, set[Any]] = defaultdict(set)
+    refs: list[tuple[int, str, Any, Any]] = []  # entry id, field, related model, id
+    for entry in entries:
+        model = _audited_model(entry.target_type)
+        for side in (entry.before, entry.after) if model is not None else ():
+            for key, value in (side if isinstance(side, dict) else {}).items():
+                related = _related_model(model, key)
+                if related is not None and isinstance(value, int | str):
+                    refs.append((entry.pk, key, related, value))
+                    wanted[related].add(value)
+    found = {
+        related: {obj.pk: str(obj) for obj in related._default_manager.filter(pk__in=ids)}
+        for related, ids in wanted.items()
+    }
+    out: dict[int, dict[tuple[str, Any], str]] = defaultdict(dict)
+    for entry_id, key, related, value in refs:
+        name = found[related].get(value)
+        if name is not None:
+            out[entry_id][(key, value)] = name
+    return out
+
+
+def _audited_model(label: str) -> Any:
+    try:
+        return apps.get_model(label)
+    except (LookupError, ValueError):
+        return None
+
+
+def _related_model(model: Any, name: str) -> Any:
+    try:
+        field = model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+    return field.related_model if field.many_to_one or field.one_to_one else None

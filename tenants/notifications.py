@@ -4,29 +4,42 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import F
+from django.urls import reverse
 
-from tenants.models import ApprovalRequest, ApprovalState
+from tenants.models import ApprovalKind, ApprovalRequest, ApprovalState
 
 # How far back the sweep looks for decisions whose email was never sent.
 RESEND_WINDOW = timedelta(days=7)
 
 
+def _subject_line(request: ApprovalRequest) -> tuple[str, str]:
+    """What was asked for, as its owner knows it, and the absolute address of its page (the
+    job's, or the approval history's for a quota request)."""
+    base = settings.GANTRY_BASE_URL.rstrip("/")
+    if request.kind == ApprovalKind.JOB:
+        name = request.payload.get("job_name")
+        what = f"job {name} (#{request.subject_id})" if name else f"job #{request.subject_id}"
+        return what, base + reverse("portal:job-detail", args=[request.subject_id])
+    flavor = request.payload.get("flavor_name")
+    what = f"quota request for {flavor}" if flavor else f"{request.kind} request"
+    return what, base + reverse("portal:approval-history")
+
+
 def _message(request: ApprovalRequest) -> tuple[str, str]:
-    what = request.payload.get("title") or f"{request.kind} request #{request.pk}"
+    what, link = _subject_line(request)
     subject = f"[Gantry] {what}: {request.state}"
-    lines = [
-        f"Your {request.kind} request #{request.pk} for '{request.tenant.slug}' "
-        f"was {request.state}."
-    ]
+    lines = [f"Your {what} in '{request.tenant.slug}' was {request.state}."]
     if request.decided_by is not None and request.state != ApprovalState.CANCELLED:
         lines.append(f"Decided by: {request.decided_by.get_username()}")
     if request.comment:
         lines.append(f"Comment: {request.comment}")
     if request.reasons:
         lines.append("It needed approval because it " + "; ".join(request.reasons) + ".")
+    lines.append(f"See it at {link}")
     return subject, "\n".join(lines) + "\n"
 
 

@@ -199,3 +199,52 @@ def test_approver_decides_from_the_job_page_and_returns_to_it(org: Org, web_for:
         {"decision": "approve", "next": "https://evil.example/"},
     )
     assert evil.url == reverse("portal:approvals")
+
+
+def test_audit_log_names_references_instead_of_ids(org: Org, web_for: Any) -> None:
+    # a job's priority class showed as `priority_class 3`
+    job = submit_big_job(org, web_for)
+    html = web_for("tina").get(reverse("portal:audit"), {"action": "job.submit"}).content.decode()
+    assert "<code>priority_class</code> " in html
+    name = job.priority_class.name
+    pk = job.priority_class_id
+    assert f'<span class="new">{name}</span>' in html
+    assert f'<span class="new">{pk}</span>' not in html
+    assert f'<span class="new">{org.proj_alpha.slug}</span>' in html
+
+
+def test_audit_log_pages_are_bounded(org: Org, web_for: Any) -> None:
+    AuditEntry.objects.bulk_create(
+        AuditEntry(
+            at=timezone.now(),
+            actor_name="tina",
+            action="job.note",
+            tenant=org.alpha,
+            target_type="scheduler.job",
+            target_id=str(i),
+            before=None,
+            after={"note": i},
+        )
+        for i in range(120)
+    )
+    client = web_for("tina")
+
+    def rows(**query: Any) -> int:
+        html = client.get(reverse("portal:audit"), query).content.decode()
+        return html.count("<code>job.note</code>")
+
+    assert rows() == 25  # the default, as the other lists
+    assert rows(page_size=100) == 100
+    assert rows(page_size=1000) == 25  # beyond the bound: refused, with the default
+    html = client.get(reverse("portal:audit"), {"page_size": 1000}).content.decode()
+    assert "page_size" in html and "less than or equal to 100" in html
+
+
+def test_home_cards_name_states_as_people_write_them(org: Org, web_for: Any) -> None:
+    # the admin and finance cards said "pendingapproval"
+    submit_big_job(org, web_for)
+    for user in ("tina", "carol"):
+        html = web_for(user).get(reverse("portal:home")).content.decode()
+        assert "pendingapproval" not in html.lower()
+    assert "<span>Pending approval</span>" in web_for("tina").get("/").content.decode()
+    assert "<span>pending approval jobs</span>" in web_for("carol").get("/").content.decode()
