@@ -393,6 +393,20 @@ def test_scheduler_deployment() -> None:
     assert pod["terminationGracePeriodSeconds"] >= 30, "SIGTERM finishes the current cycle"
 
 
+def test_the_scheduler_runs_the_profile_of_its_configmap() -> None:
+    """The shipped profile is valid, and the daemon reads it where the ConfigMap is mounted."""
+    from scheduler.profiles import parse_profile
+
+    pod = _pod_spec(_one("Deployment", "gantry-scheduler"))
+    (container,) = pod["containers"]
+    path = next(e["value"] for e in container["env"] if e["name"] == "GANTRY_SCHEDULER_PROFILE")
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    configmap = _one("ConfigMap", volume["configMap"]["name"])
+    key = path.removeprefix(mount["mountPath"] + "/")
+    assert parse_profile(configmap["data"][key].encode()).name == "default"
+
+
 def test_web_deployment_and_service() -> None:
     deployment = _one("Deployment", "gantry-web")
     pod = _pod_spec(deployment)
