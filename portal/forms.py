@@ -274,18 +274,44 @@ class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
 
 
+# The bounds of the quota API (10**12 milli-GPU, weights up to 10000): a larger number is a
+# form error, not a database overflow.
+MAX_QUOTA_GPUS = Decimal(10**9)
+
+
+def _gpus_field(label: str, *, required: bool = True, help_text: str = "") -> forms.DecimalField:
+    return forms.DecimalField(
+        label=label,
+        required=required,
+        min_value=0,
+        max_value=MAX_QUOTA_GPUS,
+        max_digits=13,
+        decimal_places=3,
+        help_text=help_text,
+    )
+
+
 class QuotaForm(forms.Form):
     """Quota in GPUs (decimals allowed for shares); the service stores milli-GPU."""
 
     flavor = forms.ModelChoiceField(
         label="GPU model", queryset=ResourceFlavor.objects.all(), to_field_name="name"
     )
-    guaranteed = forms.DecimalField(label="Guaranteed (GPUs)", min_value=0, decimal_places=3)
-    limit = forms.DecimalField(label="Limit (GPUs)", min_value=0, decimal_places=3)
-    lend_limit = forms.DecimalField(
-        label="Lend limit (GPUs)", required=False, min_value=0, decimal_places=3
+    guaranteed = _gpus_field("Guaranteed (GPUs)")
+    limit = _gpus_field("Limit (GPUs)")
+    lend_limit = _gpus_field("Lend limit (GPUs)", required=False)
+    user_limit = _gpus_field(
+        "Per-user cap (GPUs)",
+        required=False,
+        help_text="The most one user of the tenant may hold of this model; blank: no cap.",
     )
-    weight = forms.DecimalField(min_value=Decimal("0.001"), decimal_places=3, initial=1)
+    weight = forms.DecimalField(
+        min_value=Decimal("0.001"),
+        max_value=Decimal(10000),
+        max_digits=8,
+        decimal_places=3,
+        initial=1,
+    )
     justification = forms.CharField(
         required=False,
         max_length=1000,
@@ -297,6 +323,7 @@ class QuotaForm(forms.Form):
         "guaranteed_milli": "guaranteed",
         "limit_milli": "limit",
         "lend_limit_milli": "lend_limit",
+        "user_limit_milli": "user_limit",
         "weight": "weight",
     }
 

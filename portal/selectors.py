@@ -38,6 +38,7 @@ class QuotaRow:
     guaranteed_milli: int
     limit_milli: int
     used_milli: int
+    user_limit_milli: int | None = None
 
     @property
     def used_pct(self) -> int:
@@ -92,6 +93,7 @@ def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
             guaranteed_milli=q.guaranteed_milli,
             limit_milli=q.limit_milli,
             used_milli=used.get(q.tenant_id, {}).get(q.flavor.name, 0),
+            user_limit_milli=q.user_limit_milli,
         )
         for q in sorted(quotas, key=lambda q: (q.tenant.path, q.flavor.name))
     ]

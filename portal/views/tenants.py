@@ -162,8 +162,19 @@ def _quota_initial(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
         "guaranteed": gpus(quota.guaranteed_milli),
         "limit": gpus(quota.limit_milli),
         "lend_limit": gpus(quota.lend_limit_milli) if quota.lend_limit_milli is not None else None,
+        "user_limit": gpus(quota.user_limit_milli) if quota.user_limit_milli is not None else None,
         "weight": quota.weight,
     }
+
+
+def _user_limit(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> int | None:
+    """The per-user cap posted (blank: none; 0 is a cap), or the current one when the form
+    sent no such field: saving other values never clears it."""
+    if "user_limit" in form.data:
+        return form.milli("user_limit")
+    flavor = form.cleaned_data["flavor"]
+    current = quota_list_visible(request.user).filter(tenant=tenant, flavor=flavor).first()
+    return None if current is None else current.user_limit_milli
 
 
 def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
@@ -173,6 +184,7 @@ def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
         limit_milli=form.milli("limit") or 0,
         lend_limit_milli=form.milli("lend_limit"),
         weight=float(form.cleaned_data["weight"]),
+        user_limit_milli=_user_limit(request, tenant, form),
     )
     try:
         if access.can_set_quota(request.user, tenant):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.urls import reverse
 from django.utils import timezone
 
@@ -110,6 +111,70 @@ def test_quota_errors_are_inline(org: Org, web_for: Any) -> None:
     assert response.status_code == 400
     assert "is below its guaranteed" in html.split('id="field-limit"')[1].split("</div>\n</div>")[0]
     assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).limit_milli == 32000
+
+
+def test_saving_a_quota_keeps_its_per_user_cap(org: Org, web_for: Any) -> None:
+    # the form had no per-user cap: every save cleared it
+    Quota.objects.filter(tenant=org.alpha, flavor=org.h100).update(user_limit_milli=4000)
+    url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
+    client = web_for("dana")
+    edit = client.get(url, {"flavor": "H100-80GB"})
+    assert edit.context["form"]["user_limit"].value() == "4"
+    body = {"flavor": "H100-80GB", "guaranteed": "12", "limit": "20", "weight": "1"}
+    assert client.post(url, {**body, "user_limit": "4"}).status_code == 302
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).user_limit_milli == 4000
+    assert client.post(url, body).status_code == 302  # a form without the field: kept
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).user_limit_milli == 4000
+    assert client.post(url, {**body, "user_limit": ""}).status_code == 302  # blank: no cap
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).user_limit_milli is None
+
+
+def test_a_per_user_cap_of_zero_is_kept_and_caps_show_per_model(org: Org, web_for: Any) -> None:
+    url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
+    body = {"flavor": "H100-80GB", "guaranteed": "16", "limit": "32", "weight": "1"}
+    assert web_for("dana").post(url, {**body, "user_limit": "0"}).status_code == 302
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).user_limit_milli == 0
+    for tenant in (org.acme, org.research, org.alpha):
+        Quota.objects.create(
+            tenant=tenant,
+            flavor=org.a100,
+            guaranteed_milli=8000,
+            limit_milli=8000,
+            user_limit_milli=2000 if tenant == org.alpha else None,
+        )
+    page = web_for("dana").get(url)
+    caps = {
+        row.flavor.name: row.user_limit_milli
+        for row in page.context["quotas"]
+        if row.tenant == org.alpha
+    }
+    assert caps == {"H100-80GB": 0, "A100-40GB": 2000}
+    html = page.content.decode()
+    assert '<th class="num">Per user</th>' in html
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("guaranteed", "100000000000000000000"),
+        ("limit", "1e20"),
+        ("lend_limit", "99999999999.5"),
+        ("user_limit", "1e15"),
+        ("weight", "1000000000"),
+    ],
+)
+def test_quota_form_refuses_numbers_beyond_bounds(
+    org: Org, web_for: Any, field: str, value: str
+) -> None:
+    # an unbounded decimal overflowed the database column: a 500 (on the root, no parent's
+    # quota refuses it first)
+    body = {"flavor": "H100-80GB", "guaranteed": "64", "limit": "64", "weight": "1", field: value}
+    if field == "limit":
+        body["limit"] = body["guaranteed"] = value
+    response = web_for("pat").post(reverse("portal:tenant-quotas", args=[org.acme.pk]), body)
+    assert response.status_code == 400
+    assert response.context["form"].errors[field]
+    assert Quota.objects.get(tenant=org.acme, flavor=org.h100).limit_milli == 64000
 
 
 def test_team_admin_requests_a_quota_change_instead(org: Org, web_for: Any) -> None:
