@@ -9,8 +9,9 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
 3. Each job holding allocations is judged on its pods: adopt a crashed claim (all pods exist:
    bind the unbound ones) or release it; running when its pods run (written after the
    cycle's binds, `write_starts`); succeeded when they have; an attempt failed on a failed
-   or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy); failed
-   past its max runtime.
+   or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy), or a pod
+   bound but not started within the daemon's `binding_timeout_s` (with the cause the cluster
+   reports; retried per the job's policy); failed past its max runtime.
 4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
 """
 
@@ -64,6 +65,7 @@ REQUEUE_SWEEP_S = 2.0
 # Retrying cannot help.
 FINAL = frozenset({F.DEADLINE_EXCEEDED, F.IMAGE_PULL})
 WHY = {
+    F.START_TIMEOUT: "its pods did not start",
     F.OOM_KILLED: "OOMKilled: a container ran out of memory",
     F.EVICTED: "Evicted by the node (resource pressure)",
     F.IMAGE_PULL: "image pull failure: the image could not be pulled",
@@ -179,8 +181,10 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
             to_release.append(a["id"])
         if pod is not None and not pod.deleting:
             deletions.append((a["namespace"], a["pod_name"], 30))
+    deadline = timedelta(seconds=daemon.binding_timeout_s)
     verdicts = {
-        job_id: judge(jobs[job_id], group, pods, bad_gpu, now) for job_id, group in live.items()
+        job_id: judge(jobs[job_id], group, pods, bad_gpu, now, deadline)
+        for job_id, group in live.items()
     }
     for verdict in verdicts.values():
         for namespace, name, node in verdict.adopt:
@@ -295,6 +299,7 @@ def judge(
     pods: Mapping[str, PodStatus],
     bad_gpu: set[int],
     now: datetime,
+    binding_timeout: timedelta,
 ) -> Verdict:
     verdict = Verdict()
     mine = [pods.get(a["pod_name"]) for a in allocs]
@@ -318,6 +323,10 @@ def judge(
             verdict.failure = (F.NODE_LOST, f"pod {a['pod_name']} vanished")
         elif pod.phase == PodPhase.FAILED:
             verdict.failure = (pod.reason or F.ERROR, pod.message or "")
+        elif _never_started(a, pod, now, binding_timeout):
+            late = f"{binding_timeout.total_seconds():.0f} s after binding"
+            cause = pod.waiting or "the cluster reports no cause"
+            verdict.failure = (F.START_TIMEOUT, f"pod {pod.name} not started {late}: {cause}")
         if verdict.failure:
             return verdict
     phases = [p.phase for p in mine if p is not None]
@@ -332,6 +341,20 @@ def judge(
     if not verdict.succeeded and limit and started and now - started > timedelta(seconds=limit):
         verdict.failure = (F.DEADLINE_EXCEEDED, f"ran longer than its max runtime of {limit} s")
     return verdict
+
+
+def _never_started(
+    allocation: Mapping[str, Any], pod: PodStatus, now: datetime, timeout: timedelta
+) -> bool:
+    """A pod of the job's gang still Pending `timeout` after it was bound. Elastic replicas
+    are left alone: the job runs without them."""
+    bound = allocation["bound_at"]
+    return (
+        pod.phase == PodPhase.PENDING
+        and not allocation["elastic"]
+        and bound is not None
+        and now - bound > timeout
+    )
 
 
 def _apply(

@@ -40,6 +40,7 @@ class FailureReason(StrEnum):
     OOM_KILLED = "OOMKilled"
     EVICTED = "Evicted"
     IMAGE_PULL = "ImagePullFailure"
+    START_TIMEOUT = "StartTimeout"  # pods bound but not started within the daemon's deadline
     CRASH_LOOP = "CrashLoopBackOff"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     NODE_LOST = "NodeLost"
@@ -115,6 +116,12 @@ class PodStatus:
     message: str = ""
     deleting: bool = False
     gpu_utilization: float | None = None  # 0..1, when the backend knows it
+    # Why a Pending pod has not started, as the cluster says: a container's waiting reason
+    # and message ("ImagePullBackOff: Back-off pulling image ...", "CreateContainerConfigError:
+    # secret "x" not found") or a PodScheduled=False condition ("Unschedulable: ..."); "" if
+    # none is reported. The daemon fails an attempt whose pods stay Pending past its binding
+    # deadline with this cause.
+    waiting: str = ""
 
 
 class BackendError(Exception):

@@ -9,7 +9,8 @@ Where Kubernetes says why (in order of trust):
    (node lost) or the kubelet.
 3. Container states: OOMKilled, image pull failures, CrashLoopBackOff, a non-zero exit.
 A reason can be present while the pod is still Pending (an image that never pulls): the
-daemon decides when to give up on it.
+daemon decides when to give up on it, and says why with `waiting_cause` (the waiting
+containers' reasons and messages, a PodScheduled=False condition).
 """
 
 from __future__ import annotations
@@ -86,6 +87,28 @@ def _container_reason(
     return failed_exit
 
 
+def waiting_cause(pod: Mapping[str, Any]) -> str:
+    """Why a Pending pod has not started, from its init and app containers' waiting states
+    (reason and message) and its conditions (PodScheduled=False); "" when nothing says."""
+    status = pod.get("status") or {}
+    causes = []
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                causes.append(_cause(waiting, container.get("name")))
+    for condition in status.get("conditions") or ():
+        if condition.get("status") == "False" and condition.get("type") == "PodScheduled":
+            causes.append(_cause(condition, None))
+    return "; ".join(dict.fromkeys(causes))
+
+
+def _cause(entry: Mapping[str, Any], container: str | None) -> str:
+    where = f"container {container}: " if container else ""
+    message = entry.get("message") or ""
+    return f"{where}{entry.get('reason') or 'waiting'}" + (f": {message}" if message else "")
+
+
 def _phase(value: str | None) -> PodPhase:
     try:
         return PodPhase(value or "Pending")
@@ -117,4 +140,5 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
         reason=reason,
         message=message,
         deleting=bool(metadata.get("deletionTimestamp")),
+        waiting=waiting_cause(pod) if phase == PodPhase.PENDING else "",
     )

@@ -8,7 +8,12 @@ reports NotReady until healed. Utilization is synthetic per job type; inference 
 load curve that the daemon reads as its scaling signal.
 
 Faults for tests: `inject(method, error, times)` makes the next `times` calls of `method`
-raise `error` (a BackendError for 500/timeouts, a BindConflict for 409).
+raise `error` (a BackendError for 500/timeouts, a BindConflict for 409). And the ways a real
+cluster misbehaves, on command: `never_start(job_id, reason, message)` keeps a job's pods
+Pending for ever with a waiting reason (an image that never pulls, a missing secret), as
+the kubelet reports it; `partition_node(node)` makes a node unreachable: NotReady, its pods
+frozen as last reported, and a graceful deletion of them never completes (Terminating for
+ever) until the node heals or the pod is force-deleted (a grace period of 0).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class _Pod:
 class _Node:
     info: NodeInfo
     failed_at: float | None = None
+    partitioned_at: float | None = None  # unreachable since: pods frozen, deletions hang
 
 
 @dataclass
@@ -85,6 +91,7 @@ class SimulatedCluster:
         self._pods: dict[str, _Pod] = {}
         self._on_node: dict[str, set[str]] = {}  # node -> names of pods bound there
         self._faults: dict[str, list[Exception]] = {}
+        self._stuck: dict[int, str] = {}  # job id -> why its pods never start
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
 
@@ -105,7 +112,10 @@ class SimulatedCluster:
     def list_nodes(self) -> Sequence[NodeInfo]:
         with self._lock:
             self._enter("list_nodes")
-            return [replace(n.info, ready=n.failed_at is None) for n in self._nodes.values()]
+            return [
+                replace(n.info, ready=n.failed_at is None and n.partitioned_at is None)
+                for n in self._nodes.values()
+            ]
 
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
         with self._lock:
@@ -137,8 +147,36 @@ class SimulatedCluster:
             self._pods.pop(name, None)
 
     def heal_node(self, node: str) -> None:
+        """The node is back: Ready, and the deletions it could not confirm complete."""
         with self._lock:
-            self._nodes[node].failed_at = None
+            now = self.clock()
+            state = self._nodes[node]
+            state.failed_at = None
+            if state.partitioned_at is not None:
+                state.partitioned_at = None
+                for pod in self._pods.values():
+                    if pod.node == node and pod.gone_at == math.inf:
+                        pod.gone_at = now
+
+    def partition_node(self, node: str) -> None:
+        """The node stops reporting (a dead kubelet, a cut network): NotReady; its pods keep
+        the status they had, and deleting them gracefully never completes."""
+        with self._lock:
+            state = self._nodes[node]
+            if state.partitioned_at is None:
+                state.partitioned_at = self.clock()
+
+    def never_start(
+        self,
+        job_id: int,
+        reason: str = "ImagePullBackOff",
+        message: str = 'Back-off pulling image "registry.example/missing:latest"',
+    ) -> None:
+        """Every pod of `job_id` (any attempt) stays Pending once bound, the kubelet
+        reporting `reason: message` for its container, as Kubernetes does for an image that
+        never pulls (ImagePullBackOff) or a missing secret (CreateContainerConfigError)."""
+        with self._lock:
+            self._stuck[job_id] = f"container main: {reason}: {message}"
 
     def node_failed(self, node: str) -> bool:
         return self._nodes[node].failed_at is not None
@@ -197,11 +235,17 @@ class SimulatedCluster:
             self._enter("delete_pod")
             now = self.clock()
             pod = self._live(name, now)
-            if pod is None or pod.deleted_at is not None:
+            if pod is None:
+                return
+            if pod.deleted_at is not None:  # a second delete may only shorten the grace
+                if grace_period_s == 0 and pod.gone_at is not None:
+                    pod.gone_at = min(pod.gone_at, now)
                 return
             pod.deleted_at = now
             ran = pod.bound_at is not None and not self._ended(pod, now)
             pod.gone_at = now + (min(grace_period_s, self.grace_cap_s) if ran else 0.0)
+            if ran and grace_period_s > 0 and self._partitioned(pod):
+                pod.gone_at = math.inf  # no kubelet confirms the containers are gone
 
     def list_pods(self) -> Sequence[PodStatus]:
         with self._lock:
@@ -213,6 +257,10 @@ class SimulatedCluster:
                 gone = self._pods.pop(name)
                 self._on_node.get(gone.node or "", set()).discard(name)
             return [self._status(pod, now) for pod in self._pods.values()]
+
+    def _partitioned(self, pod: _Pod) -> bool:
+        node = self._nodes.get(pod.node or "")
+        return node is not None and node.partitioned_at is not None
 
     def _live(self, name: str, now: float) -> _Pod | None:
         pod = self._pods.get(name)
@@ -229,7 +277,7 @@ class SimulatedCluster:
         return pod.failed is not None or self._finish_at(pod) <= now
 
     def _finish_at(self, pod: _Pod) -> float:
-        if pod.bound_at is None:
+        if pod.bound_at is None or pod.request.job_id in self._stuck:
             return math.inf
         duration = self._duration(pod.request)
         return math.inf if duration is None else pod.bound_at + self.start_delay_s + duration
@@ -237,9 +285,15 @@ class SimulatedCluster:
     def _status(self, pod: _Pod, now: float) -> PodStatus:
         request = pod.request
         extra: dict[str, Any] = {}
+        node = self._nodes.get(pod.node or "")
+        if node is not None and node.partitioned_at is not None:
+            now = min(now, node.partitioned_at)  # what the node last reported
         if pod.failed is not None and pod.failed[0] <= now:
             phase = PodPhase.FAILED
             extra = {"reason": pod.failed[1], "message": pod.failed[2]}
+        elif pod.bound_at is not None and request.job_id in self._stuck:
+            phase = PodPhase.PENDING
+            extra = {"waiting": self._stuck[request.job_id]}
         elif pod.bound_at is None or now < pod.bound_at + self.start_delay_s:
             phase = PodPhase.PENDING
         elif self._finish_at(pod) <= now:
@@ -290,7 +344,7 @@ class SimulatedCluster:
                 elif pod.bound_at is not None and pod.failed is None:
                     times.extend([pod.bound_at + self.start_delay_s, self._finish_at(pod)])
             now = self.clock()
-            future = [t for t in times if t > now]
+            future = [t for t in times if now < t < math.inf]
             return min(future) if future else None
 
 

@@ -15,6 +15,9 @@ It keeps the rules the backend depends on, and no more:
 - Faults on command (`inject`): the next N requests matching a method and path answer 429 with
   Retry-After, 500 or 503, hang past the client's timeout, or have their connection reset
   (a watch is reset after its first events), or do the write and lose the answer.
+- Pods that never start, as the kubelet and scheduler report them: `stay_pending` sets a
+  container's waiting reason and message (ImagePullBackOff, CreateContainerConfigError) or
+  a PodScheduled=False condition (Unschedulable). A pod never finalized stays Terminating.
 - Restricted Pod Security: a namespace labelled `pod-security.kubernetes.io/enforce:
   restricted` rejects pods that are not (403), like the real admission plugin.
 """
@@ -195,6 +198,30 @@ class FakeApiServer:
 
     def set_pod_status(self, namespace: str, name: str, status: Obj) -> Obj:
         return self.mutate("pods", namespace, name, lambda pod: pod["status"].update(status))
+
+    def stay_pending(
+        self, namespace: str, name: str, reason: str, message: str, *, unschedulable: bool = False
+    ) -> Obj:
+        """The pod stays Pending for the reason given: a container waiting (the kubelet's
+        ImagePullBackOff, ErrImagePull, CreateContainerConfigError), or with `unschedulable`
+        a PodScheduled=False condition (the scheduler's Unschedulable)."""
+
+        def pending(pod: Obj) -> None:
+            status = pod["status"]
+            status["phase"] = "Pending"
+            if unschedulable:
+                status["conditions"] = [
+                    c for c in status.get("conditions", []) if c.get("type") != "PodScheduled"
+                ] + [{"type": "PodScheduled", "status": "False", "reason": reason,
+                      "message": message}]  # fmt: skip
+                return
+            waiting = {"waiting": {"reason": reason, "message": message}}
+            status["containerStatuses"] = [
+                {"name": c["name"], "ready": False, "restartCount": 0, "state": waiting}
+                for c in pod["spec"].get("containers", [])
+            ]
+
+        return self.mutate("pods", namespace, name, pending)
 
     def finalize_pod(self, namespace: str, name: str) -> None:
         """The kubelet confirms the containers are gone: the pod object disappears."""

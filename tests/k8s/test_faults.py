@@ -601,3 +601,42 @@ def test_the_pod_watch_wakes_the_daemon_when_pods_change(
     for thread in watch:
         thread.join(5.0)
     assert not any(t.is_alive() for t in watch)
+
+
+# -- issue 17: pods that never start, pods that never finish terminating ----------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "unschedulable"),
+    [
+        ("ImagePullBackOff", 'Back-off pulling image "registry.example/x:1"', False),
+        ("CreateContainerConfigError", 'secret "hf-token" not found', False),
+        ("Unschedulable", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", True),
+    ],
+)
+def test_a_pod_that_never_starts_reports_its_cause(
+    fake: FakeApiServer,
+    backend: KubernetesBackend,
+    reason: str,
+    message: str,
+    unschedulable: bool,
+) -> None:
+    created_and_bound(backend)
+    fake.stay_pending(NAMESPACE, POD, reason, message, unschedulable=unschedulable)
+    (status,) = backend.list_pods()
+    assert status.phase == PodPhase.PENDING
+    assert f"{reason}: {message}" in status.waiting
+
+
+def test_a_pod_never_finalized_stays_terminating(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    """A dead node's kubelet never confirms a graceful deletion: the pod stays listed,
+    deleting, until it is forced (grace 0) as the daemon does past its node-lost grace."""
+    created_and_bound(backend)
+    backend.delete_pod(NAMESPACE, POD, grace_period_s=30)
+    backend.delete_pod(NAMESPACE, POD, grace_period_s=30)
+    (status,) = backend.list_pods()
+    assert status.deleting
+    backend.delete_pod(NAMESPACE, POD, grace_period_s=0)
+    assert backend.list_pods() == []

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler.backends.base import FailureReason, PodPhase
-from scheduler.backends.kubernetes_status import pod_status
+from scheduler.backends.kubernetes_status import pod_status, waiting_cause
 
 LABELS = {"gantry.io/job-id": "7", "gantry.io/attempt": "1", "gantry.io/replica": "0"}
 
@@ -98,3 +98,45 @@ def test_pods_without_our_labels_are_skipped(labels: dict[str, str]) -> None:
     raw = pod({"phase": "Running"})
     raw["metadata"]["labels"] = labels
     assert pod_status(raw) is None
+
+
+def _waiting(reason: str, message: str) -> dict[str, Any]:
+    state = {"waiting": {"reason": reason, "message": message}}
+    return {"containerStatuses": [{"name": "main", "state": state}]}
+
+
+# What a pod that never starts says (issue 17: the daemon fails its attempt at the binding
+# deadline with this cause).
+WAITING = {
+    "image-pull-back-off": (
+        {"phase": "Pending", **_waiting("ImagePullBackOff", 'Back-off pulling image "x:1"')},
+        'container main: ImagePullBackOff: Back-off pulling image "x:1"',
+    ),
+    "missing-secret": (
+        {"phase": "Pending",
+         **_waiting("CreateContainerConfigError", 'secret "hf-token" not found')},
+        'container main: CreateContainerConfigError: secret "hf-token" not found',
+    ),
+    "unschedulable": (
+        {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]},
+        "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    ),
+    "init-container": (
+        {"phase": "Pending", "initContainerStatuses": [
+            {"name": "fetch", "state": {"waiting": {"reason": "ErrImagePull"}}}]},
+        "container fetch: ErrImagePull",
+    ),
+    "just-pending": ({"phase": "Pending"}, ""),
+    "running-is-not-waiting": ({"phase": "Running", **_waiting("CrashLoopBackOff", "")}, ""),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("status", "cause"), WAITING.values(), ids=WAITING.keys())
+def test_a_pending_pod_reports_why_it_has_not_started(status: dict[str, Any], cause: str) -> None:
+    parsed = pod_status(pod(status))
+    assert parsed is not None
+    assert parsed.waiting == cause
+    if status["phase"] == "Pending":
+        assert waiting_cause(pod(status)) == cause
