@@ -191,6 +191,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "common.api.schema.add_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "TenantKindEnum": "tenants.models.TenantKind",
         "FlavorKindEnum": "tenants.models.FlavorKind",

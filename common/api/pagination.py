@@ -1,5 +1,7 @@
 """Page-number pagination that refuses absurd page sizes instead of silently clamping."""
 
+from typing import Any
+
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -20,3 +22,13 @@ class StrictPageNumberPagination(PageNumberPagination):
                 {"page_size": f"must be an integer from 1 to {MAX_PAGE_SIZE}, got {raw[:20]!r}."}
             )
         return int(raw)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        """The bounds the server enforces, in the schema too."""
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"].update(minimum=1, maximum=MAX_PAGE_SIZE)
+            elif parameter["name"] == self.page_query_param:
+                parameter["schema"].update(minimum=1)
+        return parameters

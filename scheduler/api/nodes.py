@@ -19,9 +19,9 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.serializers import StrictInputSerializer
 from scheduler import nodes as services
 from scheduler.models import GpuDevice, Node
-from scheduler.spec import StrictDictSerializer, StrictIntegerField
 from tenants import access
 from tenants.models import Role
 
@@ -72,26 +72,26 @@ class NodeOut(serializers.ModelSerializer):
         ]
 
 
-class NodeActionIn(StrictDictSerializer):
+class NodeActionIn(StrictInputSerializer):
     reason = serializers.CharField(required=False, default="", max_length=300, allow_blank=True)
 
 
-class GpuReading(StrictDictSerializer):
-    index = StrictIntegerField(min_value=0, max_value=255)
+class GpuReading(StrictInputSerializer):
+    index = serializers.IntegerField(min_value=0, max_value=255)
     uuid = serializers.CharField(max_length=64, allow_blank=True)
     name = serializers.CharField(max_length=63, allow_blank=True)
-    memory_total_mib = StrictIntegerField(min_value=0, max_value=1 << 24)
-    memory_used_mib = StrictIntegerField(min_value=0, max_value=1 << 24)
+    memory_total_mib = serializers.IntegerField(min_value=0, max_value=1 << 24)
+    memory_used_mib = serializers.IntegerField(min_value=0, max_value=1 << 24)
     utilization_pct = serializers.FloatField(min_value=0, max_value=100)
     temperature_c = serializers.FloatField(min_value=-50, max_value=200)
-    ecc_uncorrected = StrictIntegerField(min_value=0, max_value=1 << 31)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, max_value=1 << 31)
     xid_errors = serializers.ListField(
-        child=StrictIntegerField(min_value=0, max_value=1 << 16), max_length=64
+        child=serializers.IntegerField(min_value=0, max_value=1 << 16), max_length=64
     )
     healthy = serializers.BooleanField()
 
 
-class GpuReportIn(StrictDictSerializer):
+class GpuReportIn(StrictInputSerializer):
     node = serializers.CharField(max_length=253)
     driver_version = serializers.CharField(max_length=64, allow_blank=True)
     gpus = serializers.ListField(child=GpuReading(), max_length=64)
@@ -114,6 +114,8 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
     def _act(self, request: Request, change: Any) -> Response:
         node = self.get_object()
+        # Who may act comes first: finance gets 403 whatever the body holds.
+        access.require_platform_admin(request.user)
         body = NodeActionIn(data=request.data)
         body.is_valid(raise_exception=True)
         node = change(node, body.validated_data["reason"])

@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from rest_framework import serializers
 
+from common.api.serializers import StrictInputSerializer
 from scheduler.models import Job, JobEvent
 from scheduler.reason_text import ReasonReader
 
@@ -69,7 +70,7 @@ class JobOut(serializers.ModelSerializer):
         return _reader(self, lambda jobs: ReasonReader.texts_of(jobs)).text(job.reason)
 
 
-class JobSubmitIn(serializers.Serializer):
+class JobSubmitIn(StrictInputSerializer):
     """The envelope: which project, and the spec (see the JobSpec schema)."""
 
     project = serializers.IntegerField(help_text="Id of a project you are a member of.")
@@ -81,12 +82,14 @@ class JobSubmitIn(serializers.Serializer):
     spec = serializers.DictField(help_text="The job spec; see the JobSpec fields.")
 
 
-class JobCancelIn(serializers.Serializer):
+class JobCancelIn(StrictInputSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
 
 class JobEventOut(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+    actor = serializers.CharField(
+        source="actor.username", default=None, read_only=True, allow_null=True
+    )
     message = serializers.SerializerMethodField()
     # DRF moves declared fields off the class, so this does not shadow Serializer.data.
     data = serializers.SerializerMethodField()  # type: ignore[assignment]

@@ -27,7 +27,7 @@ class ApprovalPolicyOut(serializers.ModelSerializer):
     tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
     threshold = serializers.FloatField(allow_null=True)
     priority_class: serializers.SlugRelatedField[PriorityClass] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
+        slug_field="name", read_only=True, allow_null=True
     )
     summary = serializers.SerializerMethodField()
 
@@ -89,7 +89,9 @@ class ApprovalPolicyCreateIn(ApprovalPolicyUpdateIn):
 class ApprovalRequestOut(serializers.ModelSerializer):
     tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
     requester = serializers.CharField(source="requester.username", read_only=True)
-    decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
+    decided_by = serializers.CharField(
+        source="decided_by.username", default=None, read_only=True, allow_null=True
+    )
     reasons = serializers.ListField(child=serializers.CharField(), read_only=True)
     payload = serializers.JSONField(read_only=True)
 
@@ -135,9 +137,11 @@ class AuditStateField(serializers.JSONField):
 
 class AuditEntryOut(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name", read_only=True)
-    tenant_slug = serializers.CharField(source="tenant.slug", default=None, read_only=True)
-    before = AuditStateField(read_only=True)
-    after = AuditStateField(read_only=True)
+    tenant_slug = serializers.CharField(
+        source="tenant.slug", default=None, read_only=True, allow_null=True
+    )
+    before = AuditStateField(read_only=True, allow_null=True)
+    after = AuditStateField(read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEntry

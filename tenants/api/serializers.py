@@ -8,6 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.api.serializers import StrictInputSerializer, refuse_loose_input
 from tenants import access
 from tenants.models import (
     JobType,
@@ -21,19 +22,6 @@ from tenants.models import (
     Tenant,
     TenantKind,
 )
-
-
-class StrictInputSerializer(serializers.Serializer):
-    """Input serializers refuse undeclared fields by name (a typo or a privilege grab)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {key[:64]: ["unknown or read-only field."] for key in unknown[:20]}
-                )
-        return super().to_internal_value(data)
 
 
 @extend_schema_field(OpenApiTypes.INT)
@@ -132,12 +120,7 @@ class FlavorSerializer(serializers.ModelSerializer):
         ]
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields) - {"id"})
-            if unknown:
-                raise serializers.ValidationError(
-                    {k[:64]: ["unknown field."] for k in unknown[:20]}
-                )
+        refuse_loose_input(self, data)
         return super().to_internal_value(data)
 
     def validate_mig_profiles(self, value: Any) -> list[str]:
@@ -201,6 +184,10 @@ class QuotaCreateIn(QuotaValuesIn):
 
 
 class PriorityClassSerializer(serializers.ModelSerializer):
+    def to_internal_value(self, data: Any) -> Any:
+        refuse_loose_input(self, data)
+        return super().to_internal_value(data)
+
     class Meta:
         model = PriorityClass
         fields = [
