@@ -325,6 +325,21 @@ class Daemon:
             raise LeaseLost("lease lost during the cycle")
         self._mark_renewed()
 
+    def fence_cluster_write(self) -> None:
+        """Before every write to the cluster (create, bind, delete, cordon): LeaseLost unless
+        this daemon still leads. The cluster knows nothing of epochs, so a stale leader's
+        write cannot be refused there: it must not be sent. The lease is renewed (a fenced
+        UPDATE of its row) unless that was done less than a sixth of the TTL ago on both the
+        monotonic and the daemon's clock, so a call that stalled (a hung API request, a
+        paused process) is always followed by a check before the next write."""
+        window = self.lease.ttl_s / 6
+        since = self.clock() - self._step_renewed
+        if 0 <= since < window and time.monotonic() - self._renewed < window:
+            return
+        if not self.lease.renew():
+            raise LeaseLost("lease lost before a write to the cluster")
+        self._mark_renewed()
+
     def _fair_share_state(self) -> dict[str, Any] | None:
         if self._usage_at is None:
             return None

@@ -381,8 +381,11 @@ def pod_request(
 
 
 def call_with_retry(daemon: Daemon, call: Callable[[], None], what: str) -> None:
-    """Retry transient backend errors with bounded, jittered backoff; re-raise the last."""
+    """Retry transient backend errors with bounded, jittered backoff; re-raise the last.
+    Every try of this write to the cluster is fenced first (`Daemon.fence_cluster_write`):
+    LeaseLost, and nothing sent, once this daemon no longer leads."""
     for attempt in range(daemon.backend_retries):
+        daemon.fence_cluster_write()
         try:
             call()
             return

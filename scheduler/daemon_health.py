@@ -69,8 +69,10 @@ def _apply_sim_failures(daemon: Daemon) -> None:
     ):
         if wanted and not failed_now(name):
             log.info("failing node %s as an admin asked", name)
+            daemon.fence_cluster_write()
             fail(name, "failed by an admin (simulated)")
         elif not wanted and failed_now(name):
+            daemon.fence_cluster_write()
             heal(name)
 
 
@@ -94,9 +96,11 @@ def _mirror_cordons(daemon: Daemon, infos: dict[str, NodeInfo]) -> None:
     cordoned = set(Node.objects.filter(cordoned=True).values_list("name", flat=True))
     for name, info in infos.items():
         if name in cordoned and not info.unschedulable:
+            daemon.fence_cluster_write()
             daemon.backend.set_node_unschedulable(name, True)
             daemon.cluster_cordons.add(name)
         elif name not in cordoned and info.unschedulable and name in daemon.cluster_cordons:
+            daemon.fence_cluster_write()
             daemon.backend.set_node_unschedulable(name, False)
             daemon.cluster_cordons.discard(name)
 
