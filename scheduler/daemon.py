@@ -89,10 +89,16 @@ class Daemon:
         reasons_every_s: float = 1.0,
         bind_attempts: int | None = None,
         binding_timeout_s: float | None = None,
+        node_lost_grace_s: float | None = None,
     ) -> None:
         self.backend = backend
         self.bind_attempts = bind_attempts or settings.GANTRY_BIND_ATTEMPTS
         self.binding_timeout_s = binding_timeout_s or settings.GANTRY_BINDING_TIMEOUT_S
+        self.node_lost_grace_s = (
+            settings.GANTRY_NODE_LOST_GRACE_S if node_lost_grace_s is None else node_lost_grace_s
+        )
+        # node name -> when (daemon clock) reconcile first saw it NotReady or gone
+        self.nodes_down: dict[str, float] = {}
         self.lease = lease or Lease()
         self.profile_watch = profile_watch  # the profile's file, reloaded when it changes
         self.profile = profile or (profile_watch.profile if profile_watch else Profile())

@@ -5,7 +5,10 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
 
 1. Pods without an active allocation are orphans: reported and deleted.
 2. Allocations that are stopping (preempted, scaled down, an older attempt, a job that
-   ended): their pod is deleted; once it is gone the allocation is released.
+   ended): their pod is deleted; once it is gone the allocation is released. A pod on a node
+   NotReady or gone for the daemon's `node_lost_grace_s` counts as gone (no kubelet will
+   confirm its deletion: Terminating for ever): it is force-deleted and released, as
+   Kubernetes' pod garbage collector does with the pods of lost nodes.
 3. Each job holding allocations is judged on its pods: adopt a crashed claim (all pods exist:
    bind the unbound ones) or release it; running when its pods run (written after the
    cycle's binds, `write_starts`); succeeded when they have; an attempt failed on a failed
@@ -163,6 +166,7 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
     to_release: list[int] = []
     deletions: list[tuple[str, str, int]] = []
     preempted: dict[int, set[int]] = defaultdict(set)  # preempted job -> its allocations
+    lost = _lost_nodes(daemon, allocs)
     for a in allocs:
         job = jobs[a["job_id"]]
         if job["state"] == S.PREEMPTED:
@@ -176,11 +180,11 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         if not stopping:
             live[a["job_id"]].append(a)
             continue
-        pod = pods.get(a["pod_name"])
-        if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+        pod, gone = pods.get(a["pod_name"]), a["node__name"] in lost
+        if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or gone:
             to_release.append(a["id"])
-        if pod is not None and not pod.deleting:
-            deletions.append((a["namespace"], a["pod_name"], 30))
+        if pod is not None and (gone or not pod.deleting):
+            deletions.append((a["namespace"], a["pod_name"], 0 if gone else 30))
     deadline = timedelta(seconds=daemon.binding_timeout_s)
     verdicts = {
         job_id: judge(jobs[job_id], group, pods, bad_gpu, now, deadline)
@@ -221,6 +225,18 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         ],
     )
     return stats
+
+
+def _lost_nodes(daemon: Daemon, allocs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The nodes of `allocs` NotReady or gone for at least the daemon's `node_lost_grace_s`
+    (daemon clock; `Daemon.nodes_down` remembers since when, and forgets a node seen back)."""
+    now, since = daemon.clock(), daemon.nodes_down
+    down = {a["node__name"] for a in allocs if not (a["node__ready"] and a["node__present"])}
+    for name in [n for n in since if n not in down]:
+        del since[name]
+    for name in down:
+        since.setdefault(name, now)
+    return {n for n, at in since.items() if now - at >= daemon.node_lost_grace_s}
 
 
 def _holders(

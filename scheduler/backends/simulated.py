@@ -164,7 +164,10 @@ class SimulatedCluster:
         with self._lock:
             state = self._nodes[node]
             if state.partitioned_at is None:
-                state.partitioned_at = self.clock()
+                state.partitioned_at = now = self.clock()
+                for pod in self._pods.values():  # deletions in flight are never confirmed
+                    if pod.node == node and pod.gone_at is not None and pod.gone_at > now:
+                        pod.gone_at = math.inf
 
     def never_start(
         self,

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from scheduler.backends.base import BackendError
 from scheduler.models import Allocation, Job, JobEvent
 from tests.daemon.conftest import Env, assert_consistent
 from tests.daemon.test_faults import pg
 
 
+@pytest.mark.postgresql("a row lock held by a second connection")
 def test_a_failed_bind_of_a_locked_job_keeps_its_allocation_until_the_claim_is_released(
     tenv: Env,
 ) -> None:

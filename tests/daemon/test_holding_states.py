@@ -96,6 +96,7 @@ def test_drain_preempts_an_admitted_job(env: Env) -> None:
     assert_consistent(env.backend)
 
 
+@pytest.mark.postgresql("a row lock held by a second connection")
 def test_drain_keeps_its_request_while_a_job_cannot_be_moved(tenv: Env) -> None:
     job = tenv.submit(simulation={"duration_s": 600})
     daemon = tenv.daemon()
