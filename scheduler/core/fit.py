@@ -81,7 +81,8 @@ def misfit(
         return Misfit("flavors", flavor)
     share, k = 0 < res.gpu_milli < MILLI_PER_GPU, max(res.gpu_milli // MILLI_PER_GPU, 0)
     per_node = k or (1 if share else 0)
-    fitting = (cap.dev_mem >= max(res.gpu_memory_mib, 1)).sum(axis=1)
+    # GPU memory binds shares only: whole devices are placed by count (as ``placement``).
+    fitting = (cap.dev_mem >= max(res.gpu_memory_mib if share else 0, 1)).sum(axis=1)
     if per_node:
         devices = (cap.dev_mem > 0).sum(axis=1)
         if not (ok := nodes & (devices >= per_node)).any():

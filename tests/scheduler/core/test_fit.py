@@ -38,6 +38,8 @@ CASES = [
     ("too-many-gpus", Resources(16 * GPU), 1, H100, ("gpus", 16, 8)),
     ("share-memory", Resources(500, 200_000), 1, H100, ("gpu_memory_mib", 200_000, 81920)),
     ("share-fits-h100", Resources(500, 60_000), 1, H100, None),
+    # GPU memory binds shares only; whole devices are placed by count, as placement does
+    ("whole-by-count", Resources(8 * GPU, 200_000), 1, H100, None),
     ("share-not-a100", Resources(500, 60_000), 1, A100, ("gpu_memory_mib", 60_000, 40960)),
     ("cpu", Resources(GPU, 0, 100_000), 1, H100, ("cpu_milli", 100_000, 64_000)),
     ("memory", Resources(GPU, 0, 0, 600_000), 1, H100, ("memory_mib", 600_000, 524_288)),
