@@ -310,3 +310,14 @@ GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600
 # A stopping pod on a node NotReady or gone this long counts as gone, as Kubernetes' pod
 # garbage collector treats the pods of lost nodes: it is force-deleted and its devices released.
 GANTRY_NODE_LOST_GRACE_S = float(os.environ.get("GANTRY_NODE_LOST_GRACE_S", "300"))
+
+# Billing (docs/billing.md). Every price is in this one ISO 4217 currency.
+try:
+    from billing.currency import validate_currency
+
+    GANTRY_BILLING_CURRENCY = validate_currency(os.environ.get("GANTRY_BILLING_CURRENCY", "EUR"))
+except ValueError as _error:
+    raise RuntimeError(f"GANTRY_BILLING_CURRENCY: {_error}") from None
+# Metering meters an hour this long after it ended, so that the daemon's last writes about it
+# (an allocation ended a few seconds late) are in before its usage is fixed for good.
+GANTRY_METERING_DELAY_S = float(os.environ.get("GANTRY_METERING_DELAY_S", "300"))

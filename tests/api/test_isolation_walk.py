@@ -97,7 +97,7 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "quotarequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
 }
 # Detail routes on platform-wide objects, visible to all, writable by platform admins only.
-GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report"}
+GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
 NO_TENANT_DATA = {"schema", "api-docs", "api-token", "me"}
 
@@ -194,6 +194,11 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
             "limit_milli": 32000,
         },
         "priorityclass-list": {"name": "intruder", "value": 12345},
+        "ratecard-list": {
+            "flavor": org.h100.pk,
+            "valid_from": "2031-01-01T00:00:00Z",
+            "gpu_hour": "9",
+        },
     }.get(name, {})
 
 

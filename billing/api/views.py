@@ -1,0 +1,55 @@
+"""Billing API: rate cards (read by everyone signed in, written by platform admins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from billing import rates
+from billing.api import serializers as s
+from billing.models import RateCard
+from tenants import access
+
+
+class RateCardViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[RateCard]
+):
+    """Prices are platform-wide, like flavors: every user may read them (a team sees what
+    a job will cost before it runs); only platform admins add or withdraw versions."""
+
+    serializer_class = s.RateCardOut
+    filterset_fields = ["flavor"]
+    queryset = RateCard.objects.select_related("flavor").prefetch_related(
+        "multipliers__priority_class"
+    )
+
+    @extend_schema(request=s.RateCardIn, responses={201: s.RateCardOut})
+    def create(self, request: Request) -> Response:
+        access.require_platform_admin(request.user)
+        serializer = s.RateCardIn(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        data: dict[str, Any] = dict(serializer.validated_data)
+        card = rates.rate_card_add(
+            user=request.user,
+            flavor=data["flavor"],
+            valid_from=data["valid_from"],
+            valid_to=data["valid_to"],
+            prices=rates.RatePrices(
+                gpu_hour=data["gpu_hour"],
+                cpu_core_hour=data["cpu_core_hour"],
+                memory_gib_hour=data["memory_gib_hour"],
+                borrowed_discount=data["borrowed_discount"],
+                multipliers=data["priority_multipliers"],
+            ),
+        )
+        card = self.get_queryset().get(pk=card.pk)
+        return Response(s.RateCardOut(card).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        access.require_platform_admin(request.user)
+        rates.rate_card_withdraw(user=request.user, rate_card=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
