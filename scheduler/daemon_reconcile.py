@@ -180,11 +180,11 @@ def reconcile(daemon: Daemon) -> ReconcileStats:
         if not stopping:
             live[a["job_id"]].append(a)
             continue
-        pod, gone = pods.get(a["pod_name"]), a["node__name"] in lost
-        if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or gone:
+        pod, on_lost_node = pods.get(a["pod_name"]), a["node__name"] in lost
+        if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or on_lost_node:
             to_release.append(a["id"])
-        if pod is not None and (gone or not pod.deleting):
-            deletions.append((a["namespace"], a["pod_name"], 0 if gone else 30))
+        if pod is not None and (on_lost_node or not pod.deleting):
+            deletions.append((a["namespace"], a["pod_name"], 0 if on_lost_node else 30))
     deadline = timedelta(seconds=daemon.binding_timeout_s)
     verdicts = {
         job_id: judge(jobs[job_id], group, pods, bad_gpu, now, deadline)
