@@ -445,7 +445,7 @@ def test_good_specs_are_accepted_and_normalised(
         pytest.param(
             {"spec": job_spec(), "state": "running"},
             "state",
-            "unknown field",
+            "unknown or read-only field",
             id="envelope-unknown-field",
         ),
     ],
