@@ -1,0 +1,170 @@
+"""Rating: usage intervals x rate versions -> statement lines. Pure: no Django, no I/O, no clock.
+
+The contract:
+- A usage interval is what one allocation held over [start, end): a GPU share in milli-GPU
+  (250 = a quarter of a device), CPU in millicores, memory in MiB.
+- Intervals are cut at every hour boundary and every rate boundary (UTC month boundaries are
+  hour boundaries), and each piece is priced by the version in force at its start. Quantities
+  stay exact integers (milli-GPU-seconds, millicore-seconds, MiB-seconds) until the end.
+- Pieces with the same account, flavor, resource, kind and unit price add up to one line.
+  The unit price is the version's price x the priority class's multiplier x (1 - the
+  borrowed discount, for borrowed capacity).
+- Rounding, once per line and never per piece or per second: amount = unit price x exact
+  quantity, rounded to the cent half-to-even (banker's rounding). Half-even is unbiased: over
+  the thousands of lines a statement rolls up, ties round up as often as down, so a total of
+  rounded lines does not drift one way. The quantity a line shows is rounded to 6 places for
+  reading only; the amount is computed from the exact quantity.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from itertools import pairwise
+
+HOUR = timedelta(hours=1)
+CENT = Fraction(1, 100)
+QUANTITY_PLACES = Decimal("0.000001")
+# resource -> (unit, how many integer units of the exact quantity make one unit)
+UNITS: dict[str, tuple[str, int]] = {
+    "gpu": ("GPU-hour", 1000 * 3600),  # milli-GPU-seconds
+    "cpu": ("core-hour", 1000 * 3600),  # millicore-seconds
+    "memory": ("GiB-hour", 1024 * 3600),  # MiB-seconds
+}
+
+
+class MissingRate(LookupError):
+    """No rate version of `flavor` covers the instant `at`."""
+
+    def __init__(self, flavor: str, at: datetime) -> None:
+        super().__init__(f"no rate card of flavor {flavor!r} covers {at:%Y-%m-%dT%H:%M:%SZ}")
+        self.flavor = flavor
+        self.at = at
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One version of a flavor's prices, in force on [valid_from, valid_to)."""
+
+    flavor: str
+    valid_from: datetime
+    valid_to: datetime | None
+    gpu_hour: Decimal
+    cpu_core_hour: Decimal = Decimal(0)
+    memory_gib_hour: Decimal = Decimal(0)
+    borrowed_discount: Decimal = Decimal(0)
+    multipliers: Mapping[str, Decimal] = field(default_factory=dict)
+
+    def covers(self, at: datetime) -> bool:
+        return self.valid_from <= at and (self.valid_to is None or at < self.valid_to)
+
+    def unit_price(self, resource: str, priority_class: str, borrowed: bool) -> Decimal:
+        base = {"gpu": self.gpu_hour, "cpu": self.cpu_core_hour, "memory": self.memory_gib_hour}
+        price = base[resource] * self.multipliers.get(priority_class, Decimal(1))
+        if borrowed:
+            price *= 1 - self.borrowed_discount
+        return price
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one allocation (or one account's share of something) held over [start, end)."""
+
+    account: Hashable
+    flavor: str
+    kind: str
+    start: datetime
+    end: datetime
+    gpu_milli: int
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    priority_class: str = ""
+    borrowed: bool = False
+
+
+@dataclass(frozen=True)
+class Line:
+    account: Hashable
+    flavor: str
+    resource: str
+    kind: str
+    unit: str
+    rate: Decimal
+    exact: Fraction  # in units (GPU-hours, core-hours, GiB-hours)
+    amount: Decimal
+
+    @property
+    def quantity(self) -> Decimal:
+        shown = Decimal(self.exact.numerator) / Decimal(self.exact.denominator)
+        return shown.quantize(QUANTITY_PLACES)
+
+
+def round_cents(value: Fraction) -> Decimal:
+    """`value` to the cent, half-to-even (Python rounds a Fraction half-to-even, exactly)."""
+    return Decimal(round(value / CENT)).scaleb(-2)
+
+
+def cut_points(start: datetime, end: datetime, rates: Sequence[Rate]) -> list[datetime]:
+    """Start, every hour boundary and rate boundary strictly inside, end: sorted."""
+    points = {start, end}
+    hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0) + HOUR
+    while hour < end:
+        points.add(hour)
+        hour += HOUR
+    for rate in rates:
+        for edge in (rate.valid_from, rate.valid_to):
+            if edge is not None and start < edge < end:
+                points.add(edge)
+    return sorted(points)
+
+
+def pieces(usage: Usage, rates: Sequence[Rate]) -> Iterator[tuple[Usage, Rate]]:
+    """`usage` cut at hours and rate boundaries, each piece with the version in force."""
+    own = [r for r in rates if r.flavor == usage.flavor]
+    points = cut_points(usage.start, usage.end, own)
+    for start, end in pairwise(points):
+        rate = next((r for r in own if r.covers(start)), None)
+        if rate is None:
+            raise MissingRate(usage.flavor, start)
+        yield replace(usage, start=start, end=end), rate
+
+
+def held(usage: Usage) -> dict[str, Fraction]:
+    """The exact quantity of each resource: amount held x seconds held (to the microsecond,
+    as the database keeps times), in milli-GPU-, millicore- and MiB-seconds."""
+    seconds = Fraction((usage.end - usage.start) // timedelta(microseconds=1), 1_000_000)
+    return {
+        "gpu": usage.gpu_milli * seconds,
+        "cpu": usage.cpu_milli * seconds,
+        "memory": usage.memory_mib * seconds,
+    }
+
+
+LineKey = tuple[Hashable, str, str, str, Decimal]
+
+
+def rate_usage(usages: Iterable[Usage], rates: Sequence[Rate]) -> list[Line]:
+    """Statement lines for `usages` priced by `rates`; MissingRate when a piece has none.
+    Lines come in the order their first piece came: the same input, the same statement."""
+    totals: dict[LineKey, Fraction] = defaultdict(Fraction)
+    for usage in usages:
+        if usage.end <= usage.start:
+            continue
+        for piece, rate in pieces(usage, rates):
+            for resource, amount in held(piece).items():
+                if amount:
+                    price = rate.unit_price(resource, piece.priority_class, piece.borrowed)
+                    totals[(piece.account, piece.flavor, resource, piece.kind, price)] += amount
+    return [_line(key, amount) for key, amount in totals.items()]
+
+
+def _line(key: LineKey, held_units: Fraction) -> Line:
+    account, flavor, resource, kind, price = key
+    unit, per_unit = UNITS[resource]
+    exact = held_units / per_unit
+    amount = round_cents(Fraction(price) * exact)
+    return Line(account, flavor, resource, kind, unit, price, exact, amount)
