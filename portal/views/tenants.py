@@ -167,14 +167,16 @@ def _quota_initial(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
     }
 
 
-def _user_limit(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> int | None:
-    """The per-user cap posted (blank: none; 0 is a cap), or the current one when the form
-    sent no such field: saving other values never clears it."""
-    if "user_limit" in form.data:
-        return form.milli("user_limit")
+def _optional_milli(request: HttpRequest, tenant: Tenant, form: QuotaForm, name: str) -> int | None:
+    """An optional amount (`lend_limit`, `user_limit`) as posted (blank: none; 0 is a value),
+    or the current one when the form sent no such field: saving the other values never
+    clears it."""
+    if name in form.data:
+        return form.milli(name)
     flavor = form.cleaned_data["flavor"]
     current = quota_list_visible(request.user).filter(tenant=tenant, flavor=flavor).first()
-    return None if current is None else current.user_limit_milli
+    value: int | None = None if current is None else getattr(current, f"{name}_milli")
+    return value
 
 
 def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
@@ -182,9 +184,9 @@ def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
     values = QuotaValues(
         guaranteed_milli=form.milli("guaranteed") or 0,
         limit_milli=form.milli("limit") or 0,
-        lend_limit_milli=form.milli("lend_limit"),
+        lend_limit_milli=_optional_milli(request, tenant, form, "lend_limit"),
         weight=float(form.cleaned_data["weight"]),
-        user_limit_milli=_user_limit(request, tenant, form),
+        user_limit_milli=_optional_milli(request, tenant, form, "user_limit"),
     )
     try:
         if access.can_set_quota(request.user, tenant):

@@ -129,6 +129,17 @@ def test_saving_a_quota_keeps_its_per_user_cap(org: Org, web_for: Any) -> None:
     assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).user_limit_milli is None
 
 
+def test_saving_a_quota_without_its_lend_limit_keeps_it(org: Org, web_for: Any) -> None:
+    # a form post without the field cleared the lend limit, as it did the per-user cap
+    Quota.objects.filter(tenant=org.alpha, flavor=org.h100).update(lend_limit_milli=2000)
+    url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
+    body = {"flavor": "H100-80GB", "guaranteed": "12", "limit": "20", "weight": "1"}
+    assert web_for("dana").post(url, body).status_code == 302
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).lend_limit_milli == 2000
+    assert web_for("dana").post(url, {**body, "lend_limit": ""}).status_code == 302
+    assert Quota.objects.get(tenant=org.alpha, flavor=org.h100).lend_limit_milli is None
+
+
 def test_a_per_user_cap_of_zero_is_kept_and_caps_show_per_model(org: Org, web_for: Any) -> None:
     url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
     body = {"flavor": "H100-80GB", "guaranteed": "16", "limit": "32", "weight": "1"}
