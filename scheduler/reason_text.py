@@ -15,10 +15,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.selectors import job_ids_visible
+from tenants import access
+from tenants.models import Tenant
 
 # "job 7", "job(s) 12, 40", and the victim of an elastic shrink ("replicas of 12").
 _MENTION = re.compile(r"\b(?P<lead>job\(s\)|job|replicas of) (?P<ids>\d+(?:, \d+)*)\b")
 OTHER_TEAM = "a job of another team"
+# The texts the engine writes that name a tenant other than the job's own (`core.cycle._why`).
+_NAMES_TENANT = re.compile(r"reclaims its guarantee from ")
 
 
 def mentioned_ids(texts: Iterable[str]) -> set[int]:
@@ -48,16 +52,45 @@ def _ids(m: re.Match[str]) -> list[str]:
     return m.group("ids").split(", ")
 
 
+ANOTHER_TENANT = "another team"
+
+
+def hidden_tenants(user: Any) -> re.Pattern[str] | None:
+    """A pattern of the tenant slugs `user` may not name: neither in their subtrees nor above
+    them (a member knows their department). A reclaim reads "team-a reclaims its guarantee
+    from team-b": team-b's members learn only that another team reclaimed. None: all known."""
+    grants = access.grants_for(user)
+    if grants.sees_everything:
+        return None
+    known: set[int] = set()
+    for tenant in access.tenants_visible(user).only("id", "path"):
+        known.update(tenant.ancestor_ids())
+    hidden = list(Tenant.objects.exclude(pk__in=known).values_list("slug", flat=True))
+    if not hidden:
+        return None
+    names = "|".join(re.escape(s) for s in sorted(hidden, key=len, reverse=True))
+    return re.compile(rf"(?<![\w-])(?:{names})(?![\w-])")
+
+
 class ReasonReader:
-    """Rewrites the texts of one page for ``user``, with one query for all their ids."""
+    """Rewrites the texts of one page for ``user``, with one query for all their ids (and
+    two for the tenants they may not name, when a text names a tenant at all)."""
 
     def __init__(self, user: Any, texts: Iterable[str]) -> None:
         texts = list(texts)
         ids = mentioned_ids(texts)
         self.visible = job_ids_visible(user, ids) if ids and user is not None else set()
+        self.tenants = (
+            hidden_tenants(user)
+            if user is not None and any(_NAMES_TENANT.search(t or "") for t in texts)
+            else None
+        )
 
     def text(self, text: str) -> str:
-        return redact(text, self.visible) if text else text
+        if not text:
+            return text
+        text = redact(text, self.visible)
+        return self.tenants.sub(ANOTHER_TENANT, text) if self.tenants is not None else text
 
     def data(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """An event's data without the id of a preemptor the viewer may not see."""

@@ -124,3 +124,25 @@ def test_portal_shows_the_reason_without_another_teams_job_id(
     page = bob.get(f"/jobs/{theirs.pk}/").content.decode()
     assert "best-effort job gives way to a job of another team" in page
     assert f"gives way to job {waiting.pk}" not in page
+
+
+def test_a_reclaim_names_no_team_the_reader_may_not_see(org: Org, client_for: Any) -> None:
+    # The engine writes "team-alpha reclaims its guarantee from team-bravo, which borrows" on
+    # the victim: bob (team-bravo) must not learn team-alpha's name; dana (over both) may.
+    theirs = f.JobFactory(project=org.proj_bravo, state="preempted")
+    text = "team-alpha reclaims its guarantee from team-bravo, which borrows"
+    theirs.reason = f"preempted: {text}"
+    theirs.save()
+    f.JobEventFactory(job=theirs, kind="preempted", to_state="preempted", message=f"{text}.")
+    bob = client_for("bob-bravo")
+    expected = "another team reclaims its guarantee from team-bravo, which borrows"
+    assert bob.get(f"/api/v1/jobs/{theirs.pk}/").json()["reason"] == f"preempted: {expected}"
+    events = bob.get(f"/api/v1/jobs/{theirs.pk}/events/").json()["results"]
+    assert [e["message"] for e in events if e["kind"] == "preempted"] == [f"{expected}."]
+    assert client_for("dana").get(f"/api/v1/jobs/{theirs.pk}/").json()["reason"] == (
+        f"preempted: {text}"
+    )
+    page = Client()
+    page.force_login(org.users["bob-bravo"])
+    html = page.get(f"/jobs/{theirs.pk}/").content.decode()
+    assert expected in html and "team-alpha" not in html
