@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from tenants.models import PriorityClass, ResourceFlavor
+from scheduler.models import Allocation
+from tenants.models import PriorityClass, Project, ResourceFlavor, Tenant
 
 
 def price(**kwargs: Any) -> models.DecimalField:
@@ -104,3 +105,43 @@ class MeteringPeriod(models.Model):
 
     def __str__(self) -> str:
         return f"hour from {self.start:%Y-%m-%d %H:%M}"
+
+
+class UsageRecord(models.Model):
+    """What one allocation held during one metered hour: [start, end) inside the hour.
+
+    Who is charged is copied from the job when the hour is metered (tenant, project, user,
+    priority class), so a later move of a project does not re-attribute metered time. The
+    unique (allocation, period) is the backstop of "metered once": whatever a metering run
+    does, a second record of the same allocation in the same hour cannot be written.
+    """
+
+    period = models.ForeignKey(MeteringPeriod, on_delete=models.PROTECT, related_name="usage")
+    # Indexed by usage_once (allocation, period).
+    allocation = models.ForeignKey(
+        Allocation, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    flavor = models.CharField(max_length=63)
+    gpu_milli = models.PositiveIntegerField(default=0)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    priority_class = models.CharField(max_length=63)
+    job_type = models.CharField(max_length=16)
+    # Ran on capacity borrowed beyond the tenant's guarantee (a class that does not count
+    # against quota runs only there): priced with the rate card's borrowed discount.
+    borrowed = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["period_id", "allocation_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "period"], name="usage_once"),
+            models.CheckConstraint(condition=Q(end__gt=F("start")), name="usage_interval_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"allocation {self.allocation_id} in {self.period_id}"
