@@ -9,7 +9,7 @@ the prices it was metered under, so a rate change is never retroactive.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -41,7 +41,7 @@ def metered_until() -> datetime | None:
 
 
 def _when(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _chain_errors(
@@ -49,6 +49,14 @@ def _chain_errors(
 ) -> tuple[dict[str, list[str]], RateCard | None]:
     """Why [valid_from, valid_to) cannot join the flavor's chain, and the last version."""
     errors: dict[str, list[str]] = {}
+    # Rates change on the hour: a metered hour then has one price per flavor, which is what
+    # lets the cluster's capacity split reconcile to the cent.
+    for name, moment in (("valid_from", valid_from), ("valid_to", valid_to)):
+        utc = moment.astimezone(UTC) if moment is not None else None
+        if utc is not None and (utc.minute, utc.second, utc.microsecond) != (0, 0, 0):
+            errors[name] = [f"{_when(moment)}: rates change on the hour (minutes and seconds 0)."]
+    if errors:
+        return errors, None
     if valid_to is not None and valid_to <= valid_from:
         errors["valid_to"] = [f"must be after valid_from ({_when(valid_from)})."]
     metered = metered_until()

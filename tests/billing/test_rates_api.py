@@ -73,6 +73,8 @@ def test_only_platform_admins_set_rates_everyone_reads_them(
         ("priority_multipliers", {"no-such-class": "2"}, "unknown priority class(es): no-such"),
         ("priority_multipliers", {"low": "-0.5"}, "must not be negative."),
         ("valid_from", "yesterday", "Datetime has wrong format"),
+        ("valid_from", "2031-01-01T10:30:00Z", "rates change on the hour"),
+        ("valid_to", "2031-02-01T00:00:01Z", "rates change on the hour"),
     ],
     ids=lambda v: str(v)[:20],
 )
@@ -105,7 +107,7 @@ def test_a_new_version_closes_the_open_one_at_its_start(org: Org, client_for: An
     [
         (JAN, "overlaps version"),
         (JAN - timedelta(days=1), "overlaps version"),
-        (FEB - timedelta(seconds=1), "overlaps version"),
+        (FEB - timedelta(hours=1), "overlaps version"),
         (FEB + timedelta(hours=1), "leaves a gap after version"),
     ],
     ids=["same-start", "before-start", "inside", "gap"],
@@ -147,7 +149,7 @@ def test_a_future_version_can_be_withdrawn_and_the_previous_reopens(
     org: Org, client_for: Any
 ) -> None:
     client = client_for("pat")
-    now = datetime.now(UTC).replace(microsecond=0)
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     client.post(URL, body(org, valid_from=(now - timedelta(days=1)).isoformat()), format="json")
     future = client.post(URL, body(org, valid_from=MAR.isoformat()), format="json").json()
     in_force = RateCard.objects.get(valid_to=MAR)
