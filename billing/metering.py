@@ -9,12 +9,17 @@ Crash order, per hour, all in ONE transaction:
   1. claim: insert the hour's MeteringPeriod row (unique start; a concurrent run blocks on it
      and then finds it taken, and skips the hour);
   2. read the allocations that overlap the hour;
-  3. write one usage record per allocation (unique per allocation and hour);
+  3. write one usage record per allocation (unique per allocation and hour), and the
+     guarantees and devices of the hour (see below);
   4. finish: store the count on the period row.
 A run that dies anywhere in 1-4 rolls back the whole hour: the period row and its records
 exist together or not at all, so the next run meters the hour completely. An hour is metered
 only once it is closed, and `GANTRY_METERING_DELAY_S` after that, so the daemon's last writes
 about it are in.
+
+Quotas and the inventory keep no history, so the guarantees and the devices of an hour are
+read when the hour is metered: a quota changed, or a node cordoned, between the end of the
+hour and its metering counts for the whole hour (docs/billing.md: the approximation).
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Min, Q, Sum
 
-from billing.models import MeteringPeriod, UsageRecord
-from scheduler.models import Allocation
+from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
+from scheduler.models import Allocation, GpuDevice
+from tenants.models import Quota
 
 HOUR = timedelta(hours=1)
 # The most hours one run meters; the next run goes on (a run stays short after an outage).
@@ -83,6 +89,7 @@ def meter_hour(start: datetime, *, now: datetime, fault: Fault | None = None) ->
             # 3. write
             records = [_record(period, a, start, end) for a in allocations]
             UsageRecord.objects.bulk_create(r for r in records if r.end > r.start)
+            _record_guarantees_and_capacity(period)
             step("written")
             # 4. finish
             period.records = len(records)
@@ -126,4 +133,30 @@ def _record(period: MeteringPeriod, allocation: Any, start: datetime, end: datet
         priority_class=job.priority_class.name,
         job_type=job.job_type,
         borrowed=not job.priority_class.counts_against_quota,
+    )
+
+
+def _record_guarantees_and_capacity(period: MeteringPeriod) -> None:
+    GuaranteeRecord.objects.bulk_create(
+        GuaranteeRecord(period=period, tenant_id=tenant_id, flavor=flavor, guaranteed_milli=milli)
+        for tenant_id, flavor, milli in Quota.objects.filter(guaranteed_milli__gt=0).values_list(
+            "tenant_id", "flavor__name", "guaranteed_milli"
+        )
+    )
+    devices: dict[str, tuple[list[int], list[int]]] = {}
+    rows = GpuDevice.objects.filter(node__present=True).values_list(
+        "id",
+        "node__flavor",
+        "healthy",
+        "node__ready",
+        "node__cordoned",
+        "node__cluster_unschedulable",
+    )
+    for device_id, flavor, healthy, ready, cordoned, unschedulable in rows.order_by("id"):
+        available, unavailable = devices.setdefault(flavor, ([], []))
+        ok = healthy and ready and not cordoned and not unschedulable
+        (available if ok else unavailable).append(device_id)
+    CapacityRecord.objects.bulk_create(
+        CapacityRecord(period=period, flavor=flavor, available=a, unavailable=u)
+        for flavor, (a, u) in devices.items()
     )

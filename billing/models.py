@@ -145,3 +145,136 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"allocation {self.allocation_id} in {self.period_id}"
+
+
+class GuaranteeRecord(models.Model):
+    """A tenant's guaranteed quota of a flavor as metering found it for an hour (quotas keep
+    no history of their own): what idle reserved capacity is measured against."""
+
+    period = models.ForeignKey(MeteringPeriod, on_delete=models.PROTECT, related_name="guarantees")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    flavor = models.CharField(max_length=63)
+    guaranteed_milli = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["period_id", "tenant_id", "flavor"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "tenant", "flavor"], name="guarantee_record_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.guaranteed_milli} milli {self.flavor} of {self.tenant_id}"
+
+
+class CapacityRecord(models.Model):
+    """The devices of a flavor metering found for an hour: available ones, and unavailable
+    ones (on a cordoned, not-ready or unschedulable node, or unhealthy). Device ids, so that
+    a device used in the hour but gone by metering time still counts as present."""
+
+    period = models.ForeignKey(MeteringPeriod, on_delete=models.PROTECT, related_name="capacity")
+    flavor = models.CharField(max_length=63)
+    available = models.JSONField(default=list)
+    unavailable = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["period_id", "flavor"]
+        constraints = [
+            models.UniqueConstraint(fields=["period", "flavor"], name="capacity_record_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor} devices in {self.period_id}"
+
+
+class IdlePolicy(models.TextChoices):
+    CHARGE = "charge", "charge the tenant that holds the guarantee"
+    SHOWBACK = "showback", "show it, charge nobody"
+    SPREAD = "spread", "spread it over the users of the period, in proportion to their use"
+
+
+class BillingPolicy(models.Model):
+    """Per organisation (a root of the tenant tree): where idle reserved capacity goes."""
+
+    organisation = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="+")
+    idle_policy = models.CharField(
+        max_length=16, choices=IdlePolicy.choices, default=IdlePolicy.CHARGE
+    )
+
+    def __str__(self) -> str:
+        return f"{self.organisation_id}: {self.idle_policy}"
+
+
+class LineKind(models.TextChoices):
+    USED = "used"
+    PREEMPTED = "preempted"
+    FAILED = "failed"
+    IDLE_RESERVED = "idle-reserved"
+    ADJUSTMENT = "adjustment"
+
+
+class Statement(models.Model):
+    """The closed statement of an organisation for a period (a month). Its lines, one per
+    (tenant, project, user, flavor, resource, kind, rate), are frozen: the database refuses
+    UPDATE and DELETE of both (billing/triggers.py); corrections are adjustment lines."""
+
+    organisation = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    currency = models.CharField(max_length=3)
+    closed_at = models.DateTimeField()
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-period_start", "organisation_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organisation", "period_start", "period_end"], name="statement_once"
+            ),
+            models.CheckConstraint(
+                condition=Q(period_end__gt=F("period_start")), name="statement_period_order"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"statement of {self.organisation_id} from {self.period_start:%Y-%m-%d}"
+
+
+class StatementLine(models.Model):
+    statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="lines")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    flavor = models.CharField(max_length=63, blank=True, default="")
+    resource = models.CharField(max_length=16, blank=True, default="")
+    kind = models.CharField(max_length=16, choices=LineKind.choices)
+    unit = models.CharField(max_length=16, blank=True, default="")
+    quantity = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    rate = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    amount = models.DecimalField(max_digits=16, decimal_places=2)
+    # False: showback, shown but not charged (idle reserved capacity under that policy).
+    charged = models.BooleanField(default=True)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["statement_id", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(kind=LineKind.ADJUSTMENT) | (~Q(reason="") & Q(author__isnull=False)),
+                name="statement_adjustment_has_reason_and_author",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount} of {self.tenant_id}"

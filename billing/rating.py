@@ -159,10 +159,11 @@ def rate_usage(usages: Iterable[Usage], rates: Sequence[Rate]) -> list[Line]:
                 if amount:
                     price = rate.unit_price(resource, piece.priority_class, piece.borrowed)
                     totals[(piece.account, piece.flavor, resource, piece.kind, price)] += amount
-    return [_line(key, amount) for key, amount in totals.items()]
+    return [make_line(key, amount) for key, amount in totals.items()]
 
 
-def _line(key: LineKey, held_units: Fraction) -> Line:
+def make_line(key: LineKey, held_units: Fraction) -> Line:
+    """One line from its key and exact quantity (in integer units: milli-GPU-seconds...)."""
     account, flavor, resource, kind, price = key
     unit, per_unit = UNITS[resource]
     exact = held_units / per_unit

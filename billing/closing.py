@@ -1,0 +1,148 @@
+"""Closing a period freezes an organisation's statement; corrections are adjustment lines.
+
+`statement_close` is idempotent and safe to run concurrently: the statement row is unique per
+(organisation, period) and is written with all its lines in one transaction, so a second or
+concurrent close finds it (waiting on PostgreSQL for the first to commit) and returns it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from billing.metering import floor_hour, hours_due
+from billing.models import LineKind, Statement, StatementLine
+from billing.statements import organisation_lines
+from common.errors import DomainError
+from tenants import access
+from tenants.audit import audit_record
+from tenants.models import Project, Tenant
+
+
+def _check_period(start: datetime, end: datetime, now: datetime) -> None:
+    if start != floor_hour(start) or end != floor_hour(end) or end <= start:
+        raise ValidationError(
+            {"period": ["a period is whole hours (UTC), its end after its start."]}
+        )
+    unmetered = [h for h in hours_due(now, limit=10**6) if h < end]
+    if end > floor_hour(now) or unmetered:
+        raise DomainError(
+            f"the period up to {end:%Y-%m-%dT%H:%M:%SZ} is not metered completely yet"
+            + (f" (first hour missing: {unmetered[0]:%Y-%m-%dT%H:%M:%SZ})." if unmetered else ".")
+        )
+
+
+def statement_close(
+    *,
+    user: Any,
+    organisation: Tenant,
+    start: datetime,
+    end: datetime,
+    now: datetime | None = None,
+) -> Statement:
+    """The closed statement of `organisation` for [start, end), made now or found made."""
+    if user is not None and not access.grants_for(user).platform_admin:
+        raise PermissionDenied("Only platform admins close statements.")
+    if organisation.parent_id is not None:
+        raise ValidationError(
+            {"organisation": ["statements are closed per organisation (a root)."]}
+        )
+    now = now or timezone.now()
+    existing = Statement.objects.filter(
+        organisation=organisation, period_start=start, period_end=end
+    ).first()
+    if existing is not None:
+        return existing
+    _check_period(start, end, now)
+    drafts = organisation_lines(organisation, start, end)
+    try:
+        with transaction.atomic():
+            statement = Statement.objects.create(
+                organisation=organisation,
+                period_start=start,
+                period_end=end,
+                currency=settings.GANTRY_BILLING_CURRENCY,
+                closed_at=now,
+                closed_by=user,
+            )
+            StatementLine.objects.bulk_create(_row(statement, d.line, d.charged) for d in drafts)
+            audit_record(
+                actor=user,
+                action="statement.close",
+                tenant=organisation,
+                target=statement,
+                before=None,
+                after={"period_start": start, "period_end": end, "lines": len(drafts)},
+            )
+    except IntegrityError:
+        # Another close of the same period committed first: that statement stands.
+        return Statement.objects.get(organisation=organisation, period_start=start, period_end=end)
+    return statement
+
+
+def _row(statement: Statement, line: Any, charged: bool) -> StatementLine:
+    tenant_id, project_id, user_id = line.account
+    return StatementLine(
+        statement=statement,
+        tenant_id=tenant_id,
+        project_id=project_id,
+        user_id=user_id,
+        flavor=line.flavor,
+        resource=line.resource,
+        kind=line.kind,
+        unit=line.unit,
+        quantity=line.quantity,
+        rate=line.rate,
+        amount=line.amount,
+        charged=charged,
+    )
+
+
+@transaction.atomic
+def statement_adjust(
+    *,
+    user: Any,
+    statement: Statement,
+    tenant: Tenant,
+    amount: Decimal,
+    reason: str,
+    project: Project | None = None,
+) -> StatementLine:
+    """Append a correction to a closed statement: an adjustment line with a reason and its
+    author. The statement's other lines stay as they were closed."""
+    access.require_platform_admin(user)
+    errors: dict[str, list[str]] = {}
+    if not tenant.path.startswith(statement.organisation.path):
+        errors["tenant"] = ["is not in the statement's organisation."]
+    if project is not None and project.tenant_id != tenant.pk:
+        errors["project"] = ["is not a project of that tenant."]
+    if not reason.strip():
+        errors["reason"] = ["an adjustment says why."]
+    if amount != amount.quantize(Decimal("0.01")) or not amount:
+        errors["amount"] = ["a non-zero amount in cents, such as -12.50."]
+    if errors:
+        raise ValidationError(errors)
+    line = StatementLine.objects.create(
+        statement=statement,
+        tenant=tenant,
+        project=project,
+        kind=LineKind.ADJUSTMENT,
+        amount=amount,
+        reason=reason.strip(),
+        author=user,
+    )
+    audit_record(
+        actor=user,
+        action="statement.adjust",
+        tenant=tenant,
+        target=line,
+        before=None,
+        after={"statement": statement.pk, "amount": str(amount), "reason": line.reason},
+    )
+    return line

@@ -1,0 +1,164 @@
+"""Statements: an organisation's lines for a period, rolled up to every node of its tree.
+
+A line belongs to an account: (tenant, project, user) for what jobs held, (tenant, -, -) for
+idle reserved capacity charged to the tenant holding the guarantee. Lines are rounded once
+each (billing/rating.py); a node's total is the sum of the rounded lines of its subtree, so
+the leaves add up to the root to the cent. A period is whole metered hours.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+
+from billing import rating
+from billing.attempts import attempt_kinds
+from billing.models import BillingPolicy, IdlePolicy, LineKind, RateCard, UsageRecord
+from billing.splits import hour_splits
+from common.errors import DomainError
+from tenants.models import Tenant
+
+Account = tuple[int, int | None, int | None]  # tenant, project, user
+
+
+@dataclass(frozen=True)
+class DraftLine:
+    line: rating.Line
+    charged: bool = True
+
+
+def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
+    cards = RateCard.objects.filter(valid_from__lt=end).exclude(valid_to__lte=start)
+    return [
+        rating.Rate(
+            card.flavor.name,
+            card.valid_from,
+            card.valid_to,
+            card.gpu_hour,
+            card.cpu_core_hour,
+            card.memory_gib_hour,
+            card.borrowed_discount,
+            {m.priority_class.name: m.multiplier for m in card.multipliers.all()},
+        )
+        for card in cards.select_related("flavor").prefetch_related("multipliers__priority_class")
+    ]
+
+
+def price_at(rates: list[rating.Rate], flavor: str, hour: datetime) -> rating.Rate:
+    found = next((r for r in rates if r.flavor == flavor and r.covers(hour)), None)
+    if found is None:
+        raise rating.MissingRate(flavor, hour)
+    return found
+
+
+def usage_lines(organisation: Tenant, start: datetime, end: datetime) -> list[rating.Line]:
+    """Used, preempted and failed lines of the organisation's jobs in [start, end)."""
+    rows = list(
+        UsageRecord.objects.filter(
+            period__start__gte=start,
+            period__start__lt=end,
+            tenant__path__startswith=organisation.path,
+        ).values_list(
+            "allocation_id",
+            "allocation__job_id",
+            "allocation__started_at",
+            "tenant_id",
+            "project_id",
+            "user_id",
+            "flavor",
+            "start",
+            "end",
+            "gpu_milli",
+            "cpu_milli",
+            "memory_mib",
+            "priority_class",
+            "borrowed",
+        )
+    )
+    kinds = attempt_kinds((r[0], r[1], r[2]) for r in rows)
+    usages = [
+        rating.Usage((r[3], r[4], r[5]), r[6], kinds[r[0]], *r[7:12], r[12], r[13]) for r in rows
+    ]
+    return rating.rate_usage(usages, rates_between(start, end))
+
+
+def idle_lines(
+    organisation: Tenant, start: datetime, end: datetime, used: list[rating.Line]
+) -> list[DraftLine]:
+    """Idle reserved capacity of the organisation's guarantee holders, per its policy."""
+    rates = rates_between(start, end)
+    paths = dict(
+        Tenant.objects.filter(path__startswith=organisation.path).values_list("id", "path")
+    )
+    held: dict[tuple[Account, str, Decimal], Fraction] = defaultdict(Fraction)
+    for (hour, flavor), split in sorted(hour_splits(start, end).items()):
+        for tenant_id, share in split.idle_reserved.items():
+            if tenant_id in paths:
+                price = price_at(rates, flavor, hour).gpu_hour
+                held[((tenant_id, None, None), flavor, price)] += share
+    policy = (
+        BillingPolicy.objects.filter(organisation=organisation)
+        .values_list("idle_policy", flat=True)
+        .first()
+    ) or IdlePolicy.CHARGE
+    if policy == IdlePolicy.SPREAD:
+        held = _spread(held, used)
+    return [
+        DraftLine(
+            rating.make_line((account, flavor, "gpu", LineKind.IDLE_RESERVED, price), share),
+            charged=policy != IdlePolicy.SHOWBACK,
+        )
+        for (account, flavor, price), share in held.items()
+    ]
+
+
+def _spread(
+    held: dict[tuple[Account, str, Decimal], Fraction], used: list[rating.Line]
+) -> dict[tuple[Account, str, Decimal], Fraction]:
+    """Idle reserved capacity spread over the accounts that held GPUs in the period, in
+    proportion to their GPU-hours; kept by the holders when nobody held any."""
+    weights: dict[Hashable, Fraction] = defaultdict(Fraction)
+    for line in used:
+        if line.resource == "gpu":
+            weights[line.account] += line.exact
+    total = sum(weights.values(), Fraction(0))
+    if not total:
+        return held
+    spread: dict[tuple[Account, str, Decimal], Fraction] = defaultdict(Fraction)
+    for (_, flavor, price), share in held.items():
+        for account, weight in weights.items():
+            spread[(account, flavor, price)] += share * weight / total  # type: ignore[index]
+    return spread
+
+
+def organisation_lines(organisation: Tenant, start: datetime, end: datetime) -> list[DraftLine]:
+    """Every line of the organisation for [start, end): what its jobs held, its idle reserved
+    capacity. DomainError when a flavor used has no rate for an hour of the period."""
+    try:
+        used = usage_lines(organisation, start, end)
+        return [DraftLine(line) for line in used] + idle_lines(organisation, start, end, used)
+    except rating.MissingRate as missing:
+        raise DomainError(f"{missing}: add a rate card for it first.") from None
+
+
+@dataclass
+class Totals:
+    charged: Decimal = Decimal("0.00")
+    showback: Decimal = Decimal("0.00")
+
+
+def roll_up(lines: Iterable[tuple[int, Decimal, bool]]) -> dict[int, Totals]:
+    """(tenant, amount, charged) lines -> the totals of every tenant over its subtree."""
+    paths = dict(Tenant.objects.values_list("id", "path"))
+    totals: dict[int, Totals] = defaultdict(Totals)
+    for tenant_id, amount, charged in lines:
+        for ancestor in (int(p) for p in paths[tenant_id].strip("/").split("/") if p):
+            if charged:
+                totals[ancestor].charged += amount
+            else:
+                totals[ancestor].showback += amount
+    return dict(totals)
