@@ -280,3 +280,20 @@ def test_a_lost_sqlite_trigger_is_put_back_by_migrate(db: Any) -> None:
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
         present = {name for (name,) in cursor.fetchall()}
     assert set(SQLITE) <= present
+
+
+def test_close_month_closes_every_organisation_once(org: Org, monkeypatch: Any) -> None:
+    from django.core.management import call_command
+
+    from billing.management.commands import close_month
+
+    cluster(org)
+    assert close_month.month_bounds("2031-12") == (
+        datetime(2031, 12, 1, tzinfo=UTC),
+        datetime(2032, 1, 1, tzinfo=UTC),
+    )
+    # Close the hours metered so far, as if January 2031 were [T0, at(4)).
+    monkeypatch.setattr(close_month, "month_bounds", lambda text: (T0, at(4)))
+    call_command("close_month", "2031-01", "--now", at(5).isoformat())
+    call_command("close_month", "2031-01", "--now", at(6).isoformat())
+    assert list(Statement.objects.values_list("organisation__slug", flat=True)) == ["acme"]

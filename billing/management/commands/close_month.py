@@ -1,0 +1,49 @@
+"""Close a month's statements for every organisation (idempotent: a closed one is kept)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.dateparse import parse_datetime
+
+from billing.closing import statement_close
+from billing.metering import meter_usage
+from common.errors import DomainError
+from tenants.models import Tenant
+
+
+def month_bounds(text: str) -> tuple[datetime, datetime]:
+    """ "2031-01" -> (2031-01-01T00:00Z, 2031-02-01T00:00Z); ValueError when malformed."""
+    year, month = (int(part) for part in text.split("-", 1))
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+class Command(BaseCommand):
+    help = "Meter what is due, then close the statements of a month (YYYY-MM, UTC)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("month", help="The month to close, e.g. 2031-01.")
+        parser.add_argument("--now", help="Act as if it were this instant (ISO 8601, with zone).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            start, end = month_bounds(options["month"])
+        except ValueError:
+            raise CommandError(f"month: {options['month']!r} is not YYYY-MM.") from None
+        now = parse_datetime(options["now"]) if options["now"] else datetime.now(UTC)
+        if now is None or now.tzinfo is None:
+            raise CommandError("--now: give an ISO 8601 instant with its zone, e.g. ...Z")
+        meter_usage(now=now)
+        for organisation in Tenant.objects.filter(parent__isnull=True):
+            try:
+                statement = statement_close(
+                    user=None, organisation=organisation, start=start, end=end, now=now
+                )
+            except DomainError as error:
+                raise CommandError(f"{organisation.slug}: {error}") from None
+            lines = statement.lines.count()
+            self.stdout.write(f"{organisation.slug}: statement {statement.pk}, {lines} line(s)")
