@@ -52,8 +52,10 @@ def _chain_errors(
     # Rates change on the hour: a metered hour then has one price per flavor, which is what
     # lets the cluster's capacity split reconcile to the cent.
     for name, moment in (("valid_from", valid_from), ("valid_to", valid_to)):
-        utc = moment.astimezone(UTC) if moment is not None else None
-        if utc is not None and (utc.minute, utc.second, utc.microsecond) != (0, 0, 0):
+        if moment is None:
+            continue
+        utc = moment.astimezone(UTC)
+        if (utc.minute, utc.second, utc.microsecond) != (0, 0, 0):
             errors[name] = [f"{_when(moment)}: rates change on the hour (minutes and seconds 0)."]
     if errors:
         return errors, None
