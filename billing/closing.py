@@ -14,12 +14,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Min
 from django.utils import timezone
 
-from billing.metering import floor_hour, hours_due
-from billing.models import LineKind, Statement, StatementLine
+from billing.metering import HOUR, floor_hour
+from billing.models import LineKind, MeteringPeriod, Statement, StatementLine
 from billing.statements import organisation_lines
 from common.errors import DomainError
+from scheduler.models import Allocation
 from tenants import access
 from tenants.audit import audit_record
 from tenants.models import Project, Tenant
@@ -27,14 +29,22 @@ from tenants.models import Project, Tenant
 
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:
     if start != floor_hour(start) or end != floor_hour(end) or end <= start:
-        raise ValidationError(
-            {"period": ["a period is whole hours (UTC), its end after its start."]}
+        raise ValidationError({"period": ["whole hours (UTC), the end after the start."]})
+    first = Allocation.objects.aggregate(first=Min("started_at"))["first"]
+    hour = max(start, floor_hour(first)) if first is not None else end
+    metered = set(
+        MeteringPeriod.objects.filter(start__gte=hour, start__lt=end).values_list(
+            "start", flat=True
         )
-    unmetered = [h for h in hours_due(now, limit=10**6) if h < end]
-    if end > floor_hour(now) or unmetered:
+    )
+    missing = None
+    while hour < end and missing is None:
+        missing = None if hour in metered else hour
+        hour += HOUR
+    if end > floor_hour(now) or missing is not None:
         raise DomainError(
             f"the period up to {end:%Y-%m-%dT%H:%M:%SZ} is not metered completely yet"
-            + (f" (first hour missing: {unmetered[0]:%Y-%m-%dT%H:%M:%SZ})." if unmetered else ".")
+            + (f" (first hour missing: {missing:%Y-%m-%dT%H:%M:%SZ})." if missing else ".")
         )
 
 

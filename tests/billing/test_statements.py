@@ -31,7 +31,7 @@ from tests.conftest import Org, build_org
 GUARANTEES = {"team-alpha": 2, "team-bravo": 1, "team-charlie": 1, "research": 3, "product": 1}
 
 
-def cluster(org: Org) -> None:
+def cluster(org: Org, metered_at: datetime | None = None) -> None:
     pat = org.users["pat"]
     for slug, gpus in {**GUARANTEES, "acme": 4}.items():
         Quota.objects.filter(tenant__slug=slug, flavor=org.h100).update(
@@ -61,6 +61,9 @@ def cluster(org: Org) -> None:
     JobEvent.objects.filter(pk=failed.pk).update(at=at(2))
     draining = job_for(org, replicas=1)
     hold(draining, n2, 0, 1, [250])  # a quarter of a cordoned device, hour 0
+    if metered_at is not None:
+        meter_usage(now=metered_at)
+        return
     assert meter_usage(now=at(5)) == 4  # hours 0..3 (hour 4 ends less than the delay ago)
 
 
@@ -188,6 +191,20 @@ def test_a_period_not_metered_cannot_close(org: Org) -> None:
     with pytest.raises(DomainError, match="not metered completely"):
         statement_close(
             user=org.users["pat"], organisation=org.acme, start=T0, end=at(6), now=at(5)
+        )
+
+
+def test_an_hour_within_the_metering_delay_is_not_closed(org: Org) -> None:
+    # At 00:01 the hour 23:00-00:00 has ended but is not metered yet (the delay): January
+    # cannot close until it is.
+    cluster(org, metered_at=at(4) + timedelta(minutes=1))
+    with pytest.raises(DomainError, match="first hour missing: 2031-01-31T23:00:00Z"):
+        statement_close(
+            user=org.users["pat"],
+            organisation=org.acme,
+            start=T0,
+            end=at(4),
+            now=at(4) + timedelta(minutes=1),
         )
 
 
