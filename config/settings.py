@@ -312,6 +312,16 @@ GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600
 # A stopping pod on a node NotReady or gone this long counts as gone, as Kubernetes' pod
 # garbage collector treats the pods of lost nodes: it is force-deleted and its devices released.
 GANTRY_NODE_LOST_GRACE_S = float(os.environ.get("GANTRY_NODE_LOST_GRACE_S", "300"))
+# The scheduler daemon's own PostgreSQL sessions (scheduler/leader.py): a leader frozen inside
+# a write transaction (SIGSTOP, a hung host) is cut off by the server after the first, so it
+# cannot hold the lease row's lock, and with it every standby, for as long as it is frozen.
+GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(
+    os.environ.get("GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS", "5000")
+)
+GANTRY_DAEMON_STATEMENT_TIMEOUT_MS = int(
+    os.environ.get("GANTRY_DAEMON_STATEMENT_TIMEOUT_MS", "15000")
+)
+GANTRY_DAEMON_LOCK_TIMEOUT_MS = int(os.environ.get("GANTRY_DAEMON_LOCK_TIMEOUT_MS", "2000"))
 
 # Billing (docs/billing.md). Every price is in this one ISO 4217 currency.
 try:

@@ -47,7 +47,7 @@ from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, wri
 from scheduler.daemon_health import autoscale, refresh_statistics, sync_nodes
 from scheduler.daemon_reconcile import reconcile, write_starts
 from scheduler.daemon_wakeup import Waiter
-from scheduler.leader import Lease, LeaseLost
+from scheduler.leader import Lease, LeaseLost, daemon_sessions
 from scheduler.profiles import ProfileWatch
 
 log = logging.getLogger("gantry.daemon")
@@ -207,7 +207,7 @@ class Daemon:
         that watches its pods (`watch_pods`) wakes the loop when they change."""
         watch = getattr(self.backend, "watch_pods", None)
         waiter = waiter or Waiter(self.stop, wake=watch(self.stop) if watch else None)
-        with collector_for_the_loop():
+        with collector_for_the_loop(), daemon_sessions():
             self._loop(waiter)
 
     def _loop(self, waiter: Waiter) -> None:

@@ -11,22 +11,33 @@
 
 All times are the database's (`STATEMENT_TIMESTAMP()` / `clock_timestamp()`), never the
 daemon's, so clock skew between hosts cannot give two leaders.
+
+A leader frozen inside a fenced write (SIGSTOP, a hung host) would hold the share lock for as
+long as it is frozen, and a takeover UPDATE would wait on it. Two bounds: `acquire()` never
+waits on the row (NOWAIT: a locked row is "not now", tried again at the next poll), and the
+daemon's own PostgreSQL sessions carry server-side timeouts (`daemon_sessions`), so the
+server ends a session left idle in a transaction, releasing its locks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import uuid
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.backends.signals import connection_created
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Now
 
 from scheduler.models import SchedulerLease
 
 LEASE_NAME = "scheduler"
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT on a locked row
 
 
 class LeaseLost(Exception):
@@ -59,18 +70,30 @@ class Lease:
         """Take (or re-take) the lease with a new epoch. True when we lead afterwards."""
         SchedulerLease.objects.get_or_create(name=self.name)
         takeable = Q(expires_at__isnull=True) | Q(expires_at__lt=Now()) | Q(holder=self.holder)
-        with transaction.atomic():
-            changed = SchedulerLease.objects.filter(takeable, name=self.name).update(
-                holder=self.holder,
-                epoch=F("epoch") + 1,
-                renewed_at=Now(),
-                expires_at=self._expiry(),
-            )
-            if not changed:
-                self.epoch = None
+        self.epoch = None
+        try:
+            with transaction.atomic():
+                # Not waiting on the row: a leader's write in flight holds it FOR SHARE
+                # (and a frozen one would hold it for as long as it is frozen).
+                list(
+                    SchedulerLease.objects.select_for_update(nowait=True)
+                    .filter(name=self.name)
+                    .values_list("pk")
+                )
+                changed = SchedulerLease.objects.filter(takeable, name=self.name).update(
+                    holder=self.holder,
+                    epoch=F("epoch") + 1,
+                    renewed_at=Now(),
+                    expires_at=self._expiry(),
+                )
+                if not changed:
+                    return False
+                row = SchedulerLease.objects.get(name=self.name)
+                self.epoch, self.inherited = row.epoch, dict(row.fair_share or {})
+        except DatabaseError as error:
+            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
                 return False
-            row = SchedulerLease.objects.get(name=self.name)
-            self.epoch, self.inherited = row.epoch, dict(row.fair_share or {})
+            raise
         return True
 
     def renew(self, state: dict[str, Any] | None = None) -> bool:
@@ -133,3 +156,50 @@ class Lease:
             stale = self.epoch
             self.epoch = None
             raise LeaseLost(f"epoch {stale} no longer holds the lease")
+
+
+def session_settings() -> dict[str, int]:
+    """The server-side timeouts of the daemon's PostgreSQL sessions, in milliseconds
+    (settings GANTRY_DAEMON_*_TIMEOUT_MS). Shorter than the web's: the daemon's statements
+    are short and it never waits for a person inside a transaction."""
+    idle = settings.GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS
+    return {
+        "idle_in_transaction_session_timeout": idle,
+        "statement_timeout": settings.GANTRY_DAEMON_STATEMENT_TIMEOUT_MS,
+        "lock_timeout": settings.GANTRY_DAEMON_LOCK_TIMEOUT_MS,
+    }
+
+
+def configure_session(cursor: Any, values: Mapping[str, int] | None = None) -> None:
+    """SET the daemon's timeouts (`session_settings()`, or `values`) on one session."""
+    for name, milliseconds in (values or session_settings()).items():
+        cursor.execute(f"SET {name} = {int(milliseconds)}")
+
+
+def _configure_new(sender: Any, connection: Any, **kwargs: Any) -> None:
+    if connection.vendor == "postgresql" and connection.alias == "default":
+        with connection.cursor() as cursor:
+            configure_session(cursor)
+
+
+@contextlib.contextmanager
+def daemon_sessions() -> Iterator[None]:
+    """While the daemon's loop runs, every PostgreSQL session of this process carries the
+    daemon's timeouts: the one open now and each one opened after a reconnect. A no-op on
+    SQLite, whose writers serialise on the database file instead of on row locks."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection_created.connect(_configure_new, dispatch_uid="gantry-daemon-sessions")
+    try:
+        if connection.connection is not None:
+            with connection.cursor() as cursor:
+                configure_session(cursor)
+        yield
+    finally:
+        connection_created.disconnect(dispatch_uid="gantry-daemon-sessions")
+        with contextlib.suppress(DatabaseError):
+            if connection.connection is not None:
+                with connection.cursor() as cursor:
+                    for name in session_settings():
+                        cursor.execute(f"RESET {name}")

@@ -4,7 +4,7 @@ locked rows and a misbehaving backend."""
 
 from __future__ import annotations
 
-import threading
+import time
 from typing import Any
 
 import psycopg
@@ -203,30 +203,29 @@ def test_locked_job_is_skipped_and_timeouts_are_set(tenv: Env) -> None:  # FAULT
 
 
 @pytest.mark.postgresql("the lease row's share lock")
-def test_takeover_waits_for_the_fenced_write_in_flight(tenv: Env) -> None:
-    """The leader's write transaction holds the lease FOR SHARE: a takeover UPDATE waits for
-    it to commit, so the write lands under the epoch that made it, or not at all."""
+def test_takeover_does_not_happen_during_the_fenced_write_in_flight(tenv: Env) -> None:
+    """The leader's write transaction holds the lease FOR SHARE: a takeover cannot happen
+    until it commits, so the write lands under the epoch that made it, or not at all. The
+    takeover does not wait for it either (NOWAIT): it is refused at once and tried again."""
     leader = tenv.daemon("leader")
     assert leader.lease.acquire()
     expire_leases()
-    acquired: list[bool] = []
-    with pg() as other:
+    usurper = tenv.daemon("usurper")
+    with pg() as other, connection.cursor() as cursor:
         other.execute("BEGIN")
         other.execute(
             "SELECT 1 FROM scheduler_schedulerlease WHERE epoch = 1 FOR SHARE"
         )  # as fence() does
-
-        def take() -> None:
-            acquired.append(tenv.daemon("usurper").lease.acquire())
-            connection.close()
-
-        thread = threading.Thread(target=take)
-        thread.start()
-        thread.join(0.3)
-        assert thread.is_alive()  # blocked behind the share lock
+        cursor.execute("SET lock_timeout = '20s'")  # a wait on the row would show
+        try:
+            started = time.monotonic()
+            assert usurper.lease.acquire() is False
+            assert time.monotonic() - started < 10  # refused at once, not after a lock wait
+        finally:
+            cursor.execute("RESET lock_timeout")
+        assert SchedulerLease.objects.get().epoch == 1
         other.execute("COMMIT")
-        thread.join(10)
-    assert acquired == [True]
+    assert usurper.lease.acquire() is True
     assert SchedulerLease.objects.get().epoch == 2
 
 
