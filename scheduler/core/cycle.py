@@ -350,10 +350,12 @@ def _place_extras(
 def _record_preemption(
     ctx: CycleContext, out: _Decisions, job: JobRequest, flavor: str, plan: Plan
 ) -> None:
+    stopped: list[tuple[RunningJob, tuple[ReplicaAssignment, ...]]] = []
     for victim in plan.victims:
         running = ctx.live[victim.running.job.id]
         left = tuple(a for a in running.assignments if a not in victim.assignments)
         whole = not any(not a.elastic for a in left)
+        stopped.append((running, running.assignments if whole else victim.assignments))
         out.preemptions.append(
             Preemption(
                 running.job.id,
@@ -373,6 +375,13 @@ def _record_preemption(
             ctx.shrunk.add(running.job.id)
     out.memo.clear()
     _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
+    # The victims' quota stays charged until their pods are gone, as their devices do: the
+    # preemptor holds what it freed, and no other job of this cycle may be admitted on the
+    # rest (it would run beside the victims while they terminate, beyond the quota).
+    for running, assignments in stopped:
+        if ctx.counts_quota(running.job):
+            milli = sum(a.gpu_milli for a in assignments)
+            ctx.ledger.charge(running.job.tenant, running.job.user, running.flavor, milli)
 
 
 def _why(ctx: CycleContext, job: JobRequest, victim: RunningJob, reclaim: bool, extra: bool) -> str:
