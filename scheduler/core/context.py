@@ -65,6 +65,10 @@ class CycleContext:
     live_by: dict[tuple[str, str], dict[str, RunningJob]] = field(default_factory=dict)
     # victim candidates, built once per cycle per job (see preemption._candidate)
     candidates: dict[tuple[str, int, int, int, bool], Candidate] = field(default_factory=dict)
+    # The quota charges that turn the ledger (this cycle's preemptors charged, their victims
+    # not) into what runs until the victims' pods are gone (victims charged, preemptors not):
+    # (job, flavor, signed milli). See `quota_verdict`.
+    stopping: list[tuple[JobRequest, str, int]] = field(default_factory=list)
 
     @property
     def now(self) -> float:
@@ -118,9 +122,22 @@ class CycleContext:
         self.ledger.rollback(mark[1])
 
     def quota_verdict(self, job: JobRequest, flavor: str, milli: int) -> QuotaVerdict | None:
+        """Whether quota admits `milli` more of `job` on `flavor`. After a preemption in this
+        cycle it must also while the victims still run (quota, like devices, is held until
+        their pods are gone): the ledger is checked a second time with `stopping` applied,
+        so a tenant, and each tenant above it, is held to the larger of the two usages."""
         if not self.counts_quota(job):
             return None
-        return self.ledger.check(job.tenant, job.user, flavor, milli)
+        verdict = self.ledger.check(job.tenant, job.user, flavor, milli)
+        if verdict is not None or not self.stopping:
+            return verdict
+        mark = self.ledger.mark()
+        try:
+            for held, at, charge in self.stopping:
+                self.ledger.charge(held.tenant, held.user, at, charge)
+            return self.ledger.check(job.tenant, job.user, flavor, milli)
+        finally:
+            self.ledger.rollback(mark)
 
     def try_place(
         self,

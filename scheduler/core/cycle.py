@@ -375,13 +375,16 @@ def _record_preemption(
             ctx.shrunk.add(running.job.id)
     out.memo.clear()
     _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
-    # The victims' quota stays charged until their pods are gone, as their devices do: the
-    # preemptor holds what it freed, and no other job of this cycle may be admitted on the
-    # rest (it would run beside the victims while they terminate, beyond the quota).
+    # The victims run until their pods are gone, and the preemptor starts only then: every
+    # later admission of this cycle must fit both with the preemptor charged (the ledger)
+    # and with the victims still charged instead (`CycleContext.stopping`).
     for running, assignments in stopped:
         if ctx.counts_quota(running.job):
             milli = sum(a.gpu_milli for a in assignments)
-            ctx.ledger.charge(running.job.tenant, running.job.user, running.flavor, milli)
+            ctx.stopping.append((running.job, running.flavor, milli))
+    if ctx.counts_quota(job):
+        milli = sum(a.gpu_milli for a in out.placements[-1].assignments)
+        ctx.stopping.append((job, flavor, -milli))
 
 
 def _why(ctx: CycleContext, job: JobRequest, victim: RunningJob, reclaim: bool, extra: bool) -> str:
