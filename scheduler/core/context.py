@@ -65,10 +65,11 @@ class CycleContext:
     live_by: dict[tuple[str, str], dict[str, RunningJob]] = field(default_factory=dict)
     # victim candidates, built once per cycle per job (see preemption._candidate)
     candidates: dict[tuple[str, int, int, int, bool], Candidate] = field(default_factory=dict)
-    # The quota charges that turn the ledger (this cycle's preemptors charged, their victims
-    # not) into what runs until the victims' pods are gone (victims charged, preemptors not):
-    # (job, flavor, signed milli). See `quota_verdict`.
+    # The quota charges that turn the ledger (this cycle's victims stopped, the placements
+    # that wait for them charged) into what runs until the victims' pods are gone (victims
+    # charged, those placements not): (job, flavor, signed milli); and the victims' ids.
     stopping: list[tuple[JobRequest, str, int]] = field(default_factory=list)
+    victims: list[str] = field(default_factory=list)
 
     @property
     def now(self) -> float:
@@ -122,20 +123,22 @@ class CycleContext:
         self.ledger.rollback(mark[1])
 
     def quota_verdict(self, job: JobRequest, flavor: str, milli: int) -> QuotaVerdict | None:
-        """Whether quota admits `milli` more of `job` on `flavor`. After a preemption in this
-        cycle it must also while the victims still run (quota, like devices, is held until
-        their pods are gone): the ledger is checked a second time with `stopping` applied,
-        so a tenant, and each tenant above it, is held to the larger of the two usages."""
         if not self.counts_quota(job):
             return None
-        verdict = self.ledger.check(job.tenant, job.user, flavor, milli)
-        if verdict is not None or not self.stopping:
-            return verdict
+        return self.ledger.check(job.tenant, job.user, flavor, milli)
+
+    def relies_on_stopping(self, job: JobRequest, flavor: str, milli: int) -> bool:
+        """Whether `job`, just placed with `milli` on `flavor` (and charged for it), fits
+        its quota only on what this cycle's victims free: not with the ledger as it is
+        while they still run (`stopping` applied, the job itself not yet charged)."""
+        if not self.stopping or not self.counts_quota(job):
+            return False
         mark = self.ledger.mark()
         try:
+            self.ledger.charge(job.tenant, job.user, flavor, -milli)
             for held, at, charge in self.stopping:
                 self.ledger.charge(held.tenant, held.user, at, charge)
-            return self.ledger.check(job.tenant, job.user, flavor, milli)
+            return self.ledger.check(job.tenant, job.user, flavor, milli) is not None
         finally:
             self.ledger.rollback(mark)
 

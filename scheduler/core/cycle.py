@@ -328,6 +328,14 @@ def _record(
 ) -> None:
     extras = _place_extras(ctx, job, flavor, range(job.gang_size, job.replicas))
     assignments = placed + extras
+    # Quota, like devices, is held by this cycle's victims until their pods are gone: a job
+    # that fits only on the quota they free waits for them, as its preemptor does (the
+    # daemon binds a placement once the jobs it lists have stopped).
+    milli = sum(a.gpu_milli for a in assignments)
+    if not victims and ctx.relies_on_stopping(job, flavor, milli):
+        victims = tuple(dict.fromkeys(ctx.victims))
+    if victims and ctx.counts_quota(job):
+        ctx.stopping.append((job, flavor, -milli))  # charged, but not running before them
     out.placements.append(Placement(job.id, flavor, assignments, victims))
     ctx.set_live(RunningJob(job, flavor, assignments, ctx.now, preempted=victims))
     ctx.fresh.add(job.id)
@@ -374,17 +382,13 @@ def _record_preemption(
             ctx.set_live(replace(running, assignments=left))
             ctx.shrunk.add(running.job.id)
     out.memo.clear()
-    _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
-    # The victims run until their pods are gone, and the preemptor starts only then: every
-    # later admission of this cycle must fit both with the preemptor charged (the ledger)
-    # and with the victims still charged instead (`CycleContext.stopping`).
+    # The victims run, and hold their quota, until their pods are gone (`_record`).
     for running, assignments in stopped:
+        ctx.victims.append(running.job.id)
         if ctx.counts_quota(running.job):
             milli = sum(a.gpu_milli for a in assignments)
             ctx.stopping.append((running.job, running.flavor, milli))
-    if ctx.counts_quota(job):
-        milli = sum(a.gpu_milli for a in out.placements[-1].assignments)
-        ctx.stopping.append((job, flavor, -milli))
+    _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
 
 
 def _why(ctx: CycleContext, job: JobRequest, victim: RunningJob, reclaim: bool, extra: bool) -> str:

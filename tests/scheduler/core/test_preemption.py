@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.core.types import WaitCode
 from tests.scheduler.core.builders import (
     BEST_FIT,
     cycle,
@@ -136,23 +135,27 @@ def test_a_borrower_stuck_before_starting_is_reclaimed_inside_its_min_runtime():
     assert result.preemptions[0].work_lost_gpu_s == 0.0
 
 
-def test_a_victims_quota_is_not_given_to_another_job_in_the_same_cycle():
+def test_a_job_that_fits_only_on_a_victims_quota_waits_for_the_victim():
     # team-b (guarantee 8, limit 16) runs a 2 x 8 job, its limit, and waits with a 4-GPU job
     # (16 + 4 > 16). team-a reclaims its guarantee: the 2 x 8 job is preempted. Its 16 stay
-    # charged until its pods are gone, so b's 4-GPU job must not be admitted on n3's 4 free
-    # GPUs in this cycle: it would run beside the victim, 20 of b's limit of 16.
-    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
+    # charged until its pods are gone, so b's 4-GPU job, which fits only on the quota they
+    # free, waits for them like the preemptor (else it would run on n3's free GPUs beside
+    # the victim: 20 of b's limit of 16). team-c's job, within its own quota, does not.
+    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16), ("team-c", 8, 16))
     victim = make_running(
         make_job("b-big", "team-b", gpus=8, replicas=2), ("n1", range(8)), ("n2", range(8))
     )
-    pending = [make_job("a", "team-a", gpus=8), make_job("b-small", "team-b", gpus=4)]
-    nodes = [make_node("n1"), make_node("n2"), make_node("n3", gpus=4)]
+    pending = [
+        make_job("a", "team-a", gpus=8),
+        make_job("b-small", "team-b", gpus=4),
+        make_job("c", "team-c", gpus=2),
+    ]
+    nodes = [make_node("n1"), make_node("n2"), make_node("n3", gpus=6)]
     result = cycle(snapshot(nodes, pending, [victim], tenants=tenants, now=NOW), PROFILE)
     assert victims(result) == {"b-big"}
-    assert result.placement_for("a") is not None
-    assert result.placement_for("b-small") is None
-    (waiting,) = [w for w in result.waiting if w.job_id == "b-small"]
-    assert waiting.code == WaitCode.QUOTA, waiting
+    assert result.placement_for("a").preempted == ("b-big",)
+    assert result.placement_for("b-small").preempted == ("b-big",)
+    assert result.placement_for("c").preempted == ()
 
 
 def test_no_reclaim_beyond_own_guarantee():
