@@ -525,7 +525,7 @@ def _tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
     slugs = {r["id"]: r["slug"] for r in rows}
     quotas: dict[int, dict[str, Quota]] = defaultdict(dict)
     weights: dict[int, float] = {}
-    user_caps: dict[int, int] = {}
+    user_caps: dict[int, dict[str, int]] = defaultdict(dict)
     for q in QuotaRow.objects.values(
         "tenant_id",
         "flavor__name",
@@ -539,18 +539,15 @@ def _tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
             q["guaranteed_milli"], q["limit_milli"], q["lend_limit_milli"]
         )
         weights[q["tenant_id"]] = max(weights.get(q["tenant_id"], 0.0), float(q["weight"]))
-        if q["user_limit_milli"] is not None:
-            cap = user_caps.get(q["tenant_id"])
-            user_caps[q["tenant_id"]] = (
-                min(cap, q["user_limit_milli"]) if cap else q["user_limit_milli"]
-            )
+        if q["user_limit_milli"] is not None:  # per flavor; 0 is a cap
+            user_caps[q["tenant_id"]][q["flavor__name"]] = q["user_limit_milli"]
     tenants = tuple(
         CoreTenant(
             r["slug"],
             slugs.get(r["parent_id"]),
             quotas.get(r["id"], {}),
             weights.get(r["id"], 1.0),
-            user_caps.get(r["id"]),
+            user_caps.get(r["id"], {}),
         )
         for r in rows
     )

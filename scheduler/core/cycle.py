@@ -218,7 +218,7 @@ def _memo_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
         return None  # the ping-pong guard makes this job's options its own
     shape = (job.resources, job.replicas, job.min_replicas, job.flavors, job.pools)
     tenant = ctx.ledger.tenants.get(job.tenant)
-    user = job.user if tenant is not None and tenant.max_gpu_milli_per_user is not None else ""
+    user = job.user if tenant is not None and tenant.user_caps else ""
     who = (job.tenant, user, job.priority_class, job.tolerations)
     return (*who, *shape, ends_before_reservation(ctx, job))
 

@@ -52,7 +52,7 @@ class QuotaLedger:
             self.children[t.parent].append(t.name)
         self.chain = {name: self._chain(name) for name in self.tenants}
         self.usage: dict[_Key, int] = defaultdict(int)
-        self.user_usage: dict[tuple[str, str], int] = defaultdict(int)
+        self.user_usage: dict[tuple[str, str, str], int] = defaultdict(int)  # tenant, user, flavor
         self._inner: dict[_Key, int] = defaultdict(int)  # own usage + children's footprints
         self._eff: dict[_Key, int] = defaultdict(int)  # max(inner, reserve)
         self._guarantee: dict[_Key, int] = {}
@@ -122,12 +122,12 @@ class QuotaLedger:
     def check(self, tenant: str, user: str, flavor: str, milli: int) -> QuotaVerdict | None:
         """None when ``milli`` more of ``flavor`` fits for ``tenant``; else the first rule
         that fails, from the leaf upwards."""
-        cap = self.tenants[tenant].max_gpu_milli_per_user
-        used_by_user = self.user_usage[(tenant, user)]
+        cap = self.tenants[tenant].user_caps.get(flavor)
+        used_by_user = self.user_usage[(tenant, user, flavor)]
         if cap is not None and user and used_by_user + milli > cap:
             return QuotaVerdict(
                 tenant,
-                f"user cap: {user} uses {gpus(used_by_user)} GPUs in {tenant}, "
+                f"user cap: {user} uses {gpus(used_by_user)} {flavor} in {tenant}, "
                 f"cap {gpus(cap)}, job needs {gpus(milli)}",
                 user_cap=True,
             )
@@ -180,7 +180,7 @@ class QuotaLedger:
 
     def _charge(self, tenant: str, user: str, flavor: str, milli: int) -> None:
         self.changes += 1
-        self.user_usage[(tenant, user)] += milli
+        self.user_usage[(tenant, user, flavor)] += milli
         footprints = self._footprints(tenant, flavor, milli)
         delta = milli
         for node, new in zip(self.chain.get(tenant, ()), footprints, strict=True):

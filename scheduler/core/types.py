@@ -159,7 +159,9 @@ class Tenant:
     parent: str | None = None
     quotas: Mapping[str, Quota] = field(default_factory=dict)
     weight: float = 1.0
-    max_gpu_milli_per_user: int | None = None
+    # flavor -> the most milli-GPU of that flavor one user of this tenant may hold; a flavor
+    # absent here has no cap (0 is a cap: nothing).
+    user_caps: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

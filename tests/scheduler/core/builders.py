@@ -162,7 +162,7 @@ def make_tenants(
                 name,
                 parent,
                 {flavor: quota},
-                max_gpu_milli_per_user=None if cap is None else round(cap * GPU),
+                user_caps={} if cap is None else {flavor: round(cap * GPU)},
             )
         )
     return tuple(out)

@@ -96,6 +96,23 @@ def test_user_cap_inside_a_tenant():
     assert book.check("a", "bob", "H100", 2 * GPU) is None  # bob uses 0
 
 
+def test_user_caps_are_per_flavor_and_a_cap_of_zero_holds():
+    # alice may hold 4 H100 and no A100 in team a; what she holds of one model does not
+    # count against the other's cap (one cap per tenant once collapsed them to the lowest
+    # and dropped a 0).
+    h100, a100 = Quota(16 * GPU, None), Quota(16 * GPU, None)
+    tenants = (
+        Tenant("org"),
+        Tenant("a", "org", {"H100": h100, "A100": a100}, user_caps={"H100": 4 * GPU, "A100": 0}),
+    )
+    book = QuotaLedger(tenants, ["H100", "A100"])
+    book.charge("a", "alice", "H100", 4 * GPU)
+    verdict = book.check("a", "alice", "A100", 1 * GPU)  # 0 + 1 > cap 0
+    assert verdict is not None and verdict.user_cap and "A100" in verdict.message
+    assert book.check("a", "alice", "H100", 1 * GPU) is not None  # 4 + 1 > 4
+    assert book.check("a", "bob", "H100", 4 * GPU) is None
+
+
 def test_rollback_restores_usage():
     book = ledger(("a", 8, 16), ("b", 8, 16))
     mark = book.mark()
@@ -143,7 +160,7 @@ def test_user_cap_reason_through_a_cycle():
     assert {p.job_id for p in result.placements} == {"a1", "b1"}
     reason = result.reason_for("a2")
     assert reason is not None and reason.code == WaitCode.USER_CAP
-    assert reason.message == "user cap: alice uses 3 GPUs in team-a, cap 4, job needs 2"
+    assert reason.message == "user cap: alice uses 3 H100 in team-a, cap 4, job needs 2"
 
 
 # --- a tenant without quota on a flavor: borrowing only (as a Kueue ClusterQueue with
