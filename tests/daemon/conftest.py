@@ -7,7 +7,8 @@ database and backend, so a "restart" is simply a new instance.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -106,9 +107,25 @@ def make_env(nodes: int = 4) -> Env:
     return Env(org, clock, backend)
 
 
+# A test that runs a daemon's loop (`run()`) ends it by setting `stop`; a loop whose cycles
+# all fail never reaches the test's own stop, and would hang the suite: this ends it.
+LOOP_WATCHDOG_S = 60.0
+
+
+def watched(env: Env) -> Iterator[Env]:
+    """`env`, with every loop of its daemons stopped after LOOP_WATCHDOG_S."""
+    timer = threading.Timer(LOOP_WATCHDOG_S, lambda: [d.stop.set() for d in env.daemons])
+    timer.daemon = True
+    timer.start()
+    try:
+        yield env
+    finally:
+        timer.cancel()
+
+
 @pytest.fixture
-def env(db: Any) -> Env:
-    return make_env()
+def env(db: Any) -> Iterator[Env]:
+    yield from watched(make_env())
 
 
 @pytest.fixture
@@ -124,8 +141,8 @@ def clients(env: Env) -> Callable[[str], APIClient]:
 
 
 @pytest.fixture
-def tenv(transactional_db: Any) -> Env:
-    return make_env()
+def tenv(transactional_db: Any) -> Iterator[Env]:
+    yield from watched(make_env())
 
 
 __all__ = ["Env", "FakeClock", "Killed", "SchedulerLease", "assert_consistent", "expire_leases"]
