@@ -8,7 +8,9 @@ reports NotReady until healed. Utilization is synthetic per job type; inference 
 load curve that the daemon reads as its scaling signal.
 
 Faults for tests: `inject(method, error, times)` makes the next `times` calls of `method`
-raise `error` (a BackendError for 500/timeouts, a BindConflict for 409). And the ways a real
+raise `error` (a BackendError for 500/timeouts, a BindConflict for 409); `stall(method,
+meanwhile)` holds the next call of `method` while something else happens (a lease expires,
+another daemon takes over), then serves it, as a stalled API call does. And the ways a real
 cluster misbehaves, on command: `never_start(job_id, reason, message)` keeps a job's pods
 Pending for ever with a waiting reason (an image that never pulls, a missing secret), as
 the kubelet reports it; `partition_node(node)` makes a node unreachable: NotReady, its pods
@@ -91,6 +93,7 @@ class SimulatedCluster:
         self._pods: dict[str, _Pod] = {}
         self._on_node: dict[str, set[str]] = {}  # node -> names of pods bound there
         self._faults: dict[str, list[Exception]] = {}
+        self._stalls: dict[str, list[Callable[[], object]]] = {}
         self._stuck: dict[int, str] = {}  # job id -> why its pods never start
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
@@ -101,6 +104,26 @@ class SimulatedCluster:
         with self._lock:
             self._faults.setdefault(method, []).extend([error] * times)
 
+    def stall(
+        self, method: str, meanwhile: Callable[[], object] | None = None, seconds: float = 0.0
+    ) -> None:
+        """The next call of `method` stalls, as an API call to a loaded server does: before it
+        is served, `meanwhile()` runs (on a fake clock: let time pass, another daemon act),
+        or the caller waits `seconds` of wall-clock time. Then it is served as usual."""
+        with self._lock:
+            self._stalls.setdefault(method, []).append(
+                meanwhile if meanwhile is not None else (lambda: time.sleep(seconds))
+            )
+
+    def stall_point(self, method: str) -> None:
+        """Called by each API call before it takes the cluster's lock, so that what runs
+        meanwhile may use the cluster."""
+        with self._lock:
+            queue = self._stalls.get(method)
+            wait = queue.pop(0) if queue else None
+        if wait is not None:
+            wait()
+
     def _enter(self, method: str) -> None:
         self.calls[method] = self.calls.get(method, 0) + 1
         queue = self._faults.get(method)
@@ -110,6 +133,7 @@ class SimulatedCluster:
     # --- nodes ----------------------------------------------------------------------------
 
     def list_nodes(self) -> Sequence[NodeInfo]:
+        self.stall_point("list_nodes")
         with self._lock:
             self._enter("list_nodes")
             return [
@@ -118,6 +142,7 @@ class SimulatedCluster:
             ]
 
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
+        self.stall_point("set_node_unschedulable")
         with self._lock:
             self._enter("set_node_unschedulable")
             if node in self._nodes:
@@ -187,6 +212,7 @@ class SimulatedCluster:
     # --- pods -----------------------------------------------------------------------------
 
     def create_pod(self, pod: PodRequest) -> None:
+        self.stall_point("create_pod")
         with self._lock:
             self._enter("create_pod")
             now = self.clock()
@@ -196,6 +222,7 @@ class SimulatedCluster:
             self._pods[pod.name] = _Pod(pod, now)
 
     def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        self.stall_point("bind_pod")
         with self._lock:
             self._enter("bind_pod")
             now = self.clock()
@@ -234,6 +261,7 @@ class SimulatedCluster:
                 return
 
     def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
+        self.stall_point("delete_pod")
         with self._lock:
             self._enter("delete_pod")
             now = self.clock()
@@ -251,6 +279,7 @@ class SimulatedCluster:
                 pod.gone_at = math.inf  # no kubelet confirms the containers are gone
 
     def list_pods(self) -> Sequence[PodStatus]:
+        self.stall_point("list_pods")
         with self._lock:
             self._enter("list_pods")
             now = self.clock()

@@ -138,12 +138,16 @@ class PersistentCluster(SimulatedCluster):
         self._seen, self._written = self._stamp(), data
 
     # --- every call that reads or changes the state, through the file ------------------------
+    # A stalled API call (`stall`) stalls before the file lock: what runs meanwhile (another
+    # daemon, in this process or another) may use the cluster.
 
     def list_nodes(self) -> Sequence[NodeInfo]:
+        self.stall_point("list_nodes")
         with self._shared():
             return super().list_nodes()
 
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
+        self.stall_point("set_node_unschedulable")
         with self._shared():
             super().set_node_unschedulable(node, unschedulable)
 
@@ -176,18 +180,22 @@ class PersistentCluster(SimulatedCluster):
             return super().node_failed(node)
 
     def create_pod(self, pod: PodRequest) -> None:
+        self.stall_point("create_pod")
         with self._shared():
             super().create_pod(pod)
 
     def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        self.stall_point("bind_pod")
         with self._shared():
             super().bind_pod(namespace, name, node)
 
     def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
+        self.stall_point("delete_pod")
         with self._shared():
             super().delete_pod(namespace, name, grace_period_s)
 
     def list_pods(self) -> Sequence[PodStatus]:
+        self.stall_point("list_pods")
         with self._shared():
             return super().list_pods()
 

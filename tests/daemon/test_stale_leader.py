@@ -1,7 +1,7 @@
 """Issue 17, point 4: a leader that stalls inside a call to the cluster while its lease
 expires and another daemon takes over must not write to the cluster afterwards: no delete,
 no bind. The stall is a fake backend call that, while "blocked", lets the clock pass, the
-lease expire and the new leader run a cycle."""
+lease expire and the new leader run a cycle (`SimulatedCluster.stall`)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,10 @@ from tests.daemon.conftest import Env, assert_consistent, expire_leases
 
 
 def stall_once(env: Env, method: str, meanwhile: Callable[[], None]) -> list[str]:
-    """The next call of `method` blocks while `meanwhile` runs (then completes as the
-    cluster would have done it). Returns the log of the backend's write calls."""
-    real = getattr(env.backend, method)
-    stalled: list[bool] = []
-
-    def call(*args: Any) -> Any:
-        if not stalled:
-            stalled.append(True)
-            meanwhile()
-        return real(*args)
-
-    setattr(env.backend, method, call)
+    """The next call of `method` stalls while `meanwhile` runs (the simulated cluster's
+    `stall`), then completes as the cluster would have done it. Returns the log of the
+    backend's write calls."""
+    env.backend.stall(method, meanwhile)
     writes: list[str] = []
     for name in ("create_pod", "bind_pod", "delete_pod"):
         inner = getattr(env.backend, name)

@@ -80,3 +80,12 @@ def test_an_unreadable_state_is_set_aside_and_the_cluster_starts_empty(tmp_path:
     backend = cluster(path, FakeClock())
     assert backend.list_pods() == []
     assert (tmp_path / "c.state.unreadable").read_bytes() == b"not a pickle"
+
+
+def test_a_stalled_call_lets_another_process_use_the_cluster_meanwhile(tmp_path: Path) -> None:
+    clock = FakeClock()
+    stalled, other = cluster(tmp_path / "c.state", clock), cluster(tmp_path / "c.state", clock)
+    pod = make_request(node="h100-0000")
+    stalled.stall("list_pods", lambda: other.create_pod(pod))  # no deadlock on the file lock
+    assert [p.name for p in stalled.list_pods()] == [pod.name]  # served after, seeing it
+    assert [p.name for p in stalled.list_pods()] == [pod.name]  # one stall only
