@@ -92,6 +92,7 @@ def test_no_regex_in_the_project_ends_with_a_dollar() -> None:
         for path in (ROOT / package).rglob("*.py")
         if "migrations" not in path.parts
         for number, line in enumerate(path.read_text().splitlines(), 1)
-        if DOLLAR_END.search(line)
+        # an OpenAPI "pattern" is ECMA-262, where $ ends the text (no newline before it)
+        if DOLLAR_END.search(line) and '"pattern":' not in line
     ]
     assert not offenders, f"use \\Z (or fullmatch), not $: {offenders}"
