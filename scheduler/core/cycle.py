@@ -342,14 +342,26 @@ def _record(
 
 
 def _place_extras(
-    ctx: CycleContext, job: JobRequest, flavor: str, replicas: Iterable[int]
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    replicas: Iterable[int],
+    *,
+    held_back: bool = False,
 ) -> tuple[ReplicaAssignment, ...]:
-    """Elastic replicas one by one, within quota, without preemption; stop at the first miss."""
+    """Elastic replicas one by one, within quota, without preemption; stop at the first miss.
+    `held_back`: a replica that fits its quota only on what this cycle's victims free is not
+    placed (a running job grows a replica at once, with nothing to wait for: it grows when
+    they are gone, in a later cycle)."""
     out: list[ReplicaAssignment] = []
     avoid = not ends_before_reservation(ctx, job)
     for replica in replicas:
+        mark = ctx.mark()
         placed = ctx.try_place(job, flavor, (replica,), avoid_reserved=avoid, elastic=True)
         if placed is None:
+            break
+        if held_back and ctx.relies_on_stopping(job, flavor, job.resources.gpu_milli):
+            ctx.rollback(mark)
             break
         out.extend(placed)
     return tuple(out)
@@ -411,7 +423,7 @@ def _grow_elastic(ctx: CycleContext, out: _Decisions) -> None:
             continue
         have = {a.replica for a in current.assignments}
         missing = [r for r in range(job.replicas) if r not in have]
-        grown = _place_extras(ctx, job, current.flavor, missing)
+        grown = _place_extras(ctx, job, current.flavor, missing, held_back=True)
         if grown:
             out.placements.append(Placement(job.id, current.flavor, grown))
             ctx.set_live(replace(current, assignments=current.assignments + grown))

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.core.types import JobKind
 from tests.scheduler.core.builders import (
     BEST_FIT,
     cycle,
@@ -156,6 +157,29 @@ def test_a_job_that_fits_only_on_a_victims_quota_waits_for_the_victim():
     assert result.placement_for("a").preempted == ("b-big",)
     assert result.placement_for("b-small").preempted == ("b-big",)
     assert result.placement_for("c").preempted == ()
+
+
+def test_a_running_job_grows_no_replica_on_a_victims_quota():
+    # team-b (guarantee 8, limit 12) runs b-big (8 on n1) and an inference job (not
+    # preemptible) at 1 of its 3 replicas (4 on n3): 12, its limit, borrowing 4. team-a
+    # reclaims 8: b-big is preempted, a waits for it. Growing the inference job by 4 fits b's
+    # limit only once b-big is gone (8 + 4 + 4 > 12 while it stops): it grows in a later
+    # cycle, not beside the victim.
+    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 12))
+    inference = make_job("b-inf", "team-b", gpus=4, replicas=3, min_replicas=1,
+                         priority="pinned", kind=JobKind.INFERENCE)  # fmt: skip
+    running = [
+        make_running(make_job("b-big", "team-b", gpus=8), ("n1", range(8))),
+        make_running(inference, ("n3", range(4))),
+    ]
+    nodes = [make_node("n1"), make_node("n3", gpus=12)]
+    result = cycle(
+        snapshot(nodes, [make_job("a", "team-a", gpus=8)], running, tenants=tenants, now=NOW),
+        PROFILE,
+    )
+    assert victims(result) == {"b-big"}
+    assert result.placement_for("a").preempted == ("b-big",)
+    assert result.placement_for("b-inf") is None
 
 
 def test_no_reclaim_beyond_own_guarantee():
