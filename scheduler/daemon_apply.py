@@ -67,6 +67,18 @@ class Outcome:
 # --- phase A ------------------------------------------------------------------------------------
 
 
+def _deferred_reason(placement: Any, preemptors: set[tuple[str, str]]) -> str:
+    """Why a placed job waits for other jobs to stop: it preempted them, or it fits only on
+    the quota or devices that jobs preempted for others free."""
+    victims = placement.preempted
+    own = [v for v in victims if (placement.job_id, v) in preemptors]
+    if not victims:
+        return "preempting job(s) of lower priority; starts when they have stopped"
+    if own:
+        return f"preempting job(s) {', '.join(own)}; starts when they have stopped"
+    return f"waiting for job(s) {', '.join(victims)} to stop, preempted for other jobs"
+
+
 def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     plan = Plan()
     now = daemon.now_dt()
@@ -79,14 +91,14 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     held = _victim_devices(built, result)
     pending = set(built.pending_ids)
     deferred: set[str] = set()
+    preemptors = {(p.preemptor, p.job_id) for p in result.preemptions}
     for placement in result.placements:
         job_id = int(placement.job_id)
         uses = {(a.node, sh.device) for a in placement.assignments for sh in a.shares}
         if placement.preempted or uses & held:
             deferred.add(placement.job_id)
             if job_id in pending:
-                victims = ", ".join(placement.preempted) or "of lower priority"
-                waiting[job_id] = f"preempting job(s) {victims}; starts when they have stopped"
+                waiting[job_id] = _deferred_reason(placement, preemptors)
     # Jobs waiting on their victims are told at once; the other reasons are refreshed at the
     # daemon's pace, the head of the queue first, the rest on later refreshes (bounds the
     # writes when thousands wait and their reasons' figures keep changing).

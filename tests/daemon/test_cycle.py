@@ -554,9 +554,13 @@ def test_jobs_fitted_into_a_victims_leftover_wait_for_it_too(env: Env) -> None:
     env.run(daemon)
     preempted = [j for j in low if Job.objects.get(pk=j.pk).state == "preempted"]
     assert len(preempted) == 1
-    for job in (first, second):
-        job.refresh_from_db()
-        assert job.state == "queued" and "preempting" in job.reason, job.reason
+    first.refresh_from_db()
+    second.refresh_from_db()
+    victim = preempted[0].pk
+    assert (first.state, second.state) == ("queued", "queued")
+    # the preemptor says so; the job fitted beside it waits for a job it did not preempt
+    assert first.reason == f"preempting job(s) {victim}; starts when they have stopped"
+    assert second.reason == f"waiting for job(s) {victim} to stop, preempted for other jobs"
     assert_consistent(env.backend)
     env.run(daemon, seconds=3, cycles=2)
     nodes = set()

@@ -41,6 +41,9 @@ def test_a_victims_quota_is_held_until_its_pods_are_gone(env: Env) -> None:
     assert Job.objects.filter(tenant__slug="team-bravo", state="preempted").count() == 1
     small.refresh_from_db()
     assert small.state == "queued", small.reason
+    (victim,) = Job.objects.filter(tenant__slug="team-bravo", state="preempted")
+    # placed, but deferred: it preempted nobody itself, and says what it waits for
+    assert small.reason == f"waiting for job(s) {victim.pk} to stop, preempted for other jobs"
     assert _gpus_of("team-bravo") <= 24
     env.run(daemon, seconds=1)  # the victim is still terminating (2 s grace)
     small.refresh_from_db()
