@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
@@ -57,8 +57,8 @@ def statement_close(
     now: datetime | None = None,
 ) -> Statement:
     """The closed statement of `organisation` for [start, end), made now or found made."""
-    if user is not None and not access.grants_for(user).platform_admin:
-        raise PermissionDenied("Only platform admins close statements.")
+    if user is not None:
+        access.require_books_keeper(user)
     if organisation.parent_id is not None:
         raise ValidationError(
             {"organisation": ["statements are closed per organisation (a root)."]}
@@ -125,8 +125,9 @@ def statement_adjust(
     project: Project | None = None,
 ) -> StatementLine:
     """Append a correction to a closed statement: an adjustment line with a reason and its
-    author. The statement's other lines stay as they were closed."""
-    access.require_platform_admin(user)
+    author. The statement's other lines stay as they were closed. Finance and platform
+    admins only."""
+    access.require_books_keeper(user)
     errors: dict[str, list[str]] = {}
     if not tenant.path.startswith(statement.organisation.path):
         errors["tenant"] = ["is not in the statement's organisation."]

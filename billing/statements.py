@@ -55,8 +55,13 @@ def price_at(rates: list[rating.Rate], flavor: str, hour: datetime) -> rating.Ra
     return found
 
 
-def usage_lines(organisation: Tenant, start: datetime, end: datetime) -> list[rating.Line]:
-    """Used, preempted and failed lines of the organisation's jobs in [start, end)."""
+def usage_lines(
+    organisation: Tenant, start: datetime, end: datetime, *, detail: bool = False
+) -> list[rating.Line]:
+    """Used, preempted and failed lines of the organisation's jobs in [start, end).
+
+    `detail`: accounts are (tenant, project, user, job type, priority class) instead, for the
+    cost API's finer aggregations (billing/costs.py); the pieces and prices are the same."""
     rows = list(
         UsageRecord.objects.filter(
             period__start__gte=start,
@@ -77,11 +82,20 @@ def usage_lines(organisation: Tenant, start: datetime, end: datetime) -> list[ra
             "memory_mib",
             "priority_class",
             "borrowed",
+            "job_type",
         )
     )
     kinds = attempt_kinds((r[0], r[1], r[2]) for r in rows)
     usages = [
-        rating.Usage((r[3], r[4], r[5]), r[6], kinds[r[0]], *r[7:12], r[12], r[13]) for r in rows
+        rating.Usage(
+            (r[3], r[4], r[5], r[14], r[12]) if detail else (r[3], r[4], r[5]),
+            r[6],
+            kinds[r[0]],
+            *r[7:12],
+            r[12],
+            r[13],
+        )
+        for r in rows
     ]
     return rating.rate_usage(usages, rates_between(start, end))
 

@@ -163,6 +163,13 @@ def require_platform_admin(user: Any) -> None:
         raise PermissionDenied("Only platform admins may do this.")
 
 
+def require_books_keeper(user: Any) -> None:
+    """Closing a month's statements and correcting them is finance's work, and platform
+    admins'; finance changes nothing else."""
+    if not grants_for(user).sees_everything:
+        raise PermissionDenied("Only finance and platform admins may do this.")
+
+
 def _get_or_404(queryset: QuerySet[Any], pk: Any) -> Any:
     try:
         return queryset.get(pk=int(pk))

@@ -1,8 +1,14 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from billing.api import views
+from billing.api import costs, views
 
 router = SimpleRouter()
 router.register("rate-cards", views.RateCardViewSet, basename="ratecard")
+router.register("statements", costs.StatementViewSet, basename="statement")
+router.register("billing-policies", costs.BillingPolicyViewSet, basename="billingpolicy")
 
-urlpatterns = [*router.urls]
+urlpatterns = [
+    path("costs/", costs.CostListView.as_view(), name="cost-list"),
+    *router.urls,
+]

@@ -12,12 +12,17 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
+from billing.closing import statement_close
+from billing.metering import meter_usage
+from billing.models import Statement
+from billing.rates import RatePrices, rate_card_add
 from scheduler.models import Job, JobState
 from tenants.models import (
     ApprovalPolicy,
@@ -29,6 +34,7 @@ from tenants.models import (
     Tenant,
 )
 from tests import factories as f
+from tests.billing.builders import T0, at, hold, make_node
 from tests.conftest import Org, job_spec
 
 
@@ -95,7 +101,20 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "approvalrequest-inbox": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
     "audit-export": lambda org, t: AuditEntry.objects.filter(tenant=t).first(),
     "quotarequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
+    # Statements are per organisation: the foreign one is another organisation's. The lines
+    # of the user's own organisation's statement are walked in test_statement_shows_...
+    "statement": lambda org, t: Statement.objects.get(organisation__slug="globex"),
+    # Read by finance and platform admins only: anyone else gets a 404 even for their own
+    # organisation's (the id is the organisation's).
+    "billingpolicy": lambda org, t: org.acme,
+    "cost": lambda org, t: t,
+    # A list-level write: its foreign body names the foreign tenant (foreign_create_body).
+    "statement-close": lambda org, t: Statement.objects.filter(organisation=t).first(),
 }
+# Query strings for list routes that need one to show anything (a window with metered usage).
+LIST_QUERY = {"cost-list": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user"}
+# List routes finance may post to (closing the books): a bad body is a 400 there, not a 403.
+BOOKS_KEEPER_WRITES = {"statement-close"}
 # Detail routes on platform-wide objects, visible to all, writable by platform admins only.
 GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
@@ -157,6 +176,28 @@ def populate(org: Org) -> None:
         )
 
 
+def populate_billing(org: Org) -> Statement:
+    """Metered usage of every team's job, acme's closed statement for it, and another
+    organisation's statement."""
+    rate_card_add(
+        user=org.users["pat"],
+        flavor=org.h100,
+        valid_from=T0 - timedelta(days=30),
+        prices=RatePrices(Decimal(2)),
+    )
+    node = make_node("n-walk", gpus=3)
+    for index, job in enumerate(Job.objects.filter(name__startswith="job-").order_by("pk")):
+        hold(job, node, 0, 2, [1000], first_device=index)
+    meter_usage(now=at(3))
+    globex = f.TenantFactory(slug="globex", kind="organisation")
+    Statement.objects.create(
+        organisation=globex, period_start=T0, period_end=at(2), currency="USD", closed_at=at(3)
+    )
+    return statement_close(
+        user=org.users["pat"], organisation=org.acme, start=T0, end=at(2), now=at(3)
+    )
+
+
 def fill(template: str, pk: Any) -> str:
     return "/" + template.replace("<pk>", str(pk))
 
@@ -194,6 +235,7 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
             "limit_milli": 32000,
         },
         "priorityclass-list": {"name": "intruder", "value": 12345},
+        "statement-close": {"organisation": foreign.pk, "month": "2031-01"},
         "ratecard-list": {
             "flavor": org.h100.pk,
             "valid_from": "2031-01-01T00:00:00Z",
@@ -233,6 +275,7 @@ def test_every_route_is_covered() -> None:
 @pytest.mark.parametrize("persona", sorted(PERSONAS))
 def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, persona: str) -> None:
     populate(org)
+    populate_billing(org)
     foreign: Tenant = getattr(org, PERSONAS[persona])
     marker = MARKERS[PERSONAS[persona]]
     client = client_for(persona)
@@ -249,7 +292,7 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
                 assert response.status_code == 404, (persona, method, url, response.status_code)
             assert snapshot(obj) == state, f"{persona} changed {url}"
         elif not route.is_detail and "GET" in route.methods:
-            response = client.get("/" + route.template)
+            response = client.get("/" + route.template + LIST_QUERY.get(route.name, ""))
             assert response.status_code == 200, (persona, route.template, response.status_code)
             if base not in NO_TENANT_DATA or base == "me":
                 assert marker not in response.content.decode(), (persona, route.template)
@@ -266,6 +309,7 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
 
 def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) -> None:
     populate(org)
+    populate_billing(org)
     client = client_for("carol")
     before = counts()
     for route in api_routes():
@@ -282,7 +326,8 @@ def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) 
         elif not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
             body = foreign_create_body(route.name, org, org.bravo)
             response = client.post("/" + route.template, body, format="json")
-            assert response.status_code == 403, (route.template, response.json())
+            expected = 400 if route.name in BOOKS_KEEPER_WRITES else 403
+            assert response.status_code == expected, (route.template, response.json())
     listed = client.get("/api/v1/jobs/").json()
     assert {j["tenant_slug"] for j in listed["results"]} == {
         "team-alpha",
@@ -294,6 +339,7 @@ def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) 
 
 def test_platform_admin_sees_everything(org: Org, client_for: Any) -> None:
     populate(org)
+    populate_billing(org)
     client = client_for("pat")
     for route in api_routes():
         base = basename(route)
@@ -301,7 +347,35 @@ def test_platform_admin_sees_everything(org: Org, client_for: Any) -> None:
             obj = FOREIGN_OBJECTS[base](org, org.bravo)
             assert client.get(fill(route.template, obj.pk)).status_code == 200
     tenants = {t["slug"] for t in client.get("/api/v1/tenants/").json()["results"]}
-    assert tenants == {"acme", "research", "product", "team-alpha", "team-bravo", "team-charlie"}
+    assert tenants == {
+        "acme",
+        "research",
+        "product",
+        "team-alpha",
+        "team-bravo",
+        "team-charlie",
+        "globex",
+    }
+
+
+@pytest.mark.parametrize("persona", sorted(PERSONAS))
+def test_statement_shows_each_persona_only_their_part(
+    org: Org, client_for: Any, persona: str
+) -> None:
+    """Everyone in acme reads acme's statement, but its lines and roll-up only as far as the
+    cost API would show them; the foreign team's name appears nowhere."""
+    populate(org)
+    statement = populate_billing(org)
+    client = client_for(persona)
+    marker = MARKERS[PERSONAS[persona]]
+    for url in [f"/api/v1/statements/{statement.pk}/", f"/api/v1/statements/{statement.pk}/lines/"]:
+        response = client.get(url)
+        assert response.status_code == 200, (persona, url, response.status_code)
+        assert marker not in response.content.decode(), (persona, url)
+    lines = client.get(f"/api/v1/statements/{statement.pk}/lines/").json()["results"]
+    assert lines, persona  # their own part is there
+    finance = client_for("carol").get(f"/api/v1/statements/{statement.pk}/lines/").json()
+    assert marker in str(finance["results"])  # the walk has teeth: the line exists
 
 
 def test_department_admin_manages_teams_below(org: Org, client_for: Any) -> None:

@@ -1,0 +1,248 @@
+"""Serializers of the cost and statement API: the query of a window, rows, statements, lines.
+
+Money travels as decimal strings with two places, the currency beside it; GPU-hours as
+decimal strings with six places (shown; the amounts come from the exact quantities)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from billing.costs import MAX_WINDOW
+from billing.models import IdlePolicy, LineKind, Statement, StatementLine
+from billing.rating import QUANTITY_PLACES
+from billing.selectors import DIMENSIONS
+from common.api.serializers import StrictInputSerializer
+
+
+def month_start(moment: datetime) -> datetime:
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def next_month(moment: datetime) -> datetime:
+    start = month_start(moment)
+    return start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+
+
+def hours(value: Fraction) -> str:
+    from decimal import Decimal
+
+    shown = Decimal(value.numerator) / Decimal(value.denominator)
+    return str(shown.quantize(QUANTITY_PLACES))
+
+
+@extend_schema_field({"type": "string", "example": "2031-01-01T00:00:00Z"})
+class HourField(serializers.Field):
+    """An ISO 8601 date (its midnight, UTC) or instant on a whole hour; without a zone, UTC.
+    Usage is metered per hour, so a window is whole hours, as statements are."""
+
+    def to_internal_value(self, data: Any) -> datetime:
+        text = data.strip() if isinstance(data, str) else ""
+        moment: datetime | None = None
+        try:
+            moment = parse_datetime(text)
+            if moment is None and parse_date(text) is not None:
+                day = parse_date(text)
+                moment = datetime(day.year, day.month, day.day)  # type: ignore[union-attr]
+        except ValueError:
+            moment = None
+        if moment is None:
+            raise serializers.ValidationError(
+                "an ISO 8601 date (2031-01-01) or instant (2031-01-01T00:00:00Z), "
+                f"got {str(data)[:40]!r}."
+            )
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        if (moment.minute, moment.second, moment.microsecond) != (0, 0, 0):
+            raise serializers.ValidationError(
+                "usage is metered per hour: give a whole hour (UTC), such as 2031-01-01T13:00Z."
+            )
+        return moment
+
+    def to_representation(self, value: datetime) -> str:
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class WindowIn(serializers.Serializer):
+    """[from, to): both left out, the current month (UTC); one left out, from the month of
+    `to` or to the end of the month of `from`."""
+
+    to = HourField(required=False, help_text="End of the window (exclusive).")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # "from" is a Python keyword: declared here, so the parameter keeps its name.
+        fields["from"] = HourField(required=False, help_text="Start of the window (inclusive).")
+        return fields
+
+    def __init__(self, *args: Any, now: datetime | None = None, **kwargs: Any) -> None:
+        self.now = now or datetime.now(UTC)
+        super().__init__(*args, **kwargs)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        start, end = attrs.get("from"), attrs.get("to")
+        if start is None and end is None:
+            start = month_start(self.now)
+        if end is None:
+            end = next_month(start)  # type: ignore[arg-type]
+        if start is None:
+            start = month_start(end - MAX_WINDOW.resolution)
+        if end <= start:
+            raise serializers.ValidationError({"to": ["must be after from."]})
+        if end - start > MAX_WINDOW:
+            raise serializers.ValidationError(
+                {"to": [f"the window is at most {MAX_WINDOW.days} days; narrow from and to."]}
+            )
+        return {**attrs, "from": start, "to": end}
+
+
+class CostQueryIn(WindowIn):
+    by = serializers.ChoiceField(DIMENSIONS, default="team", help_text="Aggregate by this.")
+    tenant = serializers.IntegerField(
+        required=False, min_value=1, help_text="Only this tenant and its subtree."
+    )
+    project = serializers.IntegerField(required=False, min_value=1)
+    flavor = serializers.CharField(required=False, max_length=63)
+    kind = serializers.ChoiceField(LineKind.choices, required=False)
+
+
+class CostRowOut(serializers.Serializer):
+    key = serializers.JSONField(
+        allow_null=True,
+        help_text="Id (department, team, project, user) or name (flavor, job type, priority "
+        "class); null for costs that carry none (idle reserved capacity by project...).",
+    )
+    name = serializers.CharField(allow_null=True)
+    charged = serializers.CharField(help_text="Charged amount, a decimal string.")
+    showback = serializers.CharField(help_text="Shown, not charged (idle capacity policy).")
+    gpu_hours = serializers.CharField()
+
+    def to_representation(self, row: Any) -> dict[str, Any]:
+        return {
+            "key": row.key,
+            "name": row.name,
+            "charged": str(row.charged),
+            "showback": str(row.showback),
+            "gpu_hours": hours(row.gpu_hours),
+        }
+
+
+class CostTotalOut(serializers.Serializer):
+    charged = serializers.CharField()
+    showback = serializers.CharField()
+    gpu_hours = serializers.CharField()
+
+
+class CostPageOut(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    currency = serializers.CharField()
+    by = serializers.CharField()
+    window = serializers.DictField(child=serializers.CharField())
+    total = CostTotalOut()
+    results = CostRowOut(many=True)
+
+
+class StatementOut(serializers.ModelSerializer):
+    organisation_slug = serializers.CharField(source="organisation.slug", read_only=True)
+    closed_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Statement
+        fields = [
+            "id",
+            "organisation",
+            "organisation_slug",
+            "period_start",
+            "period_end",
+            "currency",
+            "closed_at",
+            "closed_by",
+        ]
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_closed_by(self, statement: Statement) -> str | None:
+        return statement.closed_by.username if statement.closed_by else None
+
+
+class RollUpOut(serializers.Serializer):
+    tenant = serializers.IntegerField()
+    tenant_slug = serializers.CharField()
+    parent_id = serializers.IntegerField(allow_null=True, help_text="The parent tenant.")
+    charged = serializers.CharField()
+    showback = serializers.CharField()
+
+
+class StatementDetailOut(StatementOut):
+    roll_up = RollUpOut(many=True, read_only=True, help_text="Totals per tenant node.")
+
+    class Meta(StatementOut.Meta):
+        fields = [*StatementOut.Meta.fields, "roll_up"]
+
+
+class StatementLineOut(serializers.ModelSerializer):
+    tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
+    project_slug = serializers.CharField(source="project.slug", read_only=True, allow_null=True)
+    username = serializers.CharField(source="user.username", read_only=True, allow_null=True)
+    author = serializers.CharField(source="author.username", read_only=True, allow_null=True)
+    quantity = serializers.CharField(read_only=True)
+    rate = serializers.CharField(read_only=True)
+    amount = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = StatementLine
+        fields = [
+            "id",
+            "tenant",
+            "tenant_slug",
+            "project",
+            "project_slug",
+            "user",
+            "username",
+            "flavor",
+            "resource",
+            "kind",
+            "unit",
+            "quantity",
+            "rate",
+            "amount",
+            "charged",
+            "reason",
+            "author",
+            "created_at",
+        ]
+
+
+class StatementCloseIn(StrictInputSerializer):
+    organisation = serializers.IntegerField(min_value=1)
+    month = serializers.RegexField(
+        r"^\d{4}-(0[1-9]|1[0-2])$",
+        help_text="YYYY-MM (UTC).",
+        error_messages={"invalid": "a month as YYYY-MM, such as 2031-01."},
+    )
+
+
+class StatementAdjustIn(StrictInputSerializer):
+    tenant = serializers.IntegerField(min_value=1)
+    project = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    amount = serializers.RegexField(
+        r"^-?\d{1,12}(\.\d{1,2})?$",
+        help_text='A non-zero amount in cents as a string ("-12.50").',
+        error_messages={"invalid": 'a decimal string in cents, such as "-12.50".'},
+    )
+    reason = serializers.CharField(max_length=500, help_text="Why: required.")
+
+
+class BillingPolicyOut(serializers.Serializer):
+    organisation = serializers.IntegerField()
+    organisation_slug = serializers.CharField()
+    idle_policy = serializers.ChoiceField(IdlePolicy.choices)
+
+
+class BillingPolicyIn(StrictInputSerializer):
+    idle_policy = serializers.ChoiceField(IdlePolicy.choices)

@@ -1,0 +1,228 @@
+"""Reads of billing for the API and the portal, filtered to what the user may see.
+
+Who sees which costs (issue 18):
+- finance and platform admins: everything;
+- a tenant admin: every line of their subtree (idle reserved capacity and adjustments too);
+- a member (or approver): the lines of their teams' projects, and of their own jobs;
+- nothing else: lines outside are left out, and a statement of an organisation the user holds
+  no role in is a 404 (`access_statement`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+from django.http import Http404
+
+from billing.costs import CostLine, organisation_costs
+from billing.models import BillingPolicy, Statement, StatementLine, UsageRecord
+from tenants import access
+from tenants.models import Project, Role, Tenant, TenantKind
+
+DIMENSIONS = ("department", "team", "project", "user", "flavor", "job_type", "priority_class")
+
+
+def _root(path: str) -> int:
+    return int(path.strip("/").split("/")[0])
+
+
+def organisations_visible(user: Any) -> QuerySet[Tenant]:
+    """Organisations (roots) the user holds any role in, or all of them."""
+    grants = access.grants_for(user)
+    roots = Tenant.objects.filter(parent__isnull=True)
+    if grants.sees_everything:
+        return roots
+    return roots.filter(pk__in={_root(path) for path in grants.roles_by_path})
+
+
+@dataclass(frozen=True)
+class LineFilter:
+    """Which cost lines a request asks for (None: any)."""
+
+    tenant: Tenant | None = None
+    project: int | None = None
+    flavor: str | None = None
+    kind: str | None = None
+
+    def keeps(self, line: CostLine, paths: dict[int, str]) -> bool:
+        return (
+            (self.tenant is None or paths[line.tenant].startswith(self.tenant.path))
+            and (self.project is None or line.project == self.project)
+            and (self.flavor is None or line.flavor == self.flavor)
+            and (self.kind is None or line.kind == self.kind)
+        )
+
+
+def line_visibility(user: Any) -> Any:
+    """A predicate (line, tenant paths) -> may `user` see the line."""
+    grants = access.grants_for(user)
+    if grants.sees_everything:
+        return lambda line, paths: True
+    admin = tuple(p for p, role in grants.roles_by_path.items() if role == Role.ADMIN)
+    member = tuple(grants.roles_by_path)
+
+    def visible(line: CostLine, paths: dict[int, str]) -> bool:
+        path = paths[line.tenant]
+        return (
+            path.startswith(admin)
+            or line.user == user.pk
+            or (line.project is not None and path.startswith(member))
+        )
+
+    return visible
+
+
+def cost_lines_visible(
+    user: Any, start: datetime, end: datetime, lines_filter: LineFilter | None = None
+) -> list[CostLine]:
+    """The cost lines of [start, end) the user may see, filtered."""
+    lines_filter = lines_filter or LineFilter()
+    organisations = set(organisations_visible(user))
+    if not access.grants_for(user).sees_everything:
+        # Own jobs in an organisation where the user holds no role any more.
+        own = UsageRecord.objects.filter(
+            user_id=user.pk, period__start__gte=start, period__start__lt=end
+        ).values_list("tenant__path", flat=True)
+        organisations |= set(Tenant.objects.filter(pk__in={_root(p) for p in own.distinct()}))
+    if lines_filter.tenant is not None:
+        organisations = {o for o in organisations if o.pk == _root(lines_filter.tenant.path)}
+    paths = dict(Tenant.objects.values_list("id", "path"))
+    visible = line_visibility(user)
+    return [
+        line
+        for organisation in sorted(organisations, key=lambda o: o.pk)
+        for line in organisation_costs(organisation, start, end)
+        if visible(line, paths) and lines_filter.keeps(line, paths)
+    ]
+
+
+@dataclass
+class CostRow:
+    key: int | str | None
+    name: str | None
+    charged: Decimal = Decimal("0.00")
+    showback: Decimal = Decimal("0.00")
+    gpu_hours: Fraction = field(default_factory=Fraction)
+
+
+def _nearest(kind: str, tenants: dict[int, Tenant]) -> dict[int, int | None]:
+    """tenant id -> its nearest ancestor (or itself) of `kind`, or None."""
+    out: dict[int, int | None] = {}
+    for tenant in tenants.values():
+        found = [t for t in tenant.ancestor_ids() if t in tenants and tenants[t].kind == kind]
+        out[tenant.pk] = found[-1] if found else None
+    return out
+
+
+def aggregate(lines: Iterable[CostLine], by: str) -> list[CostRow]:
+    """Cost lines added up per value of the dimension `by`, largest charged first."""
+    lines = list(lines)
+    tenants = {t.pk: t for t in Tenant.objects.all()}
+    if by in ("department", "team"):
+        nearest = _nearest(
+            TenantKind.DEPARTMENT if by == "department" else TenantKind.TEAM, tenants
+        )
+        names: dict[Any, str] = {pk: t.slug for pk, t in tenants.items()}
+        key_of: Any = lambda line: nearest[line.tenant]  # noqa: E731
+    elif by == "project":
+        names = dict(Project.objects.values_list("id", "slug"))
+        key_of = lambda line: line.project  # noqa: E731
+    elif by == "user":
+        names = dict(get_user_model().objects.values_list("id", "username"))
+        key_of = lambda line: line.user  # noqa: E731
+    else:
+        names = {}
+        key_of = lambda line: getattr(line, by) or None  # noqa: E731
+    rows: dict[Any, CostRow] = {}
+    for line in lines:
+        key = key_of(line)
+        row = rows.setdefault(key, CostRow(key, names.get(key, key) if key is not None else None))
+        if line.charged:
+            row.charged += line.amount
+        else:
+            row.showback += line.amount
+        row.gpu_hours += line.gpu_hours
+    return sorted(rows.values(), key=lambda r: (-r.charged, -r.showback, str(r.name)))
+
+
+def totals(lines: Iterable[CostLine]) -> CostRow:
+    total = CostRow(None, None)
+    for line in lines:
+        if line.charged:
+            total.charged += line.amount
+        else:
+            total.showback += line.amount
+        total.gpu_hours += line.gpu_hours
+    return total
+
+
+# --- statements ----------------------------------------------------------------------------
+
+
+def statement_list_visible(user: Any) -> QuerySet[Statement]:
+    return Statement.objects.filter(organisation__in=organisations_visible(user)).select_related(
+        "organisation", "closed_by"
+    )
+
+
+def access_statement(user: Any, statement_id: Any) -> Statement:
+    """A statement of an organisation the user holds a role in (or any, for finance and
+    platform admins); anything else is a 404."""
+    try:
+        return statement_list_visible(user).get(pk=int(statement_id))
+    except (ValueError, TypeError, Statement.DoesNotExist):
+        raise Http404("Not found.") from None
+
+
+def statement_lines_visible(user: Any, statement: Statement) -> list[StatementLine]:
+    """The statement's lines the user may see, with the same rule as the cost API's."""
+    paths = dict(Tenant.objects.values_list("id", "path"))
+    visible = line_visibility(user)
+    rows = statement.lines.select_related("tenant", "project", "user", "author").order_by("id")
+    return [row for row in rows if visible(_as_cost(statement, row), paths)]
+
+
+def _as_cost(statement: Statement, row: StatementLine) -> CostLine:
+    return CostLine(
+        statement.organisation_id,
+        row.tenant_id,
+        row.project_id,
+        row.user_id,
+        row.flavor,
+        row.resource,
+        row.kind,
+        "",
+        "",
+        row.amount,
+        Fraction(0),
+        row.charged,
+    )
+
+
+def rolled_up_tenants(user: Any, organisation: Tenant) -> list[Tenant]:
+    """The tenants of `organisation` whose whole subtree the user may see: every one for
+    finance and platform admins, the subtrees a tenant admin holds; none for members, whose
+    view of a team leaves out what is not theirs (a partial total would mislead)."""
+    grants = access.grants_for(user)
+    tenants = Tenant.objects.filter(path__startswith=organisation.path).order_by("path")
+    if grants.sees_everything:
+        return list(tenants)
+    return list(tenants.filter(grants.subtree_q(min_role=Role.ADMIN)))
+
+
+def billing_policies_visible(user: Any) -> list[tuple[Tenant, str]]:
+    """(organisation, idle policy) for finance and platform admins; nothing for others."""
+    if not access.grants_for(user).sees_everything:
+        return []
+    policies = dict(BillingPolicy.objects.values_list("organisation_id", "idle_policy"))
+    return [
+        (organisation, policies.get(organisation.pk, "charge"))
+        for organisation in Tenant.objects.filter(parent__isnull=True).order_by("slug")
+    ]
