@@ -226,3 +226,73 @@ def billing_policies_visible(user: Any) -> list[tuple[Tenant, str]]:
         (organisation, policies.get(organisation.pk, "charge"))
         for organisation in Tenant.objects.filter(parent__isnull=True).order_by("slug")
     ]
+
+
+# --- the finance page ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantCost:
+    tenant: Tenant
+    level: int  # depth below the first row shown, for indentation
+    charged: Decimal
+    showback: Decimal
+
+
+@dataclass(frozen=True)
+class LeavesCheck:
+    """Reconciliation 1 for one top tenant: its lines (each on one node of its subtree)
+    added up equal its rolled-up total, to the cent."""
+
+    tenant: Tenant
+    lines_sum: Decimal
+    total: Decimal
+
+    @property
+    def ok(self) -> bool:
+        return self.lines_sum == self.total
+
+
+def tenant_costs(
+    user: Any, start: datetime, end: datetime, top: Tenant | None = None
+) -> tuple[list[TenantCost], list[LeavesCheck]]:
+    """Cost per tenant node over [start, end) for the nodes whose subtree the user sees
+    whole (under `top` when given), and the leaves-to-root check of each topmost node."""
+    from billing.statements import roll_up
+
+    lines = cost_lines_visible(user, start, end, LineFilter(tenant=top))
+    totals = roll_up((line.tenant, line.amount, line.charged) for line in lines)
+    tenants = [
+        t
+        for organisation in organisations_visible(user)
+        for t in rolled_up_tenants(user, organisation)
+        if top is None or t.path.startswith(top.path)
+    ]
+    tenants.sort(key=lambda t: t.path)
+    tops = [t for t in tenants if not any(t.path.startswith(o.path) and o != t for o in tenants)]
+    rows = [
+        TenantCost(
+            t,
+            t.depth - max(o.depth for o in tops if t.path.startswith(o.path)),
+            totals[t.pk].charged if t.pk in totals else Decimal("0.00"),
+            totals[t.pk].showback if t.pk in totals else Decimal("0.00"),
+        )
+        for t in tenants
+    ]
+    paths = dict(Tenant.objects.values_list("id", "path"))
+    checks = [
+        LeavesCheck(
+            t,
+            sum(
+                (
+                    line.amount
+                    for line in lines
+                    if line.charged and paths[line.tenant].startswith(t.path)
+                ),
+                Decimal("0.00"),
+            ),
+            totals[t.pk].charged if t.pk in totals else Decimal("0.00"),
+        )
+        for t in tops
+    ]
+    return rows, checks

@@ -3,7 +3,7 @@ and tests/portal/test_isolation_walk.py walks this list, so a new route needs an
 
 from django.urls import path
 
-from portal.views import approvals, audit, auth, home, jobs, profile, tenants
+from portal.views import approvals, audit, auth, costs, home, jobs, profile, tenants
 
 app_name = "portal"
 
@@ -43,5 +43,6 @@ urlpatterns = [
     path("approvals/<int:pk>/decide/", approvals.approval_decide, name="approval-decide"),
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
+    path("costs/", costs.costs, name="costs"),
     path("scheduler/profile/", profile.scheduler_profile, name="scheduler-profile"),
 ]

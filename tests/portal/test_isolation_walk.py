@@ -84,6 +84,7 @@ ROUTES: dict[str, list[Case]] = {
     ],
     "audit": [Case(query=lambda t: {"tenant": t.tenant.pk})],
     "audit-export": [Case(query=lambda t: {"tenant": t.tenant.pk})],
+    "costs": [Case(query=lambda t: {"tenant": t.tenant.pk})],
     "job-detail": [Case(kwargs=_job)],
     "job-status": [Case(kwargs=_job)],
     "job-cancel": [

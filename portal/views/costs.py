@@ -1,0 +1,63 @@
+"""The finance page: cost per tenant for a month, and the two reconciliations of issue 18.
+
+Finance and platform admins see every organisation and the cluster's reconciliation; a
+tenant admin sees their subtree (the cluster's capacity is not a tenant's data). Others: 403.
+A `tenant` filter outside what the user sees is a 404.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from billing.api.cost_serializers import next_month
+from billing.reconcile import cluster_reconciliation
+from billing.selectors import tenant_costs
+from common.errors import DomainError
+from portal.decorators import login_required
+from tenants import access
+
+
+def _month(text: str | None) -> tuple[datetime | None, str | None]:
+    """ "2031-01" -> its first instant (UTC); the current month when left out."""
+    if not text:
+        now = datetime.now(UTC)
+        return datetime(now.year, now.month, 1, tzinfo=UTC), None
+    try:
+        return datetime.strptime(text, "%Y-%m").replace(tzinfo=UTC), None
+    except ValueError:
+        return None, f"{text[:20]!r} is not a month (YYYY-MM)."
+
+
+@login_required
+@require_GET
+def costs(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    tenant_id = request.GET.get("tenant")
+    top = access.access_tenant(user, tenant_id) if tenant_id else None
+    grants = access.grants_for(user)
+    if not (grants.sees_everything or "admin" in grants.roles_by_path.values()):
+        raise PermissionDenied("Costs are for finance, platform admins and tenant admins.")
+    start, error = _month(request.GET.get("month"))
+    context: dict[str, Any] = {
+        "error": error,
+        "top": top,
+        "currency": settings.GANTRY_BILLING_CURRENCY,
+    }
+    status = 400 if error else 200
+    if start is not None:
+        end = next_month(start)
+        context["month"] = f"{start:%Y-%m}"
+        try:
+            context["rows"], context["checks"] = tenant_costs(user, start, end, top)
+            if grants.sees_everything:
+                context["cluster"] = cluster_reconciliation(start, end)
+        except DomainError as problem:
+            context["error"], status = str(problem), 400
+    return render(request, "portal/costs.html", context, status=status)
