@@ -221,7 +221,7 @@ class StatementLineOut(serializers.ModelSerializer):
 class StatementCloseIn(StrictInputSerializer):
     organisation = serializers.IntegerField(min_value=1)
     month = serializers.RegexField(
-        r"^\d{4}-(0[1-9]|1[0-2])$",
+        r"^\d{4}-(0[1-9]|1[0-2])\Z",
         help_text="YYYY-MM (UTC).",
         error_messages={"invalid": "a month as YYYY-MM, such as 2031-01."},
     )
@@ -231,7 +231,7 @@ class StatementAdjustIn(StrictInputSerializer):
     tenant = serializers.IntegerField(min_value=1)
     project = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     amount = serializers.RegexField(
-        r"^-?\d{1,12}(\.\d{1,2})?$",
+        r"^-?\d{1,12}(\.\d{1,2})?\Z",
         help_text='A non-zero amount in cents as a string ("-12.50").',
         error_messages={"invalid": 'a decimal string in cents, such as "-12.50".'},
     )
