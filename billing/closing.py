@@ -7,7 +7,7 @@ concurrent close finds it (waiting on PostgreSQL for the first to commit) and re
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +25,14 @@ from scheduler.models import Allocation
 from tenants import access
 from tenants.audit import audit_record
 from tenants.models import Project, Tenant
+
+
+def month_bounds(text: str) -> tuple[datetime, datetime]:
+    """ "2031-01" -> (2031-01-01T00:00Z, 2031-02-01T00:00Z); ValueError when malformed."""
+    year, month = (int(part) for part in text.split("-", 1))
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
 
 
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:

@@ -19,8 +19,7 @@ from rest_framework.response import Response
 
 from billing import selectors
 from billing.api import cost_serializers as s
-from billing.closing import statement_adjust, statement_close
-from billing.management.commands.close_month import month_bounds
+from billing.closing import month_bounds, statement_adjust, statement_close
 from billing.policies import billing_policy_set
 from billing.statements import roll_up
 from common.api.filters import IntegerFilter, StrictFilterSet

@@ -8,18 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
-from billing.closing import statement_close
+from billing.closing import month_bounds, statement_close
 from billing.metering import meter_usage
 from common.errors import DomainError
 from tenants.models import Tenant
-
-
-def month_bounds(text: str) -> tuple[datetime, datetime]:
-    """ "2031-01" -> (2031-01-01T00:00Z, 2031-02-01T00:00Z); ValueError when malformed."""
-    year, month = (int(part) for part in text.split("-", 1))
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
-    return start, end
 
 
 class Command(BaseCommand):
