@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.sqlite_triggers import install_missing
+
 TABLES = ("billing_statement", "billing_statementline")
 
 POSTGRESQL = """
@@ -43,21 +45,8 @@ SQLITE = {
 
 def ensure_triggers(connection: Any) -> list[str]:
     """Install the triggers that are missing; the names installed (all, on PostgreSQL)."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
             cursor.execute(POSTGRESQL)
-            return [f"{table}_frozen" for table in TABLES]
-        if connection.vendor != "sqlite":
-            return []
-        cursor.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (%s, %s)",
-            list(TABLES),
-        )
-        if cursor.fetchone()[0] < len(TABLES):  # migrated backwards past 0003
-            return []
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        present = {name for (name,) in cursor.fetchall()}
-        missing = sorted(set(SQLITE) - present)
-        for name in missing:
-            cursor.execute(SQLITE[name])
-        return missing
+        return [f"{table}_frozen" for table in TABLES]
+    return install_missing(connection, list(TABLES), SQLITE)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.sqlite_triggers import install_missing
+
 TRIGGERS = {
     "gantry_device_shares_ins": """
         CREATE TRIGGER gantry_device_shares_ins AFTER INSERT ON scheduler_allocationdevice
@@ -42,28 +44,13 @@ RECOUNT = """
        WHERE s.device_id = scheduler_gpudevice.id AND NOT s.released), 0)"""
 
 
-def missing_sqlite_triggers(cursor: Any) -> list[str]:
-    cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-    present = {name for (name,) in cursor.fetchall()}
-    return sorted(set(TRIGGERS) - present)
-
-
 def ensure_sqlite_triggers(connection: Any) -> list[str]:
     """Install the device-share triggers that are missing on a SQLite database and, when any
     was, recount every device from its live shares (writes made without the trigger left the
     counters wrong). Returns the names installed; a no-op on other databases."""
-    if connection.vendor != "sqlite":
-        return []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
-            " ('scheduler_allocationdevice', 'scheduler_gpudevice')"
-        )
-        if cursor.fetchone()[0] < 2:  # migrated backwards past 0002
-            return []
-        missing = missing_sqlite_triggers(cursor)
-        for name in missing:
-            cursor.execute(TRIGGERS[name])
-        if missing:
+    tables = ["scheduler_allocationdevice", "scheduler_gpudevice"]
+    missing = install_missing(connection, tables, TRIGGERS)
+    if missing:
+        with connection.cursor() as cursor:
             cursor.execute(RECOUNT)
     return missing
