@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Min, Q, Sum
 
+from billing.budgets import spend_metered
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
 from scheduler.models import Allocation, GpuDevice
 from tenants.models import Quota
@@ -90,6 +91,7 @@ def meter_hour(start: datetime, *, now: datetime, fault: Fault | None = None) ->
             records = [_record(period, a, start, end) for a in allocations]
             UsageRecord.objects.bulk_create(r for r in records if r.end > r.start)
             _record_guarantees_and_capacity(period)
+            spend_metered(period, [r for r in records if r.end > r.start])
             step("written")
             # 4. finish
             period.records = len(records)
