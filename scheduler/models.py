@@ -342,3 +342,44 @@ class SchedulingProfileRecord(models.Model):
 
     def __str__(self) -> str:
         return f"profile {self.name} from {self.path or 'the built-in defaults'}"
+
+
+class JobQueueEstimate(models.Model):
+    """Where a waiting job stands, as the leading daemon last worked it out (scheduler/eta.py):
+    its position in its team's queue and in the cluster's order, and its expected start.
+
+    Written for the queued jobs of the daemon's snapshot every GANTRY_ETA_EVERY_S, never per
+    page view; a job that left the queue loses its row at the next refresh. Positions are
+    always from the latest refresh (`computed_at`); an estimate the refresh's budget did not
+    reach is kept from an earlier one (`estimated_at`), or is absent."""
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="queue_estimate"
+    )
+    position_tenant = models.PositiveIntegerField()
+    position_cluster = models.PositiveIntegerField()
+    # Start times from p50 / p90 runtimes; NULL with `estimated_at` set: not within the horizon.
+    eta_p50 = models.DateTimeField(null=True, blank=True)
+    eta_p90 = models.DateTimeField(null=True, blank=True)
+    estimated_at = models.DateTimeField(null=True, blank=True)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["position_cluster"], name="jobqueueestimate_position")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: #{self.position_cluster} in the cluster"
+
+    @property
+    def ahead_count(self) -> int:
+        return self.position_cluster - 1
+
+
+
+# The utilization history's tables belong to this app (their own module: they are many).
+from scheduler.utilization_models import JobIdle as JobIdle  # noqa: E402
+from scheduler.utilization_models import RollupPeriod as RollupPeriod  # noqa: E402
+from scheduler.utilization_models import RollupScope as RollupScope  # noqa: E402
+from scheduler.utilization_models import RollupWatermark as RollupWatermark  # noqa: E402
+from scheduler.utilization_models import UtilizationRollup as UtilizationRollup  # noqa: E402
+from scheduler.utilization_models import UtilizationSample as UtilizationSample  # noqa: E402

@@ -1,6 +1,7 @@
 """The organisation tree, memberships and roles, resource flavors, quotas, priority classes."""
 
 from django.conf import settings
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -30,6 +31,10 @@ class Tenant(TimeStampedModel):
     )
     path = models.CharField(max_length=512, db_index=True, editable=False, default="")
     depth = models.PositiveSmallIntegerField(editable=False, default=0)
+    # Budget alerts are posted here as {"text": ...} (Slack and Teams incoming webhooks).
+    webhook_url = models.URLField(
+        max_length=500, blank=True, default="", validators=[URLValidator(schemes=["https"])]
+    )
 
     class Meta:
         ordering = ["path"]
@@ -227,6 +232,8 @@ class ApprovalRule(models.TextChoices):
     PRIORITY_AT_LEAST = "priority_at_least", "priority at or above a class"
     BORROWING = "borrowing", "borrowing beyond guarantee"
     RUNTIME_OVER_HOURS = "runtime_over_hours", "runtime over N hours"
+    # Evaluated by billing's admission check (the cost is billing's to know); N in money.
+    COST_OVER = "cost_over", "estimated cost over N"
 
 
 # Rules that compare against `threshold`; `priority_at_least` names a class instead.
@@ -234,6 +241,7 @@ THRESHOLD_RULES = (
     ApprovalRule.GPUS_OVER,
     ApprovalRule.GPU_HOURS_OVER,
     ApprovalRule.RUNTIME_OVER_HOURS,
+    ApprovalRule.COST_OVER,
 )
 
 
@@ -250,7 +258,7 @@ class ApprovalPolicy(TimeStampedModel):
         decimal_places=3,
         null=True,
         blank=True,
-        help_text="GPUs, GPU-hours or hours, depending on the rule.",
+        help_text="GPUs, GPU-hours, hours or money, depending on the rule.",
     )
     priority_class = models.ForeignKey(
         PriorityClass, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -407,3 +415,34 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or 'system'} {self.action}"
+
+
+class IdleAction(models.TextChoices):
+    NOTIFY = "notify"  # email the job's owner and the tenant's admins
+    NOTIFY_AND_STOP = "notify_and_stop"  # also stop interactive jobs
+    NOTHING = "nothing"
+
+
+class IdleRule(TimeStampedModel):
+    """When an allocated GPU counts as idle for a tenant's jobs, and what then happens.
+
+    It holds for the tenant's subtree; the nearest rule up the tree wins, and without one the
+    settings' defaults apply (scheduler/idle.py). A job is idle while every device it holds
+    stays under `threshold_pct`; after `duration_s` of it, `action` is taken once."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="idle_rule")
+    threshold_pct = models.FloatField(default=5.0)
+    duration_s = models.PositiveIntegerField(default=1800)
+    action = models.CharField(max_length=16, choices=IdleAction.choices, default=IdleAction.NOTIFY)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(threshold_pct__gte=0) & Q(threshold_pct__lte=100),
+                name="idle_rule_threshold_pct",
+            ),
+            models.CheckConstraint(condition=Q(duration_s__gte=60), name="idle_rule_duration"),
+        ]
+
+    def __str__(self) -> str:
+        return f"idle under {self.threshold_pct} % for {self.duration_s} s: {self.action}"
