@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 from tenants.models import ApprovalPolicy, ApprovalRule, Tenant
 from tenants.quota_rules import QuotaValues, gpus
 
@@ -37,6 +39,7 @@ def policies_applying(tenant: Tenant, *, jobs: bool) -> list[ApprovalPolicy]:
 def policy_describe(policy: ApprovalPolicy) -> str:
     """The rule in words, e.g. 'GPUs over 8' or 'priority at or above high'."""
     threshold = f"{policy.threshold.normalize():f}" if policy.threshold is not None else ""
+    currency = settings.GANTRY_BILLING_CURRENCY
     words: dict[str, str] = {
         ApprovalRule.GPUS_OVER: f"GPUs over {threshold}",
         ApprovalRule.GPU_HOURS_OVER: f"estimated GPU-hours over {threshold}",
@@ -44,6 +47,7 @@ def policy_describe(policy: ApprovalPolicy) -> str:
         + (policy.priority_class.name if policy.priority_class else "?"),
         ApprovalRule.BORROWING: "borrowing beyond guarantee",
         ApprovalRule.RUNTIME_OVER_HOURS: f"runtime over {threshold} hours",
+        ApprovalRule.COST_OVER: f"estimated cost over {currency} {threshold}",
     }
     return words.get(policy.rule, policy.rule)
 
