@@ -57,7 +57,7 @@ def job_estimated_gpu_hours(job: Job) -> float | None:
     return None if runtime is None else job_gpu_milli(job) / 1000 * runtime / 3600
 
 
-def job_borrows(job: Job) -> bool:
+def job_borrows(job: Job, *, lock: bool = True) -> bool:
     """Would the job take its team beyond the guarantee of every flavor it may run on?
 
     Usage counts the team's queued, admitted, binding, running and preempted jobs
@@ -67,11 +67,14 @@ def job_borrows(job: Job) -> bool:
 
     Called inside the submit's transaction: the tenant's row is locked first, so that jobs
     submitted at the same moment are judged one after another, each seeing the others.
+    A quote passes `lock=False`: it decides nothing, so it need not wait for a submit, nor
+    hold up one.
     """
     milli = job_gpu_milli(job)
     if milli == 0 or not job.priority_class.counts_against_quota:
         return False
-    list(Tenant.objects.select_for_update().filter(pk=job.tenant_id).values_list("pk"))
+    if lock:
+        list(Tenant.objects.select_for_update().filter(pk=job.tenant_id).values_list("pk"))
     guaranteed = {
         name: g
         for name, g in Quota.objects.filter(tenant=job.tenant).values_list(
@@ -93,12 +96,15 @@ def job_borrows(job: Job) -> bool:
     return all(usage[name] + milli > guaranteed.get(name, 0) for name in candidates)
 
 
-def job_approval_matches(job: Job) -> list[RuleMatch]:
-    """The policies the (possibly unsaved) job matches; empty means no approval needed."""
+def job_approval_matches(job: Job, *, lock: bool = True) -> list[RuleMatch]:
+    """The policies the (possibly unsaved) job matches; empty means no approval needed.
+    With `lock=False` (a quote) nothing is locked, so it may run outside a transaction."""
     policies = policies_applying(job.tenant, jobs=True)
     if not policies:
         return []
-    borrowing = any(p.rule == ApprovalRule.BORROWING for p in policies) and job_borrows(job)
+    borrowing = any(p.rule == ApprovalRule.BORROWING for p in policies) and job_borrows(
+        job, lock=lock
+    )
     runtime = job_runtime_s(job)
     return job_matches(
         tenant=job.tenant,

@@ -93,6 +93,20 @@ def _existing_for_key(user: Any, key: str, fingerprint: str) -> Job | None:
     return job
 
 
+def job_build(*, user: Any, project: Project, payload: dict[str, Any]) -> Job:
+    """The unsaved job that submitting `payload` would queue, validated exactly as submit
+    validates it (the same PermissionDenied and ValidationErrors); writes nothing, so a quote
+    (billing.quotes) prices and judges the very job submit would create."""
+    if not access.can_submit(user, project):
+        raise PermissionDenied(f"You may not submit jobs to project '{project.slug}'.")
+    serializer = JobSpecSerializer(data=payload)
+    serializer.is_valid(raise_exception=True)
+    spec = dict(serializer.validated_data)
+    job = _job_from_spec(user=user, project=project, spec=spec)
+    job_check_fits(job=job, spec=spec)
+    return job
+
+
 def job_submit(
     *, user: Any, project: Project, payload: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Job, bool]:
@@ -109,11 +123,7 @@ def job_submit(
     fingerprint = request_hash(project.pk, payload)
     if idempotency_key and (job := _existing_for_key(user, idempotency_key, fingerprint)):
         return job, False
-    serializer = JobSpecSerializer(data=payload)
-    serializer.is_valid(raise_exception=True)
-    spec = dict(serializer.validated_data)
-    job = _job_from_spec(user=user, project=project, spec=spec)
-    job_check_fits(job=job, spec=spec)
+    job = job_build(user=user, project=project, payload=payload)
     job.idempotency_key = idempotency_key
     job.request_hash = fingerprint
     try:

@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from billing.api import costs, views
+from billing.api import costs, quotes, views
 
 router = SimpleRouter()
 router.register("rate-cards", views.RateCardViewSet, basename="ratecard")
@@ -10,5 +10,6 @@ router.register("billing-policies", costs.BillingPolicyViewSet, basename="billin
 
 urlpatterns = [
     path("costs/", costs.CostListView.as_view(), name="cost-list"),
+    path("quotes/", quotes.QuoteView.as_view(), name="quote"),
     *router.urls,
 ]

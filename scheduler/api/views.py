@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import django_filters
@@ -17,7 +19,7 @@ from scheduler import selectors, services
 from scheduler.api.serializers import JobCancelIn, JobEventOut, JobOut, JobSubmitIn
 from scheduler.models import Job, JobState
 from tenants import access
-from tenants.models import JobType
+from tenants.models import JobType, Project
 
 
 class JobFilter(StrictFilterSet):
@@ -34,6 +36,29 @@ class JobFilter(StrictFilterSet):
         fields = ["project", "tenant", "state", "job_type", "priority_class", "submitted_by"]
 
 
+def submit_envelope(request: Request) -> tuple[Project, dict[str, Any]]:
+    """The project (a 404 when the user cannot see it) and the validated envelope of a
+    submit body. The quote endpoint (billing) reads the same body through this."""
+    envelope = JobSubmitIn(data=request.data)
+    envelope.is_valid(raise_exception=True)
+    unknown = sorted(set(request.data) - set(envelope.fields))
+    if unknown:
+        raise ValidationError({key[:64]: ["unknown field."] for key in unknown[:20]})
+    data = dict(envelope.validated_data)
+    return access.access_project(request.user, data["project"]), data
+
+
+@contextmanager
+def spec_errors_under_spec() -> Iterator[None]:
+    """Spec errors are reported under "spec", like the body the client sent."""
+    try:
+        yield
+    except ValidationError as exc:
+        if isinstance(exc.detail, dict) and "idempotency_key" in exc.detail:
+            raise
+        raise ValidationError({"spec": exc.detail}) from exc
+
+
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobOut
     filterset_class = JobFilter
@@ -47,23 +72,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
     )
     def create(self, request: Request) -> Response:
-        envelope = JobSubmitIn(data=request.data)
-        envelope.is_valid(raise_exception=True)
-        unknown = sorted(set(request.data) - set(envelope.fields))
-        if unknown:
-            raise ValidationError({key[:64]: ["unknown field."] for key in unknown[:20]})
-        data = envelope.validated_data
-        project = access.access_project(request.user, data["project"])
+        project, data = submit_envelope(request)
         key = request.headers.get("Idempotency-Key") or data.get("idempotency_key")
-        try:
+        with spec_errors_under_spec():
             job, created = services.job_submit(
                 user=request.user, project=project, payload=data["spec"], idempotency_key=key
             )
-        except ValidationError as exc:
-            # Spec errors are reported under "spec", like the body the client sent.
-            if isinstance(exc.detail, dict) and "idempotency_key" in exc.detail:
-                raise
-            raise ValidationError({"spec": exc.detail}) from exc
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(JobOut(job, context=self.get_serializer_context()).data, status=code)
 

@@ -110,7 +110,11 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "cost": lambda org, t: t,
     # A list-level write: its foreign body names the foreign tenant (foreign_create_body).
     "statement-close": lambda org, t: Statement.objects.filter(organisation=t).first(),
+    # A quote of a job for the foreign tenant's project (foreign_create_body): a 404, as submit.
+    "quote": lambda org, t: t.projects.first(),
 }
+# List-level writes naming a foreign project: not found, like the project itself.
+NOT_FOUND_WRITES = {"quote"}
 # Query strings for list routes that need one to show anything (a window with metered usage).
 LIST_QUERY = {"cost-list": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user"}
 # List routes finance may post to (closing the books): a bad body is a 400 there, not a 403.
@@ -226,6 +230,7 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
             "priority_class": "critical",
         },
         "job-list": {"project": project.pk, "spec": job_spec()},
+        "quote": {"project": project.pk, "spec": job_spec()},
         "flavor-list": {"name": "X1-intruder", "memory_mib": 1},
         "approvalpolicy-list": {"tenant": foreign.pk, "rule": "gpus_over", "threshold": 1},
         "quotarequest-list": {
@@ -304,6 +309,8 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
                 route.template,
                 response.json(),
             )
+            if route.name in NOT_FOUND_WRITES:
+                assert response.status_code == 404, (persona, route.template, response.json())
     assert counts() == before, persona
 
 

@@ -297,14 +297,14 @@ def test_borrowing_rule_holds_for_jobs_submitted_at_the_same_moment(
             )
             return bool(cursor.fetchone()[0])
 
-    def judged_in_turn(job: Job) -> bool:
+    def judged_in_turn(job: Job, **kw: Any) -> bool:
         if job.name == "job-b":
             b_entered.set()
             try:
-                return real(job)
+                return real(job, **kw)
             finally:
                 b_judged.set()
-        borrows = real(job)
+        borrows = real(job, **kw)
         a_judged.set()
         assert b_entered.wait(10), "job-b never started"
         while not b_judged.wait(0.01) and not b_blocked():

@@ -1,0 +1,88 @@
+"""Quote API: `POST /api/v1/quotes/` with the body of a job submit; creates nothing."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing.quotes import job_quote
+from scheduler.api.serializers import JobSubmitIn
+from scheduler.api.views import spec_errors_under_spec, submit_envelope
+
+MONEY_HELP = "A decimal string in the installation's currency; null when the runtime is unbounded."
+
+
+class QuoteJobOut(serializers.Serializer):
+    name = serializers.CharField()
+    job_type = serializers.CharField()
+    project = serializers.IntegerField()
+    tenant = serializers.IntegerField()
+    priority_class = serializers.CharField()
+    replicas = serializers.IntegerField()
+    gpus_total = serializers.FloatField()
+    flavors = serializers.ListField(child=serializers.CharField())
+    max_runtime_s = serializers.IntegerField(allow_null=True)
+
+
+class FlavorPriceOut(serializers.Serializer):
+    flavor = serializers.CharField()
+    per_hour = serializers.CharField()
+
+
+class EstimateOut(serializers.Serializer):
+    currency = serializers.CharField()
+    low = serializers.CharField(allow_null=True, help_text=MONEY_HELP)
+    high = serializers.CharField(allow_null=True, help_text=MONEY_HELP)
+    per_hour_low = serializers.CharField()
+    per_hour_high = serializers.CharField()
+    low_runtime_s = serializers.IntegerField(allow_null=True)
+    high_runtime_s = serializers.IntegerField(allow_null=True)
+    flavors = FlavorPriceOut(many=True)
+    unpriced_flavors = serializers.ListField(child=serializers.CharField())
+
+
+class RuleMatchOut(serializers.Serializer):
+    policy = serializers.IntegerField(allow_null=True)
+    rule = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class ApprovalOut(serializers.Serializer):
+    needed = serializers.BooleanField()
+    reasons = RuleMatchOut(many=True)
+
+
+class BudgetOut(serializers.Serializer):
+    limit = serializers.CharField()
+    unit = serializers.CharField()
+    spent = serializers.CharField()
+    committed = serializers.CharField()
+    remaining = serializers.CharField()
+    percent = serializers.CharField(allow_null=True)
+    policy = serializers.CharField()
+
+
+class QuoteOut(serializers.Serializer):
+    job = QuoteJobOut()
+    estimate = EstimateOut()
+    approval = ApprovalOut()
+    budget = BudgetOut(allow_null=True)
+    fits = serializers.BooleanField(
+        help_text="Always true in a quote: a job that can never run is a 400, as at submit."
+    )
+
+
+class QuoteView(APIView):
+    """What a job would cost, whether it would need approval and why, and the budget left,
+    before anything is created. Validated exactly as a submit: the same 400s, a 404 for a
+    project the user cannot see, a 403 for one they may see but not submit to."""
+
+    @extend_schema(request=JobSubmitIn, responses={200: QuoteOut}, operation_id="quote_create")
+    def post(self, request: Request) -> Response:
+        project, data = submit_envelope(request)
+        with spec_errors_under_spec():
+            quote = job_quote(user=request.user, project=project, payload=data["spec"])
+        return Response(quote.as_json())

@@ -1,0 +1,74 @@
+"""A quote: what a job would cost, whether it would need approval and why, and the budget
+left, before anything is created (issue 18, "Quote before submit").
+
+A quote builds the very job a submit would queue (`scheduler.services.job_build`: the same
+validation, the same 400s and 403s) and judges it with the same approval rules, without a
+lock and without writing a row. It answers for the moment it is made: a job submitted later
+is judged again then (other jobs may have been queued meanwhile, a rate may have changed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from billing.estimates import CostEstimate, job_cost_estimate
+from scheduler.approvals import job_approval_matches, job_gpu_milli
+from scheduler.models import Job
+from scheduler.services import job_build
+from tenants.approval_rules import RuleMatch
+from tenants.models import Project
+
+
+@dataclass(frozen=True)
+class Quote:
+    job: Job  # unsaved: what submit would create
+    estimate: CostEstimate
+    approval: tuple[RuleMatch, ...]
+    budget: dict[str, Any] | None  # the tenant's budget position; None without a budget
+
+    def as_json(self) -> dict[str, Any]:
+        job = self.job
+        return {
+            "job": {
+                "name": job.name,
+                "job_type": job.job_type,
+                "project": job.project_id,
+                "tenant": job.tenant_id,
+                "priority_class": job.priority_class.name,
+                "replicas": job.replicas,
+                "gpus_total": job_gpu_milli(job) / 1000,
+                "flavors": list(job.flavors or []),
+                "max_runtime_s": job.max_runtime_s,
+            },
+            "estimate": self.estimate.as_json(),
+            "approval": {
+                "needed": bool(self.approval),
+                "reasons": [match.as_json() for match in self.approval],
+            },
+            "budget": self.budget,
+            # A job that can never run is refused (a 400 naming the fields), as at submit.
+            "fits": True,
+        }
+
+
+def job_quote(
+    *, user: Any, project: Project, payload: dict[str, Any], at: datetime | None = None
+) -> Quote:
+    """Quote submitting `payload` to `project` as `user` at `at` (now by default).
+
+    Raises what `job_submit` raises for the same body (PermissionDenied, ValidationError).
+    Reads only: no Job, JobEvent, ApprovalRequest or AuditEntry row is written, and no row is
+    locked (the borrowing rule's lock serialises submits, which decide; a quote decides
+    nothing), so it may run outside a transaction and never holds up a submit."""
+    job = job_build(user=user, project=project, payload=payload)
+    at = at or timezone.now()
+    return Quote(
+        job=job,
+        estimate=job_cost_estimate(job, at=at),
+        approval=tuple(job_approval_matches(job, lock=False)),
+        budget=None,
+    )

@@ -1,0 +1,172 @@
+"""Quote before submit (issue 18): `POST /api/v1/quotes/` prices and judges the job a submit
+would create, validates it as submit does, and creates nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from billing.rates import RatePrices, rate_card_add
+from scheduler.models import Job, JobEvent, JobState
+from scheduler.services import job_submit
+from tenants.approval_policies import policy_set
+from tenants.models import ApprovalRequest, AuditEntry
+from tests.conftest import Org, job_spec
+
+QUOTES = "/api/v1/quotes/"
+
+
+def rates(org: Org) -> None:
+    # H100: 3.00 a GPU-hour, 0.10 a core-hour, 0.02 a GiB-hour; A100: 1.00 a GPU-hour.
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    h100 = RatePrices(Decimal(3), Decimal("0.10"), Decimal("0.02"))
+    rate_card_add(user=org.users["pat"], flavor=org.h100, valid_from=start, prices=h100)
+    rate_card_add(
+        user=org.users["pat"], flavor=org.a100, valid_from=start, prices=RatePrices(Decimal(1))
+    )
+
+
+def rows() -> dict[str, int]:
+    return {
+        model.__name__: model.objects.count()
+        for model in (Job, JobEvent, ApprovalRequest, AuditEntry)
+    }
+
+
+def quote(client: Any, body: dict[str, Any], status: int = 200) -> Any:
+    response = client.post(QUOTES, body, format="json")
+    assert response.status_code == status, response.json()
+    return response.json()
+
+
+def test_a_quote_prices_the_job_worked_out_and_creates_nothing(org: Org, client_for: Any) -> None:
+    rates(org)
+    before = rows()
+    spec = job_spec(
+        flavors=["H100-80GB", "A100-40GB"],
+        max_runtime_s=7200,
+        estimated_runtime_s=3600,
+        resources={"gpus": 1, "cpu_milli": 4000, "memory_mib": 8192},
+    )
+    body = quote(client_for("alice"), {"project": org.proj_alpha.pk, "spec": spec})
+    # Two replicas. H100 per hour: 2 GPUs x 3.00 + 8 cores x 0.10 + 16 GiB x 0.02 = 7.12;
+    # A100 per hour: 2 GPUs x 1.00 = 2.00. Low: 1 h on A100 = 2.00; high: 2 h on H100 = 14.24.
+    estimate = body["estimate"]
+    assert (estimate["low"], estimate["high"]) == ("2.00", "14.24")
+    assert (estimate["per_hour_low"], estimate["per_hour_high"]) == ("2.00", "7.12")
+    assert (estimate["low_runtime_s"], estimate["high_runtime_s"]) == (3600, 7200)
+    assert len(estimate["currency"]) == 3
+    assert body["approval"] == {"needed": False, "reasons": []}
+    assert body["budget"] is None
+    assert body["fits"] is True
+    assert body["job"]["gpus_total"] == 2 and body["job"]["priority_class"]
+    assert rows() == before
+
+
+def test_a_quote_needing_approval_says_why_and_submit_then_agrees(
+    org: Org, client_for: Any
+) -> None:
+    rates(org)
+    policy_set(user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4)
+    client = client_for("alice")
+    big = {"project": org.proj_alpha.pk, "spec": job_spec()}  # 2 x 4 GPUs
+    small = {"project": org.proj_alpha.pk, "spec": job_spec(name="small", replicas=1)}
+    before = rows()
+    big_quote, small_quote = quote(client, big), quote(client, small)
+    assert rows() == before
+    assert big_quote["approval"]["needed"] is True
+    assert [r["rule"] for r in big_quote["approval"]["reasons"]] == ["gpus_over"]
+    assert "8" in big_quote["approval"]["reasons"][0]["reason"]
+    assert small_quote["approval"] == {"needed": False, "reasons": []}
+    for body, said in [(big, big_quote), (small, small_quote)]:
+        submitted = client.post("/api/v1/jobs/", body, format="json").json()
+        needed = submitted["state"] == JobState.PENDING_APPROVAL
+        assert needed == said["approval"]["needed"], submitted
+
+
+def test_the_borrowing_rule_is_judged_without_a_lock_or_a_write(org: Org, client_for: Any) -> None:
+    """The submit locks the tenant's row to judge borrowing; a quote must not (it decides
+    nothing, and outside a transaction SELECT ... FOR UPDATE is an error on PostgreSQL)."""
+    policy_set(user=org.users["tina"], tenant=org.alpha, rule="borrowing")
+    alice = org.users["alice"]
+    job_submit(user=alice, project=org.proj_alpha, payload=job_spec(name="first"))  # 8 of 16
+    client = client_for("alice")
+    body = {"project": org.proj_alpha.pk, "spec": job_spec(name="second", replicas=3)}
+    with CaptureQueriesContext(connection) as queries:
+        said = quote(client, body)
+    sql = [q["sql"].upper() for q in queries.captured_queries]
+    assert not [s for s in sql if "FOR UPDATE" in s], sql
+    assert not [s for s in sql if s.startswith(("INSERT", "UPDATE", "DELETE"))], sql
+    assert [r["rule"] for r in said["approval"]["reasons"]] == ["borrowing"]  # 8 + 12 > 16
+    submitted = client.post("/api/v1/jobs/", body, format="json").json()
+    assert submitted["state"] == JobState.PENDING_APPROVAL
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        job_spec(replicas=0),
+        job_spec(resources={"gpus": 4, "cpu_milli": -1, "memory_mib": 1}),
+        job_spec(flavors=["No-Such-GPU"]),
+        job_spec(replicas=64),  # beyond every quota: can never run
+        {"name": "x"},
+    ],
+    ids=["zero-replicas", "negative-cpu", "unknown-flavor", "never-fits", "missing-fields"],
+)
+def test_a_bad_spec_is_the_same_400_as_at_submit(
+    org: Org, client_for: Any, spec: dict[str, Any]
+) -> None:
+    client = client_for("alice")
+    body = {"project": org.proj_alpha.pk, "spec": spec}
+    before = rows()
+    quoted = client.post(QUOTES, body, format="json")
+    submitted = client.post("/api/v1/jobs/", body, format="json")
+    assert quoted.status_code == submitted.status_code == 400
+    assert quoted.json() == submitted.json()
+    assert set(quoted.json()) >= {"detail", "errors"}
+    assert rows() == before
+
+
+def test_a_bad_envelope_is_the_same_400_as_at_submit(org: Org, client_for: Any) -> None:
+    client = client_for("alice")
+    for body in [{"spec": job_spec()}, {"project": org.proj_alpha.pk, "spec": [], "x": 1}]:
+        quoted = client.post(QUOTES, body, format="json")
+        submitted = client.post("/api/v1/jobs/", body, format="json")
+        assert quoted.status_code == submitted.status_code == 400
+        assert quoted.json() == submitted.json()
+
+
+@pytest.mark.parametrize(
+    ("persona", "project", "status"),
+    [
+        ("alice", "proj_bravo", 404),  # another team's project: not there for alice
+        ("chris", "proj_alpha", 404),
+        ("carol", "proj_alpha", 403),  # finance sees it but does not submit
+    ],
+)
+def test_a_project_the_user_cannot_submit_to_is_the_error_submit_gives(
+    org: Org, client_for: Any, persona: str, project: str, status: int
+) -> None:
+    client = client_for(persona)
+    body = {"project": getattr(org, project).pk, "spec": job_spec()}
+    before = rows()
+    quoted = client.post(QUOTES, body, format="json")
+    submitted = client.post("/api/v1/jobs/", body, format="json")
+    assert quoted.status_code == submitted.status_code == status
+    assert quoted.json() == submitted.json()
+    assert rows() == before
+
+
+def test_an_idempotency_key_in_the_body_is_accepted_and_reserves_nothing(
+    org: Org, client_for: Any
+) -> None:
+    client = client_for("alice")
+    body = {"project": org.proj_alpha.pk, "spec": job_spec(), "idempotency_key": "k-1"}
+    quote(client, body)
+    created = client.post("/api/v1/jobs/", body, format="json")
+    assert created.status_code == 201, created.json()
