@@ -254,13 +254,21 @@ class LeavesCheck:
 
 
 def tenant_costs(
-    user: Any, start: datetime, end: datetime, top: Tenant | None = None
+    user: Any,
+    start: datetime,
+    end: datetime,
+    top: Tenant | None = None,
+    *,
+    lines: list[CostLine] | None = None,
 ) -> tuple[list[TenantCost], list[LeavesCheck]]:
     """Cost per tenant node over [start, end) for the nodes whose subtree the user sees
-    whole (under `top` when given), and the leaves-to-root check of each topmost node."""
+    whole (under `top` when given), and the leaves-to-root check of each topmost node.
+    `lines`: `cost_lines_visible`'s for the same window and `top`, when the caller has them
+    already (the costs page rates a month once for its table and its charts)."""
     from billing.statements import roll_up
 
-    lines = cost_lines_visible(user, start, end, LineFilter(tenant=top))
+    if lines is None:
+        lines = cost_lines_visible(user, start, end, LineFilter(tenant=top))
     totals = roll_up((line.tenant, line.amount, line.charged) for line in lines)
     tenants = [
         t

@@ -145,6 +145,12 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(os.environ.get("GANTRY_STATIC_ROOT", BASE_DIR / "staticfiles"))
 WHITENOISE_USE_FINDERS = DEBUG
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.js from the installed plotly package (portal/staticfinders.py): no CDN, no copy.
+    "portal.staticfinders.PlotlyFinder",
+]
 # whitenoise warns when the folder is missing; collectstatic fills it in production.
 with contextlib.suppress(OSError):
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)

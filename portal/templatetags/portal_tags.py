@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from django import template
@@ -27,6 +28,14 @@ def duration(seconds: int | None) -> str:
     hours, rest = divmod(int(seconds), 3600)
     minutes = rest // 60
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+@register.filter
+def hours(value: Fraction) -> str:
+    """An exact quantity of hours as the cost API shows it: six places."""
+    from billing.api.cost_serializers import hours as shown
+
+    return shown(value)
 
 
 @register.filter

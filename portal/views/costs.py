@@ -1,4 +1,6 @@
-"""The finance page: cost per tenant for a month, and the two reconciliations of issue 18.
+"""The finance page: charts of what was spent (by department per month, per flavor, idle
+reserved capacity per tenant), cost per tenant for a month, and the two reconciliations of
+issue 18.
 
 Finance and platform admins see every organisation and the cluster's reconciliation; a
 tenant admin sees their subtree (the cluster's capacity is not a tenant's data). Others: 403.
@@ -17,9 +19,11 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from billing.api.cost_serializers import next_month
+from billing.cost_charts import cost_charts, visible_month_lines
 from billing.reconcile import cluster_reconciliation
 from billing.selectors import tenant_costs
 from common.errors import DomainError
+from portal.charts import figures
 from portal.decorators import login_required
 from tenants import access
 
@@ -55,7 +59,13 @@ def costs(request: HttpRequest) -> HttpResponse:
         end = next_month(start)
         context["month"] = f"{start:%Y-%m}"
         try:
-            context["rows"], context["checks"] = tenant_costs(user, start, end, top)
+            # Each month rated once: the last one feeds the table as well as the charts.
+            month_lines = visible_month_lines(user, start, top)
+            context["rows"], context["checks"] = tenant_costs(
+                user, start, end, top, lines=month_lines[start]
+            )
+            context["charts"] = cost_charts(settings.GANTRY_BILLING_CURRENCY, month_lines)
+            context["figures"] = figures(context["charts"])
             if grants.sees_everything:
                 context["cluster"] = cluster_reconciliation(start, end)
         except DomainError as problem:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from billing.cost_charts import cost_charts, visible_month_lines
+from common.errors import DomainError
 from portal import selectors
+from portal.charts import figures
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
 from scheduler.selectors import job_list_visible, scheduler_health
@@ -38,17 +43,25 @@ def _admin_section(user: Any) -> dict[str, Any]:
     }
 
 
-def _finance_section(user: Any) -> dict[str, Any]:
-    """Quota and current use per department (the cost pages come with billing)."""
+def _finance_section(user: Any, now: datetime) -> dict[str, Any]:
+    """The costs page's charts for this month (and the months before), then quota and
+    current use per department."""
     tenants = list(
         access.tenants_visible(user)
         .filter(kind__in=[TenantKind.ORGANISATION, TenantKind.DEPARTMENT])
         .order_by("path")
     )
-    return {
+    section: dict[str, Any] = {
         "quotas": selectors.quota_rows(tenants),
         "state_counts": selectors.job_state_counts(job_list_visible(user)),
     }
+    try:
+        charts = cost_charts(settings.GANTRY_BILLING_CURRENCY, visible_month_lines(user, now))
+    except DomainError as problem:  # a flavor used without a rate card
+        section["charts_error"] = f"Costs cannot be shown: {problem}"
+    else:
+        section["charts"], section["figures"] = charts, figures(charts)
+    return section
 
 
 @login_required
@@ -65,7 +78,7 @@ def home(request: HttpRequest) -> HttpResponse:
     if grants.platform_admin or "admin" in nav_roles:
         context["admin"] = _admin_section(user)
     if grants.finance:
-        context["finance"] = _finance_section(user)
+        context["finance"] = _finance_section(user, timezone.now())
     if grants.platform_admin:
         context["scheduler"] = scheduler_health(timezone.now())
     return render(request, "portal/home.html", context)
