@@ -141,10 +141,49 @@ def resolve_project(client: Client, project: str) -> int:
     return int(matches[0]["id"])
 
 
+def _money(currency: str, value: str | None) -> str:
+    return "unbounded (no maximum runtime)" if value is None else f"{currency} {value}"
+
+
+def print_quote(quote: dict[str, Any], out: TextIO) -> None:
+    """The quote in a few lines: cost range, approval and why, budget left."""
+    job, estimate = quote["job"], quote["estimate"]
+    currency = _cell(estimate["currency"])
+    out.write(f"Quote for {_cell(job['name'])} (dry run: nothing was submitted)\n")
+    low, high = _money(currency, estimate["low"]), _money(currency, estimate["high"])
+    out.write(f"{'cost':>14}: {_cell(low)} to {_cell(high)}\n")
+    per_hour = f"{estimate['per_hour_low']} to {estimate['per_hour_high']}"
+    out.write(f"{'per hour':>14}: {currency} {_cell(per_hour)}\n")
+    if estimate["unpriced_flavors"]:
+        unpriced = ", ".join(estimate["unpriced_flavors"])
+        out.write(f"{'no rate for':>14}: {_cell(unpriced)}\n")
+    approval = quote["approval"]
+    out.write(f"{'approval':>14}: {'needed' if approval['needed'] else 'not needed'}\n")
+    for reason in approval["reasons"]:
+        out.write(f"{'':>14}  - {_cell(reason['reason'])}\n")
+    budget = quote["budget"]
+    if budget is None:
+        out.write(f"{'budget':>14}: none set\n")
+    else:
+        unit = currency if budget["unit"] == "money" else "GPU-hours"
+        left = (
+            f"{budget['remaining']} {unit} left of {budget['limit']} ({budget['percent']} % used)"
+        )
+        out.write(f"{'budget':>14}: {_cell(left)}\n")
+
+
 def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> None:
     spec = read_spec(args.spec)
     if args.name:
         spec["name"] = args.name
+    if args.dry_run:
+        body = {"project": resolve_project(client, args.project), "spec": spec}
+        quote = client.post("/api/v1/quotes/", body)
+        if args.json:
+            emit(args, quote, None, out)
+        else:
+            print_quote(quote, out)
+        return
     # One key per invocation: the client's own retries can never create a second job.
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
     body = {"project": resolve_project(client, args.project), "spec": spec}
@@ -199,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--project", required=True, help="project id or slug")
     submit.add_argument("--name", help="override the spec's name")
     submit.add_argument("--idempotency-key", help="repeat-safe key (default: one per run)")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show the quote (cost range, approval and why, budget left); submit nothing",
+    )
     submit.set_defaults(func=cmd_submit)
     jobs = sub.add_parser("jobs", help="list jobs")
     jobs.add_argument("--state", action="append")

@@ -328,6 +328,13 @@ GANTRY_DAEMON_STATEMENT_TIMEOUT_MS = int(
     os.environ.get("GANTRY_DAEMON_STATEMENT_TIMEOUT_MS", "15000")
 )
 GANTRY_DAEMON_LOCK_TIMEOUT_MS = int(os.environ.get("GANTRY_DAEMON_LOCK_TIMEOUT_MS", "2000"))
+# Queue positions and start estimates (scheduler/eta.py, docs/queue-estimates.md): the leading
+# daemon refreshes them after a cycle at most this often, replaying at most this many queued
+# jobs within this much wall time; a job without a max runtime runs this long in the replay.
+GANTRY_ETA_EVERY_S = float(os.environ.get("GANTRY_ETA_EVERY_S", "30"))
+GANTRY_ETA_BUDGET_S = float(os.environ.get("GANTRY_ETA_BUDGET_S", "2"))
+GANTRY_ETA_MAX_JOBS = int(os.environ.get("GANTRY_ETA_MAX_JOBS", "2000"))
+GANTRY_ETA_UNBOUNDED_RUNTIME_S = float(os.environ.get("GANTRY_ETA_UNBOUNDED_RUNTIME_S", "14400"))
 
 # Billing (docs/billing.md). Every price is in this one ISO 4217 currency.
 try:

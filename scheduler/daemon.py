@@ -1,5 +1,6 @@
 """The scheduler daemon: lead -> sync nodes -> reconcile -> scale -> snapshot -> decide ->
-apply -> bind -> commit -> starts -> reasons -> statistics, in a loop of small steps.
+apply -> bind -> commit -> starts -> reasons -> statistics -> estimates, in a loop of small
+steps.
 
 One instance leads (the lease in `leader`); the others stand by and take over when the
 lease expires. Every write is fenced by the lease epoch. The loop is driven by `step()`,
@@ -47,6 +48,7 @@ from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, wri
 from scheduler.daemon_health import autoscale, refresh_statistics, sync_nodes
 from scheduler.daemon_reconcile import reconcile, write_starts
 from scheduler.daemon_wakeup import Waiter
+from scheduler.eta import EtaRefresher
 from scheduler.leader import Lease, LeaseLost, daemon_sessions
 from scheduler.profiles import ProfileWatch
 
@@ -132,6 +134,7 @@ class Daemon:
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles
         self.inference_running = True  # until a snapshot says otherwise
+        self.estimates = EtaRefresher()  # queue positions and start estimates
 
     def now_dt(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), tz=UTC)
@@ -295,6 +298,8 @@ class Daemon:
             write_reasons(self, plan)
         with clock("statistics"):  # after the binds, which it must not delay
             refresh_statistics(self)
+        with clock("estimates"):  # its own wall-time budget, every GANTRY_ETA_EVERY_S
+            self.estimates.after_cycle(self)
         self.last = stats
         log.info("cycle %s", json.dumps(asdict(stats), separators=(",", ":")))
         if self.on_cycle is not None:
