@@ -88,6 +88,14 @@ def run_cycle(
     return out.result()
 
 
+def queue_order(snapshot: Snapshot, profile: Profile) -> tuple[JobRequest, ...]:
+    """The pending jobs in the order a cycle on ``snapshot`` would consider them (phase 2),
+    as the queue stands: each tenant's fair share is read with nothing admitted yet, so a
+    tenant whose head a cycle admits would fall back behind others. Jobs still holding
+    devices (live) are not in the queue. For queue positions shown to people."""
+    return tuple(_queue(build_context(snapshot, profile)))
+
+
 def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None) -> CycleContext:
     """State and ledger holding every running allocation, and the placer with its plugins.
     With ``held``: its state and ledger, brought from what ran at its last cycle to what

@@ -6,7 +6,7 @@ A library: ``simulate(workload, cluster, profile, outages=..., config=...) -> Si
 """
 
 from scheduler.sim.engine import Simulation, StartState, simulate
-from scheduler.sim.estimate import estimate_starts
+from scheduler.sim.estimate import StartEstimates, estimate_starts, estimate_starts_within
 from scheduler.sim.placement_replay import replay_placements
 from scheduler.sim.report import JobOutcome, Percentiles, SimReport
 from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
@@ -19,9 +19,11 @@ __all__ = [
     "SimConfig",
     "SimReport",
     "Simulation",
+    "StartEstimates",
     "StartState",
     "WorkloadJob",
     "estimate_starts",
+    "estimate_starts_within",
     "replay_placements",
     "simulate",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.core import Profile, decay_usage, run_cycle
@@ -82,7 +82,8 @@ def simulate(
 class Simulation:
     """One replay. ``start`` seeds it mid-flight (used by ``estimate``): the virtual clock
     starts there, with ``start.running`` jobs already holding their devices until
-    ``start.ends[job id]`` and ``start.decayed`` as the tenants' history."""
+    ``start.ends[job id]`` and ``start.decayed`` as the tenants' history. ``stop``: see
+    ``__init__``; what a stopped replay reports happened before the stop, and is final."""
 
     def __init__(
         self,
@@ -92,8 +93,12 @@ class Simulation:
         outages: Sequence[NodeOutage],
         config: SimConfig,
         start: StartState | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
         self.cluster, self.profile, self.config = cluster, profile, config
+        # Asked before every cycle; True ends the replay there (``stopped``): a caller's time
+        # budget, the replay itself reading no clock.
+        self.stop, self.stopped = stop, False
         self.nodes = {n.name: n for n in cluster.nodes}
         self.tracks = {w.request.id: _Track(w, _submitted(w)) for w in workload}
         self.pending: dict[str, JobRequest] = {}
@@ -153,6 +158,9 @@ class Simulation:
             # While a cycle is in flight the next one waits for its decisions (APPLY, a
             # substantive event at the end of the cycle, runs it).
             if self.pending and (substantive or due) and self.now >= self._busy_until:
+                if self.stop is not None and self.stop():
+                    self.stopped = True
+                    break
                 self._cycle()
             self._schedule_tick()
         return self._report()

@@ -1,18 +1,31 @@
 """Wait-time estimates: replay the present forward, assuming nothing else arrives.
 
-Running jobs end at start plus their expected runtime (the submitter's estimate, else the max
-runtime, else ``default_runtime_s``; a job past it is taken to end now); pending jobs run for
-their own. The engine inside the replay still backfills by max runtimes only. The result is
-when each pending job would start under the same profile: an estimate, and only as good as
-the runtimes it rests on.
+Running jobs end at start plus their expected runtime (``runtimes[job id]`` when given, else
+the submitter's estimate, else the max runtime, else ``default_runtime_s``; a job past it is
+taken to end now); pending jobs run for their own. The engine inside the replay still
+backfills by max runtimes only. The result is when each pending job would start under the
+same profile: an estimate, and only as good as the runtimes it rests on.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from scheduler.core import Profile
 from scheduler.core.types import JobRequest, Snapshot
 from scheduler.sim.engine import Simulation, StartState
 from scheduler.sim.workload import Cluster, SimConfig, WorkloadJob
+
+
+@dataclass(frozen=True, slots=True)
+class StartEstimates:
+    """``starts``: job id -> expected start (virtual seconds, the clock of ``snapshot.now``),
+    None when it would not start within the horizon. With ``stopped`` the replay ended
+    early (``stop``): the jobs it did not start yet are missing from ``starts``, not None."""
+
+    starts: dict[str, float | None]
+    stopped: bool
 
 
 def estimate_starts(
@@ -21,12 +34,34 @@ def estimate_starts(
     *,
     default_runtime_s: float = 3600.0,
     horizon_s: float = 7 * 86_400.0,
+    runtimes: Mapping[str, float] | None = None,
 ) -> dict[str, float | None]:
     """Expected start time (virtual seconds, same clock as ``snapshot.now``) of every
     pending job; None when it would not start within ``horizon_s``."""
+    return estimate_starts_within(
+        snapshot,
+        profile,
+        default_runtime_s=default_runtime_s,
+        horizon_s=horizon_s,
+        runtimes=runtimes,
+    ).starts
+
+
+def estimate_starts_within(
+    snapshot: Snapshot,
+    profile: Profile,
+    *,
+    default_runtime_s: float = 3600.0,
+    horizon_s: float = 7 * 86_400.0,
+    runtimes: Mapping[str, float] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> StartEstimates:
+    """``estimate_starts`` on a budget: ``stop()`` is asked before each cycle of the
+    replay, and True ends it there (see ``StartEstimates``)."""
+    given = runtimes or {}
 
     def bound(job: JobRequest) -> float:
-        runtime = job.expected_runtime_s
+        runtime = given.get(job.id, job.expected_runtime_s)
         return runtime if runtime is not None else default_runtime_s
 
     now = snapshot.now
@@ -37,6 +72,12 @@ def estimate_starts(
     start = StartState(now, snapshot.running, ends, snapshot.decayed_usage)
     cluster = Cluster(snapshot.nodes, snapshot.tenants, snapshot.priority_classes)
     config = SimConfig(horizon_s=now + horizon_s, tick_s=max(60.0, default_runtime_s / 10))
-    report = Simulation(workload, cluster, profile, (), config, start).run()
+    simulation = Simulation(workload, cluster, profile, (), config, start, stop=stop)
+    report = simulation.run()
     pending = {job.id for job in snapshot.pending}
-    return {j.id: j.first_start_s for j in report.jobs if j.id in pending}
+    starts = {
+        j.id: j.first_start_s
+        for j in report.jobs
+        if j.id in pending and (j.first_start_s is not None or not simulation.stopped)
+    }
+    return StartEstimates(starts, simulation.stopped)

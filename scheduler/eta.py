@@ -1,0 +1,250 @@
+"""Queue positions and start estimates of waiting jobs, refreshed by the leading daemon.
+
+After a cycle, at most every GANTRY_ETA_EVERY_S of the daemon's clock (`EtaRefresher`):
+
+1. snapshot: the queue and what runs, read afresh (after the cycle's own writes);
+2. order: the engine's own order of the queue (`core.queue_order`), giving each job its
+   position in the cluster and in its team;
+3. estimate: the first GANTRY_ETA_MAX_JOBS jobs of that order replayed in `scheduler.sim`
+   with runtimes from their max corrected by the history of similar finished jobs
+   (`sim.runtimes`), within GANTRY_ETA_BUDGET_S of wall time; a replay that runs out stops
+   where it is, and the jobs it did not settle keep their previous estimates;
+4. store: one `JobQueueEstimate` row per queued job, in one transaction that also drops the
+   rows of jobs no longer queued.
+
+Pages and the API only read the rows. docs/queue-estimates.md describes the method.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+
+from scheduler.adapters import build_snapshot
+from scheduler.core import Profile, queue_order
+from scheduler.core.types import Snapshot
+from scheduler.models import Job, JobQueueEstimate, JobState
+from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_start_ranges, groups_of
+
+if TYPE_CHECKING:
+    from scheduler.daemon import Daemon
+
+log = logging.getLogger("gantry.eta")
+
+# The history read for runtimes: finished jobs of the last HISTORY_DAYS, the latest
+# HISTORY_ROWS of them, read again every HISTORY_EVERY_S (it moves slowly; the queue does not).
+HISTORY_DAYS = 30
+HISTORY_ROWS = 5000
+HISTORY_EVERY_S = 600.0
+
+
+@dataclass(frozen=True)
+class EtaSettings:
+    every_s: float
+    budget_s: float
+    max_jobs: int
+    unbounded_runtime_s: float
+
+    @classmethod
+    def from_settings(cls) -> EtaSettings:
+        return cls(
+            settings.GANTRY_ETA_EVERY_S,
+            settings.GANTRY_ETA_BUDGET_S,
+            settings.GANTRY_ETA_MAX_JOBS,
+            settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S,
+        )
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """What one refresh did: rows written, jobs whose estimate is new, and whether the
+    budget or the cap left some with their previous one."""
+
+    positions: int
+    estimated: int
+    stopped: bool
+    capped: int
+
+
+def _dt(at: float | None) -> datetime | None:
+    return None if at is None else datetime.fromtimestamp(at, tz=UTC)
+
+
+def job_groups(row: Mapping[str, Any]) -> Groups:
+    size = row["replicas"] * row["gpu_milli_per_replica"]
+    return groups_of(row["project_id"], row["tenant_id"], row["job_type"], size)
+
+
+def runtime_history(now: datetime, unbounded_runtime_s: float) -> RuntimeModel:
+    """Ratios actual / max runtime of the jobs that finished lately (succeeded or failed:
+    either way their devices came back then; a cancel says nothing about the work)."""
+    rows = (
+        Job.objects.filter(
+            state__in=[JobState.SUCCEEDED, JobState.FAILED],
+            finished_at__gte=now - timedelta(days=HISTORY_DAYS),
+            started_at__isnull=False,
+            max_runtime_s__gt=0,
+        )
+        .order_by("-finished_at")
+        .values(
+            "project_id",
+            "tenant_id",
+            "job_type",
+            "replicas",
+            "gpu_milli_per_replica",
+            "started_at",
+            "finished_at",
+            "max_runtime_s",
+        )[:HISTORY_ROWS]
+    )
+    return RuntimeModel(map(_sample, rows), unbounded_runtime_s=unbounded_runtime_s)
+
+
+def _sample(row: Mapping[str, Any]) -> tuple[Groups, float]:
+    ran: timedelta = row["finished_at"] - row["started_at"]
+    return job_groups(row), ran.total_seconds() / row["max_runtime_s"]
+
+
+def refresh_estimates(
+    snapshot: Snapshot,
+    rows: Mapping[str, Mapping[str, Any]],
+    profile: Profile,
+    model: RuntimeModel,
+    config: EtaSettings,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Refreshed:
+    """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
+    its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one)."""
+    # 2. order and positions
+    order = queue_order(snapshot, profile)
+    per_tenant: dict[str, int] = {}
+    positions: dict[str, tuple[int, int]] = {}
+    for index, job in enumerate(order, start=1):
+        per_tenant[job.tenant] = per_tenant.get(job.tenant, 0) + 1
+        positions[job.id] = (per_tenant[job.tenant], index)
+    # 3. estimates: the head of the queue, on a budget
+    simulated = order[: config.max_jobs]
+    groups = {key: job_groups(row) for key, row in rows.items()}
+    deadline = monotonic() + config.budget_s
+    ranges = estimate_start_ranges(
+        replace(snapshot, pending=simulated),
+        profile,
+        model,
+        groups,
+        stop=lambda: monotonic() >= deadline,
+    )
+    settled = ranges.ranges()
+    # 4. store
+    _store(positions, settled, _dt(snapshot.now) or datetime.now(tz=UTC))
+    return Refreshed(
+        len(positions),
+        len(settled),
+        ranges.p50.stopped or ranges.p90.stopped,
+        len(order) - len(simulated),
+    )
+
+
+def _store(
+    positions: Mapping[str, tuple[int, int]],
+    settled: Mapping[str, tuple[float | None, float | None]],
+    now: datetime,
+) -> None:
+    ids = [int(key) for key in positions]
+    with transaction.atomic():
+        JobQueueEstimate.objects.exclude(job_id__in=ids).delete()
+        kept = {
+            e.job_id: e
+            for e in JobQueueEstimate.objects.filter(job_id__in=ids).only(
+                "job_id", "eta_p50", "eta_p90", "estimated_at"
+            )
+        }
+        made = []
+        for key, (in_tenant, in_cluster) in positions.items():
+            row = JobQueueEstimate(
+                job_id=int(key),
+                position_tenant=in_tenant,
+                position_cluster=in_cluster,
+                computed_at=now,
+            )
+            if key in settled:
+                row.eta_p50, row.eta_p90 = map(_dt, settled[key])
+                row.estimated_at = now
+            elif int(key) in kept:  # out of budget or beyond the cap: the last estimate stays
+                old = kept[int(key)]
+                row.eta_p50, row.eta_p90, row.estimated_at = (
+                    old.eta_p50,
+                    old.eta_p90,
+                    old.estimated_at,
+                )
+            made.append(row)
+        JobQueueEstimate.objects.bulk_create(
+            made,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["job"],
+            update_fields=[
+                "position_tenant",
+                "position_cluster",
+                "eta_p50",
+                "eta_p90",
+                "estimated_at",
+                "computed_at",
+            ],
+        )
+
+
+@dataclass
+class EtaRefresher:
+    """The daemon's side: when a refresh is due, and the runtime history it keeps between
+    refreshes. Called after each cycle of the leader (`Daemon.cycle`)."""
+
+    config: EtaSettings = field(default_factory=EtaSettings.from_settings)
+    monotonic: Callable[[], float] = time.monotonic
+    refreshed_at: float = float("-inf")
+    model: RuntimeModel | None = None
+    model_at: float = float("-inf")
+    last: Refreshed | None = None
+
+    def after_cycle(self, daemon: Daemon) -> Refreshed | None:
+        """Refresh when GANTRY_ETA_EVERY_S passed on the daemon's clock. A database error
+        goes to the daemon as any other; a bug here is logged and scheduling goes on."""
+        now = daemon.clock()
+        if now - self.refreshed_at < self.config.every_s:
+            return None
+        self.refreshed_at = now
+        try:
+            built = build_snapshot(
+                now,
+                decayed=dict(daemon.decayed),
+                max_pending=daemon.max_pending,
+                per_queue=daemon.per_queue,
+            )
+            self.last = refresh_estimates(
+                built.snapshot,
+                built.jobs,
+                daemon.profile,
+                self._model(now),
+                self.config,
+                monotonic=self.monotonic,
+            )
+        except DatabaseError:
+            raise
+        except Exception:
+            log.exception("queue estimates not refreshed")
+            return None
+        return self.last
+
+    def _model(self, now: float) -> RuntimeModel:
+        if self.model is None or now - self.model_at >= HISTORY_EVERY_S:
+            at = _dt(now) or datetime.now(tz=UTC)
+            self.model = runtime_history(at, self.config.unbounded_runtime_s)
+            self.model_at = now
+        return self.model

@@ -1,0 +1,194 @@
+"""Queue positions and start estimates, refreshed by the leading daemon (scheduler/eta.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from scheduler.adapters import build_snapshot
+from scheduler.core import queue_order, run_cycle
+from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_history
+from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
+from scheduler.services import job_cancel
+from tests import factories as f
+from tests.daemon.conftest import Env, make_env, watched
+
+SETTINGS = EtaSettings(every_s=30.0, budget_s=5.0, max_jobs=100, unbounded_runtime_s=14400.0)
+
+
+@pytest.fixture
+def one_node(db: Any) -> Iterator[Env]:
+    yield from watched(make_env(nodes=1))
+
+
+def _dt(at: float) -> datetime:
+    return datetime.fromtimestamp(at, tz=UTC)
+
+
+def _full_cluster(env: Env) -> list[Job]:
+    """4 nodes x 8 GPUs held by four 8-GPU jobs, two per team; then b1 (bravo), a1, a2
+    (alpha), b2 (bravo) wait, 4 GPUs each. Returns the waiting ones in submission order."""
+    for user in ["alice", "alice", "bob-bravo", "bob-bravo"]:
+        env.submit(user, resources={"gpus": 8})
+    return [env.submit(user) for user in ["bob-bravo", "alice", "alice", "bob-bravo"]]
+
+
+def _positions() -> dict[int, tuple[int, int]]:
+    return {
+        e.job_id: (e.position_tenant, e.position_cluster) for e in JobQueueEstimate.objects.all()
+    }
+
+
+def test_positions_follow_the_engines_order(env: Env) -> None:
+    b1, a1, a2, b2 = _full_cluster(env)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    # Both teams hold 16 GPUs of a 16-GPU guarantee (equal shares), all jobs are of one
+    # class: age decides. b1 first (bravo's 1st), a1 (alpha's 1st), a2, b2.
+    assert _positions() == {b1.pk: (1, 1), a1.pk: (1, 2), a2.pk: (2, 3), b2.pk: (2, 4)}
+    # The engine's own order over the same snapshot, and the order its cycle handles them in.
+    snap = build_snapshot(env.clock(), decayed=daemon.decayed).snapshot
+    engine = [int(j.id) for j in queue_order(snap, daemon.profile)]
+    handled = [int(w.job_id) for w in run_cycle(snap, daemon.profile).waiting]
+    by_position = sorted(_positions(), key=lambda job_id: _positions()[job_id][1])
+    assert by_position == engine == handled
+
+
+def test_a_job_that_leaves_the_queue_loses_its_position(env: Env) -> None:
+    b1, a1, a2, b2 = _full_cluster(env)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    job_cancel(user=env.org.users["bob-bravo"], job=b1, reason="")
+    env.run(daemon, seconds=30)
+    assert _positions() == {a1.pk: (1, 1), a2.pk: (2, 2), b2.pk: (1, 3)}
+
+
+def _history(env: Env, count: int, ran_s: float, max_s: int, **job: Any) -> None:
+    """`count` finished jobs of alpha's project that ran `ran_s` of their `max_s`."""
+    end = _dt(env.clock() - 3600)
+    for _ in range(count):
+        f.JobFactory(
+            project=env.org.proj_alpha,
+            submitted_by=env.org.users["alice"],
+            state=JobState.SUCCEEDED,
+            max_runtime_s=max_s,
+            started_at=end - timedelta(seconds=ran_s),
+            finished_at=end,
+            **{"gpus_per_replica": 8, "gpu_milli_per_replica": 8000, **job},
+        )
+
+
+def test_estimates_from_the_history_of_similar_jobs(one_node: Env) -> None:
+    env = one_node
+    # Similar jobs (alpha's project, training, 8 GPUs) ran 1000 s of a 4000 s max: the
+    # runner (8 GPUs from its start, max 4000 s) is expected to end at start + 1000 s, and
+    # the waiting job to start then (p50 and p90 alike: every ratio is 0.25).
+    _history(env, 5, ran_s=1000, max_s=4000)
+    # Jobs of another size say nothing while the narrow group has enough history.
+    _history(env, 5, ran_s=4000, max_s=4000, gpus_per_replica=1, gpu_milli_per_replica=1000)
+    runner = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    waiting = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    started = Allocation.objects.get(job=runner).started_at
+    estimate = JobQueueEstimate.objects.get(job=waiting)
+    assert estimate.eta_p50 == estimate.eta_p90 == started + timedelta(seconds=1000)
+    assert estimate.estimated_at == _dt(env.clock())
+
+
+def test_without_history_the_estimate_is_the_max(one_node: Env) -> None:
+    env = one_node
+    runner = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    waiting = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    started = Allocation.objects.get(job=runner).started_at
+    estimate = JobQueueEstimate.objects.get(job=waiting)
+    assert estimate.eta_p50 == estimate.eta_p90 == started + timedelta(seconds=4000)
+
+
+def test_refresh_waits_its_interval(env: Env) -> None:
+    _full_cluster(env)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    late = env.submit()
+    env.run(daemon, seconds=29)
+    assert not JobQueueEstimate.objects.filter(job=late).exists()
+    env.run(daemon, seconds=1)
+    assert JobQueueEstimate.objects.get(job=late).position_cluster == 5
+
+
+def _stale(jobs: list[Job]) -> datetime:
+    """Rows from an earlier refresh for `jobs`, each with a recognisable estimate."""
+    old = datetime(2029, 1, 1, tzinfo=UTC)
+    JobQueueEstimate.objects.all().delete()  # the daemon's own refresh made some
+    for position, job in enumerate(jobs, start=1):
+        JobQueueEstimate.objects.create(
+            job=job,
+            position_tenant=9,
+            position_cluster=position + 10,
+            eta_p50=old,
+            eta_p90=old,
+            estimated_at=old,
+            computed_at=old,
+        )
+    return old
+
+
+def _refresh(env: Env, config: EtaSettings, monotonic: Any = None) -> Any:
+    built = build_snapshot(env.clock(), decayed={})
+    model = runtime_history(_dt(env.clock()), config.unbounded_runtime_s)
+    extra = {"monotonic": monotonic} if monotonic is not None else {}
+    profile = env.daemons[0].profile
+    return refresh_estimates(built.snapshot, built.jobs, profile, model, config, **extra)
+
+
+def test_cap_replays_the_head_of_the_queue_and_keeps_the_rest(env: Env) -> None:
+    b1, a1, a2, b2 = _full_cluster(env)
+    env.run(env.daemon())  # the big jobs run; the refresh below is the one under test
+    old = _stale([b1, a1, a2, b2])
+    config = EtaSettings(every_s=30.0, budget_s=5.0, max_jobs=1, unbounded_runtime_s=14400.0)
+    done = _refresh(env, config)
+    assert (done.positions, done.estimated, done.capped) == (4, 1, 3)
+    rows = {e.job_id: e for e in JobQueueEstimate.objects.all()}
+    assert rows[b1.pk].estimated_at == _dt(env.clock()) and rows[b1.pk].eta_p50 != old
+    for job in (a1, a2, b2):  # beyond the cap: the previous estimate stays
+        assert (rows[job.pk].eta_p50, rows[job.pk].estimated_at) == (old, old)
+        assert rows[job.pk].computed_at == _dt(env.clock())  # positions are new
+    assert _positions() == {b1.pk: (1, 1), a1.pk: (1, 2), a2.pk: (2, 3), b2.pk: (2, 4)}
+
+
+def test_budget_spent_stops_the_replay_and_keeps_previous_estimates(env: Env) -> None:
+    b1, a1, a2, b2 = _full_cluster(env)
+    env.run(env.daemon())
+    old = _stale([b1, a1, a2])  # b2 was never estimated
+    ticks = iter(range(0, 10_000, 10))  # 10 s of wall time between two looks at the clock
+    done = _refresh(env, SETTINGS, monotonic=lambda: float(next(ticks)))
+    assert done.stopped and done.estimated == 0
+    rows = {e.job_id: e for e in JobQueueEstimate.objects.all()}
+    assert [(rows[j.pk].eta_p50, rows[j.pk].estimated_at) for j in (b1, a1, a2)] == [(old, old)] * 3
+    assert (rows[b2.pk].eta_p50, rows[b2.pk].estimated_at) == (None, None)
+    assert _positions()[b2.pk] == (2, 4)
+
+
+def test_a_bug_in_the_estimates_does_not_stop_scheduling(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr("scheduler.eta.refresh_estimates", broken)
+    job = env.submit()
+    daemon = env.daemon()
+    env.run(daemon)
+    job.refresh_from_db()
+    assert job.state == JobState.BINDING
+    assert daemon.lease.leading
