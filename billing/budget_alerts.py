@@ -9,6 +9,7 @@ delivery, so a failing webhook neither stops the email nor sends it twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.request
 from collections.abc import Callable
@@ -76,10 +77,10 @@ def alerts_check(tenant_ids: list[int], month: datetime) -> list[int]:
 
 
 def _enqueue(alert_ids: list[int]) -> None:
-    from billing.tasks import budget_alert_email  # tasks import this module
+    from billing.tasks import budget_alert_email, budget_alert_webhook  # tasks import this
 
     for alert_id in alert_ids:
-        for task in (budget_alert_email,):
+        for task in (budget_alert_email, budget_alert_webhook):
             try:
                 task.delay(alert_id)
             except Exception:  # any broker error: the sweep sends it later
@@ -92,7 +93,7 @@ def message(alert: BudgetAlert, position: BudgetPosition) -> tuple[str, str]:
     month = budget.month.strftime("%Y-%m")
     subject = f"[Gantry] {budget.tenant.slug}'s budget for {month} reached {alert.threshold} %"
     text = (
-        f"{budget.tenant.slug}'s budget for {month} is at {position.percent} % "
+        f"{budget.tenant.slug}'s budget for {month} is at {position.percent_text} % "
         f"(crossed {alert.threshold} %): spent {position.figure(position.spent)}, "
         f"committed {position.figure(position.committed)} of {position.figure(position.limit)}. "
         f"At 100 % new jobs are handled by the policy '{budget.policy}'."
@@ -130,6 +131,23 @@ def alert_email_send(alert_id: int) -> bool:
     alert.emailed_at = timezone.now()
     alert.save(update_fields=["emailed_at"])
     return bool(to)
+
+
+@transaction.atomic
+def alert_webhook_post(alert_id: int) -> bool:
+    """Post the alert to the tenant's webhook, once (as the email). A failure raises OSError
+    (the task retries with backoff) and leaves the alert unposted."""
+    alert = _locked(alert_id)
+    if alert is None or alert.posted_at is not None:
+        return False
+    url = alert.budget.tenant.webhook_url
+    if url:
+        _, text = message(alert, position_of(alert.budget))
+        # {"text": ...} is what Slack's and Teams' incoming webhooks accept.
+        webhook_transport(url, json.dumps({"text": text}).encode())
+    alert.posted_at = timezone.now()
+    alert.save(update_fields=["posted_at"])
+    return bool(url)
 
 
 def alerts_unsent() -> list[tuple[int, bool, bool]]:

@@ -78,6 +78,11 @@ class BudgetPosition:
             "policy": self.policy,
         }
 
+    @property
+    def percent_text(self) -> str:
+        """'112' for 112.0, '106.7' otherwise."""
+        return f"{self.percent.normalize():f}"
+
     def figure(self, value: Decimal) -> str:
         """`value` in the budget's unit for people: 'EUR 1,120.00' or '12.50 GPU-hours'."""
         if self.unit == BudgetUnit.MONEY:

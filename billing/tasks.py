@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from celery import shared_task
 from django.utils import timezone
 
-from billing.budget_alerts import alert_email_send, alerts_check
+from billing.admission import reservations_sweep
+from billing.budget_alerts import (
+    alert_email_send,
+    alert_webhook_post,
+    alerts_check,
+    alerts_unsent,
+)
 from billing.metering import meter_usage
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task
@@ -26,3 +35,24 @@ def budget_alerts_check(tenant_ids: list[int], month: str) -> list[int]:
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
 def budget_alert_email(alert_id: int) -> bool:
     return alert_email_send(alert_id)
+
+
+@shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
+def budget_alert_webhook(alert_id: int) -> bool:
+    return alert_webhook_post(alert_id)
+
+
+@shared_task
+def budget_sweep() -> int:
+    """Celery beat: release the reservations of jobs already final, and send the alerts
+    whose queueing was lost. Idempotent."""
+    released = reservations_sweep()
+    for alert_id, email, webhook in alerts_unsent():
+        if email:
+            alert_email_send(alert_id)
+        if webhook:
+            try:
+                alert_webhook_post(alert_id)
+            except OSError:
+                logger.warning("budget alert %s: webhook failed", alert_id, exc_info=True)
+    return released

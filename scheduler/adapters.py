@@ -28,6 +28,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from scheduler.admission import jobs_final
 from scheduler.core.types import (
     Device,
     DeviceShare,
@@ -786,6 +787,7 @@ def transition_many(
         if versions is not None:
             versions.update(written)
     insert_events(events)
+    jobs_final([i for (to, _, _), ids in groups.items() if to in FINAL_STATES for i in ids])
     if out.moved or out.busy:
         log.info(
             "%d of %d job changes not applied: %s",

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from common.errors import ConflictError, DomainError
+from scheduler.admission import job_admitted
 from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobState
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
@@ -193,6 +194,7 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
             data={"approval": request.pk},
         )
         Job.objects.filter(pk=job.pk).update(reason="")
+        job_admitted(job)
     elif outcome in (ApprovalState.REJECTED, ApprovalState.EXPIRED):
         reason = (
             "approval expired" if outcome == ApprovalState.EXPIRED else f"rejected by {who}{note}"

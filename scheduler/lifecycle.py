@@ -15,6 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from common.errors import ConflictError
+from scheduler.admission import jobs_final
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 
 S = JobState
@@ -101,5 +102,7 @@ def job_transition(
         actor=actor if getattr(actor, "is_authenticated", False) else None,
         data=data or {},
     )
+    if to_state in FINAL_STATES:
+        jobs_final([job.pk])
     job.refresh_from_db()
     return job

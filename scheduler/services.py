@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
+from scheduler.admission import admission_verdicts, job_admitted
 from scheduler.approvals import job_approval_matches, job_approval_payload
 from scheduler.feasibility import job_check_fits
 from scheduler.lifecycle import job_transition
@@ -131,12 +132,21 @@ def job_submit(
             # Inside the transaction: the borrowing rule locks the tenant's row and counts
             # its queued jobs, so jobs submitted together are judged one after another.
             approval = job_approval_matches(job)
+            # Budgets and cost rules (billing, registered in scheduler.admission).
+            verdicts = admission_verdicts(job)
+            approval += [match for v in verdicts for match in v.approvals]
+            moved = next((v for v in verdicts if v.priority_class is not None), None)
+            if moved is not None and moved.priority_class is not None:
+                job.priority_class = moved.priority_class
+                job.spec = {**job.spec, "priority_class": moved.priority_class.name}
             if approval:
                 job.state = JobState.PENDING_APPROVAL
                 reasons = "; ".join(m.reason for m in approval)
                 job.reason = f"waiting for approval: {reasons}"[:500]
             else:
                 job.queued_at = timezone.now()
+                if moved is not None:
+                    job.reason = moved.reason[:500]
             job.save()
             JobEvent.objects.create(
                 job=job,
@@ -146,15 +156,24 @@ def job_submit(
                 message=f"Submitted by {user.get_username()} to project {project.slug}."
                 + (f" It is {job.reason}." if approval else ""),
             )
+            if moved is not None:
+                JobEvent.objects.create(
+                    job=job, kind="priority_class", to_state=job.state, message=moved.reason
+                )
             if approval:
+                payload = job_approval_payload(job)
+                for verdict in verdicts:
+                    payload.update(verdict.payload)
                 approval_request_create(
                     requester=user,
                     tenant=job.tenant,
                     kind=ApprovalKind.JOB,
                     subject_id=job.pk,
-                    payload=job_approval_payload(job),
+                    payload=payload,
                     rules=approval,
                 )
+            else:
+                job_admitted(job)
             audit_record(
                 actor=user,
                 action="job.submit",

@@ -6,16 +6,36 @@ The month is February 2031 (the builders' T0 is 2031-01-31 20:00, so at(4) is 1 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import pytest
+from django.core import mail
+
+from billing import admission, budget_alerts, tasks
+from billing.admission import reservations_sweep
+from billing.budget_alerts import alert_email_send, alert_webhook_post, alerts_check
 from billing.budgets import budget_position
 from billing.metering import meter_usage
-from billing.models import Budget, BudgetUnit
+from billing.models import (
+    Budget,
+    BudgetAlert,
+    BudgetPolicy,
+    BudgetReservation,
+    BudgetSpend,
+    BudgetUnit,
+)
 from billing.rates import RatePrices, rate_card_add
+from billing.tasks import budget_sweep
+from scheduler.adapters import Change, transition_many
+from scheduler.approvals import job_approval_decide
+from scheduler.models import Job, JobEvent, JobState
+from scheduler.services import job_cancel, job_submit
+from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, Tenant
 from tests.billing.builders import T0, at, hold, job_for, make_node
-from tests.conftest import Org
+from tests.conftest import Org, job_spec
 
 FEB = datetime(2031, 2, 1, tzinfo=UTC)
 
@@ -80,3 +100,292 @@ def test_spend_counts_an_hour_once_however_often_metering_runs(org: Org) -> None
     meter_usage(now=at(7))
     position = budget_position(org.alpha, at(6))
     assert position is not None and position.spent == Decimal("4.00")
+
+
+# --- admission: reservations and the policies, through the real submit and approval ------
+
+NOW = at(4 + 9 * 24 + 12)  # 2031-02-10 12:00 UTC
+PER_HOUR = Decimal(32)  # the spec below: 2 replicas x 4 GPUs x 4.00
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission, "clock", lambda: NOW)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """The tasks queued, run at once instead of through a broker; webhooks posted to a fake
+    transport that fails while `sent["down"]` is set."""
+    out: dict[str, list[Any]] = {"checks": [], "posts": [], "down": [], "failed": []}
+
+    def check(tenant_ids: list[int], month: str) -> None:
+        out["checks"].append(tenant_ids)
+        alerts_check(tenant_ids, datetime.fromisoformat(month))
+
+    def post(url: str, body: bytes) -> None:
+        if out["down"]:
+            raise OSError("connection refused")
+        out["posts"].append((url, json.loads(body)))
+
+    monkeypatch.setattr(tasks.budget_alerts_check, "delay", check)
+    monkeypatch.setattr(tasks.budget_alert_email, "delay", alert_email_send)
+
+    def webhook(alert_id: int) -> None:
+        try:
+            alert_webhook_post(alert_id)
+        except OSError:  # the worker retries it later, with backoff
+            out["failed"].append(alert_id)
+
+    monkeypatch.setattr(tasks.budget_alert_webhook, "delay", webhook)
+    monkeypatch.setattr(budget_alerts, "webhook_transport", post)
+    return out
+
+
+def submit(org: Org, hours: float | None = 10, username: str = "alice", **kw: Any) -> Job:
+    spec = job_spec(max_runtime_s=None if hours is None else int(hours * 3600), **kw)
+    job, _ = job_submit(user=org.users[username], project=org.proj_alpha, payload=spec)
+    return job
+
+
+def committed(tenant: Any) -> Decimal:
+    position = budget_position(tenant, NOW)
+    assert position is not None
+    return position.committed
+
+
+def decide(org: Org, job: Job, approve: bool = True) -> None:
+    request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+    job_approval_decide(user=org.users["tina"], request=request, approve=approve, comment="")
+
+
+def test_an_admitted_job_reserves_its_projected_cost_until_it_ends(org: Org, clock: None) -> None:
+    rates(org)
+    budget(org.alpha, "1000")
+    job = submit(org, hours=10)
+    assert job.state == JobState.QUEUED
+    # 2 replicas x 4 GPUs x 4.00 x 10 h = 320.00 reserved.
+    assert BudgetReservation.objects.get(job=job).amount == Decimal("320.00")
+    assert committed(org.alpha) == Decimal("320.00")
+    job_cancel(user=org.users["alice"], job=job)
+    assert committed(org.alpha) == 0
+    assert BudgetReservation.objects.get(job=job).released_at == NOW
+
+
+def test_an_unbounded_job_reserves_to_the_month_end_at_the_dearest_price(
+    org: Org, clock: None
+) -> None:
+    rates(org)
+    budget(org.alpha, "100000")
+    job = submit(org, hours=None, flavors=["H100-80GB", "A100-40GB"])
+    # From 10 Feb 12:00 to 1 Mar: 18.5 days = 444 h, at H100's 32.00 an hour = 14,208.00.
+    assert BudgetReservation.objects.get(job=job).amount == Decimal("14208.00")
+    assert BudgetReservation.objects.get(job=job).gpu_hours == Decimal(8 * 444)
+
+
+def test_what_a_running_job_was_metered_for_moves_from_committed_to_spent(
+    org: Org, clock: None
+) -> None:
+    rates(org)
+    budget(org.alpha, "1000")
+    job = submit(org, hours=10)
+    # One replica held 4 GPUs for 2 hours: 8 GPU-hours x 4.00 = 32.00 metered.
+    hold(job, make_node(), 4 + 9 * 24 + 12, 4 + 9 * 24 + 14, [1000] * 4)
+    meter_usage(now=NOW + timedelta(hours=3))
+    position = budget_position(org.alpha, NOW)
+    assert position is not None
+    assert (position.spent, position.committed) == (Decimal("32.00"), Decimal("288.00"))
+    assert position.percent == Decimal("32.0")  # (32 + 288) / 1000
+
+
+def test_a_job_failing_in_the_daemon_gives_its_reservation_back(org: Org, clock: None) -> None:
+    rates(org)
+    budget(org.alpha, "1000")
+    job = submit(org, hours=10)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    done = transition_many(
+        [Change(job.pk, (JobState.RUNNING,), JobState.FAILED, message="exit code 1")], NOW
+    )
+    assert job.pk in done.done
+    assert committed(org.alpha) == 0
+    assert BudgetReservation.objects.get(job=job).released_at is not None
+
+
+def test_the_sweep_releases_the_reservation_of_a_job_final_without_its_hook(
+    org: Org, clock: None
+) -> None:
+    rates(org)
+    budget(org.alpha, "1000")
+    job = submit(org, hours=10)
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)  # no hook ran
+    assert committed(org.alpha) == 0  # a final job commits nothing, released or not
+    assert reservations_sweep() == 1
+    assert reservations_sweep() == 0
+    assert BudgetReservation.objects.get(job=job).released_at == NOW
+
+
+def test_notify_queues_the_job_that_takes_the_budget_over_and_alerts_once_per_threshold(
+    org: Org, clock: None, sent: dict[str, list[Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    rates(org)
+    budget(org.alpha, "1000", policy=BudgetPolicy.NOTIFY)
+    Tenant.objects.filter(pk=org.alpha.pk).update(webhook_url="https://hooks.example.com/a")
+    with django_capture_on_commit_callbacks(execute=True):
+        first = submit(org, hours=10)  # 320: 32 %
+    assert BudgetAlert.objects.count() == 0 and mail.outbox == []
+    with django_capture_on_commit_callbacks(execute=True):
+        second = submit(org, hours=10)  # 640: 64 %, the 50 % alert
+    with django_capture_on_commit_callbacks(execute=True):
+        third = submit(org, hours=15)  # 640 + 480 = 1120: 112 %, over, and queued
+    assert [first.state, second.state, third.state] == [JobState.QUEUED] * 3
+    assert sorted(BudgetAlert.objects.values_list("threshold", flat=True)) == [50, 80, 100]
+    subjects = [m.subject for m in mail.outbox]
+    assert len(subjects) == 3 and all(m.to == ["tina@example.com"] for m in mail.outbox)
+    assert "reached 100 %" in subjects[-1]
+    assert "at 112 % (crossed 100 %)" in mail.outbox[-1].body
+    assert [p[0] for p in sent["posts"]] == ["https://hooks.example.com/a"] * 3
+    assert "team-alpha's budget for 2031-02 is at 112" in sent["posts"][-1][1]["text"]
+    with django_capture_on_commit_callbacks(execute=True):
+        submit(org, hours=1)
+    assert alerts_check([org.alpha.pk], FEB) == []
+    assert len(mail.outbox) == 3 and len(sent["posts"]) == 3  # once each
+
+
+def test_a_failing_webhook_neither_stops_the_email_nor_posts_twice(
+    org: Org, clock: None, sent: dict[str, list[Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    rates(org)
+    budget(org.alpha, "100")
+    Tenant.objects.filter(pk=org.alpha.pk).update(webhook_url="https://hooks.example.com/a")
+    sent["down"].append(True)
+    with django_capture_on_commit_callbacks(execute=True):
+        submit(org, hours=10)  # 320 %: three alerts; their webhook posts fail
+    assert len(mail.outbox) == 3 and len(sent["failed"]) == 3
+    assert BudgetAlert.objects.filter(posted_at__isnull=True).count() == 3
+    sent["down"].clear()
+    budget_sweep()  # the retries (here: the sweep) send what is left, once
+    assert len(mail.outbox) == 3 and len(sent["posts"]) == 3
+    budget_sweep()
+    assert len(mail.outbox) == 3 and len(sent["posts"]) == 3
+
+
+def test_approval_sends_the_job_through_the_approval_workflow_with_the_figures(
+    org: Org, clock: None
+) -> None:
+    rates(org)
+    budget(org.alpha, "1000", policy=BudgetPolicy.APPROVAL)
+    first = submit(org, hours=25)  # 800
+    assert first.state == JobState.QUEUED
+    job = submit(org, hours=10)  # 800 + 320 = 1120
+    assert job.state == JobState.PENDING_APPROVAL
+    reason = "would take team-alpha's budget for 2031-02 to 112 % (EUR 1,120.00 of 1,000.00)"
+    assert reason in job.reason
+    request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+    assert reason in request.reasons
+    (figures,) = request.payload["budgets"]
+    assert figures["tenant"] == "team-alpha"
+    assert (figures["limit"], figures["spent"], figures["committed"]) == (
+        "1000.00",
+        "0.00",
+        "1120.00",
+    )
+    assert request.payload["estimated_cost"]["high"] == "320.00"
+    assert not BudgetReservation.objects.filter(job=job).exists()  # not admitted yet
+    decide(org, job)
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    assert BudgetReservation.objects.get(job=job).amount == Decimal("320.00")
+    assert committed(org.alpha) == Decimal("1120.00")
+
+
+def test_a_job_cancelled_while_pending_approval_never_reserves(org: Org, clock: None) -> None:
+    rates(org)
+    budget(org.alpha, "100", policy=BudgetPolicy.APPROVAL)
+    job = submit(org, hours=10)
+    assert job.state == JobState.PENDING_APPROVAL
+    job_cancel(user=org.users["alice"], job=job)
+    assert not BudgetReservation.objects.filter(job=job).exists()
+    assert committed(org.alpha) == 0
+
+
+def test_a_rejected_job_never_reserves(org: Org, clock: None) -> None:
+    rates(org)
+    budget(org.alpha, "100", policy=BudgetPolicy.APPROVAL)
+    job = submit(org, hours=10)
+    decide(org, job, approve=False)
+    job.refresh_from_db()
+    assert job.state == JobState.REJECTED
+    assert not BudgetReservation.objects.filter(job=job).exists()
+
+
+def test_best_effort_runs_the_job_at_the_best_effort_class_saying_why(
+    org: Org, clock: None
+) -> None:
+    rates(org)
+    budget(org.alpha, "100", policy=BudgetPolicy.BEST_EFFORT)
+    job = submit(org, hours=10)
+    assert (job.state, job.priority_class.name) == (JobState.QUEUED, "best-effort")
+    reason = "would take team-alpha's budget for 2031-02 to 320 % (EUR 320.00 of 100.00)"
+    assert reason in job.reason and job.spec["priority_class"] == "best-effort"
+    event = JobEvent.objects.get(job=job, kind="priority_class")
+    assert "runs at best-effort" in event.message and reason in event.message
+    assert BudgetReservation.objects.filter(job=job).exists()
+
+
+def test_a_budget_at_100_percent_already_applies_its_policy_to_a_free_job(
+    org: Org, clock: None
+) -> None:
+    rates(org)
+    budget(org.alpha, "100", policy=BudgetPolicy.APPROVAL)
+    BudgetSpend.objects.create(tenant=org.alpha, month=FEB, amount=Decimal(100))
+    # No GPU, and CPU has no price: it costs nothing.
+    free = submit(org, hours=1, resources={"gpus": 0, "cpu_milli": 1000, "memory_mib": 1024})
+    assert free.state == JobState.PENDING_APPROVAL
+
+
+def test_an_ancestors_budget_applies_to_its_subtree(org: Org, clock: None) -> None:
+    rates(org)
+    budget(org.alpha, "10000")
+    budget(org.research, "500", policy=BudgetPolicy.APPROVAL)
+    assert submit(org, hours=10).state == JobState.QUEUED  # research: 320 of 500
+    job = submit(org, hours=10)  # 640 of 500
+    assert job.state == JobState.PENDING_APPROVAL
+    assert "would take research's budget for 2031-02 to 128 %" in job.reason
+    assert "team-alpha's budget" not in job.reason
+    assert committed(org.research) == Decimal("320.00")
+
+
+def test_a_gpu_hour_budget_counts_gpu_hours(org: Org, clock: None) -> None:
+    rates(org)
+    budget(org.alpha, "100", unit=BudgetUnit.GPU_HOURS, policy=BudgetPolicy.APPROVAL)
+    assert submit(org, hours=10).state == JobState.QUEUED  # 8 GPUs x 10 h = 80 GPU-hours
+    job = submit(org, hours=5)  # 80 + 40 = 120
+    assert "to 120 % (120.00 GPU-hours of 100.00 GPU-hours)" in job.reason
+
+
+# --- the cost-based approval rule ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hours", "state", "reason"),
+    [
+        (3, JobState.QUEUED, None),  # 96.00, not over 100
+        (10, JobState.PENDING_APPROVAL, "may cost up to EUR 320.00"),
+        (None, JobState.PENDING_APPROVAL, "has no maximum runtime, so its cost is unbounded"),
+    ],
+    ids=["under", "over", "unbounded"],
+)
+def test_estimated_cost_over_n_sends_dearer_jobs_to_approval(
+    org: Org, clock: None, hours: float | None, state: str, reason: str | None
+) -> None:
+    rates(org)
+    ApprovalPolicy.objects.create(
+        tenant=org.research, rule=ApprovalRule.COST_OVER, threshold=Decimal(100)
+    )
+    job = submit(org, hours=hours)
+    assert job.state == state
+    if reason is not None:
+        assert reason in job.reason
+        assert "(policy of 'research': estimated cost over EUR 100)" in job.reason
+        request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+        assert request.rules[0]["rule"] == "cost_over"

@@ -1,0 +1,74 @@
+"""What other apps add to a job's admission, and hear when jobs end.
+
+The scheduler may not import billing (the import-linter layers), yet budgets and cost rules
+decide about jobs at submit. So billing registers here at start-up (BillingConfig.ready):
+- an admission check, called by `job_submit` inside its transaction before the job is
+  saved: it may ask for approval (RuleMatch reasons, and figures for the request's payload)
+  or move the job to another priority class (with the reason);
+- an admitted hook, called inside the transaction that puts a job in the queue: at submit
+  when no approval is needed, or when its approval is granted;
+- a final hook, called inside the transaction that moves jobs to a final state (every path:
+  `lifecycle.job_transition` and the daemon's `adapters.transition_many`), with their ids.
+Hooks run in the caller's transaction, so what they write commits or rolls back with it;
+they must be quick (the final hook runs in the scheduling cycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenants.approval_rules import RuleMatch
+from tenants.models import PriorityClass
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An admission check's word on a job; the default changes nothing."""
+
+    approvals: tuple[RuleMatch, ...] = ()  # reasons the job must be approved
+    payload: dict[str, Any] = field(default_factory=dict)  # for the approval request
+    priority_class: PriorityClass | None = None  # run it at this class instead
+    reason: str = ""  # why the class changed (the job's reason and an event)
+
+
+AdmissionCheck = Callable[[Any], Verdict]  # (unsaved job) -> verdict
+AdmittedHook = Callable[[Any], object]  # (job now queued); the result is ignored
+FinalHook = Callable[[Sequence[int]], object]  # (ids of jobs now final); result ignored
+
+_checks: list[AdmissionCheck] = []
+_admitted: list[AdmittedHook] = []
+_final: list[FinalHook] = []
+
+
+def _add(hooks: list[Any], fn: Any) -> None:
+    if fn not in hooks:  # ready() may run twice (tests, autoreload)
+        hooks.append(fn)
+
+
+def register_admission_check(fn: AdmissionCheck) -> None:
+    _add(_checks, fn)
+
+
+def register_on_admitted(fn: AdmittedHook) -> None:
+    _add(_admitted, fn)
+
+
+def register_on_final(fn: FinalHook) -> None:
+    _add(_final, fn)
+
+
+def admission_verdicts(job: Any) -> list[Verdict]:
+    return [check(job) for check in _checks]
+
+
+def job_admitted(job: Any) -> None:
+    for hook in _admitted:
+        hook(job)
+
+
+def jobs_final(job_ids: Sequence[int]) -> None:
+    if job_ids:
+        for hook in _final:
+            hook(job_ids)
