@@ -60,6 +60,21 @@ class LineFilter:
         )
 
 
+def line_filter_for(query: dict[str, Any]) -> LineFilter:
+    """The filters of a validated cost query (the cost API's and its exports')."""
+    tenant = None
+    if query.get("tenant") is not None:
+        tenant = Tenant.objects.filter(pk=query["tenant"]).first()
+        if tenant is None:  # as for a tenant not visible: nothing
+            tenant = Tenant(pk=0, path="/0/")  # no tenant's path: nothing matches
+    return LineFilter(
+        tenant=tenant,
+        project=query.get("project"),
+        flavor=query.get("flavor"),
+        kind=query.get("kind"),
+    )
+
+
 def line_visibility(user: Any) -> Any:
     """A predicate (line, tenant paths) -> may `user` see the line."""
     grants = access.grants_for(user)

@@ -8,6 +8,7 @@ from datetime import datetime
 from celery import shared_task
 from django.utils import timezone
 
+from billing import export_runs
 from billing.admission import reservations_sweep
 from billing.budget_alerts import (
     alert_email_send,
@@ -24,6 +25,19 @@ logger = logging.getLogger(__name__)
 def meter_closed_hours() -> int:
     """Celery beat, hourly: meter every closed hour not metered yet (docs/billing.md)."""
     return meter_usage(now=timezone.now())
+
+
+@shared_task
+def cost_export_run(export_id: int) -> bool:
+    """Write a queued finance export's file (billing/export_runs.py); a second delivery of
+    the same message finds it claimed and does nothing."""
+    return export_runs.cost_export_run(export_id, clock=timezone.now)
+
+
+@shared_task
+def cost_exports_expire() -> int:
+    """Celery beat: delete the finance exports past their retention, files and rows."""
+    return export_runs.cost_exports_expire(now=timezone.now())
 
 
 @shared_task

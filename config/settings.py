@@ -346,3 +346,15 @@ except ValueError as _error:
 # Metering meters an hour this long after it ended, so that the daemon's last writes about it
 # (an allocation ended a few seconds late) are in before its usage is fixed for good.
 GANTRY_METERING_DELAY_S = float(os.environ.get("GANTRY_METERING_DELAY_S", "300"))
+# Finance exports (docs/billing.md "Exports"): files written by the worker, kept this many hours
+# for their owner to download, then deleted by the beat task below.
+GANTRY_EXPORT_DIR = Path(os.environ.get("GANTRY_EXPORT_DIR", VAR_DIR / "exports"))
+GANTRY_EXPORT_RETENTION_H = float(os.environ.get("GANTRY_EXPORT_RETENTION_H", "24"))
+if not GANTRY_EXPORT_RETENTION_H > 0:
+    raise RuntimeError(
+        f"GANTRY_EXPORT_RETENTION_H: {GANTRY_EXPORT_RETENTION_H} is not a positive number of hours"
+    )
+CELERY_BEAT_SCHEDULE["billing-exports-expire"] = {
+    "task": "billing.tasks.cost_exports_expire",
+    "schedule": 900.0,
+}

@@ -46,7 +46,7 @@ class CostListView(generics.GenericAPIView):
         query.is_valid(raise_exception=True)
         data = query.validated_data
         lines = selectors.cost_lines_visible(
-            request.user, data["from"], data["to"], _line_filter(data)
+            request.user, data["from"], data["to"], selectors.line_filter_for(data)
         )
         rows = selectors.aggregate(lines, data["by"])
         page = self.paginate_queryset(rows)  # type: ignore[arg-type]
@@ -66,17 +66,6 @@ class CostListView(generics.GenericAPIView):
             },
         )
         return response
-
-
-def _line_filter(data: dict[str, Any]) -> selectors.LineFilter:
-    tenant = None
-    if "tenant" in data:
-        tenant = Tenant.objects.filter(pk=data["tenant"]).first()
-        if tenant is None:  # as for a tenant not visible: an empty page
-            tenant = Tenant(pk=0, path="/0/")  # no tenant's path: nothing matches
-    return selectors.LineFilter(
-        tenant=tenant, project=data.get("project"), flavor=data.get("flavor"), kind=data.get("kind")
-    )
 
 
 class StatementFilter(StrictFilterSet):

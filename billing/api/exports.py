@@ -1,0 +1,112 @@
+"""Finance exports over the API: a small one at once (`GET /costs/export/`), a large one as a
+Celery task (`/cost-exports/`), downloaded by its owner until it expires."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+from django.http import FileResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing import export_runs
+from billing.api import export_serializers as s
+from billing.exports import CONTENT_TYPES, export_write, filename
+from tenants import access
+
+FILE_RESPONSES = {
+    (200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY, description="csv and focus"),
+    (200, CONTENT_TYPES["xlsx"]): OpenApiResponse(OpenApiTypes.BINARY, description="xlsx"),
+}
+ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)
+
+
+class JSONErrors(DefaultContentNegotiation):
+    """Files are answered as files; anything else (errors) as JSON, whatever `format` and
+    Accept say: `format` is the export's, not DRF's renderer override."""
+
+    def select_renderer(self, request: Any, renderers: Any, format_suffix: Any = None) -> Any:
+        return JSONRenderer(), JSONRenderer.media_type
+
+
+def _file_response(out: Any, fmt: str, name: str) -> FileResponse:
+    out.seek(0)
+    return FileResponse(out, as_attachment=True, filename=name, content_type=CONTENT_TYPES[fmt])
+
+
+def _check_filters(user: Any, data: dict[str, Any]) -> None:
+    """A tenant or project outside what the user sees is a 404, as every object is."""
+    if data.get("tenant") is not None:
+        access.access_tenant(user, data["tenant"])
+    if data.get("project") is not None:
+        access.access_project(user, data["project"])
+
+
+class CostExportFileView(APIView):
+    """The cost API's figures for a query, as a file, at once: for windows small enough to
+    write within a request. Larger ones: `POST /api/v1/cost-exports/`."""
+
+    content_negotiation_class = JSONErrors
+
+    @extend_schema(parameters=[s.ExportQueryIn], responses=FILE_RESPONSES)
+    def get(self, request: Request) -> FileResponse:
+        query = s.ExportQueryIn(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = dict(query.validated_data)
+        fmt = data.pop("format")
+        # On disk, not in memory: the writers stream, and so does the response.
+        out = tempfile.TemporaryFile()  # noqa: SIM115 - FileResponse closes it
+        try:
+            export_write(user=request.user, fmt=fmt, query=data, out=out)
+        except BaseException:
+            out.close()
+            raise
+        return _file_response(out, fmt, filename(fmt, data))
+
+
+class CostExportViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Any]
+):
+    """The user's own exports (nobody else's, whatever their role): start one, follow its
+    progress, download the file until it expires."""
+
+    serializer_class = s.CostExportOut
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> Any:
+        return export_runs.cost_export_list_visible(self.request.user)
+
+    def get_object(self) -> Any:
+        return export_runs.access_cost_export(self.request.user, self.kwargs["pk"])
+
+    @extend_schema(request=s.CostExportIn, responses={201: s.CostExportOut})
+    def create(self, request: Request) -> Response:
+        """Start an export of the cost API's query; a Celery task writes it."""
+        body = s.CostExportIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        fmt = data.pop("format")
+        _check_filters(request.user, data)
+        export = export_runs.cost_export_start(
+            user=request.user, fmt=fmt, query=data, now=timezone.now()
+        )
+        return Response(s.CostExportOut(export).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[ID], responses=s.CostExportOut)
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(s.CostExportOut(self.get_object()).data)
+
+    @extend_schema(parameters=[ID], responses=FILE_RESPONSES)
+    @action(detail=True, methods=["get"], filter_backends=[], content_negotiation_class=JSONErrors)
+    def download(self, request: Request, pk: str) -> FileResponse:
+        export, path = export_runs.cost_export_file(request.user, pk, now=timezone.now())
+        return _file_response(path.open("rb"), export.format, export.filename)

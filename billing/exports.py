@@ -1,0 +1,424 @@
+"""Finance exports: the cost API's figures as CSV, XLSX, and FOCUS-style CSV.
+
+The rows come from the cost API's own source (`selectors.cost_lines_visible`, `aggregate`,
+`totals`), so an export adds up to what the API says for the same query, to the cent, and
+holds exactly the lines its user may see when it is written.
+
+Writers stream: each row goes to `out` as it is made (CSV through a text wrapper, XLSX
+through openpyxl's write-only mode, which keeps its sheet in a temporary file until the
+archive is written), so the writer's memory does not grow with the number of rows.
+
+Every text cell goes through `common.text.csv_safe`, the audit export's helper: a name that
+starts with = + - @ (or a tab or carriage return) is written with a leading apostrophe, so
+that no spreadsheet runs it as a formula. Numbers stay numbers.
+
+FOCUS: the FinOps Open Cost and Usage Specification's column names and meanings (docs/billing.md
+"Exports" maps each one); one row per cost line. Columns Gantry adds start with `x_`, as
+FOCUS asks of custom columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import IO, Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
+from openpyxl.styles import Font
+
+from billing.models import LineKind
+from billing.rating import QUANTITY_PLACES, UNITS
+from billing.selectors import (
+    CostLine,
+    CostRow,
+    aggregate,
+    cost_lines_visible,
+    line_filter_for,
+    totals,
+)
+from common.text import csv_safe
+from tenants.models import Project, Tenant
+
+FORMATS = ("csv", "xlsx", "focus")
+CONTENT_TYPES = {
+    "csv": "text/csv; charset=utf-8",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "focus": "text/csv; charset=utf-8",
+}
+EXTENSIONS = {"csv": "csv", "xlsx": "xlsx", "focus": "focus.csv"}
+# The progress callback hears about every this many rows (and the last one): often enough
+# for a progress bar, rarely enough that saving the count costs little beside the rows.
+PROGRESS_EVERY = 500
+FOCUS_VERSION = "1.0"
+
+Progress = Callable[[int, int], None]
+
+
+def export_write(
+    *,
+    user: Any,
+    fmt: str,
+    query: dict[str, Any],
+    out: IO[bytes],
+    progress: Progress | None = None,
+) -> int:
+    """Write the export of `query` (the cost API's validated query: `from`, `to`, `by`, and
+    the filters `tenant`, `project`, `flavor`, `kind`) as `user` may see it, to `out`.
+
+    `fmt`: "csv" and "xlsx" hold one row per value of `by` and a totals row; "focus" one row
+    per cost line (no totals row: FOCUS datasets have none). Returns the rows written, the
+    header and totals row left out. `progress(done, total)` is called as rows are written.
+    DomainError when a flavor used has no rate (as the cost API)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}")
+    lines = cost_lines_visible(user, query["from"], query["to"], line_filter_for(query))
+    window = (query["from"], query["to"])
+    if fmt == "focus":
+        return write_csv(focus_header(), focus_rows(lines, window), out, len(lines), progress)
+    rows = aggregate(lines, query["by"])
+    table = CostTable(query["by"], window, rows, totals(lines))
+    if fmt == "csv":
+        return write_csv(
+            table.header(),
+            table.csv_rows(),
+            out,
+            len(rows),
+            progress,
+            footer=table.csv_total(),
+            bom=True,
+        )
+    return write_xlsx(table, out, progress)
+
+
+def _report(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
+        progress(done, total)
+
+
+# --- CSV ------------------------------------------------------------------------------------
+
+
+def write_csv(
+    header: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    out: IO[bytes],
+    total: int,
+    progress: Progress | None = None,
+    *,
+    footer: Sequence[Any] | None = None,
+    bom: bool = False,
+) -> int:
+    """`header`, `rows` (cells already escaped, or numbers) and `footer` as CSV, row by row;
+    the rows written, header and footer left out. `bom`: a UTF-8 byte order mark first, which
+    spreadsheets need to read UTF-8 names right."""
+    text = io.TextIOWrapper(out, encoding="utf-8-sig" if bom else "utf-8", newline="")
+    try:
+        writer = csv.writer(text)
+        writer.writerow(header)
+        if progress is not None:
+            progress(0, total)
+        written = 0
+        for row in rows:
+            writer.writerow(row)
+            written += 1
+            _report(progress, written, total)
+        if footer is not None:
+            writer.writerow(footer)
+        text.flush()
+    finally:
+        text.detach()  # the caller's stream stays open
+    return written
+
+
+# --- the aggregated table (CSV and XLSX) ---------------------------------------------------
+
+
+def _money(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.01"))
+
+
+def _hours(value: Fraction) -> Decimal:
+    shown = Decimal(value.numerator) / Decimal(value.denominator)
+    return shown.quantize(QUANTITY_PLACES)
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class CostTable:
+    """The cost API's page as a table: one row per value of `by`, then the totals."""
+
+    def __init__(
+        self,
+        by: str,
+        window: tuple[datetime, datetime],
+        rows: list[CostRow],
+        total: CostRow,
+    ) -> None:
+        self.by = by
+        self.window = window
+        self.rows = rows
+        self.total = total
+        self.currency = settings.GANTRY_BILLING_CURRENCY
+
+    def header(self) -> list[str]:
+        return [
+            "from",
+            "to",
+            f"{self.by}_id",
+            self.by,
+            f"charged_{self.currency}",
+            f"showback_{self.currency}",
+            "gpu_hours",
+        ]
+
+    def cells(self, row: CostRow) -> tuple[str, str, Decimal, Decimal, Decimal]:
+        """(key, name, charged, showback, GPU-hours); text escaped."""
+        key = "" if row.key is None else csv_safe(row.key)
+        return (
+            key,
+            csv_safe(row.name),
+            _money(row.charged),
+            _money(row.showback),
+            _hours(row.gpu_hours),
+        )
+
+    def csv_rows(self) -> Iterator[list[Any]]:
+        start, end = (_utc(moment) for moment in self.window)
+        for row in self.rows:
+            yield [start, end, *self.cells(row)]
+
+    def csv_total(self) -> list[Any]:
+        start, end = (_utc(moment) for moment in self.window)
+        return [start, end, "", *self.total_cells()]
+
+    def total_cells(self) -> tuple[str, Decimal, Decimal, Decimal]:
+        return "Total", self.total.charged, self.total.showback, _hours(self.total.gpu_hours)
+
+
+# --- XLSX -----------------------------------------------------------------------------------
+
+DATE_FORMAT = "yyyy-mm-dd hh:mm"
+HOURS_FORMAT = "0.000000"
+
+
+def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = None) -> int:
+    """The table as one sheet: a bold header, typed cells (dates, amounts with the currency's
+    number format, GPU-hours as numbers), and a bold totals row of values (not formulas: the
+    figure is the cost API's total, readable without recalculation)."""
+    book = Workbook(write_only=True)
+    sheet = book.create_sheet(title="Costs")
+    money = f'#,##0.00 "{table.currency}"'
+    bold = Font(bold=True)
+
+    def cell(value: Any, number_format: str | None = None, font: Font | None = None) -> Any:
+        made = WriteOnlyCell(sheet, value=value)
+        if number_format:
+            made.number_format = number_format
+        if font is not None:
+            made.font = font
+        return made
+
+    header = ["From (UTC)", "To (UTC)", f"{table.by} id", table.by, "Charged", "Showback"]
+    sheet.append([cell(title, font=bold) for title in [*header, "GPU-hours"]])
+    # openpyxl refuses aware datetimes: the window in UTC, said so in the header.
+    start, end = (moment.astimezone(UTC).replace(tzinfo=None) for moment in table.window)
+    total = len(table.rows)
+    if progress is not None:
+        progress(0, total)
+    for written, row in enumerate(table.rows, start=1):
+        key, name, charged, showback, hours = table.cells(row)
+        sheet.append(
+            [
+                cell(start, DATE_FORMAT),
+                cell(end, DATE_FORMAT),
+                cell(int(key) if key.isdigit() else key),
+                cell(name),
+                cell(charged, money),
+                cell(showback, money),
+                cell(hours, HOURS_FORMAT),
+            ]
+        )
+        _report(progress, written, total)
+    label, charged, showback, hours = table.total_cells()
+    sheet.append(
+        [
+            cell(start, DATE_FORMAT, bold),
+            cell(end, DATE_FORMAT, bold),
+            cell(None),
+            cell(label, font=bold),
+            cell(charged, money, bold),
+            cell(showback, money, bold),
+            cell(hours, HOURS_FORMAT, bold),
+        ]
+    )
+    book.save(out)
+    return total
+
+
+# --- FOCUS ----------------------------------------------------------------------------------
+
+FOCUS_COLUMNS = (
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCategory",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "SkuId",
+    "SubAccountId",
+    "SubAccountName",
+    "Tags",
+    "x_Kind",
+    "x_ShowbackCost",
+)
+FOCUS_PROVIDER = "Gantry"
+FOCUS_SERVICE = "Gantry GPU compute"
+
+
+def focus_header() -> list[str]:
+    return list(FOCUS_COLUMNS)
+
+
+class _Names:
+    """Slugs and usernames of the ids cost lines carry, read once per export."""
+
+    def __init__(self) -> None:
+        self.tenants = dict(Tenant.objects.values_list("id", "slug"))
+        self.projects = dict(Project.objects.values_list("id", "slug"))
+        self.users = dict(get_user_model().objects.values_list("id", "username"))
+
+
+def focus_rows(lines: Iterable[CostLine], window: tuple[datetime, datetime]) -> Iterator[list[Any]]:
+    """One FOCUS row per cost line, in the order of FOCUS_COLUMNS."""
+    names = _Names()
+    start, end = (_utc(moment) for moment in window)
+    currency = settings.GANTRY_BILLING_CURRENCY
+    for line in lines:
+        row = focus_row(line, names, start, end, currency)
+        yield [row[column] for column in FOCUS_COLUMNS]
+
+
+def focus_row(line: CostLine, names: _Names, start: str, end: str, currency: str) -> dict[str, Any]:
+    """A cost line as FOCUS columns. Showback (idle reserved capacity shown, not charged)
+    is billed nothing: BilledCost 0, its amount in x_ShowbackCost. Gantry has no commitments
+    nor negotiated prices, and cost lines do not carry their list price: ListCost,
+    ContractedCost and EffectiveCost equal BilledCost, as FOCUS asks when the unit price is
+    null. Quantities: cost lines carry GPU-hours only, so CPU and memory lines leave
+    ConsumedQuantity and PricingQuantity empty (their units are filled)."""
+    usage = line.kind != LineKind.ADJUSTMENT
+    billed = _money(line.amount) if line.charged else Decimal("0.00")
+    unit = UNITS[line.resource][0] if usage and line.resource in UNITS else ""
+    quantity: Decimal | str = _hours(line.gpu_hours) if usage and line.resource == "gpu" else ""
+    project = names.projects.get(line.project) if line.project is not None else None
+    user = names.users.get(line.user) if line.user is not None else None
+    tenant = names.tenants.get(line.tenant, str(line.tenant))
+    tags = {
+        "tenant": tenant,
+        "project": project,
+        "user": user,
+        "job_type": line.job_type or None,
+        "priority_class": line.priority_class or None,
+        "kind": line.kind,
+    }
+    if usage:
+        what = f"{unit}s of {line.flavor}, {line.kind}" if line.flavor else line.kind
+        description = what + ("" if line.charged else " (showback, not charged)")
+    else:
+        description = "adjustment of a closed statement"
+    return {
+        "BilledCost": billed,
+        "BillingAccountId": str(line.organisation),
+        "BillingAccountName": csv_safe(names.tenants.get(line.organisation, "")),
+        "BillingCurrency": currency,
+        "BillingPeriodEnd": end,
+        "BillingPeriodStart": start,
+        "ChargeCategory": "Usage" if usage else "Adjustment",
+        "ChargeClass": "" if usage else "Correction",
+        "ChargeDescription": csv_safe(description),
+        "ChargeFrequency": "Usage-Based" if usage else "One-Time",
+        "ChargePeriodEnd": end,
+        "ChargePeriodStart": start,
+        "ConsumedQuantity": quantity,
+        "ConsumedUnit": unit,
+        "ContractedCost": billed,
+        "ContractedUnitPrice": "",
+        "EffectiveCost": billed,
+        "InvoiceIssuerName": FOCUS_PROVIDER,
+        "ListCost": billed,
+        "ListUnitPrice": "",
+        "PricingCategory": "Standard" if usage else "",
+        "PricingQuantity": quantity,
+        "PricingUnit": unit,
+        "ProviderName": FOCUS_PROVIDER,
+        "PublisherName": FOCUS_PROVIDER,
+        "ResourceId": f"project/{line.project}" if project else f"tenant/{line.tenant}",
+        "ResourceName": csv_safe(project or tenant),
+        "ResourceType": "Project" if project else "Tenant",
+        "ServiceCategory": "Compute",
+        "ServiceName": FOCUS_SERVICE,
+        "SkuId": csv_safe(f"{line.flavor}/{line.resource}") if line.flavor else "",
+        "SubAccountId": str(line.tenant),
+        "SubAccountName": csv_safe(tenant),
+        "Tags": csv_safe(json.dumps({k: v for k, v in tags.items() if v}, sort_keys=True)),
+        "x_Kind": line.kind,
+        "x_ShowbackCost": Decimal("0.00") if line.charged else _money(line.amount),
+    }
+
+
+# --- queries kept for later (the Celery path) -----------------------------------------------
+
+
+def query_to_json(query: dict[str, Any]) -> dict[str, Any]:
+    """A validated query as JSON, to run later: instants as ISO 8601 UTC."""
+    return {
+        key: _utc(value) if isinstance(value, datetime) else value for key, value in query.items()
+    }
+
+
+def query_from_json(data: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `query_to_json` (the query was validated when it was stored)."""
+    out = dict(data)
+    for key in ("from", "to"):
+        out[key] = datetime.fromisoformat(data[key].replace("Z", "+00:00"))
+    return out
+
+
+def filename(fmt: str, query: dict[str, Any]) -> str:
+    """gantry-costs-<by>-<from>-<to>.<ext>, from the validated query."""
+    start, end = (query[k].astimezone(UTC).strftime("%Y%m%dT%H") for k in ("from", "to"))
+    by = "lines" if fmt == "focus" else query["by"]
+    return f"gantry-costs-{by}-{start}-{end}.{EXTENSIONS[fmt]}"
