@@ -10,9 +10,11 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from rest_framework.exceptions import ValidationError as SpecError
 
+from billing.job_costs import job_cost_so_far
 from common.errors import ConflictError
 from portal import selectors
 from portal.decorators import login_required
@@ -149,6 +151,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_cancel": can_cancel(request.user, job) and not job.is_final,
         "cancel_form": CancelForm(),
         "poll_seconds": POLL_SECONDS,
+        # Whoever sees the job sees what it has cost (access_job above).
+        "cost": job_cost_so_far(job, now=timezone.now()),
     }
     return render(request, "portal/jobs/detail.html", context)
 
