@@ -13,22 +13,23 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
-
+from billing import admission
+from billing.budgets import budgets_over, position_of
 from billing.estimates import CostEstimate, job_cost_estimate
-from scheduler.approvals import job_approval_matches, job_gpu_milli
+from scheduler.approvals import job_gpu_milli
 from scheduler.models import Job
-from scheduler.services import job_build
+from scheduler.services import job_build, job_judge
 from tenants.approval_rules import RuleMatch
 from tenants.models import Project
 
 
 @dataclass(frozen=True)
 class Quote:
-    job: Job  # unsaved: what submit would create
+    job: Job  # unsaved: what submit would create (in the class it would run at)
     estimate: CostEstimate
     approval: tuple[RuleMatch, ...]
-    budget: dict[str, Any] | None  # the tenant's budget position; None without a budget
+    moved: str  # why it would run at another priority class (a budget's policy), or ""
+    budget: dict[str, Any] | None  # the nearest budget over the job's tenant; None: none
 
     def as_json(self) -> dict[str, Any]:
         job = self.job
@@ -39,6 +40,7 @@ class Quote:
                 "project": job.project_id,
                 "tenant": job.tenant_id,
                 "priority_class": job.priority_class.name,
+                "priority_note": self.moved,
                 "replicas": job.replicas,
                 "gpus_total": job_gpu_milli(job) / 1000,
                 "flavors": list(job.flavors or []),
@@ -55,20 +57,42 @@ class Quote:
         }
 
 
+def _budget_left(job: Job, at: datetime) -> dict[str, Any] | None:
+    """The nearest budget over the job's tenant (its own, else the nearest ancestor's) as
+    it stands, and what would be left once the job's projected cost is reserved."""
+    budgets = budgets_over(job.tenant, at)
+    if not budgets:
+        return None
+    budget = budgets[-1]
+    position = position_of(budget)
+    projected = admission.job_projection(job, at=at).in_unit(budget.unit)
+    return {
+        "tenant": budget.tenant.slug,
+        **position.as_json(),
+        "job_projected": f"{projected:f}",
+        "remaining_after": f"{position.remaining - projected:f}",
+    }
+
+
 def job_quote(
     *, user: Any, project: Project, payload: dict[str, Any], at: datetime | None = None
 ) -> Quote:
-    """Quote submitting `payload` to `project` as `user` at `at` (now by default).
+    """Quote submitting `payload` to `project` as `user` at `at` (by default the clock the
+    budget checks read).
 
     Raises what `job_submit` raises for the same body (PermissionDenied, ValidationError).
-    Reads only: no Job, JobEvent, ApprovalRequest or AuditEntry row is written, and no row is
-    locked (the borrowing rule's lock serialises submits, which decide; a quote decides
-    nothing), so it may run outside a transaction and never holds up a submit."""
+    Judged by submit's own `job_judge` (approval rules, then budgets and cost rules), so a
+    quote needs approval iff a submit at that moment would. Reads only: no Job, JobEvent,
+    ApprovalRequest or AuditEntry row is written, and no row is locked (the borrowing
+    rule's lock serialises submits, which decide; a quote decides nothing), so it may run
+    outside a transaction and never holds up a submit."""
     job = job_build(user=user, project=project, payload=payload)
-    at = at or timezone.now()
+    at = at or admission.clock()
+    judged = job_judge(job, lock=False)
     return Quote(
         job=job,
         estimate=job_cost_estimate(job, at=at),
-        approval=tuple(job_approval_matches(job, lock=False)),
-        budget=None,
+        approval=tuple(judged.approval),
+        moved=judged.moved.reason if judged.moved is not None else "",
+        budget=_budget_left(job, at),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -12,13 +13,14 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
-from scheduler.admission import admission_verdicts, job_admitted
+from scheduler.admission import Verdict, admission_verdicts, job_admitted
 from scheduler.approvals import job_approval_matches, job_approval_payload
 from scheduler.feasibility import job_check_fits
 from scheduler.lifecycle import job_transition
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 from scheduler.spec import JobSpecSerializer
 from tenants import access
+from tenants.approval_rules import RuleMatch
 from tenants.approvals import approval_cancel_for_subject, approval_request_create
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import ApprovalKind, PriorityClass, Project
@@ -108,6 +110,30 @@ def job_build(*, user: Any, project: Project, payload: dict[str, Any]) -> Job:
     return job
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """What submit decides about a job before saving it."""
+
+    approval: list[RuleMatch]  # reasons it must be approved; empty: it is queued
+    verdicts: list[Verdict]  # the admission checks' words (payloads for the request)
+    moved: Verdict | None  # the verdict that moved it to another priority class
+
+
+def job_judge(job: Job, *, lock: bool = True) -> Judgement:
+    """The approval rules, then the admission checks (budgets and cost rules, registered by
+    billing in scheduler.admission), as submit applies them; a class move is applied to the
+    unsaved `job`. Submit calls it in its transaction (`lock`: see job_borrows); a quote
+    calls it with lock=False and saves nothing."""
+    approval = job_approval_matches(job, lock=lock)
+    verdicts = admission_verdicts(job)
+    approval += [match for v in verdicts for match in v.approvals]
+    moved = next((v for v in verdicts if v.priority_class is not None), None)
+    if moved is not None and moved.priority_class is not None:
+        job.priority_class = moved.priority_class
+        job.spec = {**job.spec, "priority_class": moved.priority_class.name}
+    return Judgement(approval, verdicts, moved)
+
+
 def job_submit(
     *, user: Any, project: Project, payload: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Job, bool]:
@@ -131,14 +157,8 @@ def job_submit(
         with transaction.atomic():
             # Inside the transaction: the borrowing rule locks the tenant's row and counts
             # its queued jobs, so jobs submitted together are judged one after another.
-            approval = job_approval_matches(job)
-            # Budgets and cost rules (billing, registered in scheduler.admission).
-            verdicts = admission_verdicts(job)
-            approval += [match for v in verdicts for match in v.approvals]
-            moved = next((v for v in verdicts if v.priority_class is not None), None)
-            if moved is not None and moved.priority_class is not None:
-                job.priority_class = moved.priority_class
-                job.spec = {**job.spec, "priority_class": moved.priority_class.name}
+            judged = job_judge(job)
+            approval, verdicts, moved = judged.approval, judged.verdicts, judged.moved
             if approval:
                 job.state = JobState.PENDING_APPROVAL
                 reasons = "; ".join(m.reason for m in approval)

@@ -20,7 +20,11 @@ class QuoteJobOut(serializers.Serializer):
     job_type = serializers.CharField()
     project = serializers.IntegerField()
     tenant = serializers.IntegerField()
-    priority_class = serializers.CharField()
+    priority_class = serializers.CharField(help_text="The class it would run at.")
+    priority_note = serializers.CharField(
+        help_text="Why it would run at another class than asked (a budget's policy), or ''.",
+        allow_blank=True,
+    )
     replicas = serializers.IntegerField()
     gpus_total = serializers.FloatField()
     flavors = serializers.ListField(child=serializers.CharField())
@@ -56,13 +60,18 @@ class ApprovalOut(serializers.Serializer):
 
 
 class BudgetOut(serializers.Serializer):
+    tenant = serializers.CharField(help_text="The budget's tenant: the job's or an ancestor.")
+    unit = serializers.CharField(help_text="money or gpu_hours")
+    currency = serializers.CharField(allow_null=True)
+    month = serializers.CharField()
     limit = serializers.CharField()
-    unit = serializers.CharField()
     spent = serializers.CharField()
     committed = serializers.CharField()
-    remaining = serializers.CharField()
-    percent = serializers.CharField(allow_null=True)
+    remaining = serializers.CharField(help_text="Left before this job; may be negative.")
+    percent = serializers.CharField()
     policy = serializers.CharField()
+    job_projected = serializers.CharField(help_text="What this job would reserve.")
+    remaining_after = serializers.CharField(help_text="Left once this job is reserved.")
 
 
 class QuoteOut(serializers.Serializer):

@@ -11,11 +11,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from billing import admission
+from billing.models import Budget, BudgetPolicy, BudgetSpend
 from billing.rates import RatePrices, rate_card_add
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_submit
 from tenants.approval_policies import policy_set
-from tenants.models import ApprovalRequest, AuditEntry
+from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, AuditEntry
 from tests.conftest import Org, job_spec
 
 QUOTES = "/api/v1/quotes/"
@@ -170,3 +172,92 @@ def test_an_idempotency_key_in_the_body_is_accepted_and_reserves_nothing(
     quote(client, body)
     created = client.post("/api/v1/jobs/", body, format="json")
     assert created.status_code == 201, created.json()
+
+
+# --- budgets and cost rules: the quote says what submit then does ---------------------------
+
+FEB = datetime(2031, 2, 1, tzinfo=UTC)
+NOW = datetime(2031, 2, 10, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission, "clock", lambda: NOW)
+
+
+def hours_spec(hours: int, **kw: Any) -> dict[str, Any]:
+    # 2 replicas x (4 H100 x 3.00 + 8 cores x 0.10 + 64 GiB x 0.02 = 14.08) = 28.16 an hour.
+    return job_spec(max_runtime_s=hours * 3600, **kw)
+
+
+def quote_then_submit(client: Any, org: Org, spec: dict[str, Any]) -> tuple[Any, Any]:
+    body = {"project": org.proj_alpha.pk, "spec": spec}
+    before = rows()
+    said = quote(client, body)
+    assert rows() == before
+    return said, client.post("/api/v1/jobs/", body, format="json").json()
+
+
+def test_a_quote_shows_the_budget_left_before_and_after_the_job(
+    org: Org, client_for: Any, clock: None
+) -> None:
+    rates(org)
+    Budget.objects.create(tenant=org.research, month=FEB, limit=Decimal("1000.00"))
+    BudgetSpend.objects.create(tenant=org.bravo, month=FEB, amount=Decimal("100.50"))
+    said = quote(client_for("alice"), {"project": org.proj_alpha.pk, "spec": hours_spec(10)})
+    budget = said["budget"]
+    # research's budget (team-alpha has none of its own): 1000.00 - 100.50 spent by bravo.
+    assert budget["tenant"] == "research" and budget["unit"] == "money"
+    assert (budget["limit"], budget["spent"], budget["committed"]) == ("1000.00", "100.50", "0.00")
+    assert budget["remaining"] == "899.50"
+    assert budget["job_projected"] == "281.60"  # 10 h x 28.16
+    assert budget["remaining_after"] == "617.90"
+    assert said["estimate"]["high"] == "281.60"
+    assert said["approval"]["needed"] is False
+
+
+def test_a_quote_over_an_approval_budget_needs_approval_and_submit_agrees(
+    org: Org, client_for: Any, clock: None
+) -> None:
+    rates(org)
+    Budget.objects.create(
+        tenant=org.alpha, month=FEB, limit=Decimal(500), policy=BudgetPolicy.APPROVAL
+    )
+    client = client_for("alice")
+    under, submitted = quote_then_submit(client, org, hours_spec(10, name="under"))  # 281.60
+    assert under["approval"]["needed"] is False
+    assert submitted["state"] == JobState.QUEUED
+    over, submitted = quote_then_submit(client, org, hours_spec(10, name="over"))  # + 281.60
+    assert over["approval"]["needed"] is True
+    (reason,) = over["approval"]["reasons"]
+    assert reason["rule"] == "budget"
+    assert "to 112.6 %" in reason["reason"]  # (281.60 + 281.60) / 500
+    assert over["budget"]["committed"] == "281.60" and over["budget"]["remaining"] == "218.40"
+    assert submitted["state"] == JobState.PENDING_APPROVAL
+    assert reason["reason"] in submitted["reason"]
+
+
+def test_a_quote_over_a_best_effort_budget_says_the_class_it_would_run_at(
+    org: Org, client_for: Any, clock: None
+) -> None:
+    rates(org)
+    Budget.objects.create(
+        tenant=org.alpha, month=FEB, limit=Decimal(100), policy=BudgetPolicy.BEST_EFFORT
+    )
+    said, submitted = quote_then_submit(client_for("alice"), org, hours_spec(10))
+    assert said["job"]["priority_class"] == submitted["priority_class"] == "best-effort"
+    assert "runs at best-effort" in said["job"]["priority_note"]
+    assert said["approval"]["needed"] is False and submitted["state"] == JobState.QUEUED
+
+
+def test_a_quote_over_the_cost_rule_needs_approval_and_submit_agrees(
+    org: Org, client_for: Any, clock: None
+) -> None:
+    rates(org)
+    ApprovalPolicy.objects.create(
+        tenant=org.research, rule=ApprovalRule.COST_OVER, threshold=Decimal(100)
+    )
+    said, submitted = quote_then_submit(client_for("alice"), org, hours_spec(4))  # 112.64
+    assert [r["rule"] for r in said["approval"]["reasons"]] == ["cost_over"]
+    assert "may cost up to" in said["approval"]["reasons"][0]["reason"]
+    assert submitted["state"] == JobState.PENDING_APPROVAL
