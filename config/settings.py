@@ -358,3 +358,29 @@ CELERY_BEAT_SCHEDULE["billing-exports-expire"] = {
     "task": "billing.tasks.cost_exports_expire",
     "schedule": 900.0,
 }
+
+# Utilization history and idle GPUs (docs/utilization.md). Samples per device every
+# GANTRY_UTILIZATION_SAMPLE_S (the daemon's simulated readings; agents report on their own
+# interval, and a device's readings closer together than half of it are absorbed). Raw
+# samples are kept this many hours, 5-minute and hourly roll-ups this many days.
+GANTRY_UTILIZATION_SAMPLE_S = float(os.environ.get("GANTRY_UTILIZATION_SAMPLE_S", "30"))
+GANTRY_UTILIZATION_RAW_HOURS = float(os.environ.get("GANTRY_UTILIZATION_RAW_HOURS", "48"))
+GANTRY_UTILIZATION_5M_DAYS = float(os.environ.get("GANTRY_UTILIZATION_5M_DAYS", "30"))
+GANTRY_UTILIZATION_1H_DAYS = float(os.environ.get("GANTRY_UTILIZATION_1H_DAYS", "400"))
+# The idle rule where no tenant up the tree sets one (tenants.IdleRule): a job whose devices
+# all stay under the threshold (%) for the duration (s) is idle; the action is notify,
+# notify_and_stop (also stop interactive jobs) or nothing.
+GANTRY_IDLE_THRESHOLD_PCT = float(os.environ.get("GANTRY_IDLE_THRESHOLD_PCT", "5"))
+GANTRY_IDLE_DURATION_S = float(os.environ.get("GANTRY_IDLE_DURATION_S", "1800"))
+GANTRY_IDLE_ACTION = os.environ.get("GANTRY_IDLE_ACTION", "notify")
+if GANTRY_IDLE_ACTION not in ("notify", "notify_and_stop", "nothing"):
+    raise RuntimeError(
+        f"GANTRY_IDLE_ACTION: {GANTRY_IDLE_ACTION!r} is not one of notify, notify_and_stop, nothing"
+    )
+CELERY_BEAT_SCHEDULE.update(
+    {
+        # Each run rolls up every closed window not rolled up yet, then scans for idle jobs
+        # and deletes what retention no longer keeps: a missed run catches up.
+        "utilization-rollup": {"task": "scheduler.tasks.utilization_rollup", "schedule": 60.0},
+    }
+)
