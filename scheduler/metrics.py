@@ -1,8 +1,10 @@
-"""Prometheus metrics, computed from the database at scrape time.
+"""Prometheus metrics, computed from the database at scrape time (docs/metrics.md).
 
-No tenant, user or project labels: /metrics is for operators of the platform, and even so a
-scrape never carries one tenant's activity in a form another could read (FAULTS 31). Per
-tenant figures live behind the API's access rules instead.
+/metrics is for operators of the platform only: a scraper's bearer token or a platform admin,
+everyone else 404 (FAULTS 31). It carries tenant slugs (Kueue's `cluster_queue`, `cohort`),
+flavors and priority classes, which platform admins see anyway; never a user, project, job or
+namespace. Per tenant figures for tenants' own people live behind the API's access rules.
+A scrape costs a fixed number of queries whatever the size of the cluster (a test pins it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from scheduler.metrics_fragmentation import fragmentation_families
+from scheduler.metrics_queue import (
+    pending_families,
+    preemption_families,
+    quota_families,
+    wait_families,
+)
 from scheduler.models import GpuDevice, Job, JobState, Node, SchedulerLease
 
 
@@ -27,7 +36,12 @@ class GantryCollector(Collector):
         yield self._demand()
         yield from self._devices()
         yield self._nodes()
-        yield self._leader()
+        yield from self._leader()
+        yield from pending_families()
+        yield from wait_families()
+        yield from quota_families()
+        yield from preemption_families()
+        yield from fragmentation_families()
 
     def _jobs(self) -> GaugeMetricFamily:
         family = GaugeMetricFamily("gantry_jobs", "Jobs by state.", labels=["state"])
@@ -90,13 +104,30 @@ class GantryCollector(Collector):
             family.add_metric([str(ready).lower(), str(cordoned).lower()], n)
         return family
 
-    def _leader(self) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(
+    def _leader(self) -> Iterator[GaugeMetricFamily]:
+        epoch = GaugeMetricFamily(
             "gantry_scheduler_epoch", "Epoch of the scheduler lease (rises at each takeover)."
         )
-        epoch = SchedulerLease.objects.order_by("-epoch").values_list("epoch", flat=True).first()
-        family.add_metric([], epoch or 0)
-        return family
+        failures = GaugeMetricFamily(
+            "gantry_scheduler_cycle_failures",
+            "Scheduling cycles failed since the last completed one.",
+        )
+        completed = GaugeMetricFamily(
+            "gantry_scheduler_last_cycle_timestamp_seconds",
+            "When the scheduler last recorded a completed cycle (Unix time; 0: never).",
+        )
+        lease = (
+            SchedulerLease.objects.order_by("-epoch")
+            .values("epoch", "cycle_failures", "cycle_ok_at")
+            .first()
+        ) or {"epoch": 0, "cycle_failures": 0, "cycle_ok_at": None}
+        epoch.add_metric([], lease["epoch"] or 0)
+        failures.add_metric([], lease["cycle_failures"])
+        ok_at = lease["cycle_ok_at"]
+        completed.add_metric([], ok_at.timestamp() if ok_at is not None else 0)
+        yield epoch
+        yield failures
+        yield completed
 
 
 def scrape_allowed(request: HttpRequest) -> bool:

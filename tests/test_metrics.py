@@ -1,4 +1,5 @@
-"""/metrics is for operators only and carries no tenant labels (FAULTS 31)."""
+"""/metrics is for operators only (FAULTS 31): tenant slugs, never users, projects or jobs.
+The tenant series themselves: tests/metrics/."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_wrong_bearer_token_is_404(org: Org, settings: Any) -> None:
     assert response.status_code == 404
 
 
-def test_scraper_reads_counts_without_tenant_labels(org: Org, settings: Any) -> None:
+def test_scraper_reads_counts_without_user_or_project_names(org: Org, settings: Any) -> None:
     settings.GANTRY_METRICS_TOKEN = "s3cret-scrape-token"
     f.JobFactory(
         project=org.proj_alpha,
@@ -42,7 +43,9 @@ def test_scraper_reads_counts_without_tenant_labels(org: Org, settings: Any) -> 
     assert 'gantry_jobs{state="queued"} 2.0' in text
     # 2 replicas x 4000 milli + 1 replica x 1000 milli = 9000
     assert 'gantry_jobs_gpu_milli{state="queued"} 9000.0' in text
-    for secret in ("team-alpha", "team-bravo", "proj-alpha", "alice", "bob-bravo", "tenant="):
+    # Tenants appear as Kueue's cluster_queue (operators only); people and projects never.
+    assert 'cluster_queue="team-alpha"' in text
+    for secret in ("proj-alpha", "proj-bravo", "alice", "bob-bravo", "tenant="):
         assert secret not in text
 
 
