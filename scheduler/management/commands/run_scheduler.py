@@ -5,6 +5,7 @@
     manage.py run_scheduler --backend kubernetes  # the cluster of KUBECONFIG / in-cluster
     manage.py run_scheduler --no-demo-load        # no generated jobs
     manage.py run_scheduler --profile FILE        # a scheduling profile (YAML; reloaded on change)
+    manage.py run_scheduler --metrics-port 9402   # serve the cycles' series on /metrics
 
 SIGTERM and SIGINT finish the current cycle, step down (so a standby takes over at once)
 and exit.
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.core import ProfileError
+from scheduler.cycle_metrics import CycleMetrics
 from scheduler.daemon import Daemon
 from scheduler.leader import Lease
 from scheduler.profile_record import profile_record_loaded, profile_record_refused
@@ -95,16 +97,30 @@ class Command(BaseCommand):
             default=0,
             help="queued jobs per tenant x priority class the engine sees (0: all)",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=0,
+            help="serve the cycles' duration histogram on /metrics at this port (0: do not)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         lease = Lease(ttl_s=options["lease_ttl"])
         watch = profile_watch(options["profile"], holder=lease.holder)  # before any backend
         backend = make_backend(options["backend"], options["nodes_csv"])
-        on_cycle = None
+        if not 0 <= options["metrics_port"] <= 65535:
+            raise CommandError("--metrics-port must be 0 (off) or a port number")
+        cycles = CycleMetrics()
+        hooks: list[Any] = [cycles.on_cycle]
         if options["backend"] == "simulated" and not options["no_demo_load"]:
             from scheduler.daemon_demo import DemoLoad
 
-            on_cycle = DemoLoad(backend.clock, every_s=options["demo_every"]).tick
+            hooks.append(DemoLoad(backend.clock, every_s=options["demo_every"]).tick)
+
+        def on_cycle(daemon: Daemon) -> None:
+            for hook in hooks:
+                hook(daemon)
+
         daemon = Daemon(
             backend,
             lease=lease,
@@ -123,4 +139,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         self.stdout.write(f"scheduler {daemon.lease.holder} on the {options['backend']} backend")
         self.stdout.write(watch.current.describe())
-        daemon.run()
+        server = cycles.serve(options["metrics_port"]) if options["metrics_port"] else None
+        try:
+            daemon.run()
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
