@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from rest_framework.exceptions import ValidationError as SpecError
 
 from billing.job_costs import job_cost_so_far
+from billing.quotes import job_quote
 from common.errors import ConflictError
 from portal import selectors
 from portal.decorators import login_required
@@ -93,24 +94,29 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and request.POST.get("project"):
         access.access_project(request.user, request.POST["project"])  # a foreign id is a 404
     form = JobSubmitForm(request.POST or None, projects=projects)
+    quote = None
     if request.method == "GET":
         form.apply_type_defaults(request.GET.get("type", JobType.TRAINING))
     elif form.is_valid():
         project = access.access_project(request.user, form.cleaned_data["project"], submit=True)
         try:
-            job, created = job_submit(
-                user=request.user,
-                project=project,
-                payload=form.to_payload(),
-                idempotency_key=form.cleaned_data["idempotency_key"],
-            )
+            if request.POST.get("action") == "quote":
+                # The Quote button: the same checks as a submit, nothing created.
+                payload = form.to_payload()
+                quote = job_quote(user=request.user, project=project, payload=payload).as_json()
+            else:
+                job, created = job_submit(
+                    user=request.user,
+                    project=project,
+                    payload=form.to_payload(),
+                    idempotency_key=form.cleaned_data["idempotency_key"],
+                )
+                _announce(request, job, created)
+                return redirect("portal:job-detail", pk=job.pk)
         except SpecError as exc:
             form.add_spec_errors(exc.detail)
         except ConflictError as exc:
             form.add_error(None, str(exc))
-        else:
-            _announce(request, job, created)
-            return redirect("portal:job-detail", pk=job.pk)
     else:
         # The spec's own checks on what the form could read: every error in one round.
         form.add_spec_errors(spec_errors(form.to_payload()))
@@ -118,8 +124,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
         "form": form,
         "type_defaults": TYPE_DEFAULTS,
         "priority_defaults": _priority_defaults(projects),
+        "quote": quote,
     }
-    return render(request, "portal/jobs/new.html", context, status=400 if form.errors else 200)
+    # HTMX swaps only 2xx answers: the Quote button's errors come back in a 200.
+    status = 400 if form.errors and not request.htmx else 200
+    return render(request, "portal/jobs/new.html", context, status=status)
 
 
 def _announce(request: HttpRequest, job: Any, created: bool) -> None:

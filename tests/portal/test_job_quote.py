@@ -1,0 +1,105 @@
+"""The submit form's Quote button: cost range, approval and why, budget left, in the form,
+with nothing submitted (issue 18)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from billing import admission
+from billing.models import Budget, BudgetPolicy
+from billing.rates import RatePrices, rate_card_add
+from scheduler.models import Job, JobEvent
+from tenants.approval_policies import policy_set
+from tenants.models import ApprovalRequest, AuditEntry
+from tests.conftest import Org
+from tests.portal.test_jobs import form_body
+
+NOW = datetime(2031, 2, 10, 12, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission, "clock", lambda: NOW)
+
+
+def rates(org: Org) -> None:
+    rate_card_add(
+        user=org.users["pat"],
+        flavor=org.h100,
+        valid_from=datetime(2020, 1, 1, tzinfo=UTC),
+        prices=RatePrices(Decimal("2.50")),
+    )
+
+
+def text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def rows() -> list[int]:
+    return [m.objects.count() for m in (Job, JobEvent, ApprovalRequest, AuditEntry)]
+
+
+def test_the_form_has_a_quote_button_that_posts_with_htmx(org: Org, web_for: Any) -> None:
+    html = web_for("alice").get(reverse("portal:job-new")).content.decode()
+    button = re.search(r'<button[^>]*id="quote-button"[^>]*>', html, re.S)
+    assert button is not None
+    assert 'name="action"' in button.group(0) and 'value="quote"' in button.group(0)
+    assert f'hx-post="{reverse("portal:job-new")}"' in button.group(0)
+    assert 'hx-select="#job-form-body"' in button.group(0)
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["plain-post", "htmx"])
+def test_quote_shows_cost_approval_and_budget_and_submits_nothing(
+    org: Org, web_for: Any, htmx: bool
+) -> None:
+    rates(org)
+    policy_set(user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4)
+    Budget.objects.create(
+        tenant=org.alpha,
+        month=datetime(2031, 2, 1, tzinfo=UTC),
+        limit=Decimal(1000),
+        policy=BudgetPolicy.NOTIFY,
+    )
+    before = rows()
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    body = form_body(org, max_runtime_hours=3, action="quote")
+    response = web_for("alice").post(reverse("portal:job-new"), body, **headers)
+    assert response.status_code == 200
+    page = text(response.content.decode())
+    # 2 replicas x 4 GPUs x 2.50 = 20.00 an hour; 3 hours = 60.00 on the only flavor.
+    assert "Nothing was submitted" in page
+    assert re.search(r"[A-Z]{3} 60\.00 to [A-Z]{3} 60\.00", page), page
+    assert "20.00 an hour" in page
+    assert "Approval needed" in page and "GPUs" in page
+    # Budget left: 1000 - 0 before; 1000 - 60 after.
+    assert "1000.00 of 1000.00" in page and "940.00 after this job" in page
+    assert rows() == before
+    # The form keeps what was typed, so that Submit sends the same job.
+    assert 'value="bert-pretrain"' in response.content.decode()
+
+
+def test_a_quote_of_a_bad_form_shows_the_errors_and_no_quote(org: Org, web_for: Any) -> None:
+    before = rows()
+    body = form_body(org, replicas=0, action="quote")
+    client = web_for("alice")
+    plain = client.post(reverse("portal:job-new"), body)
+    assert plain.status_code == 400
+    # HTMX swaps only 2xx answers: the errors come back in a 200 to be shown in the form.
+    swapped = client.post(reverse("portal:job-new"), body, HTTP_HX_REQUEST="true")
+    assert swapped.status_code == 200
+    for response in (plain, swapped):
+        html = response.content.decode()
+        assert 'id="form-errors"' in html and 'id="quote"' not in html
+    assert rows() == before
+
+
+def test_a_quote_for_another_teams_project_is_not_found(org: Org, web_for: Any) -> None:
+    body = form_body(org, project=org.proj_bravo.pk, action="quote")
+    response = web_for("alice").post(reverse("portal:job-new"), body)
+    assert response.status_code == 404
