@@ -47,6 +47,7 @@ from scheduler.core.types import JobKind
 from scheduler.daemon_apply import apply_decisions, bind_plan, commit_binds, write_reasons
 from scheduler.daemon_health import autoscale, refresh_statistics, sync_nodes
 from scheduler.daemon_reconcile import reconcile, write_starts
+from scheduler.daemon_samples import sample_devices
 from scheduler.daemon_wakeup import Waiter
 from scheduler.eta import EtaRefresher
 from scheduler.leader import Lease, LeaseLost, daemon_sessions
@@ -92,6 +93,7 @@ class Daemon:
         bind_attempts: int | None = None,
         binding_timeout_s: float | None = None,
         node_lost_grace_s: float | None = None,
+        sample_every_s: float | None = None,
     ) -> None:
         self.backend = backend
         self.bind_attempts = bind_attempts or settings.GANTRY_BIND_ATTEMPTS
@@ -134,6 +136,9 @@ class Daemon:
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles
         self.inference_running = True  # until a snapshot says otherwise
+        # Utilization samples of a backend that reads its devices (scheduler/daemon_samples.py).
+        self.sample_every_s = sample_every_s or settings.GANTRY_UTILIZATION_SAMPLE_S
+        self.sampled_at = -math.inf
         self.estimates = EtaRefresher()  # queue positions and start estimates
 
     def now_dt(self) -> datetime:
@@ -298,6 +303,8 @@ class Daemon:
             write_reasons(self, plan)
         with clock("statistics"):  # after the binds, which it must not delay
             refresh_statistics(self)
+        with clock("samples"):  # likewise; once per sampling interval
+            sample_devices(self)
         with clock("estimates"):  # its own wall-time budget, every GANTRY_ETA_EVERY_S
             self.estimates.after_cycle(self)
         self.last = stats

@@ -11,8 +11,10 @@ import importlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -20,6 +22,7 @@ from django.utils import timezone
 from common.errors import ConflictError
 from scheduler.backends.base import NodeInfo
 from scheduler.models import GpuDevice, Node, NodeAgent
+from scheduler.utilization import DeviceReading, samples_ingest
 from tenants import access
 
 log = logging.getLogger("gantry.nodes")
@@ -259,17 +262,44 @@ def _verdict(gpu: dict[str, Any]) -> tuple[bool, str]:
     return True, ""
 
 
+def _samples_due(
+    devices: dict[int, GpuDevice], gpus: list[dict[str, Any]], now: datetime
+) -> list[DeviceReading]:
+    """The report's readings as utilization samples, except for devices read less than half
+    a sampling interval ago: a burst of reports (an agent restarting in a loop, a retry
+    storm) does not multiply the history."""
+    spacing = timedelta(seconds=settings.GANTRY_UTILIZATION_SAMPLE_S / 2)
+    readings = []
+    for gpu in gpus:
+        device = devices[gpu["index"]]
+        if device.reported_at is not None and now - spacing < device.reported_at <= now:
+            continue
+        readings.append(
+            DeviceReading(
+                device_id=device.id,
+                utilization_pct=gpu["utilization_pct"],
+                memory_used_mib=gpu["memory_used_mib"],
+                power_w=gpu.get("power_w"),
+                temperature_c=gpu["temperature_c"],
+                sm_active_pct=gpu.get("sm_active_pct"),
+            )
+        )
+    return readings
+
+
 @transaction.atomic
 def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[str, Any]]) -> Node:
     """Record the node agent's readings of the node's listed devices (an unknown index is a
     ValidationError and nothing is written). A device turns unhealthy on a fatal XID, an
     uncorrected ECC error or the agent's own verdict, and stays so until an admin heals it
-    (a healthy reading does not clear it: XIDs are one-off events)."""
+    (a healthy reading does not clear it: XIDs are one-off events). The readings are also
+    kept as utilization samples (one insert for the report; `_samples_due`)."""
     require_reporter(user, node.name)
     now = timezone.now()
     devices = {d.index: d for d in GpuDevice.objects.select_for_update().filter(node=node)}
     _check_inventory(node, devices, gpus)
     sick_before = sum(not d.healthy for d in devices.values())
+    readings = _samples_due(devices, gpus, now)
     for gpu in gpus:
         device = devices[gpu["index"]]
         healthy, reason = _verdict(gpu)
@@ -282,6 +312,7 @@ def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[st
         if not healthy:
             device.healthy, device.health_reason = False, reason
         device.save()
+    samples_ingest(readings, at=now, flavors={d.id: d.model for d in devices.values()})
     Node.objects.filter(pk=node.pk).update(driver_version=driver_version, last_report_at=now)
     if GpuDevice.objects.filter(node=node, healthy=False).count() != sick_before:
         _touch([node.pk])

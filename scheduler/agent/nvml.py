@@ -34,6 +34,8 @@ class GpuReading:
     ecc_uncorrected: int | None
     xid_errors: tuple[int, ...]
     lost: bool = False  # NVML could not open the device (e.g. fallen off the bus)
+    power_w: float | None = None
+    sm_active_pct: float | None = None  # NVML GPM (Hopper and newer); None where absent
 
     @property
     def healthy(self) -> bool:
@@ -142,6 +144,7 @@ class NvmlSession:
                 )
             ),
             xid_errors=xids,
+            power_w=self._field(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
         )
 
     def _field(self, read: Any) -> Any:

@@ -31,6 +31,9 @@ def build_report(node: str, reading: NodeReading) -> dict[str, Any]:
                 "memory_used_mib": gpu.memory_used_mib or 0,
                 "utilization_pct": gpu.utilization_pct or 0,
                 "temperature_c": gpu.temperature_c or 0,
+                # Sent as null when unread (the endpoint takes null for these two).
+                "power_w": gpu.power_w,
+                "sm_active_pct": gpu.sm_active_pct,
                 "ecc_uncorrected": gpu.ecc_uncorrected or 0,
                 "xid_errors": list(dict.fromkeys(gpu.xid_errors))[:MAX_XIDS],
                 "healthy": gpu.healthy,

@@ -84,6 +84,12 @@ class GpuReading(StrictInputSerializer):
     memory_used_mib = serializers.IntegerField(min_value=0, max_value=1 << 24)
     utilization_pct = serializers.FloatField(min_value=0, max_value=100)
     temperature_c = serializers.FloatField(min_value=-50, max_value=200)
+    # Optional: older agents do not send them, and not every GPU offers them (SM activity
+    # comes from NVML's GPM, Hopper and newer).
+    power_w = serializers.FloatField(min_value=0, max_value=5000, required=False, allow_null=True)
+    sm_active_pct = serializers.FloatField(
+        min_value=0, max_value=100, required=False, allow_null=True
+    )
     ecc_uncorrected = serializers.IntegerField(min_value=0, max_value=1 << 31)
     xid_errors = serializers.ListField(
         child=serializers.IntegerField(min_value=0, max_value=1 << 16), max_length=64

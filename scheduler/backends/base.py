@@ -171,3 +171,26 @@ class ClusterBackend(Protocol):
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
         """Cordon or uncordon in the cluster."""
         ...
+
+
+@dataclass(frozen=True)
+class DeviceUtilization:
+    """One device's reading as a backend that knows it reports it (fields as in NVML)."""
+
+    node: str
+    index: int
+    utilization_pct: float
+    memory_used_mib: int | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    sm_active_pct: float | None = None
+
+
+@runtime_checkable
+class UtilizationSource(Protocol):
+    """A backend that produces its devices' readings itself (the simulated cluster). On a real
+    cluster the node agents report them instead (`/api/v1/nodes/report/`)."""
+
+    def device_readings(self) -> Sequence[DeviceUtilization]:
+        """Every device of every ready node, as read now."""
+        ...

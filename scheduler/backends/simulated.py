@@ -32,6 +32,7 @@ from typing import Any
 
 from scheduler.backends.base import (
     BindConflict,
+    DeviceUtilization,
     FailureReason,
     GpuInfo,
     NodeInfo,
@@ -50,7 +51,8 @@ DEFAULT_DURATION_S: dict[str, float | None] = {
     "inference": None,
     "interactive": None,
 }
-# Mean GPU utilization per job type (inference follows its load instead).
+# Mean GPU utilization per job type (inference follows its load; interactive jobs compute
+# in bursts: `INTERACTIVE_BURSTS`).
 UTILIZATION = {
     "training": 0.92,
     "fine-tuning": 0.85,
@@ -58,6 +60,30 @@ UTILIZATION = {
     "batch": 0.7,
     "interactive": 0.08,
 }
+# Share of device memory a job of each type keeps allocated (PyTorch's caching allocator holds
+# what it once took, busy or not).
+MEMORY_SHARE = {
+    "training": 0.88,
+    "fine-tuning": 0.8,
+    "evaluation": 0.5,
+    "batch": 0.6,
+    "inference": 0.65,
+    "interactive": 0.3,
+}
+# Interactive jobs: the share of their 5-minute slots in which someone runs a cell.
+INTERACTIVE_BURSTS = 0.2
+# Share of batch-like jobs that hang at 0 % (a deadlocked collective, a stuck data loader)
+# some minutes after they start, holding their memory: the idle rule's target.
+STALL_SHARE = 0.06
+# Board power (W) at full load per GPU model family; idle draw is a tenth of it.
+TDP_W = {"H100": 700.0, "H200": 700.0, "B200": 1000.0, "A100": 400.0, "L40": 300.0}
+# NVML's GPM (SM activity) exists from Hopper on.
+GPM_MODELS = ("H100", "H200", "B200", "GH200")
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) for `parts` (the cluster's seed first)."""
+    return zlib.crc32(":".join(map(str, parts)).encode()) / 2**32
 
 
 @dataclass
@@ -87,6 +113,7 @@ class SimulatedCluster:
     start_delay_s: float = 1.0
     grace_cap_s: float = 2.0
     durations: dict[str, float | None] = field(default_factory=lambda: dict(DEFAULT_DURATION_S))
+    seed: int = 0  # the synthetic utilization (which jobs stall, when notebooks compute)
 
     def __post_init__(self) -> None:
         self._nodes = {n.name: _Node(n) for n in self.nodes}
@@ -337,7 +364,8 @@ class SimulatedCluster:
                 }
         else:
             phase = PodPhase.RUNNING
-            extra = {"gpu_utilization": self.utilization(request, now)}
+            started = pod.bound_at + self.start_delay_s
+            extra = {"gpu_utilization": self.utilization(request, now, started)}
         return PodStatus(
             request.name,
             request.namespace,
@@ -352,12 +380,78 @@ class SimulatedCluster:
 
     # --- signals --------------------------------------------------------------------------
 
-    def utilization(self, request: PodRequest, now: float) -> float:
-        if request.job_type == "inference":
-            return min(1.0, self.inference_load(request.job_id, now) / max(request.replicas, 1))
-        base = UTILIZATION.get(request.job_type, 0.5)
-        wobble = 0.05 * math.sin(now / 7.0 + request.job_id)
+    def utilization(self, request: PodRequest, now: float, started: float | None = None) -> float:
+        """0..1 for a pod running since `started`: training steady and high, inference
+        following its load, interactive mostly idle with bursts, and some jobs stalling at 0
+        (`stall_at`). Deterministic for the cluster's `seed`."""
+        job_id, kind = request.job_id, request.job_type
+        stall = self.stall_at(request, started)
+        if stall is not None and now >= stall:
+            return 0.0
+        if kind == "inference":
+            return min(1.0, self.inference_load(job_id, now) / max(request.replicas, 1))
+        if kind == "interactive":
+            slot = int(now // 300)
+            if _unit(self.seed, job_id, "burst", slot) < INTERACTIVE_BURSTS:
+                return 0.3 + 0.5 * _unit(self.seed, job_id, "load", slot)
+            return 0.03 * _unit(self.seed, job_id, "poll", int(now // 30))
+        base = UTILIZATION.get(kind, 0.5)
+        wobble = 0.05 * math.sin(now / 7.0 + job_id)
         return max(0.0, min(1.0, base + wobble))
+
+    def stall_at(self, request: PodRequest, started: float | None) -> float | None:
+        """When the job hangs at 0 %, if it is one of the STALL_SHARE that do: between one
+        and ten minutes after it started. Services and notebooks do not stall this way."""
+        if started is None or request.job_type in ("inference", "interactive"):
+            return None
+        if _unit(self.seed, request.job_id, "stall") >= STALL_SHARE:
+            return None
+        return started + 60.0 + 540.0 * _unit(self.seed, request.job_id, "stall-at")
+
+    def device_readings(self) -> Sequence[DeviceUtilization]:
+        """Every device of the nodes that report (not failed, not partitioned), as a node
+        agent would read it now: the pods running on it set its load (the busiest of them
+        on a shared device), memory and power follow."""
+        with self._lock:
+            now = self.clock()
+            on_device: dict[tuple[str, int], list[tuple[PodRequest, float]]] = {}
+            for pod in self._pods.values():
+                if pod.node is None or pod.bound_at is None or self._ended(pod, now):
+                    continue
+                started = pod.bound_at + self.start_delay_s
+                if now < started or pod.request.job_id in self._stuck:
+                    continue
+                for index in pod.request.gpu_indices:
+                    on_device.setdefault((pod.node, index), []).append((pod.request, started))
+            return [
+                self._reading(node.info, gpu.index, gpu.memory_mib, on_device, now)
+                for node in self._nodes.values()
+                if node.failed_at is None and node.partitioned_at is None
+                for gpu in node.info.gpus
+            ]
+
+    def _reading(
+        self,
+        info: NodeInfo,
+        index: int,
+        memory_mib: int,
+        on_device: dict[tuple[str, int], list[tuple[PodRequest, float]]],
+        now: float,
+    ) -> DeviceUtilization:
+        pods = on_device.get((info.name, index), [])
+        load = max((self.utilization(r, now, started) for r, started in pods), default=0.0)
+        memory = sum(MEMORY_SHARE.get(r.job_type, 0.5) * _per_device(r) / 1000 for r, _ in pods)
+        tdp = next((w for family, w in TDP_W.items() if family in info.flavor), 300.0)
+        hopper = any(family in info.flavor for family in GPM_MODELS)
+        return DeviceUtilization(
+            node=info.name,
+            index=index,
+            utilization_pct=round(100 * load, 1),
+            memory_used_mib=int(memory_mib * min(memory, 1.0)),
+            power_w=round(tdp * (0.1 + 0.9 * load), 1),
+            temperature_c=round(32 + 45 * load, 1),
+            sm_active_pct=round(90 * load, 1) if hopper else None,
+        )
 
     def inference_load(self, job_id: int, now: float | None = None) -> float:
         """Load in replicas' worth of traffic: a daily-like wave with a period of 10 minutes,

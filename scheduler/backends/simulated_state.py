@@ -34,7 +34,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scheduler.backends.base import FailureReason, NodeInfo, PodRequest, PodStatus
+from scheduler.backends.base import (
+    DeviceUtilization,
+    FailureReason,
+    NodeInfo,
+    PodRequest,
+    PodStatus,
+)
 from scheduler.backends.simulated import SimulatedCluster
 
 log = logging.getLogger("gantry.simulated")
@@ -198,6 +204,10 @@ class PersistentCluster(SimulatedCluster):
         self.stall_point("list_pods")
         with self._shared():
             return super().list_pods()
+
+    def device_readings(self) -> Sequence[DeviceUtilization]:
+        with self._shared():
+            return super().device_readings()
 
     def next_event_at(self) -> float | None:
         with self._shared():

@@ -151,9 +151,20 @@ def test_report_shape() -> None:
     assert report["node"] == "gpu-1" and report["driver_version"] == "550.54.15"
     assert set(report["gpus"][0]) == {
         "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "utilization_pct",
-        "temperature_c", "ecc_uncorrected", "xid_errors", "healthy",
+        "temperature_c", "ecc_uncorrected", "xid_errors", "healthy", "power_w", "sm_active_pct",
     }  # fmt: skip
     assert [g["healthy"] for g in report["gpus"]] == [True, False]
+    # The fake NVML has no power reading and no GPM: sent as null, not 0 (a sample of 0 W).
+    assert (report["gpus"][0]["power_w"], report["gpus"][0]["sm_active_pct"]) == (None, None)
+
+
+def test_power_is_read_in_watts() -> None:
+    class WithPower(FakeNvml):
+        def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+            return 412_500  # NVML reports milliwatts
+
+    report = build_report("gpu-1", NvmlSession(WithPower()).read())  # type: ignore[arg-type]
+    assert report["gpus"][0]["power_w"] == 412.5
 
 
 def test_report_is_accepted_by_the_endpoint_serializer() -> None:

@@ -1,0 +1,107 @@
+"""The simulated cluster's utilization profiles per job type, and the daemon writing them as
+samples (issue 20). Time is the fake clock's."""
+
+from __future__ import annotations
+
+import statistics
+
+from scheduler.backends.base import PodRequest
+from scheduler.backends.simulated import STALL_SHARE, SimulatedCluster, make_nodes
+from scheduler.models import GpuDevice, Job, UtilizationSample
+from tests.daemon.conftest import Env, FakeClock
+
+HOUR = 3600.0
+
+
+def request(job_id: int, job_type: str, gpus: int = 1, node: str = "n-0000") -> PodRequest:
+    return PodRequest(
+        name=f"gantry-{job_id}-a0-r0", namespace="ns", job_id=job_id, attempt=0, replica=0,
+        replicas=1, node=node, gpu_indices=tuple(range(gpus)), gpu_milli=1000 * gpus,
+        gpu_memory_mib=None, cpu_milli=1000, memory_mib=1024, image="img", command=(),
+        env={}, priority_class="normal", job_type=job_type, sim_duration_s=10 * HOUR,
+    )  # fmt: skip
+
+
+def run_one(job_type: str, job_id: int, seed: int = 0, hours: float = 2.0) -> list[float]:
+    """The utilization (%) of the device of one job, read every 30 s for `hours`."""
+    clock = FakeClock()
+    cluster = SimulatedCluster(make_nodes(1, "H100-80GB", 1, prefix="n"), clock=clock, seed=seed)
+    pod = request(job_id, job_type)
+    cluster.create_pod(pod)
+    cluster.bind_pod("ns", pod.name, "n-0000")
+    clock.advance(cluster.start_delay_s)
+    readings = []
+    for _ in range(int(hours * HOUR / 30)):
+        [reading] = cluster.device_readings()
+        readings.append(reading.utilization_pct)
+        clock.advance(30)
+    return readings
+
+
+def stalls(job_id: int, seed: int = 0) -> bool:
+    cluster = SimulatedCluster([], seed=seed)
+    return cluster.stall_at(request(job_id, "training"), 0.0) is not None
+
+
+def test_training_runs_steady_and_high() -> None:
+    job_id = next(j for j in range(1, 100) if not stalls(j))
+    readings = run_one("training", job_id)
+    assert statistics.mean(readings) > 85
+    assert min(readings) > 80
+
+
+def test_interactive_jobs_are_mostly_idle_with_bursts() -> None:
+    readings = run_one("interactive", 7, hours=8)
+    assert statistics.mean(readings) < 25
+    assert sum(r < 5 for r in readings) / len(readings) > 0.6
+    assert max(readings) > 30  # someone ran a cell
+
+
+def test_some_jobs_stall_at_zero_and_stay_there() -> None:
+    stalled = [j for j in range(1, 400) if stalls(j)]
+    # About STALL_SHARE of jobs stall, decided by the seed.
+    assert 0.5 * STALL_SHARE < len(stalled) / 399 < 2 * STALL_SHARE
+    readings = run_one("training", stalled[0], hours=1)
+    assert readings[0] > 80  # busy first
+    assert readings[-20:] == [0.0] * 20  # then hung (within ten minutes of the start)
+
+
+def test_the_profiles_follow_the_seed() -> None:
+    assert run_one("interactive", 3, seed=1) == run_one("interactive", 3, seed=1)
+    assert run_one("interactive", 3, seed=1) != run_one("interactive", 3, seed=2)
+    assert [j for j in range(1, 200) if stalls(j, 1)] != [j for j in range(1, 200) if stalls(j, 2)]
+
+
+def test_a_free_device_reads_idle_and_hopper_reports_sm_activity() -> None:
+    cluster = SimulatedCluster(make_nodes(1, "H100-80GB", 2, prefix="n"), clock=FakeClock())
+    other = SimulatedCluster(make_nodes(1, "A100-40GB", 1, prefix="a"), clock=FakeClock())
+    first, second = cluster.device_readings()
+    assert (first.utilization_pct, first.memory_used_mib, first.sm_active_pct) == (0.0, 0, 0.0)
+    assert second.index == 1
+    [a100] = other.device_readings()
+    assert a100.sm_active_pct is None  # no GPM before Hopper
+
+
+def test_a_failed_node_reports_nothing() -> None:
+    cluster = SimulatedCluster(make_nodes(2, "H100-80GB", 1, prefix="n"), clock=FakeClock())
+    cluster.fail_node("n-0000")
+    assert [r.node for r in cluster.device_readings()] == ["n-0001"]
+
+
+def test_the_daemon_writes_a_sample_per_device_each_interval_attributed(env: Env) -> None:
+    job = env.submit(simulation={"duration_s": 10_000})
+    daemon = env.daemon(sample_every_s=30)
+    env.run(daemon, seconds=2, cycles=3)  # placed, started: 3 cycles within one interval
+    devices = GpuDevice.objects.count()
+    assert UtilizationSample.objects.count() == devices  # the first cycle's only
+    env.run(daemon, seconds=30, cycles=1)
+    assert UtilizationSample.objects.count() == 2 * devices
+    latest = UtilizationSample.objects.order_by("-at").first()
+    assert latest is not None
+    held = UtilizationSample.objects.filter(at=latest.at, job=job)
+    assert held.count() == 4  # the job's four GPUs
+    job = Job.objects.get(pk=job.pk)
+    assert {s.tenant_id for s in held} == {job.tenant_id}
+    assert all(s.utilization_pct > 0 for s in held)
+    free = UtilizationSample.objects.filter(at=latest.at, job__isnull=True)
+    assert free.count() == devices - 4
