@@ -13,7 +13,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from billing.burn_down import BurnDown
 from billing.cost_charts import CostCharts
+from billing.models import BudgetUnit
 
 NO_DEPARTMENT = "(no department)"
 NO_FLAVOR = "(adjustments)"
@@ -115,3 +117,48 @@ def figures(charts: CostCharts) -> dict[str, Any]:
             )
         )
     return out
+
+
+def burn_down_figure(burn_down: BurnDown) -> Any:
+    """Spent by the end of each day against the limit, for one budget."""
+    position = burn_down.position
+    unit = position.currency if position.unit == BudgetUnit.MONEY else "GPU-hours"
+    days = [day.isoformat() for day in burn_down.days]
+    return _as_json(
+        go.Figure(
+            [
+                go.Scatter(
+                    name="spent",
+                    x=days,
+                    y=[None if value is None else float(value) for value in burn_down.spent],
+                    mode="lines+markers",
+                ),
+                go.Scatter(
+                    name="limit",
+                    x=[days[0], days[-1]],
+                    y=[float(position.limit)] * 2,
+                    mode="lines",
+                    line={"dash": "dash"},
+                ),
+            ],
+            layout=_layout(
+                f"Budget of {burn_down.tenant.slug}, {position.month:%Y-%m}",
+                unit,
+                xaxis={"type": "date"},
+            ),
+        )
+    )
+
+
+def drawn_burn_downs(burn_downs: list[BurnDown]) -> list[dict[str, Any]]:
+    """What the template draws of each burn-down: its figures, table rows and figure."""
+    return [
+        {
+            "tenant": burn_down.tenant,
+            "position": burn_down.position,
+            "rows": burn_down.rows,
+            "figure": burn_down_figure(burn_down),
+            "figure_id": f"figure-budget-{burn_down.position.budget_id}",
+        }
+        for burn_down in burn_downs
+    ]

@@ -19,11 +19,12 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from billing.api.cost_serializers import next_month
+from billing.burn_down import burn_downs
 from billing.cost_charts import cost_charts, visible_month_lines
 from billing.reconcile import cluster_reconciliation
 from billing.selectors import tenant_costs
 from common.errors import DomainError
-from portal.charts import figures
+from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
 from tenants import access
 
@@ -66,6 +67,7 @@ def costs(request: HttpRequest) -> HttpResponse:
             )
             context["charts"] = cost_charts(settings.GANTRY_BILLING_CURRENCY, month_lines)
             context["figures"] = figures(context["charts"])
+            context["burn_downs"] = drawn_burn_downs(burn_downs(user, start, top))
             if grants.sees_everything:
                 context["cluster"] = cluster_reconciliation(start, end)
         except DomainError as problem:

@@ -11,10 +11,11 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from billing.burn_down import burn_downs
 from billing.cost_charts import cost_charts, visible_month_lines
 from common.errors import DomainError
 from portal import selectors
-from portal.charts import figures
+from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
 from scheduler.selectors import job_list_visible, scheduler_health
@@ -61,6 +62,7 @@ def _finance_section(user: Any, now: datetime) -> dict[str, Any]:
         section["charts_error"] = f"Costs cannot be shown: {problem}"
     else:
         section["charts"], section["figures"] = charts, figures(charts)
+        section["burn_downs"] = drawn_burn_downs(burn_downs(user, now))
     return section
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html as html_lib
 import json
 import re
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,11 @@ from django.templatetags.static import static
 from django.test import Client
 from django.urls import reverse
 
-from billing.metering import meter_usage
+from billing.budgets import budget_position
+from billing.metering import meter_hour, meter_usage
+from billing.models import Budget, BudgetUnit
 from portal.charts import NO_DEPARTMENT, NO_FLAVOR
+from tenants.models import Tenant
 from tests.billing.builders import at, hold, job_for, make_node
 from tests.billing.test_statements import cluster
 from tests.conftest import Org
@@ -222,7 +226,7 @@ def test_collectstatic_copies_plotly_js_for_production(tmp_path: Path, settings:
     assert (tmp_path / PLOTLY).stat().st_size > 1_000_000
 
 
-@pytest.mark.parametrize(("username", "limit"), [("carol", 98), ("tina", 96)])
+@pytest.mark.parametrize(("username", "limit"), [("carol", 104), ("tina", 102)])
 def test_the_costs_page_rates_each_month_once(
     org: Org, django_assert_max_num_queries: Any, username: str, limit: int
 ) -> None:
@@ -232,3 +236,66 @@ def test_the_costs_page_rates_each_month_once(
     client.get(reverse("portal:costs"), {"month": "2031-02"})
     with django_assert_max_num_queries(limit):
         assert client.get(reverse("portal:costs"), {"month": "2031-02"}).status_code == 200
+
+
+# --- budget burn-down ----------------------------------------------------------------------
+
+FEBRUARY = datetime(2031, 2, 1, tzinfo=UTC)
+
+
+def with_budgets(org: Org) -> None:
+    """February: team-alpha's job holds one device on the 1st, 00:00-02:00 (two_months), and
+    another on the 2nd, 00:00-02:00: 2 GPU-hours x 3.00 = 6.00 each day. Budgets: research
+    20.00, team-alpha 3 GPU-hours, product 5.00 (nothing spent)."""
+    two_months(org)
+    second = job_for(org)
+    hold(second, make_node("n4", gpus=1), 28, 30, [1000])
+    meter_hour(at(28), now=at(31))
+    meter_hour(at(29), now=at(31))
+    for tenant, unit, limit in [
+        (org.research, BudgetUnit.MONEY, "20.00"),
+        (org.alpha, BudgetUnit.GPU_HOURS, "3.00"),
+        (org.product, BudgetUnit.MONEY, "5.00"),
+    ]:
+        Budget.objects.create(tenant=tenant, month=FEBRUARY, unit=unit, limit=Decimal(limit))
+
+
+def burn_down_table(html: str, slug: str) -> list[tuple[str, str]]:
+    found = re.search(rf'<table id="table-budget-{slug}">(.*?)</table>', html, re.S)
+    assert found is not None, slug
+    return re.findall(
+        r'<tr><th scope="row">([^<]*)</th><td class="num">([^<]*)</td>', found.group(1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("username", "budgets"),
+    [
+        ("carol", {"research", "team-alpha", "product"}),
+        ("dana", {"research", "team-alpha"}),
+        ("tina", {"team-alpha"}),
+    ],
+)
+def test_burn_down_day_by_day_ends_at_the_budget_position(
+    org: Org, username: str, budgets: set[str]
+) -> None:
+    with_budgets(org)
+    html = page(org, username)
+    shown = set(re.findall(r'<table id="table-budget-([a-z-]+)">', html))
+    assert shown == budgets
+    expected = {
+        "research": ["6.00", "12.00"],  # money
+        "team-alpha": ["2.00", "4.00"],  # GPU-hours
+        "product": ["0.00", "0.00"],
+    }
+    for slug in budgets:
+        rows = burn_down_table(html, slug)
+        assert len(rows) == 28 and rows[0][0] == "2031-02-01"
+        assert [spent for _, spent in rows] == expected[slug] + [""] * 26  # 3rd on: not metered
+        tenant = Tenant.objects.get(slug=slug)
+        position = budget_position(tenant, FEBRUARY)
+        assert position is not None and rows[1][1] == str(position.spent)
+        budget = Budget.objects.get(tenant=tenant)
+        drawn = traces(figure(html, f"budget-{budget.pk}"))
+        assert list(drawn["spent"].values()) == [float(a) for a in expected[slug]] + [None] * 26
+        assert set(drawn["limit"].values()) == {float(budget.limit)}
