@@ -3,7 +3,7 @@ and tests/portal/test_isolation_walk.py walks this list, so a new route needs an
 
 from django.urls import path
 
-from portal.views import approvals, audit, auth, costs, home, jobs, profile, tenants
+from portal.views import approvals, audit, auth, cost_exports, costs, home, jobs, profile, tenants
 
 app_name = "portal"
 
@@ -44,5 +44,12 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
     path("costs/", costs.costs, name="costs"),
+    path("costs/exports/", cost_exports.cost_export_new, name="cost-export-new"),
+    path("costs/exports/<int:pk>/", cost_exports.cost_export_status, name="cost-export-status"),
+    path(
+        "costs/exports/<int:pk>/download/",
+        cost_exports.cost_export_download,
+        name="cost-export-download",
+    ),
     path("scheduler/profile/", profile.scheduler_profile, name="scheduler-profile"),
 ]

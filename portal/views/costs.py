@@ -26,6 +26,7 @@ from billing.selectors import tenant_costs
 from common.errors import DomainError
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
+from portal.views.cost_exports import section_context
 from tenants import access
 
 
@@ -72,4 +73,5 @@ def costs(request: HttpRequest) -> HttpResponse:
                 context["cluster"] = cluster_reconciliation(start, end)
         except DomainError as problem:
             context["error"], status = str(problem), 400
+    context.update(section_context(user, start))
     return render(request, "portal/costs.html", context, status=status)

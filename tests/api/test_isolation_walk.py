@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from billing.closing import statement_close
 from billing.metering import meter_usage
-from billing.models import Statement
+from billing.models import CostExport, Statement
 from billing.rates import RatePrices, rate_card_add
 from scheduler.models import Job, JobState
 from tenants.models import (
@@ -112,13 +112,25 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "statement-close": lambda org, t: Statement.objects.filter(organisation=t).first(),
     # A quote of a job for the foreign tenant's project (foreign_create_body): a 404, as submit.
     "quote": lambda org, t: t.projects.first(),
+    # Exports are their owner's alone: anyone else, finance and platform admins included, gets
+    # a 404 (PERSONAL). The foreign one is a foreign team member's (populate_billing).
+    "costexport": lambda org, t: CostExport.objects.filter(owner__memberships__tenant=t).first(),
+    # The cost API's figures as a file at once: walked for leaks like the cost API.
+    "cost-export": lambda org, t: t,
 }
 # List-level writes naming a foreign project: not found, like the project itself.
-NOT_FOUND_WRITES = {"quote"}
+NOT_FOUND_WRITES = {"quote", "costexport-list"}
 # Query strings for list routes that need one to show anything (a window with metered usage).
-LIST_QUERY = {"cost-list": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user"}
+LIST_QUERY = {
+    "cost-list": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user",
+    "cost-export": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user&format=focus",
+}
 # List routes finance may post to (closing the books): a bad body is a 400 there, not a 403.
 BOOKS_KEEPER_WRITES = {"statement-close"}
+# List routes where anyone writes for themselves (an export of what they may see): finance too.
+OWN_WRITES = {"costexport-list"}
+# Detail routes of objects that belong to one user: a 404 for anyone else, whatever their role.
+PERSONAL = {"costexport"}
 # Detail routes on platform-wide objects, visible to all, writable by platform admins only.
 GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
@@ -193,6 +205,15 @@ def populate_billing(org: Org) -> Statement:
     for index, job in enumerate(Job.objects.filter(name__startswith="job-").order_by("pk")):
         hold(job, node, 0, 2, [1000], first_device=index)
     meter_usage(now=at(3))
+    for username in ["alice", "bob-bravo", "chris"]:
+        CostExport.objects.create(
+            owner=org.users[username],
+            query={"from": "2031-01-31T20:00:00Z", "to": "2031-02-01T00:00:00Z", "by": "user"},
+            format="csv",
+            filename=f"export-of-{username}.csv",
+            created_at=at(3),
+            expires_at=at(30),
+        )
     globex = f.TenantFactory(slug="globex", kind="organisation")
     Statement.objects.create(
         organisation=globex, period_start=T0, period_end=at(2), currency="USD", closed_at=at(3)
@@ -200,6 +221,13 @@ def populate_billing(org: Org) -> Statement:
     return statement_close(
         user=org.users["pat"], organisation=org.acme, start=T0, end=at(2), now=at(3)
     )
+
+
+def text_of(response: Any) -> str:
+    """The body of a response, files (streamed) included."""
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode()
+    return response.content.decode()
 
 
 def fill(template: str, pk: Any) -> str:
@@ -241,6 +269,11 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
         },
         "priorityclass-list": {"name": "intruder", "value": 12345},
         "statement-close": {"organisation": foreign.pk, "month": "2031-01"},
+        "costexport-list": {
+            "from": "2031-01-31T20:00:00Z",
+            "to": "2031-02-01T00:00:00Z",
+            "tenant": foreign.pk,
+        },
         "ratecard-list": {
             "flavor": org.h100.pk,
             "valid_from": "2031-01-01T00:00:00Z",
@@ -300,7 +333,7 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
             response = client.get("/" + route.template + LIST_QUERY.get(route.name, ""))
             assert response.status_code == 200, (persona, route.template, response.status_code)
             if base not in NO_TENANT_DATA or base == "me":
-                assert marker not in response.content.decode(), (persona, route.template)
+                assert marker not in text_of(response), (persona, route.template)
         if not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
             body = foreign_create_body(route.name, org, foreign)
             response = client.post("/" + route.template, body, format="json")
@@ -328,12 +361,16 @@ def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) 
             for method in route.methods:
                 response = client.generic(method, url, data="{}", content_type="application/json")
                 expected = {200} if method in {"GET", "HEAD"} else {400, 403}
+                if base in PERSONAL:
+                    expected = {404}
                 assert response.status_code in expected, (method, url, response.status_code)
             assert snapshot(obj) == state
         elif not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
             body = foreign_create_body(route.name, org, org.bravo)
             response = client.post("/" + route.template, body, format="json")
             expected = 400 if route.name in BOOKS_KEEPER_WRITES else 403
+            if route.name in OWN_WRITES:
+                expected = 201
             assert response.status_code == expected, (route.template, response.json())
     listed = client.get("/api/v1/jobs/").json()
     assert {j["tenant_slug"] for j in listed["results"]} == {
@@ -352,7 +389,8 @@ def test_platform_admin_sees_everything(org: Org, client_for: Any) -> None:
         base = basename(route)
         if route.is_detail and base in FOREIGN_OBJECTS and "GET" in route.methods:
             obj = FOREIGN_OBJECTS[base](org, org.bravo)
-            assert client.get(fill(route.template, obj.pk)).status_code == 200
+            expected = 404 if base in PERSONAL else 200
+            assert client.get(fill(route.template, obj.pk)).status_code == expected
     tenants = {t["slug"] for t in client.get("/api/v1/tenants/").json()["results"]}
     assert tenants == {
         "acme",
