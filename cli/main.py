@@ -202,12 +202,40 @@ def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> None:
 
 
 def cmd_job(args: argparse.Namespace, client: Client, out: TextIO) -> None:
-    emit(
-        args,
-        client.get(f"/api/v1/jobs/{args.id}/"),
-        [*JOB_COLUMNS, "attempt", "created_at", "started_at", "finished_at"],
-        out,
-    )
+    job = client.get(f"/api/v1/jobs/{args.id}/")
+    if job.get("state") == "queued":
+        job["queue"] = client.get(f"/api/v1/jobs/{args.id}/queue/")
+    columns = [*JOB_COLUMNS, "attempt", "created_at", "started_at", "finished_at"]
+    if args.json or not job.get("queue", {}).get("waiting"):
+        emit(args, job, columns, out)
+        return
+    emit(args, {**job, **queue_lines(job["queue"])}, [*columns, *QUEUE_LINES], out)
+
+
+QUEUE_LINES = ["position", "ahead", "starts"]
+
+
+def queue_lines(queue: dict[str, Any]) -> dict[str, str]:
+    """The queue sub-resource as three lines: position, the jobs ahead, the start range."""
+    ahead = f"{queue['ahead_count']} job(s)"
+    listed = ", ".join(f"#{a['id']}" for a in queue["ahead"])
+    if listed:
+        ahead += f": {listed}"
+    if queue["ahead_visible"] > len(queue["ahead"]):
+        ahead += f" and {queue['ahead_visible'] - len(queue['ahead'])} more"
+    if queue["ahead_hidden"]:
+        ahead += f"; {queue['ahead_hidden']} of other teams"
+    if queue["estimated_at"] is None:
+        starts = "not estimated yet"
+    elif queue["eta_p50"] is None:
+        starts = "not within the next week"
+    else:
+        starts = f"{queue['eta_p50']} .. {queue['eta_p90'] or 'later'}"
+    return {
+        "position": f"{queue['position_tenant']} in team, {queue['position_cluster']} in cluster",
+        "ahead": ahead,
+        "starts": starts,
+    }
 
 
 def cmd_events(args: argparse.Namespace, client: Client, out: TextIO) -> None:

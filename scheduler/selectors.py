@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from scheduler.leader import LEASE_NAME
-from scheduler.models import Job, JobEvent, SchedulerLease
+from scheduler.models import Job, JobEvent, JobQueueEstimate, JobState, SchedulerLease
 from tenants import access
 
 
@@ -81,3 +81,67 @@ def scheduler_health(now: datetime) -> SchedulerHealth:
         failed_at=lease.cycle_failed_at,
         error=lease.cycle_error if lease.cycle_failures else "",
     )
+
+
+# The jobs ahead listed by id (the nearest ones); the rest of those the viewer may see are
+# counted with them, and the ones they may not see only counted.
+AHEAD_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where a queued job stands for one viewer (`job_queue_position`). `ahead` lists the
+    nearest jobs ahead the viewer may see (best first, at most AHEAD_SHOWN);
+    `ahead_visible` counts all of those, `ahead_hidden` the others: jobs of teams the
+    viewer may not see, never named. Times from the daemon's last refresh (scheduler/eta.py):
+    `eta_*` None with `estimated_at` set means not expected within the replay's horizon,
+    with `estimated_at` None not estimated yet."""
+
+    position_tenant: int
+    position_cluster: int
+    ahead_count: int
+    ahead: list[Job]
+    ahead_visible: int
+    ahead_hidden: int
+    eta_p50: datetime | None
+    eta_p90: datetime | None
+    estimated_at: datetime | None
+    computed_at: datetime
+
+    @property
+    def ahead_unlisted(self) -> int:
+        """Jobs ahead the viewer may see beyond those listed in `ahead`."""
+        return self.ahead_visible - len(self.ahead)
+
+
+def job_queue_position(user: Any, job: Job) -> QueuePosition | None:
+    """The position of `job` (which `user` may see) as the daemon last stored it; None when
+    the job does not wait in the queue or has not been placed in it yet."""
+    if job.state != JobState.QUEUED:
+        return None
+    stored = JobQueueEstimate.objects.filter(job_id=job.pk).first()
+    if stored is None:
+        return None
+    ahead = access.visible_by_tenant(
+        user,
+        Job.objects.filter(queue_estimate__position_cluster__lt=stored.position_cluster),
+    )
+    visible = ahead.count()
+    nearest = list(
+        ahead.select_related("tenant", "queue_estimate").order_by(
+            "-queue_estimate__position_cluster"
+        )[:AHEAD_SHOWN]
+    )
+    return QueuePosition(
+        position_tenant=stored.position_tenant,
+        position_cluster=stored.position_cluster,
+        ahead_count=stored.ahead_count,
+        ahead=nearest[::-1],
+        ahead_visible=visible,
+        ahead_hidden=max(0, stored.ahead_count - visible),
+        eta_p50=stored.eta_p50,
+        eta_p90=stored.eta_p90,
+        estimated_at=stored.estimated_at,
+        computed_at=stored.computed_at,
+    )
+

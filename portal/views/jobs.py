@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -22,7 +23,13 @@ from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from portal.views.approvals import pending_request_for_job
 from scheduler.reason_text import ReasonReader
-from scheduler.selectors import access_job, job_event_list, job_list_visible
+from scheduler.selectors import (
+    QueuePosition,
+    access_job,
+    job_event_list,
+    job_list_visible,
+    job_queue_position,
+)
 from scheduler.services import can_cancel, job_cancel, job_submit
 from scheduler.spec import spec_errors
 from tenants import access
@@ -142,11 +149,40 @@ def _announce(request: HttpRequest, job: Any, created: bool) -> None:
 
 def _status_context(request: HttpRequest, job: Any) -> dict[str, Any]:
     """The job's reason and events as this viewer may read them: ids of jobs they may not
-    see (a preemptor or victim of another team) are not shown."""
+    see (a preemptor or victim of another team) are not shown. A queued job's position and
+    expected start as the scheduler last stored them (only read here)."""
     events = list(job_event_list(job))
     reader = ReasonReader(request.user, ReasonReader.texts_of([job], events))
     shown = [(event, reader.text(event.message)) for event in events]
-    return {"job": job, "reason": reader.text(job.reason), "events": shown}
+    queue = job_queue_position(request.user, job)
+    return {
+        "job": job,
+        "reason": reader.text(job.reason),
+        "events": shown,
+        "queue": queue,
+        "starts_in": _starts_in(queue, timezone.now()) if queue is not None else "",
+    }
+
+
+def in_about(seconds: float) -> str:
+    """ "in about 40 minutes": rounded to what an estimate can promise."""
+    minutes = seconds / 60
+    if minutes < 1.5:
+        return "any moment now"
+    if minutes < 90:
+        return f"in about {round(minutes)} minutes"
+    hours = minutes / 60
+    if hours < 36:
+        return f"in about {round(hours)} hours"
+    return f"in about {round(hours / 24)} days"
+
+
+def _starts_in(queue: QueuePosition, now: datetime) -> str:
+    if queue.estimated_at is None:
+        return "not estimated yet"
+    if queue.eta_p50 is None:
+        return "not within the next week"
+    return in_about((queue.eta_p50 - now).total_seconds())
 
 
 @login_required

@@ -94,6 +94,7 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "quota": lambda org, t: Quota.objects.filter(tenant=t).first(),
     "prioritydefault": lambda org, t: PriorityDefault.objects.filter(tenant=t).first(),
     "job": lambda org, t: Job.objects.filter(tenant=t).first(),
+    "jobqueue": lambda org, t: Job.objects.filter(tenant=t).first(),
     "approvalpolicy": lambda org, t: ApprovalPolicy.objects.filter(tenant=t).first(),
     "approvalrequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
     "audit": lambda org, t: AuditEntry.objects.filter(tenant=t).first(),

@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.adapters import build_snapshot
 from scheduler.core import queue_order, run_cycle
+from scheduler.daemon import Daemon
 from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_history
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
 from scheduler.services import job_cancel
@@ -17,6 +18,11 @@ from tests import factories as f
 from tests.daemon.conftest import Env, make_env, watched
 
 SETTINGS = EtaSettings(every_s=30.0, budget_s=5.0, max_jobs=100, unbounded_runtime_s=14400.0)
+
+
+@pytest.fixture
+def five_nodes(db: Any) -> Iterator[Env]:
+    yield from watched(make_env(nodes=5))
 
 
 @pytest.fixture
@@ -28,12 +34,17 @@ def _dt(at: float) -> datetime:
     return datetime.fromtimestamp(at, tz=UTC)
 
 
-def _full_cluster(env: Env) -> list[Job]:
-    """4 nodes x 8 GPUs held by four 8-GPU jobs, two per team; then b1 (bravo), a1, a2
-    (alpha), b2 (bravo) wait, 4 GPUs each. Returns the waiting ones in submission order."""
-    for user in ["alice", "alice", "bob-bravo", "bob-bravo"]:
+def _full_cluster(env: Env) -> tuple[Daemon, list[Job]]:
+    """5 nodes x 8 GPUs held by 8-GPU jobs, three of alpha's and two of bravo's (placed by
+    the daemon's first cycle, its refresh due again in 30 s); then b1 (bravo), a1, a2
+    (alpha), b2 (bravo) wait, 4 GPUs each. Returns the waiting ones in submission order.
+    Both teams hold at least their guarantee (16 GPUs): nobody may reclaim."""
+    for user in ["alice", "alice", "alice", "bob-bravo", "bob-bravo"]:
         env.submit(user, resources={"gpus": 8})
-    return [env.submit(user) for user in ["bob-bravo", "alice", "alice", "bob-bravo"]]
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    return daemon, [env.submit(user) for user in ["bob-bravo", "alice", "alice", "bob-bravo"]]
 
 
 def _positions() -> dict[int, tuple[int, int]]:
@@ -42,14 +53,14 @@ def _positions() -> dict[int, tuple[int, int]]:
     }
 
 
-def test_positions_follow_the_engines_order(env: Env) -> None:
-    b1, a1, a2, b2 = _full_cluster(env)
-    daemon = env.daemon()
-    daemon.estimates = EtaRefresher(SETTINGS)
-    env.run(daemon)
-    # Both teams hold 16 GPUs of a 16-GPU guarantee (equal shares), all jobs are of one
-    # class: age decides. b1 first (bravo's 1st), a1 (alpha's 1st), a2, b2.
-    assert _positions() == {b1.pk: (1, 1), a1.pk: (1, 2), a2.pk: (2, 3), b2.pk: (2, 4)}
+def test_positions_follow_the_engines_order(five_nodes: Env) -> None:
+    env = five_nodes
+    daemon, (b1, a1, a2, b2) = _full_cluster(env)
+    env.run(daemon, seconds=30)
+    # One class: fair share decides before age. Alpha holds 24 GPUs of a 16-GPU guarantee
+    # (1.5), bravo 16 of 16 (1.0), and nothing is admitted while ordering: bravo's b1, b2,
+    # then alpha's a1, a2, although a1 and a2 are older than b2.
+    assert _positions() == {b1.pk: (1, 1), b2.pk: (2, 2), a1.pk: (1, 3), a2.pk: (2, 4)}
     # The engine's own order over the same snapshot, and the order its cycle handles them in.
     snap = build_snapshot(env.clock(), decayed=daemon.decayed).snapshot
     engine = [int(j.id) for j in queue_order(snap, daemon.profile)]
@@ -58,14 +69,13 @@ def test_positions_follow_the_engines_order(env: Env) -> None:
     assert by_position == engine == handled
 
 
-def test_a_job_that_leaves_the_queue_loses_its_position(env: Env) -> None:
-    b1, a1, a2, b2 = _full_cluster(env)
-    daemon = env.daemon()
-    daemon.estimates = EtaRefresher(SETTINGS)
-    env.run(daemon)
+def test_a_job_that_leaves_the_queue_loses_its_position(five_nodes: Env) -> None:
+    env = five_nodes
+    daemon, (b1, a1, a2, b2) = _full_cluster(env)
+    env.run(daemon, seconds=30)
     job_cancel(user=env.org.users["bob-bravo"], job=b1, reason="")
     env.run(daemon, seconds=30)
-    assert _positions() == {a1.pk: (1, 1), a2.pk: (2, 2), b2.pk: (1, 3)}
+    assert _positions() == {b2.pk: (1, 1), a1.pk: (1, 2), a2.pk: (2, 3)}
 
 
 def _history(env: Env, count: int, ran_s: float, max_s: int, **job: Any) -> None:
@@ -114,11 +124,10 @@ def test_without_history_the_estimate_is_the_max(one_node: Env) -> None:
     assert estimate.eta_p50 == estimate.eta_p90 == started + timedelta(seconds=4000)
 
 
-def test_refresh_waits_its_interval(env: Env) -> None:
-    _full_cluster(env)
-    daemon = env.daemon()
-    daemon.estimates = EtaRefresher(SETTINGS)
-    env.run(daemon)
+def test_refresh_waits_its_interval(five_nodes: Env) -> None:
+    env = five_nodes
+    daemon, _ = _full_cluster(env)
+    env.run(daemon, seconds=30)
     late = env.submit()
     env.run(daemon, seconds=29)
     assert not JobQueueEstimate.objects.filter(job=late).exists()
@@ -151,9 +160,9 @@ def _refresh(env: Env, config: EtaSettings, monotonic: Any = None) -> Any:
     return refresh_estimates(built.snapshot, built.jobs, profile, model, config, **extra)
 
 
-def test_cap_replays_the_head_of_the_queue_and_keeps_the_rest(env: Env) -> None:
-    b1, a1, a2, b2 = _full_cluster(env)
-    env.run(env.daemon())  # the big jobs run; the refresh below is the one under test
+def test_cap_replays_the_head_of_the_queue_and_keeps_the_rest(five_nodes: Env) -> None:
+    env = five_nodes
+    _, (b1, a1, a2, b2) = _full_cluster(env)  # the refresh below is the one under test
     old = _stale([b1, a1, a2, b2])
     config = EtaSettings(every_s=30.0, budget_s=5.0, max_jobs=1, unbounded_runtime_s=14400.0)
     done = _refresh(env, config)
@@ -163,12 +172,12 @@ def test_cap_replays_the_head_of_the_queue_and_keeps_the_rest(env: Env) -> None:
     for job in (a1, a2, b2):  # beyond the cap: the previous estimate stays
         assert (rows[job.pk].eta_p50, rows[job.pk].estimated_at) == (old, old)
         assert rows[job.pk].computed_at == _dt(env.clock())  # positions are new
-    assert _positions() == {b1.pk: (1, 1), a1.pk: (1, 2), a2.pk: (2, 3), b2.pk: (2, 4)}
+    assert _positions() == {b1.pk: (1, 1), b2.pk: (2, 2), a1.pk: (1, 3), a2.pk: (2, 4)}
 
 
-def test_budget_spent_stops_the_replay_and_keeps_previous_estimates(env: Env) -> None:
-    b1, a1, a2, b2 = _full_cluster(env)
-    env.run(env.daemon())
+def test_budget_spent_stops_the_replay_and_keeps_previous_estimates(five_nodes: Env) -> None:
+    env = five_nodes
+    _, (b1, a1, a2, b2) = _full_cluster(env)
     old = _stale([b1, a1, a2])  # b2 was never estimated
     ticks = iter(range(0, 10_000, 10))  # 10 s of wall time between two looks at the clock
     done = _refresh(env, SETTINGS, monotonic=lambda: float(next(ticks)))
@@ -176,7 +185,7 @@ def test_budget_spent_stops_the_replay_and_keeps_previous_estimates(env: Env) ->
     rows = {e.job_id: e for e in JobQueueEstimate.objects.all()}
     assert [(rows[j.pk].eta_p50, rows[j.pk].estimated_at) for j in (b1, a1, a2)] == [(old, old)] * 3
     assert (rows[b2.pk].eta_p50, rows[b2.pk].estimated_at) == (None, None)
-    assert _positions()[b2.pk] == (2, 4)
+    assert _positions()[b2.pk] == (2, 2)
 
 
 def test_a_bug_in_the_estimates_does_not_stop_scheduling(
