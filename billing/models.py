@@ -211,6 +211,8 @@ class LineKind(models.TextChoices):
     PREEMPTED = "preempted"
     FAILED = "failed"
     IDLE_RESERVED = "idle-reserved"
+    # Showback only: GPU time held while under the idle threshold (billing/idle_usage.py).
+    ALLOCATED_IDLE = "allocated-idle"
     ADJUSTMENT = "adjustment"
 
 

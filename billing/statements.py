@@ -151,10 +151,18 @@ def _spread(
 
 def organisation_lines(organisation: Tenant, start: datetime, end: datetime) -> list[DraftLine]:
     """Every line of the organisation for [start, end): what its jobs held, its idle reserved
-    capacity. DomainError when a flavor used has no rate for an hour of the period."""
+    capacity, and as showback what its jobs held while idle (billing/idle_usage.py).
+    DomainError when a flavor used has no rate for an hour of the period."""
+    # Imported here: it builds on this module's prices and lines.
+    from billing.idle_usage import allocated_idle_lines
+
     try:
         used = usage_lines(organisation, start, end)
-        return [DraftLine(line) for line in used] + idle_lines(organisation, start, end, used)
+        return (
+            [DraftLine(line) for line in used]
+            + idle_lines(organisation, start, end, used)
+            + allocated_idle_lines(organisation, start, end)
+        )
     except rating.MissingRate as missing:
         raise DomainError(f"{missing}: add a rate card for it first.") from None
 
