@@ -14,6 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from billing.forecast import tenant_cost_scope, tenant_spend_forecast
 from common.errors import ConflictError
 from portal import selectors
 from portal.decorators import login_required
@@ -55,10 +56,13 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
 def tenant_detail(request: HttpRequest, pk: int) -> HttpResponse:
     tenant = access.access_tenant(request.user, pk)
     children = list(access.tenants_visible(request.user).filter(parent=tenant))
+    scope = tenant_cost_scope(request.user, tenant)
     context = _tenant_context(request, tenant, "overview") | {
         "children": children,
         "quotas": selectors.quota_rows([tenant, *children]),
         "projects": access.projects_visible(request.user).filter(tenant=tenant),
+        "spend": tenant_spend_forecast(tenant) if scope is not None else None,
+        "spend_scope": scope,
     }
     return render(request, "portal/tenants/detail.html", context)
 
