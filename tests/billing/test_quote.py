@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing import admission
-from billing.models import Budget, BudgetPolicy, BudgetSpend
+from billing.models import Budget, BudgetPolicy, BudgetReservation, BudgetSpend
 from billing.rates import RatePrices, rate_card_add
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_submit
@@ -36,7 +36,7 @@ def rates(org: Org) -> None:
 def rows() -> dict[str, int]:
     return {
         model.__name__: model.objects.count()
-        for model in (Job, JobEvent, ApprovalRequest, AuditEntry)
+        for model in (Job, JobEvent, ApprovalRequest, AuditEntry, BudgetReservation)
     }
 
 
