@@ -113,7 +113,6 @@ def subtree_committed(tenant: Tenant, month: datetime, unit: str) -> Decimal:
         if unit == BudgetUnit.GPU_HOURS
         else ("amount", "metered")
     )
-    decimal = DecimalField(max_digits=20, decimal_places=6)
     total = (
         BudgetReservation.objects.filter(
             tenant__path__startswith=tenant.path,
@@ -121,18 +120,59 @@ def subtree_committed(tenant: Tenant, month: datetime, unit: str) -> Decimal:
             created_at__lt=month_end(month),
         )
         .exclude(job__state__in=FINAL_STATES)
-        .aggregate(total=Sum(Greatest(F(held) - F(metered), Value(ZERO), output_field=decimal)))[
-            "total"
-        ]
+        .aggregate(total=_still(held, metered))["total"]
     )
     return Decimal(total or 0)
+
+
+def _still(held: str, metered: str) -> Sum:
+    """What open reservations may still cost: each max(0, reserved - metered), summed."""
+    decimal = DecimalField(max_digits=20, decimal_places=6)
+    return Sum(Greatest(F(held) - F(metered), Value(ZERO), output_field=decimal))
 
 
 def position_of(budget: Budget, *, extra: Decimal = ZERO) -> BudgetPosition:
     """`budget`'s position; `extra` (a job's projected cost) is counted as committed."""
     tenant = budget.tenant
-    spent = subtree_spent(tenant, budget.month, budget.unit).quantize(CENT, ROUND_HALF_EVEN)
+    spent = subtree_spent(tenant, budget.month, budget.unit)
     committed = subtree_committed(tenant, budget.month, budget.unit) + extra
+    return _position(budget, spent, committed)
+
+
+def positions_of(budgets: list[Budget]) -> dict[int, BudgetPosition]:
+    """The positions of a page of budgets, in a few queries per distinct month of the page
+    (not per budget): each tenant's own spend and open reservations are read once, then
+    summed over each budget's subtree."""
+    out: dict[int, BudgetPosition] = {}
+    for month in {b.month for b in budgets}:
+        these = [b for b in budgets if b.month == month]
+        spend = list(
+            BudgetSpend.objects.filter(month=month).values_list(
+                "tenant__path", "amount", "gpu_hours"
+            )
+        )
+        held = list(
+            BudgetReservation.objects.filter(
+                released_at__isnull=True, created_at__lt=month_end(month)
+            )
+            .exclude(job__state__in=FINAL_STATES)
+            .values("tenant__path")
+            .annotate(
+                money=_still("amount", "metered"), gpu=_still("gpu_hours", "metered_gpu_hours")
+            )
+            .values_list("tenant__path", "money", "gpu")
+        )
+        for budget in these:
+            path = budget.tenant.path
+            column = 2 if budget.unit == BudgetUnit.GPU_HOURS else 1
+            spent = sum((Decimal(r[column]) for r in spend if r[0].startswith(path)), ZERO)
+            committed = sum((Decimal(r[column]) for r in held if r[0].startswith(path)), ZERO)
+            out[budget.pk] = _position(budget, spent, committed)
+    return out
+
+
+def _position(budget: Budget, spent: Decimal, committed: Decimal) -> BudgetPosition:
+    spent = spent.quantize(CENT, ROUND_HALF_EVEN)
     committed = committed.quantize(CENT, ROUND_HALF_EVEN)
     return BudgetPosition(
         budget_id=budget.pk,
