@@ -586,22 +586,46 @@ def reconciled(month: Month, statements: list[Any]) -> dict[str, bool]:
     return {"leaves_to_root": leaves, "cluster_capacity": capacity}
 
 
+def cpu_s() -> tuple[float, float]:
+    """CPU seconds so far of this process and of its PostgreSQL backend: on a shared machine
+    the wall time of a phase includes others' work, its CPU time does not."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return time.process_time(), 0.0
+    from bench.daemon_setup import postgres_cpu_s
+
+    return time.process_time(), postgres_cpu_s()
+
+
 def measure(month: Month, export_to: Path) -> dict[str, Any]:
     """Time metering, closing and the export of the month built by `build`."""
     from billing.models import StatementLine, UsageRecord
 
     gc.collect()
     before = rss_mib()
+    cpu = [cpu_s()]
     meter_s = meter(month)
+    cpu.append(cpu_s())
     close_s, statements = close(month)
+    cpu.append(cpu_s())
     export_s, export_rows = export(month, export_to)
+    cpu.append(cpu_s())
     peak = peak_rss_mib()
+    spent = {
+        f"{phase}_cpu_s": {
+            "python": round(after[0] - began[0], 3),
+            "postgresql": round(after[1] - began[1], 3),
+        }
+        for phase, began, after in zip(("meter", "close", "export"), cpu, cpu[1:], strict=True)
+    }
     checks = reconciled(month, statements)
     return {
         "meter_s": round(meter_s, 3),
         "close_s": round(close_s, 3),
         "export_s": None if export_s is None else round(export_s, 3),
         "total_s": round(meter_s + close_s + (export_s or 0.0), 3),
+        **spent,
         "lines": StatementLine.objects.filter(statement__in=statements).count(),
         "usage_records": UsageRecord.objects.count(),
         "export_rows": export_rows,

@@ -8,7 +8,10 @@ to the end of the hour being metered. Time is kept to the microsecond, as the da
 Crash order, per hour, all in ONE transaction:
   1. claim: insert the hour's MeteringPeriod row (unique start; a concurrent run blocks on it
      and then finds it taken, and skips the hour);
-  2. read the allocations that overlap the hour;
+  2. read the allocations that overlap the hour (a run reads those of a window of up to
+     WINDOW_HOURS due hours in one query, in the transaction of the first hour it claims,
+     and takes each hour's from there: the hours are closed, so what overlaps them is
+     settled);
   3. write one usage record per allocation (unique per allocation and hour), and the
      guarantees and devices of the hour (see below);
   4. finish: store the count on the period row.
@@ -26,11 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Min, Q, Sum
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Field, Min, Q, Sum
 
 from billing.budgets import spend_metered
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
@@ -69,32 +72,61 @@ def hours_due(now: datetime, limit: int = MAX_HOURS_PER_RUN) -> list[datetime]:
     return due
 
 
+# Due hours read together: the allocations overlapping a window of up to this many hours are
+# read in one query; each hour is still claimed and written in its own transaction.
+WINDOW_HOURS = 24
+
+
 def meter_usage(*, now: datetime, fault: Fault | None = None) -> int:
     """Meter every closed hour that is due; the number of hours this run metered."""
-    return sum(meter_hour(hour, now=now, fault=fault) for hour in hours_due(now))
+    metered = 0
+    for hours in _windows(hours_due(now)):
+        window = Window(hours[0], hours[-1] + HOUR)
+        metered += sum(meter_hour(hour, now=now, fault=fault, window=window) for hour in hours)
+    return metered
 
 
-def meter_hour(start: datetime, *, now: datetime, fault: Fault | None = None) -> bool:
+def _windows(hours: list[datetime]) -> list[list[datetime]]:
+    """Due hours (ascending) in groups spanning at most WINDOW_HOURS."""
+    groups: list[list[datetime]] = []
+    for hour in hours:
+        if groups and hour - groups[-1][0] < WINDOW_HOURS * HOUR:
+            groups[-1].append(hour)
+        else:
+            groups.append([hour])
+    return groups
+
+
+def meter_hour(
+    start: datetime,
+    *,
+    now: datetime,
+    fault: Fault | None = None,
+    window: Window | None = None,
+) -> bool:
     """Meter [start, start + 1 h) unless another run did; True when this run metered it.
+    `window`: what this run read for several hours (read here, for this hour, when None).
     `fault(step)` is called between the steps (tests kill the run there)."""
     step = fault or (lambda name: None)
     end = start + HOUR
+    window = window or Window(start, end)
     try:
         with transaction.atomic():
             # 1. claim
             period = MeteringPeriod.objects.create(start=start, end=end, metered_at=now)
             step("claimed")
-            # 2. read
-            allocations = _overlapping(start, end)
+            # 2. read (the window reads once, in the transaction of its first hour claimed)
+            held = window.overlapping(start, end)
             step("read")
             # 3. write
-            records = [_record(period, a, start, end) for a in allocations]
-            UsageRecord.objects.bulk_create(r for r in records if r.end > r.start)
-            _record_guarantees_and_capacity(period)
-            spend_metered(period, [r for r in records if r.end > r.start])
+            records = [r for r in (_record(period, h, start, end) for h in held) if r.end > r.start]
+            _write_records(records)
+            _record_guarantees_and_capacity(period, window)
+            # After the hour is written, in its transaction:
+            spend_metered(period, records)
             step("written")
             # 4. finish
-            period.records = len(records)
+            period.records = len(held)
             period.save(update_fields=["records"])
             step("finished")
     except IntegrityError:
@@ -105,46 +137,161 @@ def meter_hour(start: datetime, *, now: datetime, fault: Fault | None = None) ->
     return True
 
 
-def _overlapping(start: datetime, end: datetime) -> list[Any]:
-    return list(
+class Held(NamedTuple):
+    """An allocation as metering reads it (with its job's figures)."""
+
+    id: int
+    job_id: int
+    started_at: datetime
+    ended_at: datetime | None
+    flavor: str
+    device_milli: int | None
+    cpu_milli: int
+    memory_mib: int
+    tenant_id: int
+    project_id: int
+    user_id: int
+    priority_class: str
+    job_type: str
+    counts_against_quota: bool
+
+
+class Record(NamedTuple):
+    """A usage record to write: UsageRecord's columns. `allocation` is the Held row (the
+    budgets hook reads `record.allocation.job_id`)."""
+
+    period_id: int
+    allocation: Held
+    start: datetime
+    end: datetime
+    flavor: str
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    tenant_id: int
+    project_id: int
+    user_id: int
+    priority_class: str
+    job_type: str
+    borrowed: bool
+
+
+class Window:
+    """What a run reads once for consecutive due hours [start, end): the allocations that
+    overlap them, the guarantees and the devices. Read lazily, on the first hour claimed."""
+
+    def __init__(self, start: datetime, end: datetime) -> None:
+        self.start, self.end = start, end
+        self._held: list[Held] | None = None
+        self.guarantees: list[tuple[int, str, int]] = []
+        self.devices: dict[str, tuple[list[int], list[int]]] = {}
+
+    def overlapping(self, start: datetime, end: datetime) -> list[Held]:
+        """The allocations that overlap [start, end) inside the window, by id."""
+        if self._held is None:
+            self._held = _overlapping(self.start, self.end)
+            self.guarantees = _guarantees()
+            self.devices = _devices()
+        return [
+            h
+            for h in self._held
+            if h.started_at < end and (h.ended_at is None or h.ended_at > start)
+        ]
+
+
+def _overlapping(start: datetime, end: datetime) -> list[Held]:
+    rows = (
         Allocation.objects.filter(started_at__lt=end)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-        .select_related("job", "job__priority_class")
         .annotate(device_milli=Sum("devices__milli"))
         .order_by("id")
+        .values_list(
+            "id",
+            "job_id",
+            "started_at",
+            "ended_at",
+            "flavor",
+            "device_milli",
+            "job__cpu_milli",
+            "job__memory_mib",
+            "job__tenant_id",
+            "job__project_id",
+            "job__submitted_by_id",
+            "job__priority_class__name",
+            "job__job_type",
+            "job__priority_class__counts_against_quota",
+        )
     )
+    return [Held(*row) for row in rows]
 
 
-def _record(period: MeteringPeriod, allocation: Any, start: datetime, end: datetime) -> Any:
-    job = allocation.job
-    held_to = end if allocation.ended_at is None else min(allocation.ended_at, end)
-    return UsageRecord(
-        period=period,
-        allocation=allocation,
-        start=max(allocation.started_at, start),
-        end=held_to,
-        flavor=allocation.flavor,
+def _record(period: MeteringPeriod, held: Held, start: datetime, end: datetime) -> Record:
+    held_to = end if held.ended_at is None else min(held.ended_at, end)
+    return Record(
+        period.pk,
+        held,
+        max(held.started_at, start),
+        held_to,
+        held.flavor,
         # The device shares are the ledger of what is held; a job without devices (CPU
         # only) holds none, whatever `gpu_milli` says.
-        gpu_milli=allocation.device_milli or 0,
-        cpu_milli=job.cpu_milli,
-        memory_mib=job.memory_mib,
-        tenant_id=job.tenant_id,
-        project_id=job.project_id,
-        user_id=job.submitted_by_id,
-        priority_class=job.priority_class.name,
-        job_type=job.job_type,
-        borrowed=not job.priority_class.counts_against_quota,
+        held.device_milli or 0,
+        held.cpu_milli,
+        held.memory_mib,
+        held.tenant_id,
+        held.project_id,
+        held.user_id,
+        held.priority_class,
+        held.job_type,
+        not held.counts_against_quota,
     )
 
 
-def _record_guarantees_and_capacity(period: MeteringPeriod) -> None:
-    GuaranteeRecord.objects.bulk_create(
-        GuaranteeRecord(period=period, tenant_id=tenant_id, flavor=flavor, guaranteed_milli=milli)
-        for tenant_id, flavor, milli in Quota.objects.filter(guaranteed_milli__gt=0).values_list(
+COLUMNS = Record._fields
+
+
+def _write_records(rows: list[Record]) -> None:
+    """Insert the hour's records: COPY on PostgreSQL (the bulk of metering's writes),
+    bulk_create elsewhere. Either way in the hour's transaction, and the unique
+    (allocation, period) refuses a second record of an allocation in the hour."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        UsageRecord.objects.bulk_create(
+            UsageRecord(allocation_id=r.allocation.id, **r._asdict()) for r in _without_held(rows)
+        )
+        return
+    columns = ", ".join(connection.ops.quote_name(_column(name)) for name in COLUMNS)
+    table = connection.ops.quote_name(UsageRecord._meta.db_table)
+    with connection.cursor() as cursor:
+        raw = cursor.cursor
+        with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for r in rows:
+                copy.write_row((r.period_id, r.allocation.id, *r[2:]))
+
+
+def _column(name: str) -> str:
+    field = UsageRecord._meta.get_field(name)
+    assert isinstance(field, Field) and field.column is not None
+    return field.column
+
+
+def _without_held(rows: list[Record]) -> Any:
+    for r in rows:
+        values = r._asdict()
+        del values["allocation"]
+        yield values
+
+
+def _guarantees() -> list[tuple[int, str, int]]:
+    return list(
+        Quota.objects.filter(guaranteed_milli__gt=0).values_list(
             "tenant_id", "flavor__name", "guaranteed_milli"
         )
     )
+
+
+def _devices() -> dict[str, tuple[list[int], list[int]]]:
     devices: dict[str, tuple[list[int], list[int]]] = {}
     rows = GpuDevice.objects.filter(node__present=True).values_list(
         "id",
@@ -158,7 +305,15 @@ def _record_guarantees_and_capacity(period: MeteringPeriod) -> None:
         available, unavailable = devices.setdefault(flavor, ([], []))
         ok = healthy and ready and not cordoned and not unschedulable
         (available if ok else unavailable).append(device_id)
+    return devices
+
+
+def _record_guarantees_and_capacity(period: MeteringPeriod, window: Window) -> None:
+    GuaranteeRecord.objects.bulk_create(
+        GuaranteeRecord(period=period, tenant_id=tenant_id, flavor=flavor, guaranteed_milli=milli)
+        for tenant_id, flavor, milli in window.guarantees
+    )
     CapacityRecord.objects.bulk_create(
         CapacityRecord(period=period, flavor=flavor, available=a, unavailable=u)
-        for flavor, (a, u) in devices.items()
+        for flavor, (a, u) in window.devices.items()
     )

@@ -18,7 +18,6 @@ The contract:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -145,21 +144,61 @@ def held(usage: Usage) -> dict[str, Fraction]:
 
 
 LineKey = tuple[Hashable, str, str, str, Decimal]
+MICROSECOND = timedelta(microseconds=1)
+RESOURCES = ("gpu", "cpu", "memory")
+
+
+def spans(usage: Usage, rates: Sequence[Rate]) -> Iterator[tuple[datetime, datetime, Rate]]:
+    """`usage`'s interval cut at the rate boundaries only, each part with its version.
+
+    The same prices as `pieces`: an hour boundary inside one version's span changes no
+    price, and the parts' exact quantities add up to the pieces' (integers of microseconds),
+    so the lines are identical; a usage of several hours is priced in one step instead of
+    one per hour. MissingRate names the first instant no version covers."""
+    start, end = usage.start, usage.end
+    for rate in sorted((r for r in rates if r.flavor == usage.flavor), key=_valid_from):
+        if start >= end:
+            return
+        if rate.valid_to is not None and rate.valid_to <= start:
+            continue
+        if rate.valid_from > start:
+            raise MissingRate(usage.flavor, start)
+        upto = end if rate.valid_to is None else min(end, rate.valid_to)
+        yield start, upto, rate
+        start = upto
+    if start < end:
+        raise MissingRate(usage.flavor, start)
+
+
+def _valid_from(rate: Rate) -> datetime:
+    return rate.valid_from
 
 
 def rate_usage(usages: Iterable[Usage], rates: Sequence[Rate]) -> list[Line]:
     """Statement lines for `usages` priced by `rates`; MissingRate when a piece has none.
-    Lines come in the order their first piece came: the same input, the same statement."""
-    totals: dict[LineKey, Fraction] = defaultdict(Fraction)
+    Lines come in the order their first piece came: the same input, the same statement.
+
+    Quantities add up as integers (amount held x microseconds) and become exact fractions
+    once per line; unit prices are computed once per (version, resource, class, borrowed)."""
+    totals: dict[LineKey, int] = {}
+    prices: dict[tuple[int, str, str, bool], Decimal] = {}
     for usage in usages:
         if usage.end <= usage.start:
             continue
-        for piece, rate in pieces(usage, rates):
-            for resource, amount in held(piece).items():
-                if amount:
-                    price = rate.unit_price(resource, piece.priority_class, piece.borrowed)
-                    totals[(piece.account, piece.flavor, resource, piece.kind, price)] += amount
-    return [make_line(key, amount) for key, amount in totals.items()]
+        held_per = (usage.gpu_milli, usage.cpu_milli, usage.memory_mib)
+        for start, end, rate in spans(usage, rates):
+            micros = (end - start) // MICROSECOND
+            for resource, amount in zip(RESOURCES, held_per, strict=True):
+                if not amount or not micros:
+                    continue
+                cached = (id(rate), resource, usage.priority_class, usage.borrowed)
+                price = prices.get(cached)
+                if price is None:
+                    price = rate.unit_price(resource, usage.priority_class, usage.borrowed)
+                    prices[cached] = price
+                key = (usage.account, usage.flavor, resource, usage.kind, price)
+                totals[key] = totals.get(key, 0) + amount * micros
+    return [make_line(key, Fraction(amount, 1_000_000)) for key, amount in totals.items()]
 
 
 def make_line(key: LineKey, held_units: Fraction) -> Line:

@@ -14,6 +14,7 @@ from scheduler.models import AllocationDevice
 from tenants.models import Tenant
 
 SplitKey = tuple[datetime, str]  # (hour, flavor)
+MICROSECOND = timedelta(microseconds=1)
 
 
 def seconds(start: datetime, end: datetime) -> Fraction:
@@ -26,13 +27,28 @@ def ancestors(path: str) -> list[int]:
 
 
 def hour_splits(start: datetime, end: datetime) -> dict[SplitKey, HourSplit]:
-    """Every metered hour in [start, end), per flavor present or used in it."""
-    periods = dict(
-        MeteringPeriod.objects.filter(start__gte=start, start__lt=end).values_list("id", "start")
-    )
+    """Every metered hour in [start, end), per flavor present or used in it.
+
+    Read in slices of hours (`statements.period_slices`): memory holds the splits and one
+    slice of records. Quantities add up as integers (milli x microseconds) and become exact
+    fractions once per device and tenant of an hour."""
+    from billing.statements import period_slices
+
+    paths = dict(Tenant.objects.values_list("id", "path"))
+    lineage = {tenant_id: ancestors(path) for tenant_id, path in paths.items()}
+    splits: dict[SplitKey, HourSplit] = {}
+    for slice_ids in period_slices(start, end):
+        splits.update(_slice_splits(slice_ids, paths, lineage))
+    return splits
+
+
+def _slice_splits(
+    period_ids: list[int], paths: dict[int, str], lineage: dict[int, list[int]]
+) -> dict[SplitKey, HourSplit]:
+    periods = dict(MeteringPeriod.objects.filter(id__in=period_ids).values_list("id", "start"))
     records = list(
-        UsageRecord.objects.filter(period_id__in=list(periods)).values_list(
-            "period_id", "allocation_id", "start", "end", "flavor", "tenant_id", "gpu_milli"
+        UsageRecord.objects.filter(period_id__in=period_ids).values_list(
+            "period_id", "allocation_id", "start", "end", "flavor", "tenant_id"
         )
     )
     shares: dict[int, list[tuple[int, int]]] = defaultdict(list)
@@ -40,23 +56,30 @@ def hour_splits(start: datetime, end: datetime) -> dict[SplitKey, HourSplit]:
         allocation_id__in={r[1] for r in records}
     ).values_list("allocation_id", "device_id", "milli"):
         shares[allocation_id].append((device_id, milli))
-    paths = dict(Tenant.objects.values_list("id", "path"))
-    by_device: dict[SplitKey, dict[int, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    by_tenant: dict[SplitKey, dict[int, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for period_id, allocation_id, lo, hi, flavor, tenant_id, _ in records:
-        key, held = (periods[period_id], flavor), seconds(lo, hi)
+    by_device: dict[SplitKey, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    own: dict[SplitKey, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for period_id, allocation_id, lo, hi, flavor, tenant_id in records:
+        key, micros = (periods[period_id], flavor), (hi - lo) // MICROSECOND
+        devices = by_device[key]
         for device_id, milli in shares[allocation_id]:
-            by_device[key][device_id] += milli * held
-            for ancestor in ancestors(paths[tenant_id]):
-                by_tenant[key][ancestor] += milli * held
+            devices[device_id] += milli * micros
+            own[key][tenant_id] += milli * micros
+    by_tenant: dict[SplitKey, dict[int, Fraction]] = {}
+    for key, held in own.items():
+        subtree: dict[int, int] = defaultdict(int)
+        for tenant_id, value in held.items():
+            for ancestor in lineage[tenant_id]:
+                subtree[ancestor] += value
+        by_tenant[key] = {t: Fraction(v, 1_000_000) for t, v in subtree.items()}
     capacity, guarantees = _capacity_and_guarantees(periods)
     splits = {}
     for key in set(capacity) | set(guarantees) | set(by_device):
         available, unavailable = capacity.get(key, ([], []))
+        used = {d: Fraction(v, 1_000_000) for d, v in by_device.get(key, {}).items()}
         splits[key] = split_hour(
             available=set(available),
             unavailable=set(unavailable),
-            used_by_device=by_device.get(key, {}),
+            used_by_device=used,
             holders=_holders(guarantees.get(key, {}), by_tenant.get(key, {}), paths),
         )
     return splits

@@ -9,7 +9,7 @@ the leaves add up to the root to the cent. A period is whole metered hours.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -17,7 +17,14 @@ from fractions import Fraction
 
 from billing import rating
 from billing.attempts import attempt_kinds
-from billing.models import BillingPolicy, IdlePolicy, LineKind, RateCard, UsageRecord
+from billing.models import (
+    BillingPolicy,
+    IdlePolicy,
+    LineKind,
+    MeteringPeriod,
+    RateCard,
+    UsageRecord,
+)
 from billing.splits import hour_splits
 from common.errors import DomainError
 from tenants.models import Tenant
@@ -55,49 +62,68 @@ def price_at(rates: list[rating.Rate], flavor: str, hour: datetime) -> rating.Ra
     return found
 
 
+# Usage records are read this many metered hours at a time: what a statement holds in memory
+# is its lines and one slice of records, however many jobs ran.
+SLICE_HOURS = 24
+
+
+def period_slices(start: datetime, end: datetime) -> Iterator[list[int]]:
+    """The ids of the metered hours of [start, end), in slices of SLICE_HOURS, in order."""
+    ids = list(
+        MeteringPeriod.objects.filter(start__gte=start, start__lt=end)
+        .order_by("start")
+        .values_list("id", flat=True)
+    )
+    for index in range(0, len(ids), SLICE_HOURS):
+        yield ids[index : index + SLICE_HOURS]
+
+
+def _usages(organisation: Tenant, start: datetime, end: datetime, detail: bool) -> Iterator:
+    for periods in period_slices(start, end):
+        rows = list(
+            UsageRecord.objects.filter(
+                period_id__in=periods, tenant__path__startswith=organisation.path
+            )
+            .order_by("period_id", "allocation_id")
+            .values_list(
+                "allocation_id",
+                "allocation__job_id",
+                "allocation__started_at",
+                "tenant_id",
+                "project_id",
+                "user_id",
+                "flavor",
+                "start",
+                "end",
+                "gpu_milli",
+                "cpu_milli",
+                "memory_mib",
+                "priority_class",
+                "borrowed",
+                "job_type",
+            )
+        )
+        kinds = attempt_kinds({(r[0], r[1], r[2]) for r in rows})
+        for r in rows:
+            yield rating.Usage(
+                (r[3], r[4], r[5], r[14], r[12]) if detail else (r[3], r[4], r[5]),
+                r[6],
+                kinds[r[0]],
+                *r[7:12],
+                r[12],
+                r[13],
+            )
+
+
 def usage_lines(
     organisation: Tenant, start: datetime, end: datetime, *, detail: bool = False
 ) -> list[rating.Line]:
     """Used, preempted and failed lines of the organisation's jobs in [start, end).
 
     `detail`: accounts are (tenant, project, user, job type, priority class) instead, for the
-    cost API's finer aggregations (billing/costs.py); the pieces and prices are the same."""
-    rows = list(
-        UsageRecord.objects.filter(
-            period__start__gte=start,
-            period__start__lt=end,
-            tenant__path__startswith=organisation.path,
-        ).values_list(
-            "allocation_id",
-            "allocation__job_id",
-            "allocation__started_at",
-            "tenant_id",
-            "project_id",
-            "user_id",
-            "flavor",
-            "start",
-            "end",
-            "gpu_milli",
-            "cpu_milli",
-            "memory_mib",
-            "priority_class",
-            "borrowed",
-            "job_type",
-        )
-    )
-    kinds = attempt_kinds((r[0], r[1], r[2]) for r in rows)
-    usages = [
-        rating.Usage(
-            (r[3], r[4], r[5], r[14], r[12]) if detail else (r[3], r[4], r[5]),
-            r[6],
-            kinds[r[0]],
-            *r[7:12],
-            r[12],
-            r[13],
-        )
-        for r in rows
-    ]
-    return rating.rate_usage(usages, rates_between(start, end))
+    cost API's finer aggregations (billing/costs.py); the pieces and prices are the same.
+    The records stream in slices of hours into the rating, which keeps only the lines."""
+    return rating.rate_usage(_usages(organisation, start, end, detail), rates_between(start, end))
 
 
 def idle_lines(
