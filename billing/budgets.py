@@ -257,6 +257,12 @@ def _exact(value: Fraction) -> Decimal:
 
 
 def _priced(records: list[Any], rates: list[rating.Rate]) -> list[tuple[Any, Fraction, Fraction]]:
+    """(record, money, GPU-hours) of one hour's records, exact. Rates change on the hour
+    (billing/rates.py), so one version per flavor prices the whole hour, as rating would."""
+    if not records:
+        return []
+    hour = min(r.start for r in records)
+    in_force = {rate.flavor: rate for rate in rates if rate.covers(hour)}
     out = []
     for record in records:
         usage = rating.Usage(
@@ -268,16 +274,15 @@ def _priced(records: list[Any], rates: list[rating.Rate]) -> list[tuple[Any, Fra
             record.gpu_milli,
             record.cpu_milli,
             record.memory_mib,
-            record.priority_class,
-            record.borrowed,
         )
-        try:
-            lines = rating.rate_usage([usage], rates)
-        except rating.MissingRate:
-            lines = []
-        money = sum((Fraction(line.rate) * line.exact for line in lines), Fraction(0))
-        gpu_hours = rating.held(usage)["gpu"] / rating.UNITS["gpu"][1]
-        out.append((record, money, gpu_hours))
+        held = rating.held(usage)
+        rate = in_force.get(record.flavor)
+        money = Fraction(0)
+        if rate is not None:
+            for resource, amount in held.items():
+                price = rate.unit_price(resource, record.priority_class, record.borrowed)
+                money += Fraction(price) * amount / rating.UNITS[resource][1]
+        out.append((record, money, held["gpu"] / rating.UNITS["gpu"][1]))
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -28,12 +29,15 @@ from billing.models import (
     BudgetUnit,
 )
 from billing.rates import RatePrices, rate_card_add
+from billing.rating import round_cents
+from billing.statements import usage_lines
 from billing.tasks import budget_sweep
 from scheduler.adapters import Change, transition_many
 from scheduler.approvals import job_approval_decide
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel, job_submit
 from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, Tenant
+from tests import factories as f
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.conftest import Org, job_spec
 
@@ -90,6 +94,40 @@ def test_spend_is_what_the_subtree_was_metered_for_in_the_month_worked_out(org: 
     assert (bravo.spent, bravo.percent) == (Decimal("0.75"), Decimal("25.0"))  # 0.5 x 1.5 h
     assert budget_position(org.acme, at(6)) is None  # no budget
     assert budget_position(org.alpha, at(6) + timedelta(days=40)) is None  # March: none
+
+
+def test_spend_is_what_the_statement_lines_charge_priced_the_same_way(org: Org) -> None:
+    pat = org.users["pat"]
+    rate_card_add(
+        user=pat,
+        flavor=org.h100,
+        valid_from=T0 - timedelta(days=2),
+        prices=RatePrices(
+            Decimal("4.10"),
+            Decimal("0.05"),
+            Decimal("0.01"),
+            borrowed_discount=Decimal("0.3"),
+            multipliers={f.priority("high"): Decimal("1.5")},
+        ),
+    )
+    # A rate change inside the month: from 1 Feb 05:00 the H100 costs 6.00.
+    rate_card_add(user=pat, flavor=org.h100, valid_from=at(9), prices=RatePrices(Decimal(6)))
+    budget(org.acme, "1000")
+    node = make_node()
+    dear = job_for(org, priority_class=f.priority("high"), cpu_milli=3000, memory_mib=5000)
+    hold(dear, node, 4.2, 10.7, [750, 250])
+    borrowed = job_for(
+        org, "bob-bravo", project=org.proj_bravo, priority_class=f.priority("best-effort")
+    )
+    hold(borrowed, node, 3.5, 8.1, [1000], first_device=2)
+    meter_usage(now=at(12))
+    lines = usage_lines(org.acme, FEB, at(11))
+    position = budget_position(org.acme, at(11))
+    assert position is not None
+    # The lines' exact amounts (before their rounding per line), to the cent.
+    exact = sum((Fraction(line.rate) * line.exact for line in lines), Fraction(0))
+    assert position.spent == round_cents(exact) > 0
+    assert len({line.rate for line in lines}) >= 5  # multiplier, discount, CPU, memory, change
 
 
 def test_spend_counts_an_hour_once_however_often_metering_runs(org: Org) -> None:
