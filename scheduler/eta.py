@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +28,10 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 
 from scheduler.adapters import build_snapshot
-from scheduler.core import Profile, queue_order
+from scheduler.core import Profile
 from scheduler.core.types import Snapshot
 from scheduler.models import Job, JobQueueEstimate, JobState
-from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_start_ranges, groups_of
+from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of
 
 if TYPE_CHECKING:
     from scheduler.daemon import Daemon
@@ -123,33 +123,20 @@ def refresh_estimates(
 ) -> Refreshed:
     """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
     its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one)."""
-    # 2. order and positions
-    order = queue_order(snapshot, profile)
-    per_tenant: dict[str, int] = {}
-    positions: dict[str, tuple[int, int]] = {}
-    for index, job in enumerate(order, start=1):
-        per_tenant[job.tenant] = per_tenant.get(job.tenant, 0) + 1
-        positions[job.id] = (per_tenant[job.tenant], index)
-    # 3. estimates: the head of the queue, on a budget
-    simulated = order[: config.max_jobs]
     groups = {key: job_groups(row) for key, row in rows.items()}
     deadline = monotonic() + config.budget_s
-    ranges = estimate_start_ranges(
-        replace(snapshot, pending=simulated),
+    # 2. order and positions, 3. estimates of the head of the queue, on a budget
+    found = estimate_queue(
+        snapshot,
         profile,
         model,
         groups,
+        max_jobs=config.max_jobs,
         stop=lambda: monotonic() >= deadline,
     )
-    settled = ranges.ranges()
     # 4. store
-    _store(positions, settled, _dt(snapshot.now) or datetime.now(tz=UTC))
-    return Refreshed(
-        len(positions),
-        len(settled),
-        ranges.p50.stopped or ranges.p90.stopped,
-        len(order) - len(simulated),
-    )
+    _store(found.positions, found.ranges, _dt(snapshot.now) or datetime.now(tz=UTC))
+    return Refreshed(len(found.positions), len(found.ranges), found.stopped, found.capped)
 
 
 def _store(

@@ -144,4 +144,3 @@ def job_queue_position(user: Any, job: Job) -> QueuePosition | None:
         estimated_at=stored.estimated_at,
         computed_at=stored.computed_at,
     )
-

@@ -11,6 +11,8 @@ a job without a max runs ``unbounded_runtime_s`` in the replay, a documented hor
 
 ``estimate_start_ranges`` replays the present twice through ``estimate_starts_within``: with
 every job at its p50 runtime (the p50 start) and at its p90 runtime (the p90 start).
+``estimate_queue`` adds the positions and the cap: what the daemon stores (scheduler/eta.py)
+and what ``bench.eta`` measures.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from scheduler.core import Profile
+from scheduler.core import Profile, queue_order
 from scheduler.core.types import JobRequest, Snapshot
 from scheduler.sim.estimate import StartEstimates, estimate_starts_within
 
@@ -147,3 +149,44 @@ def estimate_start_ranges(
         stop=stop,
     )
     return StartRanges(p50, p90)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEstimate:
+    """``positions``: job id -> (position in its tenant's queue, in the cluster), 1-based,
+    in the engine's order (``core.queue_order``); ``ranges``: see ``StartRanges.ranges``,
+    for the first ``max_jobs`` of that order only; ``capped``: how many were left out."""
+
+    positions: dict[str, tuple[int, int]]
+    ranges: dict[str, tuple[float | None, float | None]]
+    stopped: bool
+    capped: int
+
+
+def estimate_queue(
+    snapshot: Snapshot,
+    profile: Profile,
+    model: RuntimeModel,
+    groups: Mapping[str, Groups],
+    *,
+    max_jobs: int,
+    horizon_s: float = 7 * 86_400.0,
+    stop: Callable[[], bool] | None = None,
+) -> QueueEstimate:
+    """Positions of every queued job, and start ranges of the head of the queue: the jobs
+    behind the first ``max_jobs`` cannot start before those (bar backfill), and a replay
+    costs in proportion to the jobs it carries."""
+    order = queue_order(snapshot, profile)
+    per_tenant: dict[str, int] = {}
+    positions: dict[str, tuple[int, int]] = {}
+    for index, job in enumerate(order, start=1):
+        per_tenant[job.tenant] = per_tenant.get(job.tenant, 0) + 1
+        positions[job.id] = (per_tenant[job.tenant], index)
+    head = replace(snapshot, pending=order[:max_jobs])
+    ranges = estimate_start_ranges(head, profile, model, groups, horizon_s=horizon_s, stop=stop)
+    return QueueEstimate(
+        positions,
+        ranges.ranges(),
+        ranges.p50.stopped or ranges.p90.stopped,
+        max(0, len(order) - max_jobs),
+    )

@@ -1,0 +1,222 @@
+"""How good are the start estimates? Replay a trace, estimate while jobs wait, compare.
+
+    python -m bench.eta --json out.json                 # 1 cohort of the Kueue scenario
+    python -m bench.eta --cohorts 5 --json out.json     # the whole scenario (slow)
+
+The trace is the Kueue scenario's (bench.kueue_baseline: cohorts of 6 teams, 20 GPUs
+guaranteed each, 15 nodes of 8 GPUs per cohort, the same arrivals and classes), replayed on
+virtual time through ``scheduler.sim``, not through the daemon: the daemon on the simulated
+cluster runs on wall-clock time, and a trace long enough to judge estimates would take hours
+there. The estimator is the daemon's own (``scheduler.sim.runtimes.estimate_queue``, which
+``scheduler.eta`` stores): every ``--every`` virtual seconds, as the daemon refreshes every
+GANTRY_ETA_EVERY_S, the replay's present (its snapshot) is estimated with runtimes from the
+history of the jobs finished so far, and every estimate of every waiting job is recorded.
+
+Kueue's jobs declare no max runtime and all of a class take the same time; here each job
+declares a max of twice its class's duration and takes a seeded random part of it
+(triangular between 0.1 and 1 of the max, mode 0.3), so the history has something to
+correct. Jobs are grouped as the daemon groups them: project and team = the job's team,
+type = its class, size = its GPUs.
+
+Reports the median and p90 absolute error of the p50 estimate against the actual start
+(seconds), and the share of estimates whose actual start fell inside p50..p90 (JSON keys
+``estimates``, ``median_abs_error_s``, ``p90_abs_error_s``, ``coverage``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.bench_profile import add_profile_argument, announced
+from bench.kueue_baseline import CLASSES, FLAVOR, TEAMS_PER_COHORT
+from scheduler.core import Profile
+from scheduler.core.types import JobRequest, Node, PriorityClass, Quota, Resources, Tenant
+from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
+from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of, quantile
+
+NODES_PER_COHORT = 15
+
+
+def cluster(cohorts: int) -> Cluster:
+    nodes = tuple(
+        Node.with_gpus(f"node-{i:03d}", FLAVOR, 8) for i in range(NODES_PER_COHORT * cohorts)
+    )
+    tenants = [Tenant("org")]
+    for c in range(cohorts):
+        cohort = f"cohort-{c}"
+        tenants.append(Tenant(cohort, "org", {FLAVOR: Quota(120_000, 120_000, lend_limit=0)}))
+        tenants.extend(
+            Tenant(f"{cohort}-team-{t}", cohort, {FLAVOR: Quota(20_000, 120_000)})
+            for t in range(TEAMS_PER_COHORT)
+        )
+    classes = tuple(PriorityClass(name, spec[5]) for name, spec in CLASSES.items())
+    return Cluster(nodes, tuple(tenants), classes)
+
+
+def workload(cohorts: int, fraction: float, seed: int) -> list[WorkloadJob]:
+    """The Kueue arrivals (``fraction`` of each class's jobs per team), each job declaring
+    twice its class's duration as its max and taking a random part of it."""
+    rng = random.Random(seed)
+    jobs = []
+    teams = [f"cohort-{c}-team-{t}" for c in range(cohorts) for t in range(TEAMS_PER_COHORT)]
+    for team in teams:
+        for name, (count, gpus, replicas, duration, interval, _) in CLASSES.items():
+            for i in range(max(1, round(count * fraction))):
+                declared = 2 * duration
+                request = JobRequest(
+                    f"{team}-{name}-{i}",
+                    team,
+                    name,
+                    Resources(gpu_milli=gpus * 1000),
+                    replicas,
+                    user=team,
+                    max_runtime_s=declared,
+                )
+                ran = declared * rng.triangular(0.1, 1.0, 0.3)
+                jobs.append(WorkloadJob(request, round(i * interval, 6), ran))
+    return jobs
+
+
+def group(job: JobRequest) -> Groups:
+    size = job.resources.gpu_milli * job.replicas
+    return groups_of(job.tenant, job.tenant, job.priority_class, size)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    job: str
+    at: float
+    p50: float | None
+    p90: float | None
+
+
+class EstimatingReplay(Simulation):
+    """The replay, estimating its own present before a cycle once every ``every_s``."""
+
+    def __init__(self, *args: object, every_s: float, max_jobs: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.every_s, self.max_jobs = every_s, max_jobs
+        self.estimated_at = -self.every_s
+        self.estimates: list[Estimate] = []
+        self.estimate_wall_s: list[float] = []
+
+    def _cycle(self) -> None:
+        if self.now - self.estimated_at >= self.every_s:
+            self.estimated_at = self.now
+            self._estimate()
+        super()._cycle()
+
+    def _estimate(self) -> None:
+        started = time.perf_counter()
+        snapshot = self._snapshot()
+        model = RuntimeModel(
+            (group(t.request), t.spec.duration_s / (t.request.max_runtime_s or 1.0))
+            for t in self.tracks.values()
+            if t.state == "succeeded"
+        )
+        jobs = [*snapshot.pending, *(r.job for r in snapshot.running)]
+        found = estimate_queue(
+            snapshot, self.profile, model, {j.id: group(j) for j in jobs}, max_jobs=self.max_jobs
+        )
+        for job_id, (p50, p90) in found.ranges.items():
+            self.estimates.append(Estimate(job_id, self.now, p50, p90))
+        self.estimate_wall_s.append(time.perf_counter() - started)
+
+
+def score(estimates: list[Estimate], starts: dict[str, float | None]) -> dict[str, object]:
+    """Errors of the p50 estimates against the actual starts, and the p50..p90 coverage,
+    over every estimate of a job that started (an estimate of "not within the horizon" for
+    a job that started counts as a miss of the range and is left out of the errors)."""
+    errors, inside, beyond = [], 0, 0
+    judged = [e for e in estimates if starts.get(e.job) is not None]
+    for e in judged:
+        actual = starts[e.job]
+        assert actual is not None
+        if e.p50 is None:
+            beyond += 1
+            continue
+        errors.append(abs(actual - e.p50))
+        late = e.p90 if e.p90 is not None else float("inf")
+        inside += e.p50 <= actual <= late
+    return {
+        "estimates": len(judged),
+        "median_abs_error_s": round(quantile(errors, 0.5), 3) if errors else None,
+        "p90_abs_error_s": round(quantile(errors, 0.9), 3) if errors else None,
+        "coverage": round(inside / len(judged), 4) if judged else None,
+        "estimates_beyond_horizon": beyond,
+    }
+
+
+def run(
+    profile: Profile, *, cohorts: int, fraction: float, every_s: float, max_jobs: int, seed: int
+) -> dict[str, object]:
+    jobs = workload(cohorts, fraction, seed)
+    replay = EstimatingReplay(
+        jobs,
+        cluster(cohorts),
+        profile,
+        (),
+        SimConfig(tick_s=1.0),
+        every_s=every_s,
+        max_jobs=max_jobs,
+    )
+    report = replay.run()
+    starts = {j.id: j.first_start_s for j in report.jobs}
+    waits = [j.first_start_s - j.arrival_s for j in report.jobs if j.first_start_s is not None]
+    walls = replay.estimate_wall_s
+    return score(replay.estimates, starts) | {
+        "jobs": len(jobs),
+        "jobs_estimated": len({e.job for e in replay.estimates}),
+        "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
+        "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
+        "refreshes": len(walls),
+        "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
+        "refresh_wall_max_s": round(max(walls), 4) if walls else None,
+        "makespan_s": round(report.makespan_s, 2),
+        "trace": {
+            "scenario": "kueue_baseline",
+            "cohorts": cohorts,
+            "fraction": fraction,
+            "seed": seed,
+            "every_s": every_s,
+            "max_jobs": max_jobs,
+            "driven_by": "scheduler.sim (virtual time)",
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Accuracy of the queue's start estimates")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--cohorts", type=int, default=1, help="cohorts of 6 teams (Kueue: 5)")
+    parser.add_argument(
+        "--fraction", type=float, default=1.0, help="share of each class's jobs per team"
+    )
+    parser.add_argument("--every", type=float, default=2.0, help="virtual s between estimates")
+    parser.add_argument("--max-jobs", type=int, default=2000, help="GANTRY_ETA_MAX_JOBS")
+    parser.add_argument("--seed", type=int, default=1)
+    add_profile_argument(parser, "no-min-runtime")
+    args = parser.parse_args(argv)
+    loaded, used = announced(args.profile)
+    started = time.perf_counter()
+    out = run(
+        loaded.profile,
+        cohorts=args.cohorts,
+        fraction=args.fraction,
+        every_s=args.every,
+        max_jobs=args.max_jobs,
+        seed=args.seed,
+    )
+    out |= {"profile": used, "wall_s": round(time.perf_counter() - started, 1)}
+    print(json.dumps(out, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
