@@ -365,7 +365,7 @@ class PolicyForm(forms.Form):
         min_value=0,
         max_digits=12,
         decimal_places=3,
-        help_text="GPUs, GPU-hours or hours, by rule; none for priority and borrowing rules.",
+        help_text="GPUs, GPU-hours, hours or money, by rule; none for priority or borrowing.",
     )
     priority_class = forms.ModelChoiceField(
         queryset=PriorityClass.objects.all(),

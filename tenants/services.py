@@ -59,12 +59,17 @@ def tenant_create(*, user: Any, parent: Tenant | None, slug: str, name: str, kin
 
 
 @transaction.atomic
-def tenant_update(*, user: Any, tenant: Tenant, name: str | None = None) -> Tenant:
+def tenant_update(
+    *, user: Any, tenant: Tenant, name: str | None = None, webhook_url: str | None = None
+) -> Tenant:
+    """Rename the tenant, or set (empty: remove) the https webhook its budget alerts go to."""
     if not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
     before = audit_snapshot(tenant)
     if name is not None:
         tenant.name = name
+    if webhook_url is not None:
+        tenant.webhook_url = webhook_url
     _full_clean(tenant)
     tenant.save()
     audit_record(

@@ -61,7 +61,10 @@ class ApprovalPolicyUpdateIn(StrictInputSerializer):
         allow_null=True,
         required=False,
         default=None,
-        help_text="GPUs, GPU-hours or hours; none for 'priority_at_least' and 'borrowing'.",
+        help_text=(
+            "GPUs, GPU-hours, hours or money (cost_over); none for 'priority_at_least' and "
+            "'borrowing'."
+        ),
     )
     priority_class = serializers.SlugRelatedField(
         slug_field="name",

@@ -51,6 +51,12 @@ class TenantCreateIn(StrictInputSerializer):
 
 class TenantUpdateIn(StrictInputSerializer):
     name = serializers.CharField(max_length=120)
+    webhook_url = serializers.CharField(
+        max_length=500,
+        allow_blank=True,
+        help_text='https URL budget alerts are posted to as {"text": ...} (Slack, Teams); '
+        "empty removes it.",
+    )
 
 
 # --- projects ----------------------------------------------------------------------------

@@ -192,3 +192,42 @@ def test_delete_is_audited(org: Org, client_for: Any) -> None:
     assert client_for("tina").delete(f"{URL}{alpha.pk}/").status_code == 204
     assert not Budget.objects.exists()
     assert AuditEntry.objects.get(action="budget.delete").before["limit"] == "1000.00"
+
+
+# --- the tenant's webhook, the cost rule's policies ------------------------------------------
+
+
+def test_only_a_tenant_admin_sets_the_webhook_and_only_an_https_one(
+    org: Org, client_for: Any
+) -> None:
+    url = f"/api/v1/tenants/{org.alpha.pk}/"
+    for bad in ["http://hooks.example.com/a", "ftp://hooks.example.com/a", "not a url"]:
+        response = client_for("tina").patch(url, {"webhook_url": bad}, format="json")
+        assert response.status_code == 400, response.json()
+        assert "webhook_url" in response.json()["errors"]
+    assert (
+        client_for("alice")
+        .patch(url, {"webhook_url": "https://x.example.com/h"}, format="json")
+        .status_code
+        == 403
+    )
+    org.alpha.refresh_from_db()
+    assert org.alpha.webhook_url == ""
+    good = client_for("tina").patch(
+        url, {"webhook_url": "https://hooks.example.com/a"}, format="json"
+    )
+    assert good.status_code == 200, good.json()
+    org.alpha.refresh_from_db()
+    assert org.alpha.webhook_url == "https://hooks.example.com/a"
+
+
+def test_an_estimated_cost_over_n_policy_is_created_through_the_api(
+    org: Org, client_for: Any
+) -> None:
+    url = "/api/v1/approval-policies/"
+    body = {"tenant": org.alpha.pk, "rule": "cost_over", "threshold": 250.5}
+    response = client_for("tina").post(url, body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["summary"] == "estimated cost over EUR 250.5"
+    missing = client_for("tina").post(url, {**body, "threshold": None}, format="json")
+    assert missing.status_code == 400 and "threshold" in missing.json()["errors"]
