@@ -166,10 +166,14 @@ def print_quote(quote: dict[str, Any], out: TextIO) -> None:
         out.write(f"{'budget':>14}: none set\n")
     else:
         unit = currency if budget["unit"] == "money" else "GPU-hours"
-        left = (
-            f"{budget['remaining']} {unit} left of {budget['limit']} ({budget['percent']} % used)"
-        )
-        out.write(f"{'budget':>14}: {_cell(left)}\n")
+        lines = {
+            "budget": f"{budget['remaining']} {unit} left of {budget['limit']}",
+            "budget of": f"{budget['tenant']}, {budget['month']}",
+            "budget used": f"{budget['percent']} % (spent or committed)",
+            "after the job": f"{budget['remaining_after']} {unit} left",
+        }
+        for label, value in lines.items():
+            out.write(f"{label:>14}: {_cell(value)}\n")
 
 
 def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from billing import admission
+from billing.models import Budget
 from billing.rates import RatePrices, rate_card_add
 from scheduler.models import Job, JobEvent
 from tenants.approval_policies import policy_set
@@ -35,7 +38,12 @@ def test_dry_run_prints_the_quote_and_creates_nothing(
     logged_in: Any,  # noqa: F811
     org: Org,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(admission, "clock", lambda: datetime(2031, 2, 10, 12, tzinfo=UTC))
+    Budget.objects.create(
+        tenant=org.alpha, month=datetime(2031, 2, 1, tzinfo=UTC), limit=Decimal("100.00")
+    )
     # H100 at 2.50 a GPU-hour: 2 replicas x 4 GPUs x 2.50 = 20.00 an hour, 3 hours = 60.00.
     rate_card_add(
         user=org.users["pat"],
@@ -51,7 +59,9 @@ def test_dry_run_prints_the_quote_and_creates_nothing(
     assert "nothing was submitted" in out
     assert "60.00" in out and "20.00" in out
     assert "approval: needed" in out and "GPUs" in out
-    assert "budget: none set" in out
+    assert re.search(r"budget: 100\.00 [A-Z]{3} left of 100\.00", out), out
+    assert "budget used: 0.0 %" in out
+    assert re.search(r"after the job: 40\.00 [A-Z]{3} left", out), out  # 100.00 - 60.00
     code, out, err = logged_in("--json", "submit", path, "--project", "proj-alpha", "--dry-run")
     assert code == 0, err
     body = json.loads(out)
