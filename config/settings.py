@@ -238,6 +238,8 @@ CELERY_BEAT_SCHEDULE = {
     "approvals-expire": {"task": "tenants.tasks.approvals_expire", "schedule": 300.0},
     # Each run meters every closed hour not metered yet, so a late or missed run catches up.
     "billing-meter": {"task": "billing.tasks.meter_closed_hours", "schedule": 3600.0},
+    # Gives back the budget reservations of jobs already final and sends lost budget alerts.
+    "billing-budget-sweep": {"task": "billing.tasks.budget_sweep", "schedule": 600.0},
 }
 # Approval requests not decided within this many hours expire (their jobs are rejected).
 GANTRY_APPROVAL_TTL_HOURS = float(os.environ.get("GANTRY_APPROVAL_TTL_HOURS", "72"))

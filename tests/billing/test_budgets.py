@@ -140,6 +140,33 @@ def test_spend_counts_an_hour_once_however_often_metering_runs(org: Org) -> None
     assert position is not None and position.spent == Decimal("4.00")
 
 
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["written", "finished"])
+def test_a_metering_run_killed_mid_hour_leaves_spend_as_the_hours_metered(
+    org: Org, step: str
+) -> None:
+    rates(org)
+    budget(org.alpha, "40")
+    hold(job_for(org), make_node(), 4, 6, [1000])  # 1 GPU, 1 Feb 00:00-02:00: 4.00 an hour
+    seen: list[str] = []
+
+    def kill_in_second_hour(name: str) -> None:
+        seen.append(name)
+        if name == step and seen.count(step) == 2:
+            raise Killed(name)
+
+    with pytest.raises(Killed):
+        meter_usage(now=at(7), fault=kill_in_second_hour)
+    first = budget_position(org.alpha, at(6))
+    assert first is not None and first.spent == Decimal("4.00")  # the first hour alone
+    meter_usage(now=at(7))
+    again = budget_position(org.alpha, at(6))
+    assert again is not None and again.spent == Decimal("8.00")
+
+
 # --- admission: reservations and the policies, through the real submit and approval ------
 
 NOW = at(4 + 9 * 24 + 12)  # 2031-02-10 12:00 UTC
