@@ -53,8 +53,12 @@ def report_url(base: str) -> str:
     return base.rstrip("/") + REPORT_PATH
 
 
-def post_report(url: str, token: str, report: dict[str, Any], timeout_s: float = 10.0) -> int:
-    """POST the report; returns the HTTP status. Raises OSError (URLError) when unreachable."""
+def post_report(
+    url: str, token: str, report: dict[str, Any], timeout_s: float = 10.0
+) -> tuple[int, Any]:
+    """POST the report; returns the HTTP status and the answer's JSON (None when there is
+    none: an error status, or a body that is not JSON). The answer names the pods holding the
+    node's devices (scheduler/agent/exporter.py). Raises OSError (URLError) when unreachable."""
     request = urllib.request.Request(  # noqa: S310 - the scheme is checked in report_url
         report_url(url),
         data=json.dumps(report).encode(),
@@ -63,6 +67,10 @@ def post_report(url: str, token: str, report: dict[str, Any], timeout_s: float =
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-            return int(response.status)
+            status, raw = int(response.status), response.read()
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), None
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, None

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from common.api.serializers import StrictInputSerializer
 from scheduler import nodes as services
+from scheduler.holders import node_device_holders
 from scheduler.models import GpuDevice, Node
 from tenants import access
 from tenants.models import Role
@@ -97,6 +98,23 @@ class GpuReading(StrictInputSerializer):
     healthy = serializers.BooleanField()
 
 
+class HolderOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    pod = serializers.CharField()
+    namespace = serializers.CharField()
+    milli = serializers.IntegerField()
+
+
+class GpuReportOut(NodeOut):
+    """The node, and who holds its devices now (the agent labels its exported series with
+    them: scheduler/agent/exporter.py)."""
+
+    holders = HolderOut(many=True, read_only=True)
+
+    class Meta(NodeOut.Meta):
+        fields = [*NodeOut.Meta.fields, "holders"]
+
+
 class GpuReportIn(StrictInputSerializer):
     node = serializers.CharField(max_length=253)
     driver_version = serializers.CharField(max_length=64, allow_blank=True)
@@ -165,7 +183,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
         return self._act(request, heal)
 
-    @extend_schema(request=GpuReportIn, responses=NodeOut)
+    @extend_schema(request=GpuReportIn, responses=GpuReportOut)
     @action(detail=False, methods=["post"])
     def report(self, request: Request) -> Response:
         """The node agent's readings of every GPU of one node."""
@@ -181,4 +199,6 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         node = services.gpu_report(
             user=request.user, node=node, driver_version=data["driver_version"], gpus=data["gpus"]
         )
-        return Response(NodeOut(Node.objects.prefetch_related("devices").get(pk=node.pk)).data)
+        node = Node.objects.prefetch_related("devices").get(pk=node.pk)
+        node.holders = node_device_holders(node)  # type: ignore[attr-defined]
+        return Response(GpuReportOut(node).data)

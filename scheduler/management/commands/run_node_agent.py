@@ -4,7 +4,9 @@ Runs as the node-agent DaemonSet (platform/k8s/30-node-agent.yaml). NODE_NAME co
 downward API; the URL from --url or GANTRY_AGENT_URL; the token, which `manage.py
 node_agent_token NODE` made for this node only, from --token or GANTRY_AGENT_TOKEN, or from the
 file --token-file or GANTRY_AGENT_TOKEN_FILE (read at every report, so a rotated token is
-picked up without a restart).
+picked up without a restart). With --metrics-port (or GANTRY_AGENT_METRICS_PORT) it also serves
+`/metrics` on that port under dcgm-exporter's names, each device labelled with the pod that
+holds it, as Gantry answers each report (scheduler/agent/exporter.py, docs/metrics.md).
 Without a GPU or driver it says so once and reports an empty GPU list, so a misconfigured node
 shows up in Gantry as a node without GPUs rather than as silence. SIGTERM ends the loop after
 the current report.
@@ -22,6 +24,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler.agent.exporter import DcgmExporter, holders_from, serve
 from scheduler.agent.nvml import NvmlSession
 from scheduler.agent.report import build_report, post_report
 
@@ -43,6 +46,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--interval", type=float, default=30.0, help="Seconds between reports.")
         parser.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname())
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=int(os.environ.get("GANTRY_AGENT_METRICS_PORT") or 0),
+            help="Serve /metrics (dcgm-exporter's names) on this port; 0: do not.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["url"] and not (options["token"] or options["token_file"]):
@@ -51,15 +60,19 @@ class Command(BaseCommand):
             _read_token(options["token_file"])  # fail at start, not at the first report
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
+        if not 0 <= options["metrics_port"] <= 65535:
+            raise CommandError("--metrics-port must be 0 (off) or a port number")
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
         session = NvmlSession()
         if not session.available:
             logger.warning("NVML unavailable: %s; reporting no GPUs", session.error)
+        exporter = DcgmExporter(options["node"])
+        server = serve(exporter, options["metrics_port"]) if options["metrics_port"] else None
         try:
             while True:
-                ok = self._report_once(session, options)
+                ok = self._report_once(session, exporter, options)
                 if options["once"]:
                     if not ok:
                         raise CommandError("the report was not accepted")
@@ -67,11 +80,19 @@ class Command(BaseCommand):
                 if stop.wait(options["interval"]):
                     return
         finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
             session.close()
 
-    def _report_once(self, session: NvmlSession, options: dict[str, Any]) -> bool:
-        """One reading, printed and/or posted; False when the post failed."""
-        report = build_report(options["node"], session.read())
+    def _report_once(
+        self, session: NvmlSession, exporter: DcgmExporter, options: dict[str, Any]
+    ) -> bool:
+        """One reading, exported, printed and/or posted; False when the post failed. The
+        answer names the pods holding this node's devices, for the exported labels."""
+        reading = session.read()
+        exporter.update(reading)
+        report = build_report(options["node"], reading)
         if options["print"] or not options["url"]:
             self.stdout.write(json.dumps(report, sort_keys=True))
         if not options["url"]:
@@ -80,13 +101,15 @@ class Command(BaseCommand):
             token = (
                 _read_token(options["token_file"]) if options["token_file"] else options["token"]
             )
-            status = post_report(options["url"], token, report)
+            status, answer = post_report(options["url"], token, report)
         except (OSError, ValueError, CommandError) as exc:
             logger.warning("report to %s failed: %s", options["url"], exc)
             return False
         if status >= 300:
             logger.warning("report to %s answered HTTP %d", options["url"], status)
-        return status < 300
+            return False
+        exporter.set_holders(holders_from(answer))
+        return True
 
 
 def _read_token(path: str) -> str:
