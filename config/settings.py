@@ -301,7 +301,9 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = int(os.environ.get("GANTRY_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz\Z"]
+    # Probes and Prometheus reach these over plain HTTP inside the cluster (the Ingress keeps
+    # /metrics off the public side): a redirect to https would send them where nothing listens.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz\Z", r"^metrics\Z"]
 
 LOGGING = {
     "version": 1,
