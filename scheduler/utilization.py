@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import connection, transaction
+
 from scheduler.models import AllocationDevice, GpuDevice, UtilizationSample
 
 BATCH = 2000  # rows per INSERT: one statement per report of even a large node group
@@ -66,6 +68,7 @@ def samples_ingest(
     model) saves a read when the caller has the devices at hand. Returns the rows written."""
     if not readings:
         return 0
+    outer = connection.in_atomic_block
     ids = [r.device_id for r in readings]
     if flavors is None:
         flavors = dict(GpuDevice.objects.filter(id__any=ids).values_list("id", "model"))
@@ -89,5 +92,12 @@ def samples_ingest(
                 share_milli=holder.share_milli if holder else 0,
             )
         )
-    UtilizationSample.objects.bulk_create(rows, batch_size=BATCH)
+    with transaction.atomic():
+        if connection.vendor == "postgresql" and not outer:
+            # Telemetry: a crash of the server may lose the last instant's samples, which the
+            # next ones replace, so the insert does not wait for its WAL to reach the disk.
+            # Inside a caller's transaction (the agent's report) its own rules hold.
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        UtilizationSample.objects.bulk_create(rows, batch_size=BATCH)
     return len(rows)
