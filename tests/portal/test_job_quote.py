@@ -84,7 +84,7 @@ def test_quote_shows_cost_approval_and_budget_and_submits_nothing(
     assert 'value="bert-pretrain"' in response.content.decode()
 
 
-def test_a_quote_of_a_bad_form_shows_the_errors_and_no_quote(org: Org, web_for: Any) -> None:
+def test_a_quote_of_a_bad_form_or_a_foreign_project_shows_no_quote(org: Org, web_for: Any) -> None:
     before = rows()
     body = form_body(org, replicas=0, action="quote")
     client = web_for("alice")
@@ -96,10 +96,7 @@ def test_a_quote_of_a_bad_form_shows_the_errors_and_no_quote(org: Org, web_for: 
     for response in (plain, swapped):
         html = response.content.decode()
         assert 'id="form-errors"' in html and 'id="quote"' not in html
+    # Another team's project is not there, as for a submit.
+    foreign = form_body(org, project=org.proj_bravo.pk, action="quote")
+    assert client.post(reverse("portal:job-new"), foreign).status_code == 404
     assert rows() == before
-
-
-def test_a_quote_for_another_teams_project_is_not_found(org: Org, web_for: Any) -> None:
-    body = form_body(org, project=org.proj_bravo.pk, action="quote")
-    response = web_for("alice").post(reverse("portal:job-new"), body)
-    assert response.status_code == 404

@@ -140,5 +140,6 @@ def test_the_page_rates_a_day_in_the_same_queries_whatever_the_usage(
     monkeypatch.setattr(forecast, "clock", lambda: later)
     with CaptureQueriesContext(connection) as many:
         html = client.get(url).content.decode()
-    assert figures(html)["spent"] != "28.00"  # the new hours are in
+    # The new hours are in: 6 x a quarter GPU x 3 h x 4.00 = 18.00 more.
+    assert figures(html)["spent"] == "46.00"
     assert len(many.captured_queries) == len(few.captured_queries)
