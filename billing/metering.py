@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -257,9 +257,7 @@ def _write_records(rows: list[Record]) -> None:
     if not rows:
         return
     if connection.vendor != "postgresql":
-        UsageRecord.objects.bulk_create(
-            UsageRecord(allocation_id=r.allocation.id, **r._asdict()) for r in _without_held(rows)
-        )
+        UsageRecord.objects.bulk_create(_model(r) for r in rows)
         return
     columns = ", ".join(connection.ops.quote_name(_column(name)) for name in COLUMNS)
     table = connection.ops.quote_name(UsageRecord._meta.db_table)
@@ -276,11 +274,10 @@ def _column(name: str) -> str:
     return field.column
 
 
-def _without_held(rows: list[Record]) -> Any:
-    for r in rows:
-        values = r._asdict()
-        del values["allocation"]
-        yield values
+def _model(record: Record) -> UsageRecord:
+    values = record._asdict()
+    held = values.pop("allocation")
+    return UsageRecord(allocation_id=held.id, **values)
 
 
 def _guarantees() -> list[tuple[int, str, int]]:
