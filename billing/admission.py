@@ -34,7 +34,7 @@ from billing.budgets import (
     position_of,
 )
 from billing.estimates import CostEstimate, job_cost_estimate
-from billing.models import BudgetPolicy, BudgetReservation, BudgetUnit
+from billing.models import Budget, BudgetPolicy, BudgetReservation, BudgetUnit
 from scheduler.admission import Verdict
 from scheduler.models import FINAL_STATES
 from tenants.approval_rules import RuleMatch, policies_applying, policy_describe
@@ -122,6 +122,13 @@ def cost_rule_matches(job: Any, projection: Projection) -> list[RuleMatch]:
     return matches
 
 
+def budgets_lock(tenant: Any, *, at: datetime) -> None:
+    """Lock the month's budget rows over `tenant`, root first (one order for every submit,
+    since ancestors come before descendants: no deadlock between two subtrees)."""
+    for budget in budgets_over(tenant, at):  # root first
+        list(Budget.objects.select_for_update().filter(pk=budget.pk).values_list("pk"))
+
+
 def best_effort_class() -> PriorityClass | None:
     """The class jobs over a best-effort budget run at: 'best-effort', or else the lowest
     class that runs only on idle capacity."""
@@ -131,10 +138,17 @@ def best_effort_class() -> PriorityClass | None:
     )
 
 
-def budget_admission_check(job: Any) -> Verdict:
-    """Scheduler's admission check: cost rules and budget policies for an unsaved job."""
+def budget_admission_check(job: Any, *, lock: bool = True) -> Verdict:
+    """Scheduler's admission check: cost rules and budget policies for an unsaved job.
+
+    With `lock` (submit, in its transaction) the month's budgets over the job are locked
+    first, root first, before their positions are read: jobs submitted together against a
+    budget are judged one after another, each seeing the reservations of those before it
+    (without, two jobs could each find room for themselves and together overrun it)."""
     now = clock()
     projection = job_projection(job, at=now)
+    if lock:
+        budgets_lock(job.tenant, at=now)
     approvals = cost_rule_matches(job, projection)
     breaches = budget_breaches(job, projection, at=now)
     payload: dict[str, Any] = {}

@@ -33,7 +33,10 @@ class Verdict:
     reason: str = ""  # why the class changed (the job's reason and an event)
 
 
-AdmissionCheck = Callable[[Any], Verdict]  # (unsaved job) -> verdict
+# (unsaved job, lock=...) -> verdict. `lock`: inside submit's transaction, lock what the
+# check reads so that jobs submitted together are judged one after another; a quote passes
+# False (it decides nothing and must not wait for a submit).
+AdmissionCheck = Callable[..., Verdict]
 AdmittedHook = Callable[[Any], object]  # (job now queued); the result is ignored
 FinalHook = Callable[[Sequence[int]], object]  # (ids of jobs now final); result ignored
 
@@ -59,8 +62,8 @@ def register_on_final(fn: FinalHook) -> None:
     _add(_final, fn)
 
 
-def admission_verdicts(job: Any) -> list[Verdict]:
-    return [check(job) for check in _checks]
+def admission_verdicts(job: Any, *, lock: bool = True) -> list[Verdict]:
+    return [check(job, lock=lock) for check in _checks]
 
 
 def job_admitted(job: Any) -> None:

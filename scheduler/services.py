@@ -125,7 +125,7 @@ def job_judge(job: Job, *, lock: bool = True) -> Judgement:
     unsaved `job`. Submit calls it in its transaction (`lock`: see job_borrows); a quote
     calls it with lock=False and saves nothing."""
     approval = job_approval_matches(job, lock=lock)
-    verdicts = admission_verdicts(job)
+    verdicts = admission_verdicts(job, lock=lock)
     approval += [match for v in verdicts for match in v.approvals]
     moved = next((v for v in verdicts if v.priority_class is not None), None)
     if moved is not None and moved.priority_class is not None:

@@ -6,14 +6,18 @@ The month is February 2031 (the builders' T0 is 2031-01-31 20:00, so at(4) is 1 
 
 from __future__ import annotations
 
+import importlib
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.core import mail
+from django.db import connection
 
 from billing import admission, budget_alerts, tasks
 from billing.admission import reservations_sweep
@@ -39,6 +43,7 @@ from scheduler.services import job_cancel, job_submit
 from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, Tenant
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, job_for, make_node
+from tests.concurrency import run_in_threads
 from tests.conftest import Org, job_spec
 
 FEB = datetime(2031, 2, 1, tzinfo=UTC)
@@ -171,6 +176,13 @@ def test_a_metering_run_killed_mid_hour_leaves_spend_as_the_hours_metered(
 
 NOW = at(4 + 9 * 24 + 12)  # 2031-02-10 12:00 UTC
 PER_HOUR = Decimal(32)  # the spec below: 2 replicas x 4 GPUs x 4.00
+
+
+@pytest.fixture
+def seeded_classes(transactional_db: Any) -> None:
+    """Transactional tests truncate every table, the migration-seeded priority classes too."""
+    seed = importlib.import_module("tenants.migrations.0002_seed_priority_classes").seed
+    seed(django_apps, None)
 
 
 @pytest.fixture
@@ -454,3 +466,57 @@ def test_estimated_cost_over_n_sends_dearer_jobs_to_approval(
         assert "(policy of 'research': estimated cost over EUR 100)" in job.reason
         request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
         assert request.rules[0]["rule"] == "cost_over"
+
+
+def test_jobs_submitted_together_against_a_budget_are_judged_one_after_another(
+    transactional_db: Any,
+    seeded_classes: None,
+    org: Org,
+    clock: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Forced interleaving: job-a has read the budget's position and holds its transaction
+    # open until job-b has read it too, or is seen blocked on a lock. Without the budget's
+    # row lock job-b sees no reservation of job-a and is queued beside it: 1280 of 1000
+    # without approval. With it, job-b waits for job-a's commit, sees 640 committed and
+    # goes to approval.
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    rates(org)
+    budget(org.alpha, "1000", policy=BudgetPolicy.APPROVAL)
+    a_read, b_entered, b_read = threading.Event(), threading.Event(), threading.Event()
+    real_projection, real_breaches = admission.job_projection, admission.budget_breaches
+
+    def b_blocked() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return bool(cursor.fetchone()[0])
+
+    def projection(job: Job, **kw: Any) -> Any:
+        if job.name == "job-b":
+            assert a_read.wait(10), "job-a never read the budget"
+            b_entered.set()
+        return real_projection(job, **kw)
+
+    def breaches(job: Job, *args: Any, **kw: Any) -> Any:
+        found = real_breaches(job, *args, **kw)
+        if job.name == "job-b":
+            b_read.set()
+            return found
+        a_read.set()
+        assert b_entered.wait(10), "job-b never started"
+        while not b_read.wait(0.01) and not b_blocked():
+            pass
+        return found
+
+    monkeypatch.setattr(admission, "job_projection", projection)
+    monkeypatch.setattr(admission, "budget_breaches", breaches)
+    results = run_in_threads(
+        lambda: submit(org, hours=20, name="job-a"), lambda: submit(org, hours=20, name="job-b")
+    )
+    assert [kind for kind, _ in results] == ["ok", "ok"], results
+    states = {job.name: job.state for _, job in results}
+    assert states == {"job-a": JobState.QUEUED, "job-b": JobState.PENDING_APPROVAL}
