@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from billing.metering import HOUR, floor_hour
 from billing.models import LineKind, MeteringPeriod, Statement, StatementLine
-from billing.statements import organisation_lines
+from billing.statements import DraftLine, organisation_lines
 from common.errors import DomainError
 from scheduler.models import Allocation
 from tenants import access
@@ -89,7 +89,7 @@ def statement_close(
                 closed_at=now,
                 closed_by=user,
             )
-            StatementLine.objects.bulk_create(_row(statement, d.line, d.charged) for d in drafts)
+            StatementLine.objects.bulk_create((_row(statement, d) for d in drafts), batch_size=2000)
             audit_record(
                 actor=user,
                 action="statement.close",
@@ -104,8 +104,10 @@ def statement_close(
     return statement
 
 
-def _row(statement: Statement, line: Any, charged: bool) -> StatementLine:
-    tenant_id, project_id, user_id = line.account
+def _row(statement: Statement, draft: DraftLine) -> StatementLine:
+    line = draft.line
+    account: Any = line.account
+    tenant_id, project_id, user_id = account
     return StatementLine(
         statement=statement,
         tenant_id=tenant_id,
@@ -118,7 +120,8 @@ def _row(statement: Statement, line: Any, charged: bool) -> StatementLine:
         quantity=line.quantity,
         rate=line.rate,
         amount=line.amount,
-        charged=charged,
+        charged=draft.charged,
+        split=draft.frozen_split(),
     )
 
 

@@ -263,6 +263,11 @@ class StatementLine(models.Model):
     amount = models.DecimalField(max_digits=16, decimal_places=2)
     # False: showback, shown but not charged (idle reserved capacity under that policy).
     charged = models.BooleanField(default=True)
+    # The line's parts per job type and priority class, frozen with it at the close:
+    # [[job type, priority class, amount, GPU-hours as an exact fraction "n/d"], ...], the
+    # amounts adding up to the line's (billing/statements.py, `split_lines`). The cost API
+    # aggregates a closed period by them (billing/costs.py).
+    split = models.JSONField(default=list, blank=True)
     reason = models.CharField(max_length=500, blank=True, default="")
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

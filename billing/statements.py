@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from billing import rating
 from billing.attempts import attempt_kinds
+from billing.capacity import apportion
 from billing.models import (
     BillingPolicy,
     IdlePolicy,
@@ -33,9 +34,68 @@ Account = tuple[int, int | None, int | None]  # tenant, project, user
 
 
 @dataclass(frozen=True)
+class Part:
+    """The share of a line that one job type and priority class carry."""
+
+    job_type: str
+    priority_class: str
+    amount: Decimal
+    gpu_hours: Fraction
+
+
+@dataclass(frozen=True)
 class DraftLine:
     line: rating.Line
     charged: bool = True
+    # Per job type and priority class, adding up to the line ("" and "" when the line is
+    # nobody's job: idle reserved capacity).
+    parts: tuple[Part, ...] = ()
+
+    def frozen_split(self) -> list[list[str]]:
+        """`parts` as StatementLine.split keeps them."""
+        return [[p.job_type, p.priority_class, str(p.amount), str(p.gpu_hours)] for p in self.parts]
+
+
+def whole(line: rating.Line, charged: bool = True) -> DraftLine:
+    """A line that is one part (no job type or class)."""
+    gpu_hours = line.exact if line.resource == "gpu" else Fraction(0)
+    return DraftLine(line, charged, (Part("", "", line.amount, gpu_hours),))
+
+
+def split_lines(detailed: list[rating.Line]) -> list[DraftLine]:
+    """Lines rated per (tenant, project, user, job type, priority class) merged into the
+    statement's lines per (tenant, project, user), each with its parts.
+
+    The merged line is rated from the exact sum, as if rated whole. Its rounded amount is
+    apportioned over the parts in proportion to their exact amounts by the largest remainder
+    method (`capacity.apportion`), so the parts add up to the line to the cent."""
+    groups: dict[rating.LineKey, list[rating.Line]] = defaultdict(list)
+    for line in detailed:
+        account = line.account[:3]  # type: ignore[index]
+        groups[(account, line.flavor, line.resource, line.kind, line.rate)].append(line)
+    out = []
+    for key, parts in groups.items():
+        per_unit = rating.UNITS[key[2]][1]
+        merged = rating.make_line(key, sum((p.exact for p in parts), Fraction(0)) * per_unit)
+        total, amounts = apportion([Fraction(p.rate) * p.exact for p in parts])
+        if total != merged.amount:  # the same exact sum rounded the same way: cannot differ
+            raise AssertionError(f"apportioned {total} != line {merged.amount}")
+        out.append(
+            DraftLine(
+                merged,
+                True,
+                tuple(
+                    Part(
+                        part.account[3],  # type: ignore[index]
+                        part.account[4],  # type: ignore[index]
+                        amount,
+                        part.exact if part.resource == "gpu" else Fraction(0),
+                    )
+                    for part, amount in zip(parts, amounts, strict=True)
+                ),
+            )
+        )
+    return out
 
 
 def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
@@ -148,7 +208,7 @@ def idle_lines(
     if policy == IdlePolicy.SPREAD:
         held = _spread(held, used)
     return [
-        DraftLine(
+        whole(
             rating.make_line((account, flavor, "gpu", LineKind.IDLE_RESERVED, price), share),
             charged=policy != IdlePolicy.SHOWBACK,
         )
@@ -183,11 +243,11 @@ def organisation_lines(organisation: Tenant, start: datetime, end: datetime) -> 
     from billing.idle_usage import allocated_idle_lines
 
     try:
-        used = usage_lines(organisation, start, end)
+        used = split_lines(usage_lines(organisation, start, end, detail=True))
         return (
-            [DraftLine(line) for line in used]
-            + idle_lines(organisation, start, end, used)
-            + allocated_idle_lines(organisation, start, end)
+            used
+            + idle_lines(organisation, start, end, [d.line for d in used])
+            + [whole(d.line, d.charged) for d in allocated_idle_lines(organisation, start, end)]
         )
     except rating.MissingRate as missing:
         raise DomainError(f"{missing}: add a rate card for it first.") from None

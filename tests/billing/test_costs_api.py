@@ -139,3 +139,46 @@ def test_dates_and_naive_instants_are_utc_hours(org: Org, client_for: Any) -> No
     body = client.get("/api/v1/costs/", {"from": "2031-01-31", "to": "2031-02-01T00:00:00"}).json()
     assert body["window"] == {"from": "2031-01-31T00:00:00Z", "to": "2031-02-01T00:00:00Z"}
     assert body["total"] == costs(client)["total"]
+
+
+@pytest.mark.parametrize("by", ["team", "job_type", "priority_class", "flavor"])
+def test_a_closed_month_keeps_its_frozen_figures_after_a_policy_change(
+    org: Org, client_for: Any, by: str
+) -> None:
+    """The cost API re-rated closed periods: a change after the close that rating reads (here
+    the idle policy, charge -> showback) moved the API's figures off the frozen statement."""
+    from billing.policies import billing_policy_set
+    from tenants.models import Quota
+
+    cluster(org)
+    pat = org.users["pat"]
+    statement = statement_close(user=pat, organisation=org.acme, start=T0, end=at(4), now=at(5))
+    statement_adjust(
+        user=pat, statement=statement, tenant=org.alpha, amount=Decimal("-1.25"), reason="credit"
+    )
+    billing_policy_set(user=pat, organisation=org.acme, idle_policy="showback")
+    Quota.objects.filter(tenant=org.alpha).update(guaranteed_milli=0)
+    frozen = roll_up(statement.lines.values_list("tenant_id", "amount", "charged"))
+    assert frozen[org.acme.pk].charged  # idle reserved capacity is charged in the statement
+    body = costs(client_for("carol"), by=by)
+    assert Decimal(body["total"]["charged"]) == frozen[org.acme.pk].charged
+    assert Decimal(body["total"]["showback"]) == frozen[org.acme.pk].showback
+    charged = sum((Decimal(r["charged"]) for r in body["results"]), Decimal(0))
+    assert charged == frozen[org.acme.pk].charged
+    if by == "team":
+        got = by_name(body)
+        for tenant in (org.alpha, org.bravo, org.charlie):
+            assert Decimal(got[tenant.slug]) == frozen[tenant.pk].charged, tenant.slug
+
+
+def test_hours_outside_a_closed_period_are_rated(org: Org, client_for: Any) -> None:
+    """A window over a closed period and open hours: the frozen lines plus the rated ones."""
+    cluster(org)
+    pat = org.users["pat"]
+    statement_close(user=pat, organisation=org.acme, start=T0, end=at(2), now=at(5))
+    whole = costs(client_for("carol"), by="team")
+    rest = costs(client_for("carol"), by="team", **{"from": "2031-01-31T22:00:00Z"})
+    first = costs(client_for("carol"), by="team", **{"to": "2031-01-31T22:00:00Z"})
+    assert Decimal(whole["total"]["charged"]) == Decimal(rest["total"]["charged"]) + Decimal(
+        first["total"]["charged"]
+    )
