@@ -3,7 +3,7 @@ Celery task (`/cost-exports/`), downloaded by its owner until it expires."""
 
 from __future__ import annotations
 
-import tempfile
+import io
 from typing import Any
 
 from django.http import FileResponse
@@ -12,6 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -28,6 +29,26 @@ FILE_RESPONSES = {
     (200, CONTENT_TYPES["xlsx"]): OpenApiResponse(OpenApiTypes.BINARY, description="xlsx"),
 }
 ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)
+# A file at once is written in memory within a request: larger ones are refused (a 400 that
+# points to the Celery path), so a request's memory stays bounded.
+SYNC_MAX_BYTES = 32 * 1024 * 1024
+
+
+class ExportTooLarge(Exception):
+    pass
+
+
+class CappedBuffer(io.BytesIO):
+    """A BytesIO that refuses to grow past `cap` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.cap:
+            raise ExportTooLarge
+        return super().write(data)
 
 
 class JSONErrors(DefaultContentNegotiation):
@@ -52,8 +73,8 @@ def _check_filters(user: Any, data: dict[str, Any]) -> None:
 
 
 class CostExportFileView(APIView):
-    """The cost API's figures for a query, as a file, at once: for windows small enough to
-    write within a request. Larger ones: `POST /api/v1/cost-exports/`."""
+    """The cost API's figures for a query, as a file, at once: for files up to
+    SYNC_MAX_BYTES, written within the request. Larger ones: `POST /api/v1/cost-exports/`."""
 
     content_negotiation_class = JSONErrors
 
@@ -63,13 +84,18 @@ class CostExportFileView(APIView):
         query.is_valid(raise_exception=True)
         data = dict(query.validated_data)
         fmt = data.pop("format")
-        # On disk, not in memory: the writers stream, and so does the response.
-        out = tempfile.TemporaryFile()  # noqa: SIM115 - FileResponse closes it
+        out = CappedBuffer(SYNC_MAX_BYTES)
         try:
             export_write(user=request.user, fmt=fmt, query=data, out=out)
-        except BaseException:
-            out.close()
-            raise
+        except ExportTooLarge:
+            raise ValidationError(
+                {
+                    "non_field_errors": [
+                        f"the file would be larger than {SYNC_MAX_BYTES // 2**20} MiB: start it "
+                        "with POST /api/v1/cost-exports/, or narrow the window or filters."
+                    ]
+                }
+            ) from None
         return _file_response(out, fmt, filename(fmt, data))
 
 

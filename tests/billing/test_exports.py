@@ -448,7 +448,8 @@ def test_anothers_export_is_a_404(org: Org, client_for: Any) -> None:
         ]:
             assert client.get(url).status_code == 404, (persona, url)
         assert client.get("/api/v1/cost-exports/").json()["results"] == []
-    assert client_for("carol").get(f"/api/v1/cost-exports/{export.pk}/download/").status_code == 200
+    response = client_for("carol").get(f"/api/v1/cost-exports/{export.pk}/download/")
+    assert response.status_code == 200 and body(response).startswith("from,".encode("utf-8-sig"))
 
 
 def test_what_an_export_holds_is_decided_when_it_runs(org: Org) -> None:
@@ -555,3 +556,15 @@ def test_the_xlsx_writer_uses_openpyxl_write_only_mode(
     query = exports.query_from_json({**WINDOW, "by": "team"})
     exports.export_write(user=org.users["carol"], fmt="xlsx", query=query, out=io.BytesIO())
     assert [book.write_only for book in made] == [True]
+
+
+def test_a_file_too_large_to_answer_at_once_points_to_the_celery_path(
+    org: Org, client_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from billing.api import exports as export_views
+
+    cluster(org)
+    monkeypatch.setattr(export_views, "SYNC_MAX_BYTES", 300)
+    response = client_for("carol").get("/api/v1/costs/export/", {**WINDOW, "format": "focus"})
+    assert response.status_code == 400
+    assert "/api/v1/cost-exports/" in response.json()["errors"]["non_field_errors"][0]

@@ -120,4 +120,6 @@ def test_anothers_export_is_a_404_in_the_portal(org: Org) -> None:
         page = client.get(reverse("portal:costs"), {"month": "2031-01"}).content.decode()
         assert f'id="cost-export-{export.pk}"' not in page
     owner = web(org, "carol")
-    assert owner.get(reverse("portal:cost-export-download", args=[export.pk])).status_code == 200
+    response = owner.get(reverse("portal:cost-export-download", args=[export.pk]))
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content).decode("utf-8-sig").startswith("from,to,team_id")
