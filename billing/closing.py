@@ -7,7 +7,8 @@ concurrent close finds it (waiting on PostgreSQL for the first to commit) and re
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import logging
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +27,8 @@ from tenants import access
 from tenants.audit import audit_record
 from tenants.models import Project, Tenant
 
+logger = logging.getLogger(__name__)
+
 
 def month_bounds(text: str) -> tuple[datetime, datetime]:
     """ "2031-01" -> (2031-01-01T00:00Z, 2031-02-01T00:00Z); ValueError when malformed."""
@@ -33,6 +36,49 @@ def month_bounds(text: str) -> tuple[datetime, datetime]:
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
     return start, end
+
+
+def previous_month(now: datetime) -> tuple[datetime, datetime]:
+    """The bounds of the month (UTC) before the one `now` is in."""
+    end = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    start = (end - timedelta(days=1)).replace(day=1)
+    return start, end
+
+
+def months_close_due(*, now: datetime) -> list[Statement]:
+    """Close the previous month for every organisation, once it has been over for
+    GANTRY_BILLING_CLOSE_AFTER_H hours and is metered completely (the Celery beat task).
+
+    Idempotent: an organisation whose statement is closed already keeps it, so two beats or
+    a rerun change nothing. An organisation that cannot be closed (a flavor without a rate)
+    is logged and left for the next run; the others are closed. Returns the statements this
+    run closed; each close is audited (`statement.close`, by no user: the system)."""
+    start, end = previous_month(now)
+    if now < end + timedelta(hours=settings.GANTRY_BILLING_CLOSE_AFTER_H):
+        return []
+    try:
+        _check_period(start, end, now)
+    except DomainError as waiting:
+        logger.info("month from %s not closed yet: %s", f"{start:%Y-%m}", waiting)
+        return []
+    closed = []
+    for organisation in Tenant.objects.filter(parent__isnull=True).order_by("pk"):
+        if Statement.objects.filter(
+            organisation=organisation, period_start=start, period_end=end
+        ).exists():
+            continue
+        try:
+            statement = statement_close(
+                user=None, organisation=organisation, start=start, end=end, now=now
+            )
+        except DomainError as error:
+            logger.error("month %s of %s not closed: %s", f"{start:%Y-%m}", organisation, error)
+            continue
+        logger.info(
+            "closed month %s of %s: statement %s", f"{start:%Y-%m}", organisation, statement.pk
+        )
+        closed.append(statement)
+    return closed
 
 
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:

@@ -16,6 +16,7 @@ from billing.budget_alerts import (
     alerts_check,
     alerts_unsent,
 )
+from billing.closing import months_close_due
 from billing.metering import meter_usage
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,14 @@ logger = logging.getLogger(__name__)
 def meter_closed_hours() -> int:
     """Celery beat, hourly: meter every closed hour not metered yet (docs/billing.md)."""
     return meter_usage(now=timezone.now())
+
+
+@shared_task
+def close_previous_month() -> int:
+    """Celery beat, hourly: once the previous month is metered completely and
+    GANTRY_BILLING_CLOSE_AFTER_H hours over, close it for every organisation (idempotent);
+    the number of statements this run closed."""
+    return len(months_close_due(now=timezone.now()))
 
 
 @shared_task

@@ -238,6 +238,8 @@ CELERY_BEAT_SCHEDULE = {
     "approvals-expire": {"task": "tenants.tasks.approvals_expire", "schedule": 300.0},
     # Each run meters every closed hour not metered yet, so a late or missed run catches up.
     "billing-meter": {"task": "billing.tasks.meter_closed_hours", "schedule": 3600.0},
+    # Closes the previous month for every organisation once it is metered and the grace over.
+    "billing-close-month": {"task": "billing.tasks.close_previous_month", "schedule": 3600.0},
     # Gives back the budget reservations of jobs already final and sends lost budget alerts.
     "billing-budget-sweep": {"task": "billing.tasks.budget_sweep", "schedule": 600.0},
 }
@@ -350,6 +352,9 @@ except ValueError as _error:
 # Metering meters an hour this long after it ended, so that the daemon's last writes about it
 # (an allocation ended a few seconds late) are in before its usage is fixed for good.
 GANTRY_METERING_DELAY_S = float(os.environ.get("GANTRY_METERING_DELAY_S", "300"))
+# The month is closed automatically this many hours after it ended (and once it is metered
+# completely): time for finance to look before the statements are frozen.
+GANTRY_BILLING_CLOSE_AFTER_H = float(os.environ.get("GANTRY_BILLING_CLOSE_AFTER_H", "24"))
 # Finance exports (docs/billing.md "Exports"): files written by the worker, kept this many hours
 # for their owner to download, then deleted by the beat task below.
 GANTRY_EXPORT_DIR = Path(os.environ.get("GANTRY_EXPORT_DIR", VAR_DIR / "exports"))
