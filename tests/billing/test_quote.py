@@ -91,9 +91,13 @@ def test_a_quote_needing_approval_says_why_and_submit_then_agrees(
         assert needed == said["approval"]["needed"], submitted
 
 
-def test_the_borrowing_rule_is_judged_without_a_lock_or_a_write(org: Org, client_for: Any) -> None:
-    """The submit locks the tenant's row to judge borrowing; a quote must not (it decides
-    nothing, and outside a transaction SELECT ... FOR UPDATE is an error on PostgreSQL)."""
+def test_the_borrowing_rule_and_budgets_are_judged_without_a_lock_or_a_write(
+    org: Org, client_for: Any, clock: None
+) -> None:
+    """The submit locks the tenant's row to judge borrowing, and the month's budgets over
+    the job; a quote must not (it decides nothing, and outside a transaction SELECT ... FOR
+    UPDATE is an error on PostgreSQL)."""
+    Budget.objects.create(tenant=org.research, month=FEB, limit=Decimal(10**6))
     policy_set(user=org.users["tina"], tenant=org.alpha, rule="borrowing")
     alice = org.users["alice"]
     job_submit(user=alice, project=org.proj_alpha, payload=job_spec(name="first"))  # 8 of 16
@@ -105,6 +109,7 @@ def test_the_borrowing_rule_is_judged_without_a_lock_or_a_write(org: Org, client
     assert not [s for s in sql if "FOR UPDATE" in s], sql
     assert not [s for s in sql if s.startswith(("INSERT", "UPDATE", "DELETE"))], sql
     assert [r["rule"] for r in said["approval"]["reasons"]] == ["borrowing"]  # 8 + 12 > 16
+    assert said["budget"]["tenant"] == "research"
     submitted = client.post("/api/v1/jobs/", body, format="json").json()
     assert submitted["state"] == JobState.PENDING_APPROVAL
 
