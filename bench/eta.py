@@ -1,7 +1,8 @@
 """How good are the start estimates? Replay a trace, estimate while jobs wait, compare.
 
-    python -m bench.eta --json out.json                 # 1 cohort of the Kueue scenario
-    python -m bench.eta --cohorts 5 --json out.json     # the whole scenario (slow)
+    python -m bench.eta --json out.json                 # a fifth of 1 cohort of the Kueue scenario
+    python -m bench.eta --fraction 1 --json out.json    # the whole cohort (slow)
+    python -m bench.eta --cohorts 5 --fraction 1        # the whole scenario (slower still)
 
 The trace is the Kueue scenario's (bench.kueue_baseline: cohorts of 6 teams, 20 GPUs
 guaranteed each, 15 nodes of 8 GPUs per cohort, the same arrivals and classes), replayed on
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cohorts", type=int, default=1, help="cohorts of 6 teams (Kueue: 5)")
     parser.add_argument(
-        "--fraction", type=float, default=1.0, help="share of each class's jobs per team"
+        "--fraction", type=float, default=0.2, help="share of each class's jobs per team"
     )
     parser.add_argument("--every", type=float, default=2.0, help="virtual s between estimates")
     parser.add_argument("--max-jobs", type=int, default=2000, help="GANTRY_ETA_MAX_JOBS")
