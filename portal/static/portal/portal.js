@@ -56,7 +56,8 @@
     var form = document.getElementById("job-form");
     if (form) setupJobForm(form);
     // Filter bars apply as soon as a select or checkbox changes; the button stays for no-JS.
-    document.querySelectorAll("form.filters").forEach(function (filters) {
+    // Only those that read (GET): a form that posts (an export) acts when its button is pressed.
+    document.querySelectorAll("form.filters:not([method=post])").forEach(function (filters) {
       filters.addEventListener("change", function (event) {
         if (event.target.matches("select, input[type=checkbox], input[type=date]")) filters.submit();
       });

@@ -75,7 +75,8 @@ def page_for(browser: Any, live_server: Any) -> Iterator[Callable[..., Any]]:
         page.fill("input[name=username]", username)
         page.fill("input[name=password]", PASSWORD)
         page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+        # Finance's home draws the cost charts with plotly.js (4.8 MB): slower on a busy machine.
+        page.wait_for_url(f"{live_server.url}/", timeout=60_000)
         return page
 
     yield make
