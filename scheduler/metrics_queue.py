@@ -12,23 +12,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import (
     BigIntegerField,
-    Case,
     Count,
-    DurationField,
-    ExpressionWrapper,
-    F,
-    IntegerField,
+    FilteredRelation,
     OuterRef,
     Q,
     Subquery,
     Sum,
-    Value,
-    When,
 )
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
@@ -43,7 +37,7 @@ from scheduler.adapters import _tenants as ledger_tenants
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.types import MILLI_PER_GPU
 from scheduler.models import Allocation, Job, JobEvent, JobState
-from tenants.models import Tenant
+from tenants.models import PriorityClass, Tenant
 
 S = JobState
 GPU = "nvidia.com/gpu"
@@ -57,12 +51,18 @@ def pending_families() -> Iterator[GaugeMetricFamily]:
     or it sits out a retry backoff, `active` otherwise (not yet tried since it was queued).
     Every tenant gets both statuses, 0 included, as Kueue reports every ClusterQueue."""
     now = timezone.now()
-    queued = Q(jobs__state=S.QUEUED)
-    held_back = ~Q(jobs__reason="") | Q(jobs__not_before__gt=now)
-    rows = Tenant.objects.values_list("slug").annotate(
-        inadmissible=Count("jobs", filter=queued & held_back),
-        queued=Count("jobs", filter=queued),
-        holding=Count("jobs", filter=Q(jobs__state__in=HOLDING)),
+    # Joined on the live states only (index job_tenant_state), not on every job ever run.
+    live = FilteredRelation("jobs", condition=Q(jobs__state__in=(S.QUEUED, *HOLDING)))
+    queued = Q(live__state=S.QUEUED)
+    held_back = ~Q(live__reason="") | Q(live__not_before__gt=now)
+    rows = (
+        Tenant.objects.annotate(live=live)
+        .values_list("slug")
+        .annotate(
+            inadmissible=Count("live", filter=queued & held_back),
+            queued=Count("live", filter=queued),
+            holding=Count("live", filter=Q(live__state__in=HOLDING)),
+        )
     )
     pending = GaugeMetricFamily(
         "gantry_pending_workloads",
@@ -86,30 +86,14 @@ def wait_families() -> Iterator[Any]:
     """Admissions (queued -> admitted events) per tenant and priority class, and the wait
     before each: from the job's latest entry into the queue (submission, approval or requeue)
     to its admission, as Kueue's "created or requeued until admission"."""
-    entered = JobEvent.objects.filter(
-        job_id=OuterRef("job_id"), to_state=S.QUEUED, id__lt=OuterRef("id")
-    ).order_by("-id")
-    waited = ExpressionWrapper(F("at") - Subquery(entered.values("at")[:1]), DurationField())
-    bucket = Case(
-        *[
-            When(waited__lte=timedelta(seconds=b), then=Value(i))
-            for i, b in enumerate(WAIT_BUCKETS_S)
-        ],
-        default=Value(len(WAIT_BUCKETS_S)),
-        output_field=IntegerField(),
-    )
-    rows = (
-        JobEvent.objects.filter(from_state=S.QUEUED, to_state=S.ADMITTED)
-        .annotate(waited=waited, bucket=bucket)
-        .values_list("job__tenant__slug", "job__priority_class__name", "bucket")
-        .annotate(n=Count("id"), total=Sum("waited"))
-        .order_by()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(*_waits_sql())
+        rows = cursor.fetchall()
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * (len(WAIT_BUCKETS_S) + 1))
     sums: dict[tuple[str, str], float] = defaultdict(float)
     for slug, klass, index, n, total in rows:
         counts[(slug, klass)][index] += n
-        sums[(slug, klass)] += _seconds(total)
+        sums[(slug, klass)] += float(total or 0)
     histogram = HistogramMetricFamily(
         "gantry_admission_wait_time_seconds",
         "Time from a job's entry into the queue (submitted, approved or requeued) to its "
@@ -135,13 +119,35 @@ def wait_families() -> Iterator[Any]:
     yield admitted
 
 
-def _seconds(total: Any) -> float:
-    """A summed duration: a timedelta, or microseconds where the backend returns a number."""
-    if total is None:
-        return 0.0
-    if isinstance(total, timedelta):
-        return total.total_seconds()
-    return float(total) / 1e6
+def _waits_sql() -> tuple[str, list[Any]]:
+    """Admissions by tenant, class and wait bucket, with their count and summed wait (s).
+
+    A job's entries into the queue and its admissions alternate (queued, admitted, queued
+    after a requeue, admitted...): each admission's wait is the time since the event before
+    it in that sequence, a window over the job's events in id order. One pass over those
+    events; a correlated subquery per admission was twice as slow, and the ORM's CASE
+    repeated it for every bucket. The cost grows with the history kept (docs/metrics.md)."""
+    event, job = JobEvent._meta.db_table, Job._meta.db_table
+    tenant, klass = Tenant._meta.db_table, PriorityClass._meta.db_table
+    if connection.vendor == "postgresql":
+        seconds = "EXTRACT(EPOCH FROM e.at - LAG(e.at) OVER entries)"
+    else:  # SQLite keeps times as ISO text
+        seconds = "(julianday(e.at) - julianday(LAG(e.at) OVER entries)) * 86400.0"
+    buckets = " ".join(
+        f"WHEN w.waited <= {bound!r} THEN {index}" for index, bound in enumerate(WAIT_BUCKETS_S)
+    )
+    sql = (
+        f"SELECT t.slug, c.name, CASE {buckets} ELSE {len(WAIT_BUCKETS_S)} END,"  # noqa: S608 - our names
+        " COUNT(*), SUM(w.waited)"
+        f" FROM (SELECT e.job_id, e.to_state, {seconds} AS waited,"
+        " LAG(e.to_state) OVER entries AS previous"
+        f" FROM {event} e WHERE e.to_state IN (%s, %s)"
+        " WINDOW entries AS (PARTITION BY e.job_id ORDER BY e.id)) w"
+        f" JOIN {job} j ON j.id = w.job_id JOIN {tenant} t ON t.id = j.tenant_id"
+        f" JOIN {klass} c ON c.id = j.priority_class_id"
+        " WHERE w.to_state = %s AND w.previous = %s GROUP BY 1, 2, 3"
+    )
+    return sql, [S.QUEUED, S.ADMITTED, S.ADMITTED, S.QUEUED]
 
 
 def _bound(value: float) -> str:
