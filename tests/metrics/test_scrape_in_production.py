@@ -19,4 +19,5 @@ def test_production_does_not_redirect_the_scrape_to_https() -> None:
     result = manage("shell", "-c", PROBE, env=PRODUCTION_ENV)
     assert result.returncode == 0, result.stderr
     # /metrics and /healthz are answered over HTTP; everything else still goes to HTTPS.
-    assert result.stdout.strip().splitlines()[-1] == "['NoneType', 'NoneType', 'HttpResponsePermanentRedirect']"
+    answered = result.stdout.strip().splitlines()[-1]
+    assert answered == "['NoneType', 'NoneType', 'HttpResponsePermanentRedirect']"
