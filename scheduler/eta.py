@@ -30,6 +30,7 @@ from django.db import DatabaseError, transaction
 from scheduler.adapters import build_snapshot
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
+from scheduler.leader import LeaseLost
 from scheduler.models import Job, JobQueueEstimate, JobState
 from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of
 
@@ -120,9 +121,11 @@ def refresh_estimates(
     config: EtaSettings,
     *,
     monotonic: Callable[[], float] = time.monotonic,
+    fence: Callable[[], None] = lambda: None,
 ) -> Refreshed:
     """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
-    its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one)."""
+    its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one); `fence` is
+    called inside the writing transaction (the daemon's `Lease.fence`)."""
     groups = {key: job_groups(row) for key, row in rows.items()}
     deadline = monotonic() + config.budget_s
     # 2. order and positions, 3. estimates of the head of the queue, on a budget
@@ -135,7 +138,7 @@ def refresh_estimates(
         stop=lambda: monotonic() >= deadline,
     )
     # 4. store
-    _store(found.positions, found.ranges, _dt(snapshot.now) or datetime.now(tz=UTC))
+    _store(found.positions, found.ranges, _dt(snapshot.now) or datetime.now(tz=UTC), fence)
     return Refreshed(len(found.positions), len(found.ranges), found.stopped, found.capped)
 
 
@@ -143,9 +146,11 @@ def _store(
     positions: Mapping[str, tuple[int, int]],
     settled: Mapping[str, tuple[float | None, float | None]],
     now: datetime,
+    fence: Callable[[], None],
 ) -> None:
     ids = [int(key) for key in positions]
     with transaction.atomic():
+        fence()  # a leader that lost the lease must not undo its successor's rows
         JobQueueEstimate.objects.exclude(job_id__in=ids).delete()
         kept = {
             e.job_id: e
@@ -202,7 +207,8 @@ class EtaRefresher:
 
     def after_cycle(self, daemon: Daemon) -> Refreshed | None:
         """Refresh when GANTRY_ETA_EVERY_S passed on the daemon's clock. A database error
-        goes to the daemon as any other; a bug here is logged and scheduling goes on."""
+        or a lost lease goes to the daemon as any other; a bug here is logged and
+        scheduling goes on."""
         now = daemon.clock()
         if now - self.refreshed_at < self.config.every_s:
             return None
@@ -221,8 +227,9 @@ class EtaRefresher:
                 self._model(now),
                 self.config,
                 monotonic=self.monotonic,
+                fence=daemon.lease.fence,
             )
-        except DatabaseError:
+        except (DatabaseError, LeaseLost):
             raise
         except Exception:
             log.exception("queue estimates not refreshed")

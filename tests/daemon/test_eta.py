@@ -12,10 +12,11 @@ from scheduler.adapters import build_snapshot
 from scheduler.core import queue_order, run_cycle
 from scheduler.daemon import Daemon
 from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_history
+from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
 from scheduler.services import job_cancel
 from tests import factories as f
-from tests.daemon.conftest import Env, make_env, watched
+from tests.daemon.conftest import Env, expire_leases, make_env, watched
 
 SETTINGS = EtaSettings(every_s=30.0, budget_s=5.0, max_jobs=100, unbounded_runtime_s=14400.0)
 
@@ -201,3 +202,18 @@ def test_a_bug_in_the_estimates_does_not_stop_scheduling(
     job.refresh_from_db()
     assert job.state == JobState.BINDING
     assert daemon.lease.leading
+
+
+def test_a_stale_leader_writes_no_estimates(five_nodes: Env) -> None:
+    env = five_nodes
+    stale, (b1, _a1, _a2, _b2) = _full_cluster(env)
+    expire_leases()
+    successor = env.daemon()
+    successor.estimates = EtaRefresher(SETTINGS)
+    env.run(successor)  # takes the lead and refreshes
+    kept = _positions()
+    job_cancel(user=env.org.users["bob-bravo"], job=b1, reason="")  # a refresh would differ
+    env.clock.advance(30)
+    with pytest.raises(LeaseLost):
+        stale.estimates.after_cycle(stale)
+    assert _positions() == kept
