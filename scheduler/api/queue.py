@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -96,7 +96,11 @@ class JobQueueView(APIView):
     teams you may not see only counted), why it waits, and its expected start (p50..p90),
     as the scheduler last worked them out (every GANTRY_ETA_EVERY_S)."""
 
-    @extend_schema(responses=JobQueueOut, operation_id="jobs_queue_retrieve")
+    @extend_schema(
+        responses=JobQueueOut,
+        operation_id="jobs_queue_retrieve",
+        parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH, description="Job id.")],
+    )
     def get(self, request: Request, pk: str) -> Response:
         job = selectors.access_job(request.user, pk)
         return Response(JobQueueOut(queue_data(request.user, job)).data)
