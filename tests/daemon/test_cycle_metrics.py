@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import signal
 import urllib.request
+from io import StringIO
+from typing import Any
 
 import pytest
+from django.core.management import call_command
 from prometheus_client import generate_latest
 
 from scheduler.cycle_metrics import CycleMetrics
+from scheduler.daemon import Daemon
 from tests.daemon.conftest import Env
 from tests.metrics.helpers import value
 
@@ -47,3 +52,29 @@ def test_the_daemon_serves_its_series_over_http() -> None:
                  le="0.002") == 0  # fmt: skip
     assert value(text, "gantry_admission_attempt_duration_seconds_bucket", result="success",
                  le="0.004") == 1  # fmt: skip
+
+
+def test_run_scheduler_feeds_its_cycles_to_the_served_series(
+    db: None, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The command wires the hook and serves the port (the loop stands for one cycle)."""
+    settings.GANTRY_SIM_STATE_FILE = ""
+    made: list[CycleMetrics] = []
+    scraped: list[str] = []
+    original = CycleMetrics.serve
+
+    def serve(self: CycleMetrics, port: int, addr: str = "0.0.0.0") -> Any:
+        made.append(self)
+        return original(self, 0, addr="127.0.0.1")
+
+    def one_cycle(daemon: Daemon) -> None:
+        daemon.step()
+        scraped.append(generate_latest(made[0].registry).decode())  # the served registry
+
+    monkeypatch.setattr(CycleMetrics, "serve", serve)
+    monkeypatch.setattr(Daemon, "run", one_cycle)
+    monkeypatch.setattr(signal, "signal", lambda *_args: None)  # keep pytest's handlers
+    call_command("run_scheduler", "--backend", "simulated", "--no-demo-load",
+                 "--metrics-port", "9402", stdout=StringIO(), stderr=StringIO())  # fmt: skip
+    (text,) = scraped
+    assert value(text, "gantry_admission_attempts_total", result="idle") == 1
