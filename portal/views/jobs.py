@@ -134,7 +134,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         "quote": quote,
     }
     # HTMX swaps only 2xx answers: the Quote button's errors come back in a 200.
-    status = 400 if form.errors and not request.htmx else 200
+    status = 400 if form.errors and not request.headers.get("HX-Request") else 200
     return render(request, "portal/jobs/new.html", context, status=status)
 
 
