@@ -18,7 +18,7 @@ from scheduler.models import (
     UtilizationRollup,
     UtilizationSample,
 )
-from scheduler.rollups import LAG, retention_run, rollup_run
+from scheduler.rollups import LAG, _roll_window, retention_run, rollup_run
 from scheduler.utilization import DeviceReading, samples_ingest
 from tenants.models import IdleRule
 from tests.billing.builders import T0, at, hold, job_for, make_node
@@ -135,6 +135,17 @@ def test_rollups_are_done_once_however_often_they_run(org: Org) -> None:
     assert UtilizationRollup.objects.count() == count == 8  # 4 scopes x (5 min + 1 h)
 
 
+def test_a_concurrent_run_behind_the_watermark_does_not_roll_a_window_again(org: Org) -> None:
+    """Two runs at once: the second read the watermark at T0 before the first committed. Once
+    it holds the watermark's lock it finds the window done, and leaves it."""
+    window_samples(org)
+    now = T0 + timedelta(minutes=5) + LAG
+    rollup_run(now=now)
+    rows = list(UtilizationRollup.objects.values_list("id", flat=True))
+    assert _roll_window("5m", T0, T0 + timedelta(minutes=5), 30.0) is False
+    assert list(UtilizationRollup.objects.values_list("id", flat=True)) == rows
+
+
 def test_an_open_window_waits(org: Org) -> None:
     window_samples(org)
     # The 5-minute window ends at T0 + 5 min; LAG later it may still get late samples.
@@ -164,6 +175,17 @@ def test_retention_keeps_raw_samples_not_rolled_up_yet(org: Org) -> None:
     now = T0 + timedelta(hours=50)
     samples_ingest([DeviceReading(device(node).id, 60.0)], at=now - timedelta(hours=49))
     assert retention_run(now=now)["raw"] == 0  # no roll-up ran: it is all there is
+    assert UtilizationSample.objects.count() == 1
+
+
+def test_retention_waits_for_rollups_that_lag_behind(org: Org) -> None:
+    node = make_node("n1", gpus=1)
+    now = T0 + timedelta(hours=50)
+    samples_ingest([DeviceReading(device(node).id, 60.0)], at=now - timedelta(hours=49))
+    # The hourly roll-up is stuck before the sample (a worker down for two days).
+    RollupWatermark.objects.create(name="5m", done_until=now)
+    RollupWatermark.objects.create(name="1h", done_until=now - timedelta(hours=50))
+    assert retention_run(now=now)["raw"] == 0
     assert UtilizationSample.objects.count() == 1
 
 
