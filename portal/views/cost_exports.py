@@ -62,8 +62,11 @@ def section_context(user: Any, month_start: datetime | None) -> dict[str, Any]:
 @login_required
 @require_POST
 def cost_export_new(request: HttpRequest) -> HttpResponse:
-    """Start an export of the form's window, aggregation and format; the section again."""
-    fields = {k: v for k, v in request.POST.items() if k in {"format", "from", "to", "by"} and v}
+    """Start an export of the form's window, aggregation and format, then back to the costs
+    page; a bad form is a 400 page with the form and what was wrong."""
+    fields: dict[str, Any] = {
+        k: v for k, v in request.POST.items() if k in {"format", "from", "to", "by"} and v
+    }
     tenant_id = request.POST.get("tenant")
     if tenant_id:
         fields["tenant"] = access.access_tenant(request.user, tenant_id).pk
