@@ -15,8 +15,8 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -33,6 +33,10 @@ WATERMARK = "idle"
 # The newest samples are left for the next scan: a report being written now may still land
 # before this instant (they are stamped when ingested).
 SCAN_LAG = timedelta(seconds=5)
+# One transaction covers at most this much sample time (2,000 GPUs: 40,000 samples), and a
+# first scan starts this far back: a scan after a long pause catches up in bounded steps.
+CHUNK = timedelta(minutes=10)
+FIRST_SCAN = timedelta(hours=2)
 # A gap in a job's samples longer than this many intervals adds no idle time (the node stopped
 # reporting: nothing says the job was idle meanwhile). The episode itself goes on.
 MAX_GAP_INTERVALS = 2
@@ -103,13 +107,11 @@ def _advance(state: JobIdle, points: list[tuple[datetime, float]], rule: Rule) -
 
 
 def _watermark(now: datetime) -> RollupWatermark:
+    """The scan's watermark, locked; a first scan starts FIRST_SCAN back."""
     try:
         with transaction.atomic():
             RollupWatermark.objects.get_or_create(
-                name=WATERMARK,
-                defaults={
-                    "done_until": now - timedelta(hours=settings.GANTRY_UTILIZATION_RAW_HOURS)
-                },
+                name=WATERMARK, defaults={"done_until": now - FIRST_SCAN}
             )
     except IntegrityError:  # another scan made it first
         pass
@@ -117,56 +119,78 @@ def _watermark(now: datetime) -> RollupWatermark:
 
 
 def idle_scan(*, now: datetime) -> ScanResult:
-    """Advance every job's idle state over the samples since the last scan, and act on the
-    episodes that reached their rule's duration (once each). Returns what it did."""
+    """Advance every job's idle state over the samples since the last scan, CHUNK of sample
+    time per transaction, and act on the episodes that reached their rule's duration (once
+    each). Returns what it did."""
     result = ScanResult()
-    with transaction.atomic():
-        mark = _watermark(now)
-        until = now - SCAN_LAG
-        if until <= mark.done_until:
-            return result
-        rows = list(
-            UtilizationSample.objects.filter(
-                at__gte=mark.done_until, at__lt=until, job_id__isnull=False
-            ).values_list("job_id", "tenant_id", "at", "utilization_pct")
-        )
-        result.samples = len(rows)
-        points = _points(rows)
-        tenants = {job_id: tenant_id for job_id, tenant_id, _, _ in rows}
-        rules = rule_for_tenants(set(tenants.values()))
-        states = {
-            s.job_id: s for s in JobIdle.objects.select_for_update().filter(job_id__in=list(points))
-        }
-        new = [JobIdle(job_id=j, tenant_id=tenants[j]) for j in points if j not in states]
-        running = set(
-            Job.objects.filter(id__in=list(points), state=JobState.RUNNING).values_list(
-                "id", flat=True
-            )
-        )
-        for job_id, job_points in points.items():
-            state = states.get(job_id) or next(s for s in new if s.job_id == job_id)
-            rule = rules[tenants[job_id]]
-            _advance(state, job_points, rule)
-            due = state.idle_since is not None and state.idle_seconds >= rule.duration_s
-            if due and state.acted_for != state.idle_since and job_id in running:
-                state.acted_for = state.idle_since
-                if rule.action != IdleAction.NOTHING:
-                    result.acted.append((job_id, state.idle_since))  # type: ignore[arg-type]
-        JobIdle.objects.bulk_create(new)
-        JobIdle.objects.bulk_update(
-            list(states.values()),
-            ["idle_since", "last_sample_at", "idle_seconds", "idle_seconds_total", "acted_for"],
-        )
-        mark.done_until = until
-        mark.save(update_fields=["done_until"])
-        result.jobs = len(points)
-        for job_id, episode in result.acted:
-            transaction.on_commit(partial(_notify_later, job_id, episode))
+    until = now - SCAN_LAG
+    while _scan_chunk(now, until, result):
+        pass
+    rules = rule_for_tenants(
+        Job.objects.filter(id__in=[j for j, _ in result.acted]).values_list("tenant_id", flat=True)
+    )
+    tenants = dict(
+        Job.objects.filter(id__in=[j for j, _ in result.acted]).values_list("id", "tenant_id")
+    )
     for job_id, _ in result.acted:
         rule = rules[tenants[job_id]]
         if rule.action == IdleAction.NOTIFY_AND_STOP:
             idle_job_stop(job_id=job_id, rule=rule)
     return result
+
+
+def _scan_chunk(now: datetime, until: datetime, result: ScanResult) -> bool:
+    """One transaction: the samples from the watermark to at most CHUNK later (and before
+    `until`). True when more remain."""
+    with transaction.atomic():
+        mark = _watermark(now)
+        if until <= mark.done_until:
+            return False
+        end = min(until, mark.done_until + CHUNK)
+        rows = list(
+            UtilizationSample.objects.filter(
+                at__gte=mark.done_until, at__lt=end, job_id__isnull=False
+            ).values_list("job_id", "tenant_id", "at", "utilization_pct")
+        )
+        acted = _advance_jobs(rows)
+        mark.done_until = end
+        mark.save(update_fields=["done_until"])
+        for job_id, episode in acted:
+            transaction.on_commit(partial(_notify_later, job_id, episode))
+    result.samples += len(rows)
+    result.jobs += len({r[0] for r in rows})
+    result.acted += acted
+    return end < until
+
+
+def _advance_jobs(rows: list[tuple[int, int, datetime, float]]) -> list[tuple[int, datetime]]:
+    """Move the idle state of the jobs of `rows` over them; the episodes to act on."""
+    points = _points(rows)
+    tenants = {job_id: tenant_id for job_id, tenant_id, _, _ in rows}
+    rules = rule_for_tenants(set(tenants.values()))
+    states = {
+        s.job_id: s for s in JobIdle.objects.select_for_update().filter(job_id__in=list(points))
+    }
+    new = {j: JobIdle(job_id=j, tenant_id=tenants[j]) for j in points if j not in states}
+    running = set(
+        Job.objects.filter(id__in=list(points), state=JobState.RUNNING).values_list("id", flat=True)
+    )
+    acted = []
+    for job_id, job_points in points.items():
+        state = states.get(job_id) or new[job_id]
+        rule = rules[tenants[job_id]]
+        _advance(state, job_points, rule)
+        due = state.idle_since is not None and state.idle_seconds >= rule.duration_s
+        if due and state.acted_for != state.idle_since and job_id in running:
+            state.acted_for = state.idle_since
+            if rule.action != IdleAction.NOTHING:
+                acted.append((job_id, state.idle_since))
+    JobIdle.objects.bulk_create(new.values())
+    JobIdle.objects.bulk_update(
+        list(states.values()),
+        ["idle_since", "last_sample_at", "idle_seconds", "idle_seconds_total", "acted_for"],
+    )
+    return acted  # type: ignore[return-value]
 
 
 def _notify_later(job_id: int, episode: datetime) -> None:
