@@ -661,6 +661,10 @@ def _setup(url: str, fresh: bool) -> None:
     import django
 
     django.setup()
+    from django.core.management import call_command
+
+    # A kept build may predate the code's latest migrations.
+    call_command("migrate", verbosity=0)
 
 
 def _built(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
