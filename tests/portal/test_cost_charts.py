@@ -302,3 +302,17 @@ def test_burn_down_day_by_day_ends_at_the_budget_position(
         drawn = traces(figure(html, f"budget-{budget.pk}"))
         assert list(drawn["spent"].values()) == [float(a) for a in expected[slug]] + [None] * 26
         assert set(drawn["limit"].values()) == {float(budget.limit)}
+
+
+def test_the_finance_home_page_rates_each_month_once(
+    org: Org, django_assert_max_num_queries: Any, monkeypatch: Any
+) -> None:
+    from django.utils import timezone
+
+    two_months(org)
+    monkeypatch.setattr(timezone, "now", lambda: at(8))
+    client = Client()
+    client.force_login(org.users["carol"])
+    client.get(reverse("portal:home"))
+    with django_assert_max_num_queries(103):
+        assert client.get(reverse("portal:home")).status_code == 200
