@@ -265,3 +265,20 @@ def test_an_old_agent_without_power_still_reports(org: Org) -> None:
     response = client.post("/api/v1/nodes/report/", body, content_type="application/json")
     assert response.status_code == 200
     assert UtilizationSample.objects.get().power_w is None
+
+
+def test_the_beat_task_rolls_up_and_scans(org: Org, settings: Any) -> None:
+    from config.celery import app
+    from scheduler import tasks
+
+    entry = settings.CELERY_BEAT_SCHEDULE["utilization-rollup"]
+    app.loader.import_default_modules()
+    assert entry["task"] in app.tasks
+    node = make_node("n1", gpus=1)
+    job = job_for(org, state=JobState.RUNNING)
+    hold(job, node, 0, None, [1000])
+    hour_ago = timezone.now() - timedelta(hours=1)
+    samples_ingest([DeviceReading(device(node).id, 1.0)], at=hour_ago)
+    done = tasks.utilization_rollup()
+    assert done["windows"] >= 1 and done["idle_samples"] == 1
+    assert UtilizationRollup.objects.filter(period="5m", scope="job", key_id=job.id).exists()
