@@ -202,13 +202,21 @@ def test_the_home_page_of_others_has_no_charts(org: Org, username: str) -> None:
 
 
 def test_plotly_js_is_served_from_the_installed_package(org: Org) -> None:
+    job = job_for(org)
     client = Client()
     client.force_login(org.users["carol"])
-    html = client.get(reverse("portal:costs"), {"month": "2031-02"}).content.decode()
-    scripts = re.findall(r'<script[^>]* src="([^"]+)"', html)
-    assert static(PLOTLY) in scripts
-    assert all(src.startswith("/static/") for src in scripts), scripts  # no CDN
-    assert "cdn" not in html.lower()
+    for url in [
+        reverse("portal:costs") + "?month=2031-02",
+        reverse("portal:home"),
+        reverse("portal:job-detail", args=[job.pk]),
+    ]:
+        html = client.get(url).content.decode()
+        scripts = re.findall(r"<script[^>]* src=\"([^\"]+)\"", html)
+        assert all(src.startswith("/static/") for src in scripts), (url, scripts)  # no CDN
+        assert "cdn" not in html.lower(), url
+        assert "<script>" not in html, url  # no inline script: a CSP of script-src 'self' holds
+        if "/jobs/" not in url:
+            assert static(PLOTLY) in scripts, url
     response = Client().get(static(PLOTLY))
     assert response.status_code == 200
     assert response["Content-Type"].startswith(("text/javascript", "application/javascript"))
