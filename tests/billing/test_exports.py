@@ -568,3 +568,20 @@ def test_a_file_too_large_to_answer_at_once_points_to_the_celery_path(
     response = client_for("carol").get("/api/v1/costs/export/", {**WINDOW, "format": "focus"})
     assert response.status_code == 400
     assert "/api/v1/cost-exports/" in response.json()["errors"]["non_field_errors"][0]
+
+
+def test_the_expiry_sweep_is_scheduled(settings: Any) -> None:
+    from billing.tasks import cost_exports_expire
+
+    entry = settings.CELERY_BEAT_SCHEDULE["billing-exports-expire"]
+    assert entry == {"task": cost_exports_expire.name, "schedule": 900.0}
+
+
+@pytest.mark.parametrize("hours", ["0", "-1", "nan"])
+def test_a_retention_that_is_not_a_positive_number_of_hours_refuses_to_start(hours: str) -> None:
+    from tests.test_settings import manage
+
+    result = manage("check", env={"GANTRY_EXPORT_RETENTION_H": hours})
+    assert result.returncode != 0
+    assert "GANTRY_EXPORT_RETENTION_H" in result.stderr
+    assert manage("check", env={"GANTRY_EXPORT_RETENTION_H": "0.5"}).returncode == 0
