@@ -4,8 +4,10 @@ The lifecycle: `cost_export_start` records a queued export and, once its transac
 queues `billing.tasks.cost_export_run`. The task claims it (queued -> running, a
 compare-and-swap, so a second delivery of the same message does nothing), writes the file
 under `GANTRY_EXPORT_DIR` through a temporary name, saving progress as rows go, and renames it
-when complete (a crash leaves no half file under the final name). What the file holds is
-decided when it runs: `export_write` reads the cost lines its owner may see at that moment.
+when complete (a crash leaves no half file under the final name; a worker killed while
+writing leaves the export `running` and its partial file until the export expires). What the
+file holds is decided when it runs: `export_write` reads the cost lines its owner may see at
+that moment.
 Each export is kept `GANTRY_EXPORT_RETENTION_H` hours after it finishes; the beat task
 `cost_exports_expire` then deletes the file and the row, and a download after the expiry is a
 404 even before the sweep.
@@ -126,9 +128,13 @@ def cost_exports_expire(*, now: datetime) -> int:
     """Delete the files and rows of exports past their expiry; the number deleted. Safe to
     run twice at once: a file already gone is no error, a row already deleted is skipped."""
     expired = list(CostExport.objects.filter(expires_at__lte=now).values_list("pk", "file"))
-    for _, name in expired:
+    folder = export_dir()
+    for pk, name in expired:
         if name:
-            (export_dir() / name).unlink(missing_ok=True)
+            (folder / name).unlink(missing_ok=True)
+        # What a worker killed while writing left (its export stays `running` until now).
+        for partial in folder.glob(f".{pk}-*.part"):
+            partial.unlink(missing_ok=True)
     CostExport.objects.filter(pk__in=[pk for pk, _ in expired]).delete()
     return len(expired)
 

@@ -585,3 +585,17 @@ def test_a_retention_that_is_not_a_positive_number_of_hours_refuses_to_start(hou
     assert result.returncode != 0
     assert "GANTRY_EXPORT_RETENTION_H" in result.stderr
     assert manage("check", env={"GANTRY_EXPORT_RETENTION_H": "0.5"}).returncode == 0
+
+
+def test_the_sweep_deletes_what_a_killed_worker_left(org: Org) -> None:
+    query = exports.query_from_json({**WINDOW, "by": "team"})
+    export = export_runs.cost_export_start(user=org.users["carol"], fmt="csv", query=query, now=T0)
+    # A worker claimed it and died while writing: the export stays running, a partial file.
+    CostExport.objects.filter(pk=export.pk).update(state=ExportState.RUNNING)
+    folder = Path(export_runs.export_dir())
+    folder.mkdir(parents=True)
+    partial = folder / f".{export.pk}-{export.filename}.part"
+    partial.write_bytes(b"from,to")
+    assert export_runs.cost_export_run(export.pk, clock=timezone.now) is False  # redelivered
+    assert export_runs.cost_exports_expire(now=export.expires_at) == 1
+    assert not partial.exists() and not CostExport.objects.exists()
