@@ -8,7 +8,6 @@ Bounded and derandomized: a few examples per operation, the same ones on every r
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,7 +97,5 @@ def test_every_operation_answers_as_its_schema_says(org: Org, persona: str) -> N
     cache.clear()
     token = Token.objects.create(user=org.users[persona]).key
     schema = schemathesis.openapi.from_wsgi("/api/v1/schema/", get_wsgi_application())
-    started = time.monotonic()
     failures = failures_for(schema, token)
     assert not failures, "\n\n".join(failures)
-    assert time.monotonic() - started < 60  # the budget: a few examples per operation
