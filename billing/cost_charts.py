@@ -23,6 +23,7 @@ from typing import Any
 from billing.costs import CostLine
 from billing.models import LineKind
 from billing.selectors import CostRow, LineFilter, aggregate, cost_lines_visible
+from common.errors import DomainError
 from tenants.models import Tenant
 
 CHART_MONTHS = 6
@@ -48,11 +49,11 @@ class Series:
 
     key: Any  # the department's id, None for costs outside every department
     name: str | None
-    amounts: list[Decimal]
+    amounts: list[Decimal | None]  # None: the month cannot be priced
 
     @property
     def total(self) -> Decimal:
-        return sum(self.amounts, Decimal("0.00"))
+        return sum((a for a in self.amounts if a is not None), Decimal("0.00"))
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,15 @@ class CostCharts:
     departments: list[Series]
     flavors: list[CostRow]
     idle: list[CostRow]
+    unpriced: list[str]  # months that cannot be priced (a flavor used without a rate card)
 
     @property
-    def month_totals(self) -> list[Decimal]:
+    def month_totals(self) -> list[Decimal | None]:
         return [
-            sum((s.amounts[i] for s in self.departments), Decimal("0.00"))
-            for i in range(len(self.months))
+            None
+            if month in self.unpriced
+            else sum((s.amounts[i] or Decimal(0) for s in self.departments), Decimal("0.00"))
+            for i, month in enumerate(self.months)
         ]
 
     @property
@@ -77,13 +81,19 @@ class CostCharts:
 
 def visible_month_lines(
     user: Any, last: datetime, top: Tenant | None = None, months: int = CHART_MONTHS
-) -> dict[datetime, list[CostLine]]:
-    """month start -> the lines of that month the user may see (under `top`), rated once.
-    DomainError when a flavor used has no rate for an hour of a month."""
-    return {
-        start: cost_lines_visible(user, start, month_end(start), LineFilter(tenant=top))
-        for start in month_starts(last, months)
-    }
+) -> dict[datetime, list[CostLine] | None]:
+    """month start -> the lines of that month the user may see (under `top`), rated once;
+    None for an earlier month that cannot be priced (a flavor used without a rate card then),
+    so the month shown is not lost to an old gap. DomainError when the last month cannot."""
+    out: dict[datetime, list[CostLine] | None] = {}
+    for start in month_starts(last, months):
+        try:
+            out[start] = cost_lines_visible(user, start, month_end(start), LineFilter(tenant=top))
+        except DomainError:
+            if start == month_starts(last, 1)[0]:
+                raise
+            out[start] = None
+    return out
 
 
 def _idle_by_tenant(lines: list[CostLine]) -> list[CostRow]:
@@ -101,29 +111,37 @@ def _idle_by_tenant(lines: list[CostLine]) -> list[CostRow]:
     return sorted(rows.values(), key=lambda r: (-(r.charged + r.showback), str(r.name)))
 
 
-def cost_charts(currency: str, month_lines: dict[datetime, list[CostLine]]) -> CostCharts:
-    """The three charts' figures from each month's lines (the last month: the one shown)."""
+def cost_charts(currency: str, month_lines: dict[datetime, list[CostLine] | None]) -> CostCharts:
+    """The three charts' figures from each month's lines (the last month: the one shown; a
+    month without lines (None) cannot be priced, and has no figures)."""
     starts = sorted(month_lines)
     per_month = [
-        {row.key: row for row in aggregate(month_lines[start], "department")} for start in starts
+        None
+        if month_lines[start] is None
+        else {row.key: row for row in aggregate(month_lines[start] or [], "department")}
+        for start in starts
     ]
     keys: dict[Any, str | None] = {}
     for rows in per_month:
-        for row in rows.values():
+        for row in (rows or {}).values():
             keys.setdefault(row.key, row.name)
     departments = [
         Series(
             key,
             name,
-            [rows[key].charged if key in rows else Decimal("0.00") for rows in per_month],
+            [
+                None if rows is None else rows[key].charged if key in rows else Decimal("0.00")
+                for rows in per_month
+            ],
         )
         for key, name in keys.items()
     ]
     departments.sort(key=lambda s: (-s.total, s.name is None, str(s.name)))
-    shown = month_lines[starts[-1]] if starts else []
+    shown = (month_lines[starts[-1]] or []) if starts else []
     return CostCharts(
         currency=currency,
         months=[f"{start:%Y-%m}" for start in starts],
+        unpriced=[f"{start:%Y-%m}" for start in starts if month_lines[start] is None],
         departments=departments,
         flavors=aggregate(shown, "flavor"),
         idle=_idle_by_tenant(shown),

@@ -58,7 +58,7 @@ def figures(charts: CostCharts) -> dict[str, Any]:
                     go.Bar(
                         name=department_label(series.name),
                         x=charts.months,
-                        y=[float(amount) for amount in series.amounts],
+                        y=[None if amount is None else float(amount) for amount in series.amounts],
                     )
                     for series in charts.departments
                 ],

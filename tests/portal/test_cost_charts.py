@@ -324,3 +324,23 @@ def test_the_finance_home_page_rates_each_month_once(
     client.get(reverse("portal:home"))
     with django_assert_max_num_queries(103):
         assert client.get(reverse("portal:home")).status_code == 200
+
+
+def test_an_earlier_month_without_a_rate_leaves_the_month_shown_alone(org: Org) -> None:
+    """December 2030 has a metered hour of a flavor without a rate then (the first rate card
+    starts on 2031-01-01): the February page shows its charts and says December is not
+    priced; December's own page is the error it was."""
+    two_months(org)
+    old = job_for(org)
+    hold(old, make_node("n5", gpus=1), -24 * 40, -24 * 40 + 1, [1000])  # 2030-12-22
+    meter_hour(at(-24 * 40), now=at(8))
+    html = page(org, "carol")
+    assert "Not priced: 2030-12" in html
+    shown = table(html, "departments")
+    assert shown["research"][MONTHS.index("2030-12")] == "no rate"
+    assert shown["research"][MONTHS.index("2031-02")] != "0.00"
+    assert traces(figure(html, "departments"))["research"]["2030-12"] is None
+    client = Client()
+    client.force_login(org.users["carol"])
+    december = client.get(reverse("portal:costs"), {"month": "2030-12"})
+    assert december.status_code == 400 and "no rate card" in december.content.decode()
