@@ -375,7 +375,6 @@ class JobQueueEstimate(models.Model):
         return self.position_cluster - 1
 
 
-
 # The utilization history's tables belong to this app (their own module: they are many).
 from scheduler.utilization_models import JobIdle as JobIdle  # noqa: E402
 from scheduler.utilization_models import RollupPeriod as RollupPeriod  # noqa: E402
