@@ -204,6 +204,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TenantKindEnum": "tenants.models.TenantKind",
         "FlavorKindEnum": "tenants.models.FlavorKind",
+        "LineKindEnum": "billing.models.LineKind",
     },
 }
 

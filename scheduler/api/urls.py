@@ -10,6 +10,6 @@ router.register("approval-requests", approvals.ApprovalRequestViewSet, basename=
 
 urlpatterns = [
     # The router's detail pattern, so that the isolation walks see a detail route.
-    re_path(r"^jobs/(?P<pk>[^/.]+)/queue/$", queue.JobQueueView.as_view(), name="jobqueue-detail"),
+    re_path(r"^jobs/(?P<pk>[^/.]+)/queue/\Z", queue.JobQueueView.as_view(), name="jobqueue-detail"),
     *router.urls,
 ]
