@@ -78,7 +78,12 @@ def api_routes() -> list[Route]:
     for template, callback, name in _walk(get_resolver().url_patterns):
         if not template.startswith("api/v1/"):
             continue
-        clean = template.replace("(?P<pk>[^/.]+)", "<pk>").replace("^", "").replace("$", "")
+        clean = (
+            template.replace("(?P<pk>[^/.]+)", "<pk>")
+            .replace("^", "")
+            .replace("$", "")
+            .replace("\\Z", "")
+        )
         clean = clean.replace("\\.(?P<format>[a-z0-9]+)/?", "")
         if "<format>" in clean or "(?P<format>" in template:
             continue
