@@ -2,7 +2,8 @@
 
 - Spend is what metering charged the subtree's jobs in the month (`BudgetSpend`, one row
   per tenant and month, added to by metering in the same transaction as the hour's usage
-  records: `spend_add`), so a position is a sum over the subtree's rows, not a re-rating.
+  records: `spend_add`, rated per group of records and upserted in one statement), so a
+  position is a sum over the subtree's rows, not a re-rating.
 - Committed is what admitted jobs may still cost: each admitted job's reservation
   (billing/reservations.py) less what it has been metered for since, never below zero.
 - A budget applies to its tenant's whole subtree, so a job counts against its tenant's
@@ -17,15 +18,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import DecimalField, F, Sum, Value
+from django.db import connection, transaction
+from django.db.models import Count, DecimalField, F, Max, Sum, Value
 from django.db.models.functions import Greatest
 
 from billing import rating
-from billing.models import Budget, BudgetReservation, BudgetSpend, BudgetUnit
+from billing.models import Budget, BudgetReservation, BudgetSpend, BudgetUnit, RateCard
 from scheduler.models import FINAL_STATES
 from tenants.models import Tenant
 
@@ -209,16 +211,58 @@ def budgets_over(tenant: Tenant, at: datetime) -> list[Budget]:
 # --- spend, from metering ---------------------------------------------------------------
 
 
-def spend_metered(period: Any, records: list[Any]) -> None:
-    """Metering's hook, after an hour's usage records are written (same transaction): add
-    them to the spend, and check the alerts of the budgets they moved once committed."""
-    from billing.statements import rates_between
+EVER = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
 
+
+class SpendRun:
+    """What the budgets hook keeps over one metering run: the rate cards, read once and
+    read again only when a card was added or withdrawn meanwhile (one small query per hour
+    checks), and the tenants whose spend moved, whose alert check is queued once, when the
+    run ends (`alerts_queue`)."""
+
+    def __init__(self) -> None:
+        self._rates: list[rating.Rate] = []
+        self._cards: tuple[int, int | None] | None = None
+        self.moved: dict[datetime, set[int]] = defaultdict(set)
+
+    def rates(self) -> list[rating.Rate]:
+        from billing.statements import rates_between
+
+        cards = RateCard.objects.aggregate(n=Count("id"), last=Max("id"))
+        fingerprint = (cards["n"], cards["last"])
+        if fingerprint != self._cards:
+            # Every version (there are few): one read serves every hour of the run.
+            self._rates = rates_between(EVER[0], EVER[1])
+            self._cards = fingerprint
+        return self._rates
+
+    def alerts_queue(self) -> None:
+        """Queue the alert check of the budgets over the tenants whose spend moved, once the
+        run's hours are committed (a run that failed in an hour: those committed before it)."""
+        transaction.on_commit(self._alerts_check_later)
+
+    def _alerts_check_later(self) -> None:
+        # After the hours' own callbacks, which fill `moved` as each commits.
+        moved, self.moved = self.moved, defaultdict(set)
+        for month, tenants in sorted(moved.items()):
+            alerts_check_later(sorted(tenants), month)
+
+
+def spend_metered(period: Any, records: list[Any], run: SpendRun | None = None) -> None:
+    """Metering's hook, after an hour's usage records are written (same transaction): add
+    them to the spend. The alert check of the budgets they moved is queued by `run` when
+    the metering run ends, or at this hour's commit when there is no run."""
     month = month_start(period.start)
-    added = spend_add(records, rates_between(period.start, period.end), month)
-    if added:
-        tenants = sorted(added)
-        transaction.on_commit(lambda: alerts_check_later(tenants, month))
+    rates = (run or SpendRun()).rates()
+    in_force = {rate.flavor: rate for rate in rates if rate.covers(period.start)}
+    tenants = sorted(spend_add(records, in_force, month))
+    if not tenants:
+        return
+    if run is None:
+        transaction.on_commit(partial(alerts_check_later, tenants, month))
+    else:
+        # Counted once the hour commits: an hour rolled back moved nothing.
+        transaction.on_commit(partial(run.moved[month].update, tenants))
 
 
 def alerts_check_later(tenant_ids: list[int], month: datetime) -> None:
@@ -232,80 +276,112 @@ def alerts_check_later(tenant_ids: list[int], month: datetime) -> None:
         logger.warning("could not queue the budget alert check", exc_info=True)
 
 
-def spend_add(records: list[Any], rates: list[rating.Rate], month: datetime) -> dict[int, Any]:
+# Exact quantities of one group of records: milli-GPU-, millicore- and MiB-microseconds.
+Held = list[int]
+MICROSECONDS_PER_S = 1_000_000
+
+
+def spend_add(
+    records: list[Any], in_force: dict[str, rating.Rate], month: datetime
+) -> dict[int, Any]:
     """Add the hour's usage `records` (UsageRecord rows of one hour) to their tenants' spend
     and to their jobs' open reservations. Runs inside metering's transaction, so the hour's
-    records and their spend are written together or not at all.
+    records and their spend are written together or not at all. `in_force`: the rate version
+    of each flavor for the hour (rates change on the hour, billing/rates.py, so one version
+    prices the whole hour, as rating would).
 
     Returns {tenant id: (money, GPU-hours)} added. A flavor without a rate for the hour adds
     its GPU-hours and no money (a statement of it would refuse the period until one is set).
     """
-    by_tenant: dict[int, list[Fraction]] = defaultdict(lambda: [Fraction(0), Fraction(0)])
-    by_job: dict[int, list[Fraction]] = defaultdict(lambda: [Fraction(0), Fraction(0)])
-    for record, money, gpu_hours in _priced(records, rates):
-        for totals in (by_tenant[record.tenant_id], by_job[record.allocation.job_id]):
-            totals[0] += money
-            totals[1] += gpu_hours
-    for tenant_id, (money, gpu_hours) in by_tenant.items():
-        _spend_row_add(tenant_id, month, _exact(money), _exact(gpu_hours))
-    _reservations_metered(by_job)
-    return by_tenant
+    if not records:
+        return {}
+    held = list(
+        BudgetReservation.objects.select_for_update().filter(
+            job_id__in={r.allocation.job_id for r in records}, released_at__isnull=True
+        )
+    )
+    reserved = {reservation.job_id for reservation in held}
+    by_tenant: dict[tuple[Any, ...], Held] = defaultdict(lambda: [0, 0, 0])
+    by_job: dict[tuple[Any, ...], Held] = defaultdict(lambda: [0, 0, 0])
+    for record in records:
+        key = (record.flavor, record.priority_class, record.borrowed)
+        us = (record.end - record.start) // rating.MICROSECOND
+        quantities = (record.gpu_milli * us, record.cpu_milli * us, record.memory_mib * us)
+        groups = [by_tenant[(record.tenant_id, *key)]]
+        if record.allocation.job_id in reserved:
+            groups.append(by_job[(record.allocation.job_id, *key)])
+        for totals in groups:
+            for i, quantity in enumerate(quantities):
+                totals[i] += quantity
+    added = _priced(by_tenant, in_force)
+    _spend_rows_add(added, month)
+    _reservations_metered(held, _priced(by_job, in_force))
+    return added
+
+
+def _priced(
+    groups: dict[tuple[Any, ...], Held], in_force: dict[str, rating.Rate]
+) -> dict[int, tuple[Fraction, Fraction]]:
+    """{owner: (money, GPU-hours)}, exact, of groups keyed (owner, flavor, priority class,
+    borrowed): each group is priced once, at its unit prices, which is exactly the sum of its
+    records priced one by one (fractions add up without rounding)."""
+    out: dict[int, tuple[Fraction, Fraction]] = {}
+    prices: dict[tuple[str, str, bool], list[Fraction]] = {}
+    for (owner, *kind), quantities in groups.items():
+        key = (kind[0], kind[1], kind[2])
+        if key not in prices:
+            prices[key] = _unit_prices(in_force.get(kind[0]), *key[1:])
+        money = sum(
+            (price * q for price, q in zip(prices[key], quantities, strict=True) if price and q),
+            Fraction(0),
+        )
+        gpu_hours = Fraction(quantities[0], rating.UNITS["gpu"][1] * MICROSECONDS_PER_S)
+        before = out.get(owner, (Fraction(0), Fraction(0)))
+        out[owner] = (before[0] + money, before[1] + gpu_hours)
+    return out
+
+
+def _unit_prices(rate: rating.Rate | None, priority_class: str, borrowed: bool) -> list[Fraction]:
+    """The price of one unit of each quantity (GPU, CPU, memory), exact; none without a rate."""
+    if rate is None:
+        return [Fraction(0)] * len(rating.RESOURCES)
+    return [
+        Fraction(rate.unit_price(resource, priority_class, borrowed))
+        / (rating.UNITS[resource][1] * MICROSECONDS_PER_S)
+        for resource in rating.RESOURCES
+    ]
 
 
 def _exact(value: Fraction) -> Decimal:
     return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(EXACT, ROUND_HALF_EVEN)
 
 
-def _priced(records: list[Any], rates: list[rating.Rate]) -> list[tuple[Any, Fraction, Fraction]]:
-    """(record, money, GPU-hours) of one hour's records, exact. Rates change on the hour
-    (billing/rates.py), so one version per flavor prices the whole hour, as rating would."""
-    if not records:
-        return []
-    hour = min(r.start for r in records)
-    in_force = {rate.flavor: rate for rate in rates if rate.covers(hour)}
-    out = []
-    for record in records:
-        usage = rating.Usage(
-            record.tenant_id,
-            record.flavor,
-            "used",
-            record.start,
-            record.end,
-            record.gpu_milli,
-            record.cpu_milli,
-            record.memory_mib,
-        )
-        held = rating.held(usage)
-        rate = in_force.get(record.flavor)
-        money = Fraction(0)
-        if rate is not None:
-            for resource, amount in held.items():
-                price = rate.unit_price(resource, record.priority_class, record.borrowed)
-                money += Fraction(price) * amount / rating.UNITS[resource][1]
-        out.append((record, money, held["gpu"] / rating.UNITS["gpu"][1]))
-    return out
-
-
-def _spend_row_add(tenant_id: int, month: datetime, money: Decimal, gpu_hours: Decimal) -> None:
-    rows = BudgetSpend.objects.filter(tenant_id=tenant_id, month=month)
-    if rows.update(amount=F("amount") + money, gpu_hours=F("gpu_hours") + gpu_hours):
+def _spend_rows_add(added: dict[int, tuple[Fraction, Fraction]], month: datetime) -> None:
+    """Add to the tenants' spend rows of `month` in one upsert (PostgreSQL and SQLite share
+    the syntax), creating those missing; by tenant id, so concurrent runs metering other
+    hours of the month lock the rows in the same order."""
+    if not added:
         return
-    try:
-        with transaction.atomic():
-            BudgetSpend.objects.create(
-                tenant_id=tenant_id, month=month, amount=money, gpu_hours=gpu_hours
-            )
-    except IntegrityError:
-        # A concurrent run metering another hour of the month created it meanwhile.
-        rows.update(amount=F("amount") + money, gpu_hours=F("gpu_hours") + gpu_hours)
-
-
-def _reservations_metered(by_job: dict[int, list[Fraction]]) -> None:
-    held = list(
-        BudgetReservation.objects.select_for_update().filter(
-            job_id__in=list(by_job), released_at__isnull=True
+    ops = connection.ops
+    table = ops.quote_name(BudgetSpend._meta.db_table)
+    when = ops.adapt_datetimefield_value(month)
+    params: list[Any] = []
+    for tenant_id in sorted(added):
+        money, gpu_hours = added[tenant_id]
+        params += [tenant_id, when, _exact(money), _exact(gpu_hours)]
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(added))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (tenant_id, month, amount, gpu_hours) VALUES {values} "  # noqa: S608 - names from the model
+            f"ON CONFLICT (tenant_id, month) DO UPDATE SET amount = {table}.amount + "
+            f"excluded.amount, gpu_hours = {table}.gpu_hours + excluded.gpu_hours",
+            params,
         )
-    )
+
+
+def _reservations_metered(
+    held: list[BudgetReservation], by_job: dict[int, tuple[Fraction, Fraction]]
+) -> None:
     for reservation in held:
         money, gpu_hours = by_job[reservation.job_id]
         reservation.metered += _exact(money)

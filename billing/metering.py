@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Field, Min, Q, Sum
 
-from billing.budgets import spend_metered
+from billing.budgets import SpendRun, spend_metered
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
 from scheduler.models import Allocation, GpuDevice
 from tenants.models import Quota
@@ -80,9 +80,16 @@ WINDOW_HOURS = 24
 def meter_usage(*, now: datetime, fault: Fault | None = None) -> int:
     """Meter every closed hour that is due; the number of hours this run metered."""
     metered = 0
-    for hours in _windows(hours_due(now)):
-        window = Window(hours[0], hours[-1] + HOUR)
-        metered += sum(meter_hour(hour, now=now, fault=fault, window=window) for hour in hours)
+    spend = SpendRun()
+    try:
+        for hours in _windows(hours_due(now)):
+            window = Window(hours[0], hours[-1] + HOUR)
+            metered += sum(
+                meter_hour(hour, now=now, fault=fault, window=window, spend=spend) for hour in hours
+            )
+    finally:
+        # Once per run, also when an hour failed: the hours committed before it moved spend.
+        spend.alerts_queue()
     return metered
 
 
@@ -103,9 +110,11 @@ def meter_hour(
     now: datetime,
     fault: Fault | None = None,
     window: Window | None = None,
+    spend: SpendRun | None = None,
 ) -> bool:
     """Meter [start, start + 1 h) unless another run did; True when this run metered it.
-    `window`: what this run read for several hours (read here, for this hour, when None).
+    `window`: what this run read for several hours (read here, for this hour, when None);
+    `spend`: the budgets' state of the run (rates read once, alerts checked at its end).
     `fault(step)` is called between the steps (tests kill the run there)."""
     step = fault or (lambda name: None)
     end = start + HOUR
@@ -123,7 +132,7 @@ def meter_hour(
             _write_records(records)
             _record_guarantees_and_capacity(period, window)
             # After the hour is written, in its transaction:
-            spend_metered(period, records)
+            spend_metered(period, records, spend)
             step("written")
             # 4. finish
             period.records = len(held)

@@ -18,6 +18,7 @@ import pytest
 from django.apps import apps as django_apps
 from django.core import mail
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from billing import admission, budget_alerts, tasks
 from billing.admission import reservations_sweep
@@ -31,6 +32,7 @@ from billing.models import (
     BudgetReservation,
     BudgetSpend,
     BudgetUnit,
+    RateMultiplier,
 )
 from billing.rates import RatePrices, rate_card_add
 from billing.rating import round_cents
@@ -170,6 +172,58 @@ def test_a_metering_run_killed_mid_hour_leaves_spend_as_the_hours_metered(
     meter_usage(now=at(7))
     again = budget_position(org.alpha, at(6))
     assert again is not None and again.spent == Decimal("8.00")
+
+
+def test_metering_reads_the_rates_once_writes_spend_once_an_hour_and_checks_alerts_once(
+    org: Org, sent: dict[str, list[Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    """The budgets hook used to read the rate cards again, update each tenant's spend row
+    and queue an alert check, every hour of a run."""
+    rates(org)
+    budget(org.alpha, "40")
+    node = make_node()
+    hold(job_for(org), node, 4, 7, [1000])  # alpha: 1 GPU, 3 hours at 4.00
+    hold(job_for(org, "bob-bravo", project=org.proj_bravo), node, 4, 7, [500], first_device=2)
+    multipliers = RateMultiplier._meta.db_table
+    spend = BudgetSpend._meta.db_table
+    with (
+        CaptureQueriesContext(connection) as queries,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert meter_usage(now=at(8)) == 3
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert len([q for q in sql if multipliers in q]) == 1  # the cards' prices, once a run
+    writes = [q for q in sql if spend in q and q.startswith(("INSERT", "UPDATE"))]
+    assert len(writes) == 3  # one upsert an hour for both tenants
+    assert sent["checks"] == [sorted([org.alpha.pk, org.bravo.pk])]
+    position = budget_position(org.alpha, at(6))
+    assert position is not None and position.spent == Decimal("12.00")
+    bravo = BudgetSpend.objects.get(tenant=org.bravo, month=FEB)
+    assert (bravo.amount, bravo.gpu_hours) == (Decimal("6.000000"), Decimal("1.500000"))
+
+
+def test_a_rate_added_while_metering_runs_prices_the_hours_after_it(org: Org) -> None:
+    rates(org)
+    budget(org.alpha, "100")
+    hold(job_for(org), make_node(), 4, 7, [1000])  # 1 GPU, 1 Feb 00:00-03:00
+    added: list[str] = []
+
+    def add_rate(name: str) -> None:
+        # Inside the first hour's transaction, once it is metered: from 01:00, 6.00.
+        if name == "finished" and not added:
+            rate_card_add(
+                user=org.users["pat"],
+                flavor=org.h100,
+                valid_from=at(5),
+                prices=RatePrices(Decimal(6)),
+            )
+            added.append(name)
+
+    meter_usage(now=at(8), fault=add_rate)
+    position = budget_position(org.alpha, at(6))
+    lines = usage_lines(org.acme, FEB, at(7))
+    exact = sum((Fraction(line.rate) * line.exact for line in lines), Fraction(0))
+    assert position is not None and position.spent == round_cents(exact) == Decimal("16.00")
 
 
 # --- admission: reservations and the policies, through the real submit and approval ------
