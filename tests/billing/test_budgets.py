@@ -202,6 +202,25 @@ def test_metering_reads_the_rates_once_writes_spend_once_an_hour_and_checks_aler
     assert (bravo.amount, bravo.gpu_hours) == (Decimal("6.000000"), Decimal("1.500000"))
 
 
+def test_a_metering_run_killed_in_an_hour_still_checks_the_alerts_of_the_hours_it_committed(
+    org: Org, sent: dict[str, list[Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    rates(org)
+    budget(org.alpha, "6")  # the first hour (4.00) takes it to 66.7 %: the 50 % alert
+    hold(job_for(org), make_node(), 4, 6, [1000])
+    seen: list[str] = []
+
+    def kill_in_second_hour(name: str) -> None:
+        seen.append(name)
+        if name == "written" and seen.count(name) == 2:
+            raise Killed(name)
+
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(Killed):
+        meter_usage(now=at(7), fault=kill_in_second_hour)
+    assert sent["checks"] == [[org.alpha.pk]]
+    assert list(BudgetAlert.objects.values_list("threshold", flat=True)) == [50]
+
+
 def test_a_rate_added_while_metering_runs_prices_the_hours_after_it(org: Org) -> None:
     rates(org)
     budget(org.alpha, "100")
