@@ -304,9 +304,11 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = int(os.environ.get("GANTRY_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
-    # Probes and Prometheus reach these over plain HTTP inside the cluster (the Ingress keeps
-    # /metrics off the public side): a redirect to https would send them where nothing listens.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz\Z", r"^metrics\Z"]
+    # Probes, Prometheus and the node agents reach these over plain HTTP inside the cluster
+    # (the Ingress keeps /metrics off the public side; platform/k8s/30-node-agent.yaml posts to
+    # the in-cluster service): a redirect to https would send them where nothing listens, and
+    # urllib does not follow a redirect of a POST, so no agent report would arrive.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz\Z", r"^metrics\Z", r"^api/v1/nodes/report/\Z"]
 
 LOGGING = {
     "version": 1,
