@@ -15,17 +15,43 @@ from django.views.decorators.http import require_GET, require_POST
 from common.errors import ConflictError
 from portal.decorators import login_required
 from portal.forms import DecisionForm, HistoryFilterForm
+from portal.selectors import QuotaRow, quota_rows
 from portal.templatetags.portal_tags import portal_nav
 from scheduler.approvals import approval_request_decide
-from tenants.models import ApprovalRequest
+from scheduler.models import Job
+from tenants.models import ApprovalKind, ApprovalRequest
 from tenants.selectors import approval_list_inbox, approval_list_visible
 
 PAGE_SIZE = 25
 
 
+def with_team_usage(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
+    """Set `team_usage` on each request: its team's quota rows (guarantee, limit, in use now)
+    for the models it asks for: a quota request's flavor, a job's allowed flavors (every
+    flavor the team has quota for when the job allows any). One read of the jobs and one of
+    the quotas and their use, however many requests; the approver may decide for the team,
+    so they may see its quota."""
+    job_ids = [r.subject_id for r in requests if r.kind == ApprovalKind.JOB]
+    flavors_of_job = dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "flavors"))
+    tenants = list({r.tenant_id: r.tenant for r in requests}.values())
+    rows: dict[int, list[QuotaRow]] = {}
+    for row in quota_rows(tenants):
+        rows.setdefault(row.tenant.pk, []).append(row)
+    for request in requests:
+        if request.kind == ApprovalKind.JOB:
+            asked = set(flavors_of_job.get(request.subject_id) or [])
+        else:
+            asked = {request.payload.get("flavor_name")}
+        team = rows.get(request.tenant_id, [])
+        request.team_usage = [  # type: ignore[attr-defined]
+            row for row in team if not asked or row.flavor.name in asked
+        ]
+    return requests
+
+
 def inbox_for(user: Any) -> list[ApprovalRequest] | None:
     """The user's pending requests, or None for users who never decide anything."""
-    requests = list(approval_list_inbox(user)[:100])
+    requests = with_team_usage(list(approval_list_inbox(user)[:100]))
     if requests or _decides_anything(user):
         return requests
     return None
@@ -46,7 +72,7 @@ def access_approval(user: Any, pk: int) -> ApprovalRequest:
 @login_required
 @require_GET
 def approval_inbox(request: HttpRequest) -> HttpResponse:
-    rows = list(approval_list_inbox(request.user)[:200])
+    rows = with_team_usage(list(approval_list_inbox(request.user)[:200]))
     return render(request, "portal/approvals/inbox.html", {"requests": rows})
 
 

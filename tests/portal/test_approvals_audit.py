@@ -248,3 +248,24 @@ def test_home_cards_name_states_as_people_write_them(org: Org, web_for: Any) -> 
         assert "pendingapproval" not in html.lower()
     assert "<span>Pending approval</span>" in web_for("tina").get("/").content.decode()
     assert "<span>pending approval jobs</span>" in web_for("carol").get("/").content.decode()
+
+
+def test_the_inbox_shows_the_teams_quota_now_for_the_models_asked_for(
+    org: Org, web_for: Any
+) -> None:
+    from tests import factories as f
+
+    job = submit_big_job(org, web_for)
+    running = f.JobFactory(project=org.proj_alpha, state=JobState.RUNNING, flavors=["H100-80GB"])
+    f.place(running)  # 1 GPU of H100 held by team-alpha now
+    quota = Quota.objects.get(tenant=org.alpha, flavor=org.h100)
+    inbox = web_for("tina").get(reverse("portal:approvals")).content.decode()
+    row = inbox[inbox.index(f'id="approval-{ApprovalRequest.objects.get(subject_id=job.pk).pk}"') :]
+    expected = (
+        f"H100-80GB: 1 in use of {quota.guaranteed_milli / 1000:g} guaranteed, "
+        f"limit {quota.limit_milli / 1000:g} GPUs"
+    )
+    assert expected in row.split("</tr>")[0]
+    assert "A100" not in row.split("</tr>")[0]  # the job asks for H100 only
+    home = web_for("tina").get(reverse("portal:home")).content.decode()
+    assert expected in home
