@@ -541,6 +541,7 @@ def test_estimated_cost_over_n_sends_dearer_jobs_to_approval(
         assert request.rules[0]["rule"] == "cost_over"
 
 
+@pytest.mark.postgresql("row locks: SQLite serialises writers on its database lock")
 def test_jobs_submitted_together_against_a_budget_are_judged_one_after_another(
     transactional_db: Any,
     seeded_classes: None,
@@ -553,8 +554,6 @@ def test_jobs_submitted_together_against_a_budget_are_judged_one_after_another(
     # row lock job-b sees no reservation of job-a and is queued beside it: 1280 of 1000
     # without approval. With it, job-b waits for job-a's commit, sees 640 committed and
     # goes to approval.
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
     rates(org)
     budget(org.alpha, "1000", policy=BudgetPolicy.APPROVAL)
     a_read, b_entered, b_read = threading.Event(), threading.Event(), threading.Event()

@@ -276,6 +276,7 @@ def test_borrowing_rule_ignores_best_effort_jobs(org: Org) -> None:
     assert submit(org, **eight_gpus()).state == JobState.QUEUED
 
 
+@pytest.mark.postgresql("row locks: SQLite serialises writers on its database lock")
 def test_borrowing_rule_holds_for_jobs_submitted_at_the_same_moment(
     transactional_db: Any, seeded_classes: None, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -283,8 +284,6 @@ def test_borrowing_rule_holds_for_jobs_submitted_at_the_same_moment(
     # until job-b has judged its own, or is seen blocked on a lock. Without the tenant's row
     # lock job-b reads no job-a (uncommitted) and is queued beside it: 16 of 8 without
     # approval. With it, job-b waits for job-a's commit, sees it and asks for approval.
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
     eight_gpu_guarantee(org)
     a_judged, b_entered, b_judged = threading.Event(), threading.Event(), threading.Event()
     real = scheduler_approvals.job_borrows
