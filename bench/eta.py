@@ -34,29 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.bench_profile import add_profile_argument, announced
-from bench.kueue_baseline import CLASSES, FLAVOR, TEAMS_PER_COHORT
+from bench.kueue_baseline import CLASSES, TEAMS_PER_COHORT, cluster
 from scheduler.core import Profile
-from scheduler.core.types import JobRequest, Node, PriorityClass, Quota, Resources, Tenant
-from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
+from scheduler.core.types import JobRequest, Resources
+from scheduler.sim import SimConfig, Simulation, WorkloadJob
 from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of, quantile
-
-NODES_PER_COHORT = 15
-
-
-def cluster(cohorts: int) -> Cluster:
-    nodes = tuple(
-        Node.with_gpus(f"node-{i:03d}", FLAVOR, 8) for i in range(NODES_PER_COHORT * cohorts)
-    )
-    tenants = [Tenant("org")]
-    for c in range(cohorts):
-        cohort = f"cohort-{c}"
-        tenants.append(Tenant(cohort, "org", {FLAVOR: Quota(120_000, 120_000, lend_limit=0)}))
-        tenants.extend(
-            Tenant(f"{cohort}-team-{t}", cohort, {FLAVOR: Quota(20_000, 120_000)})
-            for t in range(TEAMS_PER_COHORT)
-        )
-    classes = tuple(PriorityClass(name, spec[5]) for name, spec in CLASSES.items())
-    return Cluster(nodes, tuple(tenants), classes)
 
 
 def workload(cohorts: int, fraction: float, seed: int) -> list[WorkloadJob]:

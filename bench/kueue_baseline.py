@@ -45,10 +45,15 @@ KUEUE = {
 }
 
 
-def cluster() -> Cluster:
-    nodes = tuple(Node.with_gpus(f"node-{i:02d}", FLAVOR, 8) for i in range(75))
+NODES_PER_COHORT = 15  # 75 nodes of 8 GPUs for the scenario's 5 cohorts
+
+
+def cluster(cohorts: int = COHORTS) -> Cluster:
+    nodes = tuple(
+        Node.with_gpus(f"node-{i:02d}", FLAVOR, 8) for i in range(NODES_PER_COHORT * cohorts)
+    )
     tenants = [Tenant("org")]
-    for c in range(COHORTS):
+    for c in range(cohorts):
         cohort = f"cohort-{c}"
         tenants.append(Tenant(cohort, "org", {FLAVOR: Quota(120_000, 120_000, lend_limit=0)}))
         tenants.extend(
