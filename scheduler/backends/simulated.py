@@ -77,6 +77,9 @@ INTERACTIVE_BURSTS = 0.2
 STALL_SHARE = 0.06
 # Board power (W) at full load per GPU model family; idle draw is a tenth of it.
 TDP_W = {"H100": 700.0, "H200": 700.0, "B200": 1000.0, "A100": 400.0, "L40": 300.0}
+# Inference traffic follows the day: lowest at this UTC hour, highest twelve hours later.
+INFERENCE_TROUGH_H = 4.0
+HOUR_S, DAY_S = 3600.0, 86400.0
 # NVML's GPM (SM activity) exists from Hopper on.
 GPM_MODELS = ("H100", "H200", "B200", "GH200")
 
@@ -454,11 +457,16 @@ class SimulatedCluster:
         )
 
     def inference_load(self, job_id: int, now: float | None = None) -> float:
-        """Load in replicas' worth of traffic: a daily-like wave with a period of 10 minutes,
-        phase-shifted per job, between 0.5 and 4.5 replicas."""
+        """Load in replicas' worth of traffic, between 0.5 and 4.5 replicas: a day's curve on
+        the clock's UTC time of day, lowest at 04:00 and highest at 16:00 (users' hours),
+        shifted per job by up to an hour either way (services of different regions) and
+        with noise per job and 5-minute slot. Deterministic for the seed, job and time."""
         at = self.clock() if now is None else now
-        phase = zlib.crc32(str(job_id).encode()) % 600
-        return 2.5 + 2.0 * math.sin(2 * math.pi * (at + phase) / 600.0)
+        shift = (_unit(self.seed, job_id, "daily-shift") - 0.5) * 2 * HOUR_S
+        hour = ((at + shift) % DAY_S) / HOUR_S
+        day = 0.5 - 0.5 * math.cos(2 * math.pi * (hour - INFERENCE_TROUGH_H) / 24)
+        noise = 0.4 * (_unit(self.seed, job_id, "traffic", int(at // 300)) - 0.5)
+        return max(0.5, min(4.5, 0.7 + 3.6 * day + noise))
 
     def next_event_at(self) -> float | None:
         """When the next pod starts, ends or disappears: the daemon need not look before."""
