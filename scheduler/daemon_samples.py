@@ -2,7 +2,8 @@
 simulated cluster: `UtilizationSource`). On Kubernetes the node agents report them.
 
 One reading of the backend and one insert per sampling interval (the daemon's clock), after
-the cycle's binds: a sample never delays a placement.
+the cycle's binds: a sample never delays a placement. The insert is fenced like the daemon's
+other writes: a leader that lost its lease writes no round beside its successor's.
 """
 
 from __future__ import annotations
@@ -51,4 +52,5 @@ def sample_devices(daemon: Daemon) -> int:
         ],
         at=daemon.now_dt(),
         flavors={device_id: model for (device_id, model), _ in known},
+        fence=daemon.lease.fence,
     )

@@ -7,7 +7,7 @@ device shares and one multi-row insert per call, whatever the number of devices.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -61,11 +61,17 @@ def holders_of(device_ids: Sequence[int]) -> dict[int, Holder]:
 
 
 def samples_ingest(
-    readings: Sequence[DeviceReading], *, at: datetime, flavors: dict[int, str] | None = None
+    readings: Sequence[DeviceReading],
+    *,
+    at: datetime,
+    flavors: dict[int, str] | None = None,
+    fence: Callable[[], None] | None = None,
 ) -> int:
     """Store `readings` as samples taken `at`, each attributed to the job, tenant and project
     holding its device at this moment (none for a free device). `flavors` (device id ->
-    model) saves a read when the caller has the devices at hand. Returns the rows written."""
+    model) saves a read when the caller has the devices at hand. `fence` runs first inside
+    the insert's transaction and raises to refuse it (the daemon's lease: a stale leader's
+    round must not land beside the new leader's). Returns the rows written."""
     if not readings:
         return 0
     outer = connection.in_atomic_block
@@ -99,5 +105,7 @@ def samples_ingest(
             # Inside a caller's transaction (the agent's report) its own rules hold.
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        if fence is not None:
+            fence()
         UtilizationSample.objects.bulk_create(rows, batch_size=BATCH)
     return len(rows)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from scheduler.backends.base import PodRequest
 from scheduler.backends.simulated import STALL_SHARE, SimulatedCluster, make_nodes
+from scheduler.daemon_samples import sample_devices
+from scheduler.leader import LeaseLost
 from scheduler.models import GpuDevice, Job, UtilizationSample
-from tests.daemon.conftest import Env, FakeClock
+from tests.daemon.conftest import Env, FakeClock, expire_leases
 
 HOUR = 3600.0
 
@@ -150,3 +154,19 @@ def test_an_inference_jobs_utilization_is_lower_at_night() -> None:
     night = [r for r, h in zip(readings, hour_of, strict=True) if 1 <= h < 6]
     day = [r for r, h in zip(readings, hour_of, strict=True) if 13 <= h < 18]
     assert statistics.mean(night) < statistics.mean(day)
+
+
+def test_a_stale_leaders_sample_round_is_refused(env: Env) -> None:
+    """A leader paused past its lease, then waking up due to sample, writes no samples: the
+    new leader writes its own round, and a stale one beside it would double the history."""
+    stale = env.daemon("stale", sample_every_s=30)
+    env.run(stale)
+    written = UtilizationSample.objects.count()
+    assert written == GpuDevice.objects.count()  # the leader's round
+    expire_leases()
+    fresh = env.daemon("fresh")
+    assert fresh.lease.acquire()
+    env.clock.advance(30)  # a sampling interval has passed for the stale leader
+    with pytest.raises(LeaseLost):
+        sample_devices(stale)
+    assert UtilizationSample.objects.count() == written
