@@ -94,11 +94,15 @@ class Simulation:
         config: SimConfig,
         start: StartState | None = None,
         stop: Callable[[], bool] | None = None,
+        progress: Callable[[float, int], None] | None = None,
     ) -> None:
         self.cluster, self.profile, self.config = cluster, profile, config
         # Asked before every cycle; True ends the replay there (``stopped``): a caller's time
         # budget, the replay itself reading no clock.
         self.stop, self.stopped = stop, False
+        # Told (virtual now, cycles so far) after every cycle; a caller that writes what it
+        # hears somewhere throttles itself.
+        self.progress = progress
         self.nodes = {n.name: n for n in cluster.nodes}
         self.tracks = {w.request.id: _Track(w, _submitted(w)) for w in workload}
         self.pending: dict[str, JobRequest] = {}
@@ -111,10 +115,17 @@ class Simulation:
         self.held = Held()  # the engine's state of what runs, kept between cycles
         self.decayed: dict[str, float] = dict(start.decayed) if start is not None else {}
         self.tenant_gpu_s: dict[str, float] = {}
+        self.borrowed_gpu_s: dict[str, float] = {}  # per tenant, used beyond its guarantee
+        self._guaranteed = {
+            (t.name, flavor): q.guaranteed
+            for t in cluster.tenants
+            for flavor, q in t.quotas.items()
+        }
         self.fragmented: list[tuple[float, float]] = [(t0, 0.0)]
         self.preemptions = 0
         self.lost_preempt_gpu_s = 0.0
         self.lost_fail_gpu_s = 0.0
+        self._charged = {pc.name: pc.counts_quota for pc in cluster.priority_classes}
         self._ticks: set[float] = set()
         self._last_cycle_idle = False
         self._decided: dict[str, CycleResult] = {}  # in flight, with cycle_latency_s
@@ -222,6 +233,8 @@ class Simulation:
             self._push(self._busy_until, APPLY, key)
         else:
             self._apply(result)
+        if self.progress is not None:
+            self.progress(self.now, self.cycles)
 
     def _apply(self, result: CycleResult) -> None:
         for preemption in result.preemptions:
@@ -353,12 +366,25 @@ class Simulation:
         """Integrate GPU usage per job and tenant up to ``at``, then move the clock."""
         dt = at - self._last_account
         if dt > 0:
+            held: dict[tuple[str, str], int] = {}
             for r in self.running.values():
                 gpu_s = r.gpu_milli / MILLI_PER_GPU * dt
                 self.tracks[r.job.id].gpu_s += gpu_s
                 tenant = r.job.tenant
                 self.tenant_gpu_s[tenant] = self.tenant_gpu_s.get(tenant, 0.0) + gpu_s
+                if self._counts_quota(r.job.priority_class):
+                    key = (tenant, r.flavor)
+                    held[key] = held.get(key, 0) + r.gpu_milli
+            for (tenant, flavor), milli in held.items():
+                beyond = milli - self._guaranteed.get((tenant, flavor), 0)
+                if beyond > 0:
+                    borrowed = beyond / MILLI_PER_GPU * dt
+                    self.borrowed_gpu_s[tenant] = self.borrowed_gpu_s.get(tenant, 0.0) + borrowed
         self._last_account = self.now = at
+
+    def _counts_quota(self, priority_class: str) -> bool:
+        """Best-effort classes run on idle capacity outside quota: they borrow nothing."""
+        return self._charged.get(priority_class, True)
 
     def _allocated_gpus(self) -> float:
         return sum(r.gpu_milli for r in self.running.values()) / MILLI_PER_GPU
@@ -405,6 +431,8 @@ class Simulation:
             gpu_hours_lost_to_failures=self.lost_fail_gpu_s / 3600,
             cycles=self.cycles,
             jobs=jobs,
+            gpu_hours_by_tenant={t: s / 3600 for t, s in sorted(self.tenant_gpu_s.items())},
+            borrowed_gpu_hours={t: s / 3600 for t, s in sorted(self.borrowed_gpu_s.items())},
         )
 
     def _entitlements(self) -> dict[str, float]:

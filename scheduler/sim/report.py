@@ -7,14 +7,17 @@
   guarantees), (sum x)^2 / (n sum x^2): 1 when every tenant got its entitlement's share;
 - fragmented GPU: time-average of free GPUs while some job waited for fragmentation
   (enough GPUs free in total, not together), as % of capacity;
-- preemptions and the GPU-hours they lost (work since start or last checkpoint).
+- preemptions and the GPU-hours they lost (work since start or last checkpoint);
+- GPU-hours per tenant, and borrowed GPU-hours: per tenant and flavor, the time integral of
+  what its jobs held beyond its own guarantee (best-effort classes, outside quota, borrow
+  nothing).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -74,6 +77,8 @@ class SimReport:
     gpu_hours_lost_to_failures: float
     cycles: int
     jobs: tuple[JobOutcome, ...]
+    gpu_hours_by_tenant: Mapping[str, float] = field(default_factory=dict)
+    borrowed_gpu_hours: Mapping[str, float] = field(default_factory=dict)
 
     def outcome(self, job_id: str) -> JobOutcome:
         return next(j for j in self.jobs if j.id == job_id)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.core.types import JobKind
-from scheduler.sim import Cluster, NodeOutage, SimConfig, WorkloadJob, simulate
+from scheduler.sim import Cluster, NodeOutage, SimConfig, Simulation, WorkloadJob, simulate
 from tests.scheduler.core.builders import (
     BEST_FIT,
     CLASSES,
@@ -222,3 +222,49 @@ def test_a_cycle_latency_delays_decisions_and_what_happens_during_a_cycle():
     assert slow.outcome("c").first_start_s == pytest.approx(1.3)
     assert slow.outcome("b").first_start_s == pytest.approx(1.5)
     assert slow.makespan_s == pytest.approx(2.5)
+
+
+def test_borrowed_gpu_hours_count_what_a_tenant_holds_beyond_its_guarantee():
+    # team-b (guarantee 8) runs 16 GPUs for 100 s while team-a is idle: 8 beyond for 100 s;
+    # team-a's later 4 GPUs stay inside its guarantee of 8
+    work = [
+        job("b1", 0.0, 100.0, gpus=8, tenant="team-b"),
+        job("b2", 0.0, 100.0, gpus=8, tenant="team-b", submitted_at=1),
+        job("a1", 200.0, 50.0, gpus=4, tenant="team-a"),
+    ]
+    nodes = (make_node("n1"), make_node("n2"), make_node("n3"))
+    report = simulate(work, cluster(*nodes), BEST_FIT)
+    assert report.borrowed_gpu_hours == {"team-b": pytest.approx(8 * 100 / 3600)}
+    assert report.gpu_hours_by_tenant == {
+        "team-a": pytest.approx(4 * 50 / 3600),
+        "team-b": pytest.approx(16 * 100 / 3600),
+    }
+
+
+def test_best_effort_jobs_borrow_nothing():
+    # 16 GPUs for 100 s beyond team-b's guarantee of 8, on idle capacity outside quota
+    work = [
+        job(f"b{i}", 0.0, 100.0, gpus=8, tenant="team-b", priority="best-effort", submitted_at=i)
+        for i in range(2)
+    ]
+    report = simulate(work, cluster(make_node("n1"), make_node("n2")), BEST_FIT)
+    assert report.gpu_hours_by_tenant == {"team-b": pytest.approx(16 * 100 / 3600)}
+    assert report.borrowed_gpu_hours == {}
+
+
+def test_progress_is_told_after_every_cycle():
+
+    heard: list[tuple[float, int]] = []
+    work = [job(f"t{i}", 0.0, 100.0, gpus=8, submitted_at=i) for i in range(3)]
+    simulation = Simulation(
+        work,
+        cluster(make_node("n1")),
+        BEST_FIT,
+        (),
+        SimConfig(tick_s=1000.0),
+        progress=lambda *a: heard.append(a),
+    )
+    report = simulation.run()
+    # cycles at 0, 100 and 200 (each end frees the node for the next job; no tick is due)
+    assert heard == [(0.0, 1), (100.0, 2), (200.0, 3)]
+    assert report.cycles == 3
