@@ -382,3 +382,4 @@ from scheduler.utilization_models import RollupScope as RollupScope  # noqa: E40
 from scheduler.utilization_models import RollupWatermark as RollupWatermark  # noqa: E402
 from scheduler.utilization_models import UtilizationRollup as UtilizationRollup  # noqa: E402
 from scheduler.utilization_models import UtilizationSample as UtilizationSample  # noqa: E402
+from scheduler.utilization_models import QueueSnapshot as QueueSnapshot  # noqa: E402

@@ -22,6 +22,7 @@ from django.db.models import Min
 
 from scheduler.idle import rule_for_tenants
 from scheduler.models import (
+    QueueSnapshot,
     RollupPeriod,
     RollupScope,
     RollupWatermark,
@@ -81,7 +82,7 @@ def aggregate(rows: Iterable[Row], thresholds: dict[int, float], interval_s: flo
         if job is not None:
             keys.append((RollupScope.JOB, job, flavor))
         if tenant is not None:
-            keys.append((RollupScope.TENANT, tenant, ""))
+            keys.append((RollupScope.TENANT, tenant, flavor))  # quotas are per flavor
         for key in keys:
             group = groups[key]
             group.utilization.append(util)
@@ -194,7 +195,8 @@ def rollup_run(*, now: datetime) -> int:
 
 def retention_run(*, now: datetime) -> dict[str, int]:
     """Delete raw samples older than GANTRY_UTILIZATION_RAW_HOURS (but never one not rolled
-    up yet into both periods) and roll-ups older than their retention."""
+    up yet into both periods), roll-ups older than their retention, and queue snapshots
+    older than the 5-minute roll-ups."""
     cutoff = now - timedelta(hours=settings.GANTRY_UTILIZATION_RAW_HOURS)
     marks = list(
         RollupWatermark.objects.filter(name__in=list(WINDOWS)).values_list("done_until", flat=True)
@@ -211,4 +213,7 @@ def retention_run(*, now: datetime) -> dict[str, int]:
     for period, days in keep.items():
         old = UtilizationRollup.objects.filter(period=period, start__lt=now - timedelta(days=days))
         deleted[period] = old.delete()[0]
+    # The queue's 5-minute snapshots (the dashboards) are kept as long as the 5-minute roll-ups.
+    days = settings.GANTRY_UTILIZATION_5M_DAYS
+    deleted["queue"] = QueueSnapshot.objects.filter(at__lt=now - timedelta(days=days)).delete()[0]
     return deleted

@@ -11,18 +11,27 @@ from django.utils import timezone
 
 from scheduler.idle import idle_scan
 from scheduler.idle_notifications import idle_notification_send
+from scheduler.queue_snapshots import queue_snapshot_take
 from scheduler.rollups import retention_run, rollup_run
 
 
 @shared_task
 def utilization_rollup() -> dict[str, Any]:
     """Celery beat, every minute: roll up the closed windows, scan for idle jobs (emails are
-    tasks of their own), then apply retention (docs/utilization.md)."""
+    tasks of their own), write the last 5-minute window's queue snapshot for the dashboards,
+    then apply retention (docs/utilization.md)."""
     now = timezone.now()
     windows = rollup_run(now=now)
     scan = idle_scan(now=now)
+    snapshot = queue_snapshot_take(now=now)
     deleted = retention_run(now=now)
-    return {"windows": windows, "idle_samples": scan.samples, "acted": len(scan.acted), **deleted}
+    return {
+        "windows": windows,
+        "idle_samples": scan.samples,
+        "acted": len(scan.acted),
+        "queue_snapshot": snapshot,
+        **deleted,
+    }
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)

@@ -62,7 +62,8 @@ class RollupScope(models.TextChoices):
 
 class UtilizationRollup(models.Model):
     """Aggregates of the raw samples of one window [start, start + period) for one device,
-    job, tenant or flavor (`key_id`: the device, job or tenant id; 0 for a flavor).
+    job, tenant or flavor (`key_id`: the device, job or tenant id; 0 for a flavor). Every
+    scope is per flavor too: a tenant has a row per flavor its jobs used.
 
     `gpu_seconds` is the allocated GPU time the samples stand for (each sample counts the
     sampling interval times its holder's share); `idle_gpu_seconds` the part of it under the
@@ -92,7 +93,11 @@ class UtilizationRollup(models.Model):
                 fields=["period", "scope", "key_id", "flavor", "start"], name="rollup_once"
             ),
         ]
-        indexes = [models.Index(fields=["period", "start"], name="rollup_period_start")]
+        indexes = [
+            models.Index(fields=["period", "start"], name="rollup_period_start"),
+            # The dashboards read one scope over a time range (every job's idle time).
+            models.Index(fields=["scope", "period", "start"], name="rollup_scope_period_start"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.period} {self.scope} {self.key_id or self.flavor} at {self.start}"
@@ -138,3 +143,36 @@ class JobIdle(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} idle {self.idle_seconds:.0f} s"
+
+
+class QueueSnapshot(models.Model):
+    """The queue over one 5-minute window [at, at + 5 min), for the dashboards: what the
+    roll-ups cannot give because it is not a sample of a device. Written once a window by
+    the roll-up task (scheduler/queue_snapshots.py); `tenant` null is the cluster's row.
+
+    `queued_jobs` and `queued_gpus` are read when the row is written (the window's end);
+    `admissions`, `wait_sum_s` and `wait_buckets` (counts per bucket of WAIT_BUCKETS_S, one
+    more for longer waits) are the admissions in the window and their waits since the job
+    last entered the queue. `flavors` (cluster row only): flavor -> [free GPUs, fragmented
+    GPUs] at the window's end."""
+
+    at = models.DateTimeField()
+    tenant = _loose("tenants.Tenant")
+    queued_jobs = models.PositiveIntegerField(default=0)
+    queued_gpus = models.FloatField(default=0)
+    admissions = models.PositiveIntegerField(default=0)
+    wait_sum_s = models.FloatField(default=0)
+    wait_buckets = models.JSONField(default=list, blank=True)
+    flavors = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["at"], condition=Q(tenant__isnull=True), name="queuesnapshot_cluster_once"
+            ),
+            models.UniqueConstraint(fields=["tenant", "at"], name="queuesnapshot_tenant_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"queue at {self.at}: {self.queued_jobs} queued, {self.admissions} admitted"
