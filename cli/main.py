@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from cli import when
 from cli.client import ApiError, Client, ConnectionFailed
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -216,11 +217,12 @@ def cmd_job(args: argparse.Namespace, client: Client, out: TextIO) -> None:
     emit(args, {**job, **queue_lines(job["queue"])}, [*columns, *QUEUE_LINES], out)
 
 
-QUEUE_LINES = ["position", "ahead", "starts"]
+QUEUE_LINES = ["position", "ahead", "starts", "starts_in"]
 
 
 def queue_lines(queue: dict[str, Any]) -> dict[str, str]:
-    """The queue sub-resource as three lines: position, the jobs ahead, the start range."""
+    """The queue sub-resource as four lines: position, the jobs ahead, the start range, and
+    the same in words from the server's time ("in about 25 min (p90 1 h 10 min)")."""
     ahead = f"{queue['ahead_count']} job(s)"
     listed = ", ".join(f"#{a['id']}" for a in queue["ahead"])
     if listed:
@@ -239,6 +241,7 @@ def queue_lines(queue: dict[str, Any]) -> dict[str, str]:
         "position": f"{queue['position_tenant']} in team, {queue['position_cluster']} in cluster",
         "ahead": ahead,
         "starts": starts,
+        "starts_in": when.starts_in(queue),
     }
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -56,12 +58,21 @@ class JobQueueOut(serializers.Serializer):
     computed_at = serializers.DateTimeField(
         allow_null=True, help_text="When the positions were worked out."
     )
+    now = serializers.DateTimeField(
+        help_text="The server's time of this answer: say 'starts in about X' from it, not "
+        "from a client clock that may be off."
+    )
+
+
+def server_now() -> datetime:
+    return timezone.now()
 
 
 def queue_data(user: Any, job: Job) -> dict[str, Any]:
     position = selectors.job_queue_position(user, job)
     reason = ReasonReader(user, [job.reason]).text(job.reason)
     data: dict[str, Any] = {"job": job.pk, "state": job.state, "reason": reason, "ahead": []}
+    data["now"] = server_now()
     if position is None:
         keys = ["position_tenant", "position_cluster", "ahead_count", "ahead_visible"]
         keys += ["ahead_hidden", "eta_p50", "eta_p90", "estimated_at", "computed_at"]
