@@ -3,7 +3,18 @@ and tests/portal/test_isolation_walk.py walks this list, so a new route needs an
 
 from django.urls import path
 
-from portal.views import approvals, audit, auth, cost_exports, costs, home, jobs, profile, tenants
+from portal.views import (
+    approvals,
+    audit,
+    auth,
+    cost_exports,
+    costs,
+    home,
+    jobs,
+    nodes,
+    profile,
+    tenants,
+)
 
 app_name = "portal"
 
@@ -52,4 +63,7 @@ urlpatterns = [
         name="cost-export-download",
     ),
     path("scheduler/profile/", profile.scheduler_profile, name="scheduler-profile"),
+    path("nodes/", nodes.node_list, name="nodes"),
+    path("nodes/<int:pk>/", nodes.node_detail, name="node-detail"),
+    path("nodes/<int:pk>/action/", nodes.node_action, name="node-action"),
 ]

@@ -320,6 +320,14 @@ def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[st
     return node
 
 
+def node_heal(*, user: Any, node: Node) -> Node:
+    """Heal the node (simulated cluster: it reports Ready again) and declare its GPUs healthy,
+    in one transaction: the API and the portal's Heal button both come here."""
+    with transaction.atomic():
+        node = node_set_failed(user=user, node=node, failed=False)
+        return gpu_heal(user=user, node=node)
+
+
 def gpu_heal(*, user: Any, node: Node) -> Node:
     """An admin declares the node's devices healthy again (after a reset or replacement)."""
     _require_platform_admin(user)

@@ -176,12 +176,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     @action(detail=True, methods=["post"])
     def heal(self, request: Request, pk: str) -> Response:
         """Simulated cluster: heal the node; also declares its GPUs healthy again."""
-
-        def heal(node: Node, _reason: str) -> Node:
-            node = services.node_set_failed(user=request.user, node=node, failed=False)
-            return services.gpu_heal(user=request.user, node=node)
-
-        return self._act(request, heal)
+        return self._act(request, lambda n, r: services.node_heal(user=request.user, node=n))
 
     @extend_schema(request=GpuReportIn, responses=GpuReportOut)
     @action(detail=False, methods=["post"])

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from billing.models import CostExport
 from portal import urls as portal_urls
-from scheduler.models import Job
+from scheduler.models import Job, Node
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -30,6 +30,7 @@ from tenants.models import (
     PriorityDefault,
     Quota,
 )
+from tests.factories import AllocationFactory
 from tests.portal.conftest import TeamObjects, World
 
 
@@ -69,6 +70,15 @@ def _export(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
     return {"pk": export.pk}
 
 
+def _node(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
+    """A node running the foreign team's queued job (the Nodes pages are platform admins'
+    alone: every other persona gets a 404, and sees neither the node nor what runs there)."""
+    node, _ = Node.objects.get_or_create(name=f"node-{foreign.tenant.slug}")
+    if not node.allocations.exists():
+        AllocationFactory(job=foreign.queued, node=node)
+    return {"pk": node.pk}
+
+
 QUOTA_BODY = {"flavor": "A100-40GB", "guaranteed": "1", "limit": "1", "weight": "1"}
 EXPORT_BODY = {"format": "csv", "from": "2031-01-01", "to": "2031-02-01", "by": "team"}
 POLICY_BODY = {"rule": "gpus_over", "threshold": "1", "applies_to_jobs": "on"}
@@ -83,6 +93,12 @@ ROUTES: dict[str, list[Case]] = {
     "approvals": [],
     "approval-history": [],
     "scheduler-profile": [],
+    "nodes": [],
+    "node-detail": [Case(kwargs=_node)],
+    "node-action": [
+        Case(kwargs=_node, body=lambda w, t: {"action": "drain", "confirm": "on"}),
+        Case(kwargs=_node, body=lambda w, t: {"action": "heal"}),
+    ],
     "jobs": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-rows": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-new": [
@@ -165,6 +181,8 @@ ROUTES: dict[str, list[Case]] = {
 NO_TENANT_DATA = {"login", "logout"}
 # Writes that change nothing of anyone else's: an export of what the user sees, for themselves.
 OWN_WRITES = {"cost-export-new"}
+# Pages of platform admins alone: 404 for everyone else, finance included.
+PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action"}
 
 # persona -> (the team whose objects they must never see, a team they do see)
 PERSONAS = {
@@ -204,6 +222,12 @@ def state_of_everything() -> dict[str, Any]:
         "policies": sorted(ApprovalPolicy.objects.values_list("pk", "rule", "threshold")),
         "requests": sorted(ApprovalRequest.objects.values_list("pk", "state")),
         "audit": AuditEntry.objects.count(),
+        # the nodes some action changed (the walk makes its nodes as it goes)
+        "nodes": sorted(
+            Node.objects.exclude(
+                cordoned=False, drain_requested=False, sim_failed=False
+            ).values_list("pk", "cordoned", "drain_requested", "sim_failed")
+        ),
     }
 
 
@@ -234,7 +258,7 @@ def test_portal_isolation_walk(persona: str, world: World, web_for: Any) -> None
             if name == "logout":
                 continue
             response = client.get(reverse(f"portal:{name}"))
-            assert response.status_code in (200, 302, 403), (name, response.status_code)
+            assert response.status_code in (200, 302, 403, 404), (name, response.status_code)
             assert marker not in _content(response).lower(), f"{name} shows {marker}"
             checked += 1
             continue
@@ -320,7 +344,7 @@ def test_finance_sees_everything_but_changes_nothing(world: World, web_for: Any)
                 continue
             url = reverse(f"portal:{name}", kwargs=case.kwargs(team, team) if case.kwargs else None)
             response = client.post(url, case.body(world, team))
-            expected = 302 if name in OWN_WRITES else 403
+            expected = 302 if name in OWN_WRITES else 404 if name in PLATFORM_ADMIN_ONLY else 403
             assert response.status_code == expected, (name, response.status_code)
             posted += 1
     assert posted >= 12

@@ -1,0 +1,118 @@
+"""Reads on nodes for platform admins: the inventory with its health and free GPUs, and what
+runs on one node. Nodes hold no tenant data, but what runs there does: callers check that
+the viewer is a platform admin before calling these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
+from django.http import Http404
+
+from scheduler.core.types import LABEL_NVLINK_DOMAIN
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Node
+from tenants import access
+
+# GPU Feature Discovery's labels for the MIG layout of a node: the strategy (none, single,
+# mixed) and the mig-parted configuration applied. Gantry keeps node labels, not MIG counts.
+LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
+LABEL_MIG_CONFIG = "nvidia.com/mig.config"
+
+HEALTHY, UNHEALTHY, NOT_READY = "healthy", "unhealthy", "not ready"
+HEALTH_CHOICES = [(HEALTHY, "Healthy"), (UNHEALTHY, "GPU unhealthy"), (NOT_READY, "Not ready")]
+
+
+def _not_ready_q() -> Q:
+    return Q(ready=False) | Q(sim_failed=True) | Q(present=False)
+
+
+def node_list_inventory(
+    *, pool: str = "", health: str = "", model: str = "", cordoned: bool | None = None
+) -> QuerySet[Node]:
+    """Nodes by name with `gpus`, `gpus_unhealthy`, `gpus_free` (healthy devices nobody holds
+    any share of), `allocated_milli` and `gpu_memory_mib` (per device) annotated: one query
+    per page, whatever the size."""
+    nodes = Node.objects.annotate(
+        gpus=Count("devices"),
+        gpus_unhealthy=Count("devices", filter=Q(devices__healthy=False)),
+        gpus_free=Count("devices", filter=Q(devices__healthy=True, devices__allocated_milli=0)),
+        allocated_milli=Coalesce(Sum("devices__allocated_milli"), 0),
+        gpu_memory_mib=Max("devices__memory_mib"),
+    ).order_by("name")
+    if pool:
+        nodes = nodes.filter(pool=pool)
+    if model:
+        nodes = nodes.filter(flavor=model)
+    if cordoned is not None:
+        nodes = (
+            nodes.filter(Q(cordoned=True) | Q(cluster_unschedulable=True))
+            if cordoned
+            else (nodes.filter(cordoned=False, cluster_unschedulable=False))
+        )
+    if health == NOT_READY:
+        nodes = nodes.filter(_not_ready_q())
+    elif health == UNHEALTHY:
+        nodes = nodes.exclude(_not_ready_q()).filter(gpus_unhealthy__gt=0)
+    elif health == HEALTHY:
+        nodes = nodes.exclude(_not_ready_q()).filter(gpus_unhealthy=0)
+    return nodes
+
+
+def node_health(node: Node, gpus_unhealthy: int) -> str:
+    if not node.ready or node.sim_failed or not node.present:
+        return NOT_READY
+    return UNHEALTHY if gpus_unhealthy else HEALTHY
+
+
+def node_mig_layout(node: Node) -> str:
+    """The MIG layout as GPU Feature Discovery labels it ("" when not labelled)."""
+    strategy = node.labels.get(LABEL_MIG_STRATEGY, "")
+    config = node.labels.get(LABEL_MIG_CONFIG, "")
+    return " / ".join(part for part in (strategy, config) if part and part != "none")
+
+
+def node_nvlink_domain(node: Node) -> str:
+    return str(node.labels.get(LABEL_NVLINK_DOMAIN, ""))
+
+
+def node_filter_choices() -> tuple[list[str], list[str]]:
+    """(pools, GPU models) present in the inventory, for the filters."""
+    pools = Node.objects.order_by("pool").values_list("pool", flat=True).distinct()
+    models = Node.objects.exclude(flavor="").order_by("flavor").values_list("flavor", flat=True)
+    return list(pools), list(models.distinct())
+
+
+@dataclass(frozen=True)
+class NodeDetail:
+    node: Node
+    devices: list[GpuDevice]
+    allocations: list[Allocation]  # live, with job, tenant and their device shares prefetched
+    health: str
+
+
+def access_node(user: Any, node_id: Any) -> Node:
+    """The node for a platform admin; 404 for everyone else and for unknown ids alike (the
+    inventory and what runs there are the platform admins' alone in the portal)."""
+    if not access.grants_for(user).platform_admin:
+        raise Http404("Not found.")
+    try:
+        return Node.objects.get(pk=int(node_id))
+    except (ValueError, TypeError, Node.DoesNotExist):
+        raise Http404("Not found.") from None
+
+
+def node_detail_data(node: Node) -> NodeDetail:
+    """The node's devices and its live allocations (job, tenant, the devices and share each
+    holds): three queries."""
+    devices = list(GpuDevice.objects.filter(node=node).order_by("index"))
+    shares = AllocationDevice.objects.filter(released=False).select_related("device")
+    allocations = list(
+        Allocation.objects.filter(node=node, ended_at__isnull=True)
+        .select_related("job__tenant", "job__project")
+        .prefetch_related(Prefetch("devices", queryset=shares.order_by("device__index")))
+        .order_by("job_id", "replica")
+    )
+    sick = sum(not d.healthy for d in devices)
+    return NodeDetail(node, devices, allocations, node_health(node, sick))
