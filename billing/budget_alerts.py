@@ -2,19 +2,16 @@
 
 An alert is a row, unique per (budget, threshold), written when a check finds the budget's
 position (spent + committed) at or past the threshold: so each goes out once, however many
-checks race. Sending is separate (Celery tasks with retry and backoff, never inside a request
-or a scheduling cycle); the email and the webhook are two tasks, each marking its own
-delivery, so a failing webhook neither stops the email nor sends it twice.
+checks race. Its webhook message goes to the notification outbox in the same transaction
+(tenants/outbox.py: retried with backoff, bounded, shown to the tenant's admins); the email
+is a Celery task of its own that marks its delivery, so a failing webhook neither stops the
+email nor sends it twice. Nothing is sent inside a request or a scheduling cycle.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.request
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
@@ -22,25 +19,10 @@ from django.utils import timezone
 
 from billing.budgets import THRESHOLDS, BudgetPosition, position_of
 from billing.models import Budget, BudgetAlert
-from tenants.models import Membership, Role, Tenant
+from tenants.models import Membership, NotificationKind, Role, Tenant
+from tenants.outbox import Event, notifications_add
 
 logger = logging.getLogger(__name__)
-
-WEBHOOK_TIMEOUT_S = 10
-
-# (url, JSON body) -> None; raises OSError when the post failed. Tests replace it.
-Transport = Callable[[str, bytes], None]
-
-
-def _post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(  # noqa: S310 - the URL is validated https
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as response:  # noqa: S310
-        response.read()
-
-
-webhook_transport: Transport = _post
 
 
 def budgets_touched(tenant_ids: list[int], month: datetime) -> list[Budget]:
@@ -67,7 +49,9 @@ def alerts_check(tenant_ids: list[int], month: datetime) -> list[int]:
                         threshold=threshold,
                         percent=position.percent,
                         created_at=timezone.now(),
+                        posted_at=timezone.now(),  # handed to the outbox, just below
                     )
+                    notifications_add([_event(alert, position)])
             except IntegrityError:
                 continue  # sent (or being sent) already
             new.append(alert.pk)
@@ -77,14 +61,30 @@ def alerts_check(tenant_ids: list[int], month: datetime) -> list[int]:
 
 
 def _enqueue(alert_ids: list[int]) -> None:
-    from billing.tasks import budget_alert_email, budget_alert_webhook  # tasks import this
+    from billing.tasks import budget_alert_email  # tasks import this
 
     for alert_id in alert_ids:
-        for task in (budget_alert_email, budget_alert_webhook):
-            try:
-                task.delay(alert_id)
-            except Exception:  # any broker error: the sweep sends it later
-                logger.warning("could not queue budget alert %s", alert_id, exc_info=True)
+        try:
+            budget_alert_email.delay(alert_id)
+        except Exception:  # any broker error: the sweep sends it later
+            logger.warning("could not queue budget alert %s", alert_id, exc_info=True)
+
+
+def _event(alert: BudgetAlert, position: BudgetPosition) -> Event:
+    """The alert's webhook message (the tenant's admins get the same text by email)."""
+    budget = alert.budget
+    return Event(
+        tenant_id=budget.tenant_id,
+        kind=NotificationKind.BUDGET_ALERT,
+        text=message(alert, position)[1],
+        fields={
+            "tenant": budget.tenant.slug,
+            "month": budget.month.strftime("%Y-%m"),
+            "threshold": alert.threshold,
+            "percent": float(position.percent),
+            "policy": budget.policy,
+        },
+    )
 
 
 def message(alert: BudgetAlert, position: BudgetPosition) -> tuple[str, str]:
@@ -133,26 +133,7 @@ def alert_email_send(alert_id: int) -> bool:
     return bool(to)
 
 
-@transaction.atomic
-def alert_webhook_post(alert_id: int) -> bool:
-    """Post the alert to the tenant's webhook, once (as the email). A failure raises OSError
-    (the task retries with backoff) and leaves the alert unposted."""
-    alert = _locked(alert_id)
-    if alert is None or alert.posted_at is not None:
-        return False
-    url = alert.budget.tenant.webhook_url
-    if url:
-        _, text = message(alert, position_of(alert.budget))
-        # {"text": ...} is what Slack's and Teams' incoming webhooks accept.
-        webhook_transport(url, json.dumps({"text": text}).encode())
-    alert.posted_at = timezone.now()
-    alert.save(update_fields=["posted_at"])
-    return bool(url)
-
-
-def alerts_unsent() -> list[tuple[int, bool, bool]]:
-    """(alert, email unsent, webhook unsent) of alerts not delivered (a lost queueing)."""
-    rows: Any = BudgetAlert.objects.filter(emailed_at__isnull=True) | BudgetAlert.objects.filter(
-        posted_at__isnull=True
-    )
-    return [(a.pk, a.emailed_at is None, a.posted_at is None) for a in rows.order_by("pk")]
+def alerts_unsent() -> list[int]:
+    """Alerts whose email was not sent (a lost queueing)."""
+    unsent = BudgetAlert.objects.filter(emailed_at__isnull=True).order_by("pk")
+    return list(unsent.values_list("pk", flat=True))

@@ -12,7 +12,6 @@ from billing import export_runs
 from billing.admission import reservations_sweep
 from billing.budget_alerts import (
     alert_email_send,
-    alert_webhook_post,
     alerts_check,
     alerts_unsent,
 )
@@ -60,22 +59,11 @@ def budget_alert_email(alert_id: int) -> bool:
     return alert_email_send(alert_id)
 
 
-@shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_backoff_max=600, max_retries=8)
-def budget_alert_webhook(alert_id: int) -> bool:
-    return alert_webhook_post(alert_id)
-
-
 @shared_task
 def budget_sweep() -> int:
-    """Celery beat: release the reservations of jobs already final, and send the alerts
-    whose queueing was lost. Idempotent."""
+    """Celery beat: release the reservations of jobs already final, and send the alert
+    emails whose queueing was lost (webhooks are the outbox's). Idempotent."""
     released = reservations_sweep()
-    for alert_id, email, webhook in alerts_unsent():
-        if email:
-            alert_email_send(alert_id)
-        if webhook:
-            try:
-                alert_webhook_post(alert_id)
-            except OSError:
-                logger.warning("budget alert %s: webhook failed", alert_id, exc_info=True)
+    for alert_id in alerts_unsent():
+        alert_email_send(alert_id)
     return released

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "tenants",
     "scheduler",
     "billing",
+    "whatif",
     "portal",
 ]
 
@@ -344,6 +345,17 @@ GANTRY_ETA_EVERY_S = float(os.environ.get("GANTRY_ETA_EVERY_S", "30"))
 GANTRY_ETA_BUDGET_S = float(os.environ.get("GANTRY_ETA_BUDGET_S", "2"))
 GANTRY_ETA_MAX_JOBS = int(os.environ.get("GANTRY_ETA_MAX_JOBS", "2000"))
 GANTRY_ETA_UNBOUNDED_RUNTIME_S = float(os.environ.get("GANTRY_ETA_UNBOUNDED_RUNTIME_S", "14400"))
+# What-if replays (docs/what-if.md): at most this many jobs of the window are replayed (the
+# result says when it was capped); a job that never started runs for its max runtime, else
+# this long; a finished run is kept this many days.
+GANTRY_WHATIF_MAX_JOBS = int(os.environ.get("GANTRY_WHATIF_MAX_JOBS", "5000"))
+GANTRY_WHATIF_DEFAULT_RUNTIME_S = float(os.environ.get("GANTRY_WHATIF_DEFAULT_RUNTIME_S", "3600"))
+GANTRY_WHATIF_RETENTION_DAYS = float(os.environ.get("GANTRY_WHATIF_RETENTION_DAYS", "90"))
+if GANTRY_WHATIF_MAX_JOBS < 1 or not GANTRY_WHATIF_RETENTION_DAYS > 0:
+    raise RuntimeError(
+        "GANTRY_WHATIF_MAX_JOBS must be 1 or more and GANTRY_WHATIF_RETENTION_DAYS positive"
+    )
+CELERY_BEAT_SCHEDULE["whatifs-expire"] = {"task": "whatif.tasks.whatifs_expire", "schedule": 3600.0}
 
 # Billing (docs/billing.md). Every price is in this one ISO 4217 currency.
 try:
@@ -396,3 +408,31 @@ CELERY_BEAT_SCHEDULE.update(
         "utilization-rollup": {"task": "scheduler.tasks.utilization_rollup", "schedule": 60.0},
     }
 )
+
+# Notifications (docs/notifications.md): the outbox's webhooks and emails. A failed delivery
+# is retried after GANTRY_NOTIFY_BACKOFF_S, doubling up to GANTRY_NOTIFY_BACKOFF_MAX_S, at most
+# GANTRY_NOTIFY_MAX_ATTEMPTS times; at most GANTRY_NOTIFY_MAX_PENDING wait per tenant and
+# channel (older ones are dropped). The job's owner is emailed for the job events named in
+# GANTRY_NOTIFY_EMAIL_EVENTS (comma-separated: started, finished, failed, preempted).
+GANTRY_NOTIFY_TIMEOUT_S = float(os.environ.get("GANTRY_NOTIFY_TIMEOUT_S", "10"))
+GANTRY_NOTIFY_BACKOFF_S = float(os.environ.get("GANTRY_NOTIFY_BACKOFF_S", "30"))
+GANTRY_NOTIFY_BACKOFF_MAX_S = float(os.environ.get("GANTRY_NOTIFY_BACKOFF_MAX_S", "3600"))
+GANTRY_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("GANTRY_NOTIFY_MAX_ATTEMPTS", "8"))
+GANTRY_NOTIFY_MAX_PENDING = int(os.environ.get("GANTRY_NOTIFY_MAX_PENDING", "200"))
+GANTRY_NOTIFY_EMAIL_EVENTS = frozenset(
+    part.strip()
+    for part in os.environ.get("GANTRY_NOTIFY_EMAIL_EVENTS", "finished,failed,preempted").split(",")
+    if part.strip()
+)
+if not {"started", "finished", "failed", "preempted"} >= GANTRY_NOTIFY_EMAIL_EVENTS:
+    raise RuntimeError(
+        "GANTRY_NOTIFY_EMAIL_EVENTS: only started, finished, failed and preempted, "
+        f"not {sorted(GANTRY_NOTIFY_EMAIL_EVENTS)}"
+    )
+if GANTRY_NOTIFY_MAX_ATTEMPTS < 1 or GANTRY_NOTIFY_MAX_PENDING < 1:
+    raise RuntimeError("GANTRY_NOTIFY_MAX_ATTEMPTS and GANTRY_NOTIFY_MAX_PENDING must be 1 or more")
+# Sends what is due (the outbox's retries, and rows written by the daemon, which kicks none).
+CELERY_BEAT_SCHEDULE["notifications-deliver"] = {
+    "task": "tenants.tasks.notifications_deliver",
+    "schedule": 30.0,
+}

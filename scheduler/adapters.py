@@ -44,6 +44,7 @@ from scheduler.core.types import (
 )
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Tenant as CoreTenant
+from scheduler.job_notifications import job_events_notify
 from scheduler.lifecycle import is_allowed
 from scheduler.models import (
     FINAL_STATES,
@@ -905,9 +906,12 @@ def set_state_fast(
 
 
 def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
-    """JobEvent rows (job id, kind, from, to, message[, data]): COPY on PostgreSQL."""
+    """JobEvent rows (job id, kind, from, to, message[, data]): COPY on PostgreSQL. The
+    notable ones (started, finished...) also go to the notification outbox, in the same
+    transaction."""
     if not rows:
         return
+    job_events_notify(rows)
     if connection.vendor != "postgresql":
         JobEvent.objects.bulk_create(
             [

@@ -23,10 +23,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 
 from common.errors import ConflictError
+from scheduler.job_notifications import idle_events_notify
 from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobIdle, JobState, RollupWatermark, UtilizationSample
 from tenants.audit import audit_record
-from tenants.models import IdleAction, IdleRule, JobType, Tenant
+from tenants.idle_rules import Rule, rule_for_tenants
+from tenants.models import IdleAction, JobType, Tenant
 
 log = logging.getLogger("gantry.idle")
 WATERMARK = "idle"
@@ -40,38 +42,6 @@ FIRST_SCAN = timedelta(hours=2)
 # A gap in a job's samples longer than this many intervals adds no idle time (the node stopped
 # reporting: nothing says the job was idle meanwhile). The episode itself goes on.
 MAX_GAP_INTERVALS = 2
-
-
-@dataclass(frozen=True)
-class Rule:
-    threshold_pct: float
-    duration_s: float
-    action: str
-
-
-def default_rule() -> Rule:
-    return Rule(
-        settings.GANTRY_IDLE_THRESHOLD_PCT,
-        settings.GANTRY_IDLE_DURATION_S,
-        settings.GANTRY_IDLE_ACTION,
-    )
-
-
-def rule_for_tenants(tenant_ids: Iterable[int]) -> dict[int, Rule]:
-    """The rule in force for each tenant: its own, else the nearest ancestor's, else the
-    defaults. Two queries whatever the number of tenants."""
-    paths = dict(Tenant.objects.filter(id__in=list(tenant_ids)).values_list("id", "path"))
-    chains = {t: [int(p) for p in path.strip("/").split("/") if p] for t, path in paths.items()}
-    wanted = {a for chain in chains.values() for a in chain}
-    rules = {
-        r.tenant_id: Rule(r.threshold_pct, r.duration_s, r.action)
-        for r in IdleRule.objects.filter(tenant_id__in=wanted)
-    }
-    fallback = default_rule()
-    return {
-        tenant: next((rules[a] for a in reversed(chain) if a in rules), fallback)
-        for tenant, chain in chains.items()
-    }
 
 
 @dataclass
@@ -155,6 +125,7 @@ def _scan_chunk(now: datetime, until: datetime, result: ScanResult) -> bool:
         acted = _advance_jobs(rows)
         mark.done_until = end
         mark.save(update_fields=["done_until"])
+        idle_events_notify(acted)
         for job_id, episode in acted:
             transaction.on_commit(partial(_notify_later, job_id, episode))
     result.samples += len(rows)

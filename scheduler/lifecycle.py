@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from common.errors import ConflictError
 from scheduler.admission import jobs_final
+from scheduler.job_notifications import job_events_notify
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 
 S = JobState
@@ -102,6 +103,7 @@ def job_transition(
         actor=actor if getattr(actor, "is_authenticated", False) else None,
         data=data or {},
     )
+    job_events_notify([(job.pk, kind, from_state, to_state, message)])
     if to_state in FINAL_STATES:
         jobs_final([job.pk])
     job.refresh_from_db()

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from common.errors import ConflictError, DomainError
@@ -37,11 +38,14 @@ from tenants.models import (
     ApprovalKind,
     ApprovalRequest,
     ApprovalState,
+    Membership,
+    NotificationKind,
     Quota,
     ResourceFlavor,
     Role,
     Tenant,
 )
+from tenants.outbox import Event, notifications_add
 from tenants.quota_rules import QuotaValues, validate_quota
 
 logger = logging.getLogger(__name__)
@@ -91,6 +95,45 @@ def approval_rules_for_job(
 # --- requests ----------------------------------------------------------------------------
 
 
+def _deciders(request: ApprovalRequest) -> list[str]:
+    """The addresses of those who may decide `request` (see `can_decide`), but its requester;
+    platform admins are left out (they decide everything and would get every request)."""
+    chain = request.tenant.ancestor_ids()
+    if request.kind == ApprovalKind.QUOTA:
+        members = Membership.objects.filter(tenant_id__in=chain[:-1], role=Role.ADMIN)
+    else:
+        members = Membership.objects.filter(
+            tenant_id__in=chain, role__in=(Role.APPROVER, Role.ADMIN)
+        )
+    found = members.exclude(user_id=request.requester_id).values_list("user__email", flat=True)
+    return sorted({address for address in found if address})
+
+
+def approval_needed_event(request: ApprovalRequest) -> Event:
+    """The 'approval needed' notification: the tenant's webhook, and those who may decide."""
+    what = request.payload.get("job_name") or request.payload.get("flavor_name") or ""
+    link = settings.GANTRY_BASE_URL.rstrip("/") + reverse("portal:approvals")
+    text = (
+        f"Approval needed: {request.requester.get_username()} asks for a {request.kind} request"
+        f"{f' ({what})' if what else ''} in '{request.tenant.slug}'. {link}"
+    )
+    return Event(
+        tenant_id=request.tenant_id,
+        kind=NotificationKind.APPROVAL_NEEDED,
+        text=text,
+        subject=f"[Gantry] approval needed in {request.tenant.slug}",
+        fields={
+            "request": request.pk,
+            "request_kind": request.kind,
+            "tenant": request.tenant.slug,
+            "requester": request.requester.get_username(),
+            "subject_id": request.subject_id,
+            "url": link,
+        },
+        emails=tuple(_deciders(request)),
+    )
+
+
 def approval_ttl() -> timedelta:
     return timedelta(hours=float(settings.GANTRY_APPROVAL_TTL_HOURS))
 
@@ -114,7 +157,7 @@ def approval_request_create(
     rows = [r.as_json() if isinstance(r, RuleMatch) else dict(r) for r in rules]
     try:
         with transaction.atomic():
-            return ApprovalRequest.objects.create(
+            request = ApprovalRequest.objects.create(
                 kind=kind,
                 tenant=tenant,
                 requester=requester,
@@ -123,6 +166,8 @@ def approval_request_create(
                 rules=rows,
                 expires_at=now + approval_ttl(),
             )
+            notifications_add([approval_needed_event(request)])
+            return request
     except IntegrityError as exc:
         pending = ApprovalRequest.objects.filter(
             kind=kind, tenant=tenant, subject_id=subject_id, state=ApprovalState.PENDING

@@ -446,3 +446,74 @@ class IdleRule(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"idle under {self.threshold_pct} % for {self.duration_s} s: {self.action}"
+
+
+# --- notifications -----------------------------------------------------------------------
+
+
+class NotificationKind(models.TextChoices):
+    APPROVAL_NEEDED = "approval_needed"
+    STARTED = "started"
+    FINISHED = "finished"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    IDLE = "idle"
+    BUDGET_ALERT = "budget_alert"
+    TEST = "test"  # a tenant admin's test of the webhook
+
+
+class NotificationChannel(models.TextChoices):
+    WEBHOOK = "webhook"  # the tenant's webhook_url, read when delivered
+    EMAIL = "email"  # `recipient`
+
+
+class NotificationState(models.TextChoices):
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"  # gave up after GANTRY_NOTIFY_MAX_ATTEMPTS
+    DROPPED = "dropped"  # pushed out by newer ones past GANTRY_NOTIFY_MAX_PENDING
+
+
+class Notification(models.Model):
+    """One message in the outbox (tenants/outbox.py): written in the transaction of the change
+    it reports, delivered later by Celery with backoff. `tenant` is the tenant whose webhook
+    receives it (for email, the tenant of its subject); the bound on undelivered rows is per
+    tenant and channel."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=16, choices=NotificationKind.choices)
+    channel = models.CharField(max_length=8, choices=NotificationChannel.choices)
+    recipient = models.CharField(max_length=254, blank=True, default="")
+    subject = models.CharField(max_length=200, blank=True, default="")
+    # {"text": ..., "gantry": {...}}: what Slack- and Teams-style incoming webhooks accept.
+    payload = models.JSONField()
+    state = models.CharField(
+        max_length=8, choices=NotificationState.choices, default=NotificationState.PENDING
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    # The last failed attempt, kept when a later one succeeds (the webhook's health).
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(state="pending"),
+                name="notification_due",
+            ),
+            models.Index(fields=["tenant", "channel", "state"], name="notification_tenant_state"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(channel="email") | ~Q(recipient=""), name="notification_email_to"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.channel} of tenant {self.tenant_id}: {self.state}"

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from tenants.approvals import approval_expire_due
 from tenants.notifications import approval_notification_ids_unsent, approval_notification_send
+from tenants.outbox import outbox_deliver
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
@@ -26,3 +27,10 @@ def approvals_expire() -> int:
     for request_id in approval_notification_ids_unsent(now):
         approval_notification_send(request_id)
     return expired
+
+
+@shared_task
+def notifications_deliver() -> dict[str, int]:
+    """Kicked when notifications are written, and Celery beat: send what is due in the
+    outbox (tenants/outbox.py). Idempotent; two at once skip each other's rows."""
+    return vars(outbox_deliver(now=timezone.now()))

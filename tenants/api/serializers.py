@@ -11,6 +11,7 @@ from rest_framework import serializers
 from common.api.serializers import StrictInputSerializer, refuse_loose_input
 from tenants import access
 from tenants.models import (
+    IdleAction,
     JobType,
     Membership,
     PriorityClass,
@@ -57,6 +58,47 @@ class TenantUpdateIn(StrictInputSerializer):
         help_text='https URL budget alerts are posted to as {"text": ...} (Slack, Teams); '
         "empty removes it.",
     )
+
+
+class WebhookHealthOut(serializers.Serializer):
+    """The tenant's webhook as its admins see it (tenants/outbox.py)."""
+
+    url = serializers.CharField(help_text="The full URL (admins only); empty: none set.")
+    last_success_at = serializers.DateTimeField(allow_null=True)
+    last_failure_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField()
+    undelivered = serializers.IntegerField(help_text="Waiting to be sent (or retried).")
+    failed = serializers.IntegerField(help_text="Given up after the most attempts.")
+    dropped = serializers.IntegerField(help_text="Pushed out by newer ones past the bound.")
+
+
+class WebhookTestOut(serializers.Serializer):
+    notification = serializers.IntegerField(source="pk")
+    state = serializers.CharField()
+
+
+class IdleRuleValues(serializers.Serializer):
+    threshold_pct = serializers.FloatField(min_value=0, max_value=100)
+    duration_minutes = serializers.IntegerField(min_value=1, max_value=7 * 24 * 60)
+    action = serializers.ChoiceField(choices=IdleAction.choices)
+
+
+class IdleRuleIn(StrictInputSerializer, IdleRuleValues):
+    pass
+
+
+class EffectiveIdleRuleOut(IdleRuleValues):
+    origin = serializers.ChoiceField(
+        choices=["own", "inherited", "default"],
+        help_text="own: this tenant's rule; inherited: from a tenant above; default: the "
+        "settings' (no tenant up the tree sets one).",
+    )
+
+
+class IdleRuleOut(serializers.Serializer):
+    tenant = serializers.IntegerField()
+    own = IdleRuleValues(allow_null=True, help_text="This tenant's own rule, if it sets one.")
+    effective = EffectiveIdleRuleOut(help_text="The rule in force for the tenant's jobs.")
 
 
 # --- projects ----------------------------------------------------------------------------

@@ -7,15 +7,22 @@ from typing import Any
 import django_filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api.filters import StrictFilterSet
-from tenants import access, selectors, services
+from tenants import access, idle_rules, outbox, selectors, services
 from tenants.api import serializers as s
-from tenants.models import Membership, PriorityClass, PriorityDefault, Quota, ResourceFlavor
+from tenants.models import (
+    Membership,
+    PriorityClass,
+    PriorityDefault,
+    Quota,
+    ResourceFlavor,
+)
 from tenants.quota_rules import QuotaValues
 
 
@@ -56,6 +63,44 @@ class TenantViewSet(ReadWriteViewSet):
         tenant = self.get_object()
         data = self.read_input(s.TenantUpdateIn, partial=True)
         return self.respond(services.tenant_update(user=request.user, tenant=tenant, **data))
+
+    @extend_schema(request=None, responses=s.IdleRuleOut, methods=["GET", "DELETE"])
+    @extend_schema(request=s.IdleRuleIn, responses=s.IdleRuleOut, methods=["PUT"])
+    @action(
+        detail=True, methods=["get", "put", "delete"], url_path="idle-rule", url_name="idlerule"
+    )
+    def idle_rule(self, request: Request, pk: str) -> Response:
+        """The tenant's idle rule: read by anyone who sees the tenant, set (PUT) or removed
+        (DELETE: it follows the rule above) by its admins."""
+        tenant = self.get_object()
+        if request.method == "PUT":
+            data = self.read_input(s.IdleRuleIn)
+            idle_rules.idle_rule_set(
+                user=request.user,
+                tenant=tenant,
+                threshold_pct=data["threshold_pct"],
+                duration_s=data["duration_minutes"] * 60,
+                action=data["action"],
+            )
+        elif request.method == "DELETE":
+            idle_rules.idle_rule_delete(user=request.user, tenant=tenant)
+        return Response(s.IdleRuleOut(idle_rules.idle_rule_view(tenant)).data)
+
+    @extend_schema(responses=s.WebhookHealthOut)
+    @action(detail=True, methods=["get"], url_path="webhook", url_name="webhook")
+    def webhook(self, request: Request, pk: str) -> Response:
+        """The webhook's health, for the tenant's admins: last success, last failure and its
+        error, and the notifications waiting, given up and dropped."""
+        tenant = access.access_tenant(request.user, pk, manage=True)
+        return Response(s.WebhookHealthOut(outbox.webhook_health(tenant)).data)
+
+    @extend_schema(request=None, responses={202: s.WebhookTestOut})
+    @action(detail=True, methods=["post"], url_path="webhook/test", url_name="webhooktest")
+    def webhook_test(self, request: Request, pk: str) -> Response:
+        """Queue a test message to the tenant's webhook; its outcome shows in the health."""
+        tenant = self.get_object()
+        row = services.webhook_test_send(user=request.user, tenant=tenant)
+        return Response(s.WebhookTestOut(row).data, status=status.HTTP_202_ACCEPTED)
 
 
 class ProjectViewSet(ReadWriteViewSet):

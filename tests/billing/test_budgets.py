@@ -20,9 +20,9 @@ from django.core import mail
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing import admission, budget_alerts, tasks
+from billing import admission, tasks
 from billing.admission import reservations_sweep
-from billing.budget_alerts import alert_email_send, alert_webhook_post, alerts_check
+from billing.budget_alerts import alert_email_send, alerts_check
 from billing.budgets import budget_position
 from billing.metering import meter_usage
 from billing.models import (
@@ -42,7 +42,17 @@ from scheduler.adapters import Change, transition_many
 from scheduler.approvals import job_approval_decide
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel, job_submit
-from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, Tenant
+from tenants import outbox
+from tenants import tasks as tenant_tasks
+from tenants.models import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalRule,
+    Notification,
+    NotificationKind,
+    NotificationState,
+    Tenant,
+)
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.concurrency import run_in_threads
@@ -265,9 +275,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
-    """The tasks queued, run at once instead of through a broker; webhooks posted to a fake
-    transport that fails while `sent["down"]` is set."""
-    out: dict[str, list[Any]] = {"checks": [], "posts": [], "down": [], "failed": []}
+    """The tasks queued, run at once instead of through a broker (the outbox's delivery at
+    NOW); webhooks posted to a fake transport that fails while `sent["down"]` is set."""
+    out: dict[str, list[Any]] = {"checks": [], "posts": [], "down": []}
 
     def check(tenant_ids: list[int], month: str) -> None:
         out["checks"].append(tenant_ids)
@@ -280,16 +290,13 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
 
     monkeypatch.setattr(tasks.budget_alerts_check, "delay", check)
     monkeypatch.setattr(tasks.budget_alert_email, "delay", alert_email_send)
-
-    def webhook(alert_id: int) -> None:
-        try:
-            alert_webhook_post(alert_id)
-        except OSError:  # the worker retries it later, with backoff
-            out["failed"].append(alert_id)
-
-    monkeypatch.setattr(tasks.budget_alert_webhook, "delay", webhook)
-    monkeypatch.setattr(budget_alerts, "webhook_transport", post)
+    monkeypatch.setattr(tenant_tasks.notifications_deliver, "delay", lambda: deliver(NOW))
+    monkeypatch.setattr(outbox, "webhook_transport", post)
     return out
+
+
+def deliver(now: datetime) -> None:
+    outbox.outbox_deliver(now=now)
 
 
 def submit(org: Org, hours: float | None = 10, username: str = "alice", **kw: Any) -> Job:
@@ -410,11 +417,17 @@ def test_a_failing_webhook_neither_stops_the_email_nor_posts_twice(
     sent["down"].append(True)
     with django_capture_on_commit_callbacks(execute=True):
         submit(org, hours=10)  # 320 %: three alerts; their webhook posts fail
-    assert len(mail.outbox) == 3 and len(sent["failed"]) == 3
-    assert BudgetAlert.objects.filter(posted_at__isnull=True).count() == 3
+    assert len(mail.outbox) == 3 and sent["posts"] == []
+    waiting = Notification.objects.filter(kind=NotificationKind.BUDGET_ALERT)
+    assert [(n.state, n.attempts) for n in waiting] == [(NotificationState.PENDING, 1)] * 3
+    assert "connection refused" in waiting[0].last_error
     sent["down"].clear()
-    budget_sweep()  # the retries (here: the sweep) send what is left, once
+    deliver(NOW)  # not due yet: the backoff holds them
+    assert sent["posts"] == []
+    deliver(NOW + outbox.backoff(1))  # the retry sends what is left, once
+    budget_sweep()
     assert len(mail.outbox) == 3 and len(sent["posts"]) == 3
+    deliver(NOW + outbox.backoff(1) * 2)
     budget_sweep()
     assert len(mail.outbox) == 3 and len(sent["posts"]) == 3
 

@@ -1,0 +1,279 @@
+"""The notification outbox: webhooks and emails for job, approval, idle and budget events.
+
+Writers call `notifications_add` inside the transaction of the change they report: a few
+cheap inserts, never a network call, so a request or a scheduling cycle never waits on a
+webhook. `outbox_deliver` (Celery: a task kicked on commit, and the beat sweep) sends what is
+due, one row at a time under its row lock: a success marks it sent; a failure counts an
+attempt and sets the next one `GANTRY_NOTIFY_BACKOFF_S * 2**(attempts-1)` later (capped at
+`GANTRY_NOTIFY_BACKOFF_MAX_S`), and after `GANTRY_NOTIFY_MAX_ATTEMPTS` the row is failed.
+An unreachable webhook therefore costs one attempt per row per backoff step, and at most
+`GANTRY_NOTIFY_MAX_PENDING` rows per tenant and channel wait: older ones are dropped
+(counted, shown to the tenant's admins) by `outbox_trim`.
+
+A webhook row belongs to the nearest tenant up the tree that has a `webhook_url`: a team
+without one reports to its department's. The URL is read when delivering, so a corrected URL
+serves the rows still waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from tenants.models import (
+    Notification,
+    NotificationChannel,
+    NotificationKind,
+    NotificationState,
+    Tenant,
+)
+
+log = logging.getLogger("gantry.notifications")
+
+# (url, JSON body) -> None; raises OSError (urllib's errors are OSErrors) when the post
+# failed. Tests replace it.
+Transport = Callable[[str, bytes], None]
+
+
+def _post(url: str, body: bytes) -> None:
+    request = urllib.request.Request(  # noqa: S310 - the URL is validated https
+        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    timeout = settings.GANTRY_NOTIFY_TIMEOUT_S
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        response.read()
+
+
+webhook_transport: Transport = _post
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something to tell: `tenant_id` is the tenant it happened in (its webhook, or the nearest
+    one up the tree, receives it); `emails` are addresses that also get it by email."""
+
+    tenant_id: int
+    kind: str
+    text: str
+    subject: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    emails: tuple[str, ...] = ()
+
+
+def webhook_owners(tenant_ids: Iterable[int]) -> dict[int, int]:
+    """tenant -> the nearest tenant up the tree (itself included) with a webhook; tenants
+    with none above them are left out. Two queries."""
+    paths = dict(Tenant.objects.filter(id__in=set(tenant_ids)).values_list("id", "path"))
+    chains = {t: [int(p) for p in path.strip("/").split("/") if p] for t, path in paths.items()}
+    wanted = {a for chain in chains.values() for a in chain}
+    hooked = set(
+        Tenant.objects.filter(id__in=wanted).exclude(webhook_url="").values_list("id", flat=True)
+    )
+    owners = {}
+    for tenant, chain in chains.items():
+        owner = next((a for a in reversed(chain) if a in hooked), None)
+        if owner is not None:
+            owners[tenant] = owner
+    return owners
+
+
+def notifications_add(events: Sequence[Event], *, kick: bool = True) -> list[Notification]:
+    """Write `events` to the outbox in the caller's transaction (bulk inserts, no network).
+    `kick` queues a delivery once committed; the daemon passes False (its cycle must not
+    talk to the broker) and the beat sweep delivers its rows. Returns the rows written."""
+    if not events:
+        return []
+    now = timezone.now()
+    owners = webhook_owners(e.tenant_id for e in events)
+    rows = []
+    for event in events:
+        payload = {"text": event.text, "gantry": {"event": event.kind, **event.fields}}
+        base: dict[str, Any] = {
+            "kind": event.kind,
+            "payload": payload,
+            "subject": event.subject[:200],
+        }
+        base |= {"created_at": now, "next_attempt_at": now}
+        if event.tenant_id in owners:
+            rows.append(
+                Notification(
+                    tenant_id=owners[event.tenant_id], channel=NotificationChannel.WEBHOOK, **base
+                )
+            )
+        for address in sorted(set(event.emails)):
+            rows.append(
+                Notification(
+                    tenant_id=event.tenant_id,
+                    channel=NotificationChannel.EMAIL,
+                    recipient=address,
+                    **base,
+                )
+            )
+    made = Notification.objects.bulk_create(rows)
+    if made and kick:
+        transaction.on_commit(kick_delivery)
+    return made
+
+
+def kick_delivery() -> None:
+    """Queue a delivery now; a broker that is down is no failure (the sweep delivers)."""
+    from tenants.tasks import notifications_deliver  # tasks import this module
+
+    try:
+        notifications_deliver.delay()
+    except Exception:  # any broker error
+        log.warning("could not queue a notification delivery", exc_info=True)
+
+
+def backoff(attempts: int) -> timedelta:
+    """The wait after the `attempts`-th failed attempt."""
+    base = settings.GANTRY_NOTIFY_BACKOFF_S * 2 ** max(attempts - 1, 0)
+    return timedelta(seconds=min(base, settings.GANTRY_NOTIFY_BACKOFF_MAX_S))
+
+
+def outbox_trim() -> int:
+    """Drop the oldest pending rows of each tenant and channel beyond
+    GANTRY_NOTIFY_MAX_PENDING. Returns how many were dropped."""
+    keep = settings.GANTRY_NOTIFY_MAX_PENDING
+    pending = Notification.objects.filter(state=NotificationState.PENDING)
+    over = (
+        pending.values("tenant_id", "channel")
+        .annotate(n=Count("id"))
+        .filter(n__gt=keep)
+        .values_list("tenant_id", "channel")
+    )
+    dropped = 0
+    for tenant_id, channel in list(over):
+        mine = pending.filter(tenant_id=tenant_id, channel=channel)
+        newest = mine.order_by("-id").values_list("id", flat=True)[keep - 1 : keep]
+        cut = list(newest)
+        if not cut:
+            continue
+        dropped += mine.filter(id__lt=cut[0]).update(
+            state=NotificationState.DROPPED,
+            last_error=f"dropped: more than {keep} notifications waited",
+        )
+    return dropped
+
+
+@dataclass
+class Delivery:
+    sent: int = 0
+    retrying: int = 0
+    failed: int = 0
+    dropped: int = 0
+
+
+def outbox_deliver(*, now: datetime, limit: int = 500) -> Delivery:
+    """Trim, then try every row due at `now` (at most `limit`), each in its own transaction.
+    Idempotent and safe to run twice at once: a row is locked while it is sent, and a
+    second delivery skips locked rows and finds sent ones no longer pending."""
+    result = Delivery(dropped=outbox_trim())
+    due = Notification.objects.filter(
+        state=NotificationState.PENDING, next_attempt_at__lte=now
+    ).order_by("next_attempt_at", "id")
+    for row_id in list(due.values_list("id", flat=True)[:limit]):
+        outcome = _deliver_one(row_id, now)
+        if outcome is not None:
+            setattr(result, outcome, getattr(result, outcome) + 1)
+    return result
+
+
+@transaction.atomic
+def _deliver_one(row_id: int, now: datetime) -> str | None:
+    row = (
+        Notification.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("tenant")
+        .filter(pk=row_id, state=NotificationState.PENDING, next_attempt_at__lte=now)
+        .first()
+    )
+    if row is None:  # sent or being sent by another delivery
+        return None
+    row.attempts += 1
+    row.last_attempt_at = now
+    try:
+        _send(row)
+    except (OSError, ValueError) as error:
+        row.last_error = (f"{type(error).__name__}: {error}")[:500]
+        row.last_error_at = now
+        if row.attempts >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS:
+            row.state = NotificationState.FAILED
+        else:
+            row.next_attempt_at = now + backoff(row.attempts)
+    else:
+        row.state, row.sent_at = NotificationState.SENT, now
+    row.save()
+    return {"sent": "sent", "failed": "failed"}.get(row.state, "retrying")
+
+
+def _send(row: Notification) -> None:
+    if row.channel == NotificationChannel.EMAIL:
+        subject = row.subject or f"[Gantry] {row.kind}"
+        send_mail(subject, row.payload["text"] + "\n", None, [row.recipient])
+        return
+    url = row.tenant.webhook_url
+    if not url:
+        raise ValueError("the tenant has no webhook any more")
+    webhook_transport(url, json.dumps(row.payload).encode())
+
+
+# --- what the tenant's admins see ---------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """The URL without its path, query and credentials: incoming-webhook URLs carry their
+    secret in the path (Slack's /services/T../B../<token>), so what is shown and audited is
+    the scheme and host."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, "/…" if parts.path not in ("", "/") else "", "", ""))
+
+
+@dataclass(frozen=True)
+class WebhookHealth:
+    url: str
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    last_error: str
+    undelivered: int
+    failed: int
+    dropped: int
+
+
+def webhook_health(tenant: Tenant) -> WebhookHealth:
+    """The tenant's webhook as its admins see it: the last success, the last failed attempt
+    and its error, and the rows waiting, given up and dropped."""
+    rows = Notification.objects.filter(tenant=tenant, channel=NotificationChannel.WEBHOOK)
+    counts = dict(rows.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
+    last_sent = rows.aggregate(at=Max("sent_at"))["at"]
+    failure = rows.filter(last_error_at__isnull=False).order_by("-last_error_at", "-id").first()
+    return WebhookHealth(
+        url=tenant.webhook_url,
+        last_success_at=last_sent,
+        last_failure_at=failure.last_error_at if failure else None,
+        last_error=failure.last_error if failure else "",
+        undelivered=counts.get(NotificationState.PENDING, 0),
+        failed=counts.get(NotificationState.FAILED, 0),
+        dropped=counts.get(NotificationState.DROPPED, 0),
+    )
+
+
+def webhook_test_event(tenant: Tenant, actor_name: str) -> Event:
+    text = f"Test notification for '{tenant.slug}' from Gantry, sent by {actor_name}."
+    return Event(tenant_id=tenant.pk, kind=NotificationKind.TEST, text=text)
