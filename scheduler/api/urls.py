@@ -1,7 +1,7 @@
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler.api import approvals, nodes, queue, views
+from scheduler.api import approvals, nodes, pods, queue, views
 
 router = SimpleRouter()
 router.register("jobs", views.JobViewSet, basename="job")
@@ -11,5 +11,7 @@ router.register("approval-requests", approvals.ApprovalRequestViewSet, basename=
 urlpatterns = [
     # The router's detail pattern, so that the isolation walks see a detail route.
     re_path(r"^jobs/(?P<pk>[^/.]+)/queue/\Z", queue.JobQueueView.as_view(), name="jobqueue-detail"),
+    re_path(r"^jobs/(?P<pk>[^/.]+)/pods/\Z", pods.JobPodsView.as_view(), name="jobpods-detail"),
+    re_path(r"^jobs/(?P<pk>[^/.]+)/logs/\Z", pods.JobLogsView.as_view(), name="joblogs-detail"),
     *router.urls,
 ]

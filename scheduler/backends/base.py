@@ -9,8 +9,9 @@ tell apart are the exceptions below; anything else is a transient failure to ret
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -193,4 +194,62 @@ class UtilizationSource(Protocol):
 
     def device_readings(self) -> Sequence[DeviceUtilization]:
         """Every device of every ready node, as read now."""
+        ...
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """One pod whose log is asked for, with what a backend that makes logs up (the simulated
+    cluster) needs to write them: everything comes from the allocation and the job rows, so
+    any process can read a log without the daemon's memory."""
+
+    namespace: str
+    pod: str
+    job_id: int
+    attempt: int
+    replica: int
+    job_type: str
+    started_at: datetime  # when the pod was bound (else when it was placed)
+    ended_at: datetime | None  # None: still running
+    # How the attempt ended: "running", "succeeded", "failed", "oom" or "stopped"
+    # (preempted, cancelled or requeued).
+    outcome: str = "running"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    at: datetime | None  # when the container wrote it, where the backend knows
+    text: str
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """Lines in the order written, and an opaque cursor: passed back, the next read returns
+    only what came after the last of these lines."""
+
+    lines: tuple[LogLine, ...]
+    cursor: str
+
+
+class LogUnavailable(Exception):
+    """The pod's log cannot be read, for a reason a person can act on: the pod is gone (its
+    log went with it) or its container has not started (being created, pulling its image,
+    not bound to a node yet). The message says which."""
+
+
+@runtime_checkable
+class LogSource(Protocol):
+    """A backend that can read its pods' logs (both backends; the web and API processes
+    build one with `scheduler.backends.factory.log_source`)."""
+
+    def read_log(
+        self, target: LogTarget, *, now: datetime, tail: int | None = None, cursor: str = ""
+    ) -> LogPage:
+        """The last `tail` lines (every line when None), or with a `cursor` the lines after
+        it. Raises LogUnavailable or BackendError."""
+        ...
+
+    def follow_log(self, target: LogTarget, *, tail: int | None = None) -> Iterator[LogLine]:
+        """The last `tail` lines, then each new line as it is written, until the container
+        ends. Raises LogUnavailable or BackendError."""
         ...

@@ -22,14 +22,24 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from scheduler.backends.base import BackendError, BindConflict, NodeInfo, PodRequest, PodStatus
+from scheduler.backends import kubernetes_logs
+from scheduler.backends.base import (
+    BackendError,
+    BindConflict,
+    LogLine,
+    LogPage,
+    LogTarget,
+    NodeInfo,
+    PodRequest,
+    PodStatus,
+)
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_inventory import node_info
 from scheduler.backends.kubernetes_render import (
@@ -365,6 +375,59 @@ class KubernetesBackend:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = render_event(namespace, pod, reason, message[:1024], warning, now)
         self._call(f"event on {pod}", self.core.create_namespaced_event, namespace, body)
+
+    # -- logs (pods/log) ----------------------------------------------------------------
+
+    @_protocol_errors
+    def read_log(
+        self, target: LogTarget, *, now: datetime, tail: int | None = None, cursor: str = ""
+    ) -> LogPage:
+        """LogSource.read_log through `read_namespaced_pod_log` (kubernetes_logs)."""
+
+        def fetch(**query: Any) -> str:
+            def once() -> str:
+                # The raw urllib3 response (_preload_content=False), typed by the client as str.
+                response: Any = self.core.read_namespaced_pod_log(
+                    target.pod,
+                    target.namespace,
+                    _preload_content=False,
+                    _request_timeout=self._timeout(),
+                    **query,
+                )
+                try:
+                    return bytes(response.data).decode(errors="replace")
+                finally:
+                    response.release_conn()
+
+            return call_with_retry(
+                once, self.policy, sleep=self._sleep, rand=self._rand, what=f"log of {target.pod}"
+            )
+
+        try:
+            return kubernetes_logs.read_page(fetch, target, now=now, tail=tail, cursor=cursor)
+        except ApiException as exc:
+            refusal = kubernetes_logs.unavailable(exc, target)
+            if refusal is None:
+                raise
+            raise refusal from exc
+
+    def follow_log(self, target: LogTarget, *, tail: int | None = None) -> Iterator[LogLine]:
+        """LogSource.follow_log: one streamed `follow=true` request, reopened after a long
+        silence (kubernetes_logs.follow)."""
+
+        def open_stream(**query: Any) -> Any:
+            return self.core.read_namespaced_pod_log(
+                target.pod,
+                target.namespace,
+                _preload_content=False,
+                _request_timeout=(
+                    self.config.request_timeout_s,
+                    kubernetes_logs.FOLLOW_READ_TIMEOUT_S,
+                ),
+                **query,
+            )
+
+        return kubernetes_logs.follow(open_stream, target, tail=tail)
 
     # -- watches ----------------------------------------------------------------------------
 

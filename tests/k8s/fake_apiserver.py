@@ -18,6 +18,12 @@ It keeps the rules the backend depends on, and no more:
 - Pods that never start, as the kubelet and scheduler report them: `stay_pending` sets a
   container's waiting reason and message (ImagePullBackOff, CreateContainerConfigError) or
   a PodScheduled=False condition (Unschedulable). A pod never finalized stays Terminating.
+- Pod logs (`pods/{name}/log`), as the kubelet serves them through the apiserver: 404 for a
+  pod that is gone; an empty 200 for a pod not bound yet (the apiserver has no kubelet to ask);
+  400 `container "main" in pod "x" is waiting to start: ContainerCreating` while no container
+  runs; `tailLines`, `sinceSeconds`, `limitBytes` and `timestamps` (RFC 3339 with nanoseconds,
+  trailing zeros dropped, as Go prints them); `follow` streams until the pod ends or is gone.
+  Lines are written by the test playing the container (`write_log`).
 - Restricted Pod Security: a namespace labelled `pod-security.kubernetes.io/enforce:
   restricted` rejects pods that are not (403), like the real admission plugin.
 """
@@ -29,6 +35,7 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -75,6 +82,8 @@ class FakeState:
     rv: int = 1
     compacted_rv: int = 0
     watch_generation: int = 0
+    # (namespace, pod) -> (written at, line): what the container printed.
+    logs: dict[tuple[str, str], list[tuple[datetime, str]]] = field(default_factory=dict)
 
 
 class FakeApiServer:
@@ -222,6 +231,62 @@ class FakeApiServer:
             ]
 
         return self.mutate("pods", namespace, name, pending)
+
+    def run_container(self, namespace: str, name: str) -> Obj:
+        """The kubelet started the pod's containers: Running, each container running."""
+        running = {"running": {"startedAt": now()}}
+
+        def start(pod: Obj) -> None:
+            pod["status"]["phase"] = "Running"
+            pod["status"]["containerStatuses"] = [
+                {"name": c["name"], "ready": True, "restartCount": 0, "state": running}
+                for c in pod["spec"].get("containers", [])
+            ]
+
+        return self.mutate("pods", namespace, name, start)
+
+    def write_log(self, namespace: str, name: str, *lines: str, at: datetime | None = None) -> None:
+        """The container prints `lines` (at `at`, else now)."""
+        with self.cond:
+            stamp = at or datetime.now(UTC)
+            self.state.logs.setdefault((namespace, name), []).extend((stamp, t) for t in lines)
+            self.cond.notify_all()
+
+    def pod_log(
+        self, namespace: str, name: str, query: dict[str, str], start: int = 0
+    ) -> list[str]:
+        """The log lines from the `start`-th on, as `pods/log` with `query` answers them (call
+        with `cond` held). Raises ApiError as the apiserver answers."""
+        pod = self._existing("pods", namespace, name)
+        names = [c["name"] for c in pod["spec"].get("containers", [])]
+        container = query.get("container") or (names[0] if names else "")
+        if container not in names:
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName"):
+            return []  # no node, no kubelet: the apiserver answers an empty log
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        state = next((s.get("state") or {} for s in statuses if s.get("name") == container), {})
+        if not state or "waiting" in state:
+            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+            if reason in {"ImagePullBackOff", "ErrImagePull"}:
+                reason = "trying and failing to pull image"
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}',
+            )
+        entries = self.state.logs.get((namespace, name), [])[start:]
+        if query.get("sinceSeconds"):
+            since = datetime.now(UTC) - timedelta(seconds=int(query["sinceSeconds"]))
+            entries = [e for e in entries if e[0] >= since]
+        if query.get("tailLines") and not start:
+            entries = entries[-int(query["tailLines"]) :] if int(query["tailLines"]) else []
+        stamps = query.get("timestamps") in ("true", "1")
+        return [f"{_rfc3339_nano(at)} {text}" if stamps else text for at, text in entries]
+
+    def pod_ended(self, namespace: str, name: str) -> bool:
+        pod = self.state.objects.get(("pods", namespace, name))
+        return pod is None or pod["status"].get("phase") in {"Succeeded", "Failed"}
 
     def finalize_pod(self, namespace: str, name: str) -> None:
         """The kubelet confirms the containers are gone: the pod object disappears."""
@@ -393,3 +458,9 @@ class FakeApiServer:
             for k in keys
             if (not namespace or k[1] == namespace) and selected(self.state.objects[k], query)
         ]
+
+
+def _rfc3339_nano(at: datetime) -> str:
+    """Go's RFC3339Nano: nanoseconds with trailing zeros dropped (no fraction when zero)."""
+    fraction = f"{at.microsecond:06d}000".rstrip("0")
+    return at.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"

@@ -25,6 +25,8 @@ _ITEM = re.compile(
     r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
 )
 
+_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -71,6 +73,10 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if watching:
                 self._watch(fake, url.path, query, reset=fault is not None)
+                return
+            log = _LOG.match(url.path)
+            if log and method == "GET":
+                self._log(fake, log["ns"], log["name"], query)
                 return
             code, payload = self._route(fake, method, url.path, query, body)
         except ApiError as exc:
@@ -158,6 +164,54 @@ class Handler(BaseHTTPRequestHandler):
             grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
             return 200, fake.delete(res, ns, name, None if grace is None else int(grace))
         raise ApiError(405, "MethodNotAllowed", method)
+
+    def _log(self, fake: FakeApiServer, ns: str, name: str, query: dict[str, str]) -> None:
+        """pods/log: plain text; with follow, chunks as lines come until the pod ends."""
+        with fake.cond:
+            lines = fake.pod_log(ns, name, query)
+            written = len(fake.state.logs.get((ns, name), []))
+        data = "".join(f"{line}\n" for line in lines).encode()
+        if query.get("limitBytes"):
+            data = data[: int(query["limitBytes"])]
+        if query.get("follow") not in ("true", "1"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._raw_chunk(data)
+        while True:
+            with fake.cond:
+                fake.cond.wait(timeout=0.05)
+                if fake._stopping:
+                    break
+                try:
+                    more = fake.pod_log(ns, name, {**query, "tailLines": ""}, start=written)
+                except ApiError:
+                    more = []
+                written += len(more)
+                ended = fake.pod_ended(ns, name)
+            try:
+                self._raw_chunk("".join(f"{line}\n" for line in more).encode())
+            except OSError:
+                return
+            if ended:
+                break
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            return
+
+    def _raw_chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
 
     def _watch(self, fake: FakeApiServer, path: str, query: dict[str, str], reset: bool) -> None:
         match = _COLLECTION.match(path)

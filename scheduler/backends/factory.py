@@ -1,0 +1,34 @@
+"""The cluster backend a web or API process reads pod logs through, from the settings the
+daemon uses (GANTRY_CLUSTER_BACKEND, and for Kubernetes the same credentials and GANTRY_K8S_*
+variables through `kubernetes.from_environment`, as `run_scheduler` builds it).
+
+The simulated cluster's logs are a function of the job (simulated_logs), so the web process
+needs no simulated cluster of its own. One backend per process: building the Kubernetes
+client reads the kubeconfig or the service account once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+
+from scheduler.backends.base import LogSource
+
+
+@functools.cache
+def _log_source(kind: str) -> LogSource:
+    if kind == "kubernetes":
+        from scheduler.backends.kubernetes import from_environment
+
+        return from_environment()
+    if kind == "simulated":
+        from scheduler.backends.simulated_logs import SimulatedLogs
+
+        return SimulatedLogs()
+    raise ValueError(f"unknown backend {kind!r} (simulated or kubernetes)")
+
+
+def log_source() -> LogSource:
+    """The LogSource of GANTRY_CLUSTER_BACKEND (built once per process)."""
+    return _log_source(settings.GANTRY_CLUSTER_BACKEND)
