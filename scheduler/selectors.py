@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
 from scheduler.leader import LEASE_NAME
@@ -56,6 +56,7 @@ class SchedulerHealth:
 
     status: str
     holder: str = ""
+    epoch: int = 0
     last_cycle_at: datetime | None = None
     failures: int = 0
     failed_at: datetime | None = None
@@ -76,10 +77,42 @@ def scheduler_health(now: datetime) -> SchedulerHealth:
     return SchedulerHealth(
         status,
         holder=lease.holder,
+        epoch=lease.epoch,
         last_cycle_at=lease.cycle_ok_at,
         failures=lease.cycle_failures,
         failed_at=lease.cycle_failed_at,
         error=lease.cycle_error if lease.cycle_failures else "",
+    )
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """Jobs waiting cluster-wide. `queued` splits as the metrics' pending series do
+    (scheduler/metrics_queue.py): `inadmissible` when the engine said why it waits or it sits
+    out a retry backoff, `active` otherwise."""
+
+    pending_approval: int
+    active: int
+    inadmissible: int
+
+    @property
+    def queued(self) -> int:
+        return self.active + self.inadmissible
+
+
+def queue_depth(now: datetime) -> QueueDepth:
+    """One query, whatever the number of jobs (index job_tenant_state serves the filter)."""
+    waiting = Job.objects.filter(state__in=(JobState.PENDING_APPROVAL, JobState.QUEUED))
+    held_back = ~Q(reason="") | Q(not_before__gt=now)
+    counts = waiting.aggregate(
+        pending_approval=Count("pk", filter=Q(state=JobState.PENDING_APPROVAL)),
+        queued=Count("pk", filter=Q(state=JobState.QUEUED)),
+        inadmissible=Count("pk", filter=Q(state=JobState.QUEUED) & held_back),
+    )
+    return QueueDepth(
+        pending_approval=counts["pending_approval"],
+        active=counts["queued"] - counts["inadmissible"],
+        inadmissible=counts["inadmissible"],
     )
 
 

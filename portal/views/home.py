@@ -18,7 +18,7 @@ from portal import selectors
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
-from scheduler.selectors import job_list_visible, scheduler_health
+from scheduler.selectors import job_list_visible, queue_depth, scheduler_health
 from tenants import access
 from tenants.models import TenantKind
 
@@ -82,5 +82,6 @@ def home(request: HttpRequest) -> HttpResponse:
     if grants.finance:
         context["finance"] = _finance_section(user, timezone.now())
     if grants.platform_admin:
-        context["scheduler"] = scheduler_health(timezone.now())
+        now = timezone.now()
+        context["scheduler"], context["queue"] = scheduler_health(now), queue_depth(now)
     return render(request, "portal/home.html", context)

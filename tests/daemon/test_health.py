@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.test import Client
+from django.utils import timezone
 
 import scheduler.daemon as daemon_module
 from scheduler.backends.base import BackendError
+from scheduler.models import Job, JobState, SchedulerLease
+from scheduler.selectors import queue_depth
 from tests.daemon.conftest import Env
 
 
@@ -103,3 +106,37 @@ def test_platform_admins_see_a_failing_scheduler_on_their_home_page(env: Env) ->
     member = Client()
     member.force_login(env.org.users["alice"])
     assert "Scheduler failing" not in member.get("/").content.decode()
+
+
+def home_scheduler_section(user: Any) -> str:
+    admin = Client()
+    admin.force_login(user)
+    page = admin.get("/").content.decode()
+    assert 'id="home-scheduler"' in page
+    return page.split('id="home-scheduler"')[1].split("</section>")[0]
+
+
+def test_platform_admins_see_leader_epoch_and_last_cycle_on_a_healthy_scheduler(env: Env) -> None:
+    """Issue 20: the health shows even when all is well, with the leader's epoch."""
+    daemon = env.daemon(holder="sched-a")
+    env.run(daemon)
+    epoch = SchedulerLease.objects.get().epoch
+    assert epoch >= 1
+    section = home_scheduler_section(env.org.users["pat"])
+    assert "Scheduler ok" in section and "sched-a" in section
+    assert f'id="home-scheduler-epoch">{epoch}<' in section
+    assert "completed" in section and 'id="home-scheduler-failures">0 in a row' in section
+
+
+def test_platform_admins_see_the_queue_depth_by_status(env: Env) -> None:
+    waiting = [env.submit(name=f"wait-{n}") for n in range(3)]
+    Job.objects.filter(pk=waiting[0].pk).update(reason="quota: team-alpha uses 16/16 H100")
+    Job.objects.filter(pk=waiting[1].pk).update(state=JobState.PENDING_APPROVAL)
+    # the third stays queued, not tried yet
+    depth = queue_depth(timezone.now())
+    assert (depth.queued, depth.active, depth.inadmissible, depth.pending_approval) == (2, 1, 1, 1)
+    section = home_scheduler_section(env.org.users["pat"])
+    stats = section.split('id="home-queue-depth"')[1]
+    for number, label in [(2, "queued"), (1, "not tried yet"), (1, "waiting with a reason"),
+                          (1, "waiting for approval")]:  # fmt: skip
+        assert f"<b>{number}</b><span>{label}</span>" in stats, (number, label)

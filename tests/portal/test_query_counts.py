@@ -19,6 +19,7 @@ from tests.conftest import Org
         ("portal:job-rows", "alice", 14),
         ("portal:home", "alice", 20),
         ("portal:home", "dana", 24),
+        ("portal:home", "pat", 11),
         ("portal:tenants", "pat", 16),
         ("portal:audit", "pat", 16),
         ("portal:approval-history", "pat", 14),
