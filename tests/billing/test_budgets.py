@@ -406,6 +406,8 @@ def test_notify_queues_the_job_that_takes_the_budget_over_and_alerts_once_per_th
         submit(org, hours=1)
     assert alerts_check([org.alpha.pk], FEB) == []
     assert len(mail.outbox) == 3 and len(sent["posts"]) == 3  # once each
+    alerts = Notification.objects.filter(kind=NotificationKind.BUDGET_ALERT)
+    assert [n.payload["gantry"]["threshold"] for n in alerts] == [50, 80, 100]
 
 
 def test_a_failing_webhook_neither_stops_the_email_nor_posts_twice(
