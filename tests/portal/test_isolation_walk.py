@@ -126,6 +126,7 @@ ROUTES: dict[str, list[Case]] = {
     "cost-export-download": [Case(kwargs=_export)],
     "job-detail": [Case(kwargs=_job)],
     "job-status": [Case(kwargs=_job)],
+    "job-logs": [Case(kwargs=_job)],
     "job-cancel": [
         Case(kwargs=_job, body=lambda w, t: {"reason": "intrusion"}),
         Case(kwargs=lambda t, o: {"pk": t.pending.pk}, body=lambda w, t: {}),
