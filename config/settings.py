@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "tenants",
     "scheduler",
     "billing",
+    "whatif",
     "portal",
 ]
 
@@ -344,6 +345,17 @@ GANTRY_ETA_EVERY_S = float(os.environ.get("GANTRY_ETA_EVERY_S", "30"))
 GANTRY_ETA_BUDGET_S = float(os.environ.get("GANTRY_ETA_BUDGET_S", "2"))
 GANTRY_ETA_MAX_JOBS = int(os.environ.get("GANTRY_ETA_MAX_JOBS", "2000"))
 GANTRY_ETA_UNBOUNDED_RUNTIME_S = float(os.environ.get("GANTRY_ETA_UNBOUNDED_RUNTIME_S", "14400"))
+# What-if replays (docs/what-if.md): at most this many jobs of the window are replayed (the
+# result says when it was capped); a job that never started runs for its max runtime, else
+# this long; a finished run is kept this many days.
+GANTRY_WHATIF_MAX_JOBS = int(os.environ.get("GANTRY_WHATIF_MAX_JOBS", "5000"))
+GANTRY_WHATIF_DEFAULT_RUNTIME_S = float(os.environ.get("GANTRY_WHATIF_DEFAULT_RUNTIME_S", "3600"))
+GANTRY_WHATIF_RETENTION_DAYS = float(os.environ.get("GANTRY_WHATIF_RETENTION_DAYS", "90"))
+if GANTRY_WHATIF_MAX_JOBS < 1 or not GANTRY_WHATIF_RETENTION_DAYS > 0:
+    raise RuntimeError(
+        "GANTRY_WHATIF_MAX_JOBS must be 1 or more and GANTRY_WHATIF_RETENTION_DAYS positive"
+    )
+CELERY_BEAT_SCHEDULE["whatifs-expire"] = {"task": "whatif.tasks.whatifs_expire", "schedule": 3600.0}
 
 # Billing (docs/billing.md). Every price is in this one ISO 4217 currency.
 try:

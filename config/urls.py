@@ -12,6 +12,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("tenants.api.urls")),
     path("", include("scheduler.api.urls")),
     path("", include("billing.api.urls")),
+    path("", include("whatif.api.urls")),
     path("me/", MeView.as_view(), name="me"),
     path("auth/token/", GuardedObtainAuthToken.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -36,6 +36,8 @@ from tenants.models import (
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, make_node
 from tests.conftest import Org, job_spec
+from tests.whatif.builders import kept_run
+from whatif.models import WhatIf
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "costexport": lambda org, t: CostExport.objects.filter(owner__memberships__tenant=t).first(),
     # The cost API's figures as a file at once: walked for leaks like the cost API.
     "cost-export": lambda org, t: t,
+    # What-ifs scoped to the foreign team (populate_whatifs): admins and finance only.
+    "whatif": lambda org, t: WhatIf.objects.filter(scope=t).first(),
 }
 # List-level writes naming a foreign project: not found, like the project itself.
 NOT_FOUND_WRITES = {"quote", "costexport-list"}
@@ -146,6 +150,9 @@ PERSONAL = {"costexport"}
 FINANCE_MANAGES = {"budget", "budget-list"}
 # Detail routes on platform-wide objects, visible to all, writable by platform admins only.
 GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard"}
+# Features of admins (platform and tenant) and finance: a 404 for anyone else, lists included.
+ADMIN_FEATURES = {"whatif"}
+TENANT_ADMINS = {"tina", "dana"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
 NO_TENANT_DATA = {"schema", "api-docs", "api-token", "me"}
 
@@ -170,6 +177,7 @@ def basename(route: Route) -> str:
 
 def populate(org: Org) -> None:
     """Give every foreign tenant one object of every kind."""
+    populate_whatifs(org)
     for tenant, project, user in [
         (org.alpha, org.proj_alpha, org.users["alice"]),
         (org.bravo, org.proj_bravo, org.users["bob-bravo"]),
@@ -203,6 +211,12 @@ def populate(org: Org) -> None:
             before=None,
             after={"name": job.name, "project": project.slug},
         )
+
+
+def populate_whatifs(org: Org) -> None:
+    """A kept what-if scoped to each team, naming only that team (pat asked for them)."""
+    for team in (org.alpha, org.bravo, org.charlie):
+        kept_run(org.users["pat"], team, [team.slug])
 
 
 def populate_billing(org: Org) -> Statement:
@@ -295,6 +309,12 @@ def foreign_create_body(name: str, org: Org, foreign: Tenant) -> dict[str, Any]:
             "valid_from": "2031-01-01T00:00:00Z",
             "gpu_hour": "9",
         },
+        "whatif-list": {
+            "scope": foreign.pk,
+            "changes": [
+                {"kind": "quota", "tenant": foreign.slug, "flavor": "H100-80GB", "weight": 2}
+            ],
+        },
     }.get(name, {})
 
 
@@ -313,6 +333,7 @@ def counts() -> dict[str, int]:
         ApprovalPolicy,
         ApprovalRequest,
         AuditEntry,
+        WhatIf,
     ]
     return {m.__name__: m.objects.count() for m in models}
 
@@ -347,7 +368,9 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
             assert snapshot(obj) == state, f"{persona} changed {url}"
         elif not route.is_detail and "GET" in route.methods:
             response = client.get("/" + route.template + LIST_QUERY.get(route.name, ""))
-            assert response.status_code == 200, (persona, route.template, response.status_code)
+            shut = base in ADMIN_FEATURES and persona not in TENANT_ADMINS
+            expected = 404 if shut else 200
+            assert response.status_code == expected, (persona, route.template, response.status_code)
             if base not in NO_TENANT_DATA or base == "me":
                 assert marker not in text_of(response), (persona, route.template)
         if not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:

@@ -1,0 +1,119 @@
+"""Serializers of the what-if API: a proposal in, a run (with the viewer's results) out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from common.api.serializers import StrictInputSerializer
+from whatif.models import MAX_WINDOW_DAYS, WhatIf
+from whatif.present import results_for
+
+KINDS = [("quota", "quota"), ("priority_class", "priority_class")]
+MAX_MILLI = 10**12
+
+
+class ChangeIn(StrictInputSerializer):
+    """One change: a tenant's quota of a flavor, or a priority class's value."""
+
+    kind = serializers.ChoiceField(KINDS)
+    tenant = serializers.CharField(required=False, max_length=63, help_text="A tenant's slug.")
+    flavor = serializers.CharField(required=False, max_length=63, help_text="A flavor's name.")
+    guaranteed_milli = serializers.IntegerField(required=False, min_value=0, max_value=MAX_MILLI)
+    limit_milli = serializers.IntegerField(required=False, min_value=0, max_value=MAX_MILLI)
+    lend_limit_milli = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_MILLI
+    )
+    weight = serializers.FloatField(required=False, min_value=0.001, max_value=99999)
+    name = serializers.CharField(required=False, max_length=63, help_text="A priority class.")
+    value = serializers.IntegerField(required=False, min_value=-(10**9), max_value=10**9)
+
+    QUOTA = {"tenant", "flavor", "guaranteed_milli", "limit_milli", "lend_limit_milli", "weight"}
+    CLASS = {"name", "value"}
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        own, needed = (
+            (self.QUOTA, ("tenant", "flavor"))
+            if attrs["kind"] == "quota"
+            else (self.CLASS, ("name", "value"))
+        )
+        errors = {
+            k: [f"not part of a {attrs['kind']} change."] for k in attrs if k not in {*own, "kind"}
+        }
+        errors.update({k: ["This field is required."] for k in needed if k not in attrs})
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class WhatIfIn(StrictInputSerializer):
+    scope = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        help_text="The tenant (id) whose subtree the run is for; omit for the whole platform "
+        "(platform admins).",
+    )
+    window_days = serializers.IntegerField(default=14, min_value=1, max_value=MAX_WINDOW_DAYS)
+    changes = serializers.ListField(child=ChangeIn(), required=False, max_length=50)
+    approval_request = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="A quota request (id) whose change to replay instead of `changes`.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "approval_request" in attrs:
+            if attrs.get("changes") or "scope" in attrs:
+                raise serializers.ValidationError(
+                    {"approval_request": ["replays the request's own change: no changes or scope."]}
+                )
+        elif not attrs.get("changes"):
+            raise serializers.ValidationError({"changes": ["propose at least one change."]})
+        return attrs
+
+
+class ProgressOut(serializers.Serializer):
+    percent = serializers.IntegerField()
+    stage = serializers.CharField(help_text="What the replay is doing.")
+
+
+class WhatIfOut(serializers.ModelSerializer):
+    scope = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    requested_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
+    approval_request = serializers.PrimaryKeyRelatedField[Any](source="approval", read_only=True)
+    progress = serializers.SerializerMethodField()
+    results = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WhatIf
+        fields = [
+            "id",
+            "scope",
+            "requested_by",
+            "window_days",
+            "changes",
+            "approval_request",
+            "state",
+            "progress",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "expires_at",
+            "results",
+        ]
+
+    @extend_schema_field(ProgressOut)
+    def get_progress(self, run: WhatIf) -> dict[str, Any]:
+        return {"percent": run.progress, "stage": run.stage}
+
+    @extend_schema_field({"type": "object", "nullable": True})
+    def get_results(self, run: WhatIf) -> dict[str, Any] | None:
+        """Side by side (`baseline`, `proposed`): totals, and one row per tenant the viewer
+        may see, everyone else as one `others` row. Only on a run's own page."""
+        if not self.context.get("detail"):
+            return None
+        return results_for(self.context["request"].user, run)

@@ -1,0 +1,240 @@
+"""Rebuild the last N days from the database and replay them twice (docs/what-if.md).
+
+1. jobs: those submitted in the window, and those still holding GPUs when it opened (they
+   arrive at its start with the time they had left); cancelled jobs that never started are
+   left out. Each keeps its tenant, priority class, size, allowed flavors and pools. Its
+   duration is its last attempt's run from the allocations (a job still running: so far);
+   a job that never started runs for its max runtime, else GANTRY_WHATIF_DEFAULT_RUNTIME_S.
+   At most GANTRY_WHATIF_MAX_JOBS are replayed, the earliest first, and the result says so.
+2. cluster: the nodes present now, all healthy and schedulable; the tenants' quotas and the
+   priority classes as they are today, and again with the proposed changes.
+3. replay both in `scheduler.sim` with the scheduler's profile, each side half the progress.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
+
+from scheduler.adapters import ROW_FIELDS, _load_nodes, job_request
+from scheduler.core import Profile
+from scheduler.core.types import PriorityClass, Quota
+from scheduler.core.types import Tenant as CoreTenant
+from scheduler.models import Allocation, Job, JobState
+from scheduler.profiles import built_in, read_profile
+from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
+from tenants.models import PriorityClass as PriorityClassRow
+from tenants.models import Quota as QuotaRow
+from tenants.models import Tenant
+from whatif.summary import summarise
+
+Progress = Callable[[int, str], None]  # (percent, what it is doing)
+LEFT_OUT = (JobState.PENDING_APPROVAL, JobState.REJECTED)  # never ran, never will
+
+
+@dataclass(frozen=True)
+class Workload:
+    jobs: list[WorkloadJob]
+    found: int  # jobs the window holds; more than replayed when capped
+    horizon_s: float  # the replayed span: the window, or up to the last replayed arrival
+
+
+def replay(
+    *,
+    changes: Sequence[Mapping[str, Any]],
+    window_days: int,
+    now: datetime,
+    progress: Progress,
+    every_cycles: int = 50,
+) -> dict[str, Any]:
+    """Steps 1-3 of the module docstring; the results to keep in `WhatIf.results`."""
+    start = now - timedelta(days=window_days)
+    progress(0, "reading the jobs of the window")
+    work = workload(start, now)
+    nodes = tuple(replace(n, healthy=True, cordoned=False) for n in _load_nodes()[0].values())
+    rows = _organisation_rows()
+    sides = {}
+    for k, (side, proposed) in enumerate((("baseline", ()), ("proposed", changes))):
+        tenants, classes = organisation(rows, proposed)
+        label = "today's settings" if side == "baseline" else "the proposed settings"
+        report = _run(work, Cluster(nodes, tenants, classes), label, 50 * k, progress, every_cycles)
+        sides[side] = summarise(report, work.horizon_s)
+    cap = settings.GANTRY_WHATIF_MAX_JOBS
+    return {
+        "window_start": start.isoformat(),
+        "window_end": now.isoformat(),
+        "jobs_found": work.found,
+        "jobs_replayed": len(work.jobs),
+        "capped": work.found > len(work.jobs),
+        "cap": cap,
+        "capacity_gpus": float(sum(len(n.devices) for n in nodes)),
+        **sides,
+    }
+
+
+def _run(
+    work: Workload,
+    cluster: Cluster,
+    label: str,
+    base: int,
+    progress: Progress,
+    every_cycles: int,
+) -> Any:
+    end = max(work.horizon_s, 1.0)
+
+    def heard(now: float, cycles: int) -> None:
+        if cycles % every_cycles == 0:
+            done = min(now / end, 1.0)
+            progress(base + int(49 * done), f"replaying {label}: day {now / 86400:.1f}")
+
+    progress(base, f"replaying {label}")
+    simulation = Simulation(
+        work.jobs, cluster, profile(), (), SimConfig(tick_s=300.0), progress=heard
+    )
+    return simulation.run()
+
+
+def profile() -> Profile:
+    path = settings.GANTRY_SCHEDULER_PROFILE
+    return (read_profile(path) if path else built_in()).profile
+
+
+# --- 1. jobs ------------------------------------------------------------------------------
+
+
+def workload(start: datetime, now: datetime) -> Workload:
+    held_at_start = Allocation.objects.filter(job=OuterRef("pk"), started_at__lt=start).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start)
+    )
+    jobs = (
+        Job.objects.exclude(state__in=LEFT_OUT)
+        .exclude(state=JobState.CANCELLED, started_at__isnull=True)
+        .filter(Q(queued_at__gte=start, queued_at__lt=now) | Q(Exists(held_at_start)))
+    )
+    found = jobs.count()
+    rows = list(
+        jobs.order_by("queued_at", "id").values(*ROW_FIELDS)[: settings.GANTRY_WHATIF_MAX_JOBS]
+    )
+    runs = _last_runs([r["id"] for r in rows], start, now)
+    slugs = dict(Tenant.objects.values_list("id", "slug"))
+    classes = {pc["id"]: pc for pc in PriorityClassRow.objects.values("id", "name")}
+    default = settings.GANTRY_WHATIF_DEFAULT_RUNTIME_S
+    out = []
+    for row in rows:
+        arrival = max(0.0, ((row["queued_at"] or start) - start).total_seconds())
+        request = replace(
+            job_request(row, slugs, classes), submitted_at=arrival, not_before=0.0, attempt=0
+        )
+        duration = runs.get(row["id"]) or float(row["max_runtime_s"] or default)
+        out.append(WorkloadJob(request, arrival, duration))
+    window = (now - start).total_seconds()
+    horizon = max(w.arrival_s for w in out) if found > len(out) and out else window
+    return Workload(out, found, horizon)
+
+
+def _last_runs(ids: list[int], start: datetime, now: datetime) -> dict[int, float]:
+    """Job id -> seconds its last attempt ran (from the window's start at the earliest)."""
+    spans: dict[int, dict[int, list[datetime]]] = defaultdict(dict)
+    for a in Allocation.objects.filter(job_id__any=ids).values(
+        "job_id", "attempt", "started_at", "ended_at"
+    ):
+        began, ended = max(a["started_at"], start), min(a["ended_at"] or now, now)
+        span = spans[a["job_id"]].setdefault(a["attempt"], [began, ended])
+        span[0], span[1] = min(span[0], began), max(span[1], ended)
+    return {
+        job: max((spans_of[last][1] - spans_of[last][0]).total_seconds(), 1.0)
+        for job, spans_of in spans.items()
+        for last in [max(spans_of)]
+    }
+
+
+# --- 2. organisation ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OrgRows:
+    tenants: list[dict[str, Any]]
+    quotas: list[dict[str, Any]]
+    classes: list[dict[str, Any]]
+
+
+def _organisation_rows() -> OrgRows:
+    return OrgRows(
+        [dict(r) for r in Tenant.objects.values("id", "slug", "parent_id")],
+        [
+            dict(q)
+            for q in QuotaRow.objects.values(
+                "tenant__slug",
+                "flavor__name",
+                "guaranteed_milli",
+                "limit_milli",
+                "lend_limit_milli",
+                "weight",
+                "user_limit_milli",
+            )
+        ],
+        [
+            dict(c)
+            for c in PriorityClassRow.objects.values(
+                "name", "value", "may_preempt", "preemptible", "counts_against_quota"
+            )
+        ],
+    )
+
+
+def organisation(
+    rows: OrgRows, changes: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[CoreTenant, ...], tuple[PriorityClass, ...]]:
+    """The engine's tenants and classes as `scheduler.adapters` builds them, with `changes`
+    applied on top (a tenant's fair-share weight is the largest of its quotas' weights)."""
+    quotas = {(q["tenant__slug"], q["flavor__name"]): dict(q) for q in rows.quotas}
+    values = {c["name"]: c["value"] for c in rows.classes}
+    for change in changes:
+        if change["kind"] == "quota":
+            key = (change["tenant"], change["flavor"])
+            base = quotas.get(key) or {"guaranteed_milli": 0, "limit_milli": 0, "weight": 1}
+            quotas[key] = {**base, **{k: v for k, v in change.items() if k in QUOTA_KEYS}}
+        else:
+            values[change["name"]] = change["value"]
+    per_tenant: dict[str, dict[str, Quota]] = defaultdict(dict)
+    weights: dict[str, float] = {}
+    caps: dict[str, dict[str, int]] = defaultdict(dict)
+    for (slug, flavor), q in quotas.items():
+        per_tenant[slug][flavor] = Quota(
+            q["guaranteed_milli"], q["limit_milli"], q.get("lend_limit_milli")
+        )
+        weights[slug] = max(weights.get(slug, 0.0), float(q["weight"]))
+        if q.get("user_limit_milli") is not None:
+            caps[slug][flavor] = q["user_limit_milli"]
+    parents = {r["id"]: r["slug"] for r in rows.tenants}
+    tenants = tuple(
+        CoreTenant(
+            r["slug"],
+            parents.get(r["parent_id"]),
+            per_tenant.get(r["slug"], {}),
+            weights.get(r["slug"], 1.0),
+            caps.get(r["slug"], {}),
+        )
+        for r in rows.tenants
+    )
+    classes = tuple(
+        PriorityClass(
+            c["name"],
+            values[c["name"]],
+            c["may_preempt"],
+            c["preemptible"],
+            c["counts_against_quota"],
+            critical=not c["preemptible"],
+        )
+        for c in rows.classes
+    )
+    return tenants, classes
+
+
+QUOTA_KEYS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight")
