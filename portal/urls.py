@@ -16,6 +16,7 @@ from portal.views import (
     profile,
     tenants,
 )
+from portal.views.dashboards import dashboard_cluster, dashboard_tenant
 
 app_name = "portal"
 
@@ -43,6 +44,7 @@ urlpatterns = [
         tenants.tenant_member_remove,
         name="tenant-member-remove",
     ),
+    path("tenants/<int:pk>/dashboard/", dashboard_tenant, name="tenant-dashboard"),
     path("tenants/<int:pk>/quotas/", tenants.tenant_quotas, name="tenant-quotas"),
     path("tenants/<int:pk>/priorities/", tenants.tenant_priorities, name="tenant-priorities"),
     path("tenants/<int:pk>/policies/", tenants.tenant_policies, name="tenant-policies"),
@@ -64,6 +66,7 @@ urlpatterns = [
         cost_exports.cost_export_download,
         name="cost-export-download",
     ),
+    path("dashboards/cluster/", dashboard_cluster, name="dashboard-cluster"),
     path("scheduler/profile/", profile.scheduler_profile, name="scheduler-profile"),
     path("nodes/", nodes.node_list, name="nodes"),
     path("nodes/<int:pk>/", nodes.node_detail, name="node-detail"),

@@ -277,6 +277,8 @@ class UsagePoint:
     used: float  # GPUs the subtree's jobs held, mean over the window
     borrowed: float  # beyond the guarantee
     lent: float  # guarantee left unused: lendable to the cohort
+    guaranteed: float | None  # today's quota; None without one for the flavor
+    limit: float | None
 
 
 @dataclass(frozen=True)
@@ -304,8 +306,9 @@ def tenant_dashboard(tenant: Tenant, window: Window) -> TenantDashboard:
     """`tenant`'s subtree over `window`: its usage per flavor against the tenant's quota
     today (guarantee and limit; borrowed is use beyond the guarantee, lent the guarantee left
     unused), its idle GPU time, its jobs' waits, and its jobs with the most idle time. Five
-    queries (subtree, quotas, roll-ups, snapshots, idle jobs; their names one more)."""
-    ids = list(Tenant.objects.filter(path__startswith=tenant.path).values_list("pk", flat=True))
+    queries (subtree, quotas, roll-ups, snapshots, idle jobs with their names)."""
+    subtree = Tenant.objects.filter(path__startswith=tenant.path).order_by()
+    ids = list(subtree.values_list("pk", flat=True))
     quotas = {
         name: FlavorQuota(guaranteed / 1000, limit / 1000)
         for name, guaranteed, limit in Quota.objects.filter(tenant=tenant).values_list(
@@ -324,9 +327,17 @@ def tenant_dashboard(tenant: Tenant, window: Window) -> TenantDashboard:
     idle: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for flavor, start, held, idle_s in rows:
         used = _per_gpu(held, window.step)
-        guaranteed = quotas[flavor].guaranteed if flavor in quotas else 0.0
+        quota = quotas.get(flavor)
+        guaranteed = quota.guaranteed if quota else 0.0
         usage[flavor].append(
-            UsagePoint(start, used, max(0.0, used - guaranteed), max(0.0, guaranteed - used))
+            UsagePoint(
+                start,
+                used,
+                borrowed=max(0.0, used - guaranteed),
+                lent=max(0.0, guaranteed - used),
+                guaranteed=quota.guaranteed if quota else None,
+                limit=quota.limit if quota else None,
+            )
         )
         idle[start][0] += used
         idle[start][1] += _per_gpu(idle_s, window.step)

@@ -9,7 +9,6 @@ A window the task did not run for stays missing: the charts show a gap, not an i
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -17,7 +16,7 @@ from django.db.models import Count, F, OuterRef, Subquery, Sum
 
 from scheduler.metrics_fragmentation import WHOLE, free_and_fragmented
 from scheduler.metrics_queue import WAIT_BUCKETS_S
-from scheduler.models import Job, JobEvent, JobState, QueueSnapshot
+from scheduler.models import GpuDevice, Job, JobEvent, JobState, QueueSnapshot
 from scheduler.rollups import floor_to
 
 WINDOW = timedelta(minutes=5)
@@ -87,7 +86,9 @@ def queue_snapshot_take(*, now: datetime) -> bool:
         return False
     rows = _rows(at, at + WINDOW)
     total, stranded = free_and_fragmented()
-    flavors: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    # Every flavor of the cluster gets its pair, 0 when full: a full cluster is not a gap.
+    present = GpuDevice.objects.filter(node__present=True).values_list("node__flavor", flat=True)
+    flavors: dict[str, list[float]] = {flavor: [0.0, 0.0] for flavor in present.distinct()}
     for flavor, milli in total.items():
         flavors[flavor] = [milli / WHOLE, stranded.get(flavor, 0) / WHOLE]
     rows[None].flavors = dict(flavors)

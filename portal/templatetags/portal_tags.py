@@ -44,7 +44,7 @@ def state_class(state: str) -> str:
 
 
 @register.simple_tag
-def portal_nav(user: Any) -> dict[str, bool]:
+def portal_nav(user: Any) -> dict[str, Any]:
     """Which sections the navigation shows; the pages check access again themselves."""
     if not getattr(user, "is_authenticated", False):
         return {}
@@ -58,4 +58,15 @@ def portal_nav(user: Any) -> dict[str, bool]:
         "submit": grants.platform_admin or best > 0,
         "finance": grants.finance,
         "platform_admin": grants.platform_admin,
+        "cluster_dashboard": grants.sees_everything,
+        # The dashboard of the highest tenant the user holds a role in (others from its page).
+        "tenant_dashboard": _top_tenant_id(grants.roles_by_path),
     }
+
+
+def _top_tenant_id(roles_by_path: dict[str, str]) -> int | None:
+    """"/1/4/" -> 4: the tenant of the shortest path (the highest in the tree)."""
+    if not roles_by_path:
+        return None
+    path = min(roles_by_path, key=lambda p: (p.count("/"), p))
+    return int(path.strip("/").split("/")[-1])

@@ -19,9 +19,11 @@ from billing.job_costs import job_cost_so_far
 from billing.quotes import job_quote
 from common.errors import ConflictError
 from portal import selectors
+from portal.dashboard_charts import job_figure
 from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from portal.views.approvals import pending_request_for_job
+from scheduler.dashboards import job_utilization
 from scheduler.reason_text import ReasonReader
 from scheduler.selectors import (
     QueuePosition,
@@ -199,6 +201,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         # Whoever sees the job sees what it has cost (access_job above).
         "cost": job_cost_so_far(job, now=timezone.now()),
     }
+    context["utilization"] = job_utilization(job, timezone.now())
+    context["utilization_figure"] = job_figure(context["utilization"])
     return render(request, "portal/jobs/detail.html", context)
 
 

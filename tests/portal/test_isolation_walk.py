@@ -93,6 +93,8 @@ ROUTES: dict[str, list[Case]] = {
     "approvals": [],
     "approval-history": [],
     "scheduler-profile": [],
+    "dashboard-cluster": [],  # platform admins and finance; a 404 for the personas walked
+    "tenant-dashboard": [Case(kwargs=_tenant)],
     "nodes": [],
     "node-detail": [Case(kwargs=_node)],
     "node-action": [

@@ -1,0 +1,161 @@
+"""Plotly figures of the dashboards (cluster, tenant, job), from scheduler/dashboards.py.
+
+As the cost charts (portal/charts.py): built on the server, sent as JSON (`json_script`) and
+drawn by portal/static/portal/charts.js with the plotly.js of the installed package. A chart
+whose series are all empty gets no figure: the page says there is no data instead of
+drawing empty axes. The tables under each chart carry the same figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from portal.charts import COLOURS, _as_json
+from scheduler.dashboards import ClusterDashboard, JobUtilization, TenantDashboard
+
+
+def _layout(title: str, unit: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": title},
+        "template": "none",
+        "colorway": COLOURS,
+        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 60},
+        "height": 320,
+        "legend": {"orientation": "h", "y": -0.2},
+        **extra,
+    }
+
+
+def _line(name: str, x: list[Any], y: list[Any], **extra: Any) -> go.Scatter:
+    return go.Scatter(name=name, x=x, y=y, mode="lines", **extra)
+
+
+def _figure(traces: list[Any], layout: dict[str, Any]) -> Any:
+    return _as_json(go.Figure(traces, layout=layout)) if traces else None
+
+
+def cluster_figures(dash: ClusterDashboard) -> dict[str, Any]:
+    """chart id -> figure (None when the chart has no data in the range)."""
+    capacity = []
+    for flavor, points in dash.capacity.items():
+        x = [p.start for p in points]
+        capacity.append(_line(f"{flavor} allocated", x, [p.allocated for p in points]))
+        capacity.append(_line(f"{flavor} used", x, [p.used for p in points], line={"dash": "dot"}))
+    queue_x = [p.start for p in dash.queue]
+    queue = (
+        [_line("queued jobs", queue_x, [p.queued_jobs for p in dash.queue])] if dash.queue else []
+    )
+    admitted = [p for p in dash.queue if p.admissions]
+    waits = (
+        [
+            _line("mean wait", [p.start for p in admitted], [p.wait_mean_s for p in admitted]),
+            _line(
+                "p95 wait (bucket bound)",
+                [p.start for p in admitted],
+                [None if p.wait_p95_s == float("inf") else p.wait_p95_s for p in admitted],
+                line={"dash": "dot"},
+            ),
+        ]
+        if admitted
+        else []
+    )
+    fragmentation = []
+    for flavor, frag in dash.fragmentation.items():
+        x = [p.start for p in frag]
+        fragmentation.append(_line(f"{flavor} free", x, [p.free for p in frag]))
+        fragmentation.append(_line(f"{flavor} fragmented", x, [p.fragmented for p in frag]))
+    failures = (
+        [go.Bar(name="failures", x=[r for r, _ in dash.failures], y=[n for _, n in dash.failures])]
+        if dash.failures
+        else []
+    )
+    idle = (
+        [
+            go.Bar(
+                name="idle GPU-hours",
+                x=[f"{row.name} #{row.job_id}" for row in dash.idle],
+                y=[row.idle_gpu_hours for row in dash.idle],
+            )
+        ]
+        if dash.idle
+        else []
+    )
+    return {
+        "capacity": _figure(capacity, _layout("Allocated and used GPUs per flavor", "GPUs")),
+        "queue": _figure(queue, _layout("Jobs waiting in the queue", "jobs")),
+        "waits": _figure(waits, _layout("Time to admission", "seconds")),
+        "fragmentation": _figure(
+            fragmentation, _layout("Free and fragmented GPUs per flavor", "GPUs")
+        ),
+        "failures": _figure(
+            failures, _layout("Failures by reason", "events", xaxis={"type": "category"})
+        ),
+        "idle": _figure(
+            idle, _layout("Most idle allocations", "idle GPU-hours", xaxis={"type": "category"})
+        ),
+    }
+
+
+def tenant_figures(dash: TenantDashboard) -> dict[str, Any]:
+    usage, borrowing = [], []
+    for flavor, points in dash.usage.items():
+        x = [p.start for p in points]
+        usage.append(_line(f"{flavor} used", x, [p.used for p in points]))
+        quota = dash.quotas.get(flavor)
+        if quota is not None and x:
+            edges = [x[0], x[-1]]
+            usage.append(
+                _line(f"{flavor} guarantee", edges, [quota.guaranteed] * 2, line={"dash": "dash"})
+            )
+            usage.append(_line(f"{flavor} limit", edges, [quota.limit] * 2, line={"dash": "dot"}))
+        borrowing.append(_line(f"{flavor} borrowed", x, [p.borrowed for p in points]))
+        borrowing.append(_line(f"{flavor} lent (unused guarantee)", x, [p.lent for p in points]))
+    idle_x = [start for start, _, _ in dash.idle]
+    idle = (
+        [
+            _line("GPUs held", idle_x, [held for _, held, _ in dash.idle]),
+            _line("of them idle", idle_x, [i for _, _, i in dash.idle], fill="tozeroy"),
+        ]
+        if dash.idle
+        else []
+    )
+    admitted = [p for p in dash.queue if p.admissions]
+    waits = (
+        [_line("mean wait", [p.start for p in admitted], [p.wait_mean_s for p in admitted])]
+        if admitted
+        else []
+    )
+    return {
+        "usage": _figure(usage, _layout("Usage against guarantee and limit", "GPUs")),
+        "borrowing": _figure(borrowing, _layout("Borrowed and lent GPUs", "GPUs")),
+        "idle": _figure(idle, _layout("Held and idle GPUs", "GPUs")),
+        "waits": _figure(waits, _layout("Its jobs' time to admission", "seconds")),
+    }
+
+
+def job_figure(util: JobUtilization) -> Any:
+    traces: list[Any] = []
+    for flavor, points in util.series.items():
+        x = [p.start for p in points]
+        traces.append(_line(f"{flavor} mean %", x, [p.utilization_mean for p in points]))
+        traces.append(
+            _line(f"{flavor} max %", x, [p.utilization_max for p in points], line={"dash": "dot"})
+        )
+        traces.append(
+            _line(
+                f"{flavor} memory MiB",
+                x,
+                [p.memory_mib for p in points],
+                yaxis="y2",
+                line={"dash": "dash"},
+            )
+        )
+    layout = _layout(
+        "Utilization and memory of its GPUs",
+        "utilization %",
+        yaxis2={"title": {"text": "memory used, MiB"}, "overlaying": "y", "side": "right"},
+    )
+    return _figure(traces, layout)

@@ -1,0 +1,231 @@
+"""The portal's dashboards (issue 20): the cluster's for platform admins and finance, a
+tenant's for whoever sees the tenant, a job's utilization on its page. Each persona sees its
+own and nothing of another team's; a bad range is a 400 that names it; no data says so; each
+view's query count is pinned."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduler.dashboards import cluster_dashboard, tenant_dashboard, window_for
+from scheduler.models import GpuDevice, JobEvent, JobState
+from scheduler.queue_snapshots import queue_snapshot_take
+from scheduler.rollups import floor_to, rollup_run
+from scheduler.utilization import DeviceReading, samples_ingest
+from tests.billing.builders import hold, job_for, make_node
+from tests.conftest import Org
+
+pytestmark = pytest.mark.django_db
+
+EMPTY = "No utilization data yet for this range."
+
+
+@pytest.fixture
+def history(org: Org) -> dict[str, Any]:
+    """The last two hours: team-alpha's job at 80 % on one H100, team-bravo's idle at 1 %
+    on the other, rolled up; a queue snapshot per 5 minutes; a failure of each team."""
+    now = timezone.now()
+    start = floor_to(now, timedelta(hours=1)) - timedelta(hours=2)
+    node = make_node("n1", gpus=2)
+    alpha = job_for(org, state=JobState.RUNNING, name="train-alpha", started_at=start)
+    bravo = job_for(
+        org, "bob-bravo", project=org.proj_bravo, state=JobState.RUNNING, name="idle-bravo"
+    )
+    hold(alpha, node, -3, None, [1000])
+    hold(bravo, node, -3, None, [1000], first_device=1)
+    d0, d1 = GpuDevice.objects.filter(node=node).order_by("index")
+    for i in range(0, 2 * 3600, 30):
+        samples_ingest(
+            [DeviceReading(d0.id, 80.0, memory_used_mib=9000), DeviceReading(d1.id, 1.0)],
+            at=start + timedelta(seconds=i),
+        )
+    while rollup_run(now=start + timedelta(hours=2, minutes=2)):
+        pass
+    for minutes in range(0, 120, 5):
+        queue_snapshot_take(now=start + timedelta(minutes=minutes + 6))
+    for job, reason in [(alpha, "OOMKilled"), (bravo, "ImagePullBackOff")]:
+        JobEvent.objects.create(job=job, kind="attempt_failed", data={"reason": reason})
+    JobEvent.objects.filter(kind="attempt_failed").update(at=start + timedelta(minutes=30))
+    return {"alpha": alpha, "bravo": bravo, "start": start}
+
+
+def figures(html: str) -> dict[str, Any]:
+    found = re.findall(
+        r'<script id="(figure-[a-z-]+)" type="application/json">(.*?)</script>', html
+    )
+    return {name: json.loads(body) for name, body in found}
+
+
+@pytest.mark.parametrize("persona", ["pat", "carol"])
+def test_platform_admins_and_finance_see_the_cluster_dashboard(
+    persona: str, history: dict[str, Any], web_for: Any
+) -> None:
+    response = web_for(persona).get(reverse("portal:dashboard-cluster"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    drawn = figures(html)
+    assert {"figure-capacity", "figure-queue", "figure-fragmentation", "figure-failures"} <= set(
+        drawn
+    )
+    names = {trace["name"] for trace in drawn["figure-capacity"]["data"]}
+    assert names == {"H100-80GB allocated", "H100-80GB used"}
+    # Both GPUs held all the time; used (80 + 1) / 2 % of 2 devices = 0.81 GPU.
+    assert set(drawn["figure-capacity"]["data"][0]["y"]) == {2.0}
+    assert "OOMKilled" in html and "ImagePullBackOff" in html
+    assert "idle-bravo" in html  # the top idle allocation, with its table
+    assert EMPTY not in html
+
+
+@pytest.mark.parametrize("persona", ["alice", "tina", "dana", "bob-bravo", "chris"])
+def test_anyone_else_gets_a_404_for_the_cluster_dashboard(
+    persona: str, history: dict[str, Any], web_for: Any
+) -> None:
+    response = web_for(persona).get(reverse("portal:dashboard-cluster"))
+    assert response.status_code == 404
+    assert "idle-bravo" not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("persona", "tenant", "status"),
+    [
+        ("alice", "alpha", 200),  # member
+        ("tina", "alpha", 200),  # tenant admin
+        ("dana", "alpha", 200),  # admin of the department above
+        ("pat", "alpha", 200),
+        ("carol", "alpha", 200),
+        ("bob-bravo", "alpha", 404),  # another team
+        ("chris", "alpha", 404),
+        ("alice", "bravo", 404),
+        ("tina", "bravo", 404),
+    ],
+)
+def test_the_tenant_dashboard_for_each_persona(
+    persona: str, tenant: str, status: int, org: Org, history: dict[str, Any], web_for: Any
+) -> None:
+    target = getattr(org, tenant)
+    response = web_for(persona).get(reverse("portal:tenant-dashboard", kwargs={"pk": target.pk}))
+    assert response.status_code == status
+    html = response.content.decode()
+    assert "idle-bravo" not in html and "ImagePullBackOff" not in html
+    if status == 200:
+        drawn = figures(html)
+        names = {trace["name"] for trace in drawn["figure-usage"]["data"]}
+        assert names == {"H100-80GB used", "H100-80GB guarantee", "H100-80GB limit"}
+        # team-alpha's one GPU, against its 16 guaranteed: 15 lent, none borrowed.
+        assert set(drawn["figure-usage"]["data"][0]["y"]) == {1.0}
+        assert "team-bravo" not in html
+
+
+def test_the_departments_dashboard_adds_up_its_teams(
+    org: Org, history: dict[str, Any], web_for: Any
+) -> None:
+    url = reverse("portal:tenant-dashboard", kwargs={"pk": org.research.pk})
+    drawn = figures(web_for("dana").get(url).content.decode())
+    assert set(drawn["figure-usage"]["data"][0]["y"]) == {2.0}  # alpha's GPU and bravo's
+
+
+def test_the_tenant_dashboards_data_has_nothing_of_another_team(
+    org: Org, history: dict[str, Any]
+) -> None:
+    window = window_for("24h", timezone.now())
+    alpha = tenant_dashboard(org.alpha, window)
+    assert [row.name for row in alpha.idle_jobs] == []  # no idle scan ran: nothing kept
+    assert {p.admissions for p in alpha.queue} <= {0}
+    bravo = tenant_dashboard(org.bravo, window)
+    assert bravo.usage["H100-80GB"][0].used == 1.0
+    # bravo's 1 % GPU is idle the whole time: one idle GPU per window.
+    assert {round(idle, 6) for _, _, idle in bravo.idle} == {1.0}
+    assert {round(idle, 6) for _, _, idle in alpha.idle} == {0.0}
+    cluster = cluster_dashboard(window)
+    assert [row.name for row in cluster.idle] == ["idle-bravo"]
+
+
+@pytest.mark.parametrize("url_name", ["dashboard-cluster", "tenant-dashboard"])
+def test_a_bad_range_is_a_400_that_names_it(
+    url_name: str, org: Org, history: dict[str, Any], web_for: Any
+) -> None:
+    kwargs = {"pk": org.alpha.pk} if url_name == "tenant-dashboard" else None
+    url = reverse(f"portal:{url_name}", kwargs=kwargs)
+    response = web_for("pat").get(url, {"range": "1y"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "&#x27;1y&#x27; is not a range" in html and "6h, 24h, 7d, 30d" in html
+    assert 'id="range-form"' in html  # the picker is there to choose again
+
+
+@pytest.mark.parametrize("key", ["6h", "24h", "7d", "30d"])
+def test_each_range_draws_the_history(key: str, history: dict[str, Any], web_for: Any) -> None:
+    response = web_for("pat").get(reverse("portal:dashboard-cluster"), {"range": key})
+    assert response.status_code == 200
+    assert "figure-capacity" in figures(response.content.decode())
+
+
+def test_dashboards_without_data_say_so_instead_of_empty_axes(org: Org, web_for: Any) -> None:
+    html = web_for("pat").get(reverse("portal:dashboard-cluster")).content.decode()
+    assert figures(html) == {}
+    assert html.count(EMPTY) >= 3 and 'id="dashboard-empty"' in html
+    url = reverse("portal:tenant-dashboard", kwargs={"pk": org.alpha.pk})
+    html = web_for("alice").get(url).content.decode()
+    assert figures(html) == {} and 'id="dashboard-empty"' in html
+
+
+def test_the_job_page_shows_its_utilization(history: dict[str, Any], web_for: Any) -> None:
+    url = reverse("portal:job-detail", kwargs={"pk": history["alpha"].pk})
+    html = web_for("alice").get(url).content.decode()
+    drawn = figures(html)["figure-job-utilization"]
+    mean = next(t for t in drawn["data"] if t["name"] == "H100-80GB mean %")
+    assert set(mean["y"]) == {80.0}
+    assert 'id="table-job-utilization"' in html and "9000" in html
+
+
+def test_a_job_without_samples_says_so(org: Org, web_for: Any) -> None:
+    job = job_for(org, state=JobState.QUEUED)
+    html = web_for("alice").get(reverse("portal:job-detail", kwargs={"pk": job.pk})).content
+    assert b"No utilization data yet for this job." in html
+    assert b"figure-job-utilization" not in html
+
+
+def test_the_nav_links_the_dashboards_only_for_those_who_may_see_them(
+    org: Org, web_for: Any
+) -> None:
+    cluster = reverse("portal:dashboard-cluster")
+    for persona, sees in [("pat", True), ("carol", True), ("tina", False), ("alice", False)]:
+        html = web_for(persona).get(reverse("portal:home")).content.decode()
+        assert (f'href="{cluster}"' in html) is sees, persona
+    html = web_for("alice").get(reverse("portal:home")).content.decode()
+    assert f'href="{reverse("portal:tenant-dashboard", kwargs={"pk": org.alpha.pk})}"' in html
+    html = web_for("dana").get(reverse("portal:home")).content.decode()
+    assert f'href="{reverse("portal:tenant-dashboard", kwargs={"pk": org.research.pk})}"' in html
+
+
+# Session and user (2), the grants (2), then the view's own reads.
+CLUSTER_QUERIES = 4 + 5
+TENANT_QUERIES = 4 + 1 + 5
+
+
+def test_the_cluster_dashboard_reads_a_fixed_number_of_queries(
+    history: dict[str, Any], web_for: Any, django_assert_num_queries: Any
+) -> None:
+    client = web_for("pat")
+    for key in ("6h", "30d"):
+        with django_assert_num_queries(CLUSTER_QUERIES):
+            assert (
+                client.get(reverse("portal:dashboard-cluster"), {"range": key}).status_code == 200
+            )
+
+
+def test_the_tenant_dashboard_reads_a_fixed_number_of_queries(
+    org: Org, history: dict[str, Any], web_for: Any, django_assert_num_queries: Any
+) -> None:
+    client = web_for("dana")
+    for tenant in (org.alpha, org.research):
+        url = reverse("portal:tenant-dashboard", kwargs={"pk": tenant.pk})
+        with django_assert_num_queries(TENANT_QUERIES):
+            assert client.get(url, {"range": "7d"}).status_code == 200
