@@ -1,7 +1,7 @@
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler.api import approvals, nodes, pods, queue, views
+from scheduler.api import approvals, nodes, pods, queue, queue_list, usage, views
 
 router = SimpleRouter()
 router.register("jobs", views.JobViewSet, basename="job")
@@ -13,5 +13,7 @@ urlpatterns = [
     re_path(r"^jobs/(?P<pk>[^/.]+)/queue/\Z", queue.JobQueueView.as_view(), name="jobqueue-detail"),
     re_path(r"^jobs/(?P<pk>[^/.]+)/pods/\Z", pods.JobPodsView.as_view(), name="jobpods-detail"),
     re_path(r"^jobs/(?P<pk>[^/.]+)/logs/\Z", pods.JobLogsView.as_view(), name="joblogs-detail"),
+    re_path(r"^queue/\Z", queue_list.QueueListView.as_view(), name="queue-list"),
+    re_path(r"^usage/\Z", usage.UsageView.as_view(), name="usage-list"),
     *router.urls,
 ]

@@ -104,6 +104,9 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "jobqueue": lambda org, t: Job.objects.filter(tenant=t).first(),
     "jobpods": lambda org, t: Job.objects.filter(tenant=t).first(),
     "joblogs": lambda org, t: Job.objects.filter(tenant=t).first(),
+    # Your waiting jobs and your tenants' quota use: list-only, walked for leaks.
+    "queue": lambda org, t: Job.objects.filter(tenant=t).first(),
+    "usage": lambda org, t: t,
     "approvalpolicy": lambda org, t: ApprovalPolicy.objects.filter(tenant=t).first(),
     "approvalrequest": lambda org, t: ApprovalRequest.objects.filter(tenant=t).first(),
     "audit": lambda org, t: AuditEntry.objects.filter(tenant=t).first(),
