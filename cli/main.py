@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from cli import cluster, when
+from cli import cluster, logs, when
 from cli.client import ApiError, Client, ConnectionFailed
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -210,11 +210,15 @@ def cmd_job(args: argparse.Namespace, client: Client, out: TextIO) -> None:
     job = client.get(f"/api/v1/jobs/{args.id}/")
     if job.get("state") == "queued":
         job["queue"] = client.get(f"/api/v1/jobs/{args.id}/queue/")
+    job["pods"] = list(client.pages(f"/api/v1/jobs/{args.id}/pods/"))
     columns = [*JOB_COLUMNS, "attempt", "created_at", "started_at", "finished_at"]
     if args.json or not job.get("queue", {}).get("waiting"):
         emit(args, job, columns, out)
-        return
-    emit(args, {**job, **queue_lines(job["queue"])}, [*columns, *QUEUE_LINES], out)
+    else:
+        emit(args, {**job, **queue_lines(job["queue"])}, [*columns, *QUEUE_LINES], out)
+    if not args.json and job["pods"]:
+        out.write("\npods:\n")
+        table(logs.pod_rows(job["pods"]), logs.POD_COLUMNS, out)
 
 
 QUEUE_LINES = ["position", "ahead", "starts", "starts_in"]
@@ -293,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         one = sub.add_parser(name, help=text)
         one.add_argument("id", type=int)
         one.set_defaults(func=func)
+    logs.add_parsers(sub)
     cancel = sub.add_parser("cancel", help="cancel a job")
     cancel.add_argument("id", type=int)
     cancel.add_argument("--reason", default="")
