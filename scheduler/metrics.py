@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -27,6 +28,7 @@ from scheduler.metrics_queue import (
     quota_families,
     wait_families,
 )
+from scheduler.metrics_tally import job_event_tallies
 from scheduler.models import GpuDevice, Job, JobState, Node, SchedulerLease
 
 
@@ -38,9 +40,10 @@ class GantryCollector(Collector):
         yield self._nodes()
         yield from self._leader()
         yield from pending_families()
-        yield from wait_families()
+        tallies = job_event_tallies(now=timezone.now())
+        yield from wait_families(tallies)
         yield from quota_families()
-        yield from preemption_families()
+        yield from preemption_families(tallies)
         yield from fragmentation_families()
 
     def _jobs(self) -> GaugeMetricFamily:

@@ -2,10 +2,11 @@
 
 A Kueue ClusterQueue is a Gantry tenant (`cluster_queue` = its slug) and a cohort its parent
 (`cohort` = the parent's slug, "" for a root). The names are Kueue's with `gantry_` for
-`kueue_` (docs/metrics.md says why). Every family here is one query (quota: three), whatever
-the number of tenants or jobs; counters and the histogram are derived from `JobEvent`, which
-every process writes in the transaction of the change, so the web server reports what the
-daemon did without sharing memory with it.
+`kueue_` (docs/metrics.md says why). Every gauge family here is one query (quota: three),
+whatever the number of tenants or jobs; counters and the histogram are derived from
+`JobEvent`, which every process writes in the transaction of the change, so the web server
+reports what the daemon did without sharing memory with it. They are kept as running totals
+(scheduler/metrics_tally.py) and read once per scrape for both families.
 """
 
 from __future__ import annotations
@@ -14,18 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import connection
-from django.db.models import (
-    BigIntegerField,
-    Count,
-    FilteredRelation,
-    OuterRef,
-    Q,
-    Subquery,
-    Sum,
-)
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models import Count, FilteredRelation, Q, Sum
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -36,13 +26,12 @@ from prometheus_client.core import (
 from scheduler.adapters import _tenants as ledger_tenants
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.types import MILLI_PER_GPU
-from scheduler.models import Allocation, Job, JobEvent, JobState
-from tenants.models import PriorityClass, Tenant
+from scheduler.metrics_tally import WAIT_BUCKETS_S, Tallies
+from scheduler.models import Allocation, JobState
+from tenants.models import Tenant
 
 S = JobState
 GPU = "nvidia.com/gpu"
-# Kueue's admission wait buckets: 1 s doubling to 8192 s (about 2 h 16 min).
-WAIT_BUCKETS_S = tuple(float(2**i) for i in range(14))
 HOLDING = (S.ADMITTED, S.BINDING, S.RUNNING)
 
 
@@ -82,18 +71,10 @@ def pending_families() -> Iterator[GaugeMetricFamily]:
     yield admitted
 
 
-def wait_families() -> Iterator[Any]:
+def wait_families(tallies: Tallies) -> Iterator[Any]:
     """Admissions (queued -> admitted events) per tenant and priority class, and the wait
     before each: from the job's latest entry into the queue (submission, approval or requeue)
     to its admission, as Kueue's "created or requeued until admission"."""
-    with connection.cursor() as cursor:
-        cursor.execute(*_waits_sql())
-        rows = cursor.fetchall()
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * (len(WAIT_BUCKETS_S) + 1))
-    sums: dict[tuple[str, str], float] = defaultdict(float)
-    for slug, klass, index, n, total in rows:
-        counts[(slug, klass)][index] += n
-        sums[(slug, klass)] += float(total or 0)
     histogram = HistogramMetricFamily(
         "gantry_admission_wait_time_seconds",
         "Time from a job's entry into the queue (submitted, approved or requeued) to its "
@@ -106,48 +87,17 @@ def wait_families() -> Iterator[Any]:
         labels=["cluster_queue"],
     )
     per_tenant: dict[str, int] = defaultdict(int)
-    for (slug, klass), per_bucket in sorted(counts.items()):
+    for (slug, klass), per_bucket in sorted(tallies.waits.items()):
         running, buckets = 0, []
         for bound, n in zip((*WAIT_BUCKETS_S, float("inf")), per_bucket, strict=True):
             running += n
             buckets.append((_bound(bound), running))
-        histogram.add_metric([slug, klass], buckets, sums[(slug, klass)])
+        histogram.add_metric([slug, klass], buckets, tallies.wait_sums[(slug, klass)])
         per_tenant[slug] += running
     for slug, n in sorted(per_tenant.items()):
         admitted.add_metric([slug], n)
     yield histogram
     yield admitted
-
-
-def _waits_sql() -> tuple[str, list[Any]]:
-    """Admissions by tenant, class and wait bucket, with their count and summed wait (s).
-
-    A job's entries into the queue and its admissions alternate (queued, admitted, queued
-    after a requeue, admitted...): each admission's wait is the time since the event before
-    it in that sequence, a window over the job's events in id order. One pass over those
-    events; a correlated subquery per admission was twice as slow, and the ORM's CASE
-    repeated it for every bucket. The cost grows with the history kept (docs/metrics.md)."""
-    event, job = JobEvent._meta.db_table, Job._meta.db_table
-    tenant, klass = Tenant._meta.db_table, PriorityClass._meta.db_table
-    if connection.vendor == "postgresql":
-        seconds = "EXTRACT(EPOCH FROM e.at - LAG(e.at) OVER entries)"
-    else:  # SQLite keeps times as ISO text
-        seconds = "(julianday(e.at) - julianday(LAG(e.at) OVER entries)) * 86400.0"
-    buckets = " ".join(
-        f"WHEN w.waited <= {bound!r} THEN {index}" for index, bound in enumerate(WAIT_BUCKETS_S)
-    )
-    sql = (
-        f"SELECT t.slug, c.name, CASE {buckets} ELSE {len(WAIT_BUCKETS_S)} END,"  # noqa: S608 - our names
-        " COUNT(*), SUM(w.waited)"
-        f" FROM (SELECT e.job_id, e.to_state, {seconds} AS waited,"
-        " LAG(e.to_state) OVER entries AS previous"
-        f" FROM {event} e WHERE e.to_state IN (%s, %s)"
-        " WINDOW entries AS (PARTITION BY e.job_id ORDER BY e.id)) w"
-        f" JOIN {job} j ON j.id = w.job_id JOIN {tenant} t ON t.id = j.tenant_id"
-        f" JOIN {klass} c ON c.id = j.priority_class_id"
-        " WHERE w.to_state = %s AND w.previous = %s GROUP BY 1, 2, 3"
-    )
-    return sql, [S.QUEUED, S.ADMITTED, S.ADMITTED, S.QUEUED]
 
 
 def _bound(value: float) -> str:
@@ -160,17 +110,8 @@ def _bound(value: float) -> str:
 IN_TENANT, RECLAIM, BEST_EFFORT = "InClusterQueue", "InCohortReclamation", "InCohortBestEffort"
 
 
-def preemption_families() -> Iterator[CounterMetricFamily]:
+def preemption_families(tallies: Tallies) -> Iterator[CounterMetricFamily]:
     """`preempted` events: by the engine (the event names its preemptor) or by a drain."""
-    preemptor_tenant = Job.objects.filter(pk=OuterRef("preemptor")).values("tenant__slug")
-    rows = (
-        JobEvent.objects.filter(kind="preempted")
-        .annotate(preemptor=Cast(KT("data__preemptor"), BigIntegerField()))
-        .annotate(by=Subquery(preemptor_tenant[:1]))
-        .values_list("job__tenant__slug", "job__priority_class__counts_against_quota", "by")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
     preempted = CounterMetricFamily(
         "gantry_preempted_workloads",
         "Jobs preempted by the engine, per tenant of the preempting job and reason "
@@ -184,7 +125,7 @@ def preemption_families() -> Iterator[CounterMetricFamily]:
     )
     by_preemptor: dict[tuple[str, str], int] = defaultdict(int)
     by_victim: dict[tuple[str, str], int] = defaultdict(int)
-    for victim, counts_quota, preemptor, n in rows:
+    for (victim, counts_quota, preemptor), n in tallies.preemptions.items():
         if preemptor is None:
             by_victim[(victim, "NodeDrained")] += n
             continue
@@ -192,9 +133,11 @@ def preemption_families() -> Iterator[CounterMetricFamily]:
         reason = BEST_EFFORT if not counts_quota else IN_TENANT if preemptor == victim else RECLAIM
         by_preemptor[(preemptor, reason)] += n
     for (tenant, reason), n in sorted(by_preemptor.items()):
-        preempted.add_metric([tenant, reason], n)
+        if n:
+            preempted.add_metric([tenant, reason], n)
     for (tenant, reason), n in sorted(by_victim.items()):
-        evicted.add_metric([tenant, reason], n)
+        if n:
+            evicted.add_metric([tenant, reason], n)
     yield preempted
     yield evicted
 

@@ -383,3 +383,6 @@ from scheduler.utilization_models import RollupWatermark as RollupWatermark  # n
 from scheduler.utilization_models import UtilizationRollup as UtilizationRollup  # noqa: E402
 from scheduler.utilization_models import UtilizationSample as UtilizationSample  # noqa: E402
 from scheduler.utilization_models import QueueSnapshot as QueueSnapshot  # noqa: E402
+
+from scheduler.metrics_models import EventTally as EventTally  # noqa: E402
+from scheduler.metrics_models import EventTallyMark as EventTallyMark  # noqa: E402
