@@ -405,3 +405,31 @@ class AuditFilterForm(forms.Form):
         _choice_field(self, "tenant").choices = [("", "Any tenant")] + [
             (t.pk, t.slug) for t in tenants
         ]
+
+
+class IdleRuleForm(forms.Form):
+    """A tenant's idle rule (tenants/idle_rules.py), in minutes as the API."""
+
+    threshold_pct = forms.FloatField(
+        min_value=0,
+        max_value=100,
+        label="Threshold (%)",
+        help_text="Idle while every GPU of a job stays under this utilization.",
+    )
+    duration_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60, label="For (minutes)")
+    action = forms.ChoiceField(
+        choices=[
+            ("notify", "Notify the owner and the admins"),
+            ("notify_and_stop", "Notify, and stop interactive jobs"),
+            ("nothing", "Nothing (count the idle time only)"),
+        ]
+    )
+
+
+class WebhookForm(forms.Form):
+    webhook_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Webhook URL",
+        help_text='https only; receives {"text": ...} (Slack, Teams). Empty removes it.',
+    )

@@ -16,6 +16,7 @@ from portal.views import (
     profile,
     tenants,
 )
+from portal.views import tenant_notifications as notify
 from portal.views.dashboards import dashboard_cluster, dashboard_tenant
 
 app_name = "portal"
@@ -52,6 +53,22 @@ urlpatterns = [
         "tenants/<int:pk>/policies/<int:policy_pk>/delete/",
         tenants.tenant_policy_delete,
         name="tenant-policy-delete",
+    ),
+    path(
+        "tenants/<int:pk>/notifications/",
+        notify.tenant_notifications,
+        name="tenant-notifications",
+    ),
+    path(
+        "tenants/<int:pk>/notifications/idle-rule/delete/",
+        notify.tenant_idle_rule_delete,
+        name="tenant-idle-rule-delete",
+    ),
+    path("tenants/<int:pk>/notifications/webhook/", notify.tenant_webhook, name="tenant-webhook"),
+    path(
+        "tenants/<int:pk>/notifications/webhook/test/",
+        notify.tenant_webhook_test,
+        name="tenant-webhook-test",
     ),
     path("approvals/", approvals.approval_inbox, name="approvals"),
     path("approvals/history/", approvals.approval_history, name="approval-history"),

@@ -26,9 +26,12 @@ from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,
     AuditEntry,
+    IdleRule,
     Membership,
+    Notification,
     PriorityDefault,
     Quota,
+    Tenant,
 )
 from tests.factories import AllocationFactory
 from tests.portal.conftest import TeamObjects, World
@@ -82,6 +85,7 @@ def _node(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
 QUOTA_BODY = {"flavor": "A100-40GB", "guaranteed": "1", "limit": "1", "weight": "1"}
 EXPORT_BODY = {"format": "csv", "from": "2031-01-01", "to": "2031-02-01", "by": "team"}
 POLICY_BODY = {"rule": "gpus_over", "threshold": "1", "applies_to_jobs": "on"}
+IDLE_BODY = {"threshold_pct": "1", "duration_minutes": "5", "action": "notify_and_stop"}
 
 # route name -> the cases that aim it at the foreign team. Lists without ids are walked for
 # leaks; their filters naming a foreign object must be a 404.
@@ -165,6 +169,12 @@ ROUTES: dict[str, list[Case]] = {
         )
     ],
     "tenant-policies": [Case(kwargs=_tenant, body=lambda w, t: POLICY_BODY)],
+    "tenant-notifications": [Case(kwargs=_tenant, body=lambda w, t: IDLE_BODY)],
+    "tenant-idle-rule-delete": [Case(kwargs=_tenant, body=lambda w, t: {})],
+    "tenant-webhook": [
+        Case(kwargs=_tenant, body=lambda w, t: {"webhook_url": "https://intruder.example.com/h"})
+    ],
+    "tenant-webhook-test": [Case(kwargs=_tenant, body=lambda w, t: {})],
     "tenant-policy-delete": [
         Case(
             kwargs=lambda t, o: {"pk": t.tenant.pk, "policy_pk": t.policy.pk}, body=lambda w, t: {}
@@ -225,6 +235,9 @@ def state_of_everything() -> dict[str, Any]:
         "policies": sorted(ApprovalPolicy.objects.values_list("pk", "rule", "threshold")),
         "requests": sorted(ApprovalRequest.objects.values_list("pk", "state")),
         "audit": AuditEntry.objects.count(),
+        "idle_rules": sorted(IdleRule.objects.values_list("pk", "threshold_pct", "action")),
+        "webhooks": sorted(Tenant.objects.values_list("pk", "webhook_url")),
+        "notifications": Notification.objects.count(),
         # the nodes some action changed (the walk makes its nodes as it goes)
         "nodes": sorted(
             Node.objects.exclude(
