@@ -52,6 +52,20 @@
     showPriorityHint();
   }
 
+  // A job's log pane shows its newest lines: it stays scrolled to the bottom as polls append,
+  // unless the reader has scrolled up to read earlier lines.
+  document.addEventListener("scroll", function (event) {
+    var pane = event.target;
+    if (pane.classList && pane.classList.contains("log")) {
+      pane.dataset.pinned = String(pane.scrollTop + pane.clientHeight >= pane.scrollHeight - 8);
+    }
+  }, true);
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll(".log").forEach(function (pane) {
+      if (pane.dataset.pinned !== "false") pane.scrollTop = pane.scrollHeight;
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("job-form");
     if (form) setupJobForm(form);
