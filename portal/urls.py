@@ -18,6 +18,13 @@ from portal.views import (
 )
 from portal.views import tenant_notifications as notify
 from portal.views.dashboards import dashboard_cluster, dashboard_tenant
+from portal.views.whatifs import (
+    approval_whatif,
+    whatif_detail,
+    whatif_list,
+    whatif_new,
+    whatif_status,
+)
 
 app_name = "portal"
 
@@ -73,6 +80,11 @@ urlpatterns = [
     path("approvals/", approvals.approval_inbox, name="approvals"),
     path("approvals/history/", approvals.approval_history, name="approval-history"),
     path("approvals/<int:pk>/decide/", approvals.approval_decide, name="approval-decide"),
+    path("approvals/<int:pk>/what-if/", approval_whatif, name="approval-whatif"),
+    path("what-ifs/", whatif_list, name="whatifs"),
+    path("what-ifs/new/", whatif_new, name="whatif-new"),
+    path("what-ifs/<int:pk>/", whatif_detail, name="whatif-detail"),
+    path("what-ifs/<int:pk>/status/", whatif_status, name="whatif-status"),
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
     path("costs/", costs.costs, name="costs"),

@@ -51,11 +51,14 @@ def may_use_whatif(user: Any) -> bool:
     return access.grants_for(user).sees_everything or bool(_admin_paths(user))
 
 
+def may_start(user: Any) -> bool:
+    return access.grants_for(user).platform_admin or bool(_admin_paths(user))
+
+
 def require_whatif_starter(user: Any) -> None:
     """Finance reads the runs and starts none; the rest are as `require_whatif_user`."""
     require_whatif_user(user)
-    grants = access.grants_for(user)
-    if not grants.platform_admin and not _admin_paths(user):
+    if not may_start(user):
         raise PermissionDenied("Finance reads what-ifs; platform and tenant admins start them.")
 
 

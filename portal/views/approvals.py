@@ -17,6 +17,7 @@ from portal.decorators import login_required
 from portal.forms import DecisionForm, HistoryFilterForm
 from portal.selectors import QuotaRow, quota_rows
 from portal.templatetags.portal_tags import portal_nav
+from portal.views.whatifs import with_whatifs
 from scheduler.approvals import approval_request_decide
 from scheduler.models import Job
 from tenants.models import ApprovalKind, ApprovalRequest
@@ -51,7 +52,7 @@ def with_team_usage(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
 
 def inbox_for(user: Any) -> list[ApprovalRequest] | None:
     """The user's pending requests, or None for users who never decide anything."""
-    requests = with_team_usage(list(approval_list_inbox(user)[:100]))
+    requests = with_whatifs(with_team_usage(list(approval_list_inbox(user)[:100])))
     if requests or _decides_anything(user):
         return requests
     return None
@@ -72,7 +73,7 @@ def access_approval(user: Any, pk: int) -> ApprovalRequest:
 @login_required
 @require_GET
 def approval_inbox(request: HttpRequest) -> HttpResponse:
-    rows = with_team_usage(list(approval_list_inbox(request.user)[:200]))
+    rows = with_whatifs(with_team_usage(list(approval_list_inbox(request.user)[:200])))
     return render(request, "portal/approvals/inbox.html", {"requests": rows})
 
 

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.urls import URLPattern, reverse
 from django.utils import timezone
 
@@ -35,6 +36,8 @@ from tenants.models import (
 )
 from tests.factories import AllocationFactory
 from tests.portal.conftest import TeamObjects, World
+from tests.whatif.builders import kept_run
+from whatif.models import WhatIf
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,15 @@ def _node(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
     return {"pk": node.pk}
 
 
+def _whatif(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
+    """A kept what-if scoped to the foreign team (platform and tenant admins' feature)."""
+    run = WhatIf.objects.filter(scope=foreign.tenant).first()
+    if run is None:
+        run = kept_run(User.objects.get(username="pat"), foreign.tenant, [foreign.tenant.slug])
+    return {"pk": run.pk}
+
+
+WHATIF_BODY = {"window_days": "1", "flavor": "H100-80GB", "weight": "2"}
 QUOTA_BODY = {"flavor": "A100-40GB", "guaranteed": "1", "limit": "1", "weight": "1"}
 EXPORT_BODY = {"format": "csv", "from": "2031-01-01", "to": "2031-02-01", "by": "team"}
 POLICY_BODY = {"rule": "gpus_over", "threshold": "1", "applies_to_jobs": "on"}
@@ -189,6 +201,13 @@ ROUTES: dict[str, list[Case]] = {
             body=lambda w, t: {"decision": "approve", "comment": "ok"},
         )
     ],
+    "approval-whatif": [Case(kwargs=lambda t, o: {"pk": t.request.pk}, body=lambda w, t: {})],
+    "whatifs": [],
+    "whatif-new": [
+        Case(body=lambda w, t: {**WHATIF_BODY, "scope": t.tenant.pk, "tenant": t.tenant.slug})
+    ],
+    "whatif-detail": [Case(kwargs=_whatif)],
+    "whatif-status": [Case(kwargs=_whatif)],
 }
 # Routes without tenant data: only the leak check applies.
 NO_TENANT_DATA = {"login", "logout"}
