@@ -69,8 +69,10 @@ def node_health(node: Node, gpus_unhealthy: int) -> str:
 def node_mig_layout(node: Node) -> str:
     """The MIG layout as GPU Feature Discovery labels it ("" when not labelled)."""
     strategy = node.labels.get(LABEL_MIG_STRATEGY, "")
+    if strategy == "none":
+        return "off"
     config = node.labels.get(LABEL_MIG_CONFIG, "")
-    return " / ".join(part for part in (strategy, config) if part and part != "none")
+    return " / ".join(part for part in (strategy, config) if part)
 
 
 def node_nvlink_domain(node: Node) -> str:
