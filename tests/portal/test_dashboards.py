@@ -29,6 +29,10 @@ EMPTY = "No utilization data yet for this range."
 
 @pytest.fixture
 def history(org: Org) -> dict[str, Any]:
+    return build_history(org)
+
+
+def build_history(org: Org) -> dict[str, Any]:
     """The last two hours: team-alpha's job at 80 % on one H100, team-bravo's idle at 1 %
     on the other, rolled up; a queue snapshot per 5 minutes; a failure of each team."""
     now = timezone.now()
