@@ -52,6 +52,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
         body["broker_error"] = broker if _state(broker) == "unreachable" else ""
         body["scheduler_detail"] = {
             "holder": scheduler.holder,
+            "epoch": scheduler.epoch,
             "last_cycle_at": scheduler.last_cycle_at,
             "failures": scheduler.failures,
             "failed_at": scheduler.failed_at,

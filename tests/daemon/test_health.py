@@ -64,6 +64,7 @@ def test_healthz_says_failing_when_every_cycle_fails(tenv: Env, monkeypatch: Any
     assert "scheduler_detail" not in body  # no error text for anonymous callers
     detail = healthz(env.org.users["pat"])["scheduler_detail"]
     assert detail["failures"] == 3 and "offset-naive" in detail["error"]
+    assert detail["epoch"] == SchedulerLease.objects.get().epoch >= 1
     assert "scheduler_detail" not in healthz(env.org.users["alice"])
     # one completed cycle clears it
     monkeypatch.undo()
