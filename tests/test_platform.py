@@ -373,6 +373,17 @@ def test_scheduler_rbac() -> None:
     assert _pod_spec(deployment)["serviceAccountName"] == "gantry-scheduler"
 
 
+def test_the_web_may_read_job_pods_logs() -> None:
+    """The job page, the logs API and `gantry logs` read pods/log from the web process."""
+    binding = _one("ClusterRoleBinding", "gantry-app-reader")
+    role = _one("ClusterRole", binding["roleRef"]["name"])
+    assert _rules_allow(role["rules"], "", "pods/log", "get")
+    assert {"kind": "ServiceAccount", "name": "gantry-app", "namespace": NAMESPACE} in (
+        binding["subjects"]
+    )
+    assert _pod_spec(_one("Deployment", "gantry-web"))["serviceAccountName"] == "gantry-app"
+
+
 def test_only_the_scheduler_may_change_the_cluster() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
     for binding in _docs("ClusterRoleBinding") + _docs("RoleBinding"):
