@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db.models import OuterRef, Subquery
+
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import JobEvent, JobState
 
@@ -56,3 +58,26 @@ def attempt_kinds(allocations: Iterable[tuple[int, int, datetime]]) -> dict[int,
         index = bisect_left(events, (started_at, ""))
         kinds[allocation_id] = events[index][1] if index < len(events) else UsageKind.USED
     return kinds
+
+
+def ending_state(job: str, started_at: str) -> Subquery:
+    """The state the attempt of an outer row's allocation ended in, as a subquery (`job` and
+    `started_at` name the outer columns): the first event at or after its start that takes
+    the job out of a holding state, or NULL while there is none. `ENDING` maps it to the
+    kind, as `attempt_kinds` does; SQL that groups by it counts each attempt's kind once per
+    row without reading the events into Python."""
+    return Subquery(
+        JobEvent.objects.filter(
+            job_id=OuterRef(job),
+            at__gte=OuterRef(started_at),
+            from_state__in=HOLDING_STATES,
+            to_state__in=list(ENDING),
+        )
+        .order_by("at", "id")
+        .values("to_state")[:1]
+    )
+
+
+def kind_of(state: str | None) -> str:
+    """The kind of an attempt that ended in `state` (None: not ended yet, so used)."""
+    return UsageKind.USED if state is None else ENDING[state]

@@ -68,7 +68,17 @@ def split_hour(
         (per_device - used_by_device.get(d, Fraction(0)) for d in unavailable - available),
         Fraction(0),
     )
-    capacity = per_device * len(devices)
+    return split_totals(
+        capacity=per_device * len(devices), used=used, down=down, holders=holders, seconds=seconds
+    )
+
+
+def split_totals(
+    *, capacity: Fraction, used: Fraction, down: Fraction, holders: Sequence[Holder], seconds: int
+) -> HourSplit:
+    """The split of one flavor's hour from its totals: the capacity of the devices present,
+    what allocations used and what was unavailable (`split_hour` adds them up per device;
+    billing/splits.py has the database add them up)."""
     idle = capacity - used - down
     shares = _idle_reserved(idle, holders, seconds)
     reserved = sum(shares.values(), Fraction(0))

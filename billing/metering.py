@@ -41,6 +41,7 @@ from scheduler.models import Allocation, GpuDevice
 from tenants.models import Quota
 
 HOUR = timedelta(hours=1)
+MICROSECOND = timedelta(microseconds=1)
 # The most hours one run meters; the next run goes on (a run stays short after an outage).
 MAX_HOURS_PER_RUN = 24 * 7
 
@@ -183,6 +184,7 @@ class Record(NamedTuple):
     priority_class: str
     job_type: str
     borrowed: bool
+    micros: int  # end - start
 
 
 class Window:
@@ -235,11 +237,12 @@ def _overlapping(start: datetime, end: datetime) -> list[Held]:
 
 
 def _record(period: MeteringPeriod, held: Held, start: datetime, end: datetime) -> Record:
+    held_from = max(held.started_at, start)
     held_to = end if held.ended_at is None else min(held.ended_at, end)
     return Record(
         period.pk,
         held,
-        max(held.started_at, start),
+        held_from,
         held_to,
         held.flavor,
         # The device shares are the ledger of what is held; a job without devices (CPU
@@ -253,6 +256,7 @@ def _record(period: MeteringPeriod, held: Held, start: datetime, end: datetime) 
         held.priority_class,
         held.job_type,
         not held.counts_against_quota,
+        (held_to - held_from) // MICROSECOND,
     )
 
 

@@ -135,6 +135,9 @@ class UsageRecord(models.Model):
     # Ran on capacity borrowed beyond the tenant's guarantee (a class that does not count
     # against quota runs only there): priced with the rate card's borrowed discount.
     borrowed = models.BooleanField(default=False)
+    # end - start in microseconds, written with the record: statements add up quantities as
+    # integers in SQL (amount held x micros), exact on every engine.
+    micros = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["period_id", "allocation_id"]

@@ -8,13 +8,16 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from billing.capacity import Holder, HourSplit, split_hour
+from django.db.models import BigIntegerField, F, Sum
+
+from billing.capacity import DEVICE_HOUR, Holder, HourSplit, split_totals
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
-from scheduler.models import AllocationDevice
+from scheduler.models import GpuDevice
 from tenants.models import Tenant
 
 SplitKey = tuple[datetime, str]  # (hour, flavor)
 MICROSECOND = timedelta(microseconds=1)
+MICROS = 1_000_000  # microseconds in a second
 
 
 def seconds(start: datetime, end: datetime) -> Fraction:
@@ -45,44 +48,60 @@ def hour_splits(start: datetime, end: datetime) -> dict[SplitKey, HourSplit]:
 def _slice_splits(
     period_ids: list[int], paths: dict[int, str], lineage: dict[int, list[int]]
 ) -> dict[SplitKey, HourSplit]:
+    """The splits of a slice of hours, from sums the database makes (milli x microseconds,
+    integers, so exact): what each tenant held per hour and flavor (a record's `gpu_milli`
+    is the sum of its allocation's device shares), and what was held on each device that
+    matters to the split: one unavailable, or missing from the inventory, in an hour. A
+    device available in every hour of the slice adds nothing but its share of the total."""
     periods = dict(MeteringPeriod.objects.filter(id__in=period_ids).values_list("id", "start"))
-    records = list(
-        UsageRecord.objects.filter(period_id__in=period_ids).values_list(
-            "period_id", "allocation_id", "start", "end", "flavor", "tenant_id"
-        )
-    )
-    shares: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for allocation_id, device_id, milli in AllocationDevice.objects.filter(
-        allocation_id__in={r[1] for r in records}
-    ).values_list("allocation_id", "device_id", "milli"):
-        shares[allocation_id].append((device_id, milli))
-    by_device: dict[SplitKey, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    own: dict[SplitKey, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for period_id, allocation_id, lo, hi, flavor, tenant_id in records:
-        key, micros = (periods[period_id], flavor), (hi - lo) // MICROSECOND
-        devices = by_device[key]
-        for device_id, milli in shares[allocation_id]:
-            devices[device_id] += milli * micros
-            own[key][tenant_id] += milli * micros
-    by_tenant: dict[SplitKey, dict[int, Fraction]] = {}
-    for key, held in own.items():
-        subtree: dict[int, int] = defaultdict(int)
-        for tenant_id, value in held.items():
-            for ancestor in lineage[tenant_id]:
-                subtree[ancestor] += value
-        by_tenant[key] = {t: Fraction(v, 1_000_000) for t, v in subtree.items()}
+    records = UsageRecord.objects.filter(period_id__in=period_ids).order_by()
     capacity, guarantees = _capacity_and_guarantees(periods)
+    by_tenant: dict[SplitKey, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    used: dict[SplitKey, int] = defaultdict(int)
+    for period_id, flavor, tenant_id, value in records.values_list(
+        "period_id", "flavor", "tenant_id"
+    ).annotate(held=Sum(F("gpu_milli") * F("micros"), output_field=BigIntegerField())):
+        if not value:  # CPU only: no device
+            continue
+        key = (periods[period_id], flavor)
+        used[key] += value
+        subtree = by_tenant[key]
+        for ancestor in lineage[tenant_id]:
+            subtree[ancestor] += value
+    by_device: dict[SplitKey, dict[int, int]] = defaultdict(dict)
+    for period_id, flavor, device_id, value in (
+        records.filter(allocation__devices__device_id__in=_not_always_available(capacity))
+        .values_list("period_id", "flavor", "allocation__devices__device_id")
+        .annotate(
+            held=Sum(F("allocation__devices__milli") * F("micros"), output_field=BigIntegerField())
+        )
+    ):
+        by_device[(periods[period_id], flavor)][device_id] = value
     splits = {}
-    for key in set(capacity) | set(guarantees) | set(by_device):
+    for key in set(capacity) | set(guarantees) | set(used):
         available, unavailable = capacity.get(key, ([], []))
-        used = {d: Fraction(v, 1_000_000) for d, v in by_device.get(key, {}).items()}
-        splits[key] = split_hour(
-            available=set(available),
-            unavailable=set(unavailable),
-            used_by_device=used,
-            holders=_holders(guarantees.get(key, {}), by_tenant.get(key, {}), paths),
+        on_device = by_device.get(key, {})
+        down = set(unavailable) - set(available)
+        devices = len(set(available) | down | set(on_device))
+        held = {t: Fraction(v, MICROS) for t, v in by_tenant.get(key, {}).items()}
+        splits[key] = split_totals(
+            capacity=Fraction(DEVICE_HOUR * devices),
+            used=Fraction(used.get(key, 0), MICROS),
+            down=Fraction(sum(DEVICE_HOUR * MICROS - on_device.get(d, 0) for d in down), MICROS),
+            holders=_holders(guarantees.get(key, {}), held, paths),
+            seconds=3600,
         )
     return splits
+
+
+def _not_always_available(capacity: dict[SplitKey, tuple[list[int], list[int]]]) -> list[int]:
+    """Every device but those available in each hour of the slice (for each of them the
+    split needs no sum of its own: it is in the hour's available devices)."""
+    per_hour: dict[datetime, set[int]] = defaultdict(set)
+    for (hour, _), (available, _) in capacity.items():
+        per_hour[hour] |= set(available)
+    always = set.intersection(*per_hour.values()) if per_hour else set()
+    return sorted(set(GpuDevice.objects.values_list("id", flat=True)) - always)
 
 
 def _capacity_and_guarantees(periods: dict[int, datetime]) -> tuple[Any, Any]:

@@ -14,9 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
+from itertools import pairwise
+from typing import Any
+
+from django.db.models import BigIntegerField, F, Min, Sum, Value
+from django.db.models.functions import Cast
 
 from billing import rating
-from billing.attempts import attempt_kinds
+from billing.attempts import ending_state, kind_of
 from billing.capacity import apportion
 from billing.models import (
     BillingPolicy,
@@ -138,41 +143,62 @@ def period_slices(start: datetime, end: datetime) -> Iterator[list[int]]:
         yield ids[index : index + SLICE_HOURS]
 
 
-def _usages(organisation: Tenant, start: datetime, end: datetime, detail: bool) -> Iterator:
-    for periods in period_slices(start, end):
-        rows = list(
-            UsageRecord.objects.filter(
-                period_id__in=periods, tenant__path__startswith=organisation.path
-            )
-            .order_by("period_id", "allocation_id")
-            .values_list(
-                "allocation_id",
-                "allocation__job_id",
-                "allocation__started_at",
-                "tenant_id",
-                "project_id",
-                "user_id",
-                "flavor",
-                "start",
-                "end",
-                "gpu_milli",
-                "cpu_milli",
-                "memory_mib",
-                "priority_class",
-                "borrowed",
-                "job_type",
-            )
+def rate_windows(
+    start: datetime, end: datetime, rates: list[rating.Rate]
+) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut at every rate boundary inside it: in each part, every flavor has one
+    version in force (or none) throughout. Rates change on the hour, so each metered hour,
+    and each usage record, falls in one part."""
+    edges = {
+        edge
+        for rate in rates
+        for edge in (rate.valid_from, rate.valid_to)
+        if edge is not None and start < edge < end
+    }
+    return list(pairwise(sorted({start, end} | edges)))
+
+
+# Orders a usage record by (period, allocation) in one integer, as the records were read
+# before they were summed in SQL: lines keep the order of their first record.
+_ORDER = 10**12
+
+
+def _summed(organisation: Tenant, start: datetime, end: datetime) -> Iterator[tuple[Any, ...]]:
+    """The organisation's usage records of the metered hours in [start, end), summed in SQL
+    per (tenant, project, user, job type, priority class, flavor, borrowed, how the attempt
+    ended): integer quantities (amount held x microseconds), the first record's order and
+    the earliest start."""
+    big = BigIntegerField()
+    return iter(
+        UsageRecord.objects.filter(
+            period__start__gte=start,
+            period__start__lt=end,
+            tenant__path__startswith=organisation.path,
         )
-        kinds = attempt_kinds({(r[0], r[1], r[2]) for r in rows})
-        for r in rows:
-            yield rating.Usage(
-                (r[3], r[4], r[5], r[14], r[12]) if detail else (r[3], r[4], r[5]),
-                r[6],
-                kinds[r[0]],
-                *r[7:12],
-                r[12],
-                r[13],
-            )
+        .annotate(ending=ending_state("allocation__job_id", "allocation__started_at"))
+        .values_list(
+            "tenant_id",
+            "project_id",
+            "user_id",
+            "job_type",
+            "priority_class",
+            "flavor",
+            "borrowed",
+            "ending",
+        )
+        .annotate(
+            gpu=Sum(F("gpu_milli") * F("micros"), output_field=big),
+            cpu=Sum(F("cpu_milli") * F("micros"), output_field=big),
+            memory=Sum(F("memory_mib") * F("micros"), output_field=big),
+            # Both factors typed bigint: untyped, PostgreSQL returned the product wrapped.
+            first=Min(
+                Cast("period_id", big) * Value(_ORDER, output_field=big) + F("allocation_id"),
+                output_field=big,
+            ),
+            since=Min("start"),
+        )
+        .order_by()
+    )
 
 
 def usage_lines(
@@ -182,8 +208,50 @@ def usage_lines(
 
     `detail`: accounts are (tenant, project, user, job type, priority class) instead, for the
     cost API's finer aggregations (billing/costs.py); the pieces and prices are the same.
-    The records stream in slices of hours into the rating, which keeps only the lines."""
-    return rating.rate_usage(_usages(organisation, start, end, detail), rates_between(start, end))
+
+    The lines `rating.rate_usage` makes of the usage records, without reading them: the
+    database sums their integer quantities per account, flavor, class, borrowing and kind in
+    each part of the period with one version per flavor (`rate_windows`), and each sum is
+    priced here at its version's unit price. Integer sums are exact, so each line's exact
+    quantity, and its amount rounded once, are the same as rating the records one by one
+    (tests/billing/test_statements.py compares them)."""
+    rates = rates_between(start, end)
+    totals: dict[rating.LineKey, int] = {}
+    firsts: dict[rating.LineKey, tuple[int, int]] = {}
+    prices: dict[tuple[int, str, str, bool], Decimal] = {}
+    for lo, hi in rate_windows(start, end, rates):
+        in_force = {rate.flavor: rate for rate in rates if rate.covers(lo)}
+        missing: tuple[datetime, str] | None = None
+        for tenant, project, user, job_type, klass, flavor, borrowed, ending, *sums in _summed(
+            organisation, lo, hi
+        ):
+            gpu, cpu, memory, first, since = sums
+            rate = in_force.get(flavor)
+            if rate is None:
+                missing = min(missing or (since, flavor), (since, flavor))
+                continue
+            account = (
+                (tenant, project, user, job_type, klass) if detail else (tenant, project, user)
+            )
+            kind = kind_of(ending)
+            for index, (resource, held) in enumerate(
+                zip(rating.RESOURCES, (gpu, cpu, memory), strict=True)
+            ):
+                if not held:
+                    continue
+                cached = (id(rate), resource, klass, borrowed)
+                price = prices.get(cached)
+                if price is None:
+                    price = prices[cached] = rate.unit_price(resource, klass, borrowed)
+                key = (account, flavor, resource, kind, price)
+                totals[key] = totals.get(key, 0) + held
+                firsts[key] = min(firsts.get(key, (first, index)), (first, index))
+        if missing is not None:
+            raise rating.MissingRate(missing[1], missing[0])
+    return [
+        rating.make_line(key, Fraction(totals[key], 1_000_000))
+        for key in sorted(totals, key=firsts.__getitem__)
+    ]
 
 
 def idle_lines(
