@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from scheduler.agent.gpm import GpmReader
+
 logger = logging.getLogger(__name__)
 
 # XIDs that mean the device (not the job) is broken: double-bit ECC (48), row remapping
@@ -35,7 +37,7 @@ class GpuReading:
     xid_errors: tuple[int, ...]
     lost: bool = False  # NVML could not open the device (e.g. fallen off the bus)
     power_w: float | None = None
-    sm_active_pct: float | None = None  # NVML GPM (Hopper and newer); None where absent
+    sm_active_pct: float | None = None  # NVML GPM (Hopper and newer): scheduler/agent/gpm.py
 
     @property
     def healthy(self) -> bool:
@@ -71,6 +73,7 @@ class NvmlSession:
     def __init__(self, nvml: ModuleType | None = None) -> None:
         self.error = ""
         self._events: Any = None
+        self._gpm: GpmReader | None = None
         self.nvml: ModuleType | None = None
         try:
             module = nvml or load_pynvml()
@@ -80,6 +83,7 @@ class NvmlSession:
             return
         self.nvml = module
         self._events = self._register_xid_events()
+        self._gpm = GpmReader(module)
 
     @property
     def available(self) -> bool:
@@ -145,6 +149,7 @@ class NvmlSession:
             ),
             xid_errors=xids,
             power_w=self._field(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+            sm_active_pct=self._gpm.sm_active_pct(index, handle) if self._gpm else None,
         )
 
     def _field(self, read: Any) -> Any:
@@ -185,6 +190,8 @@ class NvmlSession:
             return
         if events is not None:
             self._field(lambda: nvml.nvmlEventSetFree(events))
+        if self._gpm is not None:
+            self._gpm.close()
         self._field(nvml.nvmlShutdown)
         self.nvml = None
 

@@ -95,6 +95,76 @@ class FakeNvml:
         return SimpleNamespace(device=index, eventData=xid)
 
 
+class NVMLError_NotSupported(NVMLError):
+    pass
+
+
+class GpmNvml(FakeNvml):
+    """The fake with NVML's GPM, as pynvml spells it: per device whether GPM is supported
+    (`gpm`), the SM_UTIL it reports over each interval (`sm_util`, in turn), and on command
+    a GPM call that raises (`fail`: {(call, device index): the error}). It counts samples
+    allocated and freed, as the driver would hold them."""
+
+    NVML_SUCCESS = 0
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_SM_OCCUPANCY = 3
+    NVML_GPM_METRIC_SM_UTIL = 2
+    NVMLError_NotSupported = NVMLError_NotSupported
+
+    def __init__(
+        self,
+        gpm: tuple[bool, ...] = (True, True),
+        sm_util: tuple[float, ...] = (55.5, 12.25),
+        **kw: Any,
+    ):
+        super().__init__(ecc=(0, 0), **kw)
+        self.gpm = gpm
+        self.sm_util = list(sm_util)
+        self.fail: dict[tuple[str, int], Exception] = {}
+        self.live: set[int] = set()  # samples allocated, not freed
+        self.allocated = 0
+        self.device_of: dict[int, int] = {}
+
+    def _maybe_fail(self, call: str, index: int) -> None:
+        error = self.fail.pop((call, index), None)
+        if error is not None:
+            raise error
+
+    def nvmlGpmQueryDeviceSupport(self, handle: int) -> Any:
+        self._maybe_fail("support", handle)
+        return SimpleNamespace(version=1, isSupportedDevice=int(self.gpm[handle]))
+
+    def nvmlGpmSampleAlloc(self) -> int:
+        self.allocated += 1
+        self.live.add(self.allocated)
+        return self.allocated
+
+    def nvmlGpmSampleFree(self, sample: int) -> None:
+        self.live.remove(sample)  # a double free raises, as the driver's would corrupt
+
+    def nvmlGpmSampleGet(self, handle: int, sample: int) -> int:
+        assert self.gpm[handle], "GPM sample of a device without GPM"
+        self._maybe_fail("sample", handle)
+        self.device_of[sample] = handle
+        return sample
+
+    class c_nvmlGpmMetricsGet_t:
+        def __init__(self) -> None:
+            self.version = self.numMetrics = 0
+            self.sample1 = self.sample2 = None
+            self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(4)]
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        handle = self.device_of[request.sample2]
+        assert self.device_of[request.sample1] == handle and request.sample1 < request.sample2
+        assert request.version == 1 and request.numMetrics == 1
+        self._maybe_fail("metrics", handle)
+        metric = request.metrics[0]
+        assert metric.metricId == self.NVML_GPM_METRIC_SM_UTIL  # DCGM's SM_ACTIVE
+        metric.value = self.sm_util[handle]
+        return request
+
+
 class NoDriver:
     NVMLError = NVMLError
 
@@ -303,3 +373,67 @@ def test_command_refuses_a_missing_token_file(tmp_path: Any) -> None:
     with pytest.raises(CommandError, match="cannot read the token file"):
         call_command("run_node_agent", "--once", "--url", "http://x",
                      "--token-file", str(tmp_path / "absent"))  # fmt: skip
+
+
+def test_gpm_sm_activity_over_the_interval_between_two_reports() -> None:
+    nvml = GpmNvml()
+    session = NvmlSession(nvml)  # type: ignore[arg-type]
+    first = session.read().gpus
+    assert [g.sm_active_pct for g in first] == [None, None]  # one sample: no interval yet
+    second = session.read().gpus
+    assert [g.sm_active_pct for g in second] == [55.5, 12.2]
+    assert [g.sm_active_pct for g in session.read().gpus] == [55.5, 12.2]
+    assert len(nvml.live) == 2  # each device keeps its latest sample, the older ones freed
+    session.close()
+    assert nvml.live == set()
+
+
+def test_without_gpm_in_the_bindings_no_sm_activity() -> None:
+    """An older nvidia-ml-py without the GPM functions: every other field as before."""
+    session = NvmlSession(FakeNvml(ecc=(0, 0)))  # type: ignore[arg-type]
+    for _ in range(2):
+        first, second = session.read().gpus
+        assert (first.sm_active_pct, second.sm_active_pct) == (None, None)
+        assert first.utilization_pct == 97 and first.healthy
+
+
+@pytest.mark.parametrize(
+    "unsupported",
+    [
+        pytest.param(lambda nvml: GpmNvml(gpm=(True, False)), id="isSupportedDevice-0"),
+        pytest.param(None, id="query-raises-NotSupported"),
+    ],
+)
+def test_gpm_not_supported_on_one_device_of_two(unsupported: Any) -> None:
+    if unsupported is None:
+        nvml = GpmNvml()
+        nvml.fail[("support", 1)] = NVMLError_NotSupported("Not Supported")
+    else:
+        nvml = unsupported(None)
+    session = NvmlSession(nvml)  # type: ignore[arg-type]
+    session.read()
+    first, second = session.read().gpus
+    assert (first.sm_active_pct, second.sm_active_pct) == (55.5, None)
+    assert second.utilization_pct == 3 and second.healthy  # the rest of the device as before
+    assert set(nvml.device_of.values()) == {0}  # never sampled where unsupported
+    session.close()
+    assert nvml.live == set()
+
+
+@pytest.mark.parametrize("call", ["sample", "metrics"])
+def test_a_gpm_call_failing_mid_way_gives_none_and_leaks_no_sample(call: str) -> None:
+    nvml = GpmNvml()
+    session = NvmlSession(nvml)  # type: ignore[arg-type]
+    session.read()
+    nvml.fail[(call, 0)] = NVMLError("Unknown Error")
+    first, second = session.read().gpus
+    assert (first.sm_active_pct, second.sm_active_pct) == (None, 12.2)
+    assert first.utilization_pct == 97 and not first.lost
+    assert len(nvml.live) == 1  # device 0's samples freed, device 1's latest kept
+    session.read()  # device 0 starts a new interval: a passing error does not stop GPM
+    assert [g.sm_active_pct for g in session.read().gpus] == [55.5, 12.2]
+    nvml.fail[(call, 0)] = NVMLError_NotSupported("Not Supported")
+    assert [g.sm_active_pct for g in session.read().gpus] == [None, 12.2]
+    assert [g.sm_active_pct for g in session.read().gpus] == [None, 12.2]  # not asked again
+    session.close()
+    assert nvml.live == set()

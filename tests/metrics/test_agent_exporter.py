@@ -24,7 +24,7 @@ from scheduler.management.commands.run_node_agent import Command
 from scheduler.models import AllocationDevice, GpuDevice, JobState
 from tests import factories as f
 from tests.conftest import Org
-from tests.k8s.test_agent import FakeNvml
+from tests.k8s.test_agent import FakeNvml, GpmNvml
 
 DCGM = {
     "DCGM_FI_DEV_GPU_UTIL",
@@ -92,6 +92,20 @@ def test_sm_active_only_where_gpm_gives_it() -> None:
     }
     exporter.update(reading())  # no GPM anywhere
     assert "DCGM_FI_PROF_SM_ACTIVE" not in exported(exporter)
+
+
+def test_sm_active_from_the_agents_gpm_reading() -> None:
+    """Through NVML's GPM (the fake's SM_UTIL 55.5 % on device 0; device 1 without GPM): the
+    agent's second reading carries it, and the exporter serves it as a ratio for device 0
+    only."""
+    session = NvmlSession(GpmNvml(gpm=(True, False)))  # type: ignore[arg-type]
+    exporter = DcgmExporter("n")
+    exporter.update(session.read())
+    assert "DCGM_FI_PROF_SM_ACTIVE" not in exported(exporter)  # no interval yet
+    exporter.update(session.read())
+    active = exported(exporter)["DCGM_FI_PROF_SM_ACTIVE"]
+    assert {gpu: value for gpu, (_, value) in active.items()} == {"0": pytest.approx(0.555)}
+    session.close()
 
 
 def test_last_xid_is_kept_and_unread_fields_are_left_out() -> None:
