@@ -206,6 +206,7 @@ SPECTACULAR_SETTINGS = {
         "TenantKindEnum": "tenants.models.TenantKind",
         "FlavorKindEnum": "tenants.models.FlavorKind",
         "LineKindEnum": "billing.models.LineKind",
+        "WhatIfStateEnum": "whatif.models.WhatIfState",
         "IdleActionEnum": "tenants.models.IdleAction",
     },
 }

@@ -75,7 +75,7 @@ class WhatIfIn(StrictInputSerializer):
         return attrs
 
 
-class ProgressOut(serializers.Serializer):
+class WhatIfProgressOut(serializers.Serializer):
     percent = serializers.IntegerField()
     stage = serializers.CharField(help_text="What the replay is doing.")
 
@@ -106,7 +106,7 @@ class WhatIfOut(serializers.ModelSerializer):
             "results",
         ]
 
-    @extend_schema_field(ProgressOut)
+    @extend_schema_field(WhatIfProgressOut)
     def get_progress(self, run: WhatIf) -> dict[str, Any]:
         return {"percent": run.progress, "stage": run.stage}
 
