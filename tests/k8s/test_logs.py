@@ -62,13 +62,15 @@ def test_cursor_returns_only_lines_written_after_it(
     fake.write_log(pod.namespace, pod.name, "one", "two", at=now)  # the same nanosecond
     first = backend.read_log(target_of(pod), now=now, tail=10)
     fake.write_log(pod.namespace, pod.name, "three", at=now)  # still the same nanosecond
-    fake.write_log(pod.namespace, pod.name, "four", at=now + timedelta(milliseconds=5))
     second = backend.read_log(target_of(pod), now=now, cursor=first.cursor)
-    assert texts(first.lines) == ["one", "two"]
-    assert texts(second.lines) == ["three", "four"]
+    fake.write_log(pod.namespace, pod.name, "four", at=now + timedelta(milliseconds=5))
     third = backend.read_log(target_of(pod), now=now, cursor=second.cursor)
-    assert texts(third.lines) == []
-    assert third.cursor == second.cursor
+    assert texts(first.lines) == ["one", "two"]
+    assert texts(second.lines) == ["three"]  # the cursor counts the lines at its time
+    assert texts(third.lines) == ["four"]
+    fourth = backend.read_log(target_of(pod), now=now, cursor=third.cursor)
+    assert texts(fourth.lines) == []
+    assert fourth.cursor == third.cursor
 
 
 def test_a_pod_that_is_gone_is_a_clear_message_not_an_error(
