@@ -52,7 +52,7 @@ def with_team_usage(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
 
 def inbox_for(user: Any) -> list[ApprovalRequest] | None:
     """The user's pending requests, or None for users who never decide anything."""
-    requests = with_whatifs(with_team_usage(list(approval_list_inbox(user)[:100])))
+    requests = with_whatifs(user, with_team_usage(list(approval_list_inbox(user)[:100])))
     if requests or _decides_anything(user):
         return requests
     return None
@@ -73,7 +73,8 @@ def access_approval(user: Any, pk: int) -> ApprovalRequest:
 @login_required
 @require_GET
 def approval_inbox(request: HttpRequest) -> HttpResponse:
-    rows = with_whatifs(with_team_usage(list(approval_list_inbox(request.user)[:200])))
+    rows = with_team_usage(list(approval_list_inbox(request.user)[:200]))
+    rows = with_whatifs(request.user, rows)
     return render(request, "portal/approvals/inbox.html", {"requests": rows})
 
 
@@ -88,6 +89,7 @@ def approval_history(request: HttpRequest) -> HttpResponse:
         if form.cleaned_data["kind"]:
             rows = rows.filter(kind=form.cleaned_data["kind"])
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    with_whatifs(request.user, list(page.object_list))
     return render(request, "portal/approvals/history.html", {"filter_form": form, "page": page})
 
 

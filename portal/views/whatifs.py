@@ -28,14 +28,17 @@ POLL_SECONDS = 2
 FORM_FIELDS = ("scope", "window_days", "tenant", "flavor", "guaranteed", "limit", "weight")
 
 
-def with_whatifs(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
-    """Set `whatif` on each quota request: the run kept for it (the latest but failed ones),
-    or None; one query for the whole list."""
+def with_whatifs(user: Any, requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
+    """Set `whatif` on each quota request: the run kept for it that the user may see (the
+    latest but failed ones), or None; one query for the whole list, none for users who may
+    not use what-ifs."""
     ids = [r.pk for r in requests if r.kind == "quota"]
     kept: dict[int, WhatIf] = {}
-    for run in WhatIf.objects.filter(approval_id__in=ids).exclude(state=WhatIfState.FAILED):
-        if run.approval_id is not None:
-            kept.setdefault(run.approval_id, run)
+    if ids and runs.may_use_whatif(user):
+        found = runs.whatif_list_visible(user).filter(approval_id__in=ids)
+        for run in found.exclude(state=WhatIfState.FAILED).order_by("-created_at", "-id"):
+            if run.approval_id is not None:
+                kept.setdefault(run.approval_id, run)
     for request in requests:
         request.whatif = kept.get(request.pk)  # type: ignore[attr-defined]
     return requests

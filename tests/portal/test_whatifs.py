@@ -134,3 +134,8 @@ def test_an_approver_replays_a_quota_request_from_the_inbox(
     assert web_for("tina").post(replay_url).status_code == 403
     assert web_for("alice").post(replay_url).status_code == 404
     assert WhatIf.objects.count() == 1
+    # the history links the kept run for those who may see it, and for nobody else
+    history = reverse("portal:approval-history")
+    assert f'href="/what-ifs/{run.pk}/"' in dana.get(history).content.decode()
+    for who in ("tina", "alice"):  # tina's runs are those of team-alpha's subtree only
+        assert "/what-ifs/" not in web_for(who).get(history).content.decode().split("<main")[-1]
