@@ -421,6 +421,8 @@ GANTRY_NOTIFY_BACKOFF_S = float(os.environ.get("GANTRY_NOTIFY_BACKOFF_S", "30"))
 GANTRY_NOTIFY_BACKOFF_MAX_S = float(os.environ.get("GANTRY_NOTIFY_BACKOFF_MAX_S", "3600"))
 GANTRY_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("GANTRY_NOTIFY_MAX_ATTEMPTS", "8"))
 GANTRY_NOTIFY_MAX_PENDING = int(os.environ.get("GANTRY_NOTIFY_MAX_PENDING", "200"))
+# Sent, failed and dropped notifications are deleted this many days after they were written.
+GANTRY_NOTIFY_RETENTION_DAYS = float(os.environ.get("GANTRY_NOTIFY_RETENTION_DAYS", "30"))
 GANTRY_NOTIFY_EMAIL_EVENTS = frozenset(
     part.strip()
     for part in os.environ.get("GANTRY_NOTIFY_EMAIL_EVENTS", "finished,failed,preempted").split(",")

@@ -168,19 +168,30 @@ def outbox_trim() -> int:
     return dropped
 
 
+def outbox_purge(*, now: datetime) -> int:
+    """Delete the rows settled (sent, failed, dropped) more than GANTRY_NOTIFY_RETENTION_DAYS
+    ago, so the outbox holds what is waiting and a window of history for the health."""
+    cutoff = now - timedelta(days=settings.GANTRY_NOTIFY_RETENTION_DAYS)
+    settled = Notification.objects.exclude(state=NotificationState.PENDING)
+    deleted, _ = settled.filter(created_at__lt=cutoff).delete()
+    return deleted
+
+
 @dataclass
 class Delivery:
     sent: int = 0
     retrying: int = 0
     failed: int = 0
     dropped: int = 0
+    purged: int = 0
 
 
 def outbox_deliver(*, now: datetime, limit: int = 500) -> Delivery:
-    """Trim, then try every row due at `now` (at most `limit`), each in its own transaction.
+    """Trim and purge, then try every row due at `now` (at most `limit`), each in its own
+    transaction.
     Idempotent and safe to run twice at once: a row is locked while it is sent, and a
     second delivery skips locked rows and finds sent ones no longer pending."""
-    result = Delivery(dropped=outbox_trim())
+    result = Delivery(dropped=outbox_trim(), purged=outbox_purge(now=now))
     due = Notification.objects.filter(
         state=NotificationState.PENDING, next_attempt_at__lte=now
     ).order_by("next_attempt_at", "id")

@@ -88,7 +88,8 @@ def test_the_webhook_is_retried_with_backoff_until_the_local_server_accepts(
     hooked(org.alpha, hook.url)
     (row,) = add(org.alpha, "job started", fields={"job": 7})
     t0 = row.next_attempt_at
-    assert vars(outbox_deliver(now=t0)) == {"sent": 0, "retrying": 1, "failed": 0, "dropped": 0}
+    first = outbox_deliver(now=t0)
+    assert (first.sent, first.retrying, first.failed, first.dropped) == (0, 1, 0, 0)
     row.refresh_from_db()
     assert (row.state, row.attempts) == (NotificationState.PENDING, 1)
     assert "500" in row.last_error and row.next_attempt_at == t0 + backoff(1)
@@ -249,3 +250,17 @@ def test_the_audit_log_keeps_the_webhooks_host_not_its_secret(org: Org, client_f
     assert "XXXXsecretXXXX" not in json.dumps([entry.before, entry.after])
     listed = client_for("dana").get("/api/v1/audit/").content.decode()
     assert "XXXXsecretXXXX" not in listed
+
+
+def test_settled_rows_are_purged_after_the_retention_but_waiting_ones_are_kept(
+    org: Org, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.GANTRY_NOTIFY_RETENTION_DAYS = 30
+    hooked(org.alpha, "https://hooks.example.com/services/x")
+    sent, waiting = add(org.alpha, "sent")[0], add(org.alpha, "waiting")[0]
+    Notification.objects.filter(pk=sent.pk).update(state=NotificationState.SENT)
+    monkeypatch.setattr(outbox, "webhook_transport", _refuse)
+    later = sent.created_at + timedelta(days=30)
+    assert outbox_deliver(now=later).purged == 0  # not older than 30 days yet
+    assert outbox_deliver(now=later + timedelta(seconds=1)).purged == 1
+    assert list(Notification.objects.values_list("pk", flat=True)) == [waiting.pk]
