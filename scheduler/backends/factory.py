@@ -13,15 +13,20 @@ import functools
 
 from django.conf import settings
 
-from scheduler.backends.base import LogSource
+from scheduler.backends.base import BackendError, LogSource
 
 
 @functools.cache
 def _log_source(kind: str) -> LogSource:
     if kind == "kubernetes":
+        from kubernetes.config import ConfigException
+
         from scheduler.backends.kubernetes import from_environment
 
-        return from_environment()
+        try:
+            return from_environment()
+        except (ConfigException, OSError) as exc:  # not cached: tried again on the next read
+            raise BackendError(f"the cluster's credentials could not be loaded: {exc}") from exc
     if kind == "simulated":
         from scheduler.backends.simulated_logs import SimulatedLogs
 
@@ -30,5 +35,6 @@ def _log_source(kind: str) -> LogSource:
 
 
 def log_source() -> LogSource:
-    """The LogSource of GANTRY_CLUSTER_BACKEND (built once per process)."""
+    """The LogSource of GANTRY_CLUSTER_BACKEND (built once per process). Raises BackendError
+    when the Kubernetes credentials cannot be loaded (the API answers 503, the page says so)."""
     return _log_source(settings.GANTRY_CLUSTER_BACKEND)

@@ -139,3 +139,23 @@ def test_bad_query_values_are_400_with_the_field(
     response = client_for("alice").get(f"/api/v1/jobs/{setup.job.pk}/logs/?{query}")
     assert response.status_code == 400, response.content
     assert field in response.json()["errors"]
+
+
+def test_a_cluster_that_cannot_be_reached_is_a_503_with_why(
+    org: Org, client_for: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The web process reads logs through the backend of GANTRY_CLUSTER_BACKEND; Kubernetes
+    credentials that cannot be loaded are the cluster not answering, not a 500."""
+    from scheduler.backends import factory
+
+    setup = requeued_job(org, timezone.now())
+    settings.GANTRY_CLUSTER_BACKEND = "kubernetes"
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    factory._log_source.cache_clear()
+    try:
+        response = client_for("alice").get(f"/api/v1/jobs/{setup.job.pk}/logs/")
+    finally:
+        factory._log_source.cache_clear()
+    assert response.status_code == 503
+    assert "credentials could not be loaded" in response.json()["detail"]
