@@ -267,12 +267,13 @@ def _samples_due(
 ) -> list[DeviceReading]:
     """The report's readings as utilization samples, except for devices read less than half
     a sampling interval ago: a burst of reports (an agent restarting in a loop, a retry
-    storm) does not multiply the history."""
+    storm) does not multiply the history. Nor for a device last read after `now` (another
+    web server whose clock is ahead): the history stays in time order."""
     spacing = timedelta(seconds=settings.GANTRY_UTILIZATION_SAMPLE_S / 2)
     readings = []
     for gpu in gpus:
         device = devices[gpu["index"]]
-        if device.reported_at is not None and now - spacing < device.reported_at <= now:
+        if device.reported_at is not None and device.reported_at > now - spacing:
             continue
         readings.append(
             DeviceReading(

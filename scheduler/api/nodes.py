@@ -97,6 +97,13 @@ class GpuReading(StrictInputSerializer):
     )
     healthy = serializers.BooleanField()
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["memory_used_mib"] > attrs["memory_total_mib"]:
+            raise serializers.ValidationError(
+                {"memory_used_mib": ["More than the device's memory_total_mib."]}
+            )
+        return attrs
+
 
 class HolderOut(serializers.Serializer):
     index = serializers.IntegerField()
@@ -119,6 +126,15 @@ class GpuReportIn(StrictInputSerializer):
     node = serializers.CharField(max_length=253)
     driver_version = serializers.CharField(max_length=64, allow_blank=True)
     gpus = serializers.ListField(child=GpuReading(), max_length=64)
+
+    def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Two readings of one device would be two samples of it at one instant.
+        indexes = [gpu["index"] for gpu in gpus]
+        twice = sorted({index for index in indexes if indexes.count(index) > 1})
+        if twice:
+            listed = ", ".join(map(str, twice[:8]))
+            raise serializers.ValidationError(f"GPU index {listed} is reported twice.")
+        return gpus
 
 
 def node_list_visible(user: Any) -> Any:
