@@ -176,3 +176,18 @@ def test_attempts_are_classified_by_how_they_ended(org: Org) -> None:
     allocations = [preempted, retried, failed, running, done]
     kinds = attempt_kinds((a.pk, a.job_id, a.started_at) for a in allocations)
     assert [kinds[a.pk] for a in allocations] == ["preempted", "failed", "failed", "used", "used"]
+
+
+def test_who_a_usage_record_charges_cannot_be_deleted_through_the_orm(org: Org) -> None:
+    # The tenant, project and user columns carry no database constraint (checking them at
+    # each hour's commit was half of metering's time in PostgreSQL); PROTECT still holds.
+    from django.db.models import ProtectedError
+
+    hold(job_for(org), make_node(), 0, 1, [1000])
+    meter_usage(now=at(2))
+    record = UsageRecord.objects.get()
+    for owner in (record.tenant, record.project, record.user):
+        with pytest.raises(ProtectedError) as refused:
+            owner.delete()
+        assert record in refused.value.protected_objects
+    assert UsageRecord.objects.count() == 1
