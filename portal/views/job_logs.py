@@ -30,19 +30,20 @@ class LogQueryForm(forms.Form):
     since = forms.CharField(required=False, max_length=200)
 
 
-def _read(job: Any, replica: int, since: str) -> JobLog | str:
-    """The log, or why it cannot be shown (a 400's text is raised by the caller)."""
+def _read(job: Any, replica: int, since: str) -> tuple[JobLog | None, str]:
+    """The log, or None and why the cluster could not be asked. Bad input (a replica the job
+    has not, a cursor this log did not write) raises ValidationError."""
     try:
-        return job_log_read(
+        log = job_log_read(
             job=job, source=log_source(), now=timezone.now(), replica=replica, cursor=since
         )
     except BackendError as exc:
-        return f"The cluster could not be asked for the log: {exc}"
+        return None, f"The cluster could not be asked for the log: {exc}"
+    return log, ""
 
 
-def _bad(error: ValidationError) -> HttpResponse:
-    detail = error.detail if isinstance(error.detail, dict) else {"log": error.detail}
-    text = "; ".join(f"{field}: {' '.join(map(str, msgs))}" for field, msgs in detail.items())
+def _bad(errors: dict[str, Any]) -> HttpResponse:
+    text = "; ".join(f"{field}: {' '.join(map(str, msgs))}" for field, msgs in errors.items())
     return HttpResponseBadRequest(text, content_type="text/plain")
 
 
@@ -54,16 +55,13 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
     job = access_job(request.user, pk)
     form = LogQueryForm(request.GET)
     if not form.is_valid():
-        fields = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
-        return HttpResponseBadRequest(fields, content_type="text/plain")
+        return _bad(dict(form.errors))
     replica = form.cleaned_data["replica"] or 0
     since = form.cleaned_data["since"] or ""
     try:
-        log = _read(job, replica, since)
+        log, error = _read(job, replica, since)
     except ValidationError as exc:
-        return _bad(exc)
-    error = log if isinstance(log, str) else ""
-    log = None if isinstance(log, str) else log
+        return _bad(exc.detail if isinstance(exc.detail, dict) else {"log": exc.detail})
     context = {
         "job": job,
         "replica": replica,

@@ -96,3 +96,23 @@ def test_panel_query_count_does_not_grow_with_pods(
         f.AllocationFactory(job=setup.job, node=node, attempt=attempt, ended_at=timezone.now())
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert client.get(url).status_code == 200
+
+
+def test_a_cluster_that_cannot_be_asked_is_said_in_the_panel(
+    org: Org, web_for: Any, settings: Any, monkeypatch: Any, tmp_path: Any
+) -> None:
+    from scheduler.backends import factory
+
+    setup = requeued_job(org, timezone.now())
+    settings.GANTRY_CLUSTER_BACKEND = "kubernetes"
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    factory._log_source.cache_clear()
+    try:
+        response = web_for("alice").get(reverse("portal:job-logs", args=[setup.job.pk]))
+    finally:
+        factory._log_source.cache_clear()
+    assert response.status_code == 200  # HTMX swaps 2xx answers only
+    text = _text(response.content.decode())
+    assert "The cluster could not be asked for the log" in text
+    assert "node-b" in text and "every 3s" in response.content.decode()  # and it tries again
