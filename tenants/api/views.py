@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import django_filters
+from django.core.exceptions import PermissionDenied
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -89,10 +91,17 @@ class TenantViewSet(ReadWriteViewSet):
     @extend_schema(responses=s.WebhookHealthOut)
     @action(detail=True, methods=["get"], url_path="webhook", url_name="webhook")
     def webhook(self, request: Request, pk: str) -> Response:
-        """The webhook's health, for the tenant's admins: last success, last failure and its
-        error, and the notifications waiting, given up and dropped."""
-        tenant = access.access_tenant(request.user, pk, manage=True)
-        return Response(s.WebhookHealthOut(outbox.webhook_health(tenant)).data)
+        """The webhook's health, for the tenant's admins (and, read-only, finance): last
+        success, last failure and its error, and the notifications waiting, given up and
+        dropped. Only those who may change the URL read it whole; finance gets its host."""
+        tenant = self.get_object()
+        manages = access.can_manage_tenant(request.user, tenant)
+        if not manages and not access.grants_for(request.user).sees_everything:
+            raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+        health = outbox.webhook_health(tenant)
+        if not manages:
+            health = replace(health, url=outbox.redact_url(health.url))
+        return Response(s.WebhookHealthOut(health).data)
 
     @extend_schema(request=None, responses={202: s.WebhookTestOut})
     @action(detail=True, methods=["post"], url_path="webhook/test", url_name="webhooktest")

@@ -202,6 +202,9 @@ def test_health_and_test_send_are_the_tenants_admins_alone(
         body = client_for(admin).get(url).json()
         assert body["url"] == "https://hooks.example.com/services/T1/B2/secret-token"
         assert body["undelivered"] == 0
+    # Finance reads everything but changes nothing: the health, with the URL's host only.
+    assert client_for("carol").get(url).json()["url"] == "https://hooks.example.com/…"
+    assert client_for("carol").post(url + "test/").status_code == 403
 
 
 def test_a_request_never_waits_on_the_webhook(
