@@ -139,3 +139,19 @@ def test_the_list_reads_a_fixed_number_of_queries(
     with django_assert_max_num_queries(6):
         listed = client.get("/api/v1/what-ifs/")
     assert listed.json()["count"] == 12
+
+
+def test_the_list_filters_by_state_scope_and_quota_request(org: Org, client_for: Any) -> None:
+    running = kept_run(org.users["pat"], org.alpha, ["team-alpha"])
+    WhatIf.objects.filter(pk=running.pk).update(state="running")
+    done = kept_run(org.users["pat"], org.research, ["team-alpha"])
+    dana = client_for("dana")
+
+    def ids(query: str) -> list[int]:
+        return [r["id"] for r in dana.get(f"/api/v1/what-ifs/{query}").json()["results"]]
+
+    assert ids("?state=running") == [running.pk]
+    assert ids(f"?scope={org.research.pk}") == [done.pk]
+    assert ids(f"?scope={org.charlie.pk}") == []  # not hers: the same empty page as none
+    assert ids("?approval=1") == []
+    assert dana.get("/api/v1/what-ifs/?state=lost").status_code == 400
