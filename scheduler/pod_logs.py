@@ -111,7 +111,9 @@ def job_log_read(
     when the cluster cannot be asked (the caller answers 503)."""
     pod = _pick(job, replica, attempt)
     if pod is None:
-        return JobLog(None, (), cursor, done=job.is_final, message=_waiting_message(job, attempt))
+        # An earlier attempt without a pod never gets one; the current one may, until final.
+        done = job.is_final or (attempt is not None and attempt < job.attempt)
+        return JobLog(None, (), cursor, done=done, message=_waiting_message(job, attempt))
     target = log_target(job, pod)
     try:
         page = source.read_log(target, now=now, tail=tail or DEFAULT_TAIL, cursor=cursor)

@@ -159,3 +159,14 @@ def test_a_cluster_that_cannot_be_reached_is_a_503_with_why(
         factory._log_source.cache_clear()
     assert response.status_code == 503
     assert "credentials could not be loaded" in response.json()["detail"]
+
+
+def test_an_earlier_attempt_without_a_pod_is_done(org: Org, client_for: Any) -> None:
+    """Attempt 0 failed to bind (no pod left); attempt 1 runs: following attempt 0 stops."""
+    job = f.JobFactory(
+        project=org.proj_alpha, submitted_by=org.users["alice"], attempt=1, state=JobState.RUNNING
+    )
+    f.AllocationFactory(job=job, attempt=1)
+    body = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/?attempt=0").json()
+    assert body["pod"] is None and body["done"] is True
+    assert "attempt 0" in body["message"]
