@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.backends.base import LogTarget
+from scheduler.backends.base import LogSource, LogTarget
 from scheduler.backends.simulated_logs import PAGE_LINES, SimulatedLogs, sim_log
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -140,3 +140,7 @@ def test_following_yields_new_lines_and_stops_when_the_pod_ends() -> None:
     assert followed == whole[-len(followed) :]
     assert followed[-1] == "exit code 0"
     assert clock.slept and set(clock.slept) == {10.0}
+
+
+def test_the_simulated_logs_are_a_log_source() -> None:
+    assert isinstance(SimulatedLogs(), LogSource)
