@@ -82,7 +82,7 @@ class Tallies:
 
 def job_event_tallies(*, now: datetime) -> Tallies:
     """The counters as of `now` (the scrape's clock: events older than `now - GRACE` may
-    settle into the totals). One transaction; six queries when the watermark moves."""
+    settle into the totals). One transaction of five queries, seven when the watermark moves."""
     with transaction.atomic():
         after = _locked_mark()  # one scrape at a time past this point
         upto = _settled_upto(after, now - GRACE)  # 1. settle
