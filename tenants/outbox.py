@@ -202,31 +202,41 @@ def outbox_deliver(*, now: datetime, limit: int = 500) -> Delivery:
     return result
 
 
-@transaction.atomic
 def _deliver_one(row_id: int, now: datetime) -> str | None:
+    """Claim the row, send it outside any transaction, record the outcome.
+
+    The claim is a compare-and-swap on its attempt count that also moves its next attempt to
+    where a failure would put it: a second delivery finds it claimed (not due) and skips it,
+    no transaction stays open across the network call (SQLite's writers, PostgreSQL's
+    locks), and a worker killed while sending leaves it due again later (at least once)."""
     row = (
-        Notification.objects.select_for_update(skip_locked=True, of=("self",))
-        .select_related("tenant")
+        Notification.objects.select_related("tenant")
         .filter(pk=row_id, state=NotificationState.PENDING, next_attempt_at__lte=now)
         .first()
     )
-    if row is None:  # sent or being sent by another delivery
+    if row is None:  # sent, or claimed by another delivery
         return None
-    row.attempts += 1
-    row.last_attempt_at = now
+    attempts = row.attempts + 1
+    mine = Notification.objects.filter(
+        pk=row.pk, state=NotificationState.PENDING, attempts=row.attempts
+    )
+    claimed = mine.update(
+        attempts=attempts, last_attempt_at=now, next_attempt_at=now + backoff(attempts)
+    )
+    if not claimed:
+        return None
     try:
         _send(row)
     except (OSError, ValueError) as error:
-        row.last_error = (f"{type(error).__name__}: {error}")[:500]
-        row.last_error_at = now
-        if row.attempts >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS:
-            row.state = NotificationState.FAILED
-        else:
-            row.next_attempt_at = now + backoff(row.attempts)
-    else:
-        row.state, row.sent_at = NotificationState.SENT, now
-    row.save()
-    return {"sent": "sent", "failed": "failed"}.get(row.state, "retrying")
+        given_up = attempts >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS
+        failure: dict[str, Any] = {"last_error": f"{type(error).__name__}: {error}"[:500]}
+        failure |= {"last_error_at": now}
+        if given_up:
+            failure["state"] = NotificationState.FAILED
+        Notification.objects.filter(pk=row.pk).update(**failure)
+        return "failed" if given_up else "retrying"
+    Notification.objects.filter(pk=row.pk).update(state=NotificationState.SENT, sent_at=now)
+    return "sent"
 
 
 def _send(row: Notification) -> None:

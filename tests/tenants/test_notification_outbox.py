@@ -267,3 +267,24 @@ def test_settled_rows_are_purged_after_the_retention_but_waiting_ones_are_kept(
     assert outbox_deliver(now=later).purged == 0  # not older than 30 days yet
     assert outbox_deliver(now=later + timedelta(seconds=1)).purged == 1
     assert list(Notification.objects.values_list("pk", flat=True)) == [waiting.pk]
+
+
+def test_a_second_delivery_while_one_is_sending_does_not_send_the_row_again(
+    org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forces the interleaving: the transport of the first delivery runs a second one."""
+    hooked(org.alpha, "https://hooks.example.com/services/x")
+    (row,) = add(org.alpha, "once")
+    posts: list[str] = []
+    inner: list[Any] = []
+
+    def post(url: str, body: bytes) -> None:
+        posts.append(url)
+        if not inner:
+            inner.append(outbox_deliver(now=row.next_attempt_at))
+
+    monkeypatch.setattr(outbox, "webhook_transport", post)
+    assert outbox_deliver(now=row.next_attempt_at).sent == 1
+    assert len(posts) == 1 and inner[0].sent == 0
+    row.refresh_from_db()
+    assert (row.state, row.attempts) == (NotificationState.SENT, 1)
