@@ -31,7 +31,8 @@ class Tenant(TimeStampedModel):
     )
     path = models.CharField(max_length=512, db_index=True, editable=False, default="")
     depth = models.PositiveSmallIntegerField(editable=False, default=0)
-    # Budget alerts are posted here as {"text": ...} (Slack and Teams incoming webhooks).
+    # Notifications are posted here as {"text": ...} (Slack and Teams incoming webhooks;
+    # tenants/outbox.py), for this tenant and those below it without their own.
     webhook_url = models.URLField(
         max_length=500, blank=True, default="", validators=[URLValidator(schemes=["https"])]
     )

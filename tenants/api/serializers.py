@@ -55,8 +55,8 @@ class TenantUpdateIn(StrictInputSerializer):
     webhook_url = serializers.CharField(
         max_length=500,
         allow_blank=True,
-        help_text='https URL budget alerts are posted to as {"text": ...} (Slack, Teams); '
-        "empty removes it.",
+        help_text='https URL the tenant\'s notifications are posted to as {"text": ...} '
+        "(Slack, Teams; docs/notifications.md); empty removes it.",
     )
 
 
