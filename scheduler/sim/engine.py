@@ -165,6 +165,9 @@ class Simulation:
             while self.events and self.events[0][0] == at:
                 _, kind, _, key, epoch = heapq.heappop(self.events)
                 substantive |= self._handle(kind, key, epoch)
+            # Ends and outages free GPUs without a cycle to follow when nothing waits: the
+            # series must drop then, not at the next placement (or never, after the last end).
+            self._note_allocation()
             due = self._due_tick(at)
             # While a cycle is in flight the next one waits for its decisions (APPLY, a
             # substantive event at the end of the cycle, runs it).

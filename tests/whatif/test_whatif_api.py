@@ -71,6 +71,9 @@ def test_a_replay_reports_both_sides_per_tenant(past: Org, client_for: Any, eage
     # 8 GPUs x 4 h + 4 GPUs x 1 h ran today; without bravo 8 GPU-hours fewer
     assert sum(r["baseline"]["gpu_hours"] for r in rows.values()) == pytest.approx(28)
     assert sum(r["proposed"]["gpu_hours"] for r in rows.values()) == pytest.approx(20)
+    # utilization is over the whole window on both sides: GPU-hours / (8 GPUs x 24 h)
+    assert results["totals"]["baseline"]["utilization"] == pytest.approx(28 / 192)
+    assert results["totals"]["proposed"]["utilization"] == pytest.approx(20 / 192)
 
 
 def test_a_tenant_admin_sees_other_tenants_only_as_others(

@@ -8,6 +8,7 @@ import pytest
 
 from scheduler.core.types import JobKind
 from scheduler.sim import Cluster, NodeOutage, SimConfig, Simulation, WorkloadJob, simulate
+from scheduler.sim.report import time_average
 from tests.scheduler.core.builders import (
     BEST_FIT,
     CLASSES,
@@ -268,3 +269,10 @@ def test_progress_is_told_after_every_cycle():
     # cycles at 0, 100 and 200 (each end frees the node for the next job; no tick is due)
     assert heard == [(0.0, 1), (100.0, 2), (200.0, 3)]
     assert report.cycles == 3
+
+
+def test_the_allocation_series_drops_when_the_last_job_ends():
+    # one 8-GPU job 0..100 and nothing after: 8 GPUs for 100 s, then none
+    report = simulate([job("only", 0.0, 100.0, gpus=8)], cluster(make_node("n1")), BEST_FIT)
+    assert report.allocation[-1] == (100.0, 0.0)
+    assert time_average(report.allocation, 200.0) == pytest.approx(4.0)
