@@ -40,13 +40,16 @@ def hour_splits(start: datetime, end: datetime) -> dict[SplitKey, HourSplit]:
     paths = dict(Tenant.objects.values_list("id", "path"))
     lineage = {tenant_id: ancestors(path) for tenant_id, path in paths.items()}
     splits: dict[SplitKey, HourSplit] = {}
+    devices: list[int] | None = None  # read once, when a slice needs them
     for slice_ids in period_slices(start, end):
-        splits.update(_slice_splits(slice_ids, paths, lineage))
+        if devices is None:
+            devices = list(GpuDevice.objects.values_list("id", flat=True))
+        splits.update(_slice_splits(slice_ids, paths, lineage, devices))
     return splits
 
 
 def _slice_splits(
-    period_ids: list[int], paths: dict[int, str], lineage: dict[int, list[int]]
+    period_ids: list[int], paths: dict[int, str], lineage: dict[int, list[int]], devices: list[int]
 ) -> dict[SplitKey, HourSplit]:
     """The splits of a slice of hours, from sums the database makes (milli x microseconds,
     integers, so exact): what each tenant held per hour and flavor (a record's `gpu_milli`
@@ -70,7 +73,7 @@ def _slice_splits(
             subtree[ancestor] += value
     by_device: dict[SplitKey, dict[int, int]] = defaultdict(dict)
     for period_id, flavor, device_id, value in (
-        records.filter(allocation__devices__device_id__in=_not_always_available(capacity))
+        records.filter(allocation__devices__device_id__in=_not_always_available(capacity, devices))
         .values_list("period_id", "flavor", "allocation__devices__device_id")
         .annotate(
             held=Sum(F("allocation__devices__milli") * F("micros"), output_field=BigIntegerField())
@@ -82,10 +85,10 @@ def _slice_splits(
         available, unavailable = capacity.get(key, ([], []))
         on_device = by_device.get(key, {})
         down = set(unavailable) - set(available)
-        devices = len(set(available) | down | set(on_device))
+        present = len(set(available) | down | set(on_device))
         held = {t: Fraction(v, MICROS) for t, v in by_tenant.get(key, {}).items()}
         splits[key] = split_totals(
-            capacity=Fraction(DEVICE_HOUR * devices),
+            capacity=Fraction(DEVICE_HOUR * present),
             used=Fraction(used.get(key, 0), MICROS),
             down=Fraction(sum(DEVICE_HOUR * MICROS - on_device.get(d, 0) for d in down), MICROS),
             holders=_holders(guarantees.get(key, {}), held, paths),
@@ -94,14 +97,16 @@ def _slice_splits(
     return splits
 
 
-def _not_always_available(capacity: dict[SplitKey, tuple[list[int], list[int]]]) -> list[int]:
+def _not_always_available(
+    capacity: dict[SplitKey, tuple[list[int], list[int]]], devices: list[int]
+) -> list[int]:
     """Every device but those available in each hour of the slice (for each of them the
     split needs no sum of its own: it is in the hour's available devices)."""
     per_hour: dict[datetime, set[int]] = defaultdict(set)
     for (hour, _), (available, _) in capacity.items():
         per_hour[hour] |= set(available)
     always = set.intersection(*per_hour.values()) if per_hour else set()
-    return sorted(set(GpuDevice.objects.values_list("id", flat=True)) - always)
+    return sorted(set(devices) - always)
 
 
 def _capacity_and_guarantees(periods: dict[int, datetime]) -> tuple[Any, Any]:

@@ -17,7 +17,7 @@ from fractions import Fraction
 from itertools import pairwise
 from typing import Any
 
-from django.db.models import BigIntegerField, F, Min, Sum, Value
+from django.db.models import BigIntegerField, Case, F, IntegerField, Min, Sum, Value, When
 from django.db.models.functions import Cast
 
 from billing import rating
@@ -163,20 +163,28 @@ def rate_windows(
 _ORDER = 10**12
 
 
-def _summed(organisation: Tenant, start: datetime, end: datetime) -> Iterator[tuple[Any, ...]]:
-    """The organisation's usage records of the metered hours in [start, end), summed in SQL
-    per (tenant, project, user, job type, priority class, flavor, borrowed, how the attempt
-    ended): integer quantities (amount held x microseconds), the first record's order and
-    the earliest start."""
+def _summed(
+    organisation: Tenant, parts: list[tuple[datetime, datetime]]
+) -> Iterator[tuple[Any, ...]]:
+    """The organisation's usage records of the metered hours in `parts` (consecutive), summed
+    in SQL per part (its index) and (tenant, project, user, job type, priority class, flavor,
+    borrowed, how the attempt ended): integer quantities (amount held x microseconds), the
+    first record's order and the earliest start. One query for all the parts."""
     big = BigIntegerField()
+    part = Case(
+        *(When(period__start__lt=hi, then=Value(i)) for i, (_, hi) in enumerate(parts[:-1])),
+        default=Value(len(parts) - 1),
+        output_field=IntegerField(),
+    )
     return iter(
         UsageRecord.objects.filter(
-            period__start__gte=start,
-            period__start__lt=end,
+            period__start__gte=parts[0][0],
+            period__start__lt=parts[-1][1],
             tenant__path__startswith=organisation.path,
         )
-        .annotate(ending=ending_state("allocation__job_id", "allocation__started_at"))
+        .annotate(ending=ending_state("allocation__job_id", "allocation__started_at"), part=part)
         .values_list(
+            "part",
             "tenant_id",
             "project_id",
             "user_id",
@@ -214,40 +222,40 @@ def usage_lines(
     each part of the period with one version per flavor (`rate_windows`), and each sum is
     priced here at its version's unit price. Integer sums are exact, so each line's exact
     quantity, and its amount rounded once, are the same as rating the records one by one
-    (tests/billing/test_statements.py compares them)."""
+    (tests/billing/test_summed_in_sql.py compares them)."""
     rates = rates_between(start, end)
     totals: dict[rating.LineKey, int] = {}
     firsts: dict[rating.LineKey, tuple[int, int]] = {}
     prices: dict[tuple[int, str, str, bool], Decimal] = {}
-    for lo, hi in rate_windows(start, end, rates):
-        in_force = {rate.flavor: rate for rate in rates if rate.covers(lo)}
-        missing: tuple[datetime, str] | None = None
-        for tenant, project, user, job_type, klass, flavor, borrowed, ending, *sums in _summed(
-            organisation, lo, hi
+    parts = rate_windows(start, end, rates)
+    if not parts:
+        return []
+    in_force = [{rate.flavor: rate for rate in rates if rate.covers(lo)} for lo, _ in parts]
+    missing: tuple[datetime, str] | None = None
+    for part, tenant, project, user, job_type, klass, flavor, borrowed, ending, *sums in _summed(
+        organisation, parts
+    ):
+        gpu, cpu, memory, first, since = sums
+        rate = in_force[part].get(flavor)
+        if rate is None:
+            missing = min(missing or (since, flavor), (since, flavor))
+            continue
+        account = (tenant, project, user, job_type, klass) if detail else (tenant, project, user)
+        kind = kind_of(ending)
+        for index, (resource, held) in enumerate(
+            zip(rating.RESOURCES, (gpu, cpu, memory), strict=True)
         ):
-            gpu, cpu, memory, first, since = sums
-            rate = in_force.get(flavor)
-            if rate is None:
-                missing = min(missing or (since, flavor), (since, flavor))
+            if not held:
                 continue
-            account = (
-                (tenant, project, user, job_type, klass) if detail else (tenant, project, user)
-            )
-            kind = kind_of(ending)
-            for index, (resource, held) in enumerate(
-                zip(rating.RESOURCES, (gpu, cpu, memory), strict=True)
-            ):
-                if not held:
-                    continue
-                cached = (id(rate), resource, klass, borrowed)
-                price = prices.get(cached)
-                if price is None:
-                    price = prices[cached] = rate.unit_price(resource, klass, borrowed)
-                key = (account, flavor, resource, kind, price)
-                totals[key] = totals.get(key, 0) + held
-                firsts[key] = min(firsts.get(key, (first, index)), (first, index))
-        if missing is not None:
-            raise rating.MissingRate(missing[1], missing[0])
+            cached = (id(rate), resource, klass, borrowed)
+            price = prices.get(cached)
+            if price is None:
+                price = prices[cached] = rate.unit_price(resource, klass, borrowed)
+            key = (account, flavor, resource, kind, price)
+            totals[key] = totals.get(key, 0) + held
+            firsts[key] = min(firsts.get(key, (first, index)), (first, index))
+    if missing is not None:
+        raise rating.MissingRate(missing[1], missing[0])
     return [
         rating.make_line(key, Fraction(totals[key], 1_000_000))
         for key in sorted(totals, key=firsts.__getitem__)
