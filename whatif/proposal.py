@@ -2,8 +2,8 @@
 
 A change is a dict, stored as validated:
 - `{"kind": "quota", "tenant": slug, "flavor": name, "guaranteed_milli"?, "limit_milli"?,
-  "lend_limit_milli"?, "weight"?}`: a tenant's quota of a flavor (a field left out keeps
-  today's value; a quota that does not exist starts from zero);
+  "lend_limit_milli"?, "weight"?, "user_limit_milli"?}`: a tenant's quota of a flavor (a
+  field left out keeps today's value; a quota that does not exist starts from zero);
 - `{"kind": "priority_class", "name": name, "value": int}`: a priority class's value.
 
 Who may propose what is who may make the change: quotas are set from above (`can_set_quota`:
@@ -21,7 +21,7 @@ from tenants import access
 from tenants.models import PriorityClass, Quota, ResourceFlavor, Tenant
 
 MAX_CHANGES = 50
-QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight")
+QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight", "user_limit_milli")
 
 
 def changes_validate(*, user: Any, scope: Tenant | None, changes: list[dict[str, Any]]) -> None:
@@ -100,6 +100,9 @@ def _bounds(tenant: Tenant, change: dict[str, Any]) -> dict[str, list[str]]:
     lend = merged["lend_limit_milli"]
     if lend is not None and lend > guaranteed:
         return {"lend_limit_milli": [f"lends ({lend}) more than it is guaranteed ({guaranteed})."]}
+    per_user = merged["user_limit_milli"]
+    if per_user is not None and per_user > limit:
+        return {"user_limit_milli": [f"one user's cap ({per_user}) exceeds the limit ({limit})."]}
     return {}
 
 

@@ -237,4 +237,4 @@ def organisation(
     return tenants, classes
 
 
-QUOTA_KEYS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight")
+QUOTA_KEYS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight", "user_limit_milli")

@@ -145,7 +145,7 @@ def whatif_for_approval(
         "flavor": request.payload.get("flavor_name", ""),
         **{
             k: values[k]
-            for k in ("guaranteed_milli", "limit_milli", "lend_limit_milli")
+            for k in ("guaranteed_milli", "limit_milli", "lend_limit_milli", "user_limit_milli")
             if k in values
         },
         "weight": float(values.get("weight", 1)),

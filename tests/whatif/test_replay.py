@@ -101,7 +101,13 @@ def test_changes_apply_over_todays_organisation(org: Org) -> None:
     changes = [
         {"kind": "quota", "tenant": "team-alpha", "flavor": "A100-40GB", "weight": 3.0},
         {"kind": "quota", "tenant": "team-charlie", "flavor": "A100-40GB", "limit_milli": 4000},
-        {"kind": "quota", "tenant": "team-bravo", "flavor": "H100-80GB", "guaranteed_milli": 8000},
+        {
+            "kind": "quota",
+            "tenant": "team-bravo",
+            "flavor": "H100-80GB",
+            "guaranteed_milli": 8000,
+            "user_limit_milli": 4000,
+        },
         {"kind": "priority_class", "name": "low", "value": 999},
     ]
     today, classes_today = replay.organisation(rows, [])
@@ -119,6 +125,8 @@ def test_changes_apply_over_todays_organisation(org: Org) -> None:
         == before["team-bravo"].quotas["H100-80GB"].limit
     )
     assert {c.name: c.value for c in classes}["low"] == 999
+    assert tenants["team-bravo"].user_caps == {"H100-80GB": 4000}  # one user's cap
+    assert before["team-bravo"].user_caps == {}
     assert {c.name: c.value for c in classes_today}["low"] != 999
 
 

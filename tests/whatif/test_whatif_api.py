@@ -137,6 +137,7 @@ def test_a_run_of_another_scope_is_404(past: Org, client_for: Any, eager: Any) -
         ("dana", {**BRAVO_OFF, "tenant": "team-charlie"}, "tenant", "unknown tenant"),
         ("dana", {**BRAVO_OFF, "flavor": "B200"}, "flavor", "unknown flavor 'B200'."),
         ("dana", {**BRAVO_OFF, "limit_milli": 5, "guaranteed_milli": 10}, "limit_milli", "below"),
+        ("dana", {**BRAVO_OFF, "user_limit_milli": 1000}, "user_limit_milli", "exceeds"),
         ("dana", {"kind": "priority_class", "name": "normal", "value": 7}, "name", "platform"),
         ("pat", {"kind": "priority_class", "name": "nope", "value": 7}, "name", "unknown"),
     ],
@@ -147,6 +148,7 @@ def test_a_run_of_another_scope_is_404(past: Org, client_for: Any, eager: Any) -
         "other-department",
         "unknown-flavor",
         "limit-below-guarantee",
+        "user-cap-over-limit",
         "class-by-tenant-admin",
         "unknown-class",
     ],
@@ -271,7 +273,11 @@ def test_jobs_older_than_the_window_are_not_replayed(
 
 def quota_request(org: Org) -> Any:
     values = QuotaValues(
-        guaranteed_milli=16_000, limit_milli=24_000, lend_limit_milli=None, weight=2
+        guaranteed_milli=16_000,
+        limit_milli=24_000,
+        lend_limit_milli=None,
+        weight=2,
+        user_limit_milli=8_000,
     )
     return quota_request_create(
         user=org.users["tina"], tenant=org.alpha, flavor=org.h100, values=values
@@ -296,6 +302,7 @@ def test_a_quota_request_is_replayed_for_its_approver_and_kept(
             "guaranteed_milli": 16_000,
             "limit_milli": 24_000,
             "lend_limit_milli": None,
+            "user_limit_milli": 8_000,
             "weight": 2.0,
         }
     ]

@@ -27,10 +27,25 @@ class ChangeIn(StrictInputSerializer):
         required=False, allow_null=True, min_value=0, max_value=MAX_MILLI
     )
     weight = serializers.FloatField(required=False, min_value=0.001, max_value=99999)
+    user_limit_milli = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_MILLI,
+        help_text="One user's cap.",
+    )
     name = serializers.CharField(required=False, max_length=63, help_text="A priority class.")
     value = serializers.IntegerField(required=False, min_value=-(10**9), max_value=10**9)
 
-    QUOTA = {"tenant", "flavor", "guaranteed_milli", "limit_milli", "lend_limit_milli", "weight"}
+    QUOTA = {
+        "tenant",
+        "flavor",
+        "guaranteed_milli",
+        "limit_milli",
+        "lend_limit_milli",
+        "weight",
+        "user_limit_milli",
+    }
     CLASS = {"name", "value"}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
