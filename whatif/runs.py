@@ -255,7 +255,22 @@ def _finish(whatif_id: int, now: datetime, **fields: Any) -> None:
     )
 
 
+# A replay is bounded (GANTRY_WHATIF_MAX_JOBS); one still queued or running this long after it
+# was asked for has lost its message or its worker (a redelivered message finds the run
+# claimed and does nothing), and would otherwise show a progress bar until it expires.
+STALE_AFTER = timedelta(hours=6)
+
+
 def whatifs_expire(*, now: datetime) -> int:
-    """Delete the runs past their retention; the number deleted. Safe to run twice at once."""
+    """Mark the runs gone stale failed, and delete the runs past their retention; the number
+    deleted. Safe to run twice at once: both are single conditional statements."""
+    stale = Q(state=WhatIfState.QUEUED) | Q(state=WhatIfState.RUNNING)
+    WhatIf.objects.filter(stale, created_at__lte=now - STALE_AFTER).update(
+        state=WhatIfState.FAILED,
+        error="the replay stopped without a result (its worker or its message was lost); "
+        "start it again.",
+        finished_at=now,
+        expires_at=now + retention(),
+    )
     deleted, _ = WhatIf.objects.filter(expires_at__lte=now).delete()
     return deleted

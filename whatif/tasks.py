@@ -16,5 +16,5 @@ def whatif_run(whatif_id: int) -> bool:
 
 @shared_task
 def whatifs_expire() -> int:
-    """Celery beat: delete the what-ifs past their retention."""
+    """Celery beat: fail the what-ifs gone stale, delete those past their retention."""
     return runs.whatifs_expire(now=timezone.now())

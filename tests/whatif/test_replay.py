@@ -163,3 +163,22 @@ def test_the_list_filters_by_state_scope_and_quota_request(org: Org, client_for:
     assert ids(f"?scope={org.charlie.pk}") == []  # not hers: the same empty page as none
     assert ids("?approval=1") == []
     assert dana.get("/api/v1/what-ifs/?state=lost").status_code == 400
+
+
+def test_runs_left_queued_or_running_by_a_lost_worker_end_failed(org: Org) -> None:
+    now = timezone.now()
+    runs_by_state = {}
+    for state, hours in [("running", 7), ("queued", 7), ("running", 1)]:
+        run = kept_run(org.users["pat"], org.research, ["team-alpha"])
+        WhatIf.objects.filter(pk=run.pk).update(
+            state=state, results=None, created_at=now - timedelta(hours=hours)
+        )
+        runs_by_state[(state, hours)] = run.pk
+    runs.whatifs_expire(now=now)
+    states = dict(WhatIf.objects.values_list("pk", "state"))
+    assert states[runs_by_state[("running", 7)]] == "failed"
+    assert states[runs_by_state[("queued", 7)]] == "failed"
+    assert states[runs_by_state[("running", 1)]] == "running"  # may still be replaying
+    failed = WhatIf.objects.get(pk=runs_by_state[("running", 7)])
+    assert "start it again" in failed.error
+    assert failed.expires_at > now  # kept for its owner to read why
