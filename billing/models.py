@@ -128,9 +128,9 @@ class UsageRecord(models.Model):
     cpu_milli = models.PositiveIntegerField(default=0)
     memory_mib = models.PositiveIntegerField(default=0)
     # Who is charged, copied from the job (which references them, constrained). No database
-    # constraint here: checking three foreign keys of every record at each hour's commit was
-    # about half of metering's time in PostgreSQL. PROTECT still stops a delete through the
-    # ORM of a tenant, project or user that has records.
+    # constraint here: PostgreSQL checks a foreign key of every record at each hour's commit,
+    # a large part of metering's work there. PROTECT still stops a delete through the ORM of
+    # a tenant, project or user that has records.
     tenant = models.ForeignKey(
         Tenant, on_delete=models.PROTECT, related_name="+", db_constraint=False
     )

@@ -180,7 +180,7 @@ def test_attempts_are_classified_by_how_they_ended(org: Org) -> None:
 
 def test_who_a_usage_record_charges_cannot_be_deleted_through_the_orm(org: Org) -> None:
     # The tenant, project and user columns carry no database constraint (checking them at
-    # each hour's commit was half of metering's time in PostgreSQL); PROTECT still holds.
+    # each hour's commit is a large part of metering's work in PostgreSQL); PROTECT holds.
     from django.db.models import ProtectedError
 
     hold(job_for(org), make_node(), 0, 1, [1000])
