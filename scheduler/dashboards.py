@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, IntegerField, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, TruncHour
 
 from scheduler.metrics_queue import WAIT_BUCKETS_S
 from scheduler.models import (
@@ -154,36 +155,58 @@ def _p95(buckets: Sequence[int]) -> float | None:
 
 
 def queue_points(
-    rows: Iterable[tuple[datetime, int, float, int, float, list[int]]], step: timedelta
+    readings: Iterable[tuple[datetime, int, float]],
+    admitted: Iterable[tuple[datetime, int, float, Sequence[int]]],
+    step: timedelta,
 ) -> list[QueuePoint]:
-    """5-minute snapshot rows (at, queued jobs, queued GPUs, admissions, wait sum, buckets)
-    of the cluster, or of a subtree's tenants (added up per reading) -> a point per `step`:
-    the largest queue read in it, its admissions and their waits."""
-    readings: dict[datetime, list[float]] = defaultdict(lambda: [0, 0.0])
-    points: dict[datetime, list] = {}  # type: ignore[type-arg]
-    for at, jobs, gpus, admissions, waited, buckets in rows:
-        readings[at][0] += jobs
-        readings[at][1] += gpus
-        point = points.setdefault(floor_to(at, step), [0, 0.0, [0] * (len(WAIT_BUCKETS_S) + 1)])
-        point[0] += admissions
-        point[1] += waited
-        for index, n in enumerate(buckets[: len(point[2])]):
-            point[2][index] += n
+    """`readings`: (at, queued jobs, queued GPUs) per 5-minute reading (a subtree's tenants
+    added up); `admitted`: (step start, admissions, summed wait, count per wait bucket) ->
+    a point per `step` with the largest queue read in it, its admissions and their waits."""
     peaks: dict[datetime, tuple[float, float]] = {}  # (jobs, GPUs) at the largest reading
-    for at, (queued, asked) in readings.items():
+    for at, queued, asked in readings:
         start = floor_to(at, step)
-        peaks[start] = max(peaks.get(start, (0.0, 0.0)), (queued, asked))
-    return [
-        QueuePoint(
-            start=start,
-            queued_jobs=int(peaks[start][0]),
-            queued_gpus=peaks[start][1],
-            admissions=admissions,
-            wait_mean_s=waited / admissions if admissions else None,
-            wait_p95_s=_p95(buckets),
+        peaks[start] = max(peaks.get(start, (0.0, 0.0)), (queued, float(asked)))
+    waits = {start: (n, waited, buckets) for start, n, waited, buckets in admitted}
+    points = []
+    for start in sorted(set(peaks) | set(waits)):
+        most, asked = peaks.get(start, (0.0, 0.0))
+        n, waited, buckets = waits.get(start, (0, 0.0, ()))
+        points.append(
+            QueuePoint(
+                start=start,
+                queued_jobs=int(most),
+                queued_gpus=asked,
+                admissions=n,
+                wait_mean_s=waited / n if n else None,
+                wait_p95_s=_p95(buckets),
+            )
         )
-        for start, (admissions, waited, buckets) in sorted(points.items())
-    ]
+    return points
+
+
+def _queue(snapshots: QuerySet[QueueSnapshot], window: Window) -> list[QueuePoint]:
+    """The queue over `window` from its snapshot rows (of the cluster, or of a subtree's
+    tenants): two queries, summed in the database (the wait buckets by their index in the
+    JSON array), so that a month is 8,640 readings and 720 sums, not every row."""
+    rows = snapshots.filter(at__gte=window.since, at__lt=window.until)
+    readings = rows.values_list("at").annotate(jobs=Sum("queued_jobs"), gpus=Sum("queued_gpus"))
+    step = TruncHour("at") if window.period == RollupPeriod.HOUR else F("at")
+    buckets = {
+        f"b{i}": Sum(Cast(KT(f"wait_buckets__{i}"), IntegerField()))
+        for i in range(len(WAIT_BUCKETS_S) + 1)
+    }
+    admitted = (
+        rows.filter(admissions__gt=0)
+        .annotate(step=step)
+        .values_list("step")
+        .annotate(n=Sum("admissions"), waited=Sum("wait_sum_s"), **buckets)
+        .order_by()
+    )
+    return queue_points(
+        readings.order_by(),
+        ((a[0], a[1], a[2], [n or 0 for n in a[3:]]) for a in admitted),
+        window.step,
+    )
 
 
 def _fragmentation(rows: Iterable[tuple[datetime, dict]], step: timedelta) -> dict:  # type: ignore[type-arg]
@@ -202,55 +225,54 @@ def _in_window(window: Window) -> Q:
     return Q(period=window.period, start__gte=window.since, start__lt=window.until)
 
 
-def _idle_rows(window: Window, tenant_ids: Sequence[int] | None = None) -> list[IdleRow]:
-    """The jobs with the most idle GPU time in the window (hourly roll-ups: the top of a
-    month is read from 720 windows, not 8,640), with their names: two queries."""
+def _idle_rows(window: Window) -> list[IdleRow]:
+    """The jobs with the most idle GPU time in the window, from the hourly job roll-ups that
+    have idle time (their partial index `rollup_job_idle`), then what those jobs held in the
+    window and their names: three queries, whatever the number of jobs."""
     hours = Q(
         period=RollupPeriod.HOUR,
         scope=RollupScope.JOB,
         start__gte=floor_to(window.since, STEPS[RollupPeriod.HOUR]),
         start__lt=window.until,
     )
-    if tenant_ids is not None:
-        hours &= Q(tenant_id__in=tenant_ids)
     top = list(
-        UtilizationRollup.objects.filter(hours)
+        UtilizationRollup.objects.filter(hours, idle_gpu_seconds__gt=0)
         .values_list("key_id")
-        .annotate(idle=Sum("idle_gpu_seconds"), held=Sum("gpu_seconds"))
-        .filter(idle__gt=0)
+        .annotate(idle=Sum("idle_gpu_seconds"))
         .order_by("-idle", "key_id")[:TOP_IDLE]
     )
-    names = dict(
-        (pk, (name, slug))
-        for pk, name, slug in Job.objects.filter(pk__in=[k for k, _, _ in top]).values_list(
+    ids = [key for key, _ in top]
+    held = dict(
+        UtilizationRollup.objects.filter(hours, key_id__in=ids)
+        .values_list("key_id")
+        .annotate(held=Sum("gpu_seconds"))
+        .order_by()
+    )
+    names = {
+        pk: (name, slug)
+        for pk, name, slug in Job.objects.filter(pk__in=ids).values_list(
             "pk", "name", "tenant__slug"
         )
-    )
+    }
     return [
-        IdleRow(key, *names.get(key, (f"job {key}", "")), held / 3600, idle / 3600)
-        for key, idle, held in top
+        IdleRow(key, *names.get(key, (f"job {key}", "")), held.get(key, 0.0) / 3600, idle / 3600)
+        for key, idle in top
     ]
 
 
 def cluster_dashboard(window: Window) -> ClusterDashboard:
-    """The cluster's figures over `window`: five queries (flavor roll-ups, queue snapshots,
-    failure events, the top idle jobs and their names)."""
+    """The cluster's figures over `window`: eight queries (flavor roll-ups, the queue's
+    readings, admissions and fragmentation, failure events, the most idle jobs, what they
+    held and their names)."""
     capacity = UtilizationRollup.objects.filter(
         _in_window(window), scope=RollupScope.FLAVOR, key_id=0
     ).values_list("flavor", "start", "gpu_seconds", "utilization_mean", "samples")
-    snapshots = list(
-        QueueSnapshot.objects.filter(
-            tenant__isnull=True, at__gte=window.since, at__lt=window.until
-        ).values_list(
-            "at",
-            "queued_jobs",
-            "queued_gpus",
-            "admissions",
-            "wait_sum_s",
-            "wait_buckets",
-            "flavors",
-        )
-    )
+    cluster = QueueSnapshot.objects.filter(tenant__isnull=True)
+    # Free and fragmented GPUs are states: the last reading of each step.
+    last = cluster.filter(at__gte=window.since, at__lt=window.until)
+    if window.period == RollupPeriod.HOUR:
+        last = last.filter(at__minute=55)
+    fragmentation = last.values_list("at", "flavors").order_by("at")
     failures = (
         JobEvent.objects.filter(at__gte=window.since, at__lt=window.until, kind__in=FAILURE_KINDS)
         .annotate(why=KT("data__reason"))
@@ -264,8 +286,8 @@ def cluster_dashboard(window: Window) -> ClusterDashboard:
     return ClusterDashboard(
         window=window,
         capacity=capacity_by_flavor(capacity.order_by("flavor", "start"), window.step),
-        queue=queue_points((s[:6] for s in snapshots), window.step),
-        fragmentation=_fragmentation(((s[0], s[6]) for s in snapshots), window.step),
+        queue=_queue(cluster, window),
+        fragmentation=_fragmentation(fragmentation, window.step),
         failures=sorted(counted.items(), key=lambda item: (-item[1], item[0])),
         idle=_idle_rows(window),
     )
@@ -305,8 +327,9 @@ class TenantDashboard:
 def tenant_dashboard(tenant: Tenant, window: Window) -> TenantDashboard:
     """`tenant`'s subtree over `window`: its usage per flavor against the tenant's quota
     today (guarantee and limit; borrowed is use beyond the guarantee, lent the guarantee left
-    unused), its idle GPU time, its jobs' waits, and its jobs with the most idle time. Five
-    queries (subtree, quotas, roll-ups, snapshots, idle jobs with their names)."""
+    unused), its idle GPU time, its jobs' waits, and its jobs with the most idle time. Six
+    queries (subtree, quotas, roll-ups, the queue's readings and admissions, idle jobs with
+    their names)."""
     subtree = Tenant.objects.filter(path__startswith=tenant.path).order_by()
     ids = list(subtree.values_list("pk", flat=True))
     quotas = {
@@ -341,16 +364,13 @@ def tenant_dashboard(tenant: Tenant, window: Window) -> TenantDashboard:
         )
         idle[start][0] += used
         idle[start][1] += _per_gpu(idle_s, window.step)
-    snapshots = QueueSnapshot.objects.filter(
-        tenant_id__in=ids, at__gte=window.since, at__lt=window.until
-    ).values_list("at", "queued_jobs", "queued_gpus", "admissions", "wait_sum_s", "wait_buckets")
     return TenantDashboard(
         tenant=tenant,
         window=window,
         quotas=quotas,
         usage=dict(usage),
         idle=[(start, *idle[start]) for start in sorted(idle)],  # type: ignore[misc]
-        queue=queue_points(snapshots, window.step),
+        queue=_queue(QueueSnapshot.objects.filter(tenant_id__in=ids), window),
         idle_jobs=_tenant_idle_jobs(ids),
     )
 

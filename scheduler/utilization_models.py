@@ -95,8 +95,12 @@ class UtilizationRollup(models.Model):
         ]
         indexes = [
             models.Index(fields=["period", "start"], name="rollup_period_start"),
-            # The dashboards read one scope over a time range (every job's idle time).
-            models.Index(fields=["scope", "period", "start"], name="rollup_scope_period_start"),
+            # The dashboards' most idle jobs of a range: only the job windows with idle time.
+            models.Index(
+                fields=["period", "start"],
+                condition=Q(scope="job", idle_gpu_seconds__gt=0),
+                name="rollup_job_idle",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -35,7 +35,9 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="utilizationrollup",
             index=models.Index(
-                fields=["scope", "period", "start"], name="rollup_scope_period_start"
+                condition=models.Q(("idle_gpu_seconds__gt", 0), ("scope", "job")),
+                fields=["period", "start"],
+                name="rollup_job_idle",
             ),
         ),
         migrations.AddField(

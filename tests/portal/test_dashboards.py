@@ -210,8 +210,8 @@ def test_the_nav_links_the_dashboards_only_for_those_who_may_see_them(
 
 
 # Session and user (2), the grants (2), then the view's own reads.
-CLUSTER_QUERIES = 4 + 5
-TENANT_QUERIES = 4 + 1 + 5
+CLUSTER_QUERIES = 4 + 8
+TENANT_QUERIES = 4 + 1 + 6
 
 
 def test_the_cluster_dashboard_reads_a_fixed_number_of_queries(

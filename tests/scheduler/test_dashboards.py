@@ -86,17 +86,39 @@ def test_queue_snapshots_are_kept_as_long_as_the_five_minute_rollups(
 
 def test_queue_points_keep_the_largest_reading_and_add_up_admissions() -> None:
     buckets = [0] * 15
-    one, two = list(buckets), list(buckets)
-    one[3], two[14] = 1, 1  # a wait under 8 s, and one over 8192 s
-    rows = [
-        (T0, 4, 8.0, 1, 5.0, one),
-        (T0 + timedelta(minutes=5), 6, 6.0, 1, 9000.0, two),
-    ]
-    (point,) = queue_points(rows, timedelta(hours=1))
+    buckets[3], buckets[14] = 1, 1  # a wait under 8 s, and one over 8192 s
+    readings = [(T0, 4, 8.0), (T0 + timedelta(minutes=5), 6, 6.0)]
+    (point,) = queue_points(readings, [(T0, 2, 9005.0, buckets)], timedelta(hours=1))
     # The peak reading (6 jobs) with its GPUs; two admissions, mean (5 + 9000) / 2.
     assert (point.queued_jobs, point.queued_gpus, point.admissions) == (6, 6.0, 2)
     assert point.wait_mean_s == 4502.5
     assert point.wait_p95_s == float("inf")  # the 95th percentile is the long wait
+
+
+def test_an_hourly_range_sums_the_snapshots_waits_in_the_database(org: Org) -> None:
+    job = job_for(org, state=JobState.QUEUED)
+    for minutes, wait in [(0, 3.0), (30, 100.0)]:
+        buckets = [0] * 15
+        buckets[2 if wait < 5 else 7] = 1
+        for tenant in (None, job.tenant_id):
+            QueueSnapshot.objects.create(
+                at=T0 + timedelta(minutes=minutes),
+                tenant_id=tenant,
+                queued_jobs=2,
+                admissions=1,
+                wait_sum_s=wait,
+                wait_buckets=buckets,
+            )
+    (hour,) = cluster_dashboard(window_for("7d", T0 + timedelta(hours=1))).queue
+    # Two admissions of the hour, waits 3 s and 100 s: mean 51.5; p95 in the bucket <= 128 s.
+    assert (hour.start, hour.admissions, hour.wait_mean_s, hour.wait_p95_s) == (T0, 2, 51.5, 128.0)
+    fives = cluster_dashboard(window_for("6h", T0 + timedelta(minutes=35))).queue
+    assert [(p.start, p.admissions, p.wait_mean_s) for p in fives] == [
+        (T0, 1, 3.0),
+        (T0 + timedelta(minutes=30), 1, 100.0),
+    ]
+    tenant = tenant_dashboard(org.alpha, window_for("7d", T0 + timedelta(hours=1))).queue
+    assert [(p.admissions, p.queued_jobs) for p in tenant] == [(2, 2)]
 
 
 def test_a_bad_range_is_refused_by_name() -> None:
