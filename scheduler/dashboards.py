@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, IntegerField, Q, QuerySet, Sum
+from django.db.models import Count, F, IntegerField, Max, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, TruncHour
 
@@ -186,11 +186,22 @@ def queue_points(
 
 def _queue(snapshots: QuerySet[QueueSnapshot], window: Window) -> list[QueuePoint]:
     """The queue over `window` from its snapshot rows (of the cluster, or of a subtree's
-    tenants): two queries, summed in the database (the wait buckets by their index in the
-    JSON array), so that a month is 8,640 readings and 720 sums, not every row."""
+    tenants): two queries, aggregated in the database per step (the wait buckets summed by
+    their index in the JSON array), so that a month is 720 rows a tenant, not 8,640. Each
+    tenant's largest reading in the step, added up over the subtree: exact for the cluster
+    and a team (one row a reading), at most the sum of its teams' peaks for a department."""
     rows = snapshots.filter(at__gte=window.since, at__lt=window.until)
-    readings = rows.values_list("at").annotate(jobs=Sum("queued_jobs"), gpus=Sum("queued_gpus"))
     step = TruncHour("at") if window.period == RollupPeriod.HOUR else F("at")
+    peaks = (
+        rows.annotate(step=step)
+        .values_list("step", "tenant_id")
+        .annotate(jobs=Max("queued_jobs"), gpus=Max("queued_gpus"))
+        .order_by()
+    )
+    readings: dict[datetime, list[float]] = defaultdict(lambda: [0, 0.0])
+    for start, _tenant, jobs, gpus in peaks:
+        readings[start][0] += jobs
+        readings[start][1] += gpus
     buckets = {
         f"b{i}": Sum(Cast(KT(f"wait_buckets__{i}"), IntegerField()))
         for i in range(len(WAIT_BUCKETS_S) + 1)
@@ -203,7 +214,7 @@ def _queue(snapshots: QuerySet[QueueSnapshot], window: Window) -> list[QueuePoin
         .order_by()
     )
     return queue_points(
-        readings.order_by(),
+        ((start, int(jobs), gpus) for start, (jobs, gpus) in readings.items()),
         ((a[0], a[1], a[2], [n or 0 for n in a[3:]]) for a in admitted),
         window.step,
     )
