@@ -156,6 +156,12 @@ def job_figure(util: JobUtilization) -> Any:
     layout = _layout(
         "Utilization and memory of its GPUs",
         "utilization %",
-        yaxis2={"title": {"text": "memory used, MiB"}, "overlaying": "y", "side": "right"},
+        yaxis2={
+            "title": {"text": "memory used, MiB"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+        },
+        margin={"l": 60, "r": 80, "t": 40, "b": 60},  # room for the memory axis on the right
     )
     return _figure(traces, layout)
