@@ -169,3 +169,16 @@ def test_the_job_utilization_follows_its_rollups(org: Org) -> None:
     assert {(p.utilization_mean, p.memory_mib, p.gpus) for p in points} == {(80.0, 4000.0, 1.0)}
     other = job_for(org, state=JobState.QUEUED)
     assert job_utilization(other, now=T0).empty
+
+
+def test_the_rollup_task_writes_the_last_windows_queue_snapshot(org: Org, monkeypatch: Any) -> None:
+    from django.utils import timezone
+
+    from scheduler.tasks import utilization_rollup
+
+    monkeypatch.setattr(timezone, "now", lambda: T0 + timedelta(minutes=6))  # an injected clock
+    job_for(org, state=JobState.QUEUED)
+    assert utilization_rollup()["queue_snapshot"] is True
+    assert utilization_rollup()["queue_snapshot"] is False  # once a window
+    cluster = QueueSnapshot.objects.get(tenant__isnull=True)
+    assert (cluster.at, cluster.queued_jobs) == (T0, 1)
