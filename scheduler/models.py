@@ -376,13 +376,12 @@ class JobQueueEstimate(models.Model):
 
 
 # The utilization history's tables belong to this app (their own module: they are many).
+from scheduler.metrics_models import EventTally as EventTally  # noqa: E402
+from scheduler.metrics_models import EventTallyMark as EventTallyMark  # noqa: E402
 from scheduler.utilization_models import JobIdle as JobIdle  # noqa: E402
+from scheduler.utilization_models import QueueSnapshot as QueueSnapshot  # noqa: E402
 from scheduler.utilization_models import RollupPeriod as RollupPeriod  # noqa: E402
 from scheduler.utilization_models import RollupScope as RollupScope  # noqa: E402
 from scheduler.utilization_models import RollupWatermark as RollupWatermark  # noqa: E402
 from scheduler.utilization_models import UtilizationRollup as UtilizationRollup  # noqa: E402
 from scheduler.utilization_models import UtilizationSample as UtilizationSample  # noqa: E402
-from scheduler.utilization_models import QueueSnapshot as QueueSnapshot  # noqa: E402
-
-from scheduler.metrics_models import EventTally as EventTally  # noqa: E402
-from scheduler.metrics_models import EventTallyMark as EventTallyMark  # noqa: E402

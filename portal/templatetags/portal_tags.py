@@ -65,7 +65,7 @@ def portal_nav(user: Any) -> dict[str, Any]:
 
 
 def _top_tenant_id(roles_by_path: dict[str, str]) -> int | None:
-    """"/1/4/" -> 4: the tenant of the shortest path (the highest in the tree)."""
+    """ "/1/4/" -> 4: the tenant of the shortest path (the highest in the tree)."""
     if not roles_by_path:
         return None
     path = min(roles_by_path, key=lambda p: (p.count("/"), p))
