@@ -13,7 +13,16 @@ from cli.client import ApiError, Client
 Emit = Callable[[argparse.Namespace, Any, Sequence[str] | None, TextIO], None]
 QUEUE_COLUMNS = ["id", "name", "state", "project", "position", "starts", "reason"]
 USAGE_COLUMNS = ["tenant", "flavor", "in_use", "guaranteed", "limit", "borrowing"]
-NODE_COLUMNS = ["name", "pool", "model", "health", "schedulable", "gpus_free", "allocated"]
+NODE_COLUMNS = [
+    "name",
+    "pool",
+    "model",
+    "health",
+    "schedulable",
+    "gpus_free",
+    "allocated",
+    "xids_24h",
+]
 
 
 def _gpus(milli: int) -> str:
@@ -83,6 +92,7 @@ def node_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "schedulable": schedulable if node["cordoned"] else "yes",
                 "gpus_free": f"{free}/{len(gpus)}",
                 "allocated": _gpus(sum(gpu["allocated_milli"] for gpu in gpus)),
+                "xids_24h": node.get("xids_24h", 0),
             }
         )
     return rows

@@ -393,6 +393,12 @@ GANTRY_UTILIZATION_SAMPLE_S = float(os.environ.get("GANTRY_UTILIZATION_SAMPLE_S"
 GANTRY_UTILIZATION_RAW_HOURS = float(os.environ.get("GANTRY_UTILIZATION_RAW_HOURS", "48"))
 GANTRY_UTILIZATION_5M_DAYS = float(os.environ.get("GANTRY_UTILIZATION_5M_DAYS", "30"))
 GANTRY_UTILIZATION_1H_DAYS = float(os.environ.get("GANTRY_UTILIZATION_1H_DAYS", "400"))
+# Each GPU's XID history (the nodes page) is kept this many days by the same beat task.
+GANTRY_XID_RETENTION_DAYS = float(os.environ.get("GANTRY_XID_RETENTION_DAYS", "90"))
+if not GANTRY_XID_RETENTION_DAYS > 0:
+    raise RuntimeError(
+        f"GANTRY_XID_RETENTION_DAYS: {GANTRY_XID_RETENTION_DAYS} is not a positive number of days"
+    )
 # The idle rule where no tenant up the tree sets one (tenants.IdleRule): a job whose devices
 # all stay under the threshold (%) for the duration (s) is idle; the action is notify,
 # notify_and_stop (also stop interactive jobs) or nothing.

@@ -385,3 +385,4 @@ from scheduler.utilization_models import RollupScope as RollupScope  # noqa: E40
 from scheduler.utilization_models import RollupWatermark as RollupWatermark  # noqa: E402
 from scheduler.utilization_models import UtilizationRollup as UtilizationRollup  # noqa: E402
 from scheduler.utilization_models import UtilizationSample as UtilizationSample  # noqa: E402
+from scheduler.xid_models import XidEvent as XidEvent  # noqa: E402

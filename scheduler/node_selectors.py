@@ -5,14 +5,26 @@ the viewer is a platform admin before calling these."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    IntegerField,
+    Max,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
+from scheduler.agent.xids import xid_meaning
 from scheduler.core.types import LABEL_NVLINK_DOMAIN
-from scheduler.models import Allocation, AllocationDevice, GpuDevice, Node
+from scheduler.models import Allocation, AllocationDevice, GpuDevice, Node, XidEvent
 from tenants import access
 
 # GPU Feature Discovery's labels for the MIG layout of a node: the strategy (none, single,
@@ -22,18 +34,32 @@ LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 
 HEALTHY, UNHEALTHY, NOT_READY = "healthy", "unhealthy", "not ready"
 HEALTH_CHOICES = [(HEALTHY, "Healthy"), (UNHEALTHY, "GPU unhealthy"), (NOT_READY, "Not ready")]
+XID_HISTORY_ROWS = 50  # the node page's and the node API's latest XIDs
 
 
 def _not_ready_q() -> Q:
     return Q(ready=False) | Q(sim_failed=True) | Q(present=False)
 
 
+def xids_since(since: datetime) -> Any:
+    """The node's XIDs seen since `since`, as a subquery to annotate nodes with (a join
+    would multiply the device counts beside it)."""
+    recent = XidEvent.objects.filter(node=OuterRef("pk"), seen_at__gte=since)
+    count = recent.order_by().values("node").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(count, output_field=IntegerField()), 0)
+
+
 def node_list_inventory(
-    *, pool: str = "", health: str = "", model: str = "", cordoned: bool | None = None
+    *,
+    pool: str = "",
+    health: str = "",
+    model: str = "",
+    cordoned: bool | None = None,
+    xids_from: datetime | None = None,
 ) -> QuerySet[Node]:
     """Nodes by name with `gpus`, `gpus_unhealthy`, `gpus_free` (healthy devices nobody holds
-    any share of), `allocated_milli` and `gpu_memory_mib` (per device) annotated: one query
-    per page, whatever the size."""
+    any share of), `allocated_milli`, `gpu_memory_mib` (per device) and, with `xids_from`,
+    `xids_recent` (XIDs seen since then) annotated: one query per page, whatever the size."""
     nodes = Node.objects.annotate(
         gpus=Count("devices"),
         gpus_unhealthy=Count("devices", filter=Q(devices__healthy=False)),
@@ -41,6 +67,8 @@ def node_list_inventory(
         allocated_milli=Coalesce(Sum("devices__allocated_milli"), 0),
         gpu_memory_mib=Max("devices__memory_mib"),
     ).order_by("name")
+    if xids_from is not None:
+        nodes = nodes.annotate(xids_recent=xids_since(xids_from))
     if pool:
         nodes = nodes.filter(pool=pool)
     if model:
@@ -92,6 +120,7 @@ class NodeDetail:
     devices: list[GpuDevice]
     allocations: list[Allocation]  # live, with job, tenant and their device shares prefetched
     health: str
+    xids: list[XidEvent]  # the latest XID_HISTORY_ROWS, newest first, each with `meaning`
 
 
 def access_node(user: Any, node_id: Any) -> Node:
@@ -106,8 +135,8 @@ def access_node(user: Any, node_id: Any) -> Node:
 
 
 def node_detail_data(node: Node) -> NodeDetail:
-    """The node's devices and its live allocations (job, tenant, the devices and share each
-    holds): three queries."""
+    """The node's devices, its live allocations (job, tenant, the devices and share each
+    holds) and its latest XIDs: four queries."""
     devices = list(GpuDevice.objects.filter(node=node).order_by("index"))
     shares = AllocationDevice.objects.filter(released=False).select_related("device")
     allocations = list(
@@ -117,4 +146,14 @@ def node_detail_data(node: Node) -> NodeDetail:
         .order_by("job_id", "replica")
     )
     sick = sum(not d.healthy for d in devices)
-    return NodeDetail(node, devices, allocations, node_health(node, sick))
+    return NodeDetail(node, devices, allocations, node_health(node, sick), node_xid_history(node))
+
+
+def node_xid_history(node: Node, limit: int = XID_HISTORY_ROWS) -> list[XidEvent]:
+    """The node's latest XIDs, newest first, with their device and `meaning` (the catalogue's
+    words for the known codes, "" for others): one query."""
+    latest = XidEvent.objects.filter(node=node).select_related("device").order_by("-seen_at", "-id")
+    events = list(latest[:limit])
+    for event in events:
+        event.meaning = xid_meaning(event.code)  # type: ignore[attr-defined]
+    return events

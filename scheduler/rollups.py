@@ -28,6 +28,7 @@ from scheduler.models import (
     RollupWatermark,
     UtilizationRollup,
     UtilizationSample,
+    XidEvent,
 )
 
 WINDOWS: dict[str, timedelta] = {
@@ -196,7 +197,8 @@ def rollup_run(*, now: datetime) -> int:
 def retention_run(*, now: datetime) -> dict[str, int]:
     """Delete raw samples older than GANTRY_UTILIZATION_RAW_HOURS (but never one not rolled
     up yet into both periods), roll-ups older than their retention, and queue snapshots
-    older than the 5-minute roll-ups."""
+    older than the 5-minute roll-ups; also the GPUs' XID history older than
+    GANTRY_XID_RETENTION_DAYS."""
     cutoff = now - timedelta(hours=settings.GANTRY_UTILIZATION_RAW_HOURS)
     marks = list(
         RollupWatermark.objects.filter(name__in=list(WINDOWS)).values_list("done_until", flat=True)
@@ -216,4 +218,6 @@ def retention_run(*, now: datetime) -> dict[str, int]:
     # The queue's 5-minute snapshots (the dashboards) are kept as long as the 5-minute roll-ups.
     days = settings.GANTRY_UTILIZATION_5M_DAYS
     deleted["queue"] = QueueSnapshot.objects.filter(at__lt=now - timedelta(days=days)).delete()[0]
+    xid_cutoff = now - timedelta(days=settings.GANTRY_XID_RETENTION_DAYS)
+    deleted["xid"] = XidEvent.objects.filter(seen_at__lt=xid_cutoff).delete()[0]
     return deleted

@@ -4,13 +4,16 @@ services as the node API (scheduler/nodes.py), audited there."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from common.errors import DomainError
@@ -19,6 +22,7 @@ from portal.node_forms import NodeActionForm, NodeFilterForm
 from scheduler import nodes as services
 from scheduler.models import Node
 from scheduler.node_selectors import (
+    XID_HISTORY_ROWS,
     access_node,
     node_detail_data,
     node_filter_choices,
@@ -46,7 +50,7 @@ def _filtered(request: HttpRequest) -> tuple[NodeFilterForm, Any]:
         schedulable = {"yes": False, "no": True}.get(data["schedulable"])
         filters = {"pool": data["pool"], "model": data["model"], "health": data["health"]}
         filters["cordoned"] = schedulable
-    return form, node_list_inventory(**filters)
+    return form, node_list_inventory(**filters, xids_from=timezone.now() - timedelta(hours=24))
 
 
 def _row(node: Node) -> Node:
@@ -76,7 +80,8 @@ def _detail_context(node: Node) -> dict[str, Any]:
         "detail": detail,
         "mig_layout": node_mig_layout(node),
         "nvlink_domain": node_nvlink_domain(node),
-        "xids_seen": any(d.xid_errors for d in detail.devices),
+        "xid_rows": XID_HISTORY_ROWS,
+        "xid_days": settings.GANTRY_XID_RETENTION_DAYS,
     }
 
 

@@ -14,13 +14,10 @@ from types import ModuleType
 from typing import Any
 
 from scheduler.agent.gpm import GpmReader
+from scheduler.agent.xids import FATAL_XIDS
 
 logger = logging.getLogger(__name__)
 
-# XIDs that mean the device (not the job) is broken: double-bit ECC (48), row remapping
-# failure (63, 64), NVLink (74), fallen off the bus (79), uncontained ECC (94, 95), GSP (119,
-# 120). Application faults such as 13, 31, 43 and 45 say nothing about the hardware.
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 MIB = 1024 * 1024
 
 

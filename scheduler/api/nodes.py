@@ -10,8 +10,10 @@ lists.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
@@ -22,7 +24,8 @@ from rest_framework.response import Response
 from common.api.serializers import StrictInputSerializer
 from scheduler import nodes as services
 from scheduler.holders import node_device_holders
-from scheduler.models import GpuDevice, Node
+from scheduler.models import GpuDevice, Node, XidEvent
+from scheduler.node_selectors import node_xid_history, xids_since
 from tenants import access
 from tenants.models import Role
 
@@ -71,6 +74,35 @@ class NodeOut(serializers.ModelSerializer):
             "last_report_at",
             "gpus",
         ]
+
+
+class NodeListOut(NodeOut):
+    xids_24h = serializers.IntegerField(
+        source="xids_recent", read_only=True, help_text="XIDs reported in the last 24 hours."
+    )
+
+    class Meta(NodeOut.Meta):
+        fields = [*NodeOut.Meta.fields, "xids_24h"]
+
+
+class XidOut(serializers.ModelSerializer):
+    gpu = serializers.IntegerField(source="device.index", read_only=True)
+    meaning = serializers.CharField(read_only=True, help_text='"" for codes not in the list.')
+
+    class Meta:
+        model = XidEvent
+        fields = ["seen_at", "gpu", "uuid", "code", "meaning", "fatal"]
+
+
+class NodeDetailOut(NodeOut):
+    xid_history = XidOut(
+        many=True,
+        read_only=True,
+        help_text="The node agent's latest XIDs, newest first.",
+    )
+
+    class Meta(NodeOut.Meta):
+        fields = [*NodeOut.Meta.fields, "xid_history"]
 
 
 class NodeActionIn(StrictInputSerializer):
@@ -150,7 +182,18 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     filterset_fields = ["flavor", "pool", "ready", "cordoned"]
 
     def get_queryset(self) -> Any:
-        return node_list_visible(self.request.user)
+        nodes = node_list_visible(self.request.user)
+        if self.action == "list":
+            nodes = nodes.annotate(xids_recent=xids_since(timezone.now() - timedelta(hours=24)))
+        return nodes
+
+    def get_serializer_class(self) -> Any:
+        return {"list": NodeListOut, "retrieve": NodeDetailOut}.get(self.action, NodeOut)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        node = self.get_object()
+        node.xid_history = node_xid_history(node)  # type: ignore[attr-defined]
+        return Response(NodeDetailOut(node).data)
 
     def _act(self, request: Request, change: Any) -> Response:
         node = self.get_object()

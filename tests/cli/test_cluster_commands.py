@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from cli.main import main
-from scheduler.models import GpuDevice, JobState
+from scheduler.models import GpuDevice, JobState, XidEvent
 from tests import factories as f
 from tests.conftest import Org
 from tests.eta_builders import small_queue
@@ -79,11 +79,15 @@ def test_nodes_for_platform_admins(gantry: Any, org: Org) -> None:
     for index in range(2):
         GpuDevice.objects.create(node=node, index=index, model="H100-80GB", memory_mib=81920)
     GpuDevice.objects.filter(node=node, index=1).update(healthy=False)
+    XidEvent.objects.create(node=node, device=node.devices.get(index=1), code=79, fatal=True,
+                            seen_at=timezone.now())  # fmt: skip
     f.NodeFactory(name="gpu-b", cordoned=True, drain_requested=True)
     code, out, err = gantry("pat", "nodes")
     assert code == 0, err
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "spot" in rows["gpu-a"] and "1 GPU(s) unhealthy" in rows["gpu-a"]
+    assert "XIDS_24H" in out.splitlines()[0]
+    assert rows["gpu-a"].split()[-1] == "1" and rows["gpu-b"].split()[-1] == "0"
     assert "1/2" in rows["gpu-a"] and "draining" in rows["gpu-b"]
     code, out, _ = gantry("pat", "nodes", "--pool", "spot")
     assert "gpu-a" in out and "gpu-b" not in out

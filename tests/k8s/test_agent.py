@@ -185,7 +185,7 @@ def test_two_gpus_one_with_ecc_errors_is_unhealthy() -> None:
 
 
 @pytest.mark.parametrize(
-    ("xid", "healthy"), [(13, True), (43, True), (48, False), (79, False), (94, False)]
+    ("xid", "healthy"), [(13, True), (43, True), (48, False), (79, False), (94, True), (95, False)]
 )
 def test_xid_events_since_the_last_report(xid: int, healthy: bool) -> None:
     session = NvmlSession(FakeNvml(ecc=(0, 0), xids=((0, xid),)))  # type: ignore[arg-type]

@@ -1,0 +1,34 @@
+"""The XID history of each GPU (scheduler/nodes.py writes it from the agent's reports)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class XidEvent(models.Model):
+    """One XID one device reported. XIDs are one-off events the agent drains from NVML's event
+    set between two reports, so each report's XIDs are new events (a repeat in a later report
+    is another event), kept once per device and report. `seen_at` is when the report arrived:
+    NVML's event set does not time its events. `uuid` is the device's as reported then (a
+    replaced board keeps its index). Kept GANTRY_XID_RETENTION_DAYS (scheduler/rollups.py)."""
+
+    node = models.ForeignKey("scheduler.Node", on_delete=models.CASCADE, related_name="xid_events")
+    device = models.ForeignKey(
+        "scheduler.GpuDevice", on_delete=models.CASCADE, related_name="xid_events"
+    )
+    uuid = models.CharField(max_length=64, blank=True, default="")
+    code = models.PositiveIntegerField()
+    fatal = models.BooleanField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-seen_at", "-id"]
+        indexes = [
+            # The node page's latest XIDs and the inventory's count of the last day.
+            models.Index(fields=["node", "-seen_at"], name="xid_event_node_recent"),
+            # The retention sweep.
+            models.Index(fields=["seen_at"], name="xid_event_seen_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"XID {self.code} on device {self.device_id} at {self.seen_at:%Y-%m-%d %H:%M:%S}"
