@@ -29,6 +29,23 @@ def access_job(user: Any, job_id: Any) -> Job:
         raise Http404("Not found.") from None
 
 
+def may_read_job_logs(user: Any, job: Job) -> bool:
+    """Logs are the job's own output and may hold secrets it printed; they are not cost data.
+    Its tenant's members (a role on the tenant or above it) and platform admins read them;
+    finance, who sees every job and what it cost, does not without such a role."""
+    grants = access.grants_for(user)
+    return grants.platform_admin or grants.role_on(job.tenant) is not None
+
+
+def access_job_logs(user: Any, job_id: Any) -> Job:
+    """The job whose logs the user may read (`may_read_job_logs`), else 404 like a job the
+    user cannot see."""
+    job = access_job(user, job_id)
+    if not may_read_job_logs(user, job):
+        raise Http404("Not found.")
+    return job
+
+
 def job_event_list(job: Job) -> QuerySet[JobEvent]:
     return job.events.select_related("actor").order_by("at", "id")
 

@@ -18,7 +18,7 @@ from portal.decorators import login_required
 from scheduler.backends.base import BackendError
 from scheduler.backends.factory import log_source
 from scheduler.pod_logs import JobLog, job_log_read, job_pod_list
-from scheduler.selectors import access_job
+from scheduler.selectors import access_job_logs
 
 LOG_POLL_SECONDS = 3
 # Replicas offered by the picker; a larger gang's others are asked for by number.
@@ -51,8 +51,9 @@ def _bad(errors: dict[str, Any]) -> HttpResponse:
 @require_GET
 def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
     """The panel (no `since`: the replica's last lines), or a poll's answer (with `since`):
-    the lines after the cursor, appended to the panel, and the next poll."""
-    job = access_job(request.user, pk)
+    the lines after the cursor, appended to the panel, and the next poll. A 404 for whoever
+    may not read the job's logs (`access_job_logs`)."""
+    job = access_job_logs(request.user, pk)
     form = LogQueryForm(request.GET)
     if not form.is_valid():
         return _bad(dict(form.errors))

@@ -24,6 +24,7 @@ from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from portal.views.approvals import pending_request_for_job
 from scheduler.dashboards import job_utilization
+from scheduler.pod_logs import job_pod_list
 from scheduler.reason_text import ReasonReader
 from scheduler.selectors import (
     QueuePosition,
@@ -31,6 +32,7 @@ from scheduler.selectors import (
     job_event_list,
     job_list_visible,
     job_queue_position,
+    may_read_job_logs,
 )
 from scheduler.services import can_cancel, job_cancel, job_submit
 from scheduler.spec import spec_errors
@@ -200,7 +202,11 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "poll_seconds": POLL_SECONDS,
         # Whoever sees the job sees what it has cost (access_job above).
         "cost": job_cost_so_far(job, now=timezone.now()),
+        "can_read_logs": may_read_job_logs(request.user, job),
     }
+    if not context["can_read_logs"]:
+        # Finance sees where the job runs, but not its logs (scheduler/selectors.py).
+        context["pods"] = list(job_pod_list(job))
     context["utilization"] = job_utilization(job, timezone.now())
     context["utilization_figure"] = job_figure(context["utilization"])
     return render(request, "portal/jobs/detail.html", context)

@@ -1,6 +1,7 @@
 """`/api/v1/jobs/{id}/pods/` (where the job runs and ran) and `/api/v1/jobs/{id}/logs/`
 (a pod's log, read by tail or by cursor). Both are scoped like the job: another team's job
-is a 404."""
+is a 404. Logs are narrower still (`access_job_logs`): finance without a role on the job's
+tenant sees the job and its pods but gets a 404 for its logs."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ class JobLogsView(APIView):
         },
     )
     def get(self, request: Request, pk: str) -> Response:
-        job = selectors.access_job(request.user, pk)
+        job = selectors.access_job_logs(request.user, pk)
         query = JobLogQueryIn(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         unknown = sorted(set(request.query_params) - set(query.fields))

@@ -11,6 +11,8 @@ from django.utils import timezone
 from scheduler.backends.simulated_logs import sim_log
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState
 from scheduler.pod_logs import log_target
+from tenants.access import forget_grants
+from tenants.models import Membership, Role
 from tests import factories as f
 from tests.conftest import Org
 from tests.pod_builders import requeued_job
@@ -170,3 +172,20 @@ def test_an_earlier_attempt_without_a_pod_is_done(org: Org, client_for: Any) -> 
     body = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/?attempt=0").json()
     assert body["pod"] is None and body["done"] is True
     assert "attempt 0" in body["message"]
+
+
+def test_finance_without_a_role_on_the_team_reads_the_job_but_not_its_logs(
+    org: Org, client_for: Any
+) -> None:
+    """Logs may hold secrets the job printed and are not cost data: finance, who sees every
+    job and its cost, gets a 404 for the logs of a team it holds no role on."""
+    setup = requeued_job(org, timezone.now())
+    carol, url = client_for("carol"), f"/api/v1/jobs/{setup.job.pk}"
+    assert carol.get(f"{url}/logs/").status_code == 404
+    assert carol.get(f"{url}/").status_code == 200
+    assert carol.get(f"{url}/pods/").status_code == 200
+    assert client_for("pat").get(f"{url}/logs/").status_code == 200
+    # A role on the team (or above it) opens them, finance or not.
+    Membership.objects.create(user=org.users["carol"], tenant=org.research, role=Role.MEMBER)
+    forget_grants(org.users["carol"])
+    assert client_for("carol").get(f"{url}/logs/").status_code == 200

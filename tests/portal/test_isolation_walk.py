@@ -215,6 +215,9 @@ NO_TENANT_DATA = {"login", "logout"}
 OWN_WRITES = {"cost-export-new"}
 # Pages of platform admins alone: 404 for everyone else, finance included.
 PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action"}
+# What only the team's own members and platform admins read (logs may hold secrets and are
+# not cost data): a 404 for finance, who sees the job and its cost.
+TEAM_MEMBERS_ONLY = {"job-logs"}
 
 # persona -> (the team whose objects they must never see, a team they do see)
 PERSONAS = {
@@ -346,6 +349,17 @@ def test_finance_and_platform_admin_see_every_team(world: World, web_for: Any) -
     for persona in ("carol", "pat"):
         jobs = web_for(persona).get(reverse("portal:jobs")).content.decode()
         assert all(f"small-team-{team}" in jobs for team in ("alpha", "bravo", "charlie"))
+
+
+def test_finance_reads_no_team_logs_but_platform_admins_do(world: World, web_for: Any) -> None:
+    for name in TEAM_MEMBERS_ONLY:
+        for case in ROUTES[name]:
+            assert case.kwargs is not None
+            team = world.teams["alpha"]
+            url = reverse(f"portal:{name}", kwargs=case.kwargs(team, team))
+            assert web_for("carol").get(url, headers=HTMX).status_code == 404, name
+            assert web_for("pat").get(url, headers=HTMX).status_code == 200, name
+            assert web_for("alice").get(url, headers=HTMX).status_code == 200, name
 
 
 def test_job_new_post_to_a_foreign_project_creates_nothing(world: World, web_for: Any) -> None:

@@ -72,6 +72,18 @@ def test_another_teams_job_panel_is_not_found(org: Org, web_for: Any) -> None:
     assert response.status_code == 404
 
 
+def test_finance_sees_the_job_its_pods_and_cost_but_not_its_logs(org: Org, web_for: Any) -> None:
+    """Logs may hold secrets the job printed and are not cost data (scheduler/selectors.py)."""
+    setup = requeued_job(org, timezone.now())
+    carol = web_for("carol")
+    assert carol.get(reverse("portal:job-logs", args=[setup.job.pk])).status_code == 404
+    html = carol.get(reverse("portal:job-detail", args=[setup.job.pk])).content.decode()
+    assert 'id="job-cost"' in html and 'id="job-pods"' in html and "node-b" in html
+    assert reverse("portal:job-logs", args=[setup.job.pk]) not in html
+    assert "Logs are for the job's team and platform admins" in html
+    assert web_for("pat").get(reverse("portal:job-logs", args=[setup.job.pk])).status_code == 200
+
+
 def test_bad_replica_or_cursor_is_400(org: Org, web_for: Any) -> None:
     setup = requeued_job(org, timezone.now())
     url = reverse("portal:job-logs", args=[setup.job.pk])
