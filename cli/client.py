@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 USER_AGENT = "gantry-cli/1"
+# Stands in for time.sleep between retries; tests replace it so that retrying takes no time.
+sleep: Callable[[float], None] = time.sleep
 
 
 class ApiError(Exception):
@@ -83,13 +86,20 @@ class Client:
                 except ValueError:
                     parsed = raw.decode(errors="replace")
                 if exc.code in {502, 503, 504} and attempt < self.retries:
-                    time.sleep(0.5 * 2**attempt)
+                    sleep(0.5 * 2**attempt)
                     continue
                 raise ApiError(exc.code, parsed) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            # An answer cut off mid-body (http.client.IncompleteRead, a proxy restarting) is a
+            # lost connection like a reset one, not a traceback.
+            except (
+                urllib.error.URLError,
+                TimeoutError,
+                ConnectionError,
+                http.client.HTTPException,
+            ) as exc:
                 if attempt >= self.retries:
-                    raise ConnectionFailed(f"cannot reach {self.url}: {exc}") from None
-                time.sleep(0.5 * 2**attempt)
+                    raise ConnectionFailed(f"cannot reach {self.url}: {exc!r}") from None
+                sleep(0.5 * 2**attempt)
         raise ConnectionFailed(f"cannot reach {self.url}")
 
     def get(self, path: str, **params: Any) -> Any:

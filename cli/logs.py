@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from cli.client import Client
+from cli.client import ApiError, Client, ConnectionFailed
 
 FINAL_STATES = {"succeeded", "failed", "cancelled"}
 POLL_S = 2.0
@@ -67,7 +67,17 @@ def follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Text
     shown: dict[str, str] = {}
     while True:
         query = {"since": cursor} if cursor else {"tail": args.tail}
-        body = client.get(path, replica=args.replica, attempt=pinned, **query)
+        try:
+            body = client.get(path, replica=args.replica, attempt=pinned, **query)
+        except (ApiError, ConnectionFailed):
+            if cursor and args.follow:
+                # The lines printed stand; say that following stopped and how to read on
+                # (main then prints why, and exits non-zero: 1 refused, 3 unreachable).
+                err.write(
+                    f"gantry: following job {args.id}'s log stopped; "
+                    f"`gantry logs {args.id} --follow` reads on.\n"
+                )
+            raise
         if body["attempt"] is None or body["attempt"] != finished:
             _show(body, out, err, shown, args.json)
             cursor = body["cursor"]

@@ -24,7 +24,7 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from scheduler.backends.base import LogLine, LogPage, LogTarget, LogUnavailable
+from scheduler.backends.base import BackendError, LogLine, LogPage, LogTarget, LogUnavailable
 from scheduler.backends.kubernetes_render import CONTAINER
 
 PAGE_LINES = 1000
@@ -159,8 +159,11 @@ def follow(
 ) -> Iterator[LogLine]:
     """The last `tail` lines, then each new one, until the container ends (the apiserver
     closes the stream). A stream quiet past FOLLOW_READ_TIMEOUT_S is opened again from the
-    cursor, so a dead connection is noticed and nothing is shown twice."""
-    cursor = ""
+    cursor, so a dead connection is noticed and nothing is shown twice. A stream broken off
+    mid-way (connection reset, a truncated chunk: the apiserver or a proxy restarted) ends
+    the follow with a BackendError that says so, never a raw urllib3 error: the lines shown
+    so far stand, and the caller follows again (the CLI polls from its cursor)."""
+    cursor, shown = "", 0
     query: dict[str, Any] = {"tail_lines": min(tail or PAGE_LINES, PAGE_LINES)}
     while True:
         try:
@@ -170,6 +173,11 @@ def follow(
             if refusal is None:
                 raise
             raise refusal from exc
+        except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+            raise BackendError(
+                f"the cluster could not be asked for the log of pod {target.pod} "
+                f"({type(exc).__name__})"
+            ) from exc
         resume = _Resume(cursor)
         try:
             for raw in stream_lines(response):
@@ -177,12 +185,19 @@ def follow(
                     if resume.seen(stamp):
                         continue
                     cursor = next_cursor(cursor, [(stamp, line)])
+                    shown += 1
                     yield line
             return
         except urllib3.exceptions.ReadTimeoutError:
             stamp = _cursor_of(cursor)[0] if cursor else ""
             seconds = (datetime.now(UTC) - (_when(stamp) or datetime.now(UTC))).total_seconds()
             query = {"since_seconds": max(1, math.ceil(seconds) + CLOCK_SLACK_S)}
+        except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+            raise BackendError(
+                f"the cluster broke off the log of pod {target.pod} after {shown} "
+                f"line{'' if shown == 1 else 's'} ({type(exc).__name__}); follow it again "
+                "to read on"
+            ) from exc
 
 
 class _Resume:

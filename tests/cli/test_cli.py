@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import socketserver
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +117,37 @@ def test_unreadable_spec_and_unknown_project_are_usage_errors(
 
 def test_unreachable_server_exits_3(gantry: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GANTRY_URL", "http://127.0.0.1:9")  # discard port: refused at once
-    monkeypatch.setattr("cli.client.time.sleep", lambda s: None)
+    monkeypatch.setattr("cli.client.sleep", lambda s: None)
     code, _, err = gantry("whoami")
     assert code == 3 and "cannot reach" in err
+
+
+class _CutMidBody(socketserver.BaseRequestHandler):
+    """Answers 200 with a body shorter than its Content-Length, then closes (a proxy that
+    restarts mid-answer)."""
+
+    def handle(self) -> None:
+        self.request.recv(65536)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        self.request.sendall(head + b'{"lines": [')
+        self.request.close()
+
+
+def test_an_answer_cut_mid_body_exits_3_not_a_traceback(
+    gantry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _CutMidBody)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("GANTRY_URL", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("GANTRY_TOKEN", "token")
+        monkeypatch.setattr("cli.client.sleep", lambda s: None)
+        code, _, err = gantry("logs", "1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 3 and "cannot reach" in err and "IncompleteRead" in err
 
 
 def test_table_output_strips_terminal_escapes() -> None:

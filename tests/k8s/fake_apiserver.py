@@ -22,7 +22,8 @@ It keeps the rules the backend depends on, and no more:
   pod that is gone; an empty 200 for a pod not bound yet (the apiserver has no kubelet to ask);
   400 `container "main" in pod "x" is waiting to start: ContainerCreating` while no container
   runs; `tailLines`, `sinceSeconds`, `limitBytes` and `timestamps` (RFC 3339 with nanoseconds,
-  trailing zeros dropped, as Go prints them); `follow` streams until the pod ends or is gone.
+  trailing zeros dropped, as Go prints them); `follow` streams until the pod ends or is gone
+  (or, with a "reset" fault, is cut after the lines so far).
   Lines are written by the test playing the container (`write_log`).
 - Restricted Pod Security: a namespace labelled `pod-security.kubernetes.io/enforce:
   restricted` rejects pods that are not (403), like the real admission plugin.
@@ -135,7 +136,8 @@ class FakeApiServer:
     ) -> None:
         """The next `count` requests whose path matches `path` (a regex) fail as `kind`.
 
-        A "reset" of a watch request sends the stream's first events, then resets.
+        A "reset" of a watch request sends the stream's first events, then resets; of a
+        followed pod log, the lines so far, then resets (a stream cut mid-way).
         """
         fault = Fault(kind, re.compile(path), method, count, retry_after, delay_s, watch)
         with self.cond:

@@ -67,16 +67,17 @@ class Handler(BaseHTTPRequestHandler):
                 self._route(fake, method, url.path, query, body)
             self._reset()
             return
-        if fault is not None and not (fault.kind == "reset" and watching):
+        log = _LOG.match(url.path) if method == "GET" else None
+        streaming = watching or bool(log and query.get("follow") in ("true", "1"))
+        if fault is not None and not (fault.kind == "reset" and streaming):
             self._fail(fault)
             return
         try:
             if watching:
                 self._watch(fake, url.path, query, reset=fault is not None)
                 return
-            log = _LOG.match(url.path)
-            if log and method == "GET":
-                self._log(fake, log["ns"], log["name"], query)
+            if log:
+                self._log(fake, log["ns"], log["name"], query, reset=fault is not None)
                 return
             code, payload = self._route(fake, method, url.path, query, body)
         except ApiError as exc:
@@ -165,8 +166,11 @@ class Handler(BaseHTTPRequestHandler):
             return 200, fake.delete(res, ns, name, None if grace is None else int(grace))
         raise ApiError(405, "MethodNotAllowed", method)
 
-    def _log(self, fake: FakeApiServer, ns: str, name: str, query: dict[str, str]) -> None:
-        """pods/log: plain text; with follow, chunks as lines come until the pod ends."""
+    def _log(
+        self, fake: FakeApiServer, ns: str, name: str, query: dict[str, str], reset: bool = False
+    ) -> None:
+        """pods/log: plain text; with follow, chunks as lines come until the pod ends (with
+        `reset`, the lines so far, then the connection is reset mid-stream)."""
         with fake.cond:
             lines = fake.pod_log(ns, name, query)
             written = len(fake.state.logs.get((ns, name), []))
@@ -185,6 +189,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._raw_chunk(data)
+        if reset:
+            self._reset()
+            return
         while True:
             with fake.cond:
                 fake.cond.wait(timeout=0.05)

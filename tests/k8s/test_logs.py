@@ -154,6 +154,31 @@ def test_follow_streams_new_lines_until_the_pod_ends(
     assert seen == ["old 2", "old 3", "new 1"]
 
 
+def test_follow_cut_mid_stream_ends_with_a_backend_error_saying_so(
+    backend: KubernetesBackend, fake: FakeApiServer
+) -> None:
+    """The apiserver (or a proxy) drops the followed stream after the first lines: the lines
+    so far arrive, then a BackendError that says what happened, not urllib3's ProtocolError."""
+    pod = running_pod(backend, fake)
+    fake.write_log(pod.namespace, pod.name, "step 1", "step 2")
+    fake.inject("reset", f"/pods/{pod.name}/log")
+    seen: list[str] = []
+    with pytest.raises(BackendError, match=f"broke off the log of pod {pod.name} after 2 lines"):
+        for line in backend.follow_log(target_of(pod), tail=5):
+            seen.append(line.text)
+    assert seen == ["step 1", "step 2"]
+
+
+def test_follow_that_cannot_open_its_stream_is_a_backend_error(
+    backend: KubernetesBackend, fake: FakeApiServer
+) -> None:
+    pod = running_pod(backend, fake)
+    # The connection is reset before any answer (a "timeout" fault that does not wait).
+    fake.inject("timeout", f"/pods/{pod.name}/log", delay_s=0)
+    with pytest.raises(BackendError, match=f"could not be asked for the log of pod {pod.name}"):
+        list(backend.follow_log(target_of(pod), tail=5))
+
+
 def test_follow_of_a_pod_that_is_gone_says_so(
     backend: KubernetesBackend, fake: FakeApiServer
 ) -> None:
