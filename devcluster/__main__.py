@@ -1,0 +1,64 @@
+"""`python -m devcluster build|up|down|status`: the development control plane.
+
+python -m devcluster up          # build or reuse the binaries, start, print KUBECONFIG
+export KUBECONFIG=var/control-plane/kubeconfig
+python -m devcluster down
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from devcluster import build
+from devcluster.plane import ControlPlane
+from devcluster.versions import ETCD, KUBERNETES, ROOT, cache_dir
+
+
+def default_folder() -> Path:
+    var = Path(os.environ.get("GANTRY_VAR_DIR") or ROOT / "var")
+    return var / "control-plane"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__)
+    parser.add_argument("--dir", type=Path, default=default_folder(), help="data folder")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", help="build the binaries (or find them cached)")
+    up = commands.add_parser("up", help="build if needed, start, wait until ready")
+    up.add_argument("--scheduler", action="store_true", help="also start kube-scheduler")
+    up.add_argument(
+        "--no-controller-manager", action="store_true", help="leave kube-controller-manager out"
+    )
+    commands.add_parser("down", help="stop what `up` started")
+    commands.add_parser("status", help="say what runs")
+    args = parser.parse_args(argv)
+
+    plane = ControlPlane(args.dir)
+    if args.command == "build":
+        build.build_all()
+    elif args.command == "up":
+        build.build_all()
+        if plane.running():
+            print(f"control-plane: already running at {plane.url}", file=sys.stderr)
+        else:
+            plane.start(controller_manager=not args.no_controller_manager, scheduler=args.scheduler)
+            print(f"control-plane: ready at {plane.url}", file=sys.stderr)
+        print(f"export KUBECONFIG={plane.kubeconfig}")
+    elif args.command == "down":
+        plane.stop()
+        print("control-plane: stopped", file=sys.stderr)
+    else:
+        print(f"kubernetes {KUBERNETES}, etcd {ETCD}; binaries in {cache_dir()}")
+        print(f"missing builds: {', '.join(build.missing()) or 'none'}")
+        if plane.running() and plane.state is not None:
+            print(f"running at {plane.url}: {', '.join(plane.state.pids)}")
+        else:
+            print("not running")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
