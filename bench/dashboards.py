@@ -521,13 +521,8 @@ def p95_ms(call: Any, repeat: int) -> float:
 def timings(built: dict[str, Any], now: datetime, repeat: int) -> dict[str, dict[str, float]]:
     """p95 ms per dashboard and range: the selectors the views call, as a view calls them
     (the job's page reads its whole life)."""
-    from scheduler.dashboards import (
-        RANGES,
-        cluster_dashboard,
-        job_utilization,
-        tenant_dashboard,
-        window_for,
-    )
+    from scheduler.dashboards import RANGES, cluster_dashboard, tenant_dashboard, window_for
+    from scheduler.job_dashboard import job_utilization
     from scheduler.models import Job
 
     department = built["org"]["research"][0]

@@ -13,7 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from portal.charts import COLOURS, _as_json
-from scheduler.dashboards import ClusterDashboard, JobUtilization, TenantDashboard
+from scheduler.dashboards import ClusterDashboard, TenantDashboard
+from scheduler.job_dashboard import JobUtilization
 
 
 def _layout(title: str, unit: str, **extra: Any) -> dict[str, Any]:
@@ -137,24 +138,34 @@ def tenant_figures(dash: TenantDashboard) -> dict[str, Any]:
 
 
 def job_figure(util: JobUtilization) -> Any:
+    """One utilization line per device the job held (solid) and its memory (dashed, right
+    axis), in the same colour: a device is one legend group."""
     traces: list[Any] = []
-    for flavor, points in util.series.items():
-        x = [p.start for p in points]
-        traces.append(_line(f"{flavor} mean %", x, [p.utilization_mean for p in points]))
+    for number, device in enumerate(util.devices):
+        x = [p.start for p in device.points]
+        colour = {"color": COLOURS[number % len(COLOURS)]}
+        group = {"legendgroup": device.label}
         traces.append(
-            _line(f"{flavor} max %", x, [p.utilization_max for p in points], line={"dash": "dot"})
+            _line(
+                f"{device.label} %",
+                x,
+                [p.utilization_mean for p in device.points],
+                line=colour,
+                **group,
+            )
         )
         traces.append(
             _line(
-                f"{flavor} memory MiB",
+                f"{device.label} MiB",
                 x,
-                [p.memory_mib for p in points],
+                [p.memory_mib for p in device.points],
                 yaxis="y2",
-                line={"dash": "dash"},
+                line={**colour, "dash": "dash"},
+                **group,
             )
         )
     layout = _layout(
-        "Utilization and memory of its GPUs",
+        "Utilization and memory of each of its GPUs",
         "utilization %",
         yaxis2={
             "title": {"text": "memory used, MiB"},

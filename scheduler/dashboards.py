@@ -1,4 +1,5 @@
-"""The dashboards' data: the cluster's, a tenant's and a job's, over a time range.
+"""The dashboards' data: the cluster's and a tenant's over a time range (a job's is in
+scheduler/job_dashboard.py).
 
 Selectors called by the portal's views and by bench/dashboards.py, so that the benchmark
 times what a page view reads. They read pre-aggregated rows only: the utilization roll-ups
@@ -397,49 +398,3 @@ def _tenant_idle_jobs(tenant_ids: Sequence[int]) -> list[IdleRow]:
         ]
     )
     return [IdleRow(pk, name, slug, 0.0, idle / 3600) for pk, name, slug, idle, _ in rows]
-
-
-@dataclass(frozen=True)
-class JobPoint:
-    start: datetime
-    utilization_mean: float
-    utilization_max: float
-    utilization_p95: float
-    memory_mib: float | None
-    gpus: float  # GPUs held, mean over the window
-
-
-@dataclass
-class JobUtilization:
-    period: str
-    series: dict[str, list[JobPoint]] = field(default_factory=dict)  # per flavor
-
-    @property
-    def empty(self) -> bool:
-        return not self.series
-
-
-def job_utilization(job: Job, now: datetime) -> JobUtilization:
-    """The job's devices over its life, from its roll-ups: 5-minute windows for a job that
-    ran up to a day, hourly beyond. One query."""
-    began = job.started_at or job.created_at
-    ended = job.finished_at or now
-    period = RollupPeriod.FIVE_MINUTES if ended - began <= timedelta(days=1) else RollupPeriod.HOUR
-    step = STEPS[period]
-    rows = (
-        UtilizationRollup.objects.filter(period=period, scope=RollupScope.JOB, key_id=job.pk)
-        .values_list(
-            "flavor",
-            "start",
-            "utilization_mean",
-            "utilization_max",
-            "utilization_p95",
-            "memory_used_mean_mib",
-            "gpu_seconds",
-        )
-        .order_by("flavor", "start")
-    )
-    series: dict[str, list[JobPoint]] = defaultdict(list)
-    for flavor, start, mean, peak, p95, memory, held in rows:
-        series[flavor].append(JobPoint(start, mean, peak, p95, memory, _per_gpu(held, step)))
-    return JobUtilization(period=period, series=dict(series))

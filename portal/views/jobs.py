@@ -23,7 +23,7 @@ from portal.dashboard_charts import job_figure
 from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from portal.views.approvals import pending_request_for_job
-from scheduler.dashboards import job_utilization
+from scheduler.job_dashboard import job_utilization
 from scheduler.pod_logs import job_pod_list
 from scheduler.reason_text import ReasonReader
 from scheduler.selectors import (

@@ -15,7 +15,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler.dashboards import cluster_dashboard, tenant_dashboard, window_for
-from scheduler.models import GpuDevice, JobEvent, JobState
+from scheduler.job_dashboard import job_utilization
+from scheduler.models import Allocation, GpuDevice, JobEvent, JobState
 from scheduler.queue_snapshots import queue_snapshot_take
 from scheduler.rollups import floor_to, rollup_run
 from scheduler.utilization import DeviceReading, samples_ingest
@@ -44,6 +45,8 @@ def build_history(org: Org) -> dict[str, Any]:
     )
     hold(alpha, node, -3, None, [1000])
     hold(bravo, node, -3, None, [1000], first_device=1)
+    # Held from the history's start (the job's page reads each device within its allocation).
+    Allocation.objects.filter(job__in=[alpha, bravo]).update(started_at=start)
     d0, d1 = GpuDevice.objects.filter(node=node).order_by("index")
     for i in range(0, 2 * 3600, 30):
         samples_ingest(
@@ -184,9 +187,49 @@ def test_the_job_page_shows_its_utilization(history: dict[str, Any], web_for: An
     url = reverse("portal:job-detail", kwargs={"pk": history["alpha"].pk})
     html = web_for("alice").get(url).content.decode()
     drawn = figures(html)["figure-job-utilization"]
-    mean = next(t for t in drawn["data"] if t["name"] == "H100-80GB mean %")
-    assert set(mean["y"]) == {80.0}
-    assert 'id="table-job-utilization"' in html and "9000" in html
+    # One line per device it held (n1's GPU 0), none of team-bravo's GPU 1 beside it.
+    assert [t["name"] for t in drawn["data"]] == ["n1 / GPU 0 %", "n1 / GPU 0 MiB"]
+    assert set(drawn["data"][0]["y"]) == {80.0} and set(drawn["data"][1]["y"]) == {9000.0}
+    table = html.split('id="table-job-utilization"')[1].split("</table>")[0]
+    assert "n1 / GPU 0" in table and "9000" in table and "GPU 1" not in table
+
+
+def test_the_job_page_draws_a_shared_gpu_with_its_share(org: Org, web_for: Any) -> None:
+    now = timezone.now()
+    start = floor_to(now, timedelta(hours=1)) - timedelta(hours=1)
+    node = make_node("n1", gpus=1)
+    job = job_for(org, state=JobState.RUNNING, name="notebook", started_at=start)
+    hold(job, node, -3, None, [250])
+    Allocation.objects.filter(job=job).update(started_at=start)
+    device = GpuDevice.objects.get(node=node)
+    for i in range(0, 3600, 30):
+        samples_ingest([DeviceReading(device.id, 30.0)], at=start + timedelta(seconds=i))
+    while rollup_run(now=start + timedelta(hours=1, minutes=2)):
+        pass
+    url = reverse("portal:job-detail", kwargs={"pk": job.pk})
+    drawn = figures(web_for("alice").get(url).content.decode())["figure-job-utilization"]
+    assert drawn["data"][0]["name"] == "n1 / GPU 0 (0.25 GPU) %"
+
+
+def test_the_job_utilization_reads_two_queries_however_many_devices(
+    org: Org, django_assert_num_queries: Any
+) -> None:
+    start = floor_to(timezone.now(), timedelta(hours=1)) - timedelta(hours=1)
+    job = job_for(org, state=JobState.RUNNING, name="gang", started_at=start)
+    for number in range(4):  # 4 nodes x 8 GPUs, two attempts on each
+        node = make_node(f"n{number}", gpus=8)
+        hold(job, node, -3, -2, [1000] * 8, replica=number, attempt=0)
+        hold(job, node, -2, None, [1000] * 8, replica=number, attempt=1)
+        Allocation.objects.filter(job=job, node=node).update(started_at=start)
+        samples_ingest(
+            [DeviceReading(d.id, 50.0) for d in GpuDevice.objects.filter(node=node)], at=start
+        )
+    while rollup_run(now=start + timedelta(minutes=7)):
+        pass
+    # The devices and shares it held, then their roll-ups.
+    with django_assert_num_queries(2):
+        util = job_utilization(job, timezone.now())
+    assert len(util.devices) == 32 and util.devices_held == 32
 
 
 def test_a_job_without_samples_says_so(org: Org, web_for: Any) -> None:

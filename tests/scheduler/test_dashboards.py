@@ -8,13 +8,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.dashboards import (
-    cluster_dashboard,
-    job_utilization,
-    queue_points,
-    tenant_dashboard,
-    window_for,
-)
+from scheduler.dashboards import cluster_dashboard, queue_points, tenant_dashboard, window_for
+from scheduler.job_dashboard import job_utilization
 from scheduler.models import GpuDevice, JobEvent, JobState, QueueSnapshot
 from scheduler.queue_snapshots import queue_snapshot_take, wait_bucket
 from scheduler.rollups import LAG, retention_run, rollup_run
@@ -164,11 +159,44 @@ def test_the_tenant_dashboard_sets_usage_against_its_quota(org: Org) -> None:
 def test_the_job_utilization_follows_its_rollups(org: Org) -> None:
     job, _node = busy_hour(org)
     util = job_utilization(job, now=T0 + timedelta(hours=1))
-    points = util.series["H100-80GB"]
-    assert len(points) == 12
-    assert {(p.utilization_mean, p.memory_mib, p.gpus) for p in points} == {(80.0, 4000.0, 1.0)}
+    (device,) = util.devices
+    assert device.label == "n1 / GPU 0" and len(device.points) == 12
+    assert {(p.utilization_mean, p.memory_mib) for p in device.points} == {(80.0, 4000.0)}
     other = job_for(org, state=JobState.QUEUED)
     assert job_utilization(other, now=T0).empty
+
+
+def test_the_job_utilization_draws_each_device_only_while_the_job_held_it(org: Org) -> None:
+    """Attempt 0 held GPU 0 whole for the first half hour, attempt 1 half of GPU 1 for the
+    second; another job held GPU 2 all along. Each device's line is its own roll-ups, within
+    the job's allocation of it: 6 five-minute windows each, nothing of GPU 2."""
+    node = make_node("n1", gpus=3)
+    job = job_for(org, state=JobState.RUNNING, started_at=T0)
+    hold(job, node, 0, 0.5, [1000], attempt=0)
+    hold(job, node, 0.5, None, [500], first_device=1, attempt=1)
+    neighbour = job_for(org, "bob-bravo", project=org.proj_bravo, state=JobState.RUNNING)
+    hold(neighbour, node, 0, None, [1000], first_device=2)
+    d0, d1, d2 = GpuDevice.objects.filter(node=node).order_by("index")
+    for i in range(120):
+        readings = [DeviceReading(d0.id, 80.0), DeviceReading(d1.id, 40.0, memory_used_mib=900),
+                    DeviceReading(d2.id, 10.0)]  # fmt: skip
+        samples_ingest(readings, at=T0 + timedelta(seconds=30 * i))
+    while rollup_run(now=T0 + timedelta(hours=1) + LAG):
+        pass
+    util = job_utilization(job, now=T0 + timedelta(hours=1))
+    drawn = {d.label: d.points for d in util.devices}
+    assert set(drawn) == {"n1 / GPU 0", "n1 / GPU 1 (0.5 GPU)"}
+    assert [p.start for p in drawn["n1 / GPU 0"]] == [
+        T0 + timedelta(minutes=m) for m in range(0, 30, 5)
+    ]
+    assert [p.start for p in drawn["n1 / GPU 1 (0.5 GPU)"]] == [
+        T0 + timedelta(minutes=m) for m in range(30, 60, 5)
+    ]
+    assert {p.utilization_mean for p in drawn["n1 / GPU 0"]} == {80.0}
+    assert {(p.utilization_mean, p.memory_mib) for p in drawn["n1 / GPU 1 (0.5 GPU)"]} == {
+        (40.0, 900.0)
+    }
+    assert util.devices_held == 2
 
 
 def test_the_rollup_task_writes_the_last_windows_queue_snapshot(org: Org, monkeypatch: Any) -> None:
