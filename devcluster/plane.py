@@ -191,6 +191,9 @@ class ControlPlane:
             f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}",
             "--profiling=false",
+            # The `kubernetes` service's endpoint would be 127.0.0.1, which the reconciler
+            # refuses (loopback); nothing here needs that service to route.
+            "--endpoint-reconciler-type=none",
         ]
 
     def _controller_manager_args(self, controllers: str) -> list[str]:
