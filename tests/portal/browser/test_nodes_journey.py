@@ -3,12 +3,15 @@ screenshots of the inventory and of one node."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
-from scheduler.models import AllocationDevice, GpuDevice, JobState, Node
+from scheduler.agent.xids import FATAL_XIDS
+from scheduler.models import AllocationDevice, GpuDevice, JobState, Node, XidEvent
 from tenants.models import AuditEntry
 from tests import factories as f
 from tests.conftest import Org
@@ -43,6 +46,12 @@ def rack(org: Org) -> Node:
     GpuDevice.objects.filter(node=nodes[2], index=3).update(
         healthy=False, health_reason="XID 79", xid_errors=[79]
     )
+    now = timezone.now()
+    for node, index, code, hours in [(nodes[2], 3, 79, 1), (nodes[0], 5, 13, 2),
+                                     (nodes[0], 2, 94, 30)]:  # fmt: skip
+        XidEvent.objects.create(node=node, device=node.devices.get(index=index), code=code,
+                                uuid=f"GPU-{node.name}-{index}", fatal=code in FATAL_XIDS,
+                                seen_at=now - timedelta(hours=hours))  # fmt: skip
     first = nodes[0]
     for project, name, replicas in [(org.proj_alpha, "llama-pretrain", 4),
                                     (org.proj_bravo, "bert-finetune", 2)]:  # fmt: skip
@@ -64,8 +73,11 @@ def test_platform_admin_cordons_a_node_from_the_nodes_page(org: Org, page_for: A
     expect(row).to_contain_text("2 / 8")
     expect(row).to_contain_text("healthy")
     expect(pat.locator("#node-table tr[data-node='hgx-a100-01']")).to_contain_text("unhealthy")
+    expect(pat.locator("#node-table tr[data-node='hgx-a100-01'] td[data-xids]")).to_have_text("1")
     shoot(pat, "nodes")
     row.locator("a", has_text="dgx-h100-01").click()
+    expect(pat.locator("#node-xids tr[data-xid]")).to_have_count(2)
+    expect(pat.locator("#node-xids")).to_contain_text("graphics engine exception")
     expect(pat.locator("#node-allocations")).to_contain_text("llama-pretrain")
     expect(pat.locator("#node-allocations")).to_contain_text("team-bravo")
     pat.fill("#node-actions input[name=reason]", "fan replacement")
