@@ -18,6 +18,7 @@ from django.utils import timezone
 from scheduler.agent import nvml
 from scheduler.agent.xids import FATAL_XIDS
 from scheduler.models import GpuDevice, Node, XidEvent
+from scheduler.nodes import _verdict
 from scheduler.rollups import retention_run
 from tests.api.test_node_agent import agent_client, body, make_node, post, reading
 from tests.conftest import Org
@@ -82,6 +83,12 @@ def test_the_server_marks_unhealthy_exactly_on_the_fatal_xids(node: Node, code: 
     assert device.healthy is not fatal
     assert device.health_reason == (f"XID {code}" if fatal else "")
     assert history(node) == [(0, code, fatal)]
+
+
+def test_the_servers_verdict_is_unhealthy_on_the_fatal_xids_and_no_other_code() -> None:
+    # Codes 0..199: the catalogued ones and many that are not; only the fatal ones count.
+    unhealthy = {code for code in range(200) if not _verdict({"xid_errors": [code]})[0]}
+    assert unhealthy == EXPECTED_FATAL
 
 
 @pytest.mark.parametrize("code", CODES, ids=[f"xid-{code}" for code in CODES])
