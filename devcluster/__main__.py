@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__)
     parser.add_argument("--dir", type=Path, default=default_folder(), help="data folder")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build the binaries (or find them cached)")
+    build_command = commands.add_parser("build", help="build the binaries (or find them cached)")
+    build_command.add_argument(
+        "--peers", action="store_true", help="also build the peers the benchmarks run (Kueue)"
+    )
     up = commands.add_parser("up", help="build if needed, start, wait until ready")
     up.add_argument("--scheduler", action="store_true", help="also start kube-scheduler")
     up.add_argument(
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plane = ControlPlane(args.dir)
     if args.command == "build":
-        build.build_all()
+        build.build_all(peers=args.peers)
     elif args.command == "up":
         build.build_all()
         if plane.running():
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print("control-plane: stopped", file=sys.stderr)
     else:
         print(f"kubernetes {KUBERNETES}, etcd {ETCD}; binaries in {cache_dir()}")
-        print(f"missing builds: {', '.join(build.missing()) or 'none'}")
+        print(f"missing builds: {', '.join(build.missing(peers=True)) or 'none'}")
         if plane.running() and plane.state is not None:
             print(f"running at {plane.url}: {', '.join(plane.state.pids)}")
         else:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from devcluster.versions import COMMANDS, GO_MODULES, cache_dir
+from devcluster.versions import COMMANDS, GO_MODULES, PEERS, cache_dir
 
 Say = Callable[[str], None]
 PROGRESS_EVERY_S = 20.0
@@ -27,17 +27,18 @@ def _say(message: str) -> None:
     print(f"control-plane: {message}", file=sys.stderr, flush=True)
 
 
-def missing() -> list[str]:
-    """The modules whose binaries are not all cached."""
+def missing(*, peers: bool = False) -> list[str]:
+    """The modules whose binaries are not all cached (the peers' too when asked)."""
     return [
         module
         for module, (release, commands) in COMMANDS.items()
-        if not all((cache_dir() / f"{module}-{release}" / name).is_file() for name in commands)
+        if (peers or module not in PEERS)
+        and not all((cache_dir() / f"{module}-{release}" / name).is_file() for name in commands)
     ]
 
 
-def build_all(say: Say = _say) -> None:
-    if not missing():
+def build_all(say: Say = _say, *, peers: bool = False) -> None:
+    if not missing(peers=peers):
         say(f"binaries cached in {cache_dir()}")
         return
     if shutil.which("go") is None:
@@ -45,7 +46,7 @@ def build_all(say: Say = _say) -> None:
     cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another build may finish what we came to do
-        for module in missing():
+        for module in missing(peers=peers):
             _build(module, say)
 
 

@@ -10,6 +10,7 @@ GO_MODULES = ROOT / "platform" / "dev" / "go"
 
 KUBERNETES = "v1.37.2"  # k8s.io/kubernetes; its staging modules at the matching v0.37.2
 ETCD = "v3.7.3"  # go.etcd.io/etcd/server/v3
+KUEUE = "v0.17.0"  # sigs.k8s.io/kueue, the peer in bench/k8s_kueue.py (its own k8s libs v0.35)
 
 # What each Go module under platform/dev/go builds, and the release that names its cache.
 COMMANDS = {
@@ -22,7 +23,11 @@ COMMANDS = {
         },
     ),
     "etcd": (ETCD, {"etcd": "."}),
+    "kueue": (KUEUE, {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}),
 }
+# Built only when asked (`python -m devcluster build --peers`, `make control-plane-peers`): the
+# control plane and its tests do not need them, and Kueue's cold build would add its own minutes.
+PEERS = frozenset({"kueue"})
 
 
 def cache_dir() -> Path:
