@@ -26,6 +26,7 @@ from rest_framework.test import APIClient
 
 from tenants.models import Project, ResourceFlavor, Tenant, TenantKind
 from tests import factories as f
+from tests.k8s.real_plane import deselect
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -47,6 +48,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """`@pytest.mark.postgresql("why")`: the test pins a behaviour that exists only on
     PostgreSQL (the daemon's row-version cache, NOTIFY, the planner, server-side settings).
     On the embedded default (SQLite) it is skipped, saying why; everything else runs on both."""
+    deselect(items, config)  # GANTRY_K8S_REAL=skip|db-only: real-cluster tests left to a pass
     if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         return
     for item in items:

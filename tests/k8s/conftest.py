@@ -1,14 +1,12 @@
 """Fixtures: the fake apiserver, a real client pointed at it, and the backend over both.
 
-`cluster` is the contract fixture: the fake always, and a real cluster as well when KUBECONFIG
-is set (docs/kubernetes.md). Tests that play the kubelet or inject faults take `fake` and run
-against the fake only.
+`cluster` is the contract fixture: the fake, and the real control plane (`real_plane`, see
+tests/k8s/real_plane.py: KUBECONFIG's cluster, else a devcluster plane started for the session).
+Tests that inject faults take `fake` and run against the fake only.
 """
 
 from __future__ import annotations
 
-import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,10 +15,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
+from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_retry import RetryPolicy
 from tests.k8s.fake_apiserver import FakeApiServer
+from tests.k8s.real_plane import RealPlane, admin_client, real_plane, wait_for_pod
+
+__all__ = ["real_plane"]  # the session fixture, for the tests of this folder
 
 NAMESPACE = "team-a"
 # A project namespace as Gantry creates it: its own label, restricted Pod Security.
@@ -81,12 +82,12 @@ class Cluster:
     real: bool
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.kubernetes)])
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if request.param == "fake":
         yield from _fake_cluster(request.getfixturevalue("fake"))
     else:
-        yield from _real_cluster()
+        yield from _real_cluster(request.getfixturevalue("real_plane"))
 
 
 def _fake_cluster(fake: FakeApiServer) -> Iterator[Cluster]:
@@ -96,26 +97,19 @@ def _fake_cluster(fake: FakeApiServer) -> Iterator[Cluster]:
     api.close()
 
 
-def _real_cluster() -> Iterator[Cluster]:
-    if not os.environ.get("KUBECONFIG"):
-        pytest.skip("real-cluster contract run: set KUBECONFIG (docs/kubernetes.md)")
-    api = api_client_from_environment()
+def _real_cluster(plane: RealPlane) -> Iterator[Cluster]:
+    if not plane.nodes:
+        pytest.fail(f"the cluster of {plane.kubeconfig} has no ready, schedulable node")
+    api = admin_client(plane.kubeconfig)
     backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=10.0))
     namespace = f"gantry-contract-{uuid.uuid4().hex[:8]}"
     backend.ensure_namespace(namespace)
-    nodes = [n.name for n in backend.list_nodes() if n.ready and not n.unschedulable]
-    if not nodes:
-        pytest.skip("the cluster has no ready, schedulable node")
 
     def finish_deletion(ns: str, name: str) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if not any(p.name == name for p in backend.list_pods() if p.namespace == ns):
-                return
-            time.sleep(1)
-        raise AssertionError(f"{ns}/{name} still exists after 120 s")
+        """A real kubelet (here the simulator) confirms the deletion; wait until it has."""
+        wait_for_pod(api, ns, name, lambda pod: pod is None)
 
-    yield Cluster(backend, namespace, nodes, finish_deletion, real=True)
+    yield Cluster(backend, namespace, plane.nodes, finish_deletion, real=True)
     core: Any = client.CoreV1Api(api)  # raw response: no model for what delete returns
     core.delete_namespace(namespace, _preload_content=False).release_conn()
     api.close()
