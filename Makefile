@@ -9,7 +9,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?=
 
-.PHONY: run test check venv services browser lint fmt bench clean
+.PHONY: run test check venv services browser control-plane lint fmt bench clean
 
 venv: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  { echo "chromium is missing: run 'sudo apt-get install chromium'"; exit 1; }
 
+## control-plane: build the real Kubernetes control plane's binaries (devcluster), or find them
+## cached (GANTRY_CONTROL_PLANE_CACHE, default ~/.cache/gantry/control-plane): docs/kubernetes.md.
+control-plane: venv
+	$(PY) -m devcluster build
+
 ## check: lint, format, types, layers, Django checks, migrations up to date.
 check: venv
 	$(VENV)/bin/ruff check .
@@ -59,12 +64,14 @@ check: venv
 	$(PY) manage.py makemigrations --check --dry-run
 
 ## test: the whole suite on PostgreSQL and Redis, then again on the embedded default (SQLite,
-## the in-process cache) that `make run` uses, after the checks.
-test: venv services browser
+## the in-process cache) that `make run` uses, after the checks. The real-cluster tests must run
+## (GANTRY_K8S_REAL=required); the second pass repeats only those that touch the database.
+test: venv services browser control-plane
 	$(MAKE) --no-print-directory check
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) GANTRY_K8S_REAL=required \
 	  $(PY) -m pytest -n 2 --durations=15 $(PYTEST_ARGS)
-	env -u DATABASE_URL -u REDIS_URL $(PY) -m pytest -n 2 --durations=5 $(PYTEST_ARGS)
+	env -u DATABASE_URL -u REDIS_URL GANTRY_K8S_REAL=db-only \
+	  $(PY) -m pytest -n 2 --durations=5 $(PYTEST_ARGS)
 
 fmt: venv
 	$(VENV)/bin/ruff format .
