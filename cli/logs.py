@@ -65,19 +65,21 @@ def follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Text
     path = f"/api/v1/jobs/{args.id}/logs/"
     pinned, cursor, finished = args.attempt, "", None
     shown: dict[str, str] = {}
+    polled = False
     while True:
         query = {"since": cursor} if cursor else {"tail": args.tail}
         try:
             body = client.get(path, replica=args.replica, attempt=pinned, **query)
         except (ApiError, ConnectionFailed):
-            if cursor and args.follow:
-                # The lines printed stand; say that following stopped and how to read on
+            if polled:
+                # Following broke off: the lines printed stand; say so and how to go on
                 # (main then prints why, and exits non-zero: 1 refused, 3 unreachable).
                 err.write(
                     f"gantry: following job {args.id}'s log stopped; "
-                    f"`gantry logs {args.id} --follow` reads on.\n"
+                    f"`gantry logs {args.id} --follow` follows it again.\n"
                 )
             raise
+        polled = True
         if body["attempt"] is None or body["attempt"] != finished:
             _show(body, out, err, shown, args.json)
             cursor = body["cursor"]

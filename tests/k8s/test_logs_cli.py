@@ -74,6 +74,6 @@ def test_follow_broken_off_by_the_cluster_says_so_and_exits_1(
     err += capsys.readouterr().err  # `gantry logs` writes its messages to sys.stderr
     assert out.splitlines() == ["epoch 1", "epoch 2"]
     assert f"following job {job.pk}'s log stopped" in err
-    assert f"gantry logs {job.pk} --follow" in err and "HTTP 503" in err
+    assert f"`gantry logs {job.pk} --follow` follows it again" in err and "HTTP 503" in err
     assert "Traceback" not in err
     assert code == 1
