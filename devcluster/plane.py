@@ -52,6 +52,9 @@ class ControlPlane:
         self.folder = folder.resolve()
         self.pki = certs.Pki(self.folder / "pki")
         self.state: State | None = self._load()
+        # The processes this object started, kept so that they are reaped when stopped (a
+        # dropped Popen of a live process is a ResourceWarning, an error in the tests).
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- where things are -------------------------------------------------------------------
 
@@ -122,6 +125,9 @@ class ControlPlane:
         if pid is not None:
             _terminate(pid)
             self._save()
+        process = self._processes.pop(name, None)
+        if process is not None:
+            process.wait()
 
     def restart_apiserver(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Stop the API server and start it again on the same port (watches must recover)."""
@@ -227,6 +233,7 @@ class ControlPlane:
                 start_new_session=True,  # outlives `devcluster up`; stopped by pid
             )
         self.state.pids[name] = process.pid
+        self._processes[name] = process
         self._save()
 
     def _wait(self, ready: Any, name: str, timeout_s: float) -> None:

@@ -1,0 +1,243 @@
+"""Issue 22: the daemon against a real API server (devcluster), cycle by cycle.
+
+The daemon runs in-process on an injected clock, as the other daemon tests do, with the
+Kubernetes backend pointed at a real kube-apiserver; `devcluster.kubelets.Kubelets` plays the
+nodes and is stepped explicitly. Only the real server is polled, with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from devcluster.kubelets import Kubelets, NodeShape
+from devcluster.plane import ControlPlane
+from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes_render import LABEL_ATTEMPT, LABEL_JOB
+from scheduler.daemon import Daemon
+from scheduler.leader import Lease
+from scheduler.models import Allocation, GpuDevice, Job, JobEvent
+from scheduler.services import job_submit
+from tests.conftest import Org, build_org, job_spec
+from tests.daemon.conftest import FakeClock
+
+pytestmark = pytest.mark.kubernetes
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANE_DIR = Path("/tmp/h4-cp")
+DEADLINE_S = 30.0
+
+
+def apply_priority_classes(api: client.ApiClient) -> None:
+    scheduling = client.SchedulingV1Api(api)
+    for doc in yaml.safe_load_all((ROOT / "platform/k8s/01-priorityclasses.yaml").read_text()):
+        if not doc:
+            continue
+        try:
+            scheduling.create_priority_class(doc)
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[tuple[ControlPlane, client.ApiClient]]:
+    started = ControlPlane(PLANE_DIR)
+    started.stop()
+    shutil.rmtree(PLANE_DIR / "etcd", ignore_errors=True)  # nothing of an earlier run
+    started.start(controller_manager=True)
+    api = config.new_client_from_config(str(started.kubeconfig))
+    apply_priority_classes(api)
+    yield started, api
+    api.close()
+    started.stop()
+
+
+NODES = ("h4-gpu-1", "h4-gpu-2")
+
+
+@pytest.fixture(scope="module")
+def kubelets(plane: tuple[ControlPlane, client.ApiClient]) -> Kubelets:
+    """The nodes' kubelets, stepped by the tests only (no thread)."""
+    played = Kubelets(plane[1])
+    played.add_nodes(NODES, NodeShape(gpus=8))
+    return played
+
+
+def _json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    response = fn(*args, _preload_content=False, **kwargs)
+    try:
+        result: dict[str, Any] = json.loads(response.data)
+        return result
+    finally:
+        response.release_conn()
+
+
+class Real:
+    """One test's world: the organisation, a daemon on a fake clock, kubelets on real nodes."""
+
+    def __init__(self, org: Org, api: client.ApiClient, kubelets: Kubelets) -> None:
+        self.org, self.api, self.kubelets = org, api, kubelets
+        self.core: Any = client.CoreV1Api(api)
+        self.clock = FakeClock()
+        self.backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=10.0))
+        self.daemon = self.new_daemon("real")
+
+    def new_daemon(self, holder: str, **kwargs: Any) -> Daemon:
+        lease = Lease(holder, ttl_s=30)
+        return Daemon(self.backend, lease=lease, clock=self.clock, sleep=lambda _s: None, **kwargs)
+
+    def submit(self, user: str = "alice", **overrides: Any) -> Job:
+        project = self.org.proj_alpha if user in ("alice", "tina") else self.org.proj_bravo
+        spec = job_spec(**{"replicas": 1, "resources": {"gpus": 4}, **overrides})
+        job, _ = job_submit(user=self.org.users[user], project=project, payload=spec)
+        return job
+
+    def cycle(self, seconds: float = 1.0, cycles: int = 1) -> None:
+        for _ in range(cycles):
+            self.clock.advance(seconds)
+            self.daemon.step()
+
+    def until(
+        self, what: str, done: Callable[[], bool], seconds: float = 1.0, kubelets: bool = True
+    ) -> None:
+        """Step kubelets and daemon until `done()`, polling the real server with a deadline."""
+        deadline = time.monotonic() + DEADLINE_S
+        while not done():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not reached within {DEADLINE_S} s: {what}")
+            if kubelets:
+                self.kubelets.step()
+            self.cycle(seconds)
+
+    @staticmethod
+    def state(job: Job) -> str:
+        job.refresh_from_db()
+        return job.state
+
+    def pods(self, job: Job) -> list[dict[str, Any]]:
+        """The job's pods as the server has them (every attempt)."""
+        selector = f"{LABEL_JOB}={job.pk}"
+        return list(_json(self.core.list_pod_for_all_namespaces, label_selector=selector)["items"])
+
+    def pod(self, job: Job) -> dict[str, Any]:
+        (found,) = self.pods(job)
+        return found
+
+    def clean(self) -> None:
+        """No pod outlives its test (the next one's database does not know it)."""
+        for namespace in {p.namespace for p in self.backend.list_pods()}:
+            self.core.delete_collection_namespaced_pod(
+                namespace, grace_period_seconds=0, _preload_content=False
+            ).release_conn()
+        self.kubelets.held.clear()
+        self.kubelets.endings.clear()
+
+
+@pytest.fixture
+def real(
+    db: Any, plane: tuple[ControlPlane, client.ApiClient], kubelets: Kubelets
+) -> Iterator[Real]:
+    kubelets.heartbeat()  # the node lifecycle controller must not find them silent
+    world = Real(build_org(), plane[1], kubelets)
+    yield world
+    world.clean()
+
+
+def test_a_job_runs_to_succeeded_through_create_bind_run(real: Real) -> None:
+    job = real.submit()
+    real.cycle()
+    pod = real.pod(job)
+    assert pod["spec"]["schedulerName"] == "gantry"  # created unbound, then bound by us
+    assert pod["spec"].get("nodeName") in NODES
+    assert real.state(job) == "binding"
+    real.until("pod running", lambda: real.state(job) == "running")
+    assert real.pod(job)["status"]["phase"] == "Running"
+    real.kubelets.succeed(pod["metadata"]["namespace"], pod["metadata"]["name"])
+    real.until("job succeeded", lambda: real.state(job) == "succeeded")
+    assert Allocation.objects.get(job=job).ended_at is not None
+    assert not GpuDevice.objects.filter(allocated_milli__gt=0).exists()
+
+
+def test_a_failed_pod_fails_its_attempt_and_is_retried_per_policy(real: Real) -> None:
+    job = real.submit(retry={"limit": 1, "backoff_s": 0})
+    real.until("running", lambda: real.state(job) == "running")
+    first = real.pod(job)["metadata"]
+    real.kubelets.fail(first["namespace"], first["name"], exit_code=3)
+    real.until("retried", lambda: Job.objects.get(pk=job.pk).attempt == 1)
+    failed = JobEvent.objects.get(job=job, kind="attempt_failed")
+    assert "exit code 3" in failed.message
+    real.until("retry running", lambda: real.state(job) == "running")
+    second = next(p for p in real.pods(job) if p["metadata"]["name"] != first["name"])
+    assert second["metadata"]["labels"][LABEL_ATTEMPT] == "1"
+    real.kubelets.fail(second["metadata"]["namespace"], second["metadata"]["name"])
+    real.until("failed", lambda: real.state(job) == "failed")
+    real.until("released", lambda: not Allocation.objects.filter(ended_at__isnull=True).exists())
+    assert not GpuDevice.objects.filter(allocated_milli__gt=0).exists()
+
+
+def test_preemption_deletes_with_grace_and_waits_for_the_kubelet(real: Real) -> None:
+    low = [
+        real.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 1})
+        for _ in NODES
+    ]
+    real.daemon.profile = type(real.daemon.profile)(min_runtime_s=0)
+    real.until("low running", lambda: all(real.state(j) == "running" for j in low))
+    urgent = real.submit(resources={"gpus": 8}, priority_class="critical")
+    real.cycle()
+    (victim,) = [j for j in low if real.state(j) == "preempted"]
+    pod = real.pod(victim)
+    # Deleted with grace: Terminating on the server until the kubelet confirms.
+    assert pod["metadata"]["deletionTimestamp"]
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
+    real.cycle(seconds=5, cycles=3)  # the kubelet says nothing yet
+    assert real.pod(victim)["metadata"]["deletionTimestamp"]
+    assert Allocation.objects.get(job=victim).ended_at is None  # its devices stay held
+    assert real.state(urgent) == "queued"
+    real.until("requeued", lambda: Job.objects.get(pk=victim.pk).attempt == 1)
+    assert real.state(victim) == "queued"
+    assert Allocation.objects.get(job=victim, attempt=0).ended_at is not None
+    real.until("urgent running", lambda: real.state(urgent) == "running")
+    names = [p["metadata"]["name"] for p in real.pods(victim)]
+    assert names == []  # the victim's old pod is gone and it waits for room
+
+
+def test_a_pod_deleted_out_of_band_fails_over(real: Real) -> None:
+    job = real.submit(retry={"limit": 0})
+    real.until("running", lambda: real.state(job) == "running")
+    meta = real.pod(job)["metadata"]
+    real.core.delete_namespaced_pod(
+        meta["name"], meta["namespace"], grace_period_seconds=0, _preload_content=False
+    ).release_conn()
+    real.cycle()
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("binding", 1)  # node loss: requeued and placed at once
+    assert "vanished" in JobEvent.objects.get(job=job, kind="attempt_failed").message
+
+
+def test_a_pod_held_pending_fails_at_the_binding_deadline_with_its_cause(real: Real) -> None:
+    timeout = 600.0
+    real.daemon = real.new_daemon("stuck", binding_timeout_s=timeout)
+    job = real.submit(retry={"limit": 0})
+    real.cycle()
+    meta = real.pod(job)["metadata"]
+    real.kubelets.hold_pending(meta["namespace"], meta["name"])
+    real.kubelets.step()
+    (status,) = [p for p in real.backend.list_pods() if p.job_id == job.pk]
+    assert "ImagePullBackOff" in status.waiting
+    real.cycle(seconds=timeout - 10)
+    assert real.state(job) == "binding"
+    real.cycle(seconds=20)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "did not start" in job.reason and "ImagePullBackOff" in job.reason
+    real.until("released", lambda: not Allocation.objects.filter(ended_at__isnull=True).exists())
