@@ -132,6 +132,13 @@ class Kubelets:
             },
         }
         self.core.patch_node_status(name, {"status": status}, _preload_content=False).release_conn()
+        # Admission taints a new node node.kubernetes.io/not-ready:NoSchedule, and only the node
+        # lifecycle controller lifts it once the node reports Ready: a plane started without
+        # that controller (scale runs, where nobody heartbeats thousands of nodes) would keep
+        # every node unschedulable. Lift it here as that controller would; the shape's own
+        # taints stay.
+        taints = {"spec": {"taints": list(shape.taints)}}
+        self.core.patch_node(name, taints, _preload_content=False).release_conn()
 
     @staticmethod
     def _ready_condition(ready: bool) -> Obj:
