@@ -25,6 +25,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.k8s.rbac_table import MUST, SCHEDULER
+
 ROOT = Path(__file__).resolve().parent.parent
 PLATFORM = ROOT / "platform"
 K8S = PLATFORM / "k8s"
@@ -342,15 +344,9 @@ def _rules_allow(rules: list[dict[str, Any]], group: str, resource: str, verb: s
     )
 
 
-SCHEDULER_NEEDS = [
-    ("", "pods", ["get", "list", "watch", "create", "delete", "patch"]),
-    ("", "pods/binding", ["create"]),
-    ("", "pods/status", ["patch"]),
-    ("", "nodes", ["get", "list", "watch", "patch"]),
-    ("", "services", ["create", "get", "list", "delete"]),
-    ("", "namespaces", ["get", "list", "watch", "create"]),
-    ("", "events", ["create", "patch"]),
-]
+# What the daemon's calls need: the RBAC table (tests/k8s/rbac_table.py, checked against the
+# backend's code and the real API server by tests/k8s/test_rbac_real.py).
+SCHEDULER_NEEDS = [(p.group, p.resource, [p.verb]) for p in sorted(MUST[SCHEDULER])]
 
 
 def test_scheduler_rbac() -> None:

@@ -1,0 +1,161 @@
+"""What each of Gantry's service accounts must and must not be allowed to do in the cluster.
+
+The single source of truth for platform/k8s/02-rbac.yaml: tests/k8s/test_rbac_real.py checks
+every row against the real API server (SubjectAccessReview, and real calls with each account's
+own token), that the roles grant nothing beyond MUST (SelfSubjectRulesReview), and that every
+client method the Kubernetes backend calls maps to a row here (CLIENT_METHODS), so a new call
+without its permission fails a test before it fails in a cluster. tests/test_platform.py reads
+the manifests against the same table. The table is documented in platform/k8s/README.md.
+
+Pure data: it imports neither Django nor the project.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+NAMESPACE = "gantry-system"
+SCHEDULER = "gantry-scheduler"  # the scheduler daemon
+APP = "gantry-app"  # web, worker and beat
+AGENT = "gantry-node-agent"  # the node agent (reports over Gantry's API, not Kubernetes')
+MIGRATE = "gantry-migrate"  # the migrate job
+ACCOUNTS = (SCHEDULER, APP, AGENT, MIGRATE)
+
+# A project's namespace (where job pods live) and the cluster's own: a cluster-wide grant
+# reaches both, a missing one neither.
+TENANT_NS = "team-a-vision"
+OTHER_NS = "kube-system"
+
+
+class Permission(NamedTuple):
+    group: str  # "" is the core group
+    resource: str  # "pods/log" for a subresource
+    verb: str
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.group or 'core'}/{self.resource}"
+
+
+def _perms(group: str, resource: str, *verbs: str) -> set[Permission]:
+    return {Permission(group, resource, verb) for verb in verbs}
+
+
+# The Kubernetes client methods the backend calls (scheduler/backends/kubernetes*.py), each with
+# what the API server authorizes for it. The list methods also open the watches (watch=True).
+CLIENT_METHODS: dict[str, set[Permission]] = {
+    "create_namespaced_pod": _perms("", "pods", "create"),
+    "read_namespaced_pod": _perms("", "pods", "get"),
+    "delete_namespaced_pod": _perms("", "pods", "delete"),
+    "list_pod_for_all_namespaces": _perms("", "pods", "list", "watch"),
+    "create_namespaced_pod_binding": _perms("", "pods/binding", "create"),
+    "read_namespaced_pod_log": _perms("", "pods/log", "get"),
+    "list_node": _perms("", "nodes", "list", "watch"),
+    "read_node": _perms("", "nodes", "get"),
+    "patch_node": _perms("", "nodes", "patch"),  # cordon / uncordon
+    "create_namespaced_service": _perms("", "services", "create"),
+    "read_namespace": _perms("", "namespaces", "get"),
+    "create_namespace": _perms("", "namespaces", "create"),
+    "create_namespaced_event": _perms("", "events", "create"),
+}
+# The backend's methods the web process calls (the LogSource protocol: job logs); the daemon
+# calls every other one.
+WEB_METHODS = frozenset({"read_log", "follow_log"})
+
+# What each account MUST be able to do, cluster-wide (project namespaces are made at run time,
+# so a namespaced Role cannot follow them). Exactly this: the roles grant nothing more.
+MUST: dict[str, set[Permission]] = {
+    SCHEDULER: (
+        _perms("", "pods", "create", "get", "list", "watch", "delete")
+        | _perms("", "pods/binding", "create")
+        | _perms("", "nodes", "get", "list", "watch", "patch")
+        | _perms("", "services", "create")
+        | _perms("", "namespaces", "get", "create")
+        | _perms("", "events", "create")
+    ),
+    APP: _perms("", "pods/log", "get"),
+    AGENT: set(),
+    MIGRATE: set(),
+}
+
+# What no Gantry account may do: read secrets, run commands in or talk to pods, remove or
+# rewrite nodes, namespaces and workloads, mint tokens, impersonate, or grant itself more.
+_NOBODY: set[Permission] = (
+    _perms("", "secrets", "get", "list", "watch", "create")
+    | _perms("", "pods/exec", "create", "get")
+    | _perms("", "pods/attach", "create")
+    | _perms("", "pods/portforward", "create")
+    | _perms("", "pods/proxy", "get", "create")
+    | _perms("", "pods/ephemeralcontainers", "patch")
+    | _perms("", "pods", "deletecollection", "update")
+    | _perms("", "nodes", "delete", "create", "update", "deletecollection")
+    | _perms("", "nodes/proxy", "get")
+    | _perms("", "nodes/status", "patch")
+    | _perms("", "namespaces", "delete", "update", "patch")
+    | _perms("", "serviceaccounts/token", "create")
+    | _perms("", "serviceaccounts", "impersonate")
+    | _perms("", "users", "impersonate")
+    | _perms("", "groups", "impersonate")
+    | _perms("", "configmaps", "get", "update")
+    | _perms("", "persistentvolumes", "create", "delete")
+    | _perms("apps", "deployments", "create", "patch", "delete")
+    | _perms("apps", "daemonsets", "create", "patch")
+    | _perms("batch", "jobs", "create")
+    | _perms("rbac.authorization.k8s.io", "clusterroles", "escalate", "bind", "create")
+    | _perms("rbac.authorization.k8s.io", "roles", "escalate", "bind", "create")
+    | _perms("rbac.authorization.k8s.io", "clusterrolebindings", "create")
+    | _perms("rbac.authorization.k8s.io", "rolebindings", "create")
+    | _perms("certificates.k8s.io", "certificatesigningrequests", "create")
+    | _perms("admissionregistration.k8s.io", "validatingwebhookconfigurations", "create")
+)
+# MUST NOT: the common list, and per account what it could be tempted to hold but does not need
+# (the scheduler's writes it never makes; reads the web process does not do).
+MUST_NOT: dict[str, set[Permission]] = {
+    SCHEDULER: _NOBODY
+    | _perms("", "pods", "patch")
+    | _perms("", "pods/status", "patch", "update")
+    | _perms("", "pods/eviction", "create")
+    | _perms("", "pods/log", "get")
+    | _perms("", "services", "delete", "update", "patch", "list")
+    | _perms("", "namespaces", "list", "watch")
+    | _perms("", "events", "patch", "delete"),
+    APP: _NOBODY
+    | _perms("", "pods", "get", "list", "watch", "create", "delete", "patch")
+    | _perms("", "pods/binding", "create")
+    | _perms("", "nodes", "get", "list", "patch")
+    | _perms("", "namespaces", "get", "list", "create")
+    | _perms("", "services", "create")
+    | _perms("", "events", "list", "create"),
+    AGENT: _NOBODY
+    | _perms("", "pods", "get", "list", "watch")
+    | _perms("", "pods/log", "get")
+    | _perms("", "nodes", "get", "list", "patch"),
+    MIGRATE: _NOBODY | _perms("", "pods", "get", "list") | _perms("", "nodes", "list"),
+}
+
+CLUSTER_SCOPED = frozenset(
+    {
+        "nodes",
+        "nodes/proxy",
+        "nodes/status",
+        "namespaces",
+        "persistentvolumes",
+        "users",
+        "groups",
+        "clusterroles",
+        "clusterrolebindings",
+        "certificatesigningrequests",
+        "validatingwebhookconfigurations",
+    }
+)
+
+
+def namespaces_of(permission: Permission) -> tuple[str | None, ...]:
+    """Where a row is checked: cluster-wide, or in a project's namespace, Gantry's own and the
+    cluster's (kube-system)."""
+    if permission.resource in CLUSTER_SCOPED:
+        return (None,)
+    return (TENANT_NS, NAMESPACE, OTHER_NS)
+
+
+def username(account: str) -> str:
+    return f"system:serviceaccount:{NAMESPACE}:{account}"

@@ -1,0 +1,413 @@
+"""RBAC of platform/k8s/02-rbac.yaml: each account may do what Gantry needs, and nothing more.
+
+The table (tests/k8s/rbac_table.py) says what the scheduler daemon, the web app (web, worker,
+beat), the node agent and the migrate job must and must not do. Checked four ways:
+- offline: every client method the backend calls maps to the table's rows, and the rows to those
+  methods (a new call without its grant, or a grant no call needs, fails here first); the roles
+  the manifest binds to each account grant exactly the table's MUST;
+- SubjectAccessReview, as the admin on the real API server, for every row: MUST allowed and
+  MUST NOT denied, in a project's namespace, Gantry's own and kube-system;
+- SelfSubjectRulesReview with each account's own token: nothing granted beyond MUST (minus what
+  every service account gets, taken from an account bound to nothing);
+- real calls with each account's token (TokenRequest): one the account needs succeeds past
+  authorization, one it must not make is refused with 403, so that the reviews are not the
+  only witness.
+"""
+
+from __future__ import annotations
+
+import ast
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.k8s.rbac_table import (
+    ACCOUNTS,
+    AGENT,
+    APP,
+    CLIENT_METHODS,
+    MIGRATE,
+    MUST,
+    MUST_NOT,
+    NAMESPACE,
+    SCHEDULER,
+    Permission,
+    namespaces_of,
+    username,
+)
+from tests.k8s.real_api import (
+    ROOT,
+    Answer,
+    Paths,
+    apply,
+    client_with_token,
+    manifests,
+    request,
+    token_for,
+)
+from tests.k8s.real_plane import RealPlane
+
+BACKENDS = ROOT / "scheduler" / "backends"
+RBAC = ROOT / "platform" / "k8s" / "02-rbac.yaml"
+BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
+PROBE_POD = "rbac-log-probe"
+
+
+# -- offline: the table against the code and the manifest -----------------------------------
+
+
+def _log_source_methods() -> set[str]:
+    """The LogSource protocol's methods: what the web process calls on the backend."""
+    tree = ast.parse((BACKENDS / "base.py").read_text())
+    (protocol,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LogSource"]
+    return {n.name for n in protocol.body if isinstance(n, ast.FunctionDef)}
+
+
+@dataclass(frozen=True)
+class ClientUse:
+    method: str  # the CoreV1Api method
+    caller: str  # the backend's method it is used in (outermost)
+    where: str
+
+
+def client_uses(files: list[Path]) -> list[ClientUse]:
+    """Every `self.core.<method>` the Kubernetes backend calls or hands on (watches pass the
+    list method itself), with the backend method it sits in."""
+    uses: list[ClientUse] = []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        for top in ast.walk(tree):
+            if not isinstance(top, ast.ClassDef):
+                continue
+            for method in top.body:
+                if not isinstance(method, ast.FunctionDef):
+                    continue
+                for node in ast.walk(method):
+                    if (
+                        isinstance(node, ast.Attribute)
+                        and isinstance(node.value, ast.Attribute)
+                        and node.value.attr == "core"
+                        and isinstance(node.value.value, ast.Name)
+                        and node.value.value.id == "self"
+                    ):
+                        where = f"{path.name}:{node.lineno}"
+                        uses.append(ClientUse(node.attr, method.name, where))
+    return uses
+
+
+def _api_classes(files: list[Path]) -> set[str]:
+    """The client's API classes the backend builds (client.CoreV1Api(...) and the like)."""
+    found = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr.endswith("Api")
+                and node.func.attr != "ApiClient"
+            ):
+                found.add(node.func.attr)
+    return found
+
+
+def _backend_files() -> list[Path]:
+    return sorted(BACKENDS.glob("kubernetes*.py"))
+
+
+def test_the_backend_calls_only_the_core_api() -> None:
+    """The table's methods are CoreV1Api's: a call through another API class (AppsV1Api,
+    PolicyV1Api for evictions...) needs its rows first."""
+    assert _api_classes(_backend_files()) == {"CoreV1Api"}
+
+
+def test_every_client_method_the_backend_calls_has_its_row_in_the_rbac_table() -> None:
+    uses = client_uses(_backend_files())
+    called = {use.method for use in uses}
+    unmapped = sorted(f"{u.method} ({u.where})" for u in uses if u.method not in CLIENT_METHODS)
+    assert not unmapped, f"add these to CLIENT_METHODS and the accounts' MUST: {unmapped}"
+    stale = sorted(set(CLIENT_METHODS) - called)
+    assert not stale, f"CLIENT_METHODS names methods the backend no longer calls: {stale}"
+
+    web = _log_source_methods()
+    needs: dict[str, set[Permission]] = {SCHEDULER: set(), APP: set()}
+    for use in uses:
+        needs[APP if use.caller in web else SCHEDULER] |= CLIENT_METHODS[use.method]
+    assert needs[SCHEDULER] == MUST[SCHEDULER], _difference(needs[SCHEDULER], MUST[SCHEDULER])
+    assert needs[APP] == MUST[APP], _difference(needs[APP], MUST[APP])
+
+
+def test_the_drift_check_sees_a_new_client_call(tmp_path: Path) -> None:
+    """The check above reads the code, not a list: a call it has never seen shows up."""
+    source = tmp_path / "kubernetes_extra.py"
+    source.write_text(
+        "class B:\n    def drain(self):\n        self.core.create_namespaced_pod_eviction(1)\n"
+    )
+    (use,) = client_uses([source])
+    assert (use.method, use.caller) == ("create_namespaced_pod_eviction", "drain")
+    assert use.method not in CLIENT_METHODS
+
+
+def test_must_and_must_not_never_overlap() -> None:
+    for account in ACCOUNTS:
+        assert not MUST[account] & MUST_NOT[account], account
+
+
+def _expand(rules: list[dict[str, Any]]) -> set[Permission]:
+    granted = set()
+    for rule in rules:
+        assert not rule.get("resourceNames"), f"a rule by resource name: {rule}"
+        assert not rule.get("nonResourceURLs"), f"a rule on non-resource URLs: {rule}"
+        for group in rule.get("apiGroups", ()):
+            for resource in rule.get("resources", ()):
+                for verb in rule.get("verbs", ()):
+                    assert "*" not in (group, resource, verb), f"a wildcard: {rule}"
+                    granted.add(Permission(group, resource, verb))
+    return granted
+
+
+def _difference(granted: set[Permission], wanted: set[Permission]) -> str:
+    extra = sorted(map(str, granted - wanted))
+    missing = sorted(map(str, wanted - granted))
+    return f"beyond the table: {extra}; missing: {missing}"
+
+
+def test_the_manifest_grants_each_account_exactly_its_must() -> None:
+    docs = [m.doc for m in manifests(RBAC.name)]
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"].endswith("Role")}
+    granted: dict[str, set[Permission]] = {account: set() for account in ACCOUNTS}
+    for binding in (d for d in docs if d["kind"].endswith("RoleBinding")):
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE
+            granted[subject["name"]] |= _expand(role["rules"])
+    for account in ACCOUNTS:
+        assert granted[account] == MUST[account], f"{account}: " + _difference(
+            granted[account], MUST[account]
+        )
+
+
+# -- the real API server ------------------------------------------------------------------
+
+
+@dataclass
+class Accounts:
+    api: client.ApiClient  # the admin's
+    clients: dict[str, client.ApiClient]  # each account's own token, and the baseline's
+    scratch: str  # a namespace the scheduler's token creates
+    probe: str  # a namespace with an unbound pod, made by the admin
+
+
+@pytest.fixture(scope="module")
+def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
+    api = real_plane.api
+    paths = Paths(api)
+    for manifest in manifests("00-namespace.yaml", "02-rbac.yaml"):
+        answer = apply(api, paths, manifest.doc)
+        assert answer.status in (200, 201), f"{manifest.id}: {answer.message}"
+    baseline = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": BASELINE, "namespace": NAMESPACE},
+    }
+    assert apply(api, paths, baseline).status in (200, 201)
+    clients = {
+        account: client_with_token(api, token_for(api, NAMESPACE, account))
+        for account in (*ACCOUNTS, BASELINE)
+    }
+    scratch, probe = (f"gantry-rbac-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    assert (
+        request(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": probe}}).status == 201
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": PROBE_POD},
+        "spec": {"containers": [{"name": "main", "image": "gantry:0.1.0"}]},
+    }
+    created = request(api, "POST", f"/api/v1/namespaces/{probe}/pods", body=pod)
+    assert created.status == 201, created
+    yield Accounts(api, clients, scratch, probe)
+    for held in clients.values():
+        held.close()
+    request(api, "DELETE", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{BASELINE}")
+    for namespace in (scratch, probe):
+        request(api, "DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+def _access_review(
+    api: client.ApiClient, user: str, permission: Permission, ns: str | None
+) -> bool:
+    resource, _, subresource = permission.resource.partition("/")
+    attributes = {"group": permission.group, "resource": resource, "verb": permission.verb}
+    if subresource:
+        attributes["subresource"] = subresource
+    if ns is not None:
+        attributes["namespace"] = ns
+    groups = [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{NAMESPACE}",
+        "system:authenticated",
+    ]
+    answer = request(
+        api,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
+        },
+    )
+    assert answer.status == 201, answer
+    return bool(answer.body["status"].get("allowed"))
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("account", ACCOUNTS)
+def test_subject_access_review_allows_every_must(accounts: Accounts, account: str) -> None:
+    refused = [
+        f"{permission} in {ns or 'the cluster'}"
+        for permission in sorted(MUST[account])
+        for ns in namespaces_of(permission)
+        if not _access_review(accounts.api, username(account), permission, ns)
+    ]
+    assert not refused, f"{account} may not: {refused}"
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("account", ACCOUNTS)
+def test_subject_access_review_denies_every_must_not(accounts: Accounts, account: str) -> None:
+    allowed = [
+        f"{permission} in {ns or 'the cluster'}"
+        for permission in sorted(MUST_NOT[account])
+        for ns in namespaces_of(permission)
+        if _access_review(accounts.api, username(account), permission, ns)
+    ]
+    assert not allowed, f"{account} may: {allowed}"
+
+
+def _rules_of(api: client.ApiClient, namespace: str) -> set[Permission]:
+    answer = request(
+        api,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": namespace},
+        },
+    )
+    assert answer.status == 201, answer
+    rules = answer.body["status"]["resourceRules"]
+    return {
+        Permission(group, resource, verb)
+        for rule in rules
+        for group in rule.get("apiGroups", ())
+        for resource in rule.get("resources", ())
+        for verb in rule.get("verbs", ())
+    }
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("account", ACCOUNTS)
+def test_each_account_holds_nothing_beyond_its_must(accounts: Accounts, account: str) -> None:
+    """What the server says the account's token may do, less what any service account may
+    do, is exactly MUST: in a project's namespace and in kube-system alike."""
+    for namespace in ("team-a-vision", "kube-system"):
+        baseline = _rules_of(accounts.clients[BASELINE], namespace)
+        held = _rules_of(accounts.clients[account], namespace) - baseline
+        assert held == MUST[account], f"{account} in {namespace}: " + _difference(
+            held, MUST[account]
+        )
+
+
+# -- real calls with each account's own token -----------------------------------------------
+
+
+def _who(api: client.ApiClient) -> str:
+    answer = request(
+        api,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    assert answer.status == 201, answer
+    name: str = answer.body["status"]["userInfo"]["username"]
+    return name
+
+
+def _forbidden(answer: Answer, account: str) -> None:
+    assert answer.status == 403, answer
+    assert f'User "{username(account)}" cannot' in answer.message, answer.message
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("account", ACCOUNTS)
+def test_each_token_authenticates_as_its_account(accounts: Accounts, account: str) -> None:
+    """So that the refusals below are authorization's, not a failed login's."""
+    assert _who(accounts.clients[account]) == username(account)
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_creates_a_namespace_and_lists_pods_but_reads_no_secret(
+    accounts: Accounts,
+) -> None:
+    scheduler = accounts.clients[SCHEDULER]
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": accounts.scratch,
+            "labels": {"app.kubernetes.io/managed-by": "gantry"},
+        },
+    }
+    created = request(scheduler, "POST", "/api/v1/namespaces", body=namespace)
+    assert created.status == 201, created
+    listed = request(
+        scheduler,
+        "GET",
+        "/api/v1/pods",
+        query=[("labelSelector", "app.kubernetes.io/managed-by=gantry")],
+    )
+    assert listed.status == 200, listed
+    _forbidden(request(scheduler, "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets"), SCHEDULER)
+    _forbidden(request(scheduler, "DELETE", "/api/v1/nodes/real-gpu-1"), SCHEDULER)
+    _forbidden(request(scheduler, "DELETE", f"/api/v1/namespaces/{accounts.scratch}"), SCHEDULER)
+
+
+@pytest.mark.kubernetes
+def test_the_web_app_reads_a_pods_log_but_cannot_list_pods(accounts: Accounts) -> None:
+    """pods/log is authorized and read (empty: the pod has no node yet), while listing or
+    reading the pods themselves is refused."""
+    namespace = accounts.probe
+    web = accounts.clients[APP]
+    log = request(web, "GET", f"/api/v1/namespaces/{namespace}/pods/{PROBE_POD}/log")
+    assert log.status in (200, 204), log
+    _forbidden(request(web, "GET", f"/api/v1/namespaces/{namespace}/pods"), APP)
+    _forbidden(request(web, "GET", f"/api/v1/namespaces/{namespace}/pods/{PROBE_POD}"), APP)
+    _forbidden(request(web, "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/gantry-secrets"), APP)
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("account", [AGENT, MIGRATE])
+def test_the_agent_and_migrate_job_may_do_nothing(accounts: Accounts, account: str) -> None:
+    """They mount no token (automountServiceAccountToken: false); one made for them anyway
+    authenticates and can do nothing with the cluster."""
+    held = accounts.clients[account]
+    assert _who(held) == username(account)  # the allowed call: who am I
+    _forbidden(request(held, "GET", "/api/v1/nodes"), account)
+    _forbidden(request(held, "GET", f"/api/v1/namespaces/{NAMESPACE}/pods"), account)
+
+
+def test_agent_and_migrate_mount_no_token() -> None:
+    docs = {(m.doc["kind"], m.doc["metadata"]["name"]): m.doc for m in manifests()}
+    for account in (AGENT, MIGRATE):
+        assert docs[("ServiceAccount", account)].get("automountServiceAccountToken") is False
+    for kind, name in (("DaemonSet", "gantry-node-agent"), ("Job", "gantry-migrate")):
+        spec = docs[(kind, name)]["spec"]["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False, name
