@@ -109,7 +109,7 @@ class Kubelets:
             "spec": {"taints": list(shape.taints)},
         }
         try:
-            self.core.create_node(body, _preload_content=False).release_conn()
+            _drained(self.core.create_node(body, _preload_content=False))
         except ApiException as error:
             if error.status != 409:  # already registered: a restarted simulator adopts it
                 raise
@@ -131,14 +131,14 @@ class Kubelets:
                 "bootID": "",
             },
         }
-        self.core.patch_node_status(name, {"status": status}, _preload_content=False).release_conn()
+        _drained(self.core.patch_node_status(name, {"status": status}, _preload_content=False))
         # Admission taints a new node node.kubernetes.io/not-ready:NoSchedule, and only the node
         # lifecycle controller lifts it once the node reports Ready: a plane started without
         # that controller (scale runs, where nobody heartbeats thousands of nodes) would keep
         # every node unschedulable. Lift it here as that controller would; the shape's own
         # taints stay.
         taints = {"spec": {"taints": list(shape.taints)}}
-        self.core.patch_node(name, taints, _preload_content=False).release_conn()
+        _drained(self.core.patch_node(name, taints, _preload_content=False))
 
     @staticmethod
     def _ready_condition(ready: bool) -> Obj:
@@ -161,22 +161,26 @@ class Kubelets:
                 "renewTime": _micro_now(),
             }
             try:
-                self.coordination.patch_namespaced_lease(
-                    name, LEASE_NAMESPACE, {"spec": spec}, _preload_content=False
-                ).release_conn()
+                _drained(
+                    self.coordination.patch_namespaced_lease(
+                        name, LEASE_NAMESPACE, {"spec": spec}, _preload_content=False
+                    )
+                )
             except ApiException as error:
                 if error.status != 404:
                     raise
                 body = {"metadata": {"name": name, "namespace": LEASE_NAMESPACE}, "spec": spec}
-                self.coordination.create_namespaced_lease(
-                    LEASE_NAMESPACE, body, _preload_content=False
-                ).release_conn()
+                _drained(
+                    self.coordination.create_namespaced_lease(
+                        LEASE_NAMESPACE, body, _preload_content=False
+                    )
+                )
 
     def lose_node(self, name: str) -> None:
         """The node stops answering: NotReady, and its pods never finish terminating."""
         self.lost.add(name)
         status = {"conditions": [self._ready_condition(False)]}
-        self.core.patch_node_status(name, {"status": status}, _preload_content=False).release_conn()
+        _drained(self.core.patch_node_status(name, {"status": status}, _preload_content=False))
 
     # -- pods: commands ----------------------------------------------------------------------
 
@@ -327,9 +331,11 @@ class Kubelets:
         meta = pod["metadata"]
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
         try:
-            self.core.delete_namespaced_pod(
-                meta["name"], meta["namespace"], body=body, _preload_content=False
-            ).release_conn()
+            _drained(
+                self.core.delete_namespaced_pod(
+                    meta["name"], meta["namespace"], body=body, _preload_content=False
+                )
+            )
         except ApiException as error:
             if error.status not in (404, 409):  # gone already, or a new pod of that name
                 raise
@@ -338,14 +344,26 @@ class Kubelets:
     def _patch_status(self, pod: Obj, status: Obj) -> bool:
         meta = pod["metadata"]
         try:
-            self.core.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": status}, _preload_content=False
-            ).release_conn()
+            _drained(
+                self.core.patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], {"status": status}, _preload_content=False
+                )
+            )
         except ApiException as error:
             if error.status == 404:
                 return False  # deleted meanwhile
             raise
         return True
+
+
+def _drained(response: Any) -> None:
+    """Read the answer's body before its connection goes back to the pool: one given back
+    unread hands its leftover bytes to the next request, which fails on them as a bad status
+    line when they arrive after the pool's check (a large node or pod answer)."""
+    try:
+        response.data  # noqa: B018 - reading is the point
+    finally:
+        response.release_conn()
 
 
 def _waiting(status: Mapping[str, Any]) -> bool:
