@@ -1,0 +1,559 @@
+"""Gantry beside the real kube-scheduler on one real control plane (issue 22).
+
+    PYTHONPATH=. python -m bench.k8s_peers --json out.json [--nodes 5000 --pods 10000]
+
+The benchmark starts its own control plane (devcluster: etcd, kube-apiserver,
+kube-controller-manager, and kube-scheduler built from the same k8s.io/kubernetes release),
+registers `--nodes` simulated nodes of 8 GPUs (devcluster.kubelets), and runs, one scheduler
+after the other on the same nodes (the pods of the first deleted before the second starts):
+
+- kube-scheduler: `--pods` pods of one `nvidia.com/gpu` each (an extended resource), rendered
+  as Gantry renders its own (restricted Pod Security, same requests, priority class and
+  tolerations) but with the default schedulerName, created by `--creators` client threads as
+  fast as they go. Creation: the moment the create request is sent.
+- Gantry: the same number of one-GPU jobs inserted as queued rows in bulk (as
+  bench/kueue_e2e.py's submitter does), then the daemon in this process with the Kubernetes
+  backend: it creates the pods unbound and binds them through the Binding API. Creation: the
+  job's submission time (`created_at`, taken before the insert), the moment that compares with
+  the pod's creation above.
+
+Bound, for both: the arrival, on this host's clock, of the first watch event that shows the pod
+with `spec.nodeName` set. The watch runs in its own process, so neither a busy daemon nor busy
+client threads delay the reading. The PodScheduled condition's lastTransitionTime is not used:
+it has whole seconds only.
+
+pods_per_s = pods / (last bound - first created); p50/p99 of (bound - created) per pod.
+
+The node lifecycle controller is off by default (`controllers="*,-nodelifecycle"`): nobody
+heartbeats the simulated nodes during the run, so nothing marks them NotReady and taints them
+mid-measurement. `--node-lifecycle` keeps it on and renews the nodes' leases from a thread of
+this process instead, which then competes with the schedulers for the machine's cores; the
+output's `heartbeat_s` (on stderr) says how long one round of leases took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import multiprocessing
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_k8s_peers"
+MANAGED = "app.kubernetes.io/managed-by"
+KUBE_NAMESPACE, GANTRY_NAMESPACE = "peers-kube", "peers-gantry"
+PRIORITY = "normal"  # Gantry's seeded class; its pods name gantry-normal
+GPUS_PER_NODE = 8
+
+
+def done(response: Any) -> Any:
+    """The parsed body of a `_preload_content=False` answer, its connection back in the pool.
+
+    Releasing a connection whose body is still unread hands the next request a socket with the
+    rest of this body in it, whenever the body had not yet arrived when the pool checked the
+    socket (the next answer then fails with BadStatusLine: a pod's JSON read as a status line).
+    """
+    try:
+        body = response.data
+    finally:
+        response.release_conn()
+    return json.loads(body) if body else None
+
+
+# -- the watch, in its own process ---------------------------------------------------------------
+
+
+def watch_bound(kubeconfig: str, out: Any, stop: Any) -> None:
+    """Put (namespace, name, job id label, time) on `out` the first time each of Gantry-rendered
+    pods is seen bound; ("ready",) once the watch is open. Runs until `stop` is set."""
+    from kubernetes import client, config
+    from kubernetes.watch.watch import iter_resp_lines
+
+    api = config.new_client_from_config(kubeconfig)
+    core: Any = client.CoreV1Api(api)
+    seen: set[tuple[str, str]] = set()
+    selector = f"{MANAGED}=gantry"
+
+    def note(pod: dict[str, Any], at: float) -> None:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if key not in seen and (pod.get("spec") or {}).get("nodeName"):
+            seen.add(key)
+            out.put((*key, (meta.get("labels") or {}).get("gantry.io/job-id", ""), at))
+
+    def relist() -> str:
+        body = done(
+            core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
+        )
+        at = time.time()
+        for pod in body["items"]:
+            note(pod, at)
+        return str(body["metadata"]["resourceVersion"])
+
+    version = relist()
+    out.put(("ready",))
+    while not stop.is_set():
+        response = core.list_pod_for_all_namespaces(
+            label_selector=selector,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=5,  # short, so that `stop` is seen soon
+            _preload_content=False,
+        )
+        try:
+            for line in iter_resp_lines(response):
+                at = time.time()
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    version = relist()  # 410 Gone: start over from a fresh list
+                    break
+                version = obj["metadata"]["resourceVersion"]
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    note(obj, at)
+        finally:
+            response.close()  # a stream left mid-body must not go back to the pool
+
+
+@dataclass
+class Bound:
+    """What the watch process reported, collected by a thread of this process."""
+
+    at: dict[tuple[str, str], float] = field(default_factory=dict)
+    job_ids: dict[tuple[str, str], str] = field(default_factory=dict)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def count(self, namespace: str) -> int:
+        with self.changed:
+            return sum(1 for ns, _ in self.at if ns == namespace)
+
+    def wait_for(self, namespace: str, pods: int, deadline: float) -> int:
+        with self.changed:
+            while (n := sum(1 for ns, _ in self.at if ns == namespace)) < pods:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(min(left, 1.0))
+            return n
+
+
+@contextlib.contextmanager
+def watching(kubeconfig: Path) -> Iterator[Bound]:
+    context = multiprocessing.get_context("spawn")
+    events: Any = context.Queue()
+    stop = context.Event()
+    process = context.Process(target=watch_bound, args=(str(kubeconfig), events, stop))
+    process.start()
+    try:
+        first = events.get(timeout=60)
+    except queue.Empty:
+        process.kill()
+        raise RuntimeError("the pod watch did not start within 60 s") from None
+    assert first == ("ready",), first
+    bound = Bound()
+    done = threading.Event()
+
+    def collect() -> None:
+        while not done.is_set():
+            try:
+                namespace, name, job_id, at = events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            with bound.changed:
+                bound.at[(namespace, name)] = at
+                bound.job_ids[(namespace, name)] = job_id
+                bound.changed.notify_all()
+
+    collector = threading.Thread(target=collect, name="bound-collector", daemon=True)
+    collector.start()
+    try:
+        yield bound
+    finally:
+        stop.set()
+        process.join(timeout=15)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        done.set()
+        collector.join()
+
+
+# -- figures -------------------------------------------------------------------------------------
+
+
+def figures(created: dict[Any, float], bound: dict[Any, float]) -> dict[str, Any]:
+    """pods_per_s, p50_s and p99_s over the pods both created and bound."""
+    from bench.daemon_setup import percentile
+
+    both = [key for key in created if key in bound]
+    latencies = [bound[key] - created[key] for key in both]
+    span = (max(bound[k] for k in both) - min(created.values())) if both else 0.0
+    return {
+        "pods_per_s": round(len(both) / span, 1) if span > 0 else 0.0,
+        "p50_s": round(percentile(latencies, 50), 3),
+        "p99_s": round(percentile(latencies, 99), 3),
+        "bound": len(both),
+        "wall_s": round(span, 2),
+    }
+
+
+# -- the plane and its nodes ---------------------------------------------------------------------
+
+
+def apply_priority_classes(api: Any) -> None:
+    import yaml
+    from kubernetes import client
+
+    scheduling: Any = client.SchedulingV1Api(api)
+    for doc in yaml.safe_load_all((ROOT / "platform/k8s/01-priorityclasses.yaml").read_text()):
+        if not doc:
+            continue
+        try:
+            done(scheduling.create_priority_class(doc, _preload_content=False))
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+
+
+def admin_client(kubeconfig: Path, pool: int) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.retries = False
+    configuration.connection_pool_maxsize = pool  # one connection per creating thread
+    return client.ApiClient(configuration)
+
+
+def node_names(count: int) -> list[str]:
+    return [f"sim-{i:05d}" for i in range(count)]
+
+
+def delete_pods(api: Any, namespace: str, deadline_s: float = 300.0) -> None:
+    """Delete every pod of `namespace` at once (no kubelet confirms: grace 0) and wait."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    done(
+        core.delete_collection_namespaced_pod(
+            namespace, grace_period_seconds=0, _preload_content=False
+        )
+    )
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        response = core.list_namespaced_pod(namespace, limit=1, _preload_content=False)
+        left = done(response)["items"]
+        if not left:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"pods of {namespace} still there after {deadline_s:.0f} s")
+
+
+# -- kube-scheduler ------------------------------------------------------------------------------
+
+
+def kube_pod(index: int) -> dict[str, Any]:
+    """Pod `index` as Gantry renders a one-GPU job's pod, for the default scheduler."""
+    from scheduler.backends.base import PodRequest, pod_name
+    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.backends.kubernetes_render import render_pod
+
+    request = PodRequest(
+        name=pod_name(index, 0, 0),
+        namespace=KUBE_NAMESPACE,
+        job_id=index,
+        attempt=0,
+        replica=0,
+        replicas=1,
+        node="",
+        gpu_indices=(),
+        gpu_milli=1000,
+        gpu_memory_mib=None,
+        cpu_milli=1000,
+        memory_mib=1024,
+        image="bench/job:1",
+        command=("run",),
+        env={},
+        priority_class=PRIORITY,
+        job_type="batch",
+    )
+    return render_pod(request, KubernetesConfig(scheduler_name="default-scheduler"))
+
+
+def scheduler_ready(api: Any, deadline_s: float = 120.0) -> None:
+    """kube-scheduler has no health port here: wait until it binds a probe pod (its caches are
+    then synced), outside the measured namespace, then delete the probe."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    probe = kube_pod(0)
+    probe["metadata"] = {"name": "scheduler-probe", "namespace": "default"}
+    done(core.create_namespaced_pod("default", probe, _preload_content=False))
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            response = core.read_namespaced_pod(
+                "scheduler-probe", "default", _preload_content=False
+            )
+            node = done(response)["spec"].get("nodeName")
+            if node:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"kube-scheduler bound nothing in {deadline_s:.0f} s")
+    finally:
+        done(
+            core.delete_namespaced_pod(
+                "scheduler-probe", "default", grace_period_seconds=0, _preload_content=False
+            )
+        )
+
+
+def run_kube_scheduler(
+    plane: Any, api: Any, bound: Bound, pods: int, creators: int, limit_s: float
+) -> dict[str, Any]:
+    from kubernetes import client
+
+    from scheduler.backends.kubernetes import KubernetesBackend
+    from scheduler.backends.kubernetes_config import KubernetesConfig
+
+    KubernetesBackend(api, KubernetesConfig()).ensure_namespace(KUBE_NAMESPACE)
+    plane.start_scheduler()
+    try:
+        scheduler_ready(api)
+        core: Any = client.CoreV1Api(api)
+        manifests = [kube_pod(i + 1) for i in range(pods)]  # rendered before the clock starts
+        created: dict[tuple[str, str], float] = {}
+
+        def create(manifest: dict[str, Any]) -> None:
+            key = (KUBE_NAMESPACE, manifest["metadata"]["name"])
+            created[key] = time.time()
+            done(core.create_namespaced_pod(KUBE_NAMESPACE, manifest, _preload_content=False))
+
+        with ThreadPoolExecutor(creators, thread_name_prefix="create") as pool:
+            list(pool.map(create, manifests))
+        bound.wait_for(KUBE_NAMESPACE, pods, time.monotonic() + limit_s)
+        with bound.changed:
+            at = {k: v for k, v in bound.at.items() if k[0] == KUBE_NAMESPACE}
+        return figures(created, at)
+    finally:
+        # Its informers would otherwise watch Gantry's pods too, on the same two cores.
+        plane.stop_process("kube-scheduler")
+        delete_pods(api, KUBE_NAMESPACE)
+
+
+# -- Gantry --------------------------------------------------------------------------------------
+
+
+def gantry_setup(pods: int, flavor: str) -> tuple[Any, Any]:
+    """One tenant whose quota holds every pod, its project on GANTRY_NAMESPACE."""
+    from bench.daemon_setup import organisation
+    from tenants.models import PriorityClass, Project
+
+    org = organisation([("peers", None, {flavor: (pods * 1000, pods * 1000, None)})])
+    team = org["peers"]
+    Project.objects.filter(pk=team[2].pk).update(namespace=GANTRY_NAMESPACE)
+    team[2].namespace = GANTRY_NAMESPACE
+    return team, PriorityClass.objects.get(name=PRIORITY)
+
+
+def run_gantry(
+    api: Any, bound: Bound, pods: int, flavor: str, window: int, limit_s: float
+) -> dict[str, Any]:
+    from django.utils import timezone
+
+    from bench.daemon_setup import job_rows
+    from scheduler.backends.kubernetes import KubernetesBackend
+    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.daemon import Daemon
+    from scheduler.daemon_health import sync_nodes
+    from scheduler.leader import Lease
+    from scheduler.models import Job
+
+    team, priority = gantry_setup(pods, flavor)
+    backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=30.0))
+    started = time.monotonic()
+
+    def on_cycle(d: Daemon) -> None:
+        waiting = Job.objects.filter(state__in=("queued", "admitted")).exists()
+        if not waiting or time.monotonic() - started > limit_s:
+            d.stop.set()
+
+    # As `manage.py run_scheduler` builds it, but for the window of queued jobs per cycle.
+    daemon = Daemon(
+        backend,
+        lease=Lease(ttl_s=60),
+        interval_s=2.0,
+        sync_every_s=1.0,
+        max_pending=window,
+        on_cycle=on_cycle,
+    )
+    daemon.lease.acquire()
+    sync_nodes(daemon, force=True)  # the inventory is in before the first job is
+    specs = [
+        {"team": team, "name": f"peer-{i}", "gpus": 1, "replicas": 1, "duration_s": 3600,
+         "priority": priority}
+        for i in range(pods)
+    ]  # fmt: skip
+    Job.objects.bulk_create(job_rows(specs, timezone.now()), batch_size=2000)
+    daemon.run()
+    bound.wait_for(GANTRY_NAMESPACE, pods, time.monotonic() + 60)
+    created = {str(pk): at.timestamp() for pk, at in Job.objects.values_list("id", "created_at")}
+    with bound.changed:
+        at = {
+            bound.job_ids[key]: value for key, value in bound.at.items()
+            if key[0] == GANTRY_NAMESPACE
+        }  # fmt: skip
+    delete_pods(api, GANTRY_NAMESPACE)
+    return figures(created, at)
+
+
+# -- the whole run -------------------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    from devcluster import versions as pinned
+
+    git, commit = shutil.which("git"), "unknown"
+    if git:
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            commit = subprocess.run(  # noqa: S603 - git, by its full path, fixed arguments
+                [git, "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout.strip()
+    return {
+        "kubernetes": pinned.KUBERNETES,
+        "etcd": pinned.ETCD,
+        "kueue": getattr(pinned, "KUEUE", "not pinned"),
+        "gantry": commit,
+    }
+
+
+def kueue_scenario(plane: Any, api: Any, nodes: list[str]) -> dict[str, Any]:
+    """Kueue's scenario, from bench/k8s_kueue.py (another engineer's) when it is there."""
+    try:
+        module = importlib.import_module("bench.k8s_kueue")
+    except ImportError:
+        return {"skipped": "bench/k8s_kueue.py (Kueue against Gantry) is not written yet"}
+    scenario: Callable[..., dict[str, Any]] = module.scenario
+    return scenario(plane=plane, api=api, nodes=nodes)
+
+
+def run_here(
+    *,
+    nodes: int,
+    pods: int,
+    folder: Path,
+    creators: int = 8,
+    window: int = 20_000,
+    limit_s: float = 900.0,
+    node_lifecycle: bool = False,
+    kueue: bool = True,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> dict[str, Any]:
+    """The benchmark on the Django database in use (a test's, or main()'s fresh one)."""
+    from devcluster.kubelets import Kubelets, NodeShape
+    from devcluster.plane import ControlPlane
+    from scheduler.backends.kubernetes_inventory import flavor_from_product
+
+    plane = ControlPlane(folder)
+    plane.stop()  # a run of ours that died left it up
+    controllers = "*" if node_lifecycle else "*,-nodelifecycle"
+    plane.start(controller_manager=True, controllers=controllers)
+    api = admin_client(plane.kubeconfig, creators + 4)
+    stop_beats = threading.Event()
+    try:
+        apply_priority_classes(api)
+        shape = NodeShape(gpus=GPUS_PER_NODE)
+        kubelets = Kubelets(api)
+        began = time.monotonic()
+        names = node_names(nodes)
+        kubelets.add_nodes(names, shape)  # one round of leases included
+        log(f"{nodes} nodes registered in {time.monotonic() - began:.1f} s")
+        began = time.monotonic()
+        kubelets.heartbeat()
+        log(f"heartbeat_s: one round of {nodes} leases took {time.monotonic() - began:.2f} s")
+        if node_lifecycle:  # leases only: a kubelet's status updates would add their load
+
+            def beat() -> None:
+                while not stop_beats.wait(10.0):
+                    kubelets.heartbeat()
+
+            threading.Thread(target=beat, name="heartbeats", daemon=True).start()
+        with watching(plane.kubeconfig) as bound:
+            kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s)
+            log(f"kube-scheduler: {kube}")
+            flavor = flavor_from_product(shape.product)
+            gantry = run_gantry(api, bound, pods, flavor, window, limit_s)
+            log(f"gantry: {gantry}")
+        scenario = kueue_scenario(plane, api, names) if kueue else {"skipped": "--no-kueue"}
+        return {
+            "throughput": {"gantry": gantry, "kube_scheduler": kube},
+            "kueue_scenario": scenario,
+            "nodes": nodes,
+            "pods": pods,
+            "versions": versions(),
+        }
+    finally:
+        stop_beats.set()
+        api.close()
+        plane.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench.daemon_setup import fresh_database
+
+    parser = argparse.ArgumentParser(description="Gantry beside kube-scheduler on a real plane")
+    parser.add_argument("--nodes", type=int, default=5000, help="simulated nodes of 8 GPUs")
+    parser.add_argument("--pods", type=int, default=10_000, help="one-GPU pods per scheduler")
+    parser.add_argument("--creators", type=int, default=8, help="client threads creating pods")
+    parser.add_argument(
+        "--window", type=int, default=20_000, help="Gantry's queued jobs per cycle, at most"
+    )
+    parser.add_argument("--limit", type=float, default=900.0, help="give up after, s per peer")
+    parser.add_argument("--dir", type=Path, help="control plane folder (default: a temporary one)")
+    parser.add_argument(
+        "--node-lifecycle",
+        action="store_true",
+        help="keep the node lifecycle controller on and heartbeat the nodes meanwhile",
+    )
+    parser.add_argument("--no-kueue", action="store_true", help="skip Kueue's scenario")
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.nodes < 1 or args.pods < 1 or args.creators < 1 or args.window < 1:
+        parser.error("--nodes, --pods, --creators and --window must be 1 or more")
+    if args.pods > args.nodes * GPUS_PER_NODE:
+        parser.error(f"--pods must fit on the nodes ({GPUS_PER_NODE} GPUs each)")
+    fresh_database(args.database_url)
+    with contextlib.ExitStack() as stack:
+        folder = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cp-")))
+        out = run_here(
+            nodes=args.nodes,
+            pods=args.pods,
+            folder=folder,
+            creators=args.creators,
+            window=args.window,
+            limit_s=args.limit,
+            node_lifecycle=args.node_lifecycle,
+            kueue=not args.no_kueue,
+        )
+    print(json.dumps(out, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
