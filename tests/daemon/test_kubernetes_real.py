@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,11 +17,11 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from devcluster.kubelets import Kubelets, NodeShape
 from devcluster.plane import ControlPlane
-from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_render import LABEL_ATTEMPT, LABEL_JOB
 from scheduler.daemon import Daemon
@@ -49,13 +50,20 @@ def apply_priority_classes(api: client.ApiClient) -> None:
                 raise
 
 
+def product_client(kubeconfig: Path) -> client.ApiClient:
+    """A client made as `run_scheduler --backend kubernetes` makes it, from KUBECONFIG."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUBECONFIG", str(kubeconfig))
+        return api_client_from_environment()
+
+
 @pytest.fixture(scope="module")
 def plane() -> Iterator[tuple[ControlPlane, client.ApiClient]]:
     started = ControlPlane(PLANE_DIR)
     started.stop()
     shutil.rmtree(PLANE_DIR / "etcd", ignore_errors=True)  # nothing of an earlier run
     started.start(controller_manager=True)
-    api = config.new_client_from_config(str(started.kubeconfig))
+    api = product_client(started.kubeconfig)
     apply_priority_classes(api)
     yield started, api
     api.close()
@@ -74,6 +82,7 @@ def kubelets(plane: tuple[ControlPlane, client.ApiClient]) -> Kubelets:
 
 
 def _json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The answer's JSON, read whole before the connection goes back to the pool."""
     response = fn(*args, _preload_content=False, **kwargs)
     try:
         result: dict[str, Any] = json.loads(response.data)
@@ -136,9 +145,7 @@ class Real:
     def clean(self) -> None:
         """No pod outlives its test (the next one's database does not know it)."""
         for namespace in {p.namespace for p in self.backend.list_pods()}:
-            self.core.delete_collection_namespaced_pod(
-                namespace, grace_period_seconds=0, _preload_content=False
-            ).release_conn()
+            _json(self.core.delete_collection_namespaced_pod, namespace, grace_period_seconds=0)
         self.kubelets.held.clear()
         self.kubelets.endings.clear()
 
@@ -215,9 +222,7 @@ def test_a_pod_deleted_out_of_band_fails_over(real: Real) -> None:
     job = real.submit(retry={"limit": 0})
     real.until("running", lambda: real.state(job) == "running")
     meta = real.pod(job)["metadata"]
-    real.core.delete_namespaced_pod(
-        meta["name"], meta["namespace"], grace_period_seconds=0, _preload_content=False
-    ).release_conn()
+    _json(real.core.delete_namespaced_pod, meta["name"], meta["namespace"], grace_period_seconds=0)
     real.cycle()
     job.refresh_from_db()
     assert (job.state, job.attempt) == ("binding", 1)  # node loss: requeued and placed at once
@@ -241,3 +246,85 @@ def test_a_pod_held_pending_fails_at_the_binding_deadline_with_its_cause(real: R
     assert job.state == "failed"
     assert "did not start" in job.reason and "ImagePullBackOff" in job.reason
     real.until("released", lambda: not Allocation.objects.filter(ended_at__isnull=True).exists())
+
+
+# -- watches: a plane of their own, since they compact its store and restart its server ----
+
+
+@pytest.fixture
+def own_plane(tmp_path: Path) -> Iterator[tuple[ControlPlane, client.ApiClient]]:
+    started = ControlPlane(tmp_path / "plane").start(controller_manager=True)
+    api = product_client(started.kubeconfig)
+    try:
+        apply_priority_classes(api)
+        yield started, api
+    finally:
+        api.close()
+        started.stop()
+        shutil.rmtree(tmp_path / "plane" / "etcd", ignore_errors=True)
+
+
+def _set_within(event: threading.Event, what: str) -> None:
+    if not event.wait(DEADLINE_S):
+        raise AssertionError(f"no wake-up within {DEADLINE_S} s: {what}")
+
+
+def test_jobs_run_through_a_compaction_and_an_apiserver_restart(
+    db: Any, own_plane: tuple[ControlPlane, client.ApiClient]
+) -> None:
+    plane, api = own_plane
+    kubelets = Kubelets(api)
+    kubelets.add_nodes(["watch-gpu-1"], NodeShape(gpus=8))
+    real = Real(build_org(), api, kubelets)
+    stop = threading.Event()
+    woken = real.backend.watch_pods(stop, timeout_s=60)
+    try:
+        first = [real.submit() for _ in range(2)]
+        real.until("running", lambda: all(real.state(j) == "running" for j in first))
+        (watcher,) = real.backend._watchers
+        relists = watcher.relists
+        # A watcher of its own, left at the version before the compaction.
+        stale = real.backend.pod_watcher(lambda _pods: None, lambda *_: None, timeout_s=5)
+        stale.run_once()
+        old = stale.resource_version
+        # A compaction: the open watch goes on (or lists again) and still wakes the daemon.
+        plane.compact()
+        woken.clear()
+        meta = real.pod(first[0])["metadata"]
+        kubelets.succeed(meta["namespace"], meta["name"])
+        kubelets.step()
+        _set_within(woken, "a pod ended after the compaction")
+        real.until("first succeeded", lambda: real.state(first[0]) == "succeeded")
+        # A restart while the daemon runs: cycles fail while the server is away, and the
+        # watch lists again once it is back.
+        plane.stop_process("kube-apiserver")
+        late = real.submit()
+        real.cycle()  # the server is away: the cycle fails, nothing is written
+        assert real.state(late) == "queued"
+        plane.restart_apiserver()
+        woken.clear()
+        real.until("late running", lambda: real.state(late) == "running")
+        _set_within(woken, "pods changed after the restart")
+        assert watcher.relists > relists
+        # The restarted server's watch cache starts after the compaction: a watch from the
+        # old version answers 410 Expired (an ERROR event in a 200 stream), and the watcher
+        # lists again at once, without counting it a failure.
+        stale.run_once()
+        assert stale.resource_version is None and stale._failures == 0
+        stale.run_once()
+        assert stale.relists == 2 and stale.resource_version not in (None, old)
+        for job in (first[1], late):
+            meta = real.pod(job)["metadata"]
+            kubelets.succeed(meta["namespace"], meta["name"])
+        real.until(
+            "all succeeded", lambda: all(real.state(j) == "succeeded" for j in [*first, late])
+        )
+    finally:
+        stop.set()
+        real.backend.close_watches()
+    # No job lost or doubled: one attempt, one allocation, one pod each.
+    for job in [*first, late]:
+        job.refresh_from_db()
+        assert job.attempt == 0
+        assert Allocation.objects.filter(job=job).count() == 1
+    assert not Allocation.objects.filter(ended_at__isnull=True).exists()
