@@ -8,7 +8,11 @@ nodes and is stepped explicitly. Only the real server is polled, with a deadline
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.db import connection
 from kubernetes import client
 
 from devcluster.kubelets import Kubelets, NodeShape
@@ -328,3 +333,60 @@ def test_jobs_run_through_a_compaction_and_an_apiserver_restart(
         assert job.attempt == 0
         assert Allocation.objects.filter(job=job).count() == 1
     assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+
+
+# -- the command itself -------------------------------------------------------------------
+
+
+def _database_url() -> str:
+    """The test database, for a second process (committed rows only: transactional_db)."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def test_run_scheduler_on_the_kubernetes_backend_runs_jobs_and_stops_on_sigterm(
+    transactional_db: Any,
+    plane: tuple[ControlPlane, client.ApiClient],
+    kubelets: Kubelets,
+    tmp_path: Path,
+) -> None:
+    kubelets.heartbeat()
+    world = Real(build_org(), plane[1], kubelets)
+    jobs = [world.submit() for _ in range(2)]
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "KUBECONFIG": str(plane[0].kubeconfig),
+        "GANTRY_VAR_DIR": str(tmp_path),
+    }
+    log = (tmp_path / "scheduler.log").open("w+")
+    command = [sys.executable, "manage.py", "run_scheduler", "--backend", "kubernetes"]
+    process = subprocess.Popen(
+        [*command, "--interval", "0.5"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 2 * DEADLINE_S
+        while not all(world.state(j) == "succeeded" for j in jobs):
+            assert process.poll() is None, (tmp_path / "scheduler.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()[-3000:]
+            kubelets.step()
+            for job in jobs:
+                if world.state(job) == "running":
+                    meta = world.pod(job)["metadata"]
+                    kubelets.succeed(meta["namespace"], meta["name"])
+            time.sleep(0.2)  # the daemon runs on the wall clock: give it a moment
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=DEADLINE_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        world.clean()
+        log.close()
+    output = (tmp_path / "scheduler.log").read_text()
+    assert "on the kubernetes backend" in output
+    assert "finishing the current cycle" in output
+    assert all(Allocation.objects.get(job=j).ended_at is not None for j in jobs)
