@@ -34,7 +34,7 @@ from scheduler.leader import Lease
 from scheduler.models import Allocation, GpuDevice, Job, JobEvent
 from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
-from tests.daemon.conftest import FakeClock
+from tests.daemon.conftest import FakeClock, Killed, expire_leases
 
 pytestmark = pytest.mark.kubernetes
 
@@ -76,6 +76,8 @@ def plane() -> Iterator[tuple[ControlPlane, client.ApiClient]]:
 
 
 NODES = ("h4-gpu-1", "h4-gpu-2")
+# Where a daemon is killed -> the attempt the job then runs under (tests/daemon/test_faults.py).
+CRASHES_AT = {"claimed": 1, "pods_created": 0, "bound": 0, "before_commit": 0}
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +253,48 @@ def test_a_pod_held_pending_fails_at_the_binding_deadline_with_its_cause(real: R
     assert job.state == "failed"
     assert "did not start" in job.reason and "ImagePullBackOff" in job.reason
     real.until("released", lambda: not Allocation.objects.filter(ended_at__isnull=True).exists())
+
+
+def _killed() -> None:
+    raise Killed
+
+
+@pytest.mark.parametrize(("step", "attempt"), list(CRASHES_AT.items()))
+def test_a_daemon_killed_at_each_step_loses_nothing_on_a_real_server(
+    real: Real, step: str, attempt: int
+) -> None:
+    """The next leader adopts what the real server holds (a pod created, with the defaults
+    admission added; or bound) or releases the claim, and the job runs once."""
+    job = real.submit()
+    first = real.new_daemon("first", hooks={step: _killed})
+    with pytest.raises(Killed):
+        first.step()
+    expire_leases()
+    real.daemon = real.new_daemon("second")
+    real.until("running", lambda: real.state(job) == "running")
+    job.refresh_from_db()
+    assert job.attempt == attempt
+    assert [p["metadata"]["name"] for p in real.pods(job)] == [f"gantry-{job.pk}-a{attempt}-r0"]
+    assert Allocation.objects.filter(ended_at__isnull=True).count() == 1
+
+
+def test_a_two_replica_job_and_a_gpu_share_are_admitted_and_run(real: Real) -> None:
+    """What only a real server checks: the replicas' headless Service (owned by replica 0),
+    and a share's sharing-layer resources, pass validation and restricted Pod Security."""
+    gang = real.submit(replicas=2, resources={"gpus": 6})
+    share = real.submit(resources={"gpu_milli": 500, "gpu_memory_mib": 20000}, replicas=1)
+    real.until("both running", lambda: {real.state(gang), real.state(share)} == {"running"})
+    pods = real.pods(gang)
+    assert len(pods) == 2 and len({p["spec"]["nodeName"] for p in pods}) == 2
+    namespace = pods[0]["metadata"]["namespace"]
+    services = _json(real.core.list_namespaced_service, namespace)["items"]
+    (service,) = [s for s in services if s["metadata"]["labels"].get(LABEL_JOB) == str(gang.pk)]
+    (owner,) = service["metadata"]["ownerReferences"]
+    assert owner["name"] == f"gantry-{gang.pk}-a0-r0"
+    for job in (gang, share):
+        for pod in real.pods(job):
+            real.kubelets.succeed(pod["metadata"]["namespace"], pod["metadata"]["name"])
+    real.until("succeeded", lambda: {real.state(gang), real.state(share)} == {"succeeded"})
 
 
 # -- watches: a plane of their own, since they compact its store and restart its server ----
