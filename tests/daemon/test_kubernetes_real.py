@@ -297,6 +297,35 @@ def test_a_two_replica_job_and_a_gpu_share_are_admitted_and_run(real: Real) -> N
     real.until("succeeded", lambda: {real.state(gang), real.state(share)} == {"succeeded"})
 
 
+def test_a_job_on_a_lost_node_fails_over_and_its_terminating_pod_is_force_deleted(
+    real: Real,
+) -> None:
+    grace = 300.0
+    real.daemon = real.new_daemon("lost", node_lost_grace_s=grace)
+    job = real.submit(retry={"limit": 0})
+    real.until("running", lambda: real.state(job) == "running")
+    old = real.pod(job)
+    node = old["spec"]["nodeName"]
+    real.kubelets.lose_node(node)
+    try:
+        real.cycle()  # NotReady: the attempt fails (node lost) and is retried elsewhere
+        job.refresh_from_db()
+        assert job.attempt == 1
+        real.cycle(seconds=grace / 2)
+        (stuck,) = [p for p in real.pods(job) if p["metadata"]["name"] == old["metadata"]["name"]]
+        assert stuck["metadata"]["deletionTimestamp"]  # Terminating: no kubelet confirms
+        assert Allocation.objects.get(job=job, attempt=0).ended_at is None
+        real.cycle(seconds=grace)  # past the grace: force-deleted, its devices released
+        assert old["metadata"]["name"] not in [p["metadata"]["name"] for p in real.pods(job)]
+        assert Allocation.objects.get(job=job, attempt=0).ended_at is not None
+        assert not GpuDevice.objects.filter(node__name=node, allocated_milli__gt=0).exists()
+        real.until("retry running", lambda: real.state(job) == "running")
+        assert real.pod(job)["spec"]["nodeName"] != node
+    finally:
+        real.kubelets.lost.discard(node)  # the node comes back for the next tests
+        real.kubelets.add_nodes([node], NodeShape(gpus=8))
+
+
 # -- watches: a plane of their own, since they compact its store and restart its server ----
 
 
