@@ -312,7 +312,14 @@ def test_kubectl_apply_order_and_namespaces() -> None:
     first = [d for d in yaml.safe_load_all(top[0].read_text()) if d]
     assert first[0]["kind"] == "Namespace" and first[0]["metadata"]["name"] == NAMESPACE
     assert not (K8S / "kustomization.yaml").exists(), "kubectl apply -f would choke on it"
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for doc in _docs(applied_only=True):
         if doc["kind"] not in cluster_scoped:
             assert doc["metadata"].get("namespace") == NAMESPACE, _wid(doc)

@@ -17,15 +17,22 @@ beat), the node agent and the migrate job must and must not do. Checked four way
 from __future__ import annotations
 
 import ast
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from scheduler.backends.base import LogTarget
+from scheduler.backends.kubernetes import ApiRejected, KubernetesBackend
+from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes_retry import RetryPolicy
+from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import (
     ACCOUNTS,
     AGENT,
@@ -50,7 +57,7 @@ from tests.k8s.real_api import (
     request,
     token_for,
 )
-from tests.k8s.real_plane import RealPlane
+from tests.k8s.real_plane import WAIT_S, RealPlane
 
 BACKENDS = ROOT / "scheduler" / "backends"
 RBAC = ROOT / "platform" / "k8s" / "02-rbac.yaml"
@@ -206,7 +213,7 @@ class Accounts:
 def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
     api = real_plane.api
     paths = Paths(api)
-    for manifest in manifests("00-namespace.yaml", "02-rbac.yaml"):
+    for manifest in manifests("00-namespace.yaml", "02-rbac.yaml", "04-admission.yaml"):
         answer = apply(api, paths, manifest.doc)
         assert answer.status in (200, 201), f"{manifest.id}: {answer.message}"
     baseline = {
@@ -237,6 +244,23 @@ def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
     request(api, "DELETE", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{BASELINE}")
     for namespace in (scratch, probe):
         request(api, "DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+@pytest.fixture(scope="module")
+def policies(accounts: Accounts) -> None:
+    """A new ValidatingAdmissionPolicy takes effect once the API server's informer has it:
+    wait until the probe (a dry-run namespace without Gantry's labels) is refused."""
+    scheduler = accounts.clients[SCHEDULER]
+    deadline = time.monotonic() + WAIT_S
+    probe = {"metadata": {"name": "gantry-policy-probe"}}
+    while True:
+        answer = request(
+            scheduler, "POST", "/api/v1/namespaces", body=probe, query=[("dryRun", "All")]
+        )
+        if answer.status == 403:
+            return
+        assert time.monotonic() < deadline, f"the admission policies never applied: {answer}"
+        time.sleep(0.2)
 
 
 def _access_review(
@@ -363,7 +387,10 @@ def test_the_scheduler_creates_a_namespace_and_lists_pods_but_reads_no_secret(
         "kind": "Namespace",
         "metadata": {
             "name": accounts.scratch,
-            "labels": {"app.kubernetes.io/managed-by": "gantry"},
+            "labels": {
+                "app.kubernetes.io/managed-by": "gantry",
+                "pod-security.kubernetes.io/enforce": "restricted",
+            },
         },
     }
     created = request(scheduler, "POST", "/api/v1/namespaces", body=namespace)
@@ -411,3 +438,185 @@ def test_agent_and_migrate_mount_no_token() -> None:
     for kind, name in (("DaemonSet", "gantry-node-agent"), ("Job", "gantry-migrate")):
         spec = docs[(kind, name)]["spec"]["template"]["spec"]
         assert spec["automountServiceAccountToken"] is False, name
+
+
+# -- the backend itself, with each account's token -------------------------------------------
+
+
+def _backend(api: client.ApiClient) -> KubernetesBackend:
+    return KubernetesBackend(
+        api, KubernetesConfig(request_timeout_s=10.0), policy=RetryPolicy(attempts=1)
+    )
+
+
+@pytest.fixture
+def probe_node(accounts: Accounts) -> Iterator[str]:
+    """A node of this test's own (no kubelet: nothing runs on it), tainted like a GPU node, so
+    that cordoning it and binding to it disturb no other test's nodes."""
+    name = f"rbac-node-{uuid.uuid4().hex[:6]}"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+    }
+    created = request(accounts.api, "POST", "/api/v1/nodes", body=node)
+    assert created.status == 201, created
+    yield name
+    request(accounts.api, "DELETE", f"/api/v1/nodes/{name}")
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
+    accounts: Accounts, probe_node: str
+) -> None:
+    """Every ClusterBackend call the daemon makes, through the backend, as gantry-scheduler:
+    RBAC and the admission policies leave it all it needs (the MUST side, end to end)."""
+    backend = _backend(accounts.clients[SCHEDULER])
+    assert probe_node in {n.name for n in backend.list_nodes()}
+    assert backend.get_node(probe_node) is not None
+    backend.set_node_unschedulable(probe_node, True)
+    backend.set_node_unschedulable(probe_node, False)
+
+    namespace = f"gantry-rbac-{uuid.uuid4().hex[:8]}"
+    try:
+        backend.ensure_namespace(namespace)
+        first = make_request(namespace=namespace, node=probe_node, replicas=2, replica=0)
+        second = make_request(namespace=namespace, node=probe_node, replicas=2, replica=1)
+        backend.create_pod(first)  # and the headless Service of a distributed job
+        backend.create_pod(second)
+        backend.create_pod(first)  # again: the conflict is resolved by reading the pod
+        backend.bind_pod(namespace, first.name, probe_node)
+        backend.record_event(namespace, first.name, "Waiting", "for a GPU")
+        assert {first.name, second.name} <= {p.name for p in backend.list_pods()}
+        watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
+        watcher.run_once()  # the list
+        watcher.run_once()  # the watch, ended by the server after a second
+        services = request(accounts.api, "GET", f"/api/v1/namespaces/{namespace}/services")
+        assert len(services.body["items"]) == 1  # before its owner goes, and it with it
+        backend.delete_pod(namespace, first.name, grace_period_s=0)
+    finally:
+        request(accounts.api, "DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+@pytest.mark.kubernetes
+def test_the_web_app_reads_logs_through_the_backend_and_nothing_else(
+    accounts: Accounts,
+) -> None:
+    backend = _backend(accounts.clients[APP])
+    target = LogTarget(
+        namespace=accounts.probe,
+        pod=PROBE_POD,
+        job_id=1,
+        attempt=0,
+        replica=0,
+        job_type="training",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        ended_at=None,
+    )
+    page = backend.read_log(target, now=datetime.now(UTC))
+    assert page.lines == ()
+    with pytest.raises(ApiRejected) as refused:
+        backend.list_pods()
+    assert refused.value.status == 403
+
+
+# -- what RBAC cannot say: the scheduler's admission policies (04-admission.yaml) ------------
+
+
+def _refused_by_policy(answer: Answer, policy: str) -> None:
+    assert answer.status == 403, answer
+    assert f"ValidatingAdmissionPolicy '{policy}'" in answer.message, answer.message
+
+
+UNBOUND_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "rbac-policy-probe"},
+    "spec": {"containers": [{"name": "main", "image": "gantry:0.1.0"}]},
+}
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_writes_pods_only_in_gantrys_namespaces(
+    accounts: Accounts, policies: None
+) -> None:
+    """Its ClusterRole lets it create and delete pods anywhere; the policy keeps it to the
+    namespaces labelled as Gantry's: not kube-system, not a namespace someone else made."""
+    scheduler = accounts.clients[SCHEDULER]
+    dry = [("dryRun", "All")]
+    policy = "gantry-scheduler-namespaces"
+    for namespace in ("kube-system", accounts.probe):
+        created = request(
+            scheduler, "POST", f"/api/v1/namespaces/{namespace}/pods", body=UNBOUND_POD, query=dry
+        )
+        _refused_by_policy(created, policy)
+    deleted = request(
+        scheduler, "DELETE", f"/api/v1/namespaces/{accounts.probe}/pods/{PROBE_POD}", query=dry
+    )
+    _refused_by_policy(deleted, policy)
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": PROBE_POD},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "real-gpu-1"},
+    }
+    bound = request(
+        scheduler,
+        "POST",
+        f"/api/v1/namespaces/{accounts.probe}/pods/{PROBE_POD}/binding",
+        body=binding,
+        query=dry,
+    )
+    _refused_by_policy(bound, policy)
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "rbac-probe"}}
+    service["spec"] = {"clusterIP": "None", "selector": {"a": "b"}}
+    created = request(
+        scheduler, "POST", "/api/v1/namespaces/kube-system/services", body=service, query=dry
+    )
+    _refused_by_policy(created, policy)
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_creates_only_restricted_gantry_namespaces(
+    accounts: Accounts, policies: None
+) -> None:
+    scheduler = accounts.clients[SCHEDULER]
+    policy = "gantry-scheduler-project-namespaces"
+    dry = [("dryRun", "All")]
+    plain = {"metadata": {"name": "rbac-plain"}}
+    _refused_by_policy(
+        request(scheduler, "POST", "/api/v1/namespaces", body=plain, query=dry), policy
+    )
+    privileged = {
+        "metadata": {
+            "name": "rbac-privileged",
+            "labels": {
+                "app.kubernetes.io/managed-by": "gantry",
+                "pod-security.kubernetes.io/enforce": "privileged",
+            },
+        }
+    }
+    answer = request(scheduler, "POST", "/api/v1/namespaces", body=privileged, query=dry)
+    _refused_by_policy(answer, policy)
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_only_cordons_nodes(
+    accounts: Accounts, policies: None, probe_node: str
+) -> None:
+    """nodes patch is for spec.unschedulable: relabelling or untainting a node (which would
+    steer other workloads onto GPU nodes) is refused; the admin still may."""
+    scheduler = accounts.clients[SCHEDULER]
+    policy = "gantry-scheduler-cordon-only"
+    merge = "application/merge-patch+json"
+    path = f"/api/v1/nodes/{probe_node}"
+    cordon = {"spec": {"unschedulable": True}}
+    assert request(scheduler, "PATCH", path, body=cordon, content_type=merge).status == 200
+    for change in ({"metadata": {"labels": {"x": "y"}}}, {"spec": {"taints": []}}):
+        answer = request(scheduler, "PATCH", path, body=change, content_type=merge)
+        _refused_by_policy(answer, policy)
+    admin = request(
+        accounts.api, "PATCH", path, body={"metadata": {"labels": {"x": "y"}}}, content_type=merge
+    )
+    assert admin.status == 200, admin
