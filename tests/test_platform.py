@@ -536,6 +536,15 @@ def test_workload_environment() -> None:
         assert refs == {("configMapRef", "gantry-config"), ("secretRef", "gantry-secrets")}, name
 
 
+def test_the_example_node_agent_secret_holds_a_token_per_node() -> None:
+    """Each agent reads the key named after its node (GANTRY_AGENT_TOKEN_FILE ends in
+    /$(NODE_NAME), above): the example shows node-named keys, not the one `token` key of
+    before per-node tokens, which no agent would ever read."""
+    keys = set(_one("Secret", "gantry-node-agent")["stringData"])
+    assert keys and all(re.fullmatch(r"gpu-node-\d+", key) for key in keys), keys
+    assert "--from-literal=token=" not in (K8S / "examples" / "secret.example.yaml").read_text()
+
+
 def test_config_names_the_ingress_as_a_trusted_proxy() -> None:
     """Behind an ingress without trusted proxies, every user shares one login-failure counter
     (issue 17): the shipped configuration lists networks, one each, that parse."""
