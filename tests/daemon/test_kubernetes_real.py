@@ -7,6 +7,7 @@ nodes and is stepped explicitly. Only the real server is polled, with a deadline
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,14 +17,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from django.db import connection
 from kubernetes import client
 
+from devcluster import build
 from devcluster.kubelets import Kubelets, NodeShape
 from devcluster.plane import ControlPlane
 from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
@@ -35,24 +37,13 @@ from scheduler.models import Allocation, GpuDevice, Job, JobEvent
 from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock, Killed, expire_leases
+from tests.k8s.real_plane import RealPlane, apply_priority_classes, real_plane
 
 pytestmark = pytest.mark.kubernetes
+__all__ = ["real_plane"]  # the session fixture, for this module
 
 ROOT = Path(__file__).resolve().parents[2]
-PLANE_DIR = Path("/tmp/h4-cp")
 DEADLINE_S = 30.0
-
-
-def apply_priority_classes(api: client.ApiClient) -> None:
-    scheduling = client.SchedulingV1Api(api)
-    for doc in yaml.safe_load_all((ROOT / "platform/k8s/01-priorityclasses.yaml").read_text()):
-        if not doc:
-            continue
-        try:
-            scheduling.create_priority_class(doc)
-        except client.ApiException as error:
-            if error.status != 409:
-                raise
 
 
 def product_client(kubeconfig: Path) -> client.ApiClient:
@@ -62,30 +53,32 @@ def product_client(kubeconfig: Path) -> client.ApiClient:
         return api_client_from_environment()
 
 
+@dataclass
+class Shared:
+    """The session's plane (tests/k8s/real_plane.py), with nodes of this module's own whose
+    kubelets the tests step themselves, and a client made as the scheduler makes it."""
+
+    plane: RealPlane
+    api: client.ApiClient
+    kubelets: Kubelets
+
+
 @pytest.fixture(scope="module")
-def plane() -> Iterator[tuple[ControlPlane, client.ApiClient]]:
-    started = ControlPlane(PLANE_DIR)
-    started.stop()
-    shutil.rmtree(PLANE_DIR / "etcd", ignore_errors=True)  # nothing of an earlier run
-    started.start(controller_manager=True)
-    api = product_client(started.kubeconfig)
-    apply_priority_classes(api)
-    yield started, api
+def shared(real_plane: RealPlane) -> Iterator[Shared]:
+    if real_plane.plane is None:
+        pytest.skip("these tests play the kubelets: they need the devcluster plane")
+    api = product_client(real_plane.kubeconfig)
+    played = Kubelets(api)
+    played.add_nodes(NODES, NodeShape(gpus=8))
+    yield Shared(real_plane, api, played)
+    for name in NODES:
+        _json(played.core.delete_node, name)
     api.close()
-    started.stop()
 
 
 NODES = ("h4-gpu-1", "h4-gpu-2")
 # Where a daemon is killed -> the attempt the job then runs under (tests/daemon/test_faults.py).
 CRASHES_AT = {"claimed": 1, "pods_created": 0, "bound": 0, "before_commit": 0}
-
-
-@pytest.fixture(scope="module")
-def kubelets(plane: tuple[ControlPlane, client.ApiClient]) -> Kubelets:
-    """The nodes' kubelets, stepped by the tests only (no thread)."""
-    played = Kubelets(plane[1])
-    played.add_nodes(NODES, NodeShape(gpus=8))
-    return played
 
 
 def _json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -157,14 +150,27 @@ class Real:
         self.kubelets.endings.clear()
 
 
+@contextlib.contextmanager
+def only_our_nodes(shared: Shared) -> Iterator[None]:
+    """The session's own nodes are cordoned while a test runs, so that the daemon places
+    only on the nodes whose kubelets the test steps."""
+    core: Any = client.CoreV1Api(shared.api)
+    for name in shared.plane.nodes:
+        _json(core.patch_node, name, {"spec": {"unschedulable": True}})
+    try:
+        yield
+    finally:
+        for name in shared.plane.nodes:
+            _json(core.patch_node, name, {"spec": {"unschedulable": False}})
+
+
 @pytest.fixture
-def real(
-    db: Any, plane: tuple[ControlPlane, client.ApiClient], kubelets: Kubelets
-) -> Iterator[Real]:
-    kubelets.heartbeat()  # the node lifecycle controller must not find them silent
-    world = Real(build_org(), plane[1], kubelets)
-    yield world
-    world.clean()
+def real(db: Any, shared: Shared) -> Iterator[Real]:
+    shared.kubelets.heartbeat()  # the node lifecycle controller must not find them silent
+    world = Real(build_org(), shared.api, shared.kubelets)
+    with only_our_nodes(shared):
+        yield world
+        world.clean()
 
 
 def test_a_job_runs_to_succeeded_through_create_bind_run(real: Real) -> None:
@@ -330,7 +336,13 @@ def test_a_job_on_a_lost_node_fails_over_and_its_terminating_pod_is_force_delete
 
 
 @pytest.fixture
-def own_plane(tmp_path: Path) -> Iterator[tuple[ControlPlane, client.ApiClient]]:
+def own_plane(
+    real_plane: RealPlane, tmp_path: Path
+) -> Iterator[tuple[ControlPlane, client.ApiClient]]:
+    """A plane for one test (after `real_plane`, which skips or fails, saying why, where
+    none can start)."""
+    if build.missing():
+        pytest.skip("no devcluster binaries for a plane of its own (KUBECONFIG's cluster only)")
     started = ControlPlane(tmp_path / "plane").start(controller_manager=True)
     api = product_client(started.kubeconfig)
     try:
@@ -421,45 +433,43 @@ def _database_url() -> str:
 
 
 def test_run_scheduler_on_the_kubernetes_backend_runs_jobs_and_stops_on_sigterm(
-    transactional_db: Any,
-    plane: tuple[ControlPlane, client.ApiClient],
-    kubelets: Kubelets,
-    tmp_path: Path,
+    transactional_db: Any, shared: Shared, tmp_path: Path
 ) -> None:
+    kubelets = shared.kubelets
     kubelets.heartbeat()
-    world = Real(build_org(), plane[1], kubelets)
+    world = Real(build_org(), shared.api, kubelets)
     jobs = [world.submit() for _ in range(2)]
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
-        "KUBECONFIG": str(plane[0].kubeconfig),
+        "KUBECONFIG": str(shared.plane.kubeconfig),
         "GANTRY_VAR_DIR": str(tmp_path),
     }
-    log = (tmp_path / "scheduler.log").open("w+")
+    log_path = tmp_path / "scheduler.log"
     command = [sys.executable, "manage.py", "run_scheduler", "--backend", "kubernetes"]
-    process = subprocess.Popen(
-        [*command, "--interval", "0.5"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 2 * DEADLINE_S
-        while not all(world.state(j) == "succeeded" for j in jobs):
-            assert process.poll() is None, (tmp_path / "scheduler.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()[-3000:]
-            kubelets.step()
-            for job in jobs:
-                if world.state(job) == "running":
-                    meta = world.pod(job)["metadata"]
-                    kubelets.succeed(meta["namespace"], meta["name"])
-            time.sleep(0.2)  # the daemon runs on the wall clock: give it a moment
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=DEADLINE_S) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        world.clean()
-        log.close()
-    output = (tmp_path / "scheduler.log").read_text()
+    with only_our_nodes(shared), log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*command, "--interval", "0.5"], cwd=ROOT, env=env, stdout=log, stderr=log
+        )
+        try:
+            deadline = time.monotonic() + 2 * DEADLINE_S
+            while not all(world.state(j) == "succeeded" for j in jobs):
+                assert process.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                kubelets.step()
+                for job in jobs:
+                    if world.state(job) == "running":
+                        meta = world.pod(job)["metadata"]
+                        kubelets.succeed(meta["namespace"], meta["name"])
+                time.sleep(0.2)  # polls the real server (and the process) with a deadline
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=DEADLINE_S) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            world.clean()
+    output = log_path.read_text()
     assert "on the kubernetes backend" in output
     assert "finishing the current cycle" in output
     assert all(Allocation.objects.get(job=j).ended_at is not None for j in jobs)
