@@ -243,6 +243,19 @@ def node_names(count: int) -> list[str]:
     return [f"sim-{i:05d}" for i in range(count)]
 
 
+def register(api: Any, names: list[str], shape: Any, threads: int) -> Any:
+    """The nodes registered by `threads` simulators at once (each renews only its own
+    leases), then one simulator that plays them all."""
+    from devcluster.kubelets import Kubelets
+
+    chunks = [names[i::threads] for i in range(threads)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="register") as pool:
+        list(pool.map(lambda chunk: Kubelets(api).add_nodes(chunk, shape), chunks))
+    kubelets = Kubelets(api)
+    kubelets.nodes.update(names)
+    return kubelets
+
+
 def delete_pods(api: Any, namespace: str, deadline_s: float = 300.0) -> None:
     """Delete every pod of `namespace` at once (no kubelet confirms: grace 0) and wait."""
     from kubernetes import client
@@ -371,7 +384,13 @@ def gantry_setup(pods: int, flavor: str) -> tuple[Any, Any]:
 
 
 def run_gantry(
-    api: Any, bound: Bound, pods: int, flavor: str, window: int, limit_s: float
+    api: Any,
+    bound: Bound,
+    pods: int,
+    flavor: str,
+    window: int,
+    limit_s: float,
+    log: Callable[[str], None],
 ) -> dict[str, Any]:
     from django.utils import timezone
 
@@ -387,7 +406,14 @@ def run_gantry(
     backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=30.0))
     started = time.monotonic()
 
+    phases: dict[str, float] = {}
+    cycles = 0
+
     def on_cycle(d: Daemon) -> None:
+        nonlocal cycles
+        cycles += 1
+        for name, ms in (d.last.phases_ms if d.last else {}).items():
+            phases[name] = phases.get(name, 0.0) + ms / 1000
         waiting = Job.objects.filter(state__in=("queued", "admitted")).exists()
         if not waiting or time.monotonic() - started > limit_s:
             d.stop.set()
@@ -418,7 +444,13 @@ def run_gantry(
             if key[0] == GANTRY_NAMESPACE
         }  # fmt: skip
     delete_pods(api, GANTRY_NAMESPACE)
+    busiest = dict(sorted(phases.items(), key=lambda item: -item[1])[:6])
+    log(f"gantry: {cycles} cycles; seconds per phase: {json.dumps(_rounded(busiest))}")
     return figures(created, at)
+
+
+def _rounded(values: dict[str, float]) -> dict[str, float]:
+    return {key: round(value, 2) for key, value in values.items()}
 
 
 # -- the whole run -------------------------------------------------------------------------------
@@ -441,14 +473,43 @@ def versions() -> dict[str, str]:
     }
 
 
-def kueue_scenario(plane: Any, api: Any, nodes: list[str]) -> dict[str, Any]:
-    """Kueue's scenario, from bench/k8s_kueue.py (another engineer's) when it is there."""
+@contextlib.contextmanager
+def borrowed(plane: Any) -> Iterator[Any]:
+    """The running plane, lent: whoever borrows it does not stop it."""
+    yield plane
+
+
+def kueue_scenario(
+    plane: Any, api: Any, fraction: float, database_url: str, limit_s: float, log: Any
+) -> dict[str, Any]:
+    """Kueue's scenario by Kueue and by Gantry (bench/k8s_kueue.py) on this same plane, once
+    the throughput runs' nodes are gone: the scenario brings its own 75 nodes and a fresh
+    database (`database_url`, dropped and made again)."""
+    from django.db import connections
+    from kubernetes import client
+
+    from devcluster.kubelets import MANAGED_LABEL
+
     try:
         module = importlib.import_module("bench.k8s_kueue")
-    except ImportError:
-        return {"skipped": "bench/k8s_kueue.py (Kueue against Gantry) is not written yet"}
-    scenario: Callable[..., dict[str, Any]] = module.scenario
-    return scenario(plane=plane, api=api, nodes=nodes)
+    except ImportError as error:
+        return {"skipped": f"bench/k8s_kueue.py cannot be imported: {error}"}
+    core: Any = client.CoreV1Api(api)
+    done(
+        core.delete_collection_node(label_selector=f"{MANAGED_LABEL}=true", _preload_content=False)
+    )
+    connections.close_all()  # the scenario drops this database and makes it again
+    try:
+        result: dict[str, Any] = module.run_kueue_scenario(
+            lambda: borrowed(plane),
+            fraction,
+            database_url=database_url,
+            limit_s=limit_s,
+            say=log,
+        )
+    except Exception as error:  # the report says what failed, and the throughput stands
+        return {"error": f"{type(error).__name__}: {error}"}
+    return result
 
 
 def run_here(
@@ -460,11 +521,12 @@ def run_here(
     window: int = 20_000,
     limit_s: float = 900.0,
     node_lifecycle: bool = False,
-    kueue: bool = True,
+    kueue_fraction: float | None = None,
+    database_url: str = DEFAULT_URL,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> dict[str, Any]:
     """The benchmark on the Django database in use (a test's, or main()'s fresh one)."""
-    from devcluster.kubelets import Kubelets, NodeShape
+    from devcluster.kubelets import NodeShape
     from devcluster.plane import ControlPlane
     from scheduler.backends.kubernetes_inventory import flavor_from_product
 
@@ -477,10 +539,9 @@ def run_here(
     try:
         apply_priority_classes(api)
         shape = NodeShape(gpus=GPUS_PER_NODE)
-        kubelets = Kubelets(api)
         began = time.monotonic()
         names = node_names(nodes)
-        kubelets.add_nodes(names, shape)  # one round of leases included
+        kubelets = register(api, names, shape, creators)
         log(f"{nodes} nodes registered in {time.monotonic() - began:.1f} s")
         began = time.monotonic()
         kubelets.heartbeat()
@@ -496,9 +557,12 @@ def run_here(
             kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s)
             log(f"kube-scheduler: {kube}")
             flavor = flavor_from_product(shape.product)
-            gantry = run_gantry(api, bound, pods, flavor, window, limit_s)
+            gantry = run_gantry(api, bound, pods, flavor, window, limit_s, log)
             log(f"gantry: {gantry}")
-        scenario = kueue_scenario(plane, api, names) if kueue else {"skipped": "--no-kueue"}
+        if kueue_fraction is None:
+            scenario: dict[str, Any] = {"skipped": "not asked for (--kueue-fraction 0)"}
+        else:
+            scenario = kueue_scenario(plane, api, kueue_fraction, database_url, limit_s, log)
         return {
             "throughput": {"gantry": gantry, "kube_scheduler": kube},
             "kueue_scenario": scenario,
@@ -529,12 +593,19 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="keep the node lifecycle controller on and heartbeat the nodes meanwhile",
     )
-    parser.add_argument("--no-kueue", action="store_true", help="skip Kueue's scenario")
+    parser.add_argument(
+        "--kueue-fraction",
+        type=float,
+        default=0.1,
+        help="of Kueue's 15,000-workload scenario, run after the throughput (0: skip it)",
+    )
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.pods < 1 or args.creators < 1 or args.window < 1:
         parser.error("--nodes, --pods, --creators and --window must be 1 or more")
+    if not 0 <= args.kueue_fraction <= 1:
+        parser.error("--kueue-fraction must be in [0, 1]")
     if args.pods > args.nodes * GPUS_PER_NODE:
         parser.error(f"--pods must fit on the nodes ({GPUS_PER_NODE} GPUs each)")
     fresh_database(args.database_url)
@@ -548,7 +619,8 @@ def main(argv: list[str] | None = None) -> None:
             window=args.window,
             limit_s=args.limit,
             node_lifecycle=args.node_lifecycle,
-            kueue=not args.no_kueue,
+            kueue_fraction=args.kueue_fraction or None,
+            database_url=args.database_url,
         )
     print(json.dumps(out, indent=2))
     if args.json:

@@ -19,7 +19,7 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
     transactional_db: Any, tmp_path: Any
 ) -> None:
     # The daemon commits and listens on its own connection: a transactional database.
-    out = run_here(nodes=4, pods=8, folder=tmp_path / "cp", kueue=False, log=lambda _line: None)
+    out = run_here(nodes=4, pods=8, folder=tmp_path / "cp", log=lambda _line: None)
     assert set(out) == {"throughput", "kueue_scenario", "nodes", "pods", "versions"}
     assert (out["nodes"], out["pods"]) == (4, 8)
     assert set(out["throughput"]) == {"gantry", "kube_scheduler"}
@@ -27,5 +27,5 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
         assert set(figures) == PEER_KEYS, peer
         assert figures["bound"] == 8, peer
         assert figures["pods_per_s"] > 0 and 0 <= figures["p50_s"] <= figures["p99_s"], peer
-    assert out["kueue_scenario"] == {"skipped": "--no-kueue"}
+    assert out["kueue_scenario"] == {"skipped": "not asked for (--kueue-fraction 0)"}
     assert set(out["versions"]) == {"kubernetes", "etcd", "kueue", "gantry"}
