@@ -67,7 +67,7 @@ def organisation(teams: Sequence[tuple[str, str | None, dict[str, Any]]]) -> dic
 
 def job_rows(specs: Sequence[dict[str, Any]], now: Any) -> list[Any]:
     """Unsaved queued Job rows from dicts with team (tenant, user, project), name, gpus,
-    replicas, duration_s, priority (a PriorityClass)."""
+    replicas, duration_s, priority (a PriorityClass), and optionally max_runtime_s."""
     from scheduler.models import Job
 
     rows = []
@@ -99,6 +99,7 @@ def job_rows(specs: Sequence[dict[str, Any]], now: Any) -> list[Any]:
                 cpu_milli=1000,
                 memory_mib=1024,
                 flavors=[],
+                max_runtime_s=s.get("max_runtime_s"),
                 queued_at=now,
             )
         )

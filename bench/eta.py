@@ -1,17 +1,29 @@
 """How good are the start estimates? Replay a trace, estimate while jobs wait, compare.
 
-    python -m bench.eta --json out.json                 # a fifth of 1 cohort of the Kueue scenario
-    python -m bench.eta --fraction 1 --json out.json    # the whole cohort (slow)
-    python -m bench.eta --cohorts 5 --fraction 1        # the whole scenario (slower still)
+    python -m bench.eta --json out.json                  # through the daemon (PostgreSQL)
+    python -m bench.eta --engine-only --json out.json    # on virtual time, in scheduler.sim
+    python -m bench.eta --engine-only --fraction 1       # the whole cohort (slow)
+    python -m bench.eta --engine-only --cohorts 5 --fraction 1   # the whole scenario
 
 The trace is the Kueue scenario's (bench.kueue_baseline: cohorts of 6 teams, 20 GPUs
-guaranteed each, 15 nodes of 8 GPUs per cohort, the same arrivals and classes), replayed on
-virtual time through ``scheduler.sim``, not through the daemon: the daemon on the simulated
-cluster runs on wall-clock time, and a trace long enough to judge estimates would take hours
-there. The estimator is the daemon's own (``scheduler.sim.runtimes.estimate_queue``, which
-``scheduler.eta`` stores): every ``--every`` virtual seconds, as the daemon refreshes every
-GANTRY_ETA_EVERY_S, the replay's present (its snapshot) is estimated with runtimes from the
-history of the jobs finished so far, and every estimate of every waiting job is recorded.
+guaranteed each, 15 nodes of 8 GPUs per cohort, the same arrivals and classes): by default a
+fifth of each class's jobs of one cohort (600 jobs), arrivals and durations stretched
+(``--stretch``) so that they last seconds rather than tenths.
+
+By default the trace goes through the real daemon on the simulated cluster, on wall-clock
+time (bench.eta_daemon): a submitter process inserts the jobs at their arrival times, the
+daemon refreshes the estimates by its own path (``scheduler.eta``, every ``--every`` =
+GANTRY_ETA_EVERY_S, within ``--budget`` = GANTRY_ETA_BUDGET_S, the runtime history re-read
+every ``--history-every``), and a recorder process polls the estimates table, recording every
+estimate made for every job while it waited. Stretched x10 the default trace runs in about
+three minutes; ``--stretch 1`` jobs last tenths of a second, shorter than a refresh.
+
+``--engine-only`` replays on virtual time through ``scheduler.sim`` instead, for traces too
+long for wall-clock time (default stretch 1, ``--every`` 2 virtual s). The estimator is the
+daemon's own (``scheduler.sim.runtimes.estimate_queue``, which ``scheduler.eta`` stores):
+every ``--every`` virtual seconds the replay's present (its snapshot) is estimated with
+runtimes from the history of the jobs finished so far, and every estimate of every waiting
+job is recorded.
 
 Kueue's jobs declare no max runtime and all of a class take the same time; here each job
 declares a max of twice its class's duration and takes a seeded random part of it
@@ -28,7 +40,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,16 +55,17 @@ from scheduler.sim import SimConfig, Simulation, WorkloadJob
 from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of, quantile
 
 
-def workload(cohorts: int, fraction: float, seed: int) -> list[WorkloadJob]:
+def workload(cohorts: int, fraction: float, seed: int, stretch: float = 1.0) -> list[WorkloadJob]:
     """The Kueue arrivals (``fraction`` of each class's jobs per team), each job declaring
-    twice its class's duration as its max and taking a random part of it."""
+    twice its class's duration as its max and taking a random part of it; arrivals and
+    durations times ``stretch``."""
     rng = random.Random(seed)
     jobs = []
     teams = [f"cohort-{c}-team-{t}" for c in range(cohorts) for t in range(TEAMS_PER_COHORT)]
     for team in teams:
         for name, (count, gpus, replicas, duration, interval, _) in CLASSES.items():
             for i in range(max(1, round(count * fraction))):
-                declared = 2 * duration
+                declared = 2 * duration * stretch
                 request = JobRequest(
                     f"{team}-{name}-{i}",
                     team,
@@ -61,7 +76,7 @@ def workload(cohorts: int, fraction: float, seed: int) -> list[WorkloadJob]:
                     max_runtime_s=declared,
                 )
                 ran = declared * rng.triangular(0.1, 1.0, 0.3)
-                jobs.append(WorkloadJob(request, round(i * interval, 6), ran))
+                jobs.append(WorkloadJob(request, round(i * interval * stretch, 6), ran))
     return jobs
 
 
@@ -136,9 +151,16 @@ def score(estimates: list[Estimate], starts: dict[str, float | None]) -> dict[st
 
 
 def run(
-    profile: Profile, *, cohorts: int, fraction: float, every_s: float, max_jobs: int, seed: int
+    profile: Profile,
+    *,
+    cohorts: int,
+    fraction: float,
+    every_s: float,
+    max_jobs: int,
+    seed: int,
+    stretch: float = 1.0,
 ) -> dict[str, object]:
-    jobs = workload(cohorts, fraction, seed)
+    jobs = workload(cohorts, fraction, seed, stretch)
     replay = EstimatingReplay(
         jobs,
         cluster(cohorts),
@@ -165,6 +187,7 @@ def run(
             "scenario": "kueue_baseline",
             "cohorts": cohorts,
             "fraction": fraction,
+            "stretch": stretch,
             "seed": seed,
             "every_s": every_s,
             "max_jobs": max_jobs,
@@ -176,29 +199,114 @@ def run(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Accuracy of the queue's start estimates")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="replay in scheduler.sim on virtual time instead of through the daemon",
+    )
     parser.add_argument("--cohorts", type=int, default=1, help="cohorts of 6 teams (Kueue: 5)")
     parser.add_argument(
         "--fraction", type=float, default=0.2, help="share of each class's jobs per team"
     )
-    parser.add_argument("--every", type=float, default=2.0, help="virtual s between estimates")
+    parser.add_argument(
+        "--stretch",
+        type=float,
+        help="arrivals and durations times this (default 10 through the daemon, 1 engine-only)",
+    )
+    parser.add_argument(
+        "--every",
+        type=float,
+        help="s between estimates: GANTRY_ETA_EVERY_S (default 1 wall s through the daemon, "
+        "2 virtual s engine-only)",
+    )
     parser.add_argument("--max-jobs", type=int, default=2000, help="GANTRY_ETA_MAX_JOBS")
     parser.add_argument("--seed", type=int, default=1)
+    daemon = parser.add_argument_group("through the daemon")
+    daemon.add_argument("--budget", type=float, default=1.0, help="GANTRY_ETA_BUDGET_S")
+    daemon.add_argument(
+        "--history-every", type=float, default=5.0, help="s between reads of the runtime history"
+    )
+    daemon.add_argument("--poll", type=float, default=0.1, help="recorder's polling period, s")
+    daemon.add_argument("--interval", type=float, default=1.0, help="daemon polling fallback, s")
+    daemon.add_argument("--limit", type=float, default=900.0, help="give up after, s")
+    daemon.add_argument(
+        "--database-url",
+        default="postgres://postgres@127.0.0.1:5432/gantry_eta",
+        help="PostgreSQL database, dropped and created afresh; '' for the database Django is "
+        "already set up on (it must hold no jobs)",
+    )
     add_profile_argument(parser, "no-min-runtime")
     args = parser.parse_args(argv)
     loaded, used = announced(args.profile)
     started = time.perf_counter()
-    out = run(
-        loaded.profile,
-        cohorts=args.cohorts,
-        fraction=args.fraction,
-        every_s=args.every,
-        max_jobs=args.max_jobs,
-        seed=args.seed,
-    )
-    out |= {"profile": used, "wall_s": round(time.perf_counter() - started, 1)}
+    load_before = os.getloadavg()
+    if args.engine_only:
+        stretch, every = args.stretch or 1.0, args.every or 2.0
+        out = run(
+            loaded.profile,
+            cohorts=args.cohorts,
+            fraction=args.fraction,
+            every_s=every,
+            max_jobs=args.max_jobs,
+            seed=args.seed,
+            stretch=stretch,
+        )
+    else:
+        stretch, every = args.stretch or 10.0, args.every or 1.0
+        out = run_daemon(args, loaded.profile, stretch=stretch, every_s=every)
+    out |= {
+        "profile": used,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "host": {
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def run_daemon(
+    args: argparse.Namespace, profile: Profile, *, stretch: float, every_s: float
+) -> dict[str, object]:
+    """The daemon mode (bench.eta_daemon) on a fresh PostgreSQL database."""
+    from bench import eta_daemon
+    from bench.daemon_setup import fresh_database
+
+    if args.database_url:
+        fresh_database(args.database_url)
+    with tempfile.TemporaryDirectory(prefix="bench-eta-") as workdir:
+        out: dict[str, object] = eta_daemon.run(
+            profile,
+            cohorts=args.cohorts,
+            fraction=args.fraction,
+            stretch=stretch,
+            seed=args.seed,
+            every_s=every_s,
+            budget_s=args.budget,
+            max_jobs=args.max_jobs,
+            history_every_s=args.history_every,
+            poll_s=args.poll,
+            interval_s=args.interval,
+            limit_s=args.limit,
+            workdir=Path(workdir),
+        )
+    return out | {
+        "trace": {
+            "scenario": "kueue_baseline",
+            "cohorts": args.cohorts,
+            "fraction": args.fraction,
+            "stretch": stretch,
+            "seed": args.seed,
+            "every_s": every_s,
+            "budget_s": args.budget,
+            "history_every_s": args.history_every,
+            "max_jobs": args.max_jobs,
+            "driven_by": "scheduler daemon on the simulated cluster (wall-clock time)",
+        }
+    }
 
 
 if __name__ == "__main__":

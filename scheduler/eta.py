@@ -200,6 +200,9 @@ class EtaRefresher:
 
     config: EtaSettings = field(default_factory=EtaSettings.from_settings)
     monotonic: Callable[[], float] = time.monotonic
+    # Seconds of the daemon's clock between reads of the runtime history (bench.eta shortens
+    # it for a trace whose jobs last seconds).
+    history_every_s: float = HISTORY_EVERY_S
     refreshed_at: float = float("-inf")
     model: RuntimeModel | None = None
     model_at: float = float("-inf")
@@ -237,7 +240,7 @@ class EtaRefresher:
         return self.last
 
     def _model(self, now: float) -> RuntimeModel:
-        if self.model is None or now - self.model_at >= HISTORY_EVERY_S:
+        if self.model is None or now - self.model_at >= self.history_every_s:
             at = _dt(now) or datetime.now(tz=UTC)
             self.model = runtime_history(at, self.config.unbounded_runtime_s)
             self.model_at = now

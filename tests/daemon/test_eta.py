@@ -125,6 +125,26 @@ def test_without_history_the_estimate_is_the_max(one_node: Env) -> None:
     assert estimate.eta_p50 == estimate.eta_p90 == started + timedelta(seconds=4000)
 
 
+def test_history_is_read_again_after_its_interval(one_node: Env) -> None:
+    # Runtimes come from the history read at most every `history_every_s` of the daemon's
+    # clock (bench.eta shortens it): jobs that finish in between count from the next read.
+    env = one_node
+    runner = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    waiting = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS, history_every_s=60.0)
+    env.run(daemon)
+    started = Allocation.objects.get(job=runner).started_at
+    _history(env, 5, ran_s=1000, max_s=4000)
+    env.run(daemon, seconds=30)  # a refresh, the history as read before
+    estimate = JobQueueEstimate.objects.get(job=waiting)
+    assert estimate.eta_p50 == started + timedelta(seconds=4000)
+    assert estimate.estimated_at == _dt(env.clock())
+    env.run(daemon, seconds=30)  # a refresh that reads the history again
+    estimate = JobQueueEstimate.objects.get(job=waiting)
+    assert estimate.eta_p50 == started + timedelta(seconds=1000)
+
+
 def test_refresh_waits_its_interval(five_nodes: Env) -> None:
     env = five_nodes
     daemon, _ = _full_cluster(env)

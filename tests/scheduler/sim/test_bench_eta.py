@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bench import eta
 from scheduler.sim.runtimes import quantile
@@ -11,7 +12,7 @@ from scheduler.sim.runtimes import quantile
 
 def test_bench_eta_smoke(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    eta.main(["--fraction", "0.02", "--every", "1", "--json", str(out)])
+    eta.main(["--engine-only", "--fraction", "0.02", "--every", "1", "--json", str(out)])
     result = json.loads(out.read_text())
     assert result["estimates"] > 0
     assert result["median_abs_error_s"] is not None and result["median_abs_error_s"] >= 0
@@ -34,3 +35,40 @@ def test_score_worked_example() -> None:
     assert scored["median_abs_error_s"] == 2.0
     assert scored["p90_abs_error_s"] == quantile([1.0, 2.0, 4.0], 0.9) == 3.6
     assert scored["coverage"] == round(1 / 3, 4)
+
+
+DAEMON_KEYS = {
+    "estimates",
+    "median_abs_error_s",
+    "p90_abs_error_s",
+    "coverage",
+    "jobs_started",
+    "jobs_estimated",
+    "started_never_estimated",
+    "estimated_unrecorded",
+    "refreshes",
+    "trace",
+    "host",
+}
+
+
+def test_bench_eta_through_the_daemon_records_every_estimate(
+    transactional_db: Any, tmp_path: Path
+) -> None:
+    # The daemon, the submitter and the recorder are processes of their own on one database:
+    # a transactional one, so that they see each other's rows.
+    out = tmp_path / "out.json"
+    eta.main(
+        ["--fraction", "0.02", "--stretch", "2", "--every", "0.5", "--history-every", "1",
+         "--poll", "0.05", "--interval", "0.5", "--database-url", "", "--json", str(out)]
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert set(result) >= DAEMON_KEYS
+    assert result["trace"]["driven_by"].startswith("scheduler daemon")
+    assert result["jobs"] == result["jobs_started"] == 60
+    # every estimate the daemon made (as it read its table after each refresh) was recorded,
+    # so every started job it estimated while it waited has its estimates in the figures
+    assert result["estimated_unrecorded"] == 0
+    assert result["estimates"] > 0 and result["jobs_estimated"] > 0
+    assert result["jobs_estimated"] + result["started_never_estimated"] == result["jobs_started"]
+    assert 0 <= result["coverage"] <= 1

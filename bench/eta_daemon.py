@@ -1,0 +1,279 @@
+"""`python -m bench.eta`'s daemon mode: the trace replayed through the real scheduler daemon
+on the simulated cluster, on wall-clock time, as bench.kueue_e2e replays Kueue's scenario.
+
+Three processes share one database:
+
+- the submitter inserts each job as a queued row at its arrival time (bench.kueue_e2e's,
+  without `job_submit`'s per-request validation), with its declared max runtime;
+- the daemon (this process) schedules, runs the jobs on the simulated cluster for their
+  durations, and refreshes the queue's estimates by its own path (`scheduler.eta`'s
+  `EtaRefresher` after a cycle, every GANTRY_ETA_EVERY_S within GANTRY_ETA_BUDGET_S);
+- the recorder polls `JobQueueEstimate` every `poll_s`: the daemon keeps only the latest
+  estimate of each job, so every (job, estimated_at) pair seen is recorded once.
+
+A job's actual start is its first `admitted` event (as bench.kueue_e2e measures admission).
+The daemon also notes, after each refresh, which jobs it estimated then (ids only, from the
+table): `estimated_unrecorded` counts those the recorder never saw, so the figures say
+whether polling kept up.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.eta import Estimate, score, workload
+from bench.kueue_baseline import CLASSES, NODES_PER_COHORT, TEAMS_PER_COHORT
+from bench.kueue_e2e import CLASSES as E2E_CLASSES
+from scheduler.core import Profile
+from scheduler.sim.runtimes import quantile
+
+FLAVOR = "gpu"
+
+
+def setup(cohorts: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Bench.kueue_e2e's organisation for `cohorts` cohorts: teams guaranteed 20 GPUs,
+    borrowing up to 120 within their cohort, cohorts lending nothing to each other."""
+    from bench.daemon_setup import organisation
+    from tenants.models import PriorityClass
+
+    total = cohorts * NODES_PER_COHORT * 8 * 1000
+    teams: list[tuple[str, str | None, dict[str, Any]]] = [
+        ("org", None, {FLAVOR: (total, total, None)})
+    ]
+    for c in range(cohorts):
+        teams.append((f"cohort-{c}", "org", {FLAVOR: (120_000, 120_000, 0)}))
+        teams += [
+            (f"cohort-{c}-team-{t}", f"cohort-{c}", {FLAVOR: (20_000, 120_000, None)})
+            for t in range(TEAMS_PER_COHORT)
+        ]
+    org = organisation(teams)
+    # bench.kueue_e2e's values: the same order as the engine's, clear of the built-in classes
+    classes = {
+        name: PriorityClass.objects.create(
+            name=f"eta-{name}", value=E2E_CLASSES[name][5], may_preempt=True
+        )
+        for name in CLASSES
+    }
+    return org, classes
+
+
+def plan(
+    org: Mapping[str, Any],
+    classes: Mapping[str, Any],
+    *,
+    cohorts: int,
+    fraction: float,
+    stretch: float,
+    seed: int,
+) -> list[tuple[float, dict[str, Any]]]:
+    """(arrival s, spec for `job_rows`) of the engine mode's trace, in arrival order. The
+    declared max is whole seconds (the column's unit): rounded up, with the actual runtime
+    scaled to keep its share of it."""
+    out = []
+    for job in workload(cohorts, fraction, seed, stretch):
+        request = job.request
+        declared = max(1, -int(-(request.max_runtime_s or 1.0) // 1))
+        share = job.duration_s / (request.max_runtime_s or 1.0)
+        spec = {
+            "team": org[request.tenant],
+            "name": request.id,
+            "gpus": request.resources.gpu_milli // 1000,
+            "replicas": request.replicas,
+            "duration_s": round(declared * share, 3),
+            "priority": classes[request.priority_class],
+            "max_runtime_s": declared,
+        }
+        out.append((job.arrival_s, spec))
+    return sorted(out, key=lambda item: item[0])
+
+
+def recorder(out: Path, poll_s: float, stop: Any) -> None:
+    """The recording process: every `poll_s`, the rows of refreshes it has not seen
+    (`computed_at` moved), each (job, estimated_at) kept once. Written to `out` at the end."""
+    from django.db import connection
+
+    from scheduler.models import JobQueueEstimate
+
+    seen: dict[tuple[int, float], tuple[float | None, float | None]] = {}
+    refreshes: set[float] = set()
+    last = None
+    while True:
+        ending = stop.is_set()  # one more read after the stop, for the last refresh
+        rows = JobQueueEstimate.objects.all()
+        if last is not None:
+            rows = rows.filter(computed_at__gt=last)
+        for job_id, computed, estimated, p50, p90 in rows.values_list(
+            "job_id", "computed_at", "estimated_at", "eta_p50", "eta_p90"
+        ):
+            refreshes.add(computed.timestamp())
+            last = computed if last is None or computed > last else last
+            if estimated is not None:
+                seen.setdefault((job_id, estimated.timestamp()), (_stamp(p50), _stamp(p90)))
+        if ending:
+            break
+        time.sleep(poll_s)
+    connection.close()
+    records = [[job, at, p50, p90] for (job, at), (p50, p90) in seen.items()]
+    out.write_text(json.dumps({"estimates": records, "refreshes_seen": len(refreshes)}))
+
+
+def _stamp(at: datetime | None) -> float | None:
+    return None if at is None else at.timestamp()
+
+
+def run(
+    profile: Profile,
+    *,
+    cohorts: int,
+    fraction: float,
+    stretch: float,
+    seed: int,
+    every_s: float,
+    budget_s: float,
+    max_jobs: int,
+    history_every_s: float,
+    poll_s: float,
+    interval_s: float,
+    limit_s: float,
+    workdir: Path,
+) -> dict[str, Any]:
+    """The daemon-mode replay on the database Django is set up on (PostgreSQL or SQLite;
+    it must be empty of jobs). Returns the figures and `bench.eta.score`'s."""
+    from django.conf import settings
+    from django.db import connections
+
+    from bench.kueue_e2e import submitter
+    from scheduler.backends.simulated import SimulatedCluster, make_nodes
+    from scheduler.daemon import Daemon
+    from scheduler.daemon_health import sync_nodes
+    from scheduler.eta import EtaRefresher, EtaSettings
+    from scheduler.leader import Lease
+    from scheduler.models import JobQueueEstimate
+
+    org, classes = setup(cohorts)
+    jobs = plan(org, classes, cohorts=cohorts, fraction=fraction, stretch=stretch, seed=seed)
+    backend = SimulatedCluster(
+        make_nodes(NODES_PER_COHORT * cohorts, FLAVOR, 8), start_delay_s=0.0, grace_cap_s=0.0
+    )
+    config = EtaSettings(every_s, budget_s, max_jobs, settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S)
+    estimated: set[tuple[int, float]] = set()  # (job, estimated_at) per the daemon's refreshes
+    refreshes: list[dict[str, Any]] = []
+    cycles = 0
+
+    def on_cycle(d: Daemon) -> None:
+        """Note each refresh and whom it estimated; stop once every job succeeded (or at
+        the limit)."""
+        nonlocal cycles
+        cycles += 1
+        if d.last is not None and "estimates" in d.last.phases_ms and d.estimates.last:
+            at = d.estimates.refreshed_at
+            if not refreshes or refreshes[-1]["at"] != at:
+                done = d.estimates.last
+                refreshes.append(
+                    {"at": at, "ms": d.last.phases_ms["estimates"], "stopped": done.stopped}
+                )
+                for job_id, stamp in JobQueueEstimate.objects.values_list("job_id", "estimated_at"):
+                    if stamp is not None:
+                        estimated.add((job_id, stamp.timestamp()))
+        over = time.time() - start >= limit_s
+        if over or (cycles % 10 == 0 and not submitting.is_alive() and not _unfinished()):
+            d.stop.set()
+
+    # No queue window: every queued job is in the snapshot, so every one is estimated.
+    daemon = Daemon(
+        backend,
+        lease=Lease(ttl_s=60),
+        profile=profile,
+        interval_s=interval_s,
+        max_pending=100_000,
+        per_queue=0,
+        sync_every_s=1.0,
+        on_cycle=on_cycle,
+    )
+    daemon.estimates = EtaRefresher(config=config, history_every_s=history_every_s)
+    daemon.lease.acquire()
+    sync_nodes(daemon, force=True)
+    connections.close_all()  # the forked processes open their own
+    fork = multiprocessing.get_context("fork")
+    stop = fork.Event()
+    recorded = workdir / "estimates.json"
+    start = time.time()
+    submitting = fork.Process(target=submitter, args=(jobs, 0.05, start), daemon=True)
+    recording = fork.Process(target=recorder, args=(recorded, poll_s, stop), daemon=True)
+    submitting.start()
+    recording.start()
+    try:
+        daemon.run()
+    finally:
+        stop.set()
+        submitting.join()
+        recording.join()
+    seen = json.loads(recorded.read_text())
+    estimates = [Estimate(str(job), at, p50, p90) for job, at, p50, p90 in seen["estimates"]]
+    recorded_keys = {(int(e.job), e.at) for e in estimates}
+    return _figures(
+        estimates,
+        jobs=len(jobs),
+        wall_s=time.time() - start,
+        cycles=cycles,
+        refreshes=refreshes,
+        refreshes_seen=seen["refreshes_seen"],
+        unrecorded=len(estimated - recorded_keys),
+    )
+
+
+def _unfinished() -> bool:
+    """Some job not finished yet (a job preempted near its max runtime may fail: its
+    deadline runs from its first start)."""
+    from scheduler.models import FINAL_STATES, Job
+
+    return Job.objects.exclude(state__in=FINAL_STATES).exists()
+
+
+def _figures(
+    estimates: list[Estimate],
+    *,
+    jobs: int,
+    wall_s: float,
+    cycles: int,
+    refreshes: list[dict[str, Any]],
+    refreshes_seen: int,
+    unrecorded: int,
+) -> dict[str, Any]:
+    from django.db.models import Min
+
+    from scheduler.models import Job, JobEvent
+
+    created = {str(i): at.timestamp() for i, at in Job.objects.values_list("id", "created_at")}
+    admitted = JobEvent.objects.filter(to_state="admitted").values("job_id").annotate(at=Min("at"))
+    starts: dict[str, float | None] = dict.fromkeys(created)
+    starts |= {str(row["job_id"]): row["at"].timestamp() for row in admitted}
+    started = {job for job, at in starts.items() if at is not None}
+    estimated_jobs = {e.job for e in estimates}
+    waits = [at - created[job] for job, at in starts.items() if at is not None]
+    walls = [r["ms"] / 1000 for r in refreshes]
+    return score(estimates, starts) | {
+        "jobs": jobs,
+        "jobs_started": len(started),
+        "jobs_estimated": len(estimated_jobs),
+        # admitted in the cycle after they arrived, before any refresh could see them wait
+        "started_never_estimated": len(started - estimated_jobs),
+        "estimated_unrecorded": unrecorded,
+        "succeeded": Job.objects.filter(state="succeeded").count(),
+        "failed": Job.objects.filter(state="failed").count(),
+        "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
+        "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
+        "refreshes": len(refreshes),
+        "refreshes_seen": refreshes_seen,
+        "refreshes_out_of_budget": sum(bool(r["stopped"]) for r in refreshes),
+        "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
+        "refresh_wall_max_s": round(max(walls), 4) if walls else None,
+        "cycles": cycles,
+        "replay_wall_s": round(wall_s, 1),
+    }
