@@ -112,8 +112,14 @@ class ListWatcher(Generic[T]):
 
     def _stream(self, stop: threading.Event | None) -> None:
         assert self.resource_version is not None
+        if self._closed:
+            return
         response = self._response = self.open_stream(self.resource_version, self.timeout_s)
         try:
+            # close() may have run while the stream opened, finding nothing to break: without
+            # this look, an idle stream would hold the caller until the server ends it.
+            if self._closed or (stop is not None and stop.is_set()):
+                return
             for event in _events(response):
                 if event.get("type") == "ERROR":
                     _raise_error(event.get("object") or {})

@@ -356,6 +356,21 @@ def test_close_breaks_an_idle_watch_at_once(
     assert not thread.is_alive() and seen.syncs == [[]]
 
 
+def test_close_before_the_stream_opens_opens_none(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    """close() between the list and the stream found no stream to break, and the stream then
+    opened and held the closing daemon until the server ended it (timeout_s)."""
+    seen = Recorder()
+    watcher = backend.pod_watcher(seen.sync, seen.event, timeout_s=1)
+    watcher.run_once()  # the list
+    watcher.close()
+    requests = len(fake.requests)
+    watcher.run_once()  # would have been the stream
+    assert len(fake.requests) == requests  # no stream opened
+    assert seen.syncs == [[]] and seen.events == []
+
+
 def test_watch_loop_survives_a_refusal(fake: FakeApiServer, backend: KubernetesBackend) -> None:
     fake.inject("403", r"^/api/v1/nodes$")  # e.g. RBAC fixed a minute later
     stop = threading.Event()
