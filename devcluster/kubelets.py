@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 Obj = dict[str, Any]
+logger = logging.getLogger(__name__)
 LEASE_NAMESPACE = "kube-node-lease"
 MANAGED_LABEL = "devcluster.gantry.dev/simulated"  # the nodes this simulator plays
 
@@ -75,6 +78,10 @@ class Kubelets:
         self.held: dict[tuple[str, str], str] = {}  # (namespace, name) -> waiting reason
         self.endings: dict[tuple[str, str], tuple[str, int]] = {}  # -> (phase, exit code)
         self.running: dict[tuple[str, str], _Running] = {}
+        # Pods whose containers take their time to stop: a deletion waits for `stopped`.
+        self.stopping: set[tuple[str, str]] = set()
+        self.passes = 0  # steps finished, for tests that wait until the kubelets looked again
+        self._passed = threading.Condition()
         self._ip = 0
 
     # -- nodes -----------------------------------------------------------------------------
@@ -194,6 +201,21 @@ class Kubelets:
     def fail(self, namespace: str, name: str, exit_code: int = 1) -> None:
         self.endings[(namespace, name)] = ("Failed", exit_code)
 
+    def keep_terminating(self, namespace: str, name: str) -> None:
+        """The pod's containers do not stop yet: once deleted it stays Terminating."""
+        self.stopping.add((namespace, name))
+
+    def stopped(self, namespace: str, name: str) -> None:
+        """The containers stopped at last: the next pass confirms the deletion."""
+        self.stopping.discard((namespace, name))
+
+    def wait_passes(self, count: int, timeout_s: float) -> bool:
+        """Until `count` more passes have finished (whatever thread runs them); False when
+        `timeout_s` ran out first."""
+        with self._passed:
+            target = self.passes + count
+            return self._passed.wait_for(lambda: self.passes >= target, timeout_s)
+
     # -- the loop ----------------------------------------------------------------------------
 
     def step(self) -> int:
@@ -202,17 +224,26 @@ class Kubelets:
         for pod in self._bound_pods():
             if self._tend(pod):
                 changed += 1
+        with self._passed:
+            self.passes += 1
+            self._passed.notify_all()
         return changed
 
     def run(
         self, stop: threading.Event, interval_s: float = 0.2, heartbeat_s: float = 10.0
     ) -> None:
+        """Step until `stop` is set. A failed pass (the API server restarting, a timeout) is
+        logged and the next one tries again, as a kubelet keeps going when its server is away:
+        a simulator that died with its thread would leave every later pod Pending."""
         beat = self.clock()
         while not stop.is_set():
-            self.step()
-            if self.clock() - beat >= heartbeat_s:
-                self.heartbeat()
-                beat = self.clock()
+            try:
+                self.step()
+                if self.clock() - beat >= heartbeat_s:
+                    self.heartbeat()
+                    beat = self.clock()
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+                logger.warning("devcluster kubelets: pass failed (%s); trying again", error)
             stop.wait(interval_s)
 
     def _bound_pods(self) -> list[Obj]:
@@ -233,6 +264,8 @@ class Kubelets:
         if node in self.lost:
             return False  # nobody there to run, end or finish deleting it
         if meta.get("deletionTimestamp"):
+            if key in self.stopping:
+                return False
             self.running.pop(key, None)
             return self._finish_deletion(pod)
         if phase in ("Succeeded", "Failed"):

@@ -150,7 +150,9 @@ class ControlPlane:
     # -- operations tests need ---------------------------------------------------------------
 
     def compact(self) -> int:
-        """Compact etcd at its current revision, so that older watches get 410 Gone."""
+        """Compact etcd at its current revision. A watch from an older version gets 410 Gone
+        once the API server's watch cache no longer holds it (after `restart_apiserver`, or
+        when the cache's window has moved on); until then the cache still serves it."""
         header = self._etcd_post("/v3/kv/range", {"key": base64.b64encode(b"\0").decode()})
         revision = int(header["header"]["revision"])
         self._etcd_post("/v3/kv/compaction", {"revision": revision, "physical": True})
@@ -200,6 +202,10 @@ class ControlPlane:
             # The `kubernetes` service's endpoint would be 127.0.0.1, which the reconciler
             # refuses (loopback); nothing here needs that service to route.
             "--endpoint-reconciler-type=none",
+            # Without a grace period for watches, SIGTERM leaves the server waiting on the
+            # controller manager's open watches until it is killed: a restart took the whole
+            # stop timeout.
+            "--shutdown-watch-termination-grace-period=1s",
         ]
 
     def _controller_manager_args(self, controllers: str) -> list[str]:

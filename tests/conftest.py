@@ -26,7 +26,9 @@ from rest_framework.test import APIClient
 
 from tenants.models import Project, ResourceFlavor, Tenant, TenantKind
 from tests import factories as f
-from tests.k8s.real_plane import deselect
+from tests.k8s.real_plane import deselect, real_plane
+
+__all__ = ["real_plane"]  # one session fixture for every folder (two definitions: two planes)
 
 
 @pytest.fixture(scope="session", autouse=True)

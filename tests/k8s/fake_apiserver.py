@@ -27,6 +27,12 @@ It keeps the rules the backend depends on, and no more:
   Lines are written by the test playing the container (`write_log`).
 - Restricted Pod Security: a namespace labelled `pod-security.kubernetes.io/enforce:
   restricted` rejects pods that are not (403), like the real admission plugin.
+- Priority admission: a pod naming a PriorityClass that does not exist is 403; one that names
+  an existing class gets its value and preemption policy (`add_priority_class`).
+- Restarts (`restart`): open watches end, and the new server's watch cache holds nothing from
+  before, so a watch from any earlier version is 410 Gone. `compact()` is harsher than a real
+  compaction: a real API server keeps serving, from its watch cache, versions it still holds
+  after etcd compacted them; the fake answers 410 at once (both are what a client must survive).
 """
 
 from __future__ import annotations
@@ -148,6 +154,21 @@ class FakeApiServer:
         with self.cond:
             self.state.compacted_rv = self.state.rv
             self.state.events.clear()
+
+    def restart(self) -> None:
+        """As a real API server restarting: every open watch ends, and a watch from any
+        version before now is 410 Gone (the new watch cache starts after them)."""
+        with self.cond:
+            self.state.watch_generation += 1
+            self.state.compacted_rv = self.state.rv + 1
+            self.state.events.clear()
+            self.cond.notify_all()
+
+    def add_priority_class(
+        self, name: str, value: int, preemption_policy: str = "PreemptLowerPriority"
+    ) -> Obj:
+        body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": preemption_policy}
+        return self.create("priorityclasses", "", body)
 
     def end_watches(self) -> None:
         """Close every open watch stream without an error event (a silent end)."""
@@ -330,6 +351,7 @@ class FakeApiServer:
             return copy.deepcopy(body)
 
     def _admit_pod(self, namespace: str, pod: Obj) -> None:
+        self._admit_priority(pod)
         ns = self.state.objects[("namespaces", "", namespace)]
         if (
             ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce")
@@ -344,6 +366,23 @@ class FakeApiServer:
                 f'pods "{pod["metadata"]["name"]}" is forbidden: violates PodSecurity '
                 f'"restricted:latest": {"; ".join(problems)}',
             )
+
+    def _admit_priority(self, pod: Obj) -> None:
+        """The Priority admission plugin (mutating, so before PodSecurity's validation)."""
+        spec = pod.setdefault("spec", {})
+        wanted = spec.get("priorityClassName")
+        if not wanted:
+            return
+        found = self.state.objects.get(("priorityclasses", "", wanted))
+        if found is None:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{pod["metadata"]["name"]}" is forbidden: no PriorityClass with name '
+                f"{wanted} was found",
+            )
+        spec["priority"] = found["value"]
+        spec["preemptionPolicy"] = found.get("preemptionPolicy", "PreemptLowerPriority")
 
     def _remove(self, resource: str, namespace: str, name: str) -> Obj:
         obj = self.state.objects.pop((resource, namespace, name), None)

@@ -105,7 +105,7 @@ def apply_priority_classes(api: client.ApiClient) -> None:
         if not doc:
             continue
         try:
-            scheduling.create_priority_class(doc, _preload_content=False).release_conn()
+            drained(scheduling.create_priority_class(doc, _preload_content=False))
         except client.ApiException as error:
             if error.status != 409:
                 raise
@@ -117,6 +117,18 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"no real control plane: {reason}")
 
 
+def require_binaries() -> None:
+    """Skip (or fail, when required) a test that starts its own plane without the binaries."""
+    if mode() == SKIP:
+        pytest.skip(f"{MODE_ENV}=skip")
+    absent = build.missing()
+    if absent:
+        _unavailable(
+            f"the devcluster binaries of {', '.join(absent)} are not built "
+            "(run `make control-plane`, or set KUBECONFIG)"
+        )
+
+
 @pytest.fixture(scope="session")
 def real_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPlane]:
     if mode() == SKIP:
@@ -125,12 +137,7 @@ def real_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPlane]:
     if kubeconfig:
         yield from _external(Path(kubeconfig))
         return
-    absent = build.missing()
-    if absent:
-        _unavailable(
-            f"the devcluster binaries of {', '.join(absent)} are not built "
-            "(run `make control-plane`, or set KUBECONFIG)"
-        )
+    require_binaries()
     folder = tmp_path_factory.mktemp("control-plane")
     try:
         yield from _devcluster(folder)
@@ -193,7 +200,16 @@ def _devcluster(folder: Path) -> Iterator[RealPlane]:
         plane.stop()
 
 
-# -- waiting on a real server ---------------------------------------------------------------
+# -- talking to a real server --------------------------------------------------------------
+
+
+def drained(response: Any) -> None:
+    """Read an answer we do not need before its connection goes back to the pool: given back
+    unread, a large body (a pod list) becomes the next request's status line (BadStatusLine)."""
+    try:
+        response.data  # noqa: B018 - reading is the point
+    finally:
+        response.release_conn()
 
 
 def _json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
