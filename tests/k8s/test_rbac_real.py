@@ -443,10 +443,31 @@ def test_agent_and_migrate_mount_no_token() -> None:
 # -- the backend itself, with each account's token -------------------------------------------
 
 
-def _backend(api: client.ApiClient) -> KubernetesBackend:
-    return KubernetesBackend(
+class Recording:
+    """The backend's CoreV1Api, noting which of its methods the backend took."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+        self.used: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.used.add(name)
+        return getattr(self._core, name)
+
+
+def _backend(api: client.ApiClient) -> tuple[KubernetesBackend, Recording]:
+    backend = KubernetesBackend(
         api, KubernetesConfig(request_timeout_s=10.0), policy=RetryPolicy(attempts=1)
     )
+    recording = Recording(backend.core)
+    backend.core = recording  # type: ignore[assignment]
+    return backend, recording
+
+
+def _methods_of(account: str) -> set[str]:
+    web = _log_source_methods()
+    uses = client_uses(_backend_files())
+    return {u.method for u in uses if (u.caller in web) == (account == APP)}
 
 
 @pytest.fixture
@@ -471,8 +492,9 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
     accounts: Accounts, probe_node: str
 ) -> None:
     """Every ClusterBackend call the daemon makes, through the backend, as gantry-scheduler:
-    RBAC and the admission policies leave it all it needs (the MUST side, end to end)."""
-    backend = _backend(accounts.clients[SCHEDULER])
+    RBAC and the admission policies leave it all it needs (the MUST side, end to end): every
+    client method of the table that is the daemon's is taken, and answered."""
+    backend, recording = _backend(accounts.clients[SCHEDULER])
     assert probe_node in {n.name for n in backend.list_nodes()}
     assert backend.get_node(probe_node) is not None
     backend.set_node_unschedulable(probe_node, True)
@@ -492,18 +514,22 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
         watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
         watcher.run_once()  # the list
         watcher.run_once()  # the watch, ended by the server after a second
+        nodes = backend.node_watcher(lambda _nodes: None, lambda _kind, _node: None, timeout_s=1)
+        nodes.run_once()
+        nodes.run_once()
         services = request(accounts.api, "GET", f"/api/v1/namespaces/{namespace}/services")
         assert len(services.body["items"]) == 1  # before its owner goes, and it with it
         backend.delete_pod(namespace, first.name, grace_period_s=0)
     finally:
         request(accounts.api, "DELETE", f"/api/v1/namespaces/{namespace}")
+    assert recording.used == _methods_of(SCHEDULER)
 
 
 @pytest.mark.kubernetes
 def test_the_web_app_reads_logs_through_the_backend_and_nothing_else(
     accounts: Accounts,
 ) -> None:
-    backend = _backend(accounts.clients[APP])
+    backend, recording = _backend(accounts.clients[APP])
     target = LogTarget(
         namespace=accounts.probe,
         pod=PROBE_POD,
@@ -519,6 +545,7 @@ def test_the_web_app_reads_logs_through_the_backend_and_nothing_else(
     with pytest.raises(ApiRejected) as refused:
         backend.list_pods()
     assert refused.value.status == 403
+    assert _methods_of(APP) <= recording.used
 
 
 # -- what RBAC cannot say: the scheduler's admission policies (04-admission.yaml) ------------
