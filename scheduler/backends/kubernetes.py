@@ -49,7 +49,7 @@ from scheduler.backends.kubernetes_render import (
     render_pod,
     render_service,
 )
-from scheduler.backends.kubernetes_retry import RetryPolicy, call_with_retry
+from scheduler.backends.kubernetes_retry import RetryPolicy, call_with_retry, describe
 from scheduler.backends.kubernetes_status import pod_status
 from scheduler.backends.kubernetes_watch import ListWatcher
 
@@ -93,7 +93,7 @@ def _protocol_errors(method: F) -> F:
         try:
             return method(*args, **kwargs)
         except ApiException as exc:
-            raise ApiRejected(f"apiserver {exc.status}: {exc.reason}", exc.status or 0) from exc
+            raise ApiRejected(describe(exc), exc.status or 0) from exc
 
     return cast(F, wrapper)
 

@@ -7,6 +7,7 @@ connection and TLS failures), timeouts and connection resets. Everything else (4
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -34,13 +35,26 @@ def retry_after_s(exc: ApiException) -> float | None:
         return None
 
 
+def describe(exc: ApiException) -> str:
+    """What the server said, not only its code: `apiserver 403: Forbidden: <its message>`.
+    Admission refusals (quota, Pod Security, a missing PriorityClass or service account)
+    explain themselves only in the Status message, and this text reaches the job's reason."""
+    text = f"apiserver {exc.status}: {exc.reason}"
+    try:
+        status = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        return text
+    message = status.get("message") if isinstance(status, dict) else None
+    return f"{text}: {message}" if message else text
+
+
 def as_backend_error(exc: BaseException) -> BackendError | None:
     """The BackendError an exception stands for, or None if it is not transient."""
     if isinstance(exc, BackendError):
         return exc
     if isinstance(exc, ApiException):
         if exc.status in TRANSIENT_STATUS:
-            return BackendError(f"apiserver {exc.status}: {exc.reason}", retry_after_s(exc))
+            return BackendError(describe(exc), retry_after_s(exc))
         return None
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return BackendError(f"apiserver unreachable: {type(exc).__name__}: {exc}")

@@ -332,6 +332,23 @@ def test_a_job_on_a_lost_node_fails_over_and_its_terminating_pod_is_force_delete
         real.kubelets.add_nodes([node], NodeShape(gpus=8))
 
 
+def test_a_pod_the_server_refuses_says_why_in_the_jobs_reason(real: Real) -> None:
+    """A ResourceQuota of no pods in the project's namespace (which only a real server
+    enforces): the bind fails with the server's own explanation, not "403: Forbidden"."""
+    namespace = real.org.proj_alpha.namespace
+    real.backend.ensure_namespace(namespace)
+    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    _json(real.core.create_namespaced_resource_quota, namespace, quota)
+    try:
+        job = real.submit()
+        real.cycle()
+        job.refresh_from_db()
+        assert job.state == "queued"
+        assert "forbidden" in job.reason and "quota" in job.reason, job.reason
+    finally:
+        _json(real.core.delete_namespaced_resource_quota, "no-pods", namespace)
+
+
 # -- watches: a plane of their own, since they compact its store and restart its server ----
 
 
