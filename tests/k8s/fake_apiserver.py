@@ -364,7 +364,7 @@ class FakeApiServer:
                 403,
                 "Forbidden",
                 f'pods "{pod["metadata"]["name"]}" is forbidden: violates PodSecurity '
-                f'"restricted:latest": {"; ".join(problems)}',
+                f'"restricted:latest": {", ".join(problems)}',
             )
 
     def _admit_priority(self, pod: Obj) -> None:

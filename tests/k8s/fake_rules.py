@@ -75,33 +75,52 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def restricted_violations(pod: Obj) -> list[str]:
-    """The restricted Pod Security Standard checks that matter for Gantry's pods."""
+    """The restricted Pod Security Standard checks that matter for Gantry's pods, worded as the
+    real admission plugin words them (for a pod of one container; it groups several)."""
     spec = pod.get("spec") or {}
     problems = []
-    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
-        problems.append("host namespaces")
-    if any("hostPath" in v for v in spec.get("volumes") or ()):
-        problems.append("hostPath volumes")
+    hosts = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    if hosts:
+        problems.append(f"host namespaces ({', '.join(hosts)})")
+    paths = [f'"{v.get("name")}"' for v in spec.get("volumes") or () if "hostPath" in v]
+    if paths:
+        problems.append(f"hostPath volumes (volume {', '.join(paths)})")
     pod_sc = spec.get("securityContext") or {}
     for c in spec.get("containers") or ():
         sc = c.get("securityContext") or {}
-        name = c.get("name")
+        name = f'container "{c.get("name")}"'
         if sc.get("privileged"):
-            problems.append(f"privileged (container {name!r})")
+            problems.append(f"privileged ({name} must not set securityContext.privileged=true)")
         if sc.get("allowPrivilegeEscalation") is not False:
-            problems.append(f"allowPrivilegeEscalation != false (container {name!r})")
+            problems.append(
+                f"allowPrivilegeEscalation != false ({name} must set "
+                "securityContext.allowPrivilegeEscalation=false)"
+            )
         caps = sc.get("capabilities") or {}
         if "ALL" not in (caps.get("drop") or ()):
-            problems.append(f"unrestricted capabilities (container {name!r})")
-        if set(caps.get("add") or ()) - {"NET_BIND_SERVICE"}:
-            problems.append(f"added capabilities (container {name!r})")
+            problems.append(
+                f"unrestricted capabilities ({name} must set "
+                'securityContext.capabilities.drop=["ALL"])'
+            )
+        added = sorted(set(caps.get("add") or ()) - {"NET_BIND_SERVICE"})
+        if added:
+            listed = ", ".join(f'"{a}"' for a in added)
+            problems.append(
+                f"unrestricted capabilities ({name} must not include {listed} in "
+                "securityContext.capabilities.add)"
+            )
         if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
-            problems.append(f"runAsNonRoot != true (container {name!r})")
+            problems.append(
+                f"runAsNonRoot != true (pod or {name} must set securityContext.runAsNonRoot=true)"
+            )
         if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
-            problems.append(f"runAsUser=0 (container {name!r})")
+            problems.append(f"runAsUser=0 (pod or {name} must not set runAsUser=0)")
         seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
         if seccomp not in ("RuntimeDefault", "Localhost"):
-            problems.append(f"seccompProfile (container {name!r})")
+            problems.append(
+                f"seccompProfile (pod or {name} must set securityContext.seccompProfile.type "
+                'to "RuntimeDefault" or "Localhost")'
+            )
     return problems
 
 
