@@ -23,7 +23,11 @@ COMMANDS = {
         },
     ),
     "etcd": (ETCD, {"etcd": "."}),
-    "kueue": (KUEUE, {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}),
+    "kueue": (
+        KUEUE,
+        # versionproxy: the plane's API server has no version stamp, which Kueue refuses.
+        {"kueue": "sigs.k8s.io/kueue/cmd/kueue", "versionproxy": "./versionproxy"},
+    ),
 }
 # Built only when asked (`python -m devcluster build --peers`, `make control-plane-peers`): the
 # control plane and its tests do not need them, and Kueue's cold build would add its own minutes.

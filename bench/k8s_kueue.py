@@ -1,0 +1,1061 @@
+"""Kueue's own scheduling scenario, run by Kueue and by Gantry on the same real control plane.
+
+    python -m bench.k8s_kueue --fraction 0.1 --json out.json
+    python -m bench.k8s_kueue --fraction 0.01 --no-kueue --json out.json   # Gantry only
+
+The scenario is Kueue's scheduler performance baseline (test/performance/scheduler/configs/
+baseline/generator.yaml in sigs.k8s.io/kueue, described in bench.kueue_e2e): 5 cohorts x 6
+ClusterQueues (20 GPUs nominal each, 100 more borrowable within the cohort; preemption of lower
+priorities within a queue, reclaim within the cohort), per queue 350 small workloads (1 GPU,
+0.2 s, one every 0.1 s), 100 medium (5 GPUs, 0.5 s, every 0.5 s) and 50 large (20 GPUs as
+5 x 4, 1 s, every 1.2 s): 15,000 in all, on 75 nodes of 8 GPUs. `--fraction F` keeps every
+queue, node and arrival interval and submits F of each queue's workloads of each class (at
+least one), for both schedulers alike.
+
+- **Kueue** (sigs.k8s.io/kueue, built by `python -m devcluster build --peers`) runs as a local
+  process against the plane with its CRDs applied and its own certificate management, and
+  admits Workloads: a ResourceFlavor, ClusterQueues in cohorts, LocalQueues and
+  WorkloadPriorityClasses. As Kueue's own performance runner does, the Workloads are created
+  fully specified (queue, priority, pod sets) and no admission webhook is registered: the
+  webhook would only default and validate what is already complete, and the API server could
+  not reach it through a Service without kube-proxy. A driver here finishes each admitted
+  Workload after its duration (the Finished condition) and, like the runner, clears the quota
+  reservation of a Workload Kueue evicted (there is no job controller to do it), so that it
+  queues again.
+- **Gantry** runs the same arrivals through its daemon with the Kubernetes backend: jobs are
+  inserted into PostgreSQL at their arrival times by a separate process, pods are created and
+  bound through the API, and `devcluster.kubelets.Kubelets` plays the nodes, ending each pod
+  after the duration its job's spec put into the pod's environment.
+
+Both report wall time (first arrival to the last workload finished), mean time to admission per
+class (creation to first admission) and usage (allocated GPU-time over 600 GPUs x wall). Where
+Kueue cannot be built or run, its half says exactly what failed; nothing stands in for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.kueue_e2e import CLASSES, COHORTS, FLAVOR, TEAMS_PER_COHORT
+from devcluster import versions
+from devcluster.kubelets import Kubelets, NodeShape
+from devcluster.plane import ControlPlane, free_port
+
+PlaneFactory = Callable[[], contextlib.AbstractContextManager[ControlPlane]]
+Say = Callable[[str], None]
+
+NODES, GPUS_PER_NODE = 75, 8
+GPU = "nvidia.com/gpu"
+PRODUCT = "NVIDIA-H100-80GB-HBM3"  # the simulated nodes' GFD product, Gantry's flavor FLAVOR
+DURATION_ENV = "BENCH_DURATION_S"  # the job's duration, carried to its pod by the job's env
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+KUEUE_NAMESPACE = "kueue-system"
+WEBHOOK_SECRET = "kueue-webhook-server-cert"
+# The CRDs Kueue's installation gives a conversion webhook (config/components/crd/patches):
+# its certificate manager injects a CA into them and waits until it could.
+CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+# Kueue's field managers, as its performance runner uses them to end and requeue Workloads.
+ADMISSION_MANAGER = "kueue-admission"
+FINISHED_MANAGER = "kueue-job-controller-Finished"
+ADMISSION_CONDITIONS = (
+    "QuotaReserved",
+    "BlockedOnPreemptionGates",
+    "Evicted",
+    "Admitted",
+    "Preempted",
+    "Requeued",
+    "DeactivationTarget",
+    "Finished",
+)
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/gantry_h6_kueue"
+READY_TIMEOUT_S = 120.0
+
+
+def _say(message: str) -> None:
+    print(f"k8s_kueue: {message}", file=sys.stderr, flush=True)
+
+
+# -- the scenario ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at_s: float
+    cohort: int
+    team: int
+    klass: str
+    index: int
+    gpus: int  # per replica
+    replicas: int
+    duration_s: float
+    priority: int
+
+    @property
+    def name(self) -> str:
+        """As bench.kueue_e2e names its jobs: the class first."""
+        return f"{self.klass}-{self.cohort}-{self.team}-{self.index}"
+
+    @property
+    def queue(self) -> str:
+        return f"cohort-{self.cohort}-team-{self.team}"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.replicas
+
+
+def scaled(count: int, fraction: float) -> int:
+    return max(1, round(count * fraction))
+
+
+def plan(fraction: float) -> list[Arrival]:
+    """Every queue's workloads, `fraction` of each class, at the scenario's intervals."""
+    if not 0 < fraction <= 1:
+        raise ValueError("fraction must be in (0, 1]")
+    out = [
+        Arrival(round(i * interval, 6), c, t, name, i, gpus, replicas, duration, priority)
+        for c in range(COHORTS)
+        for t in range(TEAMS_PER_COHORT)
+        for name, (count, gpus, replicas, duration, interval, priority) in CLASSES.items()
+        for i in range(scaled(count, fraction))
+    ]
+    return sorted(out, key=lambda a: (a.at_s, a.name))
+
+
+@dataclass
+class Tally:
+    """What one scheduler did with the arrivals, on one monotonic clock."""
+
+    start: float
+    created: dict[str, float]
+    admitted: dict[str, float]  # first admission
+    finished: dict[str, float]
+    gpu_s: float
+
+    def figures(self, arrivals: list[Arrival]) -> dict[str, Any]:
+        by_name = {a.name: a for a in arrivals}
+        waits: dict[str, list[float]] = {name: [] for name in CLASSES}
+        for name, at in self.admitted.items():
+            if name in self.created:
+                waits[by_name[name].klass].append(at - self.created[name])
+        wall = max(self.finished.values(), default=self.start) - self.start
+        capacity = NODES * GPUS_PER_NODE
+        return {
+            "wall_s": round(wall, 2),
+            "admission_mean_s": {
+                c: round(sum(w) / len(w), 3) if w else None for c, w in waits.items()
+            },
+            "usage_pct": round(100 * self.gpu_s / (capacity * wall), 1) if wall > 0 else 0.0,
+            "workloads": len(arrivals),
+            "admitted": len(self.admitted),
+            "finished": len(self.finished),
+        }
+
+
+# -- the plane -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def own_plane(folder: Path) -> Iterator[ControlPlane]:
+    """A fresh control plane in `folder` (with the controller manager), stopped afterwards."""
+    plane = ControlPlane(folder)
+    plane.stop()
+    shutil.rmtree(folder / "etcd", ignore_errors=True)
+    plane.start(controller_manager=True)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def _json(response: Any) -> Any:
+    """The body of a raw answer, read before its connection goes back to the pool (one given
+    back unread hands its leftover bytes to the next request)."""
+    try:
+        return json.loads(response.data) if response.data else None
+    finally:
+        response.release_conn()
+
+
+def _create(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Create, accepting that it exists (a rerun on the same plane)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        _json(fn(*args, _preload_content=False, **kwargs))
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def pod_duration(pod: dict[str, Any]) -> float | None:
+    """The pod's run time, from the environment its job's spec gave it."""
+    for container in pod["spec"].get("containers") or ():
+        for var in container.get("env") or ():
+            if var.get("name") == DURATION_ENV:
+                return float(var["value"])
+    return None
+
+
+def node_names() -> list[str]:
+    return [f"node-{i:02d}" for i in range(NODES)]
+
+
+# -- Kueue -------------------------------------------------------------------------------------
+
+
+def kueue_module_dir() -> Path | None:
+    """Kueue's module in the Go module cache (its CRDs ship in the module zip)."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    try:
+        cache = subprocess.run(  # noqa: S603 - the Go toolchain, asked where its cache is
+            [go, "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    found = Path(cache) / "sigs.k8s.io" / f"kueue@{versions.KUEUE}"
+    return found if found.is_dir() else None
+
+
+def crds(module: Path, webhook_port: int) -> list[dict[str, Any]]:
+    """Kueue's CRDs, the converted ones pointing at Kueue's webhook server on loopback."""
+    out = []
+    for path in sorted((module / "config/components/crd/bases").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        plural = doc["spec"]["names"]["plural"]
+        if plural in CONVERTED:
+            doc["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {"url": f"https://127.0.0.1:{webhook_port}/convert"},
+                    "conversionReviewVersions": ["v1"],
+                },
+            }
+        out.append(doc)
+    return out
+
+
+def kueue_config(folder: Path, webhook_port: int, health_port: int) -> dict[str, Any]:
+    """Kueue's shipped manager configuration (config/components/manager), on loopback ports,
+    without leader election, metrics or integrations beyond batch/job."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(folder / "certs")},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": True},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 5,
+                "LocalQueue.kueue.x-k8s.io": 1,
+                "Cohort.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 1,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
+        "clientConnection": {"qps": 50, "burst": 100},
+        "integrations": {"frameworks": ["batch/job"]},
+    }
+
+
+def queue_objects() -> list[tuple[str, dict[str, Any]]]:
+    """(plural, object) of the flavor, priority classes, ClusterQueues and LocalQueues."""
+    api_version = f"{GROUP}/{VERSION}"
+    out: list[tuple[str, dict[str, Any]]] = [
+        (
+            "resourceflavors",
+            {"apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
+        )
+    ]
+    for name, spec in CLASSES.items():
+        body = {
+            "apiVersion": api_version,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": f"kueue-{name}"},
+            "value": spec[5],
+        }
+        out.append(("workloadpriorityclasses", body))
+    for c in range(COHORTS):
+        for t in range(TEAMS_PER_COHORT):
+            queue = f"cohort-{c}-team-{t}"
+            quota = {"name": GPU, "nominalQuota": "20", "borrowingLimit": "100"}
+            cq = {
+                "apiVersion": api_version,
+                "kind": "ClusterQueue",
+                "metadata": {"name": queue},
+                "spec": {
+                    "cohortName": f"cohort-{c}",
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU],
+                            "flavors": [{"name": FLAVOR, "resources": [quota]}],
+                        }
+                    ],
+                    "preemption": {
+                        "reclaimWithinCohort": "Any",
+                        "withinClusterQueue": "LowerPriority",
+                    },
+                },
+            }
+            lq = {
+                "apiVersion": api_version,
+                "kind": "LocalQueue",
+                "metadata": {"name": queue, "namespace": kueue_namespace(queue)},
+                "spec": {"clusterQueue": queue},
+            }
+            out += [("clusterqueues", cq), ("localqueues", lq)]
+    return out
+
+
+def kueue_namespace(queue: str) -> str:
+    return f"kueue-{queue}"
+
+
+def workload(arrival: Arrival) -> dict[str, Any]:
+    """A fully specified Workload, as Kueue's performance runner creates them."""
+    container = {
+        "name": "main",
+        "image": "bench/job:1",
+        "resources": {"requests": {GPU: str(arrival.gpus)}},
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workload",
+        "metadata": {"name": arrival.name, "namespace": kueue_namespace(arrival.queue)},
+        "spec": {
+            "queueName": arrival.queue,
+            "priorityClassRef": {
+                "group": GROUP,
+                "kind": "WorkloadPriorityClass",
+                "name": f"kueue-{arrival.klass}",
+            },
+            "priority": arrival.priority,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": arrival.replicas,
+                    "template": {"spec": {"containers": [container], "restartPolicy": "Never"}},
+                }
+            ],
+        },
+    }
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def _true(obj: dict[str, Any], kind: str) -> bool:
+    condition = _condition(obj, kind)
+    return condition is not None and condition.get("status") == "True"
+
+
+def _stamp() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finished_status(obj: dict[str, Any]) -> dict[str, Any]:
+    """The apply body that ends an admitted Workload (what the runner's finish writes)."""
+    meta = obj["metadata"]
+    condition = {
+        "type": "Finished",
+        "status": "True",
+        "reason": "ByTest",
+        "message": "finished by bench.k8s_kueue after its duration",
+        "observedGeneration": meta.get("generation", 1),
+        "lastTransitionTime": _stamp(),
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workload",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": {"conditions": [condition]},
+    }
+
+
+def requeued_status(obj: dict[str, Any]) -> dict[str, Any]:
+    """The apply body, as Kueue's admission manager, that releases an evicted Workload's quota
+    (no admission, QuotaReserved and Admitted false) so that it queues again: what a job
+    controller does on eviction, and the performance runner in its absence."""
+    meta = obj["metadata"]
+    now = _stamp()
+    generation = meta.get("generation", 1)
+    conditions = []
+    for kind in ADMISSION_CONDITIONS:
+        condition = _condition(obj, kind)
+        if condition is None:
+            continue
+        if kind in ("QuotaReserved", "Admitted") and condition.get("status") != "False":
+            condition |= {
+                "status": "False",
+                "reason": "Pending" if kind == "QuotaReserved" else "NoReservation",
+                "message": "Evicted; requeued by bench.k8s_kueue",
+                "lastTransitionTime": now,
+                "observedGeneration": generation,
+            }
+        conditions.append(condition)
+    status: dict[str, Any] = {"conditions": conditions}
+    for key in ("requeueState", "schedulingStats", "accumulatedPastExecutionTimeSeconds"):
+        if key in (obj.get("status") or {}):
+            status[key] = obj["status"][key]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workload",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": status,
+    }
+
+
+class KueueDriver:
+    """Creates the Workloads at their arrival times, watches Kueue admit them, finishes each
+    after its duration and requeues the evicted; tallies on the monotonic clock."""
+
+    def __init__(
+        self, api: Any, arrivals: list[Arrival], *, creators: int = 8, finishers: int = 4
+    ) -> None:
+        from kubernetes import client
+
+        self.api = api
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.arrivals = arrivals
+        self.by_name = {a.name: a for a in arrivals}
+        self.creators, self.finishers = creators, finishers
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.created: dict[str, float] = {}
+        self.admitted: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self.holding: dict[str, float] = {}  # admitted now, since
+        self.gpu_s = 0.0
+        self.evictions = 0
+        self.errors: list[str] = []
+        self.due: list[tuple[float, str]] = []  # (finish at, name) of the admitted
+        self.wake = threading.Condition(self.lock)
+
+    # the watch ---------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        resource_version = ""
+        while not self.stop.is_set():
+            try:
+                if not resource_version:
+                    listing = _json(
+                        self.custom.list_cluster_custom_object(
+                            GROUP, VERSION, "workloads", _preload_content=False
+                        )
+                    )
+                    for obj in listing["items"]:
+                        self._seen(obj)
+                    resource_version = listing["metadata"]["resourceVersion"]
+                response = self.custom.list_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    "workloads",
+                    watch=True,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=60,
+                    _preload_content=False,
+                    _request_timeout=(10, 90),
+                )
+                resource_version = self._read(response, resource_version)
+            except Exception as error:  # the watch reopens; the tally says why
+                self.errors.append(f"watch: {error}")
+                resource_version = ""
+                self.stop.wait(0.5)
+
+    def _read(self, response: Any, resource_version: str) -> str:
+        buffer = b""
+        try:
+            for chunk in response.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        return ""  # 410 Gone: list again
+                    resource_version = obj["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._seen(obj)
+                if self.stop.is_set():
+                    break
+        finally:
+            response.release_conn()
+        return resource_version
+
+    def _seen(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        arrival = self.by_name.get(name)
+        if arrival is None:
+            return
+        now = time.monotonic()
+        admitted = _true(obj, "Admitted")
+        with self.lock:
+            if name in self.finished:
+                return
+            if _true(obj, "Finished"):
+                self.finished[name] = now
+                self._release(name, now)
+                self.wake.notify()
+                return
+            if admitted and name not in self.holding:
+                self.holding[name] = now
+                self.admitted.setdefault(name, now)
+                heapq.heappush(self.due, (now + arrival.duration_s, name))
+                self.wake.notify()
+            elif not admitted and name in self.holding:
+                self._release(name, now)
+        if _true(obj, "Evicted") and _true(obj, "QuotaReserved"):
+            self._requeue(obj)
+
+    def _release(self, name: str, now: float) -> None:
+        since = self.holding.pop(name, None)
+        if since is not None:
+            self.gpu_s += (now - since) * self.by_name[name].total_gpus
+
+    # finishing and requeueing ----------------------------------------------------------------
+
+    def _apply_status(self, obj: dict[str, Any], body: dict[str, Any], manager: str) -> None:
+        meta = obj["metadata"]
+        _json(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                "workloads",
+                meta["name"],
+                body,
+                field_manager=manager,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+                _preload_content=False,
+            )
+        )
+
+    def _requeue(self, obj: dict[str, Any]) -> None:
+        from kubernetes.client.rest import ApiException
+
+        with self.lock:
+            self.evictions += 1
+        try:
+            self._apply_status(obj, requeued_status(obj), ADMISSION_MANAGER)
+        except ApiException as error:
+            if error.status != 404:
+                self.errors.append(f"requeue {obj['metadata']['name']}: {error.status}")
+
+    def _finisher(self) -> None:
+        from kubernetes.client.rest import ApiException
+
+        while not self.stop.is_set():
+            with self.lock:
+                while not self.stop.is_set() and (
+                    not self.due or self.due[0][0] > time.monotonic()
+                ):
+                    wait = self.due[0][0] - time.monotonic() if self.due else 0.5
+                    self.wake.wait(max(0.001, min(wait, 0.5)))
+                if self.stop.is_set():
+                    return
+                _, name = heapq.heappop(self.due)
+                if name not in self.holding:
+                    continue  # evicted meanwhile: it runs again when readmitted
+            arrival = self.by_name[name]
+            obj = {
+                "metadata": {"name": name, "namespace": kueue_namespace(arrival.queue)},
+            }
+            try:
+                self._apply_status(obj, finished_status(obj), FINISHED_MANAGER)
+            except ApiException as error:
+                if error.status != 404:
+                    self.errors.append(f"finish {name}: {error.status}")
+
+    # creating ------------------------------------------------------------------------------
+
+    def _creator(self, mine: list[Arrival], start: float) -> None:
+        for arrival in mine:
+            delay = start + arrival.at_s - time.monotonic()
+            if delay > 0 and self.stop.wait(delay):
+                return
+            body = workload(arrival)
+            with self.lock:
+                self.created[arrival.name] = time.monotonic()
+            try:
+                _json(
+                    self.custom.create_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        body["metadata"]["namespace"],
+                        "workloads",
+                        body,
+                        _preload_content=False,
+                    )
+                )
+            except Exception as error:  # counted, and the run goes on
+                self.errors.append(f"create {arrival.name}: {error}")
+
+    def run(self, limit_s: float) -> Tally:
+        threads = [threading.Thread(target=self._watch, daemon=True, name="kueue-watch")]
+        threads += [
+            threading.Thread(target=self._finisher, daemon=True, name=f"kueue-finish-{i}")
+            for i in range(self.finishers)
+        ]
+        for thread in threads:
+            thread.start()
+        start = time.monotonic() + 1.0  # the watch is open before the first arrival
+        shares = [self.arrivals[i :: self.creators] for i in range(self.creators)]
+        creators = [
+            threading.Thread(target=self._creator, args=(share, start), daemon=True)
+            for share in shares
+        ]
+        for thread in creators:
+            thread.start()
+        while time.monotonic() - start < limit_s:
+            with self.lock:
+                if len(self.finished) == len(self.arrivals):
+                    break
+            time.sleep(0.2)
+        self.stop.set()
+        with self.wake:
+            self.wake.notify_all()
+        for thread in [*creators, *threads]:
+            thread.join(timeout=5)
+        with self.lock:
+            for name in list(self.holding):
+                self._release(name, time.monotonic())
+            return Tally(start, dict(self.created), dict(self.admitted), dict(self.finished),
+                         self.gpu_s)  # fmt: skip
+
+
+def _apply_crds(api: Any, module: Path, webhook_port: int, timeout_s: float = 60.0) -> None:
+    from kubernetes import client
+
+    extensions: Any = client.ApiextensionsV1Api(api)
+    documents = crds(module, webhook_port)
+    for doc in documents:
+        _create(extensions.create_custom_resource_definition, doc)
+    deadline = time.monotonic() + timeout_s
+    for doc in documents:
+        name = doc["metadata"]["name"]
+        while True:
+            found = _json(extensions.read_custom_resource_definition(name, _preload_content=False))
+            if any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (found.get("status") or {}).get("conditions") or ()
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRD {name} not established within {timeout_s} s")
+            time.sleep(0.2)
+
+
+def _mount_certs(core: Any, cert_dir: Path) -> bool:
+    """Play the kubelet's secret volume: Kueue's certificate manager writes its serving
+    certificate into a Secret and waits to find it in its certificate folder."""
+    import base64
+
+    secret = _json(
+        core.read_namespaced_secret(WEBHOOK_SECRET, KUEUE_NAMESPACE, _preload_content=False)
+    )
+    data = secret.get("data") or {}
+    if not {"tls.crt", "tls.key"} <= data.keys():
+        return False
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    for key, value in data.items():
+        (cert_dir / key).write_bytes(base64.b64decode(value))
+    return True
+
+
+def _wait_ready(
+    process: subprocess.Popen[bytes], port: int, log: Path, core: Any, cert_dir: Path
+) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    mounted = False
+    while time.monotonic() < deadline:
+        mounted = mounted or _mount_certs(core, cert_dir)
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"kueue exited ({process.returncode}) before it was ready: "
+                + log.read_text(errors="replace")[-2000:]
+            )
+        url = f"http://127.0.0.1:{port}/readyz"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(
+        f"kueue not ready within {READY_TIMEOUT_S} s: " + log.read_text(errors="replace")[-2000:]
+    )
+
+
+def _wait_queues_active(api: Any, timeout_s: float = 60.0) -> None:
+    from kubernetes import client
+
+    custom: Any = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items = _json(
+            custom.list_cluster_custom_object(
+                GROUP, VERSION, "clusterqueues", _preload_content=False
+            )
+        )["items"]
+        if len(items) == COHORTS * TEAMS_PER_COHORT and all(_true(cq, "Active") for cq in items):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ClusterQueues not active within {timeout_s} s")
+        time.sleep(0.5)
+
+
+def run_kueue(
+    plane: ControlPlane, api: Any, arrivals: list[Arrival], folder: Path, limit_s: float, say: Say
+) -> dict[str, Any]:
+    """Kueue's half: its figures, or `error` saying what failed."""
+    from kubernetes import client
+
+    binary = versions.binary("kueue")
+    if not (binary.is_file() and versions.binary("versionproxy").is_file()):
+        return {
+            "error": f"Kueue {versions.KUEUE} is not built ({binary} is missing): "
+            "python -m devcluster build --peers, or make control-plane-peers"
+        }
+    module = kueue_module_dir()
+    if module is None:
+        return {
+            "error": f"sigs.k8s.io/kueue@{versions.KUEUE} is not in the Go module cache, where "
+            "its CRDs are read: python -m devcluster build --peers downloads it"
+        }
+    folder.mkdir(parents=True, exist_ok=True)
+    webhook_port, health_port = free_port(), free_port()
+    _apply_crds(api, module, webhook_port)
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    queues = sorted({a.queue for a in arrivals})
+    for namespace in [KUEUE_NAMESPACE, *(kueue_namespace(q) for q in queues)]:
+        _create(core.create_namespace, {"metadata": {"name": namespace}})
+    # Kueue's manifests ship this Secret empty; its certificate manager fills it.
+    secret = {"metadata": {"name": WEBHOOK_SECRET, "namespace": KUEUE_NAMESPACE}}
+    _create(core.create_namespaced_secret, KUEUE_NAMESPACE, secret)
+    proxy_port = free_port()
+    kubeconfig = folder / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "plane", "cluster": {"server": f"http://127.0.0.1:{proxy_port}"}}
+                ],
+                "users": [{"name": "kueue", "user": {}}],
+                "contexts": [{"name": "kueue", "context": {"cluster": "plane", "user": "kueue"}}],
+                "current-context": "kueue",
+            }
+        )
+    )
+    cert, key = plane.pki.client("admin")
+    proxy_command = [
+        str(versions.binary("versionproxy")),
+        f"--listen=127.0.0.1:{proxy_port}",
+        f"--upstream={plane.url}",
+        f"--ca={plane.pki.ca}",
+        f"--cert={cert}",
+        f"--key={key}",
+        f"--git-version={versions.KUBERNETES}",
+    ]
+    config = folder / "kueue-config.yaml"
+    config.write_text(yaml.safe_dump(kueue_config(folder, webhook_port, health_port)))
+    log = folder / "kueue.log"
+    command = [
+        str(binary),
+        f"--config={config}",
+        "--feature-gates=VisibilityOnDemand=false",  # its API service needs an aggregator
+        "--zap-log-level=error",
+    ]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    say(f"starting Kueue {versions.KUEUE} (log: {log})")
+    with open(folder / "versionproxy.log", "wb") as out:
+        proxy = subprocess.Popen(  # noqa: S603 - the binary devcluster built
+            proxy_command, stdout=out, stderr=subprocess.STDOUT
+        )
+    with open(log, "wb") as out:
+        process = subprocess.Popen(  # noqa: S603 - the binary devcluster built
+            command, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        _wait_ready(process, health_port, log, core, folder / "certs")
+        for plural, body in queue_objects():
+            namespace = body["metadata"].get("namespace")
+            if namespace:
+                _create(custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
+                        plural, body)  # fmt: skip
+            else:
+                _create(custom.create_cluster_custom_object, GROUP, VERSION, plural, body)
+        _wait_queues_active(api)
+        say(f"Kueue: {len(arrivals)} workloads")
+        driver = KueueDriver(api, arrivals)
+        tally = driver.run(limit_s)
+        if process.poll() is not None:
+            raise RuntimeError(f"kueue exited ({process.returncode}) during the run")
+    finally:
+        for child in (process, proxy):
+            child.terminate()
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    return tally.figures(arrivals) | {
+        "evictions": driver.evictions,
+        "driver_errors": driver.errors[:20],
+        "version": versions.KUEUE,
+    }
+
+
+# -- Gantry ------------------------------------------------------------------------------------
+
+
+def _submitter(arrivals: list[Arrival], start_wall: float, tick: float, rows: Any) -> None:
+    """The submitting process: inserts each job at its arrival time (`created_at` records it)."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from scheduler.models import Job
+
+    position = 0
+    while position < len(arrivals):
+        elapsed = time.time() - start_wall
+        due = []
+        while position < len(arrivals) and arrivals[position].at_s <= elapsed:
+            due.append(arrivals[position])
+            position += 1
+        if due:
+            Job.objects.bulk_create(rows(due, timezone.now()), batch_size=2000)
+        time.sleep(max(0.0, tick - (time.time() - start_wall - elapsed)))
+    connection.close()
+
+
+def run_gantry(
+    api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str, limit_s: float,
+    say: Say, *, interval_s: float = 2.0, tick_s: float = 0.1,
+) -> dict[str, Any]:  # fmt: skip
+    """Gantry's half: the daemon with the Kubernetes backend on the plane."""
+    from bench.daemon_setup import fresh_database, job_rows
+
+    fresh_database(database_url)
+    from django.db import connections
+    from kubernetes import client
+
+    from bench.bench_profile import bench_profile
+    from bench.kueue_e2e import setup
+    from scheduler.backends.kubernetes import KubernetesBackend
+    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.daemon import Daemon
+    from scheduler.daemon_health import sync_nodes
+    from scheduler.leader import Lease
+    from scheduler.models import Allocation, Job, JobEvent
+
+    org, classes = setup()
+    scheduling: Any = client.SchedulingV1Api(api)
+    for klass in classes.values():
+        body = {
+            "metadata": {"name": f"gantry-{klass.name}"},
+            "value": klass.value,
+            "preemptionPolicy": "Never",  # only Gantry preempts
+        }
+        _create(scheduling.create_priority_class, body)
+
+    def rows(due: list[Arrival], now: Any) -> list[Any]:
+        specs = [
+            {
+                "team": org[a.queue],
+                "name": a.name,
+                "gpus": a.gpus,
+                "replicas": a.replicas,
+                "duration_s": a.duration_s,
+                "priority": classes[a.klass],
+            }
+            for a in due
+        ]
+        out = job_rows(specs, now)
+        for row, a in zip(out, due, strict=True):
+            row.spec["env"] = {DURATION_ENV: str(a.duration_s)}
+        return out
+
+    backend = KubernetesBackend(api, KubernetesConfig(flavor_overrides={PRODUCT: FLAVOR}))
+    finished = 0
+
+    def on_cycle(d: Daemon) -> None:
+        nonlocal finished
+        finished += 1
+        over = time.time() - start_wall >= limit_s
+        if over or (
+            finished % 10 == 0
+            and not process.is_alive()
+            and not Job.objects.exclude(state="succeeded").exists()
+        ):
+            d.stop.set()
+
+    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=bench_profile("no-min-runtime").profile,
+                    interval_s=interval_s, max_pending=500, per_queue=50, sync_every_s=1.0,
+                    on_cycle=on_cycle)  # fmt: skip
+    daemon.lease.acquire()
+    sync_nodes(daemon, force=True)
+    stop = threading.Event()
+    played = threading.Thread(
+        target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True
+    )  # the scenario's own thread renews the leases
+    played.start()
+    connections.close_all()  # the forked submitter opens its own
+    say(f"Gantry: {len(arrivals)} jobs")
+    start_wall = time.time()
+    process = multiprocessing.get_context("fork").Process(
+        target=_submitter, args=(arrivals, start_wall, tick_s, rows), daemon=True
+    )
+    process.start()
+    try:
+        daemon.run()
+    finally:
+        process.join(timeout=5)
+        stop.set()
+        played.join(timeout=10)
+    by_name = {a.name: a for a in arrivals}
+    jobs = dict(Job.objects.values_list("id", "name"))
+    created = {name: at.timestamp() for name, at in Job.objects.values_list("name", "created_at")}
+    admitted: dict[str, float] = {}
+    for job_id, at in (
+        JobEvent.objects.filter(to_state="admitted").order_by("at").values_list("job_id", "at")
+    ):
+        admitted.setdefault(jobs[job_id], at.timestamp())
+    finished_at = {
+        name: at.timestamp()
+        for name, at in Job.objects.filter(state="succeeded").values_list("name", "finished_at")
+        if at is not None
+    }
+    gpu_s = 0.0
+    for began, ended, milli in Allocation.objects.filter(ended_at__isnull=False).values_list(
+        "started_at", "ended_at", "gpu_milli"
+    ):
+        gpu_s += ((ended or began) - began).total_seconds() * milli / 1000
+    tally = Tally(start_wall, created, admitted, finished_at, gpu_s)
+    figures = tally.figures([by_name[n] for n in jobs.values() if n in by_name])
+    return figures | {
+        "workloads": len(arrivals),
+        "preemptions": JobEvent.objects.filter(to_state="preempted").count(),
+        "cycles": finished,
+    }
+
+
+# -- both ----------------------------------------------------------------------------------------
+
+
+def run_kueue_scenario(
+    plane_factory: PlaneFactory,
+    fraction: float,
+    *,
+    kueue: bool = True,
+    database_url: str = DEFAULT_DATABASE_URL,
+    limit_s: float = 900.0,
+    work_dir: Path | None = None,
+    say: Say = _say,
+) -> dict[str, Any]:
+    """Kueue's scenario at `fraction`, by Kueue and by Gantry on one plane from `plane_factory`
+    (a context manager that yields a started ControlPlane and stops it after). `kueue=False`
+    runs Gantry alone, and the Kueue half says it was left out."""
+    from kubernetes import config as kube_config
+
+    arrivals = plan(fraction)
+    out: dict[str, Any] = {
+        "fraction": fraction,
+        "workloads": len(arrivals),
+        "nodes": NODES,
+        "gpus": NODES * GPUS_PER_NODE,
+        "versions": {"kubernetes": versions.KUBERNETES, "kueue": versions.KUEUE},
+    }
+    folder = work_dir or Path(tempfile.mkdtemp(prefix="k8s-kueue-"))
+    stop = threading.Event()
+    beating: threading.Thread | None = None
+    with plane_factory() as plane:
+        api = kube_config.new_client_from_config(str(plane.kubeconfig))
+        try:
+            kubelets = Kubelets(api, duration=pod_duration)
+            kubelets.add_nodes(node_names(), NodeShape(gpus=GPUS_PER_NODE, product=PRODUCT))
+            # Leases renewed throughout: nodes silent past the controller manager's grace
+            # turn Ready=Unknown, and the simulated kubelets never post Ready again.
+            beating = threading.Thread(target=_heartbeats, args=(kubelets, stop), daemon=True)
+            beating.start()
+            if kueue:
+                try:
+                    out["kueue"] = run_kueue(plane, api, arrivals, folder / "kueue", limit_s, say)
+                except Exception as error:  # the report says what failed
+                    out["kueue"] = {"error": f"{type(error).__name__}: {error}"}
+            else:
+                out["kueue"] = {"skipped": "left out on request (--no-kueue)"}
+            out["gantry"] = run_gantry(api, kubelets, arrivals, database_url, limit_s, say)
+        finally:
+            stop.set()
+            if beating is not None:
+                beating.join(timeout=15)
+            api.close()
+    return out
+
+
+def _heartbeats(kubelets: Kubelets, stop: threading.Event, every_s: float = 5.0) -> None:
+    while not stop.wait(every_s):
+        with contextlib.suppress(Exception):  # one missed beat is harmless; the next renews
+            kubelets.heartbeat()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Kueue's scenario by Kueue and by Gantry")
+    parser.add_argument("--fraction", type=float, default=0.1, help="of each queue's workloads")
+    parser.add_argument("--no-kueue", action="store_true", help="run Gantry alone")
+    parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
+    parser.add_argument("--limit", type=float, default=900.0, help="give up after, s (each)")
+    parser.add_argument("--plane-dir", type=Path, help="the control plane's folder (a temp one)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if not 0 < args.fraction <= 1:
+        parser.error("--fraction must be in (0, 1]")
+    work = Path(tempfile.mkdtemp(prefix="k8s-kueue-"))
+    folder = args.plane_dir or work / "plane"
+    out = run_kueue_scenario(lambda: own_plane(folder), args.fraction, kueue=not args.no_kueue,
+                             database_url=args.database_url, limit_s=args.limit,
+                             work_dir=work)  # fmt: skip
+    print(json.dumps(out, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
