@@ -174,6 +174,13 @@ class Handler(BaseHTTPRequestHandler):
         with fake.cond:
             lines = fake.pod_log(ns, name, query)
             written = len(fake.state.logs.get((ns, name), []))
+            bound = bool(fake._existing("pods", ns, name)["spec"].get("nodeName"))
+        if not bound:
+            # No node, no kubelet to ask: the real apiserver answers 204 No Content at once,
+            # followed or not (it does not hold a follow open until the pod is bound).
+            self.send_response(204)
+            self.end_headers()
+            return
         data = "".join(f"{line}\n" for line in lines).encode()
         if query.get("limitBytes"):
             data = data[: int(query["limitBytes"])]
