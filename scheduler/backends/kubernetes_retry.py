@@ -1,8 +1,9 @@
 """Transient API failures -> BackendError, and a bounded retry with jitter (FAULTS 12).
 
 Transient: 429 (with its Retry-After), 500, 502, 503, 504, status 0 (the client's own
-connection and TLS failures), timeouts and connection resets. Everything else (404, 409, 422,
-403) is an answer, not a failure, and is left to the caller.
+connection and TLS failures), timeouts and connection resets, and the 403 of a pod created in
+a namespace whose service account the controller manager has not made yet. Everything else
+(404, 409, 422, other 403s) is an answer, not a failure, and is left to the caller.
 """
 
 from __future__ import annotations
@@ -48,12 +49,19 @@ def describe(exc: ApiException) -> str:
     return f"{text}: {message}" if message else text
 
 
+def _account_not_made_yet(exc: ApiException) -> bool:
+    """A 403 that is not an answer: the namespace is new and the controller manager has not
+    made its `default` ServiceAccount yet (moments after the namespace; the backend creates
+    a project's namespace right before its first pod), so admission refuses the pod."""
+    return exc.status == 403 and "error looking up service account" in str(exc.body or "")
+
+
 def as_backend_error(exc: BaseException) -> BackendError | None:
     """The BackendError an exception stands for, or None if it is not transient."""
     if isinstance(exc, BackendError):
         return exc
     if isinstance(exc, ApiException):
-        if exc.status in TRANSIENT_STATUS:
+        if exc.status in TRANSIENT_STATUS or _account_not_made_yet(exc):
             return BackendError(describe(exc), retry_after_s(exc))
         return None
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):

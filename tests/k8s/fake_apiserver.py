@@ -19,7 +19,7 @@ It keeps the rules the backend depends on, and no more:
   container's waiting reason and message (ImagePullBackOff, CreateContainerConfigError) or
   a PodScheduled=False condition (Unschedulable). A pod never finalized stays Terminating.
 - Pod logs (`pods/{name}/log`), as the kubelet serves them through the apiserver: 404 for a
-  pod that is gone; 204 No Content for a pod not bound yet, followed or not (no kubelet to ask);
+  pod that is gone; an empty 200 for a pod not bound yet (the apiserver has no kubelet to ask);
   400 `container "main" in pod "x" is waiting to start: ContainerCreating` while no container
   runs; `tailLines`, `sinceSeconds`, `limitBytes` and `timestamps` (RFC 3339 with nanoseconds,
   trailing zeros dropped, as Go prints them); `follow` streams until the pod ends or is gone
@@ -100,6 +100,12 @@ class FakeApiServer:
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.watch_linger_s: float | None = None  # close an idle watch after this long
+        # `account_lag`: a namespace created through the API has no `default` ServiceAccount
+        # until the controller manager makes it, moments later: its first pod is refused
+        # (403), as on a real server. Off by default: tests that make namespaces and pods
+        # by hand would otherwise wait for it, as they must on a real server.
+        self.account_lag = False
+        self.accounts_pending: set[str] = set()
         self._stopping = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -178,7 +184,9 @@ class FakeApiServer:
 
     def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> Obj:
         body = {"metadata": {"name": name, "labels": labels or {}}}
-        return self.create("namespaces", "", body)
+        made = self.create("namespaces", "", body)
+        self.accounts_pending.discard(name)  # set up before the test: its account exists
+        return made
 
     def add_node(
         self,
@@ -339,6 +347,8 @@ class FakeApiServer:
             key = (resource, namespace, name)
             if key in self.state.objects:
                 raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
+            if resource == "namespaces" and self.account_lag:
+                self.accounts_pending.add(name)
             if resource == "pods":
                 self._admit_pod(namespace, body)
                 canonicalize_resources(body)
@@ -351,6 +361,15 @@ class FakeApiServer:
             return copy.deepcopy(body)
 
     def _admit_pod(self, namespace: str, pod: Obj) -> None:
+        if namespace in self.accounts_pending:
+            # The ServiceAccount admission plugin; the controller catches up meanwhile.
+            self.accounts_pending.discard(namespace)
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{pod["metadata"]["name"]}" is forbidden: error looking up service '
+                f'account {namespace}/default: serviceaccount "default" not found',
+            )
         self._admit_priority(pod)
         ns = self.state.objects[("namespaces", "", namespace)]
         if (
@@ -448,7 +467,8 @@ class FakeApiServer:
             if resource != "pods":
                 return copy.deepcopy(self._remove(resource, namespace, name))
             grace = obj["spec"].get("terminationGracePeriodSeconds", 30) if grace is None else grace
-            if obj["spec"].get("nodeName") and grace > 0:
+            finished = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if obj["spec"].get("nodeName") and grace > 0 and not finished:
                 meta = obj["metadata"]
                 if not meta.get("deletionTimestamp"):
                     meta |= {"deletionTimestamp": now(), "deletionGracePeriodSeconds": grace}

@@ -31,3 +31,14 @@ def test_a_transient_failure_carries_the_servers_message(
     with pytest.raises(BackendError) as raised:
         backend.create_pod(make_request())
     assert str(raised.value) == "apiserver 503: Service Unavailable: injected"
+
+
+def test_a_pod_in_a_namespace_without_its_service_account_yet_is_retried(
+    fake: FakeApiServer, backend: KubernetesBackend
+) -> None:
+    """Found on the real server: the backend creates a project's namespace right before its
+    first pod, and admission refuses the pod (403) until the controller manager has made the
+    namespace's `default` ServiceAccount. That 403 is transient: retried, not a refusal."""
+    fake.account_lag = True
+    backend.create_pod(make_request(namespace="team-new"))
+    assert [p.name for p in backend.list_pods() if p.namespace == "team-new"] == ["gantry-7-a0-r0"]
