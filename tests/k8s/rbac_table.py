@@ -86,7 +86,9 @@ _NOBODY: set[Permission] = (
     | _perms("", "pods/portforward", "create")
     | _perms("", "pods/proxy", "get", "create")
     | _perms("", "pods/ephemeralcontainers", "patch")
-    | _perms("", "pods", "deletecollection", "update")
+    | _perms("", "pods", "deletecollection", "update", "patch")
+    | _perms("", "pods/status", "patch", "update")
+    | _perms("", "pods/eviction", "create")
     | _perms("", "nodes", "delete", "create", "update", "deletecollection")
     | _perms("", "nodes/proxy", "get")
     | _perms("", "nodes/status", "patch")
@@ -111,15 +113,13 @@ _NOBODY: set[Permission] = (
 # (the scheduler's writes it never makes; reads the web process does not do).
 MUST_NOT: dict[str, set[Permission]] = {
     SCHEDULER: _NOBODY
-    | _perms("", "pods", "patch")
-    | _perms("", "pods/status", "patch", "update")
-    | _perms("", "pods/eviction", "create")
     | _perms("", "pods/log", "get")
     | _perms("", "services", "delete", "update", "patch", "list")
     | _perms("", "namespaces", "list", "watch")
-    | _perms("", "events", "patch", "delete"),
+    | _perms("", "events", "patch", "delete")
+    | _perms("events.k8s.io", "events", "create", "patch"),
     APP: _NOBODY
-    | _perms("", "pods", "get", "list", "watch", "create", "delete", "patch")
+    | _perms("", "pods", "get", "list", "watch", "create", "delete")
     | _perms("", "pods/binding", "create")
     | _perms("", "nodes", "get", "list", "patch")
     | _perms("", "namespaces", "get", "list", "create")
