@@ -19,7 +19,7 @@ It keeps the rules the backend depends on, and no more:
   container's waiting reason and message (ImagePullBackOff, CreateContainerConfigError) or
   a PodScheduled=False condition (Unschedulable). A pod never finalized stays Terminating.
 - Pod logs (`pods/{name}/log`), as the kubelet serves them through the apiserver: 404 for a
-  pod that is gone; an empty 200 for a pod not bound yet (the apiserver has no kubelet to ask);
+  pod that is gone; 204 No Content for a pod not bound yet, followed or not (no kubelet to ask);
   400 `container "main" in pod "x" is waiting to start: ContainerCreating` while no container
   runs; `tailLines`, `sinceSeconds`, `limitBytes` and `timestamps` (RFC 3339 with nanoseconds,
   trailing zeros dropped, as Go prints them); `follow` streams until the pod ends or is gone
