@@ -57,6 +57,7 @@ MANAGED = "app.kubernetes.io/managed-by"
 KUBE_NAMESPACE, GANTRY_NAMESPACE = "peers-kube", "peers-gantry"
 PRIORITY = "normal"  # Gantry's seeded class; its pods name gantry-normal
 GPUS_PER_NODE = 8
+DELETE_PAGE = 500  # pods per delete-collection request
 
 
 def done(response: Any) -> Any:
@@ -256,23 +257,23 @@ def register(api: Any, names: list[str], shape: Any, threads: int) -> Any:
     return kubelets
 
 
-def delete_pods(api: Any, namespace: str, deadline_s: float = 300.0) -> None:
-    """Delete every pod of `namespace` at once (no kubelet confirms: grace 0) and wait."""
+def delete_pods(api: Any, namespace: str, deadline_s: float = 600.0) -> None:
+    """Delete every pod of `namespace` (no kubelet confirms: grace 0), a page at a time: one
+    collection of 10,000 outlasts the API server's request timeout, which closes the
+    connection with the deletion half done."""
     from kubernetes import client
 
     core: Any = client.CoreV1Api(api)
-    done(
-        core.delete_collection_namespaced_pod(
-            namespace, grace_period_seconds=0, _preload_content=False
-        )
-    )
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        response = core.list_namespaced_pod(namespace, limit=1, _preload_content=False)
-        left = done(response)["items"]
-        if not left:
+        left = done(core.list_namespaced_pod(namespace, limit=1, _preload_content=False))
+        if not left["items"]:
             return
-        time.sleep(0.5)
+        done(
+            core.delete_collection_namespaced_pod(
+                namespace, grace_period_seconds=0, limit=DELETE_PAGE, _preload_content=False
+            )
+        )
     raise RuntimeError(f"pods of {namespace} still there after {deadline_s:.0f} s")
 
 
@@ -336,7 +337,13 @@ def scheduler_ready(api: Any, deadline_s: float = 120.0) -> None:
 
 
 def run_kube_scheduler(
-    plane: Any, api: Any, bound: Bound, pods: int, creators: int, limit_s: float
+    plane: Any,
+    api: Any,
+    bound: Bound,
+    pods: int,
+    creators: int,
+    limit_s: float,
+    log: Callable[[str], None],
 ) -> dict[str, Any]:
     from kubernetes import client
 
@@ -361,11 +368,13 @@ def run_kube_scheduler(
         bound.wait_for(KUBE_NAMESPACE, pods, time.monotonic() + limit_s)
         with bound.changed:
             at = {k: v for k, v in bound.at.items() if k[0] == KUBE_NAMESPACE}
-        return figures(created, at)
     finally:
         # Its informers would otherwise watch Gantry's pods too, on the same two cores.
         plane.stop_process("kube-scheduler")
-        delete_pods(api, KUBE_NAMESPACE)
+    out = figures(created, at)
+    log(f"kube-scheduler: {out}")  # before the clean-up, which takes its time at scale
+    delete_pods(api, KUBE_NAMESPACE)
+    return out
 
 
 # -- Gantry --------------------------------------------------------------------------------------
@@ -443,10 +452,12 @@ def run_gantry(
             bound.job_ids[key]: value for key, value in bound.at.items()
             if key[0] == GANTRY_NAMESPACE
         }  # fmt: skip
-    delete_pods(api, GANTRY_NAMESPACE)
     busiest = dict(sorted(phases.items(), key=lambda item: -item[1])[:6])
     log(f"gantry: {cycles} cycles; seconds per phase: {json.dumps(_rounded(busiest))}")
-    return figures(created, at)
+    out = figures(created, at)
+    log(f"gantry: {out}")
+    delete_pods(api, GANTRY_NAMESPACE)
+    return out
 
 
 def _rounded(values: dict[str, float]) -> dict[str, float]:
@@ -554,11 +565,9 @@ def run_here(
 
             threading.Thread(target=beat, name="heartbeats", daemon=True).start()
         with watching(plane.kubeconfig) as bound:
-            kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s)
-            log(f"kube-scheduler: {kube}")
+            kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s, log)
             flavor = flavor_from_product(shape.product)
             gantry = run_gantry(api, bound, pods, flavor, window, limit_s, log)
-            log(f"gantry: {gantry}")
         if kueue_fraction is None:
             scenario: dict[str, Any] = {"skipped": "not asked for (--kueue-fraction 0)"}
         else:
