@@ -27,6 +27,7 @@ from tests.k8s.real_plane import (
     RealPlane,
     admin_client,
     drained,
+    wait_for,
     wait_for_pod,
 )
 
@@ -204,6 +205,10 @@ class RealKubelet:
             drained(core.delete_node(name, _preload_content=False))
 
 
+def _none(obj: dict[str, Any] | None) -> bool:
+    return obj is None
+
+
 def _phase(pod: dict[str, Any] | None) -> str | None:
     return ((pod or {}).get("status") or {}).get("phase")
 
@@ -222,6 +227,9 @@ class Cluster:
     kubelet_: Kubelet | None = None
     compact_: Callable[[], object] | None = None  # the store forgets history
     restart_: Callable[[], None] | None = None  # open watches break, the watch cache restarts
+    # (kind, namespace, name): returns once the object is gone (the fake's garbage collector
+    # works at once, the real one in the controller manager, a moment later).
+    gone: Callable[[str, str, str], None] = lambda kind, ns, name: None
 
     @property
     def kubelet(self) -> Kubelet:
@@ -261,8 +269,13 @@ def _fake_cluster(fake: FakeApiServer) -> Iterator[Cluster]:
         kubelet_=FakeKubelet(fake),
         compact_=fake.compact,
         restart_=fake.restart,
+        gone=lambda kind, ns, name: _absent(fake.get(kind, ns, name)),
     )
     api.close()
+
+
+def _absent(obj: dict[str, Any] | None) -> None:
+    assert obj is None, f"still there: {obj}"
 
 
 def _real_cluster(plane: RealPlane) -> Iterator[Cluster]:
@@ -277,6 +290,11 @@ def _real_cluster(plane: RealPlane) -> Iterator[Cluster]:
         """A real kubelet (here the simulator) confirms the deletion; wait until it has."""
         wait_for_pod(api, ns, name, lambda pod: pod is None)
 
+    core: Any = client.CoreV1Api(api)  # raw responses: no models
+
+    def gone(kind: str, ns: str, name: str) -> None:
+        wait_for(getattr(core, f"list_namespaced_{kind.removesuffix('s')}"), ns, name, _none)
+
     kubelet = RealKubelet(api, plane.kubelets) if plane.kubelets is not None else None
     cp = plane.plane
     yield Cluster(
@@ -288,10 +306,10 @@ def _real_cluster(plane: RealPlane) -> Iterator[Cluster]:
         kubelet_=kubelet,
         compact_=cp.compact if cp is not None else None,
         restart_=cp.restart_apiserver if cp is not None else None,
+        gone=gone,
     )
     if kubelet is not None:
         kubelet.remove_added_nodes()
-    core: Any = client.CoreV1Api(api)  # raw response: no model for what delete returns
     # A pod left Terminating (a lost node's) would hold the namespace's deletion forever.
     everything = {"gracePeriodSeconds": 0}
     drained(

@@ -231,18 +231,29 @@ def wait_for_pod(
     """The pod once `until(pod)` holds (`pod` is None once it is gone), followed by a watch
     rather than by polling. AssertionError with the pod's last state after `timeout_s`."""
     core: Any = client.CoreV1Api(api)
+    return wait_for(core.list_namespaced_pod, namespace, name, until, timeout_s)
+
+
+def wait_for(
+    list_fn: Callable[..., Any],
+    namespace: str,
+    name: str,
+    until: Callable[[Obj | None], bool],
+    timeout_s: float = WAIT_S,
+) -> Obj | None:
+    """wait_for_pod for any namespaced kind, given its list call (`list_namespaced_service`)."""
     selector = f"metadata.name={name}"
     deadline = time.monotonic() + timeout_s
     last: Obj | None = None
     while True:
-        listed = _json(core.list_namespaced_pod, namespace, field_selector=selector)
+        listed = _json(list_fn, namespace, field_selector=selector)
         last = (listed.get("items") or [None])[0]
         if until(last):
             return last
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise AssertionError(f"{namespace}/{name} never got there; last seen: {last}")
-        response = core.list_namespaced_pod(
+        response = list_fn(
             namespace,
             field_selector=selector,
             watch=True,

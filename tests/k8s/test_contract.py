@@ -320,3 +320,28 @@ def test_watch_survives_an_apiserver_restart(cluster: Cluster) -> None:
         watcher.close()
         thread.join(timeout=WAIT_S)
     assert len(listed) >= 2  # the first list, and at least one after the restart
+
+
+def test_the_headless_service_goes_with_rank_0(cluster: Cluster) -> None:
+    """Found on the real server: the garbage collector (controller manager) removes the owned
+    Service a moment after its owner; the fake's at once. Nothing may count on either."""
+    for replica in (0, 1):
+        cluster.backend.create_pod(
+            request_for(cluster, 118, replicas=2, replica=replica, name=f"gantry-118-a0-r{replica}")
+        )
+    cluster.backend.delete_pod(cluster.namespace, "gantry-118-a0-r0")  # unbound: gone at once
+    cluster.gone("services", cluster.namespace, "gantry-118-a0")
+    assert [p.name for p in cluster.backend.list_pods() if p.job_id == 118] == ["gantry-118-a0-r1"]
+
+
+def test_an_event_on_a_pod_is_listed_with_it(cluster: Cluster) -> None:
+    name = "gantry-119-a0-r0"
+    cluster.backend.create_pod(request_for(cluster, 119))
+    cluster.backend.record_event(
+        cluster.namespace, name, "WaitingForGpus", "2 of 8 GPUs free", warning=True
+    )
+    core = client.CoreV1Api(cluster.backend.api_client)
+    events = raw(core.list_namespaced_event, cluster.namespace)["items"]
+    (event,) = [e for e in events if e["reason"] == "WaitingForGpus"]
+    assert (event["type"], event["message"]) == ("Warning", "2 of 8 GPUs free")
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["name"]) == ("Pod", name)
