@@ -543,6 +543,7 @@ def run_here(
 
     plane = ControlPlane(folder)
     plane.stop()  # a run of ours that died left it up
+    shutil.rmtree(folder / "etcd", ignore_errors=True)  # and its nodes and pods
     controllers = "*" if node_lifecycle else "*,-nodelifecycle"
     plane.start(controller_manager=True, controllers=controllers)
     api = admin_client(plane.kubeconfig, creators + 4)
