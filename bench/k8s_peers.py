@@ -197,7 +197,8 @@ def watching(kubeconfig: Path) -> Iterator[Bound]:
 
 
 def figures(created: dict[Any, float], bound: dict[Any, float]) -> dict[str, Any]:
-    """pods_per_s, p50_s and p99_s over the pods both created and bound."""
+    """pods_per_s, p50_s and p99_s over the pods both created and bound; `created_s`, the
+    span of the creations, says whether the creating side set the pace."""
     from bench.daemon_setup import percentile
 
     both = [key for key in created if key in bound]
@@ -209,6 +210,7 @@ def figures(created: dict[Any, float], bound: dict[Any, float]) -> dict[str, Any
         "p99_s": round(percentile(latencies, 99), 3),
         "bound": len(both),
         "wall_s": round(span, 2),
+        "created_s": round(max(created.values()) - min(created.values()), 2) if created else 0.0,
     }
 
 

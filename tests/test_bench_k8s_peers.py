@@ -12,7 +12,7 @@ from bench.k8s_peers import run_here
 
 pytestmark = pytest.mark.kubernetes
 
-PEER_KEYS = {"pods_per_s", "p50_s", "p99_s", "bound", "wall_s"}
+PEER_KEYS = {"pods_per_s", "p50_s", "p99_s", "bound", "wall_s", "created_s"}
 
 
 def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
