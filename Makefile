@@ -9,7 +9,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?=
 
-.PHONY: run test check venv services browser control-plane lint fmt bench clean
+.PHONY: run test check venv services browser control-plane control-plane-peers lint fmt bench clean
 
 venv: $(VENV)/.installed
 
@@ -53,6 +53,11 @@ browser:
 ## cached (GANTRY_CONTROL_PLANE_CACHE, default ~/.cache/gantry/control-plane): docs/kubernetes.md.
 control-plane: venv
 	$(PY) -m devcluster build
+
+## control-plane-peers: also build the peers the benchmarks run beside Gantry (Kueue, for
+## bench/k8s_kueue.py): opt-in, its cold build takes about 15 minutes on two cores.
+control-plane-peers: venv
+	$(PY) -m devcluster build --peers
 
 ## check: lint, format, types, layers, Django checks, migrations up to date.
 check: venv

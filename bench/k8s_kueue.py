@@ -87,6 +87,11 @@ ADMISSION_CONDITIONS = (
 )
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/gantry_h6_kueue"
 READY_TIMEOUT_S = 120.0
+KUEUE_LEFT_OUT = (
+    "left out: Kueue's cold build takes about 15 minutes on two cores, so it is opt-in "
+    "(make control-plane-peers, or python -m devcluster build --peers) and CI runs Gantry's "
+    "half alone"
+)
 
 
 def _say(message: str) -> None:
@@ -175,11 +180,13 @@ class Tally:
 
 @contextlib.contextmanager
 def own_plane(folder: Path) -> Iterator[ControlPlane]:
-    """A fresh control plane in `folder` (with the controller manager), stopped afterwards."""
+    """A fresh control plane in `folder`, stopped afterwards. Its controller manager runs
+    without the node lifecycle controller, as bench/k8s_peers.py's does: a lease renewal late
+    under load would otherwise taint a node NotReady mid-measurement."""
     plane = ControlPlane(folder)
     plane.stop()
     shutil.rmtree(folder / "etcd", ignore_errors=True)
-    plane.start(controller_manager=True)
+    plane.start(controller_manager=True, controllers="*,-nodelifecycle")
     try:
         yield plane
     finally:
@@ -866,13 +873,15 @@ def _submitter(arrivals: list[Arrival], start_wall: float, tick: float, rows: An
 
 
 def run_gantry(
-    api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str, limit_s: float,
+    api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str | None, limit_s: float,
     say: Say, *, interval_s: float = 2.0, tick_s: float = 0.1,
 ) -> dict[str, Any]:  # fmt: skip
-    """Gantry's half: the daemon with the Kubernetes backend on the plane."""
+    """Gantry's half: the daemon with the Kubernetes backend on the plane, on a fresh database
+    at `database_url` (dropped and made again), or on Django's database as it is (None)."""
     from bench.daemon_setup import fresh_database, job_rows
 
-    fresh_database(database_url)
+    if database_url:
+        fresh_database(database_url)
     from django.db import connections
     from kubernetes import client
 
@@ -984,14 +993,15 @@ def run_kueue_scenario(
     fraction: float,
     *,
     kueue: bool = True,
-    database_url: str = DEFAULT_DATABASE_URL,
+    database_url: str | None = DEFAULT_DATABASE_URL,
     limit_s: float = 900.0,
     work_dir: Path | None = None,
     say: Say = _say,
 ) -> dict[str, Any]:
     """Kueue's scenario at `fraction`, by Kueue and by Gantry on one plane from `plane_factory`
     (a context manager that yields a started ControlPlane and stops it after). `kueue=False`
-    runs Gantry alone, and the Kueue half says it was left out."""
+    runs Gantry alone, and the Kueue half says why (`skipped`). Gantry's jobs go to a fresh
+    database at `database_url`, or to Django's database as it is when None (a test's)."""
     from kubernetes import config as kube_config
 
     arrivals = plan(fraction)
@@ -1010,8 +1020,9 @@ def run_kueue_scenario(
         try:
             kubelets = Kubelets(api, duration=pod_duration)
             kubelets.add_nodes(node_names(), NodeShape(gpus=GPUS_PER_NODE, product=PRODUCT))
-            # Leases renewed throughout: nodes silent past the controller manager's grace
-            # turn Ready=Unknown, and the simulated kubelets never post Ready again.
+            # Leases renewed throughout, for a borrowed plane whose node lifecycle controller
+            # runs: nodes silent past its grace turn Ready=Unknown, and the simulated
+            # kubelets never post Ready again.
             beating = threading.Thread(target=_heartbeats, args=(kubelets, stop), daemon=True)
             beating.start()
             if kueue:
@@ -1020,7 +1031,7 @@ def run_kueue_scenario(
                 except Exception as error:  # the report says what failed
                     out["kueue"] = {"error": f"{type(error).__name__}: {error}"}
             else:
-                out["kueue"] = {"skipped": "left out on request (--no-kueue)"}
+                out["kueue"] = {"skipped": KUEUE_LEFT_OUT}
             out["gantry"] = run_gantry(api, kubelets, arrivals, database_url, limit_s, say)
         finally:
             stop.set()
@@ -1030,7 +1041,7 @@ def run_kueue_scenario(
     return out
 
 
-def _heartbeats(kubelets: Kubelets, stop: threading.Event, every_s: float = 5.0) -> None:
+def _heartbeats(kubelets: Kubelets, stop: threading.Event, every_s: float = 10.0) -> None:
     while not stop.wait(every_s):
         with contextlib.suppress(Exception):  # one missed beat is harmless; the next renews
             kubelets.heartbeat()

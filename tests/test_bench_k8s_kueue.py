@@ -1,0 +1,139 @@
+"""bench/k8s_kueue.py: Kueue's scenario, its Workloads and the driver's status writes, and
+Gantry's half at a tiny fraction on its own real control plane. Kueue's half is left out here:
+its cold build is opt-in (make control-plane-peers). No timing is asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import k8s_kueue
+from bench.k8s_kueue import Arrival, plan
+
+
+def test_the_whole_scenario_is_kueues_15000_workloads_and_a_fraction_keeps_every_queue() -> None:
+    whole = plan(1.0)
+    assert len(whole) == 15_000
+    assert {a.klass: sum(x.klass == a.klass for x in whole) for a in whole} == {
+        "small": 10_500,
+        "medium": 3_000,
+        "large": 1_500,
+    }
+    tenth = plan(0.1)
+    assert len(tenth) == 1_500
+    assert len({a.queue for a in tenth}) == 30
+    assert max(a.at_s for a in tenth if a.klass == "small") == pytest.approx(3.4)
+    tiny = plan(0.0001)  # at least one of each class per queue
+    assert len(tiny) == 90
+    assert [a.at_s for a in tiny] == sorted(a.at_s for a in tiny)
+    with pytest.raises(ValueError, match="fraction"):
+        plan(0)
+
+
+def test_a_large_workload_asks_for_the_gang_gantry_places() -> None:
+    large = next(a for a in plan(0.01) if a.klass == "large")
+    body = k8s_kueue.workload(large)
+    pod_set = body["spec"]["podSets"][0]
+    assert pod_set["count"] == 5
+    assert pod_set["template"]["spec"]["containers"][0]["resources"]["requests"] == {
+        "nvidia.com/gpu": "4"
+    }
+    assert body["spec"]["queueName"] == large.queue
+    assert body["spec"]["priority"] == large.priority
+    assert body["spec"]["priorityClassRef"]["name"] == "kueue-large"
+    assert body["metadata"]["namespace"] == k8s_kueue.kueue_namespace(large.queue)
+
+
+def _workload(conditions: list[dict[str, Any]], **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "small-0-0-0", "namespace": "kueue-q", "generation": 3},
+        "status": {"conditions": conditions, "admission": {"clusterQueue": "q"}, **status},
+    }
+
+
+def _condition(kind: str, status: str = "True") -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": "X", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+
+
+def test_an_evicted_workload_is_released_as_kueues_admission_manager_would() -> None:
+    evicted = _workload(
+        [_condition(c) for c in ("QuotaReserved", "Admitted", "Evicted", "Preempted")]
+        + [_condition("PodsReady", "False")],
+        requeueState={"count": 1},
+    )
+    body = k8s_kueue.requeued_status(evicted)
+    status = body["status"]
+    assert "admission" not in status  # applied by its owner without it: removed
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["QuotaReserved"]["status"] == "False"
+    assert by_type["Admitted"]["status"] == "False"
+    assert by_type["Evicted"]["status"] == "True"  # kept: Kueue reads why it was evicted
+    assert "PodsReady" not in by_type  # not the admission manager's
+    assert status["requeueState"] == {"count": 1}
+    assert body["metadata"] == {"name": "small-0-0-0", "namespace": "kueue-q"}
+
+
+def test_a_finished_workload_gets_only_the_finished_condition() -> None:
+    body = k8s_kueue.finished_status(_workload([_condition("Admitted")]))
+    assert [c["type"] for c in body["status"]["conditions"]] == ["Finished"]
+    assert body["status"]["conditions"][0]["observedGeneration"] == 3
+
+
+def test_the_converted_crds_point_at_kueues_webhook_on_loopback(tmp_path: Path) -> None:
+    bases = tmp_path / "config/components/crd/bases"
+    bases.mkdir(parents=True)
+    for plural in ("workloads", "resourceflavors"):
+        doc = {
+            "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
+            "spec": {"names": {"plural": plural}},
+        }
+        (bases / f"{plural}.yaml").write_text(yaml.safe_dump(doc))
+    by_plural = {d["spec"]["names"]["plural"]: d for d in k8s_kueue.crds(tmp_path, 9443)}
+    conversion = by_plural["workloads"]["spec"]["conversion"]
+    assert conversion["webhook"]["clientConfig"] == {"url": "https://127.0.0.1:9443/convert"}
+    assert "conversion" not in by_plural["resourceflavors"]["spec"]
+
+
+def test_tallies_measure_admission_from_creation_and_usage_over_the_whole_pool() -> None:
+    arrivals = [
+        Arrival(0.0, 0, 0, "small", 0, 1, 1, 0.2, 50),
+        Arrival(0.0, 0, 0, "large", 0, 4, 5, 1.0, 250),
+    ]
+    tally = k8s_kueue.Tally(
+        start=100.0,
+        created={"small-0-0-0": 100.0, "large-0-0-0": 100.5},
+        admitted={"small-0-0-0": 101.0, "large-0-0-0": 101.0},
+        finished={"small-0-0-0": 101.5, "large-0-0-0": 102.0},
+        gpu_s=600.0,
+    )
+    figures = tally.figures(arrivals)
+    assert figures["wall_s"] == 2.0
+    assert figures["admission_mean_s"] == {"small": 1.0, "medium": None, "large": 0.5}
+    assert figures["usage_pct"] == 50.0  # 600 GPU-s over 600 GPUs x 2 s
+    assert (figures["admitted"], figures["finished"]) == (2, 2)
+
+
+@pytest.mark.kubernetes
+@pytest.mark.postgresql("the daemon and the submitter it forks share the database")
+def test_gantry_runs_kueues_scenario_at_a_tiny_fraction_on_a_real_plane(
+    transactional_db: Any, tmp_path: Path
+) -> None:
+    out = k8s_kueue.run_kueue_scenario(
+        lambda: k8s_kueue.own_plane(tmp_path / "cp"),
+        0.0001,
+        kueue=False,
+        database_url=None,  # this test's database, as it is
+        limit_s=300.0,
+        work_dir=tmp_path,
+        say=lambda _line: None,
+    )
+    assert out["kueue"] == {"skipped": k8s_kueue.KUEUE_LEFT_OUT}
+    assert (out["workloads"], out["nodes"], out["gpus"]) == (90, 75, 600)
+    gantry = out["gantry"]
+    assert gantry["finished"] == gantry["admitted"] == gantry["workloads"] == 90
+    assert all(gantry["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))
+    assert gantry["wall_s"] > 0 and gantry["usage_pct"] > 0
