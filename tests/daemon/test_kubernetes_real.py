@@ -26,7 +26,6 @@ import pytest
 from django.db import connection
 from kubernetes import client
 
-from devcluster import build
 from devcluster.kubelets import Kubelets, NodeShape
 from devcluster.plane import ControlPlane
 from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
@@ -38,7 +37,7 @@ from scheduler.models import Allocation, GpuDevice, Job, JobEvent
 from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock, Killed, expire_leases
-from tests.k8s.real_plane import RealPlane, apply_priority_classes, real_plane
+from tests.k8s.real_plane import RealPlane, apply_priority_classes, real_plane, require_binaries
 
 pytestmark = pytest.mark.kubernetes
 __all__ = ["real_plane"]  # the session fixture, for this module
@@ -367,13 +366,9 @@ def test_a_pod_the_server_refuses_says_why_in_the_jobs_reason(real: Real) -> Non
 
 
 @pytest.fixture
-def own_plane(
-    real_plane: RealPlane, tmp_path: Path
-) -> Iterator[tuple[ControlPlane, client.ApiClient]]:
-    """A plane for one test (after `real_plane`, which skips or fails, saying why, where
-    none can start)."""
-    if build.missing():
-        pytest.skip("no devcluster binaries for a plane of its own (KUBECONFIG's cluster only)")
+def own_plane(tmp_path: Path) -> Iterator[tuple[ControlPlane, client.ApiClient]]:
+    """A plane for one test (skipping or failing, saying why, where none can start)."""
+    require_binaries()
     started = ControlPlane(tmp_path / "plane").start(controller_manager=True)
     api = product_client(started.kubeconfig)
     try:
