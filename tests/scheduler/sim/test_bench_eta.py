@@ -35,6 +35,8 @@ def test_score_worked_example() -> None:
     assert scored["median_abs_error_s"] == 2.0
     assert scored["p90_abs_error_s"] == quantile([1.0, 2.0, 4.0], 0.9) == 3.6
     assert scored["coverage"] == round(1 / 3, 4)
+    # both misses started before their p50; none after its p90
+    assert (scored["early"], scored["late"]) == (round(2 / 3, 4), 0.0)
 
 
 DAEMON_KEYS = {
