@@ -209,6 +209,10 @@ def _none(obj: dict[str, Any] | None) -> bool:
     return obj is None
 
 
+def _present(obj: dict[str, Any] | None) -> bool:
+    return obj is not None
+
+
 def _phase(pod: dict[str, Any] | None) -> str | None:
     return ((pod or {}).get("status") or {}).get("phase")
 
@@ -285,12 +289,14 @@ def _real_cluster(plane: RealPlane) -> Iterator[Cluster]:
     backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=10.0))
     namespace = f"gantry-contract-{uuid.uuid4().hex[:8]}"
     backend.ensure_namespace(namespace)
+    # Admission refuses pods until the controller manager made the namespace's service account;
+    # a test that restarts the API server at once would leave it unmade for a while longer.
+    core: Any = client.CoreV1Api(api)  # raw responses: no models
+    wait_for(core.list_namespaced_service_account, namespace, "default", _present)
 
     def finish_deletion(ns: str, name: str) -> None:
         """A real kubelet (here the simulator) confirms the deletion; wait until it has."""
         wait_for_pod(api, ns, name, lambda pod: pod is None)
-
-    core: Any = client.CoreV1Api(api)  # raw responses: no models
 
     def gone(kind: str, ns: str, name: str) -> None:
         wait_for(getattr(core, f"list_namespaced_{kind.removesuffix('s')}"), ns, name, _none)

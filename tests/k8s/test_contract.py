@@ -10,6 +10,7 @@ mended to behave as the real one (docs/kubernetes.md, "What the real API server 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import replace
 from typing import Any
@@ -288,6 +289,25 @@ def test_watch_survives_a_forced_compaction(cluster: Cluster) -> None:
             watcher.run_once(seen)
     assert seen.is_set()
     assert watcher.relists == (1 if cluster.real else 2)
+
+
+def test_a_watch_from_before_a_restart_is_gone_and_lists_again(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """410 Gone on the real server: the restarted server's watch cache starts after the
+    version the watcher holds. The watcher lists again at once, without counting a failure."""
+    caplog.set_level(logging.INFO, logger="scheduler.backends.kubernetes_watch")
+    name, seen = "gantry-120-a0-r0", threading.Event()
+    watcher = _watch_for(cluster, name, seen)
+    watcher.run_once(seen)  # the list
+    cluster.restart_apiserver()
+    cluster.backend.create_pod(request_for(cluster, 120))
+    cluster.backend.bind_pod(cluster.namespace, name, cluster.nodes[0])
+    watcher.run_once(seen)  # the stream, from the version before the restart
+    assert (watcher.resource_version, watcher._failures, seen.is_set()) == (None, 0, False)
+    assert "watch expired (410 Gone)" in caplog.text
+    watcher.run_once(seen)  # the list again
+    assert seen.is_set() and watcher.relists == 2
 
 
 def test_watch_survives_an_apiserver_restart(cluster: Cluster) -> None:

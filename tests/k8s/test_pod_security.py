@@ -20,7 +20,7 @@ from scheduler.backends.kubernetes import PSS_LABELS
 from scheduler.backends.kubernetes_render import render_pod, service_name
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import PAUSE, Cluster
-from tests.k8s.real_plane import drained
+from tests.k8s.real_plane import drained, wait_for
 from tests.k8s.test_render import VARIANTS as RENDERED
 
 # Every shape kubernetes_render produces (tests/k8s/test_render.py), and an interactive job.
@@ -46,6 +46,9 @@ def project(cluster: Cluster) -> str:
     """A project namespace as the daemon creates it."""
     name = f"pss-{uuid.uuid4().hex[:8]}"
     cluster.backend.ensure_namespace(name)
+    if cluster.real:  # admission refuses pods until the namespace's service account exists
+        core: Any = client.CoreV1Api(cluster.backend.api_client)
+        wait_for(core.list_namespaced_service_account, name, "default", lambda sa: bool(sa))
     return name
 
 
