@@ -445,6 +445,10 @@ def run_gantry(
          "priority": priority}
         for i in range(pods)
     ]  # fmt: skip
+    # Syncing thousands of nodes can outlast the lease's TTL: leading afresh now keeps the
+    # first cycle from standing by, taking the lease again and syncing once more on the clock.
+    if not daemon.lease.renew():
+        daemon.lease.acquire()
     Job.objects.bulk_create(job_rows(specs, timezone.now()), batch_size=2000)
     daemon.run()
     bound.wait_for(GANTRY_NAMESPACE, pods, time.monotonic() + 60)
