@@ -924,9 +924,13 @@ def run_gantry(
     backend = KubernetesBackend(api, KubernetesConfig(flavor_overrides={PRODUCT: FLAVOR}))
     finished = 0
 
+    phases: dict[str, float] = {}
+
     def on_cycle(d: Daemon) -> None:
         nonlocal finished
         finished += 1
+        for name, ms in (d.last.phases_ms if d.last else {}).items():
+            phases[name] = phases.get(name, 0.0) + ms / 1000
         over = time.time() - start_wall >= limit_s
         if over or (
             finished % 10 == 0
@@ -982,6 +986,11 @@ def run_gantry(
         "workloads": len(arrivals),
         "preemptions": JobEvent.objects.filter(to_state="preempted").count(),
         "cycles": finished,
+        # Where the daemon's time went: the busiest phases, seconds summed over the cycles.
+        "phases_s": {
+            name: round(seconds, 1)
+            for name, seconds in sorted(phases.items(), key=lambda item: -item[1])[:6]
+        },
     }
 
 
