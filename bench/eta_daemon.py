@@ -270,6 +270,7 @@ def _figures(
         "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
         "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
         "refreshes": len(refreshes),
+        # refreshes whose rows the recorder read (one of an empty queue writes none)
         "refreshes_seen": refreshes_seen,
         "refreshes_out_of_budget": sum(bool(r["stopped"]) for r in refreshes),
         "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
