@@ -353,8 +353,17 @@ def judge(
         ph in (PodPhase.RUNNING, PodPhase.SUCCEEDED) for ph in phases
     )
     verdict.succeeded = bool(core) and all(ph == PodPhase.SUCCEEDED for ph in core)
+    # `started_at` is the current run's only once it runs: a job bound again after a
+    # preemption still holds its earlier run's until its new pods start.
     limit, started = job["max_runtime_s"], job["started_at"]
-    if not verdict.succeeded and limit and started and now - started > timedelta(seconds=limit):
+    running = job["state"] == S.RUNNING
+    if (
+        running
+        and not verdict.succeeded
+        and limit
+        and started
+        and now - started > timedelta(seconds=limit)
+    ):
         verdict.failure = (F.DEADLINE_EXCEEDED, f"ran longer than its max runtime of {limit} s")
     return verdict
 
