@@ -55,6 +55,7 @@ class ControlPlane:
         # The processes this object started, kept so that they are reaped when stopped (a
         # dropped Popen of a live process is a ResourceWarning, an error in the tests).
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._controllers: str | None = None  # the controller manager's, once started here
 
     # -- where things are -------------------------------------------------------------------
 
@@ -99,6 +100,7 @@ class ControlPlane:
             self._spawn("kube-apiserver", self._apiserver_args())
             self._wait(self._apiserver_ready, "kube-apiserver", timeout_s)
             if controller_manager:
+                self._controllers = controllers
                 self._spawn("kube-controller-manager", self._controller_manager_args(controllers))
             if scheduler:
                 self.start_scheduler()
@@ -134,6 +136,19 @@ class ControlPlane:
         self.stop_process("kube-apiserver")
         self._spawn("kube-apiserver", self._apiserver_args())
         self._wait(self._apiserver_ready, "kube-apiserver", timeout_s)
+        self.revive_controller_manager()
+
+    def revive_controller_manager(self) -> bool:
+        """Start the controller manager again if it exited, as a kubelet restarts a crashed
+        static pod: one that loses the API server early in its start gives up for good, and
+        then nothing makes a namespace's service account (admission refuses every pod)."""
+        assert self.state is not None
+        pid = self.state.pids.get("kube-controller-manager")
+        if pid is None or _alive(pid) or self._controllers is None:
+            return False
+        self.stop_process("kube-controller-manager")  # reaps the exited one
+        self._spawn("kube-controller-manager", self._controller_manager_args(self._controllers))
+        return True
 
     def stop(self) -> None:
         if self.state is None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench.k8s_peers import run_here
+from tenants.models import PriorityClass
 
 pytestmark = pytest.mark.kubernetes
 
@@ -18,7 +19,12 @@ PEER_KEYS = {"pods_per_s", "p50_s", "p99_s", "bound", "wall_s", "created_s"}
 def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
     transactional_db: Any, tmp_path: Any
 ) -> None:
-    # The daemon commits and listens on its own connection: a transactional database.
+    # The daemon commits and listens on its own connection: a transactional database. Another
+    # transactional test's flush may have taken the migration's seeded classes with it.
+    PriorityClass.objects.get_or_create(
+        name="normal",
+        defaults={"value": 500, "may_preempt": True, "preemptible": True},
+    )
     out = run_here(nodes=4, pods=8, folder=tmp_path / "cp", log=lambda _line: None)
     assert set(out) == {"throughput", "kueue_scenario", "nodes", "pods", "versions"}
     assert (out["nodes"], out["pods"]) == (4, 8)

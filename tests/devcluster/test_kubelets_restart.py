@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.k8s.real_plane import WAIT_S, RealPlane, drained, wait_for_pod
 
@@ -28,7 +31,19 @@ def test_kubelets_keep_running_pods_after_an_apiserver_restart(real_plane: RealP
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
         },
     }
-    drained(core.create_namespaced_pod(namespace, pod, _preload_content=False))
+    # The API server's own cache of service accounts fills again after its restart: until then
+    # admission refuses pods even in `default` ("error looking up service account").
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            drained(core.create_namespaced_pod(namespace, pod, _preload_content=False))
+            break
+        except ApiException as refused:
+            if refused.status != 403 or "service account" not in str(refused.body):
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     running = wait_for_pod(
         real_plane.api, namespace, "after-restart", lambda p: _phase(p) == "Running"
     )
