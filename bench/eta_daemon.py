@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.eta import Estimate, score, workload
-from bench.kueue_baseline import CLASSES, NODES_PER_COHORT, TEAMS_PER_COHORT
+from bench.kueue_baseline import CLASSES, NODES_PER_COHORT
 from bench.kueue_e2e import CLASSES as E2E_CLASSES
+from bench.kueue_e2e import scenario_teams
 from scheduler.core import Profile
 from scheduler.sim.runtimes import quantile
 
@@ -42,17 +43,7 @@ def setup(cohorts: int) -> tuple[dict[str, Any], dict[str, Any]]:
     from bench.daemon_setup import organisation
     from tenants.models import PriorityClass
 
-    total = cohorts * NODES_PER_COHORT * 8 * 1000
-    teams: list[tuple[str, str | None, dict[str, Any]]] = [
-        ("org", None, {FLAVOR: (total, total, None)})
-    ]
-    for c in range(cohorts):
-        teams.append((f"cohort-{c}", "org", {FLAVOR: (120_000, 120_000, 0)}))
-        teams += [
-            (f"cohort-{c}-team-{t}", f"cohort-{c}", {FLAVOR: (20_000, 120_000, None)})
-            for t in range(TEAMS_PER_COHORT)
-        ]
-    org = organisation(teams)
+    org = organisation(scenario_teams(cohorts, FLAVOR))
     # bench.kueue_e2e's values: the same order as the engine's, clear of the built-in classes
     classes = {
         name: PriorityClass.objects.create(

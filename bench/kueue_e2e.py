@@ -36,6 +36,7 @@ from typing import Any
 
 from bench.bench_profile import add_profile_argument, announced, bench_profile
 from bench.daemon_setup import DEFAULT_URL, fresh_database, job_rows, organisation
+from bench.kueue_baseline import NODES_PER_COHORT
 from scheduler.core import Profile
 
 COHORTS, TEAMS_PER_COHORT, FLAVOR = 5, 6, "gpu"
@@ -52,19 +53,27 @@ KUEUE = {
 }
 
 
+def scenario_teams(cohorts: int, flavor: str) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """The scenario's tenant tree for `organisation`: teams guaranteed 20 GPUs, borrowing up to
+    120 within their cohort, cohorts lending nothing to each other, under one organisation
+    that holds the whole cluster (15 nodes of 8 GPUs a cohort)."""
+    total = cohorts * NODES_PER_COHORT * 8 * 1000
+    teams: list[tuple[str, str | None, dict[str, Any]]] = [
+        ("org", None, {flavor: (total, total, None)})
+    ]
+    for c in range(cohorts):
+        teams.append((f"cohort-{c}", "org", {flavor: (120_000, 120_000, 0)}))
+        teams += [
+            (f"cohort-{c}-team-{t}", f"cohort-{c}", {flavor: (20_000, 120_000, None)})
+            for t in range(TEAMS_PER_COHORT)
+        ]
+    return teams
+
+
 def setup() -> tuple[dict[str, Any], dict[str, Any]]:
     from tenants.models import PriorityClass
 
-    teams: list[tuple[str, str | None, dict[str, Any]]] = [
-        ("org", None, {FLAVOR: (600_000, 600_000, None)})
-    ]
-    for c in range(COHORTS):
-        teams.append((f"cohort-{c}", "org", {FLAVOR: (120_000, 120_000, 0)}))
-        teams += [
-            (f"cohort-{c}-team-{t}", f"cohort-{c}", {FLAVOR: (20_000, 120_000, None)})
-            for t in range(TEAMS_PER_COHORT)
-        ]
-    org = organisation(teams)
+    org = organisation(scenario_teams(COHORTS, FLAVOR))
     classes = {
         name: PriorityClass.objects.create(name=f"kueue-{name}", value=spec[5], may_preempt=True)
         for name, spec in CLASSES.items()
