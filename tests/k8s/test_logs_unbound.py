@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes import client
 
 from scheduler.backends.base import LogTarget
-from tests.k8s.builders import make_request
-from tests.k8s.conftest import PAUSE, Cluster
+from tests.k8s.conftest import Cluster
 from tests.k8s.real_plane import WAIT_S
+from tests.k8s.test_contract import request_for
 
 
 def _wait_for_the_default_account(cluster: Cluster) -> None:
@@ -40,16 +40,7 @@ def _wait_for_the_default_account(cluster: Cluster) -> None:
 def _unbound_pod(cluster: Cluster) -> LogTarget:
     if cluster.real:
         _wait_for_the_default_account(cluster)
-    pod = make_request(
-        71,
-        namespace=cluster.namespace,
-        node=cluster.nodes[0],
-        gpu_milli=0,
-        cpu_milli=10,
-        memory_mib=16,
-        image=PAUSE,
-        command=(),
-    )
+    pod = request_for(cluster, 71)  # the contract's CPU-only pause pod
     cluster.backend.create_pod(pod)  # and never bound
     return LogTarget(
         namespace=pod.namespace,
