@@ -19,18 +19,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 
-from scheduler.adapters import (
-    Built,
-    Change,
-    release,
-    set_reasons,
-    set_state_fast,
-    transition_many,
-)
+from scheduler.adapters import Built, release, set_reasons
 from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, AllocationDevice, Job, JobEvent, JobState
+from scheduler.transitions import Change, set_state_fast, transition_many
 
 if TYPE_CHECKING:
     from scheduler.daemon import Daemon

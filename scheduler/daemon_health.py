@@ -13,11 +13,11 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from scheduler.adapters import Change, transition_many
 from scheduler.backends.base import NodeInfo
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
 from scheduler.nodes import DAEMON, node_sync
+from scheduler.transitions import Change, transition_many
 
 if TYPE_CHECKING:
     from scheduler.daemon import Daemon

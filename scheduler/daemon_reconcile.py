@@ -32,14 +32,12 @@ from django.db import connection, transaction
 from django.db.models import Count
 
 from scheduler.adapters import (
-    Change,
     SnapshotCache,
     fetch_compiled,
     holds_allocation,
     release,
     reread,
     running_job_rows,
-    transition_many,
 )
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, PodPhase, PodStatus
 from scheduler.daemon_apply import binder, call_with_retry, delete_pods
@@ -53,6 +51,7 @@ from scheduler.models import (
     JobState,
     Node,
 )
+from scheduler.transitions import Change, transition_many
 
 if TYPE_CHECKING:
     from scheduler.daemon import Daemon

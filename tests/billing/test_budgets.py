@@ -38,10 +38,10 @@ from billing.rates import RatePrices, rate_card_add
 from billing.rating import round_cents
 from billing.statements import usage_lines
 from billing.tasks import budget_sweep
-from scheduler.adapters import Change, transition_many
 from scheduler.approvals import job_approval_decide
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel, job_submit
+from scheduler.transitions import Change, transition_many
 from tenants import outbox
 from tenants import tasks as tenant_tasks
 from tenants.models import (

@@ -724,7 +724,7 @@ def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env
 
     from django.utils import timezone
 
-    from scheduler.adapters import Change, transition_many
+    from scheduler.transitions import Change, transition_many
 
     jobs = [env.submit() for _ in range(3)]
     Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state="preempted")
@@ -762,7 +762,8 @@ def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
     the state test written plainly, the planner took the partial index of queued jobs
     after a burst of submissions it had no statistics for, and read every queued job to
     write a hundred (the statistics below say the queue holds one)."""
-    from scheduler.adapters import CLAIM_SQL, REASONS_SQL
+    from scheduler.adapters import REASONS_SQL
+    from scheduler.transitions import CLAIM_SQL
 
     first = env.submit()
     with connection.cursor() as cursor:
