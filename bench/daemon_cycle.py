@@ -48,9 +48,9 @@ def measure(
     per_team: int, cycles: int, step: float, warmup: int, profile: Profile
 ) -> dict[str, Any]:
     from bench.kueue_e2e import FLAVOR, setup
-    from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.daemon import Daemon
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import make_nodes
+    from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
 
     org, classes = setup()
@@ -67,7 +67,7 @@ def measure(
                     clock=clock, max_pending=500, per_queue=50,
                     sync_every_s=3600.0)  # fmt: skip
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)
+    daemon.sync_nodes(force=True)
     for _ in range(warmup):
         now[0] += step
         daemon.step()

@@ -55,9 +55,10 @@ def drain(
     per_team: dict[str, int], limit_s: float, window: int = 500, profile: Profile | None = None
 ) -> dict[str, Any]:
     from bench.kueue_e2e import FLAVOR
-    from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.daemon import Daemon, collector_for_the_loop
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import make_nodes
+    from scheduler.daemon.loop import Daemon
+    from scheduler.daemon.phases import collector_for_the_loop
     from scheduler.leader import Lease
     from scheduler.models import Job
 
@@ -67,7 +68,7 @@ def drain(
     daemon = Daemon(backend, lease=Lease(ttl_s=600), profile=profile,
                     max_pending=window, per_queue=50, sync_every_s=600.0)  # fmt: skip
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)
+    daemon.sync_nodes(force=True)
     phases: dict[str, float] = {}
     cycles = placed = 0
     started, cpu, db_cpu = time.time(), time.process_time(), postgres_cpu_s()

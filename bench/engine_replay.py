@@ -31,7 +31,7 @@ from bench.daemon_setup import DEFAULT_URL, fresh_database
 def record(out: Path, database_url: str, profile: str) -> dict[str, Any]:
     loaded, used = announced(profile)
     fresh_database(database_url)
-    import scheduler.daemon as daemon_module
+    import scheduler.daemon.loop as daemon_module
     from bench.daemon_drain import drain
 
     snapshots: list[tuple[Any, Any]] = []

@@ -140,9 +140,9 @@ def run(
     from django.db import connections
 
     from bench.kueue_e2e import submitter
-    from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.daemon import Daemon
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import make_nodes
+    from scheduler.daemon.loop import Daemon
     from scheduler.eta import EtaRefresher, EtaSettings
     from scheduler.leader import Lease
     from scheduler.models import JobQueueEstimate
@@ -189,7 +189,7 @@ def run(
     )
     daemon.estimates = EtaRefresher(config=config, history_every_s=history_every_s)
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)
+    daemon.sync_nodes(force=True)
     connections.close_all()  # the forked processes open their own
     fork = multiprocessing.get_context("fork")
     stop = fork.Event()

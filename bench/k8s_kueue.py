@@ -889,8 +889,7 @@ def run_gantry(
     from bench.kueue_e2e import setup
     from scheduler.backends.kubernetes import KubernetesBackend
     from scheduler.backends.kubernetes_config import KubernetesConfig
-    from scheduler.daemon import Daemon
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
     from scheduler.models import Allocation, Job, JobEvent
 
@@ -943,7 +942,7 @@ def run_gantry(
                     interval_s=interval_s, max_pending=500, per_queue=50, sync_every_s=1.0,
                     on_cycle=on_cycle)  # fmt: skip
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)
+    daemon.sync_nodes(force=True)
     stop = threading.Event()
     played = threading.Thread(
         target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True

@@ -408,8 +408,7 @@ def run_gantry(
     from bench.daemon_setup import job_rows
     from scheduler.backends.kubernetes import KubernetesBackend
     from scheduler.backends.kubernetes_config import KubernetesConfig
-    from scheduler.daemon import Daemon
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
     from scheduler.models import Job
 
@@ -439,7 +438,7 @@ def run_gantry(
         on_cycle=on_cycle,
     )
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)  # the inventory is in before the first job is
+    daemon.sync_nodes(force=True)  # the inventory is in before the first job is
     specs = [
         {"team": team, "name": f"peer-{i}", "gpus": 1, "replicas": 1, "duration_s": 3600,
          "priority": priority}

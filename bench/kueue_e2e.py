@@ -142,9 +142,9 @@ def run(
 
     from django.db import connections
 
-    from scheduler.backends.simulated import SimulatedCluster, make_nodes
-    from scheduler.daemon import Daemon
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import make_nodes
+    from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
 
     org, classes = setup()
@@ -172,7 +172,7 @@ def run(
                     sync_every_s=1.0, on_cycle=on_cycle,
                     reasons_every_s=reasons_every_s)  # fmt: skip
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)
+    daemon.sync_nodes(force=True)
     connections.close_all()  # the forked submitter opens its own
     start = time.time()
     process = multiprocessing.get_context("fork").Process(

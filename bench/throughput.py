@@ -43,7 +43,8 @@ FLAVOR = "H100-80GB"
 def setup(nodes: int, pods: int, seed: int) -> tuple[Any, list[int]]:
     from django.utils import timezone
 
-    from scheduler.backends.simulated import SimulatedCluster, make_nodes
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import make_nodes
     from scheduler.models import Job
     from tenants.models import PriorityClass
 
@@ -82,7 +83,7 @@ def bare_writes(job_ids: list[int], pods: int) -> float:
     from django.db import transaction
     from django.utils import timezone
 
-    from scheduler.daemon_apply import insert_allocations
+    from scheduler.daemon.store import insert_allocations
     from scheduler.models import GpuDevice
 
     devices = list(GpuDevice.objects.order_by("id").values_list("id", "node_id")[:pods])
@@ -115,8 +116,7 @@ def bare_writes(job_ids: list[int], pods: int) -> float:
 def run(nodes: int, pods: int, batch: int, seed: int, profile: Profile) -> dict[str, Any]:
     from django.utils import timezone
 
-    from scheduler.daemon import Daemon
-    from scheduler.daemon_health import sync_nodes
+    from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
     from scheduler.models import Job, JobEvent
 
@@ -125,7 +125,7 @@ def run(nodes: int, pods: int, batch: int, seed: int, profile: Profile) -> dict[
         backend, lease=Lease(ttl_s=120), profile=profile, max_pending=batch, sync_every_s=1.0
     )
     daemon.lease.acquire()
-    sync_nodes(daemon, force=True)  # the inventory, before anything is measured
+    daemon.sync_nodes(force=True)  # the inventory, before anything is measured
     bare = bare_writes(job_ids, pods)
     binds: list[float] = []
     bind = backend.bind_pod

@@ -199,24 +199,3 @@ def _create_users(tenants: dict[str, Tenant]) -> dict[str, Any]:
             PlatformRole.objects.create(user=user, role=role)
         users[username] = user
     return users
-
-
-# The simulated cluster of the demo: node name prefix, flavor, nodes, GPUs each, GPU memory MiB.
-# 32 H100, 32 A100, 16 L40S, 16 T4: the organisation's quota, so borrowing and preemption show.
-DEMO_INVENTORY = [
-    ("h100", "H100-80GB", 4, 8, 81920),
-    ("a100", "A100-40GB", 4, 8, 40960),
-    ("l40s", "L40S-48GB", 2, 8, 49152),
-    ("t4", "T4-16GB", 2, 8, 16384),
-]
-
-
-def demo_nodes() -> list[Any]:
-    """NodeInfo for the simulated cluster of the demo (see DEMO_INVENTORY)."""
-    from scheduler.backends.simulated import make_nodes
-
-    nodes = []
-    for prefix, flavor, count, gpus, memory in DEMO_INVENTORY:
-        rack = {"gantry.io/rack": f"rack-{prefix}"}
-        nodes += make_nodes(count, flavor, gpus, memory, prefix=f"sim-{prefix}", labels=rack)
-    return nodes

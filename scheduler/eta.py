@@ -22,20 +22,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from scheduler.adapters import build_snapshot
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
+from scheduler.daemon.snapshot import build_snapshot
 from scheduler.leader import LeaseLost
 from scheduler.models import Job, JobQueueEstimate, JobState
 from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of
-
-if TYPE_CHECKING:
-    from scheduler.daemon import Daemon
 
 log = logging.getLogger("gantry.eta")
 
@@ -208,29 +205,38 @@ class EtaRefresher:
     model_at: float = float("-inf")
     last: Refreshed | None = None
 
-    def after_cycle(self, daemon: Daemon) -> Refreshed | None:
-        """Refresh when GANTRY_ETA_EVERY_S passed on the daemon's clock. A database error
-        or a lost lease goes to the daemon as any other; a bug here is logged and
+    def after_cycle(
+        self,
+        *,
+        now: float,
+        decayed: Mapping[str, float],
+        max_pending: int,
+        per_queue: int,
+        profile: Profile,
+        fence: Callable[[], None],
+    ) -> Refreshed | None:
+        """Refresh when GANTRY_ETA_EVERY_S passed on the daemon's clock (`now`), over the
+        queue window the daemon sees (`max_pending`, `per_queue`). A database error or a
+        lost lease (`fence`) goes to the daemon as any other; a bug here is logged and
         scheduling goes on."""
-        now = daemon.clock()
         if now - self.refreshed_at < self.config.every_s:
             return None
         self.refreshed_at = now
         try:
             built = build_snapshot(
                 now,
-                decayed=dict(daemon.decayed),
-                max_pending=daemon.max_pending,
-                per_queue=daemon.per_queue,
+                decayed=dict(decayed),
+                max_pending=max_pending,
+                per_queue=per_queue,
             )
             self.last = refresh_estimates(
                 built.snapshot,
                 built.jobs,
-                daemon.profile,
+                profile,
                 self._model(now),
                 self.config,
                 monotonic=self.monotonic,
-                fence=daemon.lease.fence,
+                fence=fence,
             )
         except (DatabaseError, LeaseLost):
             raise

@@ -23,9 +23,9 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
-from scheduler.adapters import _tenants as ledger_tenants
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.types import MILLI_PER_GPU
+from scheduler.daemon.translate import load_tenants
 from scheduler.metrics_tally import WAIT_BUCKETS_S, Tallies
 from scheduler.models import Allocation, JobState
 from tenants.models import Tenant
@@ -147,7 +147,7 @@ def quota_families() -> Iterator[GaugeMetricFamily]:
     classes that count against quota, as the engine charges them), its effective guarantee
     (nominal quota), borrowing limit (limit - guarantee) and what it borrows (usage beyond
     the guarantee). Three queries: tenants, quotas, active allocations."""
-    tenants, _slugs = ledger_tenants()
+    tenants, _slugs = load_tenants()
     parents = {t.name: t.parent or "" for t in tenants}
     usage = (
         Allocation.objects.filter(

@@ -1,7 +1,7 @@
 """Utilization samples in: attributed to the job holding each device when they are written.
 
 `samples_ingest` is the one ingest path, for the node agent's reports (scheduler/nodes.py)
-and the daemon's simulated readings (scheduler/daemon_samples.py): one read of the live
+and the daemon's simulated readings (scheduler/daemon/samples.py): one read of the live
 device shares and one multi-row insert per call, whatever the number of devices.
 """
 

@@ -22,10 +22,11 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
-from scheduler.adapters import ROW_FIELDS, _load_nodes, job_request
 from scheduler.core import Profile
 from scheduler.core.types import PriorityClass, Quota
 from scheduler.core.types import Tenant as CoreTenant
+from scheduler.daemon.rows import ROW_FIELDS
+from scheduler.daemon.translate import job_request, load_nodes
 from scheduler.models import Allocation, Job, JobState
 from scheduler.profiles import built_in, read_profile
 from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
@@ -57,7 +58,7 @@ def replay(
     start = now - timedelta(days=window_days)
     progress(0, "reading the jobs of the window")
     work = workload(start, now)
-    nodes = tuple(replace(n, healthy=True, cordoned=False) for n in _load_nodes()[0].values())
+    nodes = tuple(replace(n, healthy=True, cordoned=False) for n in load_nodes()[0].values())
     rows = _organisation_rows()
     sides = {}
     for k, (side, proposed) in enumerate((("baseline", ()), ("proposed", changes))):
@@ -191,7 +192,7 @@ def _organisation_rows() -> OrgRows:
 def organisation(
     rows: OrgRows, changes: Sequence[Mapping[str, Any]]
 ) -> tuple[tuple[CoreTenant, ...], tuple[PriorityClass, ...]]:
-    """The engine's tenants and classes as `scheduler.adapters` builds them, with `changes`
+    """The engine's tenants and classes as `scheduler.daemon.translate` builds them, with `changes`
     applied on top (a tenant's fair-share weight is the largest of its quotas' weights)."""
     quotas = {(q["tenant__slug"], q["flavor__name"]): dict(q) for q in rows.quotas}
     values = {c["name"]: c["value"] for c in rows.classes}

@@ -1,4 +1,6 @@
-"""The one Protocol every cluster backend implements: simulated and kubernetes.
+"""The Protocol every cluster backend implements (`ClusterBackend`: simulated and kubernetes),
+and the capabilities some add, each a Protocol the daemon tests with `isinstance`:
+`PodWatching`, `EventClock`, `InferenceLoad`, `FaultInjection`, `UtilizationSource`, `LogSource`.
 
 The daemon is the only caller. Every method is idempotent where the cluster allows it:
 pod names are deterministic per job, attempt and replica (`pod_name`), so a retry after a
@@ -9,6 +11,7 @@ tell apart are the exceptions below; anything else is a transient failure to ret
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -172,6 +175,49 @@ class ClusterBackend(Protocol):
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
         """Cordon or uncordon in the cluster."""
         ...
+
+
+@runtime_checkable
+class PodWatching(Protocol):
+    """A backend that can wake the daemon when its pods change (Kubernetes: a list/watch)."""
+
+    def watch_pods(self, stop: threading.Event) -> threading.Event:
+        """Start watching until `stop` is set; the returned event is set on every change."""
+        ...
+
+    def close_watches(self) -> None:
+        """Break the open watch streams (after `stop` is set)."""
+        ...
+
+
+@runtime_checkable
+class EventClock(Protocol):
+    """A backend whose pods change at known times (the simulated cluster): the daemon wakes
+    for the next one instead of waiting out its interval."""
+
+    def next_event_at(self) -> float | None:
+        """When (the daemon's clock) the next pod changes by itself; None when none will."""
+        ...
+
+
+@runtime_checkable
+class InferenceLoad(Protocol):
+    """A backend that reports each inference job's load, in replicas wanted."""
+
+    def inference_load(self, job_id: int) -> float:
+        """The replicas job `job_id` needs now (fractional; the daemon rounds up)."""
+        ...
+
+
+@runtime_checkable
+class FaultInjection(Protocol):
+    """A backend whose nodes can be failed and healed on an admin's request (simulated)."""
+
+    def fail_node(self, node: str, message: str = ...) -> None: ...
+
+    def heal_node(self, node: str) -> None: ...
+
+    def node_failed(self, node: str) -> bool: ...
 
 
 @dataclass(frozen=True)

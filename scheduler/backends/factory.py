@@ -28,7 +28,7 @@ def _log_source(kind: str) -> LogSource:
         except (ConfigException, OSError) as exc:  # not cached: tried again on the next read
             raise BackendError(f"the cluster's credentials could not be loaded: {exc}") from exc
     if kind == "simulated":
-        from scheduler.backends.simulated_logs import SimulatedLogs
+        from scheduler.backends.simulated.logs import SimulatedLogs
 
         return SimulatedLogs()
     raise ValueError(f"unknown backend {kind!r} (simulated or kubernetes)")

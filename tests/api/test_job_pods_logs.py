@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduler.backends.simulated_logs import sim_log
+from scheduler.backends.simulated.logs import sim_log
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState
 from scheduler.pod_logs import log_target
 from tenants.access import forget_grants

@@ -18,8 +18,9 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from rest_framework.test import APIClient
 
-from scheduler.backends.simulated import SimulatedCluster, make_nodes
-from scheduler.daemon import Daemon
+from scheduler.backends.simulated.cluster import SimulatedCluster
+from scheduler.backends.simulated.inventory import make_nodes
+from scheduler.daemon.loop import Daemon
 from scheduler.leader import Lease
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, SchedulerLease
 from scheduler.services import job_submit

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.adapters import aware
+from scheduler.daemon.rows import aware
 from scheduler.models import Job, SchedulerLease
 from tests.daemon.conftest import Env, assert_consistent
 
@@ -61,7 +61,7 @@ def test_the_engine_reads_each_models_per_user_cap(env: Env) -> None:
     """Per-flavor per-user caps reach the engine as they are: a cap of 0 on one model is kept,
     and another model's cap is not taken for it (they were collapsed to one, the lowest, and
     a 0 dropped)."""
-    from scheduler.adapters import build_snapshot
+    from scheduler.daemon.snapshot import build_snapshot
     from tenants.models import Quota
 
     Quota.objects.filter(tenant=env.org.alpha, flavor=env.org.h100).update(user_limit_milli=0)

@@ -12,9 +12,12 @@ from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler.adapters import SnapshotCache, _queue, build_snapshot, queue_heads, release
 from scheduler.backends.base import FailureReason
-from scheduler.daemon_reconcile import active_allocations
+from scheduler.daemon.cache import SnapshotCache
+from scheduler.daemon.queue import _queue, queue_heads
+from scheduler.daemon.reconcile import active_allocations
+from scheduler.daemon.snapshot import build_snapshot
+from scheduler.daemon.store import release
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobEvent, Node
 from tests.daemon.conftest import Env, assert_consistent
 
@@ -88,7 +91,9 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     for _ in range(20):
         env.submit(resources={"gpus": 8})
     cache = SnapshotCache()
-    with django_assert_max_num_queries(11):
+    # Cold: everything, the inventory (nodes, devices) included: it is kept in the cache of
+    # one leadership, not in the process.
+    with django_assert_max_num_queries(13):
         built = build_snapshot(env.clock(), decayed={}, cache=cache)
     assert len(built.snapshot.running) == 3
     assert len(built.snapshot.pending) == 20
@@ -96,7 +101,7 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     # Warm: versions only (inventory and organisation, jobs), no whole rows, device shares,
     # tenants or old preemptions read again.
     # (SQLite has no row versions: it reads the cold set again, but no more.)
-    with django_assert_max_num_queries(6 if connection.vendor == "postgresql" else 11):
+    with django_assert_max_num_queries(6 if connection.vendor == "postgresql" else 13):
         again = build_snapshot(env.clock(), decayed={}, cache=cache)
     assert again.snapshot == built.snapshot
     env.submit(user="bob-bravo", resources={"gpus": 8})
@@ -139,7 +144,7 @@ def test_reconcile_hands_the_snapshot_rows_and_writes_the_starts_after_the_binds
     on. A job seen started is written `running` after the cycle's binds (`write_starts`):
     the UPDATE returns its new version and the cache takes what it wrote, so the next
     snapshot reads no row whole either."""
-    from scheduler.daemon_reconcile import reconcile, write_starts
+    from scheduler.daemon.reconcile import write_starts
 
     keeps = env.submit(simulation={"duration_s": 600})
     ends = env.submit(simulation={"duration_s": 1})
@@ -147,11 +152,11 @@ def test_reconcile_hands_the_snapshot_rows_and_writes_the_starts_after_the_binds
     env.run(daemon)  # both placed and bound
     env.clock.advance(5)  # one started, the other started and ended
     with CaptureQueriesContext(connection) as sent, transaction.atomic():
-        rec = reconcile(daemon)
+        rec = daemon.reconcile()
         built = build_snapshot(
             env.clock(), decayed={}, cache=daemon.cache, active=rec.active, running_rows=rec.rows
         )
-        assert write_starts(daemon, rec) == 1
+        assert write_starts(rec, daemon.lease, daemon.cache) == 1
         again = build_snapshot(env.clock(), decayed={}, cache=daemon.cache)
     whole_rows = [q["sql"] for q in sent.captured_queries if '"max_runtime_s"' in q["sql"]]
     assert whole_rows == []
@@ -173,7 +178,7 @@ def test_reconcile_sees_the_pods_that_end_while_it_reads_the_database(
 ) -> None:
     """The pods are listed after reconcile's reads: a pod that ends meanwhile is seen by
     this cycle, not the next, and its devices wait one cycle less."""
-    import scheduler.daemon_reconcile as reconciling
+    import scheduler.daemon.reconcile as reconciling
 
     job = env.submit(simulation={"duration_s": 1})
     daemon = env.daemon()
@@ -187,7 +192,7 @@ def test_reconcile_sees_the_pods_that_end_while_it_reads_the_database(
 
     monkeypatch.setattr(reconciling, "active_allocations", slow_read)
     with transaction.atomic():
-        rec = reconciling.reconcile(daemon)
+        rec = daemon.reconcile()
     job.refresh_from_db()
     assert job.state == "succeeded"
     assert rec.active == []
@@ -412,7 +417,7 @@ def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:
     job = env.submit(simulation={"duration_s": 600})
     daemon = env.daemon()
     env.run(daemon, seconds=2, cycles=2)
-    from scheduler.daemon_apply import pod_request
+    from scheduler.daemon.apply import pod_request
 
     row = Job.objects.filter(pk=job.pk).values(
         "id",
@@ -475,7 +480,7 @@ def test_stale_snapshot_conflict_requeues_only_the_conflicting_jobs(
 ) -> None:
     from django.utils import timezone
 
-    import scheduler.daemon as daemon_module
+    import scheduler.daemon.loop as daemon_module
     from scheduler.models import AllocationDevice, Node
 
     jobs = [env.submit(resources={"gpus": 8}, simulation={"duration_s": 600}) for _ in range(4)]
@@ -610,7 +615,7 @@ def test_recent_preemptions_are_read_incrementally(env: Env) -> None:
 
     from django.utils import timezone
 
-    from scheduler.adapters import DISPLACED_LOOKBACK_S, _displaced
+    from scheduler.daemon.snapshot import DISPLACED_LOOKBACK_S, _displaced
 
     victim, preemptor, other = (env.submit() for _ in range(3))
     cache = SnapshotCache()
@@ -654,7 +659,7 @@ def test_the_daemons_own_writes_keep_the_row_cache_exact(env: Env) -> None:
 
 
 def test_reasons_are_written_only_to_queued_jobs(env: Env) -> None:
-    from scheduler.adapters import set_reasons
+    from scheduler.daemon.store import set_reasons
 
     queued, cancelled = env.submit(), env.submit()
     Job.objects.filter(pk=cancelled.pk).update(state="cancelled", reason="cancelled by alice")
@@ -762,7 +767,7 @@ def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
     the state test written plainly, the planner took the partial index of queued jobs
     after a burst of submissions it had no statistics for, and read every queued job to
     write a hundred (the statistics below say the queue holds one)."""
-    from scheduler.adapters import REASONS_SQL
+    from scheduler.daemon.store import REASONS_SQL
     from scheduler.transitions import CLAIM_SQL
 
     first = env.submit()
@@ -792,7 +797,7 @@ def test_release_finds_its_allocations_by_key_whatever_the_statistics(env: Env) 
     plainly, the planner took a partial index of the active allocations after a burst it
     had no statistics for (and such an index keeps an entry for every allocation ended
     since the last VACUUM)."""
-    from scheduler.adapters import RELEASE_SQL
+    from scheduler.daemon.store import RELEASE_SQL
 
     env.submit(simulation={"duration_s": 600})
     env.run(env.daemon())
@@ -821,7 +826,7 @@ def test_the_daemon_analyses_its_tables_once_they_outgrow_their_statistics(tenv:
     """A table the daemon plans against that changed by more rows than it held at its last
     ANALYZE (and by 1,000) is analysed within `STATISTICS_EVERY_S`, not after autovacuum's
     naptime: a new installation under load was planned blind for its first minute."""
-    from scheduler.daemon_health import STATISTICS_EVERY_S, refresh_statistics
+    from scheduler.daemon.upkeep import STATISTICS_EVERY_S
 
     def analysed(table: str) -> int:
         with connection.cursor() as cursor:
@@ -840,13 +845,16 @@ def test_the_daemon_analyses_its_tables_once_they_outgrow_their_statistics(tenv:
     Job.objects.bulk_create([Job(**fields) for _ in range(1500)])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")  # counted once this one ends
-    assert refresh_statistics(daemon) == ["scheduler_job"]
+    assert daemon.statistics.refresh(tenv.clock()) == ["scheduler_job"]
     assert analysed("scheduler_job") == before + 1
     tenv.clock.advance(STATISTICS_EVERY_S)
-    assert refresh_statistics(daemon) == []  # current again
+    assert daemon.statistics.refresh(tenv.clock()) == []  # current again
     Job.objects.bulk_create([Job(**fields) for _ in range(1200)])
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
-    assert refresh_statistics(daemon) == []  # looked at most every STATISTICS_EVERY_S
+    # looked at most every STATISTICS_EVERY_S
+    assert daemon.statistics.refresh(tenv.clock()) == []
     tenv.clock.advance(STATISTICS_EVERY_S)
-    assert refresh_statistics(daemon) == []  # 1,200 new rows: fewer than the 1,501 it held
+    assert (
+        daemon.statistics.refresh(tenv.clock()) == []
+    )  # 1,200 new rows: fewer than the 1,501 it held

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from prometheus_client import generate_latest
 
 from scheduler.cycle_metrics import CycleMetrics
-from scheduler.daemon import Daemon
+from scheduler.daemon.loop import Daemon
 from tests.daemon.conftest import Env
 from tests.metrics.helpers import value
 

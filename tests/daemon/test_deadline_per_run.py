@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
-from scheduler.daemon_reconcile import judge
+from scheduler.daemon.judge import judge
 from scheduler.models import JobState
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

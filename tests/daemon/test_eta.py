@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.adapters import build_snapshot
 from scheduler.core import queue_order, run_cycle
-from scheduler.daemon import Daemon
+from scheduler.daemon.loop import Daemon
+from scheduler.daemon.snapshot import build_snapshot
 from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_history
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
@@ -235,5 +235,12 @@ def test_a_stale_leader_writes_no_estimates(five_nodes: Env) -> None:
     job_cancel(user=env.org.users["bob-bravo"], job=b1, reason="")  # a refresh would differ
     env.clock.advance(30)
     with pytest.raises(LeaseLost):
-        stale.estimates.after_cycle(stale)
+        stale.estimates.after_cycle(
+            now=stale.clock(),
+            decayed=stale.decayed,
+            max_pending=stale.max_pending,
+            per_queue=stale.per_queue,
+            profile=stale.profile,
+            fence=stale.lease.fence,
+        )
     assert _positions() == kept

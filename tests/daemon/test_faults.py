@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from scheduler.backends.base import BackendError, BindConflict
-from scheduler.daemon_wakeup import Waiter
+from scheduler.daemon.wakeup import Waiter
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobEvent, SchedulerLease
 from scheduler.services import job_cancel

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from scheduler.daemon import Daemon
+from scheduler.daemon.loop import Daemon
 from scheduler.leader import configure_session, session_settings
 from scheduler.models import SchedulerLease
 from tests.daemon.conftest import Env, expire_leases

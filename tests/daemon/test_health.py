@@ -8,7 +8,7 @@ from typing import Any
 from django.test import Client
 from django.utils import timezone
 
-import scheduler.daemon as daemon_module
+import scheduler.daemon.loop as daemon_module
 from scheduler.backends.base import BackendError
 from scheduler.models import Job, JobState, SchedulerLease
 from scheduler.selectors import queue_depth

@@ -13,7 +13,7 @@ import yaml
 from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_retry import RetryPolicy
-from scheduler.daemon import Daemon
+from scheduler.daemon.loop import Daemon
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Job
 from scheduler.services import job_submit

@@ -31,7 +31,7 @@ from devcluster.plane import ControlPlane
 from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_render import LABEL_ATTEMPT, LABEL_JOB
-from scheduler.daemon import Daemon
+from scheduler.daemon.loop import Daemon
 from scheduler.leader import Lease
 from scheduler.models import Allocation, GpuDevice, Job, JobEvent
 from scheduler.services import job_submit

@@ -10,7 +10,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from scheduler.backends.simulated import nodes_from_openb_csv
+from scheduler.backends.simulated.inventory import nodes_from_openb_csv
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node, NodeAgent
 from scheduler.nodes import node_set_failed
 from tests import factories as f

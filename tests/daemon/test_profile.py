@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from bench.bench_profile import PROFILES_DIR, bench_profile
-from scheduler import daemon as daemon_module
 from scheduler.core import Profile, ProfileError
+from scheduler.daemon import loop as daemon_module
 from scheduler.models import SchedulingProfileRecord
 from scheduler.profile_record import profile_record_loaded, profile_record_refused
 from scheduler.profiles import ProfileWatch, parse_profile, read_profile

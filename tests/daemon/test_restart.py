@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scheduler.backends.simulated import make_nodes
-from scheduler.backends.simulated_state import PersistentCluster
+from scheduler.backends.simulated.inventory import make_nodes
+from scheduler.backends.simulated.state import PersistentCluster
 from scheduler.models import Job, JobEvent
 from tests.conftest import build_org
 from tests.daemon.conftest import Env, FakeClock, assert_consistent, expire_leases

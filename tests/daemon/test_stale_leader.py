@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.daemon import Daemon
-from scheduler.daemon_apply import call_with_retry
+from scheduler.daemon.loop import Daemon
 from scheduler.leader import LeaseLost
 from tests.daemon.conftest import Env, assert_consistent, expire_leases
 
@@ -76,7 +75,7 @@ def test_a_stale_leader_stalled_creating_a_pod_does_not_bind_it(env: Env) -> Non
 
 
 def test_a_write_to_the_cluster_is_not_sent_once_the_lease_has_passed(env: Env) -> None:
-    """Every write goes through `call_with_retry`, which re-checks the lease once the
+    """Every write goes through `Cluster.call`, which re-checks the lease once the
     daemon's clock has moved on."""
     stale = env.daemon("stale")
     env.run(stale)
@@ -85,5 +84,5 @@ def test_a_write_to_the_cluster_is_not_sent_once_the_lease_has_passed(env: Env) 
     assert env.daemon("new").lease.acquire()
     sent: list[str] = []
     with pytest.raises(LeaseLost):
-        call_with_retry(stale, lambda: sent.append("delete"), "delete")
+        stale.cluster.call(lambda: sent.append("delete"), "delete")
     assert sent == []

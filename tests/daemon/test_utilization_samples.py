@@ -8,8 +8,9 @@ import statistics
 import pytest
 
 from scheduler.backends.base import PodRequest
-from scheduler.backends.simulated import STALL_SHARE, SimulatedCluster, make_nodes
-from scheduler.daemon_samples import sample_devices
+from scheduler.backends.simulated.cluster import STALL_SHARE, SimulatedCluster
+from scheduler.backends.simulated.inventory import make_nodes
+from scheduler.daemon.samples import sample_devices
 from scheduler.leader import LeaseLost
 from scheduler.models import GpuDevice, Job, UtilizationSample
 from tests.daemon.conftest import Env, FakeClock, expire_leases
@@ -168,5 +169,5 @@ def test_a_stale_leaders_sample_round_is_refused(env: Env) -> None:
     assert fresh.lease.acquire()
     env.clock.advance(30)  # a sampling interval has passed for the stale leader
     with pytest.raises(LeaseLost):
-        sample_devices(stale)
+        sample_devices(stale.backend, stale.lease, stale.now_dt())
     assert UtilizationSample.objects.count() == written

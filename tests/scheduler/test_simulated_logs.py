@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduler.backends.base import LogSource, LogTarget
-from scheduler.backends.simulated_logs import PAGE_LINES, SimulatedLogs, sim_log
+from scheduler.backends.simulated.logs import PAGE_LINES, SimulatedLogs, sim_log
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

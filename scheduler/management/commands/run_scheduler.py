@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.core import ProfileError
 from scheduler.cycle_metrics import CycleMetrics
-from scheduler.daemon import Daemon
+from scheduler.daemon.loop import Daemon
 from scheduler.leader import Lease
 from scheduler.profile_record import profile_record_loaded, profile_record_refused
 from scheduler.profiles import ProfileWatch
@@ -31,13 +31,13 @@ from scheduler.profiles import ProfileWatch
 
 def make_backend(kind: str, nodes_csv: Path | None) -> Any:
     if kind == "simulated":
-        from scheduler.backends.simulated import SimulatedCluster, nodes_from_openb_csv
-        from scheduler.demo import demo_nodes
+        from scheduler.backends.simulated.cluster import SimulatedCluster
+        from scheduler.backends.simulated.inventory import demo_nodes, nodes_from_openb_csv
 
         nodes = nodes_from_openb_csv(nodes_csv) if nodes_csv else demo_nodes()
         if not settings.GANTRY_SIM_STATE_FILE:
             return SimulatedCluster(nodes)
-        from scheduler.backends.simulated_state import PersistentCluster
+        from scheduler.backends.simulated.state import PersistentCluster
 
         # Its pods outlive this process, as a real cluster's do: a restarted (or standby)
         # scheduler finds them running.
@@ -113,7 +113,7 @@ class Command(BaseCommand):
         cycles = CycleMetrics()
         hooks: list[Any] = [cycles.on_cycle]
         if options["backend"] == "simulated" and not options["no_demo_load"]:
-            from scheduler.daemon_demo import DemoLoad
+            from scheduler.backends.simulated.load import DemoLoad
 
             hooks.append(DemoLoad(backend.clock, every_s=options["demo_every"]).tick)
 

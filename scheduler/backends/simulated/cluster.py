@@ -20,21 +20,18 @@ ever) until the node heals or the pod is force-deleted (a grace period of 0).
 
 from __future__ import annotations
 
-import csv
 import math
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from scheduler.backends.base import (
     BindConflict,
     DeviceUtilization,
     FailureReason,
-    GpuInfo,
     NodeInfo,
     PodPhase,
     PodRequest,
@@ -487,58 +484,3 @@ def _per_device(request: PodRequest) -> int:
 
 
 # --- inventories ------------------------------------------------------------------------------
-
-
-def make_nodes(
-    count: int,
-    flavor: str,
-    gpus: int = 8,
-    memory_mib: int = 81920,
-    prefix: str = "node",
-    cpu_milli: int = 128_000,
-    memory: int = 1_048_576,
-    labels: dict[str, str] | None = None,
-) -> list[NodeInfo]:
-    return [
-        NodeInfo(
-            f"{prefix}-{i:04d}",
-            flavor,
-            tuple(GpuInfo(g, memory_mib, uuid=f"GPU-{prefix}-{i}-{g}") for g in range(gpus)),
-            cpu_milli,
-            memory,
-            labels=dict(labels or {}),
-        )
-        for i in range(count)
-    ]
-
-
-# openb GPU model names -> Gantry flavor names and device memory (MiB).
-OPENB_MODELS = {
-    "P100": ("P100-16GB", 16384),
-    "T4": ("T4-16GB", 16384),
-    "V100M16": ("V100-16GB", 16384),
-    "V100M32": ("V100-32GB", 32768),
-    "A10": ("A10-24GB", 24576),
-    "G2": ("G2", 16384),
-    "G3": ("G3", 32768),
-}
-
-
-def nodes_from_openb_csv(path: Path) -> list[NodeInfo]:
-    """Nodes of an openb node list (sn, cpu_milli, memory_mib, gpu, model)."""
-    out = []
-    with path.open() as handle:
-        for row in csv.DictReader(handle):
-            flavor, memory = OPENB_MODELS.get(row["model"], (row["model"], 16384))
-            gpus = int(row["gpu"])
-            devices = tuple(GpuInfo(g, memory, uuid=f"GPU-{row['sn']}-{g}") for g in range(gpus))
-            out.append(
-                NodeInfo(
-                    row["sn"],
-                    flavor if gpus else "",
-                    devices,
-                    int(row["cpu_milli"]),
-                    int(row["memory_mib"]),
-                )
-            )
-    return out

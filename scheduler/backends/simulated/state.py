@@ -41,7 +41,7 @@ from scheduler.backends.base import (
     PodRequest,
     PodStatus,
 )
-from scheduler.backends.simulated import SimulatedCluster
+from scheduler.backends.simulated.cluster import SimulatedCluster
 
 log = logging.getLogger("gantry.simulated")
 

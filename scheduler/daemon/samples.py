@@ -8,26 +8,19 @@ other writes: a leader that lost its lease writes no round beside its successor'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from scheduler.backends.base import UtilizationSource
+from scheduler.leader import Lease
 from scheduler.models import GpuDevice
 from scheduler.utilization import DeviceReading, samples_ingest
 
-if TYPE_CHECKING:
-    from scheduler.daemon import Daemon
 
-
-def sample_devices(daemon: Daemon) -> int:
-    """Store the backend's device readings if a sampling interval passed since the last.
-    Returns the samples written (0 when not due, or for a backend without readings)."""
-    backend = daemon.backend
+def sample_devices(backend: object, lease: Lease, at: datetime) -> int:
+    """Store the backend's device readings, taken `at`. Returns the samples written (0 for a
+    backend without readings). The loop calls it once per sampling interval."""
     if not isinstance(backend, UtilizationSource):
         return 0
-    now = daemon.clock()
-    if now - daemon.sampled_at < daemon.sample_every_s:
-        return 0
-    daemon.sampled_at = now
     readings = backend.device_readings()
     if not readings:
         return 0
@@ -50,7 +43,7 @@ def sample_devices(daemon: Daemon) -> int:
             )
             for (device_id, _), r in known
         ],
-        at=daemon.now_dt(),
+        at=at,
         flavors={device_id: model for (device_id, model), _ in known},
-        fence=daemon.lease.fence,
+        fence=lease.fence,
     )

@@ -1,5 +1,6 @@
-"""Apply one cycle's decisions: claim and allocate (phase A), bind through the backend
-(phase B), commit what bound and return what did not (phase C).
+"""Phase A of a cycle: apply the engine's decisions. Preempt, claim (queued -> admitted) and
+allocate, in one fenced transaction; the waiting reasons are written later (`write_reasons`).
+Phases B and C (bind, commit) are `scheduler.daemon.bind`.
 
 Phase A and C are fenced transactions; phase B talks to the cluster outside any transaction.
 The order makes every crash recoverable by reconcile: an allocation is committed before its
@@ -10,31 +11,26 @@ only after it happened (so a bound pod of an `admitted` job is adopted, not lost
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Count
+from django.db import IntegrityError, transaction
 
-from scheduler.adapters import Built, release, set_reasons
-from scheduler.backends.base import BackendError, BindConflict, PodRequest, pod_name
+from scheduler.backends.base import PodRequest, pod_name
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
+from scheduler.daemon.cache import SnapshotCache
+from scheduler.daemon.snapshot import Built
+from scheduler.daemon.store import insert_allocations, set_reasons
+from scheduler.leader import Lease
 from scheduler.lifecycle import HOLDING_STATES
-from scheduler.models import Allocation, AllocationDevice, Job, JobEvent, JobState
+from scheduler.models import Allocation, Job, JobState
 from scheduler.transitions import Change, set_state_fast, transition_many
-
-if TYPE_CHECKING:
-    from scheduler.daemon import Daemon
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
 _ADMITTED = {"state": S.ADMITTED, "reason": ""}
-_BINDING = {"state": S.BINDING, "reason": ""}
 REASONS_PER_CYCLE = 500
-BIND_FAILED = "bind_failed"  # the kind of a failed bind's event, counted for its limit
 
 
 @dataclass
@@ -48,14 +44,6 @@ class Plan:
     preempted: int = 0
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
     reasons: dict[int, str] = field(default_factory=dict)  # job id -> changed reason to write
-
-
-@dataclass
-class Outcome:
-    bound: dict[int, list[int]] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)  # job id -> why
-    # Pods whose name something else already holds: not ours, so never deleted by us.
-    foreign: set[tuple[str, str]] = field(default_factory=set)
 
 
 # --- phase A ------------------------------------------------------------------------------------
@@ -73,9 +61,18 @@ def _deferred_reason(placement: Any, preemptors: set[tuple[str, str]]) -> str:
     return f"waiting for job(s) {', '.join(victims)} to stop, preempted for other jobs"
 
 
-def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
+def apply_decisions(
+    built: Built,
+    result: CycleResult,
+    *,
+    lease: Lease,
+    cache: SnapshotCache,
+    now: datetime,
+    reasons_due: bool,
+) -> Plan:
+    """`reasons_due`: whether the waiting reasons of every job are refreshed this cycle
+    (otherwise only those of jobs waiting on their victims)."""
     plan = Plan()
-    now = daemon.now_dt()
     # A job in retry backoff keeps the reason its attempt failed with.
     waiting = {
         int(w.job_id): w.message
@@ -98,7 +95,7 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
     # writes when thousands wait and their reasons' figures keep changing).
     placed = {int(p.job_id) for p in result.placements if p.job_id not in deferred}
     order = [j for j in built.pending_ids if j in waiting and j not in placed]
-    if not daemon.reasons_due():
+    if not reasons_due:
         order = [j for j in order if str(j) in deferred]
     current = {j: built.jobs[str(j)]["reason"] for j in order}
     changed = [j for j in order if current[j] != waiting[j][:500]][:REASONS_PER_CYCLE]
@@ -109,27 +106,27 @@ def apply_decisions(daemon: Daemon, built: Built, result: CycleResult) -> Plan:
         return plan  # nothing to write here: no transaction
     written: dict[int, int] = {}
     with transaction.atomic():
-        daemon.lease.fence()
+        lease.fence()
         _preempt(built, result, plan, now)
-        _place(daemon, built, result, plan, now, deferred, written)
+        _place(lease.epoch or 0, built, result, plan, now, deferred, written)
     # Committed. A claim undone in the same transaction is no longer in `plan.claimed`. The
     # new allocations' device shares go to the cache too (they never change while active).
-    daemon.cache.remember({j: v for j, v in written.items() if j in plan.claimed}, _ADMITTED)
-    daemon.cache.shares.update(plan.shares)
+    cache.remember({j: v for j, v in written.items() if j in plan.claimed}, _ADMITTED)
+    cache.shares.update(plan.shares)
     return plan
 
 
-def write_reasons(daemon: Daemon, plan: Plan) -> None:
+def write_reasons(plan: Plan, lease: Lease, cache: SnapshotCache) -> None:
     """The waiting reasons the cycle decided (jobs still queued only), fenced; the new row
     versions go to the snapshot cache."""
     if not plan.reasons:
         return
     written: dict[int, int] = {}
     with transaction.atomic():
-        daemon.lease.fence()
+        lease.fence()
         set_reasons(plan.reasons, written)
     for job_id, version in written.items():
-        daemon.cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})
+        cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})
 
 
 def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:
@@ -188,7 +185,7 @@ def _victim_devices(built: Built, result: CycleResult) -> set[tuple[str, int]]:
 
 
 def _place(
-    daemon: Daemon,
+    epoch: int,
     built: Built,
     result: CycleResult,
     plan: Plan,
@@ -222,7 +219,7 @@ def _place(
         return
     try:
         with transaction.atomic():
-            _allocate(daemon, built, chosen, plan, now)
+            _allocate(epoch, built, chosen, plan, now)
     except IntegrityError as error:
         # The snapshot was stale somewhere (a device given out meanwhile): one job at a time,
         # so only the conflicting ones wait for the next cycle.
@@ -233,7 +230,7 @@ def _place(
         for placement in chosen:
             try:
                 with transaction.atomic():
-                    _allocate(daemon, built, [placement], plan, now)
+                    _allocate(epoch, built, [placement], plan, now)
             except IntegrityError as error:
                 log.warning("job %s not allocated: %s", placement.job_id, error)
                 _unclaim(int(placement.job_id), now)
@@ -243,7 +240,7 @@ def _place(
 def _unclaim(job_id: int, now: datetime) -> None:
     """admitted -> queued for a claim that got no allocation. If the row is locked (a
     cancel in flight), it stays admitted without an allocation: reconcile's sweep
-    (`daemon_reconcile.release_lost_claims`) returns it to the queue."""
+    (`scheduler.daemon.judge.release_lost_claims`) returns it to the queue."""
     transition_many(
         [
             Change(
@@ -257,24 +254,8 @@ def _unclaim(job_id: int, now: datetime) -> None:
     )
 
 
-ALLOCATION_COLUMNS = (
-    "job_id",
-    "node_id",
-    "attempt",
-    "replica",
-    "pod_name",
-    "namespace",
-    "flavor",
-    "gpu_milli",
-    "elastic",
-    "epoch",
-    "started_at",
-    "end_reason",
-)
-
-
 def _allocate(
-    daemon: Daemon, built: Built, placements: list[Placement], plan: Plan, now: datetime
+    epoch: int, built: Built, placements: list[Placement], plan: Plan, now: datetime
 ) -> None:
     rows: list[tuple[Any, ...]] = []
     shares: list[list[tuple[int, int, int]]] = []
@@ -283,7 +264,6 @@ def _allocate(
     specs = dict(
         Job.objects.filter(id__any=[int(p.job_id) for p in placements]).values_list("id", "spec")
     )
-    epoch = daemon.lease.epoch or 0
     for placement in placements:
         row = {**built.jobs[placement.job_id], "spec": specs.get(int(placement.job_id))}
         for a in placement.assignments:
@@ -314,45 +294,6 @@ def _allocate(
         plan.pods.setdefault(request.job_id, []).append(request)
         plan.allocations.setdefault(request.job_id, []).append(allocation_id)
         plan.shares[allocation_id] = devices
-
-
-def insert_allocations(
-    rows: list[tuple[Any, ...]], shares: list[list[tuple[int, int, int]]]
-) -> list[int]:
-    """Allocation rows (ALLOCATION_COLUMNS) and their device shares; returns the ids. On
-    PostgreSQL through COPY with ids drawn from the sequence first (the triggers fire for
-    COPY as for INSERT); elsewhere bulk_create."""
-    if connection.vendor != "postgresql":
-        made = Allocation.objects.bulk_create(
-            [Allocation(**dict(zip(ALLOCATION_COLUMNS, r, strict=True))) for r in rows]
-        )
-        ids = [a.pk for a in made]
-        AllocationDevice.objects.bulk_create(
-            [
-                AllocationDevice(allocation_id=i, device_id=d, milli=m, memory_mib=mem)
-                for i, per in zip(ids, shares, strict=True)
-                for (d, m, mem) in per
-            ]
-        )
-        return ids
-    with connection.cursor() as cursor, connection.wrap_database_errors:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence('scheduler_allocation', 'id'))"
-            " FROM generate_series(1, %s)",
-            [len(rows)],
-        )
-        ids = [r[0] for r in cursor.fetchall()]
-        raw = cursor.cursor
-        columns = ", ".join(("id", *ALLOCATION_COLUMNS))
-        with raw.copy(f"COPY scheduler_allocation ({columns}) FROM STDIN") as copy:
-            for allocation_id, row in zip(ids, rows, strict=True):
-                copy.write_row((allocation_id, *row))
-        share_columns = "allocation_id, device_id, milli, memory_mib, released"
-        with raw.copy(f"COPY scheduler_allocationdevice ({share_columns}) FROM STDIN") as copy:
-            for allocation_id, per in zip(ids, shares, strict=True):
-                for device, milli, memory in per:
-                    copy.write_row((allocation_id, device, milli, memory, False))
-    return ids
 
 
 def pod_request(
@@ -386,164 +327,4 @@ def pod_request(
 # --- phase B ------------------------------------------------------------------------------------
 
 
-def call_with_retry(daemon: Daemon, call: Callable[[], None], what: str) -> None:
-    """Retry transient backend errors with bounded, jittered backoff; re-raise the last.
-    Every try of this write to the cluster is fenced first (`Daemon.fence_cluster_write`):
-    LeaseLost, and nothing sent, once this daemon no longer leads."""
-    for attempt in range(daemon.backend_retries):
-        daemon.fence_cluster_write()
-        try:
-            call()
-            return
-        except BackendError as error:
-            if attempt + 1 == daemon.backend_retries:
-                raise
-            delay = error.retry_after_s or daemon.backend_backoff_s * (2**attempt)
-            delay = min(delay, 5.0) * (0.5 + daemon.random())
-            log.info("backend %s failed (%s); retrying in %.2fs", what, error, delay)
-            daemon.sleep(delay)
-
-
-def delete_pods(daemon: Daemon, deletions: list[tuple[str, str, int]]) -> None:
-    for namespace, name, grace in deletions:
-
-        def delete(namespace: str = namespace, name: str = name, grace: int = grace) -> None:
-            daemon.backend.delete_pod(namespace, name, grace)
-
-        try:
-            call_with_retry(daemon, delete, "delete")
-        except BackendError as error:  # reconcile deletes it on a later cycle
-            log.warning("could not delete pod %s/%s: %s", namespace, name, error)
-
-
-def _creator(daemon: Daemon, pod: PodRequest) -> Callable[[], None]:
-    return lambda: daemon.backend.create_pod(pod)
-
-
-def _binder(daemon: Daemon, pod: PodRequest) -> Callable[[], None]:
-    return binder(daemon, pod.namespace, pod.name, pod.node)
-
-
-def binder(daemon: Daemon, namespace: str, name: str, node: str) -> Callable[[], None]:
-    return lambda: daemon.backend.bind_pod(namespace, name, node)
-
-
-def bind_plan(daemon: Daemon, plan: Plan) -> Outcome:
-    out = Outcome()
-    delete_pods(daemon, plan.deletions)
-    created: dict[int, list[PodRequest]] = defaultdict(list)
-    for job_id, pods in plan.pods.items():
-        try:
-            for pod in pods:
-                call_with_retry(daemon, _creator(daemon, pod), "create")
-                created[job_id].append(pod)
-        except BackendError as error:
-            out.failed[job_id] = f"creating pods failed: {error}"
-        except BindConflict as conflict:
-            # Another object holds the deterministic name. The requeue raises the attempt,
-            # so the next try uses a fresh name; the foreign pod is left alone.
-            out.failed[job_id] = f"creating pods failed: {conflict}"
-            out.foreign.add((pod.namespace, pod.name))
-    daemon.hook("pods_created")
-    for job_id, pods in created.items():
-        if job_id in out.failed:
-            continue
-        try:
-            for pod in pods:
-                call_with_retry(daemon, _binder(daemon, pod), "bind")
-            out.bound[job_id] = plan.allocations[job_id]
-        except BindConflict as conflict:
-            where = f" (bound to {conflict.bound_node})" if conflict.bound_node else ""
-            out.failed[job_id] = f"bind conflict{where}: {conflict}"
-        except BackendError as error:
-            out.failed[job_id] = f"binding failed: {error}"
-    daemon.hook("bound")
-    return out
-
-
 # --- phase C ------------------------------------------------------------------------------------
-
-
-def commit_binds(daemon: Daemon, plan: Plan, out: Outcome) -> None:
-    """Record what bound (admitted -> binding) and return what did not to the queue.
-    A claim's allocations are released only with its state change: a job whose row another
-    session holds locked stays admitted and keeps them (its pods were deleted, so the next
-    reconcile releases the claim), never admitted without an allocation."""
-    now = daemon.now_dt()
-    failed_pods = [
-        (p.namespace, p.name, 0)
-        for j in out.failed
-        for p in plan.pods.get(j, [])
-        if (p.namespace, p.name) not in out.foreign
-    ]
-    delete_pods(daemon, failed_pods)
-    if not (out.bound or out.failed):
-        return  # nothing was bound or failed: nothing to record
-    bound_jobs = [j for j in out.bound if j in plan.claimed]
-    written: dict[int, int] = {}
-    with transaction.atomic():
-        daemon.lease.fence()
-        bound_ids = [a for ids in out.bound.values() for a in ids]
-        Allocation.objects.filter(id__any=bound_ids).update(bound_at=now)
-        # A job skipped here (row locked) stays admitted with its pods bound: adopted by
-        # the next reconcile.
-        set_state_fast(
-            bound_jobs,
-            S.ADMITTED,
-            S.BINDING,
-            now,
-            "Bound: pods created and bound to their nodes.",
-            versions=written,
-        )
-        moved = _requeue_failed_binds(daemon, plan, out, now)
-        # An elastic replica that did not bind is simply not grown this time.
-        freed = [j for j in out.failed if j not in plan.claimed or j in moved]
-        release([a for j in freed for a in plan.allocations.get(j, [])], now, "bind failed")
-        daemon.hook("before_commit")
-    # Committed; a job bound in part and failed in part was written twice: not remembered.
-    daemon.cache.remember({j: v for j, v in written.items() if j not in out.failed}, _BINDING)
-
-
-def _requeue_failed_binds(daemon: Daemon, plan: Plan, out: Outcome, now: datetime) -> set[int]:
-    """admitted -> queued, with a new attempt and backoff, for the claims that did not
-    bind; admitted -> failed, with the last error, for those that reached the daemon's
-    `bind_attempts` (a pod the API server refuses is refused again: retrying for ever
-    would place the job, and preempt others for it, at every try). Returns the jobs
-    written."""
-    failed = [j for j in out.failed if j in plan.claimed]
-    attempts = dict(Job.objects.filter(id__any=failed).values_list("id", "attempt"))
-    before = dict(
-        JobEvent.objects.filter(job_id__any=failed, kind=BIND_FAILED)
-        .values_list("job_id")
-        .annotate(n=Count("id"))
-    )
-    changes = []
-    for job_id in failed:
-        why, tries = out.failed[job_id], before.get(job_id, 0) + 1
-        if tries >= daemon.bind_attempts:
-            changes.append(
-                Change(
-                    job_id,
-                    (S.ADMITTED,),
-                    S.FAILED,
-                    kind=BIND_FAILED,
-                    message=f"Failed: its pods could not be bound ({tries} tries): {why}",
-                    reason=f"bind failed {tries} times: {why}",
-                )
-            )
-            continue
-        delay = min(300, 5 * 2 ** min(attempts.get(job_id, 0), 6))
-        changes.append(
-            Change(
-                job_id,
-                (S.ADMITTED,),
-                S.QUEUED,
-                new_attempt=True,
-                not_before=now + timedelta(seconds=delay),
-                kind=BIND_FAILED,
-                message=f"Bind failed ({tries} of {daemon.bind_attempts} tries), back to the "
-                f"queue: {why}",
-                reason=f"bind failed ({why}); retrying in {delay} s",
-            )
-        )
-    return set(transition_many(changes, now).done)

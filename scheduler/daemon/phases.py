@@ -1,0 +1,67 @@
+"""A cycle's record (`CycleStats`, with each phase's wall time) and the garbage collector's
+settings while the loop runs."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CycleStats:
+    cycle: int
+    epoch: int | None
+    considered: int = 0
+    placed: int = 0
+    pods_bound: int = 0
+    bind_failed: int = 0
+    preempted: int = 0
+    reconciled: int = 0
+    released: int = 0
+    orphans: int = 0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+# Young collections every this many allocations (Python's default: 700), older ones rarer.
+GC_THRESHOLDS = (10_000, 50, 50)
+
+
+@contextlib.contextmanager
+def collector_for_the_loop() -> Iterator[None]:
+    """While the daemon's loop runs: what exists before it (modules, settings, the first
+    caches) leaves the collector's view (`gc.freeze`), and young collections come every
+    10,000 allocations. A cycle makes hundreds of thousands of short-lived objects (rows,
+    requests, decisions); with the defaults, full collections ran in the middle of cycles
+    (bench/results.md, daemon_drain). Both are restored when the loop ends."""
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+class Phases:
+    """`with phases("name"):` records the phase's wall time in milliseconds."""
+
+    def __init__(self, stats: CycleStats) -> None:
+        self.stats = stats
+
+    def __call__(self, name: str) -> _Phase:
+        return _Phase(self.stats, name)
+
+
+class _Phase:
+    def __init__(self, stats: CycleStats, name: str) -> None:
+        self.stats, self.name = stats, name
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stats.phases_ms[self.name] = round((time.perf_counter() - self.started) * 1000, 2)

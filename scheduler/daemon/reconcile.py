@@ -1,0 +1,284 @@
+"""Reconcile, level-based: what the cluster reports wins.
+
+Called at the start of every cycle, when no claim of this daemon is in flight, so an
+`admitted` job found here was claimed by a daemon that died before committing its binds.
+
+1. Pods without an active allocation are orphans: reported and deleted.
+2. Allocations that are stopping (preempted, scaled down, an older attempt, a job that
+   ended): their pod is deleted; once it is gone the allocation is released. A pod on a node
+   NotReady or gone for `Limits.node_lost_grace_s` counts as gone (no kubelet will
+   confirm its deletion: Terminating for ever): it is force-deleted and released, as
+   Kubernetes' pod garbage collector does with the pods of lost nodes.
+3. Each job holding allocations is judged on its pods: adopt a crashed claim (all pods exist:
+   bind the unbound ones) or release it; running when its pods run (written after the
+   cycle's binds, `write_starts`); succeeded when they have; an attempt failed on a failed
+   or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy), or a pod
+   bound but not started within `Limits.binding_timeout_s` (with the cause the cluster
+   reports; retried per the job's policy); failed past its max runtime.
+4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+
+from scheduler.backends.base import BackendError, BindConflict, PodPhase
+from scheduler.daemon.cache import SnapshotCache, reread, running_job_rows
+from scheduler.daemon.cluster import Cluster
+from scheduler.daemon.judge import (
+    apply_verdicts,
+    judge,
+    release_lost_claims,
+    requeue_preempted,
+)
+from scheduler.daemon.rows import fetch_compiled
+from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
+from scheduler.daemon.store import release
+from scheduler.leader import Lease
+from scheduler.models import (
+    FINAL_STATES,
+    Allocation,
+    AllocationDevice,
+    GpuDevice,
+    JobState,
+    Node,
+)
+from scheduler.transitions import Change, transition_many
+
+log = logging.getLogger("gantry.daemon")
+S = JobState
+# Every preempted job with nothing left running is looked for this often (daemon clock, s).
+REQUEUE_SWEEP_S = 2.0
+ALLOC_FIELDS = (
+    "id",
+    "job_id",
+    "attempt",
+    "replica",
+    "pod_name",
+    "namespace",
+    "elastic",
+    "end_reason",
+    "node__name",
+    "node__ready",
+    "node__present",
+    "bound_at",
+    # for the snapshot that follows (scheduler.adapters.build_snapshot)
+    "flavor",
+    "started_at",
+)
+
+
+@dataclass
+class ReconcileStats:
+    released: int = 0
+    orphans: int = 0
+    changed: int = 0
+    # The allocations still active when reconcile is done: only this (fenced) daemon
+    # creates or ends allocations, so the cycle's snapshot takes them from here; and the
+    # rows of their jobs, read again where reconcile wrote them.
+    active: list[dict[str, Any]] = field(default_factory=list)
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Jobs whose pods were seen running (binding -> running), written after the binds
+    # (`write_starts`), and the time they were seen at.
+    starts: list[Change] = field(default_factory=list)
+    seen_at: datetime | None = None
+
+
+class Reconciler:
+    """Reconcile with what it remembers between cycles: the nodes seen down (in `nodes`)
+    and when it last swept every preempted job."""
+
+    def __init__(self, nodes: NodeMemory, limits: Limits) -> None:
+        self.nodes, self.limits = nodes, limits
+        self.requeue_sweep = Every(REQUEUE_SWEEP_S)
+
+    def run(
+        self, cluster: Cluster, lease: Lease, cache: SnapshotCache, clock: Clock
+    ) -> ReconcileStats:
+        stats = ReconcileStats()
+        allocs = active_allocations(cache)
+        # The snapshot's rows (shared with its cache: read-only here), handed on to it below.
+        jobs = {r["id"]: r for r in running_job_rows(cache)}
+        # Unhealthy devices are few (usually none): find them first, then their live shares.
+        unhealthy = [
+            row[0]
+            for row in fetch_compiled(
+                ("unhealthy devices",), lambda: GpuDevice.objects.filter(healthy=False).values("id")
+            )
+        ]
+        bad_gpu = (
+            set(
+                AllocationDevice.objects.filter(
+                    released=False, device_id__in=unhealthy
+                ).values_list("allocation_id", flat=True)
+            )
+            if unhealthy
+            else set()
+        )
+        # The pods last, after the reads: a pod that ended meanwhile is seen by this cycle, not
+        # the next. (Only this fenced daemon makes allocations, so none appears in between.)
+        pods = {p.name: p for p in cluster.backend.list_pods()}
+        now = clock.dt()
+        known = {a["pod_name"] for a in allocs}
+        # 1. orphans
+        orphans = [
+            (p.namespace, p.name, 0)
+            for p in pods.values()
+            if p.name not in known and not p.deleting
+        ]
+        for _, name, _ in orphans:
+            log.warning("pod %s has no allocation: deleting it", name)
+        cluster.delete_pods(orphans)
+        stats.orphans = len(orphans)
+        # 2. stopping allocations; 3. judge the rest per job
+        live: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        to_release: list[int] = []
+        deletions: list[tuple[str, str, int]] = []
+        preempted: dict[int, set[int]] = defaultdict(set)  # preempted job -> its allocations
+        lost = _lost_nodes(self.nodes.down, allocs, clock.now(), self.limits.node_lost_grace_s)
+        for a in allocs:
+            job = jobs[a["job_id"]]
+            if job["state"] == S.PREEMPTED:
+                preempted[a["job_id"]].add(a["id"])
+            stopping = (
+                a["end_reason"]
+                or a["attempt"] != job["attempt"]
+                or job["state"] in FINAL_STATES
+                or job["state"] == S.PREEMPTED
+            )
+            if not stopping:
+                live[a["job_id"]].append(a)
+                continue
+            pod, on_lost_node = pods.get(a["pod_name"]), a["node__name"] in lost
+            if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or on_lost_node:
+                to_release.append(a["id"])
+            if pod is not None and (on_lost_node or not pod.deleting):
+                deletions.append((a["namespace"], a["pod_name"], 0 if on_lost_node else 30))
+        deadline = timedelta(seconds=self.limits.binding_timeout_s)
+        verdicts = {
+            job_id: judge(jobs[job_id], group, pods, bad_gpu, now, deadline)
+            for job_id, group in live.items()
+        }
+        for verdict in verdicts.values():
+            for namespace, name, node in verdict.adopt:
+                try:
+                    cluster.bind(namespace, name, node)
+                except (BackendError, BindConflict) as error:
+                    log.warning("adopting pod %s failed: %s", name, error)
+                    verdict.adopted, verdict.release_claim = False, True
+        cluster.delete_pods(deletions)
+        with transaction.atomic():
+            lease.fence()
+            stats.released = release(to_release, now, "pod gone")
+            written, ended, finished, stats.starts = apply_verdicts(jobs, live, pods, verdicts, now)
+            stats.changed = len(written)
+            gone = {*to_release, *finished}
+            # Preempted jobs whose last allocation ended now; every few seconds, all of them
+            # (a job preempted with nothing left running is requeued by the sweep).
+            freed = [j for j, ids in preempted.items() if ids <= gone]
+            if self.requeue_sweep.due(clock.now()):
+                stats.changed += requeue_preempted(now) + release_lost_claims(now)
+            elif freed:
+                stats.changed += requeue_preempted(now, freed)
+        stats.seen_at = now
+        stats.active = [a for a in allocs if a["id"] not in gone]
+        stats.rows = _holders(stats.active, jobs, written, cache)
+        cluster.delete_pods(
+            [
+                (a["namespace"], a["pod_name"], 30)
+                for a in ended
+                if (p := pods.get(a["pod_name"])) is not None and not p.deleting
+            ],
+        )
+        return stats
+
+
+def _lost_nodes(
+    since: dict[str, float], allocs: Sequence[Mapping[str, Any]], now: float, grace_s: float
+) -> set[str]:
+    """The nodes of `allocs` NotReady or gone for at least `grace_s` (daemon clock; `since`
+    remembers since when, and forgets a node seen back)."""
+    down = {a["node__name"] for a in allocs if not (a["node__ready"] and a["node__present"])}
+    for name in [n for n in since if n not in down]:
+        del since[name]
+    for name in down:
+        since.setdefault(name, now)
+    return {n for n, at in since.items() if now - at >= grace_s}
+
+
+def _holders(
+    active: Sequence[Mapping[str, Any]],
+    jobs: Mapping[int, dict[str, Any]],
+    written: set[int],
+    cache: SnapshotCache,
+) -> dict[int, dict[str, Any]]:
+    """The rows of the jobs holding `active`: as read, or read again if reconcile wrote
+    them."""
+    holders = {a["job_id"] for a in active}
+    rows = {i: jobs[i] for i in holders if i in jobs and i not in written}
+    again = sorted(holders & written)
+    rows.update(reread(again, cache) if again else {})
+    return rows
+
+
+def write_starts(rec: ReconcileStats, lease: Lease, cache: SnapshotCache) -> int:
+    """binding -> running for the jobs whose pods reconcile saw running, fenced, after the
+    cycle's binds: nothing waits on it (the snapshot counts a job's devices as held in
+    either state), while the devices that reconcile freed wait for the binds. A job that
+    changed meanwhile (preempted in this cycle) is skipped by the compare-and-swap.
+    Returns the jobs written; the cache takes their new rows."""
+    if not rec.starts or rec.seen_at is None:
+        return 0
+    versions: dict[int, int] = {}
+    with transaction.atomic():
+        lease.fence()
+        done = transition_many(rec.starts, rec.seen_at, versions).done
+    fields = {"state": S.RUNNING, "started_at": rec.seen_at, "reason": ""}
+    cache.remember(versions, fields)
+    return len(done)
+
+
+# An active allocation's version: its row's and its node's (PostgreSQL row versions, new on
+# every UPDATE), so a change to either, by any writer, reads the row again.
+ACTIVE_VERSIONS_SQL = (
+    "SELECT a.id, a.xmin::text::bigint, n.xmin::text::bigint FROM {allocation} a"
+    " JOIN {node} n ON n.id = a.node_id WHERE a.ended_at IS NULL"
+)
+
+
+@functools.cache
+def _active_versions_sql() -> str:
+    return ACTIVE_VERSIONS_SQL.format(
+        allocation=Allocation._meta.db_table, node=Node._meta.db_table
+    )
+
+
+def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
+    """The active allocations (ALLOC_FIELDS), oldest first. On PostgreSQL their ids and
+    versions first, then whole rows only for those the cache lacks or holds an older
+    version of: an allocation is read when it is made and when it or its node changes,
+    not every cycle. The rows are shared with the cache: read-only."""
+    if connection.vendor != "postgresql":
+        return list(
+            Allocation.objects.filter(ended_at__isnull=True).order_by("id").values(*ALLOC_FIELDS)
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(_active_versions_sql())
+        versions = {i: (a, n) for i, a, n in cursor.fetchall()}
+    known = cache.allocations
+    stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]
+    if stale:
+        fresh = Allocation.objects.filter(id__any=stale, ended_at__isnull=True)
+        for row in fresh.values(*ALLOC_FIELDS):
+            known[row["id"]] = (versions[row["id"]], row)
+    for gone in [i for i in known if i not in versions]:
+        del known[gone]
+    return [known[i][1] for i in sorted(versions) if i in known]

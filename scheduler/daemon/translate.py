@@ -1,0 +1,190 @@
+"""Database to engine: the one place where rows become `scheduler.core` types (jobs, nodes,
+tenants with their quotas, priority classes, what runs). Core ids: a job is `str(job.pk)`, a
+tenant its slug, a node its name, a flavor its name."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from scheduler.core.types import (
+    Device,
+    DeviceShare,
+    JobKind,
+    JobRequest,
+    PriorityClass,
+    Quota,
+    ReplicaAssignment,
+    Resources,
+    RunningJob,
+    Taint,
+)
+from scheduler.core.types import Node as CoreNode
+from scheduler.core.types import Tenant as CoreTenant
+from scheduler.daemon.rows import SPEC_KEYS, ts
+from scheduler.models import (
+    GpuDevice,
+    JobState,
+    Node,
+)
+from tenants.models import Quota as QuotaRow
+from tenants.models import Tenant
+
+log = logging.getLogger("gantry.daemon")
+S = JobState
+
+
+# Holding states whose pods have not started: the engine may preempt them inside the
+# minimum runtime (`RunningJob.started`).
+NOT_STARTED = frozenset({S.ADMITTED, S.BINDING})
+
+
+KINDS = {k.value.replace("_", "-"): k for k in JobKind}
+
+
+def load_nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]:
+    """The present nodes as the engine sees them; (node name, index) -> device id; node
+    name -> id."""
+    rows = list(Node.objects.filter(present=True).values())
+    by_id = {r["id"]: r for r in rows}
+    per_node: dict[int, list[Device]] = defaultdict(list)
+    device_ids: dict[tuple[str, int], int] = {}
+    for d in GpuDevice.objects.filter(node__present=True).values(
+        "id", "node_id", "index", "memory_mib", "healthy"
+    ):
+        per_node[d["node_id"]].append(Device(d["index"], d["memory_mib"], d["healthy"]))
+        device_ids[(by_id[d["node_id"]]["name"], d["index"])] = d["id"]
+    nodes = {}
+    for r in rows:
+        taints = tuple(Taint(*t) for t in r["taints"])
+        nodes[r["name"]] = CoreNode(
+            r["name"],
+            r["flavor"],
+            tuple(sorted(per_node[r["id"]], key=lambda d: d.index)),
+            r["cpu_milli"],
+            r["memory_mib"],
+            r["rdma"],
+            r["pool"],
+            r["labels"],
+            taints,
+            healthy=r["ready"] and not r["sim_failed"],
+            cordoned=r["cordoned"] or r["cluster_unschedulable"],
+        )
+    return nodes, device_ids, {r["name"]: r["id"] for r in rows}
+
+
+def load_tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
+    """Every tenant with its quotas, weight and per-user caps; tenant id -> slug."""
+    rows = list(Tenant.objects.values("id", "slug", "parent_id"))
+    slugs = {r["id"]: r["slug"] for r in rows}
+    quotas: dict[int, dict[str, Quota]] = defaultdict(dict)
+    weights: dict[int, float] = {}
+    user_caps: dict[int, dict[str, int]] = defaultdict(dict)
+    for q in QuotaRow.objects.values(
+        "tenant_id",
+        "flavor__name",
+        "guaranteed_milli",
+        "limit_milli",
+        "lend_limit_milli",
+        "weight",
+        "user_limit_milli",
+    ):
+        quotas[q["tenant_id"]][q["flavor__name"]] = Quota(
+            q["guaranteed_milli"], q["limit_milli"], q["lend_limit_milli"]
+        )
+        weights[q["tenant_id"]] = max(weights.get(q["tenant_id"], 0.0), float(q["weight"]))
+        if q["user_limit_milli"] is not None:  # per flavor; 0 is a cap
+            user_caps[q["tenant_id"]][q["flavor__name"]] = q["user_limit_milli"]
+    tenants = tuple(
+        CoreTenant(
+            r["slug"],
+            slugs.get(r["parent_id"]),
+            quotas.get(r["id"], {}),
+            weights.get(r["id"], 1.0),
+            user_caps.get(r["id"], {}),
+        )
+        for r in rows
+    )
+    return tenants, slugs
+
+
+def job_request(
+    row: Mapping[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
+) -> JobRequest:
+    spec = {key: row.get(path) for key, path in SPEC_KEYS.items()}
+    inference = row["job_type"] == "inference"
+    return JobRequest(
+        id=str(row["id"]),
+        tenant=slugs.get(row["tenant_id"], ""),
+        priority_class=classes[row["priority_class_id"]]["name"],
+        resources=Resources(
+            row["gpu_milli_per_replica"],
+            row["gpu_memory_mib"] or 0,
+            row["cpu_milli"],
+            row["memory_mib"],
+            spec["rdma"] or 0,
+        ),
+        replicas=row["replicas"],
+        user=str(row["submitted_by_id"]),
+        kind=KINDS.get(row["job_type"], JobKind.BATCH),
+        min_replicas=min(spec.get("min_replicas") or 1, row["replicas"]) if inference else None,
+        flavors=tuple(row["flavors"] or ()),
+        pools=tuple(spec.get("pools") or ()),
+        submitted_at=ts(row["queued_at"]),
+        max_runtime_s=row["max_runtime_s"],
+        estimated_runtime_s=spec.get("estimated_runtime_s"),
+        checkpointable=bool(spec.get("checkpointable")),
+        not_before=ts(row["not_before"]),
+        attempt=row["attempt"],
+    )
+
+
+def running_jobs(
+    allocations: Sequence[Mapping[str, Any]],
+    shares: Mapping[int, tuple[DeviceShare, ...]],
+    rows: Mapping[int, dict[str, Any]],
+    displaced: Mapping[int, tuple[str, ...]],
+    request: Callable[[dict[str, Any]], JobRequest],
+) -> tuple[RunningJob, ...]:
+    """What runs: one RunningJob per job holding active allocations (its replicas, their
+    device shares, when it started), and the jobs it displaced lately."""
+    per_job: dict[int, list[Any]] = defaultdict(list)
+    for a in allocations:
+        if a["job_id"] in rows:
+            per_job[a["job_id"]].append(a)
+    out = []
+    for job_id, allocs in sorted(per_job.items()):
+        job = request(rows[job_id])
+        assignments = tuple(
+            ReplicaAssignment(a["replica"], a["node__name"], shares[a["id"]], a["elastic"])
+            for a in sorted(allocs, key=lambda a: a["replica"])
+        )
+        started = min(ts(a["started_at"]) for a in allocs)
+        out.append(
+            RunningJob(
+                job,
+                allocs[0]["flavor"],
+                assignments,
+                started,
+                preempted=displaced.get(job_id, ()),
+                started=rows[job_id]["state"] not in NOT_STARTED,
+            )
+        )
+    return tuple(out)
+
+
+def priority_classes(rows: Iterable[Mapping[str, Any]]) -> tuple[PriorityClass, ...]:
+    """The engine's priority classes from their rows. Critical is what may not be preempted."""
+    return tuple(
+        PriorityClass(
+            pc["name"],
+            pc["value"],
+            pc["may_preempt"],
+            pc["preemptible"],
+            pc["counts_against_quota"],
+            critical=not pc["preemptible"],
+        )
+        for pc in rows
+    )
