@@ -125,12 +125,12 @@ def preemption_families(tallies: Tallies) -> Iterator[CounterMetricFamily]:
     )
     by_preemptor: dict[tuple[str, str], int] = defaultdict(int)
     by_victim: dict[tuple[str, str], int] = defaultdict(int)
-    for (victim, counts_quota, preemptor), n in tallies.preemptions.items():
+    for (victim, charged, preemptor), n in tallies.preemptions.items():
         if preemptor is None:
             by_victim[(victim, "NodeDrained")] += n
             continue
         by_victim[(victim, "Preempted")] += n
-        reason = BEST_EFFORT if not counts_quota else IN_TENANT if preemptor == victim else RECLAIM
+        reason = BEST_EFFORT if not charged else IN_TENANT if preemptor == victim else RECLAIM
         by_preemptor[(preemptor, reason)] += n
     for (tenant, reason), n in sorted(by_preemptor.items()):
         if n:

@@ -33,8 +33,8 @@ def recount() -> Tallies:
         .annotate(n=Count("id"))
         .order_by()
     )
-    for victim, counts_quota, preemptor, n in rows:
-        tallies.preemptions[(victim, counts_quota, preemptor)] += n
+    for victim, counts_against_quota, preemptor, n in rows:
+        tallies.preemptions[(victim, counts_against_quota, preemptor)] += n
     return tallies
 
 

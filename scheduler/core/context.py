@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from scheduler.core.preemption import Candidate
 
 BEST_EFFORT_GROUP = "\x00best-effort"  # not a tenant name: tenants are slugs
-BEST_EFFORT = PriorityClass("<unknown>", 0, preempting=False, counts_quota=False)
+BEST_EFFORT = PriorityClass("<unknown>", 0, may_preempt=False, counts_against_quota=False)
 
 
 @dataclass(slots=True)
@@ -90,18 +90,18 @@ class CycleContext:
             del self.live_by[self._group(running)][job_id]
 
     def _group(self, running: RunningJob) -> tuple[str, str]:
-        tenant = running.job.tenant if self.counts_quota(running.job) else BEST_EFFORT_GROUP
+        tenant = running.job.tenant if self.counts_against_quota(running.job) else BEST_EFFORT_GROUP
         return (running.flavor, tenant)
 
-    def counts_quota(self, job: JobRequest) -> bool:
-        return self.priority_class(job).counts_quota
+    def counts_against_quota(self, job: JobRequest) -> bool:
+        return self.priority_class(job).counts_against_quota
 
     def hold(
         self, job: JobRequest, flavor: str, assignments: Sequence[ReplicaAssignment], sign: int
     ) -> None:
         """Take (+1) or give back (-1) ``assignments`` of ``job`` on state and ledger."""
         self.hold_devices(job, assignments, sign)
-        if self.counts_quota(job):
+        if self.counts_against_quota(job):
             milli = sum(a.gpu_milli for a in assignments)
             self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
 
@@ -123,7 +123,7 @@ class CycleContext:
         self.ledger.rollback(mark[1])
 
     def quota_verdict(self, job: JobRequest, flavor: str, milli: int) -> QuotaVerdict | None:
-        if not self.counts_quota(job):
+        if not self.counts_against_quota(job):
             return None
         return self.ledger.check(job.tenant, job.user, flavor, milli)
 
@@ -131,7 +131,7 @@ class CycleContext:
         """Whether `job`, just placed with `milli` on `flavor` (and charged for it), fits
         its quota only on what this cycle's victims free: not with the ledger as it is
         while they still run (`stopping` applied, the job itself not yet charged)."""
-        if not self.stopping or not self.counts_quota(job):
+        if not self.stopping or not self.counts_against_quota(job):
             return False
         mark = self.ledger.mark()
         try:
@@ -158,7 +158,7 @@ class CycleContext:
         placed = self.placer.place_gang(
             job, flavor, replicas, avoid_reserved=avoid_reserved, elastic=elastic
         )
-        if placed is not None and self.counts_quota(job):
+        if placed is not None and self.counts_against_quota(job):
             self.ledger.charge(job.tenant, job.user, flavor, milli)
         return placed
 
@@ -176,6 +176,6 @@ class CycleContext:
         if not allowed:
             return None
         found = self.placer.place_gang_any(job, allowed, replicas, avoid_reserved=avoid_reserved)
-        if found is not None and self.counts_quota(job):
+        if found is not None and self.counts_against_quota(job):
             self.ledger.charge(job.tenant, job.user, found[0], milli)
         return found

@@ -122,7 +122,7 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         if before.get(running.job.id) != running:
             ctx.hold(running.job, running.flavor, running.assignments, +1)
         ctx.set_live(running)
-        ctx.guarded.update(running.preempted)
+        ctx.guarded.update(running.displaced)
     if held is not None:
         state.commit()
         ledger.commit()
@@ -342,10 +342,10 @@ def _record(
     milli = sum(a.gpu_milli for a in assignments)
     if not victims and ctx.relies_on_stopping(job, flavor, milli):
         victims = tuple(dict.fromkeys(ctx.victims))
-    if victims and ctx.counts_quota(job):
+    if victims and ctx.counts_against_quota(job):
         ctx.stopping.append((job, flavor, -milli))  # charged, but not running before them
-    out.placements.append(Placement(job.id, flavor, assignments, victims))
-    ctx.set_live(RunningJob(job, flavor, assignments, ctx.now, preempted=victims))
+    out.placements.append(Placement(job.id, flavor, assignments, victims=victims))
+    ctx.set_live(RunningJob(job, flavor, assignments, ctx.now, displaced=victims))
     ctx.fresh.add(job.id)
 
 
@@ -405,7 +405,7 @@ def _record_preemption(
     # The victims run, and hold their quota, until their pods are gone (`_record`).
     for running, assignments in stopped:
         ctx.victims.append(running.job.id)
-        if ctx.counts_quota(running.job):
+        if ctx.counts_against_quota(running.job):
             milli = sum(a.gpu_milli for a in assignments)
             ctx.stopping.append((running.job, running.flavor, milli))
     _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
@@ -416,7 +416,7 @@ def _why(ctx: CycleContext, job: JobRequest, victim: RunningJob, reclaim: bool, 
         return f"elastic replicas of {victim.job.id} give way to job {job.id}"
     if reclaim:
         return f"{job.tenant} reclaims its guarantee from {victim.job.tenant}, which borrows"
-    if not ctx.priority_class(victim.job).counts_quota:
+    if not ctx.priority_class(victim.job).counts_against_quota:
         return f"best-effort job gives way to job {job.id}"
     return f"job {job.id} of higher priority in {job.tenant}"
 

@@ -225,7 +225,7 @@ def eligible_candidates(ctx: CycleContext, job: JobRequest, flavor: str) -> list
     give way are visited: the job's tenant, best-effort jobs, and (when the job reclaims its
     guarantee) tenants that borrow; on a full cluster the rest are most jobs."""
     pc = ctx.priority_class(job)
-    if not (pc.preempting and pc.counts_quota):
+    if not (pc.may_preempt and pc.counts_against_quota):
         return []
     reclaim_ok = ctx.ledger.within_guarantee_after(
         job.tenant, flavor, job.resources.gpu_milli * job.gang_size
@@ -248,7 +248,7 @@ def _candidates_of(
     ctx: CycleContext, job: JobRequest, running: RunningJob, reclaim_ok: bool
 ) -> list[Candidate]:
     victim = running.job
-    if job.id in running.preempted and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
+    if job.id in running.displaced and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
         return []
     same_tenant = victim.tenant == job.tenant
     if not any(a.elastic for a in running.assignments):
@@ -274,7 +274,7 @@ def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[
     mine, theirs = ctx.priority_class(job), ctx.priority_class(running.job)
     if not theirs.preemptible:
         return None
-    if not theirs.counts_quota:
+    if not theirs.counts_against_quota:
         return (1, False)
     if running.job.tenant == job.tenant:
         return (2, False) if theirs.value < mine.value else None
@@ -289,7 +289,7 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
     reservation waits for a victim's minimum runtime, not for the victim's natural end."""
     pc = ctx.priority_class(job)
     relation = _relation(ctx, job, running)
-    if not (pc.preempting and pc.counts_quota) or relation is None:
+    if not (pc.may_preempt and pc.counts_against_quota) or relation is None:
         return None
     if relation[1] and not (
         ctx.ledger.borrowing(running.job.tenant, running.flavor) > 0
@@ -301,7 +301,7 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
     start = running.started_at
     if not (pc.critical and ctx.profile.critical_overrides_min_runtime):
         start += ctx.profile.min_runtime_s
-    if job.id in running.preempted:
+    if job.id in running.displaced:
         start = max(start, running.started_at + ctx.profile.ping_pong_guard_s)
     return max(start, ctx.now)
 

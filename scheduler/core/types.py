@@ -17,7 +17,7 @@ LABEL_RACK = "gantry.io/rack"
 
 class JobKind(StrEnum):
     TRAINING = "training"
-    FINE_TUNING = "fine_tuning"
+    FINE_TUNING = "fine-tuning"
     INFERENCE = "inference"
     EVALUATION = "evaluation"
     BATCH = "batch"
@@ -130,14 +130,14 @@ class Resources:
 
 @dataclass(frozen=True, slots=True)
 class PriorityClass:
-    """``counts_quota=False`` is best-effort: idle capacity only, preempted by anyone first.
+    """``counts_against_quota=False`` is best-effort: idle capacity only, preempted by anyone first.
     ``critical`` may preempt jobs still inside the minimum runtime."""
 
     name: str
     value: int
-    preempting: bool = True
+    may_preempt: bool = True
     preemptible: bool = True
-    counts_quota: bool = True
+    counts_against_quota: bool = True
     critical: bool = False
 
 
@@ -231,7 +231,7 @@ class ReplicaAssignment:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job holding devices. ``preempted`` lists the jobs it displaced when it started,
+    """A job holding devices. ``displaced`` lists the jobs it preempted when it started,
     so that their retries cannot preempt it straight back (no ping-pong). ``started`` is
     False while its pods have not started (placed, being bound, or stuck before their
     containers run): it has done no work to lose, so the minimum runtime does not protect it."""
@@ -241,7 +241,7 @@ class RunningJob:
     assignments: tuple[ReplicaAssignment, ...]
     started_at: float
     last_checkpoint_at: float | None = None
-    preempted: tuple[str, ...] = ()
+    displaced: tuple[str, ...] = ()
     started: bool = True
 
     @property
@@ -266,13 +266,13 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Start (or grow) ``job_id`` with these replicas; ``preempted`` lists the victims
+    """Start (or grow) ``job_id`` with these replicas; ``victims`` lists the jobs preempted for it
     the placement relies on, which must be gone before binding."""
 
     job_id: str
     flavor: str
     assignments: tuple[ReplicaAssignment, ...]
-    preempted: tuple[str, ...] = ()
+    victims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

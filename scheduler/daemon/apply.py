@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from scheduler.backends.base import PodRequest, pod_name
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.daemon.cache import SnapshotCache
+from scheduler.daemon.rows import POD_KEYS
 from scheduler.daemon.snapshot import Built
 from scheduler.daemon.store import insert_allocations, set_reasons
 from scheduler.leader import Lease
@@ -52,7 +53,7 @@ class Plan:
 def _deferred_reason(placement: Any, preemptors: set[tuple[str, str]]) -> str:
     """Why a placed job waits for other jobs to stop: it preempted them, or it fits only on
     the quota or devices that jobs preempted for others free."""
-    victims = placement.preempted
+    victims = placement.victims
     own = [v for v in victims if (placement.job_id, v) in preemptors]
     if not victims:
         return "preempting job(s) of lower priority; starts when they have stopped"
@@ -86,7 +87,7 @@ def apply_decisions(
     for placement in result.placements:
         job_id = int(placement.job_id)
         uses = {(a.node, sh.device) for a in placement.assignments for sh in a.shares}
-        if placement.preempted or uses & held:
+        if placement.victims or uses & held:
             deferred.add(placement.job_id)
             if job_id in pending:
                 waiting[job_id] = _deferred_reason(placement, preemptors)
@@ -261,11 +262,8 @@ def _allocate(
     shares: list[list[tuple[int, int, int]]] = []
     held: list[tuple[DeviceShare, ...]] = []  # the same shares, as the snapshot reads them
     requests: list[PodRequest] = []
-    specs = dict(
-        Job.objects.filter(id__any=[int(p.job_id) for p in placements]).values_list("id", "spec")
-    )
     for placement in placements:
-        row = {**built.jobs[placement.job_id], "spec": specs.get(int(placement.job_id))}
+        row = built.jobs[placement.job_id]
         for a in placement.assignments:
             request = pod_request(row, a.replica, a.node, tuple(s.device for s in a.shares))
             rows.append(
@@ -299,8 +297,10 @@ def _allocate(
 def pod_request(
     row: dict[str, Any], replica: int, node: str, devices: tuple[int, ...]
 ) -> PodRequest:
-    spec = row["spec"] or {}
-    sim = spec.get("simulation") or {}
+    """The pod of `replica` of the job of `row` (a job row as the daemon reads it, with
+    `POD_KEYS`) on `node`, given `devices`."""
+    spec = {key: row.get(path) for key, path in POD_KEYS.items()}
+    sim = spec["simulation"] or {}
     return PodRequest(
         name=pod_name(row["id"], row["attempt"], replica),
         namespace=row["project__namespace"],
@@ -314,10 +314,10 @@ def pod_request(
         gpu_memory_mib=row["gpu_memory_mib"],
         cpu_milli=row["cpu_milli"],
         memory_mib=row["memory_mib"],
-        image=spec.get("image", ""),
-        command=tuple(spec.get("command") or ()),
-        env=dict(spec.get("env") or {}),
-        priority_class=spec.get("priority_class") or "",
+        image=spec["image"] or "",
+        command=tuple(spec["command"] or ()),
+        env=dict(spec["env"] or {}),
+        priority_class=spec["priority_class"] or "",
         job_type=row["job_type"],
         sim_duration_s=sim.get("duration_s"),
         sim_fail=bool(sim.get("fail")),

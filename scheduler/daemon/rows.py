@@ -61,9 +61,18 @@ SPEC_KEYS = {
 
 # Read with the rows for the daemon's reconcile, not the engine.
 ROW_EXTRA = ("spec__retry",)
+# What a pod is rendered from, read with the rows so that allocating reads no spec again
+# (`scheduler.daemon.apply.pod_request`).
+POD_KEYS = {
+    "image": "spec__image",
+    "command": "spec__command",
+    "env": "spec__env",
+    "priority_class": "spec__priority_class",
+    "simulation": "spec__simulation",
+}
 
 
-ROW_FIELDS = (*JOB_FIELDS, *SPEC_KEYS.values(), *ROW_EXTRA)
+ROW_FIELDS = (*JOB_FIELDS, *SPEC_KEYS.values(), *ROW_EXTRA, *POD_KEYS.values())
 
 
 def aware(value: datetime | str) -> datetime:

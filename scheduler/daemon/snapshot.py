@@ -120,7 +120,13 @@ def build_snapshot(
         del cache.requests[gone]
     pending = tuple(cache.request(r, slugs, classes) for r in pending_rows)
     snapshot = Snapshot(
-        now, tuple(nodes.values()), tenants, core_classes, running, pending, dict(decayed)
+        now=now,
+        nodes=tuple(nodes.values()),
+        tenants=tenants,
+        priority_classes=core_classes,
+        running=running,
+        pending=pending,
+        decayed_usage=dict(decayed),
     )
     jobs = {str(r["id"]): r for r in [*running_rows.values(), *pending_rows]}
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
@@ -210,7 +216,9 @@ def _shares(active: Sequence[int], cache: SnapshotCache) -> dict[int, tuple[Devi
             "allocation_id", "device__index", "milli", "memory_mib"
         ):
             found[row["allocation_id"]].append(
-                DeviceShare(row["device__index"], row["milli"], row["memory_mib"])
+                DeviceShare(
+                    device=row["device__index"], milli=row["milli"], memory_mib=row["memory_mib"]
+                )
             )
         known.update(
             (i, tuple(sorted(v, key=lambda share: share.device))) for i, v in found.items()

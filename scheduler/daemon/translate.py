@@ -39,9 +39,8 @@ S = JobState
 # Holding states whose pods have not started: the engine may preempt them inside the
 # minimum runtime (`RunningJob.started`).
 NOT_STARTED = frozenset({S.ADMITTED, S.BINDING})
-
-
-KINDS = {k.value.replace("_", "-"): k for k in JobKind}
+# A node's taints are stored as [key, value, effect] lists.
+TAINT_FIELDS = ("key", "value", "effect")
 
 
 def load_nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]:
@@ -54,21 +53,22 @@ def load_nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[
     for d in GpuDevice.objects.filter(node__present=True).values(
         "id", "node_id", "index", "memory_mib", "healthy"
     ):
-        per_node[d["node_id"]].append(Device(d["index"], d["memory_mib"], d["healthy"]))
+        device = Device(index=d["index"], memory_mib=d["memory_mib"], healthy=d["healthy"])
+        per_node[d["node_id"]].append(device)
         device_ids[(by_id[d["node_id"]]["name"], d["index"])] = d["id"]
     nodes = {}
     for r in rows:
-        taints = tuple(Taint(*t) for t in r["taints"])
+        taints = tuple(Taint(**dict(zip(TAINT_FIELDS, t, strict=False))) for t in r["taints"])
         nodes[r["name"]] = CoreNode(
-            r["name"],
-            r["flavor"],
-            tuple(sorted(per_node[r["id"]], key=lambda d: d.index)),
-            r["cpu_milli"],
-            r["memory_mib"],
-            r["rdma"],
-            r["pool"],
-            r["labels"],
-            taints,
+            name=r["name"],
+            flavor=r["flavor"],
+            devices=tuple(sorted(per_node[r["id"]], key=lambda d: d.index)),
+            cpu_milli=r["cpu_milli"],
+            memory_mib=r["memory_mib"],
+            rdma=r["rdma"],
+            pool=r["pool"],
+            labels=r["labels"],
+            taints=taints,
             healthy=r["ready"] and not r["sim_failed"],
             cordoned=r["cordoned"] or r["cluster_unschedulable"],
         )
@@ -92,18 +92,20 @@ def load_tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
         "user_limit_milli",
     ):
         quotas[q["tenant_id"]][q["flavor__name"]] = Quota(
-            q["guaranteed_milli"], q["limit_milli"], q["lend_limit_milli"]
+            guaranteed=q["guaranteed_milli"],
+            limit=q["limit_milli"],
+            lend_limit=q["lend_limit_milli"],
         )
         weights[q["tenant_id"]] = max(weights.get(q["tenant_id"], 0.0), float(q["weight"]))
         if q["user_limit_milli"] is not None:  # per flavor; 0 is a cap
             user_caps[q["tenant_id"]][q["flavor__name"]] = q["user_limit_milli"]
     tenants = tuple(
         CoreTenant(
-            r["slug"],
-            slugs.get(r["parent_id"]),
-            quotas.get(r["id"], {}),
-            weights.get(r["id"], 1.0),
-            user_caps.get(r["id"], {}),
+            name=r["slug"],
+            parent=slugs.get(r["parent_id"]),
+            quotas=quotas.get(r["id"], {}),
+            weight=weights.get(r["id"], 1.0),
+            user_caps=user_caps.get(r["id"], {}),
         )
         for r in rows
     )
@@ -120,15 +122,15 @@ def job_request(
         tenant=slugs.get(row["tenant_id"], ""),
         priority_class=classes[row["priority_class_id"]]["name"],
         resources=Resources(
-            row["gpu_milli_per_replica"],
-            row["gpu_memory_mib"] or 0,
-            row["cpu_milli"],
-            row["memory_mib"],
-            spec["rdma"] or 0,
+            gpu_milli=row["gpu_milli_per_replica"],
+            gpu_memory_mib=row["gpu_memory_mib"] or 0,
+            cpu_milli=row["cpu_milli"],
+            memory_mib=row["memory_mib"],
+            rdma=spec["rdma"] or 0,
         ),
         replicas=row["replicas"],
         user=str(row["submitted_by_id"]),
-        kind=KINDS.get(row["job_type"], JobKind.BATCH),
+        kind=JobKind(row["job_type"]),
         min_replicas=min(spec.get("min_replicas") or 1, row["replicas"]) if inference else None,
         flavors=tuple(row["flavors"] or ()),
         pools=tuple(spec.get("pools") or ()),
@@ -158,17 +160,22 @@ def running_jobs(
     for job_id, allocs in sorted(per_job.items()):
         job = request(rows[job_id])
         assignments = tuple(
-            ReplicaAssignment(a["replica"], a["node__name"], shares[a["id"]], a["elastic"])
+            ReplicaAssignment(
+                replica=a["replica"],
+                node=a["node__name"],
+                shares=shares[a["id"]],
+                elastic=a["elastic"],
+            )
             for a in sorted(allocs, key=lambda a: a["replica"])
         )
         started = min(ts(a["started_at"]) for a in allocs)
         out.append(
             RunningJob(
-                job,
-                allocs[0]["flavor"],
-                assignments,
-                started,
-                preempted=displaced.get(job_id, ()),
+                job=job,
+                flavor=allocs[0]["flavor"],
+                assignments=assignments,
+                started_at=started,
+                displaced=displaced.get(job_id, ()),
                 started=rows[job_id]["state"] not in NOT_STARTED,
             )
         )
@@ -179,11 +186,11 @@ def priority_classes(rows: Iterable[Mapping[str, Any]]) -> tuple[PriorityClass, 
     """The engine's priority classes from their rows. Critical is what may not be preempted."""
     return tuple(
         PriorityClass(
-            pc["name"],
-            pc["value"],
-            pc["may_preempt"],
-            pc["preemptible"],
-            pc["counts_against_quota"],
+            name=pc["name"],
+            value=pc["value"],
+            may_preempt=pc["may_preempt"],
+            preemptible=pc["preemptible"],
+            counts_against_quota=pc["counts_against_quota"],
             critical=not pc["preemptible"],
         )
         for pc in rows

@@ -125,7 +125,7 @@ class Simulation:
         self.preemptions = 0
         self.lost_preempt_gpu_s = 0.0
         self.lost_fail_gpu_s = 0.0
-        self._charged = {pc.name: pc.counts_quota for pc in cluster.priority_classes}
+        self._charged = {pc.name: pc.counts_against_quota for pc in cluster.priority_classes}
         self._ticks: set[float] = set()
         self._last_cycle_idle = False
         self._decided: dict[str, CycleResult] = {}  # in flight, with cycle_latency_s
@@ -296,7 +296,7 @@ class Simulation:
         track = self.tracks[placement.job_id]
         job = self.pending.pop(placement.job_id)
         self.running[job.id] = RunningJob(
-            job, placement.flavor, placement.assignments, self.now, preempted=placement.preempted
+            job, placement.flavor, placement.assignments, self.now, displaced=placement.victims
         )
         track.state, track.reason = "running", ""
         if track.first_start is None:

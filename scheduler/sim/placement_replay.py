@@ -15,7 +15,7 @@ from scheduler.core.scoring import FragmentationScore
 from scheduler.core.types import JobRequest, Node, PriorityClass, Resources, Snapshot, Tenant
 
 _ANYONE = Tenant("replay")
-_UNCHARGED = PriorityClass("replay", 0, preempting=False, counts_quota=False)
+_UNCHARGED = PriorityClass("replay", 0, may_preempt=False, counts_against_quota=False)
 
 
 def replay_placements(

@@ -418,19 +418,9 @@ def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:
     daemon = env.daemon()
     env.run(daemon, seconds=2, cycles=2)
     from scheduler.daemon.apply import pod_request
+    from scheduler.daemon.rows import ROW_FIELDS
 
-    row = Job.objects.filter(pk=job.pk).values(
-        "id",
-        "attempt",
-        "spec",
-        "replicas",
-        "gpu_milli_per_replica",
-        "gpu_memory_mib",
-        "cpu_milli",
-        "memory_mib",
-        "job_type",
-        "project__namespace",
-    )[0]
+    row = Job.objects.filter(pk=job.pk).values(*ROW_FIELDS)[0]
     stray = pod_request({**row, "id": 999_999}, 0, "h100-0003", (7,))
     env.backend.create_pod(stray)
     env.backend.vanish_pod(f"gantry-{job.pk}-a0-r0")
@@ -471,7 +461,7 @@ def test_preemption_waits_for_victims_to_stop(env: Env) -> None:
     assert_consistent(env.backend)
     # The engine learns who displaced whom, so the victim's retry cannot preempt it back.
     running = build_snapshot(env.clock(), decayed={}).snapshot.running
-    guard = {r.job.id: r.preempted for r in running}
+    guard = {r.job.id: r.displaced for r in running}
     assert guard[str(urgent.pk)] == (str(victim.pk),)
 
 

@@ -31,7 +31,7 @@ CLASSES = (
     PriorityClass("high", 300),
     PriorityClass("critical", 400, critical=True),
     PriorityClass("pinned", 250, preemptible=False),
-    PriorityClass("best-effort", 10, preempting=False, counts_quota=False),
+    PriorityClass("best-effort", 10, may_preempt=False, counts_against_quota=False),
 )
 # Tests compare placements with and without the FGD scorer; this profile is plain best fit.
 BEST_FIT = Profile(score_weights={"GpuFit": 1.0, "TopologyScore": 1.0}, min_runtime_s=0.0)
@@ -121,7 +121,7 @@ def make_running(
     started_at: float = 0.0,
     flavor: str = "H100",
     elastic_from: int | None = None,
-    preempted: Sequence[str] = (),
+    displaced: Sequence[str] = (),
     last_checkpoint_at: float | None = None,
 ) -> RunningJob:
     """One (node, devices) per replica; each device holds the replica's per-device share."""
@@ -136,7 +136,7 @@ def make_running(
         )
         for r, (node, devs) in enumerate(placements)
     )
-    return RunningJob(job, flavor, assignments, started_at, last_checkpoint_at, tuple(preempted))
+    return RunningJob(job, flavor, assignments, started_at, last_checkpoint_at, tuple(displaced))
 
 
 def make_tenants(

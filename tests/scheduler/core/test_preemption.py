@@ -154,9 +154,9 @@ def test_a_job_that_fits_only_on_a_victims_quota_waits_for_the_victim():
     nodes = [make_node("n1"), make_node("n2"), make_node("n3", gpus=6)]
     result = cycle(snapshot(nodes, pending, [victim], tenants=tenants, now=NOW), PROFILE)
     assert victims(result) == {"b-big"}
-    assert result.placement_for("a").preempted == ("b-big",)
-    assert result.placement_for("b-small").preempted == ("b-big",)
-    assert result.placement_for("c").preempted == ()
+    assert result.placement_for("a").victims == ("b-big",)
+    assert result.placement_for("b-small").victims == ("b-big",)
+    assert result.placement_for("c").victims == ()
 
 
 def test_a_running_job_grows_no_replica_on_a_victims_quota():
@@ -178,7 +178,7 @@ def test_a_running_job_grows_no_replica_on_a_victims_quota():
         PROFILE,
     )
     assert victims(result) == {"b-big"}
-    assert result.placement_for("a").preempted == ("b-big",)
+    assert result.placement_for("a").victims == ("b-big",)
     assert result.placement_for("b-inf") is None
 
 
@@ -209,7 +209,7 @@ def test_no_ping_pong():
     # victim (8 x 50 GPU-s against 8 x 1000) but displaced loser: protected until 950 + 900.
     tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
     winner = make_running(
-        make_job("winner", "team-a", gpus=8), ("n1", range(8)), started_at=950, preempted=["loser"]
+        make_job("winner", "team-a", gpus=8), ("n1", range(8)), started_at=950, displaced=["loser"]
     )
     other = make_running(make_job("a-other", "team-a", gpus=8), ("n2", range(8)), started_at=0)
     loser = make_job("loser", "team-b", gpus=8, priority="high", attempt=1)

@@ -130,7 +130,7 @@ def check_promises(snap: Snapshot, result: CycleResult) -> None:
 def check_quota(snap: Snapshot, held: list[tuple[JobRequest, str, list]]) -> None:
     usage: dict[tuple[str, str], int] = defaultdict(int)
     for job, flavor, assignments in held:
-        if CLASS_OF[job.priority_class].counts_quota:
+        if CLASS_OF[job.priority_class].counts_against_quota:
             usage[(job.tenant, flavor)] += sum(a.gpu_milli for a in assignments)
     usage, before = subtree(snap, usage), subtree(snap, quota_usage(snap))
     parents = {t.name: t.parent for t in snap.tenants}
@@ -168,7 +168,7 @@ def subtree(snap: Snapshot, usage: dict[tuple[str, str], int]) -> dict[tuple[str
 def quota_usage(snap: Snapshot) -> dict[tuple[str, str], int]:
     usage: dict[tuple[str, str], int] = defaultdict(int)
     for r in snap.running:
-        if CLASS_OF[r.job.priority_class].counts_quota:
+        if CLASS_OF[r.job.priority_class].counts_against_quota:
             usage[(r.job.tenant, r.flavor)] += r.gpu_milli
     return usage
 
@@ -180,7 +180,7 @@ def check_victims(snap: Snapshot, result: CycleResult, held: list) -> None:
     before = quota_usage(snap)
     peak = defaultdict(int, before)
     for job, flavor, assignments in held:
-        if CLASS_OF[job.priority_class].counts_quota and job.id not in {
+        if CLASS_OF[job.priority_class].counts_against_quota and job.id not in {
             r.job.id for r in snap.running
         }:
             peak[(job.tenant, flavor)] += sum(a.gpu_milli for a in assignments)
@@ -195,9 +195,9 @@ def check_victims(snap: Snapshot, result: CycleResult, held: list) -> None:
         lower_same_tenant = victim.job.tenant == preemptor.tenant and v_class.value < p_class.value
         key = (victim.job.tenant, victim.flavor)
         reclaim = victim.job.tenant != preemptor.tenant and peak[key] > guarantee.get(key, 0)
-        assert extras_only or not v_class.counts_quota or lower_same_tenant or reclaim, p
+        assert extras_only or not v_class.counts_against_quota or lower_same_tenant or reclaim, p
         assert v_class.preemptible or extras_only
-        assert p_class.preempting and p_class.counts_quota
+        assert p_class.may_preempt and p_class.counts_against_quota
 
 
 PROFILES = [BEST_FIT, Profile(min_runtime_s=300.0)]

@@ -1,0 +1,71 @@
+"""Database to engine in one place (`scheduler.daemon.translate`): one vocabulary for job types,
+the core's names as the models', and the rows a pod is rendered from read once."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduler.core.types import JobKind
+from scheduler.daemon.rows import ROW_FIELDS
+from scheduler.daemon.translate import job_request, priority_classes
+from scheduler.models import Job
+from tenants.models import JobType, PriorityClass
+from tests.daemon.conftest import Env
+
+
+def test_the_engine_and_the_database_name_job_types_alike() -> None:
+    """The engine's job kinds are the database's job types, value for value: no table
+    bridges two spellings ("fine-tuning" was "fine_tuning" in the engine)."""
+    assert {k.value for k in JobKind} == set(JobType.values)
+
+
+@pytest.mark.django_db
+def test_every_job_type_reaches_the_engine_as_its_own_kind(env: Env) -> None:
+    job = env.submit(type="fine-tuning")
+    row = Job.objects.filter(pk=job.pk).values(*ROW_FIELDS)[0]
+    classes = {
+        pc["id"]: pc
+        for pc in PriorityClass.objects.values(
+            "id", "name", "value", "may_preempt", "preemptible", "counts_against_quota"
+        )
+    }
+    request = job_request(row, {job.tenant_id: "t"}, classes)
+    assert request.kind is JobKind.FINE_TUNING
+
+
+@pytest.mark.django_db
+def test_priority_classes_keep_the_models_names(env: Env) -> None:
+    rows = list(
+        PriorityClass.objects.values(
+            "name", "value", "may_preempt", "preemptible", "counts_against_quota"
+        )
+    )
+    made = {pc.name: pc for pc in priority_classes(rows)}
+    for row in rows:
+        pc = made[row["name"]]
+        assert (pc.may_preempt, pc.counts_against_quota) == (
+            row["may_preempt"],
+            row["counts_against_quota"],
+        )
+        assert pc.critical is (not row["preemptible"])
+
+
+@pytest.mark.django_db
+def test_allocating_reads_no_job_spec_again(env: Env) -> None:
+    """A pod is rendered from the row the snapshot read (`POD_KEYS`): placing a job reads
+    no job's spec whole."""
+    daemon = env.daemon()
+    env.run(daemon)  # no inference job runs: scaling (which reads specs) is skipped after it
+    env.submit(simulation={"duration_s": 600}, image="registry.example/train:1")
+    with CaptureQueriesContext(connection) as sent:
+        env.run(daemon)
+    # The whole column in a select list, not a key of it (`-> 'image'`, `JSON_EXTRACT(...)`).
+    whole = re.compile(r'"scheduler_job"\."spec"(\s+AS\s+"spec")?\s*(FROM|,\s*")')
+    spec_reads = [q["sql"] for q in sent.captured_queries if whole.search(q["sql"])]
+    assert spec_reads == []
+    pods = env.backend.list_pods()
+    assert len(pods) == 1
