@@ -1,6 +1,7 @@
 """The Protocol every cluster backend implements (`ClusterBackend`: simulated and kubernetes),
 and the capabilities some add, each a Protocol the daemon tests with `isinstance`:
-`PodWatching`, `EventClock`, `InferenceLoad`, `FaultInjection`, `UtilizationSource`, `LogSource`.
+`FencedWrites`, `PodWatching`, `EventClock`, `InferenceLoad`, `FaultInjection`,
+`UtilizationSource`, `LogSource`.
 
 The daemon is the only caller. Every method is idempotent where the cluster allows it:
 pod names are deterministic per job, attempt and replica (`pod_name`), so a retry after a
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -187,6 +189,17 @@ class PodWatching(Protocol):
 
     def close_watches(self) -> None:
         """Break the open watch streams (after `stop` is set)."""
+        ...
+
+
+@runtime_checkable
+class FencedWrites(Protocol):
+    """A backend that checks a fence before every try of a write, inside its own retries
+    (`scheduler.backends.retry`): the daemon gives it its lease fence."""
+
+    def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
+        """While in the block: run `check` before every try of every write; it raises to
+        stop the write. Blocks nest (the innermost check holds)."""
         ...
 
 

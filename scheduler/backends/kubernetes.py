@@ -15,6 +15,7 @@ UnsafePodSpec (a BackendError and a ValueError). No client exception leaves the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -49,9 +50,10 @@ from scheduler.backends.kubernetes_render import (
     render_pod,
     render_service,
 )
-from scheduler.backends.kubernetes_retry import RetryPolicy, call_with_retry, describe
+from scheduler.backends.kubernetes_retry import call_with_retry, describe
 from scheduler.backends.kubernetes_status import pod_status
 from scheduler.backends.kubernetes_watch import ListWatcher
+from scheduler.backends.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -136,11 +138,24 @@ class KubernetesBackend:
         self._watchers: list[ListWatcher[PodStatus]] = []
         # Namespaces seen to carry Gantry's label, so each is read once per process.
         self._own_namespaces: set[str] = set()
+        # Run before every try of a write (`fenced`): the daemon's lease fence.
+        self._fence: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def fenced(self, check: Callable[[], None]) -> Iterator[None]:
+        """While in the block, run `check` before every try of every write (create, bind,
+        delete, patch): the daemon's lease fence, which raises once it no longer leads."""
+        before, self._fence = self._fence, check
+        try:
+            yield
+        finally:
+            self._fence = before
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One API call with retries; returns the parsed JSON body (or None when empty)."""
+        """One API call with retries; returns the parsed JSON body (or None when empty).
+        Each try of a write is fenced first (`fenced`); reads are not."""
 
         def once() -> Any:
             response = fn(*args, _preload_content=False, _request_timeout=self._timeout(), **kwargs)
@@ -150,7 +165,15 @@ class KubernetesBackend:
                 response.release_conn()
             return json.loads(body) if body else None
 
-        return call_with_retry(once, self.policy, sleep=self._sleep, rand=self._rand, what=what)
+        reads = fn.__name__.startswith(("read_", "list_"))
+        return call_with_retry(
+            once,
+            self.policy,
+            sleep=self._sleep,
+            rand=self._rand,
+            what=what,
+            before_try=None if reads else self._fence,
+        )
 
     def _timeout(self) -> tuple[float, float]:
         return (self.config.request_timeout_s, self.config.request_timeout_s)

@@ -1,4 +1,4 @@
-"""Transient API failures -> BackendError, and a bounded retry with jitter (FAULTS 12).
+"""Transient API failures -> BackendError, retried by `scheduler.backends.retry` (FAULTS 12).
 
 Transient: 429 (with its Retry-After), 500, 502, 503, 504, status 0 (the client's own
 connection and TLS failures), timeouts and connection resets, and the 403 of a pod created in
@@ -13,13 +13,14 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from scheduler.backends import retry
 from scheduler.backends.base import BackendError
+from scheduler.backends.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,23 +70,6 @@ def as_backend_error(exc: BaseException) -> BackendError | None:
     return None
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """At most `attempts` tries; full-jitter exponential backoff, never above `cap_s`.
-
-    A Retry-After above `cap_s` is not slept here: the BackendError goes up with it, so the
-    daemon (which has other work) waits instead of this call.
-    """
-
-    attempts: int = 3
-    base_s: float = 0.1
-    cap_s: float = 2.0
-
-    def delay(self, attempt: int, retry_after: float | None, rand: Callable[[], float]) -> float:
-        backoff = min(self.cap_s, self.base_s * (2**attempt)) * rand()
-        return max(backoff, retry_after or 0.0)
-
-
 def call_with_retry(
     fn: Callable[[], T],
     policy: RetryPolicy,
@@ -93,19 +77,16 @@ def call_with_retry(
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
     what: str = "request",
+    before_try: Callable[[], None] | None = None,
 ) -> T:
-    """Run `fn`; retry transient failures per `policy`; raise the last as BackendError."""
-    for attempt in range(policy.attempts):
-        try:
-            return fn()
-        except Exception as exc:
-            error = as_backend_error(exc)
-            if error is None:
-                raise
-            last_try = attempt == policy.attempts - 1
-            if last_try or (error.retry_after_s or 0.0) > policy.cap_s:
-                raise error from exc
-            delay = policy.delay(attempt, error.retry_after_s, rand)
-            logger.warning("%s failed (%s); retry %d in %.2fs", what, error, attempt + 1, delay)
-            sleep(delay)
-    raise AssertionError("unreachable: attempts must be >= 1")
+    """`scheduler.backends.retry.call_with_retry` with the API server's transient failures
+    (`as_backend_error`)."""
+    return retry.call_with_retry(
+        fn,
+        policy,
+        sleep=sleep,
+        rand=rand,
+        what=what,
+        classify=as_backend_error,
+        before_try=before_try,
+    )

@@ -27,7 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from scheduler.backends.base import BackendError
-from scheduler.backends.kubernetes_retry import RetryPolicy, as_backend_error
+from scheduler.backends.kubernetes_retry import as_backend_error
+from scheduler.backends.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

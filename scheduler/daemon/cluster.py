@@ -1,56 +1,37 @@
-"""The cluster as the daemon writes to it: every call fenced by the lease first, and
-transient backend errors retried with bounded, jittered backoff."""
+"""The cluster as the daemon writes to it: every call fenced by the lease first. Retries of
+transient failures are the backend's own (`scheduler.backends.retry`), which fences each try
+of a write with the fence the daemon gives it for the call (`FencedWrites.fenced`)."""
 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 
-from scheduler.backends.base import BackendError, ClusterBackend, PodRequest
+from scheduler.backends.base import BackendError, ClusterBackend, FencedWrites, PodRequest
 from scheduler.daemon.lease import LeaseKeeper
-from scheduler.daemon.state import Clock
 
 log = logging.getLogger("gantry.daemon")
 
 
 class Cluster:
-    def __init__(
-        self,
-        backend: ClusterBackend,
-        keeper: LeaseKeeper,
-        clock: Clock,
-        *,
-        retries: int = 4,
-        backoff_s: float = 0.05,
-        jitter: Callable[[], float] | None = None,
-    ) -> None:
-        self.backend, self.keeper, self.clock = backend, keeper, clock
-        self.retries, self.backoff_s = retries, backoff_s
-        self.jitter = jitter or random.Random().random  # noqa: S311 - jitter
+    def __init__(self, backend: ClusterBackend, keeper: LeaseKeeper) -> None:
+        self.backend, self.keeper = backend, keeper
 
-    def call(self, call: Callable[[], None], what: str) -> None:
-        """Retry transient backend errors; re-raise the last. Every try is fenced first
-        (`LeaseKeeper.fence_cluster_write`): LeaseLost, and nothing sent, once this daemon
-        no longer leads."""
-        for attempt in range(self.retries):
-            self.keeper.fence_cluster_write()
-            try:
+    def call(self, call: Callable[[], None]) -> None:
+        """`call` once this daemon is known to lead (`LeaseKeeper.fence_cluster_write`):
+        LeaseLost, and nothing sent, otherwise."""
+        self.keeper.fence_cluster_write()
+        if isinstance(self.backend, FencedWrites):
+            with self.backend.fenced(self.keeper.fence_cluster_write):
                 call()
-                return
-            except BackendError as error:
-                if attempt + 1 == self.retries:
-                    raise
-                delay = error.retry_after_s or self.backoff_s * (2**attempt)
-                delay = min(delay, 5.0) * (0.5 + self.jitter())
-                log.info("backend %s failed (%s); retrying in %.2fs", what, error, delay)
-                self.clock.sleep(delay)
+        else:
+            call()
 
     def create(self, pod: PodRequest) -> None:
-        self.call(lambda: self.backend.create_pod(pod), "create")
+        self.call(lambda: self.backend.create_pod(pod))
 
     def bind(self, namespace: str, name: str, node: str) -> None:
-        self.call(lambda: self.backend.bind_pod(namespace, name, node), "bind")
+        self.call(lambda: self.backend.bind_pod(namespace, name, node))
 
     def delete_pods(self, deletions: list[tuple[str, str, int]]) -> None:
         """Delete each (namespace, pod, grace seconds); a failure is logged, and reconcile
@@ -61,7 +42,7 @@ class Cluster:
                 self.backend.delete_pod(namespace, name, grace)
 
             try:
-                self.call(delete, "delete")
+                self.call(delete)
             except BackendError as error:
                 log.warning("could not delete pod %s/%s: %s", namespace, name, error)
 

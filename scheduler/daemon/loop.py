@@ -98,7 +98,7 @@ class Daemon:
         self.limits = Limits.from_settings(bind_attempts, binding_timeout_s, node_lost_grace_s)
         self.fair_share = FairShare()
         self.keeper = LeaseKeeper(self.lease, self.time, self.fair_share.state)
-        self.cluster = Cluster(backend, self.keeper, self.time)
+        self.cluster = Cluster(backend, self.keeper)
         self.nodes = NodeMemory()
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles

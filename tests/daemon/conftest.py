@@ -103,8 +103,10 @@ def assert_consistent(backend: SimulatedCluster) -> None:
 def make_env(nodes: int = 4) -> Env:
     org = build_org()
     clock = FakeClock()
+    # Backoff between the cluster's own retries passes no time: tests never sleep.
     backend = SimulatedCluster(make_nodes(nodes, "H100-80GB", 8, prefix="h100"), clock=clock,
-                               start_delay_s=1.0, grace_cap_s=2.0)  # fmt: skip
+                               start_delay_s=1.0, grace_cap_s=2.0,
+                               retry_sleep=lambda _s: None)  # fmt: skip
     return Env(org, clock, backend)
 
 

@@ -293,7 +293,8 @@ def test_list_pods_failing_skips_the_cycle_and_keeps_state(env: Env) -> None:
     job = env.submit(simulation={"duration_s": 600})
     daemon = env.daemon()
     env.run(daemon)
-    env.backend.inject("list_pods", BackendError("connection reset"))
+    # Every try fails (the cluster retries its own transient failures `policy.attempts` times).
+    env.backend.inject("list_pods", BackendError("connection reset"), env.backend.policy.attempts)
     env.run(daemon, seconds=2)
     job.refresh_from_db()
     assert job.state == "binding"

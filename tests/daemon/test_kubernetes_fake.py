@@ -12,13 +12,14 @@ import yaml
 
 from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_retry import RetryPolicy
+from scheduler.backends.retry import RetryPolicy
 from scheduler.daemon.loop import Daemon
-from scheduler.leader import Lease
+from scheduler.leader import Lease, LeaseLost
 from scheduler.models import Allocation, Job
 from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
+from tests.k8s.builders import make_request
 from tests.k8s.conftest import api_client_for
 from tests.k8s.fake_apiserver import FakeApiServer
 from tests.k8s.real_plane import PRIORITY_CLASSES
@@ -107,3 +108,35 @@ def test_a_pod_the_server_refuses_says_why_in_the_jobs_reason(world: World) -> N
     job.refresh_from_db()
     assert job.state == "queued"
     assert "apiserver 403: Forbidden: injected" in job.reason
+
+
+def test_a_failing_pod_create_costs_the_backends_tries_and_no_more(world: World) -> None:
+    """One retry layer, the backend's: the daemon fences and calls once, so a create the
+    server keeps failing is sent `RetryPolicy.attempts` times in the cycle (it was four of
+    the daemon's tries around three of the client's: twelve)."""
+    world.fake.inject("503", r"/api/v1/namespaces/[^/]+/pods\Z", method="POST", count=100)
+    job = world.submit()
+    world.cycle()
+    job.refresh_from_db()
+    assert job.state == "queued" and "creating pods failed" in job.reason
+    posts = [p for m, p in world.fake.requests if m == "POST" and p.endswith("/pods")]
+    assert len(posts) == world.backend.policy.attempts == 3
+
+
+def test_every_try_of_a_write_is_fenced_inside_the_backends_retries(world: World) -> None:
+    """The backend fences each try of a write with the daemon's lease fence: once the
+    lease is gone, its next retry sends nothing."""
+    world.backend.create_pod(make_request(1))  # the namespace exists from here on
+    world.fake.inject("503", r"/api/v1/namespaces/[^/]+/pods\Z", method="POST", count=100)
+    before = [p for m, p in world.fake.requests if m == "POST" and p.endswith("/pods")]
+    checks: list[int] = []
+
+    def fence() -> None:
+        checks.append(1)
+        if len(checks) > 1:
+            raise LeaseLost("lease lost before a write to the cluster")
+
+    with world.backend.fenced(fence), pytest.raises(LeaseLost):
+        world.backend.create_pod(make_request(2))
+    posts = [p for m, p in world.fake.requests if m == "POST" and p.endswith("/pods")]
+    assert len(posts) - len(before) == 1 and len(checks) == 2

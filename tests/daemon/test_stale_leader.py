@@ -84,5 +84,5 @@ def test_a_write_to_the_cluster_is_not_sent_once_the_lease_has_passed(env: Env) 
     assert env.daemon("new").lease.acquire()
     sent: list[str] = []
     with pytest.raises(LeaseLost):
-        stale.cluster.call(lambda: sent.append("delete"), "delete")
+        stale.cluster.call(lambda: sent.append("delete"))
     assert sent == []

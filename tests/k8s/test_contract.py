@@ -27,8 +27,8 @@ from scheduler.backends.base import (
     PodStatus,
 )
 from scheduler.backends.kubernetes import ApiRejected
-from scheduler.backends.kubernetes_retry import RetryPolicy
 from scheduler.backends.kubernetes_watch import ListWatcher
+from scheduler.backends.retry import RetryPolicy
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import PAUSE, Cluster
 from tests.k8s.real_plane import WAIT_S, drained

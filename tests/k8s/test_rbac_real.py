@@ -31,7 +31,7 @@ from kubernetes import client
 from scheduler.backends.base import LogTarget
 from scheduler.backends.kubernetes import ApiRejected, KubernetesBackend
 from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_retry import RetryPolicy
+from scheduler.backends.retry import RetryPolicy
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import (
     ACCOUNTS,

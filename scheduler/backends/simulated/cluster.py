@@ -8,7 +8,9 @@ reports NotReady until healed. Utilization is synthetic per job type; inference 
 load curve that the daemon reads as its scaling signal.
 
 Faults for tests: `inject(method, error, times)` makes the next `times` calls of `method`
-raise `error` (a BackendError for 500/timeouts, a BindConflict for 409); `stall(method,
+raise `error` (a BackendError for 500/timeouts, a BindConflict for 409). As a client of a real
+API server does, the cluster retries a transient error itself (`scheduler.backends.retry`,
+`policy`), fencing each try of a write (`fenced`), so `times` counts tries; `stall(method,
 meanwhile)` holds the next call of `method` while something else happens (a lease expires,
 another daemon takes over), then serves it, as a stalled API call does. And the ways a real
 cluster misbehaves, on command: `never_start(job_id, reason, message)` keeps a job's pods
@@ -20,13 +22,16 @@ ever) until the node heals or the pod is force-deleted (a grace period of 0).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import random
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from scheduler.backends.base import (
     BindConflict,
@@ -37,7 +42,9 @@ from scheduler.backends.base import (
     PodRequest,
     PodStatus,
 )
+from scheduler.backends.retry import RetryPolicy, call_with_retry
 
+Method = TypeVar("Method", bound=Callable[..., Any])
 # Seconds a job of each type runs when the spec sets no simulation.duration_s;
 # None: until deleted (services and notebooks).
 DEFAULT_DURATION_S: dict[str, float | None] = {
@@ -104,6 +111,27 @@ class _Node:
     partitioned_at: float | None = None  # unreachable since: pods frozen, deletions hang
 
 
+def _api(*, write: bool) -> Callable[[Method], Method]:
+    """An API call of the simulated cluster: its transient failures retried per the cluster's
+    `policy`, and each try of a write fenced first, as `KubernetesBackend._call` does."""
+
+    def wrap(method: Method) -> Method:
+        @functools.wraps(method)
+        def call(self: SimulatedCluster, *args: Any, **kwargs: Any) -> Any:
+            return call_with_retry(
+                lambda: method(self, *args, **kwargs),
+                self.policy,
+                sleep=self.retry_sleep,
+                rand=self._rand,
+                what=method.__name__,
+                before_try=self._fence if write else None,
+            )
+
+        return cast(Method, call)
+
+    return wrap
+
+
 @dataclass
 class SimulatedCluster:
     """See the module docstring. Thread-safe: one lock around the state."""
@@ -114,6 +142,8 @@ class SimulatedCluster:
     grace_cap_s: float = 2.0
     durations: dict[str, float | None] = field(default_factory=lambda: dict(DEFAULT_DURATION_S))
     seed: int = 0  # the synthetic utilization (which jobs stall, when notebooks compute)
+    policy: RetryPolicy = field(default_factory=RetryPolicy)  # retries of injected failures
+    retry_sleep: Callable[[float], None] = time.sleep  # the backoff between them
 
     def __post_init__(self) -> None:
         self._nodes = {n.name: _Node(n) for n in self.nodes}
@@ -124,6 +154,19 @@ class SimulatedCluster:
         self._stuck: dict[int, str] = {}  # job id -> why its pods never start
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
+        self._fence: Callable[[], None] | None = None
+        self._rand = random.Random(self.seed).random  # noqa: S311 - backoff jitter
+
+    @contextlib.contextmanager
+    def fenced(self, check: Callable[[], None]) -> Iterator[None]:
+        """While in the block, run `check` before every try of every write (create, bind,
+        delete, cordon). Blocks nest: daemons sharing this cluster in a test each fence
+        their own calls."""
+        before, self._fence = self._fence, check
+        try:
+            yield
+        finally:
+            self._fence = before
 
     # --- faults ---------------------------------------------------------------------------
 
@@ -159,6 +202,7 @@ class SimulatedCluster:
 
     # --- nodes ----------------------------------------------------------------------------
 
+    @_api(write=False)
     def list_nodes(self) -> Sequence[NodeInfo]:
         self.stall_point("list_nodes")
         with self._lock:
@@ -168,6 +212,7 @@ class SimulatedCluster:
                 for n in self._nodes.values()
             ]
 
+    @_api(write=True)
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
         self.stall_point("set_node_unschedulable")
         with self._lock:
@@ -238,6 +283,7 @@ class SimulatedCluster:
 
     # --- pods -----------------------------------------------------------------------------
 
+    @_api(write=True)
     def create_pod(self, pod: PodRequest) -> None:
         self.stall_point("create_pod")
         with self._lock:
@@ -248,6 +294,7 @@ class SimulatedCluster:
                 return  # adopted: the name is deterministic per job, attempt and replica
             self._pods[pod.name] = _Pod(pod, now)
 
+    @_api(write=True)
     def bind_pod(self, namespace: str, name: str, node: str) -> None:
         self.stall_point("bind_pod")
         with self._lock:
@@ -287,6 +334,7 @@ class SimulatedCluster:
                 pod.failed = (now, FailureReason.REJECTED, message)
                 return
 
+    @_api(write=True)
     def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
         self.stall_point("delete_pod")
         with self._lock:
@@ -305,6 +353,7 @@ class SimulatedCluster:
             if ran and grace_period_s > 0 and self._partitioned(pod):
                 pod.gone_at = math.inf  # no kubelet confirms the containers are gone
 
+    @_api(write=False)
     def list_pods(self) -> Sequence[PodStatus]:
         self.stall_point("list_pods")
         with self._lock:
