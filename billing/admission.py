@@ -191,7 +191,7 @@ def reservation_make(job: Any) -> BudgetReservation:
 def reservations_release(job_ids: Sequence[int]) -> int:
     """Give back the reservations of jobs that reached a final state; idempotent."""
     return BudgetReservation.objects.filter(
-        job_id__in=list(job_ids), released_at__isnull=True
+        job_id__any=list(job_ids), released_at__isnull=True
     ).update(released_at=clock())
 
 

@@ -9,6 +9,7 @@ otherwise; it never talks to the network or the broker (the beat sweep delivers)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,8 +18,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from scheduler.models import Job, JobState
-from tenants.models import NotificationKind
-from tenants.outbox import Event, notifications_add
+from tenants.models import NotificationKind, Tenant
+from tenants.outbox import Event, notifications_add, webhook_owners
 
 # The state a job enters -> the notification it makes.
 NOTABLE = {
@@ -35,31 +36,62 @@ VERBS = {
 }
 
 
+# A job id that no real job has, reversed once: the page's URL for any job is this one with
+# the id put in (`reverse` per event was a large part of the daemon's cost per job).
+_PLACEHOLDER = 987_654_321
+
+
+@functools.cache
+def _job_url_template() -> tuple[str, str]:
+    url = reverse("portal:job-detail", args=[_PLACEHOLDER])
+    before, _, after = url.partition(str(_PLACEHOLDER))
+    return before, after
+
+
 def job_link(job_id: int) -> str:
-    return settings.GANTRY_BASE_URL.rstrip("/") + reverse("portal:job-detail", args=[job_id])
+    before, after = _job_url_template()
+    return f"{settings.GANTRY_BASE_URL.rstrip('/')}{before}{job_id}{after}"
 
 
 def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
     """Outbox rows for the notable events among `rows` (job id, kind, from, to, message[,
-    data]), as `insert_events` takes them. Must run in the events' transaction."""
+    data]), as `insert_events` takes them. Must run in the events' transaction.
+
+    Only the events someone receives are made: a webhook up the tenant's tree, or the
+    owner's email for the kinds that are mailed. Without any webhook configured, only the
+    jobs whose owner has an email address are read, and only for the mailed kinds."""
     notable = [(r[0], NOTABLE[r[3]], r[4]) for r in rows if r[3] in NOTABLE]
     if not notable:
         return 0
+    emailed = settings.GANTRY_NOTIFY_EMAIL_EVENTS
+    hooked = Tenant.objects.exclude(webhook_url="").exists()
+    if not hooked:
+        notable = [n for n in notable if n[1] in emailed]
+        if not notable:
+            return 0
+    jobs_read = Job.objects.filter(id__any=list({n[0] for n in notable}))
+    if not hooked:
+        jobs_read = jobs_read.exclude(submitted_by__email="")
     jobs = {
         j["id"]: j
-        for j in Job.objects.filter(id__in={n[0] for n in notable}).values(
+        for j in jobs_read.values(
             "id", "name", "tenant_id", "tenant__slug", "submitted_by__email", "attempt"
         )
     }
-    emailed = settings.GANTRY_NOTIFY_EMAIL_EVENTS
+    if not jobs:
+        return 0
+    owners = webhook_owners({j["tenant_id"] for j in jobs.values()}) if hooked else {}
     events = []
     for job_id, kind, message in notable:
         job = jobs.get(job_id)
         if job is None:
             continue
+        owner = job["submitted_by__email"]
+        mailed = bool(owner) and kind in emailed
+        if not mailed and job["tenant_id"] not in owners:
+            continue
         text = f"Job {job['name']} (#{job_id}) in '{job['tenant__slug']}' {VERBS[kind]}"
         text += f": {message}" if message else "."
-        owner = job["submitted_by__email"]
         events.append(
             Event(
                 tenant_id=job["tenant_id"],
@@ -74,10 +106,10 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
                     "message": message,
                     "url": job_link(job_id),
                 },
-                emails=(owner,) if owner and kind in emailed else (),
+                emails=(owner,) if mailed else (),
             )
         )
-    return len(notifications_add(events, kick=False))
+    return len(notifications_add(events, kick=False, owners=owners))
 
 
 def idle_events_notify(acted: Sequence[tuple[int, datetime]]) -> int:

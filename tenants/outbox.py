@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -89,14 +89,18 @@ def webhook_owners(tenant_ids: Iterable[int]) -> dict[int, int]:
     return owners
 
 
-def notifications_add(events: Sequence[Event], *, kick: bool = True) -> list[Notification]:
+def notifications_add(
+    events: Sequence[Event], *, kick: bool = True, owners: Mapping[int, int] | None = None
+) -> list[Notification]:
     """Write `events` to the outbox in the caller's transaction (bulk inserts, no network).
     `kick` queues a delivery once committed; the daemon passes False (its cycle must not
-    talk to the broker) and the beat sweep delivers its rows. Returns the rows written."""
+    talk to the broker) and the beat sweep delivers its rows. `owners`: the events' tenants'
+    `webhook_owners`, when the caller has them. Returns the rows written."""
     if not events:
         return []
     now = timezone.now()
-    owners = webhook_owners(e.tenant_id for e in events)
+    if owners is None:
+        owners = webhook_owners(e.tenant_id for e in events)
     rows = []
     for event in events:
         payload = {"text": event.text, "gantry": {"event": event.kind, **event.fields}}

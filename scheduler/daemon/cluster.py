@@ -16,13 +16,16 @@ log = logging.getLogger("gantry.daemon")
 class Cluster:
     def __init__(self, backend: ClusterBackend, keeper: LeaseKeeper) -> None:
         self.backend, self.keeper = backend, keeper
+        # Whether the backend fences its own retries (a Protocol check costs microseconds:
+        # made once, not per call).
+        self._fenced = backend if isinstance(backend, FencedWrites) else None
 
     def call(self, call: Callable[[], None]) -> None:
         """`call` once this daemon is known to lead (`LeaseKeeper.fence_cluster_write`):
         LeaseLost, and nothing sent, otherwise."""
         self.keeper.fence_cluster_write()
-        if isinstance(self.backend, FencedWrites):
-            with self.backend.fenced(self.keeper.fence_cluster_write):
+        if self._fenced is not None:
+            with self._fenced.fenced(self.keeper.fence_cluster_write):
                 call()
         else:
             call()

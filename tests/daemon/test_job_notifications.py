@@ -4,8 +4,14 @@ transition, and calls no webhook while it cycles."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from scheduler.job_notifications import job_events_notify, job_link
 from scheduler.models import Job
 from tenants import outbox
 from tenants.models import Notification, NotificationChannel, Tenant
@@ -76,3 +82,28 @@ def test_a_preempted_job_notifies_preempted_once(hooked: Env) -> None:
     assert len(victims) == 1
     assert kinds[victims[0]] == ["started", "preempted"]
     assert all(k == ["started"] for pk, k in kinds.items() if pk != victims[0])
+
+
+def test_the_job_link_is_the_job_pages_url_for_any_id(env: Env, settings: Any) -> None:
+    """The page's URL is reversed once and the id put in (`job_link`): it must be what
+    `reverse` gives for every id."""
+    settings.GANTRY_BASE_URL = "https://gantry.example.com/"
+    for job_id in (1, 42, 987_654_321, 10**12):
+        expected = "https://gantry.example.com" + reverse("portal:job-detail", args=[job_id])
+        assert job_link(job_id) == expected
+
+
+def test_events_nobody_receives_cost_one_query(env: Env, settings: Any) -> None:
+    """No webhook anywhere and a kind that is not mailed: one query (is there a webhook?),
+    no job read, no outbox row; a mailed kind reads only the jobs whose owner has an
+    address."""
+    settings.GANTRY_NOTIFY_EMAIL_EVENTS = frozenset({"finished"})
+    job = env.submit(simulation={"duration_s": 60})
+    with CaptureQueriesContext(connection) as started:
+        assert job_events_notify([(job.pk, "state", "binding", "running", "")]) == 0
+    assert len(started.captured_queries) == 1
+    type(job.submitted_by).objects.filter(pk=job.submitted_by_id).update(email="")
+    with CaptureQueriesContext(connection) as finished:
+        assert job_events_notify([(job.pk, "state", "running", "succeeded", "")]) == 0
+    assert len(finished.captured_queries) == 2  # the webhook check and the jobs with an address
+    assert not Notification.objects.exists()

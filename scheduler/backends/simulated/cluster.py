@@ -118,6 +118,10 @@ def _api(*, write: bool) -> Callable[[Method], Method]:
     def wrap(method: Method) -> Method:
         @functools.wraps(method)
         def call(self: SimulatedCluster, *args: Any, **kwargs: Any) -> Any:
+            if not self._faults.get(method.__name__):  # nothing injected: one try
+                if write and self._fence is not None:
+                    self._fence()
+                return method(self, *args, **kwargs)
             return call_with_retry(
                 lambda: method(self, *args, **kwargs),
                 self.policy,
