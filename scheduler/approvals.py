@@ -7,7 +7,6 @@ The handler is registered at start-up by `scheduler.apps`.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from django.db import transaction
@@ -16,6 +15,7 @@ from common.errors import ConflictError, DomainError
 from scheduler.admission import job_admitted
 from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobState
+from scheduler.quota_usage import usage_by_tenant
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
 from tenants.approvals import approval_decide, register_subject_handler
 from tenants.models import (
@@ -25,17 +25,6 @@ from tenants.models import (
     ApprovalState,
     Quota,
     Tenant,
-)
-
-# States in which a job holds GPUs charged to its tenant, or will be given them with no
-# further decision: queued (and preempted, which returns to the queue) jobs count, or ten
-# jobs submitted together would each see the guarantee free and borrow without approval.
-CLAIMING_STATES = (
-    JobState.QUEUED,
-    JobState.ADMITTED,
-    JobState.BINDING,
-    JobState.RUNNING,
-    JobState.PREEMPTED,
 )
 
 
@@ -61,10 +50,11 @@ def job_estimated_gpu_hours(job: Job) -> float | None:
 def job_borrows(job: Job, *, lock: bool = True) -> bool:
     """Would the job take its team beyond the guarantee of every flavor it may run on?
 
-    Usage counts the team's queued, admitted, binding, running and preempted jobs
-    (`CLAIMING_STATES`); jobs waiting for their own approval do not count (their borrowing
-    is decided with them). A job that allows several flavors is counted against each of them
-    (its placement is not known here), which errs towards asking for approval.
+    Usage is the team's subtree's, as the engine charges it and the portal shows it
+    (`scheduler.quota_usage.usage_by_tenant`): the GPUs its jobs hold, on the flavor of each
+    allocation, and its jobs that claim GPUs without holding any yet (queued, preempted:
+    `CLAIMING_STATES`) against each flavor they allow. Jobs waiting for their own approval
+    do not count (their borrowing is decided with them).
 
     Called inside the submit's transaction: the tenant's row is locked first, so that jobs
     submitted at the same moment are judged one after another, each seeing the others.
@@ -85,16 +75,10 @@ def job_borrows(job: Job, *, lock: bool = True) -> bool:
     candidates = list(job.flavors) or list(guaranteed)
     if not candidates:
         return True  # no quota for any flavor: every GPU would be borrowed
-    usage: dict[str, int] = defaultdict(int)
-    claiming = Job.objects.filter(
-        tenant=job.tenant, state__in=CLAIMING_STATES, priority_class__counts_against_quota=True
-    )
-    for replicas, per_replica, flavors in claiming.exclude(pk=job.pk).values_list(
-        "replicas", "gpu_milli_per_replica", "flavors"
-    ):
-        for name in flavors or candidates:
-            usage[name] += replicas * per_replica
-    return all(usage[name] + milli > guaranteed.get(name, 0) for name in candidates)
+    usage = usage_by_tenant([job.tenant], claiming=True, any_flavor=candidates, exclude_job=job.pk)[
+        job.tenant.pk
+    ]
+    return all(usage.get(name, 0) + milli > guaranteed.get(name, 0) for name in candidates)
 
 
 def job_approval_matches(job: Job, *, lock: bool = True) -> list[RuleMatch]:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import Q, Sum
+from django.db.models import Exists, OuterRef, Q, Sum
 
-from scheduler.models import Allocation
+from scheduler.core.quota import subtree_usage
+from scheduler.models import Allocation, Job, JobState
 from tenants.models import Quota, ResourceFlavor, Tenant
 
 
@@ -39,28 +41,79 @@ class QuotaRow:
         return self.used_milli > self.guaranteed_milli
 
 
-def usage_by_tenant(tenants: list[Tenant]) -> dict[int, dict[str, int]]:
-    """tenant id -> flavor name -> milli-GPU held in the tenant's subtree: the active
-    allocations, on the flavor each replica landed on. This is what the scheduler charges:
-    a job's pods hold their share from placement until they are gone (a preempted or
-    finished job included, while its pods stop). One query for all tenants."""
+# States in which a job holds GPUs charged to its tenant, or will be given them with no
+# further decision: queued (and preempted, which returns to the queue) jobs count, or ten
+# jobs submitted together would each see the guarantee free and borrow without approval.
+CLAIMING_STATES = (
+    JobState.QUEUED,
+    JobState.ADMITTED,
+    JobState.BINDING,
+    JobState.RUNNING,
+    JobState.PREEMPTED,
+)
+
+
+def _path_chain(path: str) -> list[str]:
+    """The paths of the tenant at ``path`` and of each ancestor: "/1/4/" -> "/1/4/", "/1/"."""
+    ids = path.strip("/").split("/")
+    return ["/" + "/".join(ids[:n]) + "/" for n in range(len(ids), 0, -1)]
+
+
+def usage_by_tenant(
+    tenants: list[Tenant],
+    *,
+    claiming: bool = False,
+    any_flavor: Sequence[str] = (),
+    exclude_job: int | None = None,
+) -> dict[int, dict[str, int]]:
+    """tenant id -> flavor name -> milli-GPU used in the tenant's subtree, as the engine
+    charges it (`scheduler.core.quota.subtree_usage`): every active allocation of a job whose
+    class counts against quota, on the flavor its replica landed on, from placement until
+    its pods are gone (a preempted or finished job included, while its pods stop).
+
+    With ``claiming`` (the approval rules), the subtree's jobs in `CLAIMING_STATES` that hold
+    no allocation yet (queued, or preempted and back in the queue) count too: their flavor
+    is not known, so each counts against every flavor it allows, or against each of
+    ``any_flavor`` when it allows any; this errs towards asking for approval.
+    ``exclude_job``: the job being judged, which is not its own usage. Two queries."""
     if not tenants:
         return {}
-    subtree = Q()
+    subtree, subtree_jobs = Q(), Q()
     for tenant in tenants:
         subtree |= Q(job__tenant__path__startswith=tenant.path)
-    rows = (
-        Allocation.objects.filter(subtree, ended_at__isnull=True)
+        subtree_jobs |= Q(tenant__path__startswith=tenant.path)
+    if exclude_job is not None:
+        subtree &= ~Q(job_id=exclude_job)
+        subtree_jobs &= ~Q(pk=exclude_job)
+    held = (
+        Allocation.objects.filter(
+            subtree, ended_at__isnull=True, job__priority_class__counts_against_quota=True
+        )
         .values("job__tenant__path", "flavor")
         .annotate(milli=Sum("gpu_milli"))
         .values_list("job__tenant__path", "flavor", "milli")
+        .order_by()
     )
-    used: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in tenants}
-    for path, flavor, milli in rows:
-        for tenant in tenants:
-            if path.startswith(tenant.path):
-                used[tenant.pk][flavor] += milli
-    return used
+    claims = [(path, flavor, milli or 0) for path, flavor, milli in held]
+    if claiming:
+        waiting = (
+            Job.objects.filter(
+                subtree_jobs,
+                state__in=CLAIMING_STATES,
+                priority_class__counts_against_quota=True,
+            )
+            .exclude(Exists(Allocation.objects.filter(job=OuterRef("pk"), ended_at__isnull=True)))
+            .values_list("tenant__path", "replicas", "gpu_milli_per_replica", "flavors")
+        )
+        for path, replicas, per_replica, flavors in waiting:
+            claims += [(path, name, replicas * per_replica) for name in flavors or any_flavor]
+    used = subtree_usage(claims, _path_chain)
+    out: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in tenants}
+    by_path = {t.path: t.pk for t in tenants}
+    for (path, flavor), milli in used.items():
+        if path in by_path:
+            out[by_path[path]][flavor] = milli
+    return out
 
 
 def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:

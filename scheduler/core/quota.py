@@ -20,12 +20,37 @@ classes are not charged. Usage is milli-GPU of running and admitted jobs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from scheduler.core.types import MILLI_PER_GPU, Tenant
+from scheduler.core.types import MILLI_PER_GPU, JobRequest, RunningJob, Tenant
 
 _Key = tuple[str, str]  # (tenant, flavor)
+T = TypeVar("T", bound=Hashable)
+
+
+def subtree_usage(
+    claims: Iterable[tuple[T, str, int]], chain: Callable[[T], Iterable[T]]
+) -> dict[tuple[T, str], int]:
+    """Usage per (tenant, flavor), the one definition every reader of quota use shares: each
+    claim ``(tenant, flavor, milli-GPU)`` counts for its tenant and for every ancestor
+    (``chain(tenant)``: the tenant, then up to its root), so a tenant's usage is its
+    subtree's. The ledger charges by the same rule, one change at a time (``charge``); the
+    database's readers (`scheduler.quota_usage`) feed this from the allocations."""
+    used: dict[tuple[T, str], int] = defaultdict(int)
+    for tenant, flavor, milli in claims:
+        for node in chain(tenant):
+            used[(node, flavor)] += milli
+    return dict(used)
+
+
+def running_claims(
+    running: Iterable[RunningJob], counts_against_quota: Callable[[JobRequest], bool]
+) -> list[tuple[str, str, int]]:
+    """What running jobs charge: each job that counts against quota, on its allocation's
+    flavor, the milli-GPU of its replicas (as ``CycleContext.hold`` charges them)."""
+    return [(r.job.tenant, r.flavor, r.gpu_milli) for r in running if counts_against_quota(r.job)]
 
 
 def gpus(milli: int) -> str:

@@ -276,6 +276,61 @@ def test_borrowing_rule_ignores_best_effort_jobs(org: Org) -> None:
     assert submit(org, **eight_gpus()).state == JobState.QUEUED
 
 
+def test_borrowing_rule_counts_a_running_job_on_its_allocations_flavor_only(
+    org: Org, settings: Any
+) -> None:
+    # alpha holds 8 A100 and 16 H100; a job that allows both runs 16 H100. An 8-GPU A100 job
+    # is within alpha's A100 guarantee: the running job holds no A100 (it was counted
+    # against every flavor it allows, and the new job waited for approval).
+    settings.GANTRY_REFUSE_BEYOND_INVENTORY = False  # the nodes here have no devices
+    for tenant in (org.acme, org.research, org.alpha):
+        f.QuotaFactory(tenant=tenant, flavor=org.a100, guaranteed_milli=8000, limit_milli=8000)
+    policy(org, "borrowing")
+    running = f.JobFactory(
+        project=org.proj_alpha,
+        state=JobState.RUNNING,
+        replicas=2,
+        gpus_per_replica=8,
+        gpu_milli_per_replica=8000,
+        flavors=["A100-40GB", "H100-80GB"],
+    )
+    f.place(running, f.NodeFactory(flavor="H100-80GB"))
+    a100 = submit(org, name="on-a100", flavors=["A100-40GB"], **eight_gpus())
+    assert a100.state == JobState.QUEUED, a100.reason
+    h100 = submit(org, name="on-h100", **eight_gpus())  # 16 + 8 of 16 H100
+    assert h100.state == JobState.PENDING_APPROVAL, h100.reason
+
+
+def test_borrowing_rule_counts_the_teams_subtree_as_the_engine_does(
+    org: Org, settings: Any
+) -> None:
+    # research's guarantee covers its teams: with bravo running 16 of it, research's own
+    # 8-GPU job takes research to 24 of 32 (within), and a second one to 32 (within), a
+    # third beyond. Counting research's own jobs alone would miss bravo's 16.
+    settings.GANTRY_REFUSE_BEYOND_INVENTORY = False  # the nodes here have no devices
+    policy(org, "borrowing", tenant=org.research)
+    project = f.ProjectFactory(tenant=org.research, slug="proj-research")
+    running = f.JobFactory(
+        project=org.proj_bravo,
+        state=JobState.RUNNING,
+        replicas=2,
+        gpus_per_replica=8,
+        gpu_milli_per_replica=8000,
+        flavors=["H100-80GB"],
+    )
+    f.place(running)
+    f.MembershipFactory(user=org.users["alice"], tenant=org.research, role="member")
+    states = [
+        job_submit(
+            user=org.users["alice"],
+            project=project,
+            payload=job_spec(name=f"r-{i}", **eight_gpus()),
+        )[0].state
+        for i in range(3)
+    ]
+    assert states == [JobState.QUEUED, JobState.QUEUED, JobState.PENDING_APPROVAL]
+
+
 @pytest.mark.postgresql("row locks: SQLite serialises writers on its database lock")
 def test_borrowing_rule_holds_for_jobs_submitted_at_the_same_moment(
     transactional_db: Any, seeded_classes: None, org: Org, monkeypatch: pytest.MonkeyPatch
