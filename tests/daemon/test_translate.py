@@ -69,3 +69,17 @@ def test_allocating_reads_no_job_spec_again(env: Env) -> None:
     assert spec_reads == []
     pods = env.backend.list_pods()
     assert len(pods) == 1
+
+
+def test_the_engine_reads_each_models_per_user_cap(env: Env) -> None:
+    """Per-flavor per-user caps reach the engine as they are: a cap of 0 on one model is kept,
+    and another model's cap is not taken for it (they were collapsed to one, the lowest, and
+    a 0 dropped)."""
+    from scheduler.daemon.snapshot import build_snapshot
+    from tenants.models import Quota
+
+    Quota.objects.filter(tenant=env.org.alpha, flavor=env.org.h100).update(user_limit_milli=0)
+    Quota.objects.create(tenant=env.org.alpha, flavor=env.org.a100, guaranteed_milli=0,
+                         limit_milli=0, user_limit_milli=2000)  # fmt: skip
+    tenants = {t.name: t for t in build_snapshot(env.clock(), decayed={}).snapshot.tenants}
+    assert tenants["team-alpha"].user_caps == {"H100-80GB": 0, "A100-40GB": 2000}
