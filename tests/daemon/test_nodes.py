@@ -1,22 +1,18 @@
-"""Node health and admin actions through the daemon; the node-agent report; inference
-scaling; the database's guard against allocating a device twice."""
+"""Node health and admin actions through the daemon (`scheduler.daemon.nodes`); the node-agent
+report; the database's guard against allocating a device twice."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from scheduler.backends.simulated.inventory import nodes_from_openb_csv
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node, NodeAgent
 from scheduler.nodes import node_set_failed
 from tests import factories as f
 from tests.daemon.conftest import Env, assert_consistent
-
-OPENB = Path(__file__).resolve().parents[3] / "shared/bench/openb/openb_node_list_gpu_node.csv"
 
 
 def node_of(job: Job) -> str:
@@ -172,30 +168,6 @@ def test_node_list_for_admins_only(env: Env, clients: Any) -> None:
     assert len(listed[0]["gpus"]) == 8
 
 
-def test_inference_scales_with_load_within_bounds(env: Env) -> None:
-    load = {"value": 3.0}
-    env.backend.inference_load = lambda job_id, now=None: load["value"]  # type: ignore[method-assign]
-    job = env.submit(type="inference", replicas=1, min_replicas=1, max_replicas=3,
-                     resources={"gpus": 1})  # fmt: skip
-    daemon = env.daemon()
-    env.run(daemon, seconds=2, cycles=3)
-    job.refresh_from_db()
-    assert job.replicas == 3
-    active = Allocation.objects.filter(job=job, ended_at__isnull=True)
-    assert sorted(active.values_list("replica", "elastic")) == [(0, False), (1, True), (2, True)]
-    load["value"] = 9.0  # capped at max_replicas
-    env.run(daemon, seconds=2)
-    job.refresh_from_db()
-    assert job.replicas == 3
-    load["value"] = 0.4  # floored at min_replicas
-    env.run(daemon, seconds=3, cycles=3)
-    job.refresh_from_db()
-    assert job.replicas == 1 and job.state == "running"
-    assert list(Allocation.objects.filter(job=job, ended_at__isnull=True)
-                .values_list("replica", flat=True)) == [0]  # fmt: skip
-    assert_consistent(env.backend)
-
-
 def test_database_refuses_to_allocate_a_device_twice(env: Env) -> None:
     job, _ = started(env, resources={"gpus": 1})
     held = AllocationDevice.objects.get(allocation__job=job)
@@ -211,9 +183,3 @@ def test_database_refuses_to_allocate_a_device_twice(env: Env) -> None:
     AllocationDevice.objects.filter(pk=held.pk).update(released=True)
     held.device.refresh_from_db()
     assert held.device.allocated_milli == 0
-
-
-def test_openb_node_list_loads() -> None:
-    nodes = nodes_from_openb_csv(OPENB)
-    assert len(nodes) == 1213
-    assert {n.flavor for n in nodes} >= {"T4-16GB", "P100-16GB", "V100-32GB"}
