@@ -79,7 +79,7 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["tenant", "state"], name="job_tenant_state"),
             models.Index(fields=["state", "queued_at"], name="job_queue_order"),
-            # The daemon's queue heads per tenant x priority class (adapters.build_snapshot).
+            # The daemon's queue heads per tenant x priority class (daemon.queue.queue_heads).
             models.Index(
                 fields=["tenant", "priority_class", "queued_at", "id"],
                 condition=Q(state="queued"),
