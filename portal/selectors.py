@@ -17,9 +17,6 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
 from scheduler.models import Job, JobState
-from scheduler.quota_usage import QuotaRow as QuotaRow
-from scheduler.quota_usage import quota_rows as quota_rows
-from scheduler.quota_usage import usage_by_tenant as usage_by_tenant
 from scheduler.selectors import job_list_visible
 from tenants import access
 from tenants.models import (

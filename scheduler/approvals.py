@@ -1,23 +1,21 @@
-"""Jobs that need approval: which policies a job matches, and deciding job requests.
+"""Jobs that need approval: which policies a job matches, and settling job requests.
 
-`tenants.approvals` owns requests and decisions; this module supplies what only the scheduler
-knows (a job's size, runtime and borrowing) and moves the job when its request is settled.
-The handler is registered at start-up by `scheduler.apps`.
+`tenants.approvals` owns requests and their one decide path (`approval_decide`); this module
+supplies what only the scheduler knows (a job's size, runtime and borrowing) and the handler
+that moves the job when its request is settled, registered at start-up by `scheduler.apps`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
-from common.errors import ConflictError, DomainError
+from common.errors import ConflictError
 from scheduler.admission import job_admitted
 from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobState
 from scheduler.quota_usage import usage_by_tenant
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
-from tenants.approvals import approval_decide, register_subject_handler
+from tenants.approvals import register_subject_handler
 from tenants.models import (
     ApprovalKind,
     ApprovalRequest,
@@ -101,11 +99,6 @@ def job_approval_matches(job: Job, *, lock: bool = True) -> list[RuleMatch]:
     )
 
 
-def job_needs_approval(job: Job) -> list[str]:
-    """Reasons the job needs approval; empty means it may be queued at once."""
-    return [match.reason for match in job_approval_matches(job)]
-
-
 def job_approval_payload(job: Job) -> dict[str, Any]:
     """What an approver sees of the job without opening it."""
     hours = job_estimated_gpu_hours(job)
@@ -121,37 +114,7 @@ def job_approval_payload(job: Job) -> dict[str, Any]:
     }
 
 
-def job_approval_request(job: Job) -> ApprovalRequest | None:
-    """The job's latest approval request (pending or settled), or None if it never needed one."""
-    return (
-        ApprovalRequest.objects.filter(kind=ApprovalKind.JOB, tenant=job.tenant, subject_id=job.pk)
-        .select_related("requester", "decided_by")
-        .order_by("-created_at", "-id")
-        .first()
-    )
-
-
-# --- deciding ----------------------------------------------------------------------------
-
-
-def job_approval_decide(
-    *, user: Any, request: ApprovalRequest, approve: bool, comment: str
-) -> ApprovalRequest:
-    """Decide a job's request and move the job (pending_approval -> queued or rejected) in
-    one transaction; the loser of two concurrent decisions gets ConflictError."""
-    if request.kind != ApprovalKind.JOB:
-        raise DomainError(f"Request {request.pk} is a {request.kind} request, not a job's.")
-    with transaction.atomic():
-        return approval_decide(user=user, request=request, approve=approve, comment=comment)
-
-
-def approval_request_decide(
-    *, user: Any, request: ApprovalRequest, approve: bool, comment: str
-) -> ApprovalRequest:
-    """Decide a request of any kind (the API and the portal call this)."""
-    if request.kind == ApprovalKind.JOB:
-        return job_approval_decide(user=user, request=request, approve=approve, comment=comment)
-    return approval_decide(user=user, request=request, approve=approve, comment=comment)
+# --- settling ----------------------------------------------------------------------------
 
 
 def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) -> None:

@@ -15,11 +15,11 @@ from django.views.decorators.http import require_GET, require_POST
 from common.errors import ConflictError
 from portal.decorators import login_required
 from portal.forms import DecisionForm, HistoryFilterForm
-from portal.selectors import QuotaRow, quota_rows
 from portal.templatetags.portal_tags import portal_nav
 from portal.views.whatifs import with_whatifs
-from scheduler.approvals import approval_request_decide
 from scheduler.models import Job
+from scheduler.quota_usage import QuotaRow, quota_rows
+from tenants import approvals
 from tenants.models import ApprovalKind, ApprovalRequest
 from tenants.selectors import approval_list_inbox, approval_list_visible
 
@@ -106,7 +106,7 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
         approve = form.cleaned_data["decision"] == "approve"
         comment = form.cleaned_data["comment"]
         try:
-            approval = approval_request_decide(
+            approval = approvals.approval_decide(
                 user=request.user, request=approval, approve=approve, comment=comment
             )
         except (ConflictError, ValidationError) as exc:

@@ -18,6 +18,7 @@ from portal import selectors
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
+from scheduler.quota_usage import quota_rows
 from scheduler.selectors import job_list_visible, queue_depth, scheduler_health
 from tenants import access
 from tenants.models import TenantKind
@@ -27,7 +28,7 @@ def _member_section(user: Any) -> dict[str, Any]:
     teams = selectors.teams_of(user)
     return {
         "jobs": selectors.my_recent_jobs(user),
-        "quotas": selectors.quota_rows(teams),
+        "quotas": quota_rows(teams),
         "teams": teams,
         "several_teams": len(teams) > 1,
     }
@@ -39,7 +40,7 @@ def _admin_section(user: Any) -> dict[str, Any]:
     jobs = job_list_visible(user).filter(tenant_id__in=ids)
     return {
         "tenants": tenants,
-        "quotas": selectors.quota_rows(tenants),
+        "quotas": quota_rows(tenants),
         "state_counts": selectors.job_state_counts(jobs),
     }
 
@@ -53,7 +54,7 @@ def _finance_section(user: Any, now: datetime) -> dict[str, Any]:
         .order_by("path")
     )
     section: dict[str, Any] = {
-        "quotas": selectors.quota_rows(tenants),
+        "quotas": quota_rows(tenants),
         "state_counts": selectors.job_state_counts(job_list_visible(user)),
     }
     try:

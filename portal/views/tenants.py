@@ -20,7 +20,9 @@ from portal import selectors
 from portal.decorators import login_required
 from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
 from portal.templatetags.portal_tags import gpus
+from scheduler.quota_usage import quota_rows
 from tenants import access, approvals, services
+from tenants.approval_policies import policy_delete, policy_set
 from tenants.approval_rules import policy_describe
 from tenants.models import ApprovalPolicy, JobType, Tenant
 from tenants.quota_rules import QuotaValues
@@ -47,7 +49,7 @@ def _tenant_context(request: HttpRequest, tenant: Tenant, tab: str) -> dict[str,
 @require_GET
 def tenant_list(request: HttpRequest) -> HttpResponse:
     tenants = list(access.tenants_visible(request.user).order_by("path"))
-    used = selectors.quota_rows(tenants)
+    used = quota_rows(tenants)
     return render(request, "portal/tenants/list.html", {"tenants": tenants, "quotas": used})
 
 
@@ -59,7 +61,7 @@ def tenant_detail(request: HttpRequest, pk: int) -> HttpResponse:
     scope = tenant_cost_scope(request.user, tenant)
     context = _tenant_context(request, tenant, "overview") | {
         "children": children,
-        "quotas": selectors.quota_rows([tenant, *children]),
+        "quotas": quota_rows([tenant, *children]),
         "projects": access.projects_visible(request.user).filter(tenant=tenant),
         "spend": tenant_spend_forecast(tenant) if scope is not None else None,
         "spend_scope": scope,
@@ -145,8 +147,8 @@ def tenant_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     children = list(access.tenants_visible(request.user).filter(parent=tenant))
     context = _tenant_context(request, tenant, "quotas") | {
         "form": form,
-        "quotas": selectors.quota_rows([tenant]),
-        "child_quotas": selectors.quota_rows(children),
+        "quotas": quota_rows([tenant]),
+        "child_quotas": quota_rows(children),
     }
     return render(
         request, "portal/tenants/quotas.html", context, status=400 if form.errors else 200
@@ -277,7 +279,7 @@ def tenant_policies(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            approvals.policy_set(
+            policy_set(
                 user=request.user,
                 tenant=tenant,
                 rule=data["rule"],
@@ -315,6 +317,6 @@ def tenant_policies(request: HttpRequest, pk: int) -> HttpResponse:
 def tenant_policy_delete(request: HttpRequest, pk: int, policy_pk: int) -> HttpResponse:
     tenant = access.access_tenant(request.user, pk)
     policy = _access_policy(request, tenant, policy_pk)
-    approvals.policy_delete(user=request.user, policy=policy)
+    policy_delete(user=request.user, policy=policy)
     messages.success(request, f"Approval policy removed from {tenant.slug}.")
     return redirect("portal:tenant-policies", pk=tenant.pk)

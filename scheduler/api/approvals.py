@@ -1,7 +1,7 @@
 """Approval requests: the visible list, the inbox, approve and reject.
 
-Here rather than in `tenants.api` because deciding a job's request moves the job
-(`scheduler.approvals.job_approval_decide`); quota requests are decided by `tenants.approvals`.
+Every kind of request is decided by `tenants.approvals.approval_decide`, which settles its
+subject through the handler registered for its kind (a job's moves the job).
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from scheduler.approvals import approval_request_decide
 from tenants import selectors
 from tenants.api.governance_serializers import ApprovalDecisionIn, ApprovalRequestOut
-from tenants.approvals import approval_withdraw
+from tenants.approvals import approval_decide, approval_withdraw
 from tenants.models import ApprovalRequest
 
 
@@ -61,7 +60,7 @@ class ApprovalRequestViewSet(
         approval: ApprovalRequest = self.get_object()
         body = ApprovalDecisionIn(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
-        approval = approval_request_decide(
+        approval = approval_decide(
             user=request.user,
             request=approval,
             approve=approve,

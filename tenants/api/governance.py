@@ -1,7 +1,7 @@
 """Governance API: approval policies, quota requests, the audit log and its CSV export.
 
-Approval requests (list, inbox, approve, reject) live in `scheduler.api.approvals`, because
-deciding a job's request moves the job. The audit log has no write route at all.
+Approval requests (list, inbox, approve, reject) live in `scheduler.api.approvals`, which
+decides them through `tenants.approvals.approval_decide`. The audit log has no write route.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from common.text import csv_safe
 from tenants import approvals, selectors
 from tenants.api import governance_serializers as g
 from tenants.api.views import ReadWriteViewSet
+from tenants.approval_policies import policy_delete, policy_set
 from tenants.models import ApprovalPolicy, AuditEntry, Tenant
 from tenants.quota_rules import QuotaValues
 
@@ -47,7 +48,7 @@ class ApprovalPolicyViewSet(ReadWriteViewSet):
     @extend_schema(request=g.ApprovalPolicyCreateIn, responses={201: g.ApprovalPolicyOut})
     def create(self, request: Request) -> Response:
         data = self.read_input(g.ApprovalPolicyCreateIn)
-        policy = approvals.policy_set(user=request.user, **data)
+        policy = policy_set(user=request.user, **data)
         return self.respond(policy, status.HTTP_201_CREATED)
 
     @extend_schema(request=g.ApprovalPolicyUpdateIn, responses=g.ApprovalPolicyOut)
@@ -68,13 +69,13 @@ class ApprovalPolicyViewSet(ReadWriteViewSet):
             data={**current, **request.data}, context={"request": request}
         )
         serializer.is_valid(raise_exception=True)
-        policy = approvals.policy_set(
+        policy = policy_set(
             user=request.user, tenant=policy.tenant, policy=policy, **serializer.validated_data
         )
         return self.respond(policy)
 
     def destroy(self, request: Request, pk: str) -> Response:
-        approvals.policy_delete(user=request.user, policy=self.get_object())
+        policy_delete(user=request.user, policy=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

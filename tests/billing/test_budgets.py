@@ -38,12 +38,12 @@ from billing.rates import RatePrices, rate_card_add
 from billing.rating import round_cents
 from billing.statements import usage_lines
 from billing.tasks import budget_sweep
-from scheduler.approvals import job_approval_decide
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel, job_submit
-from scheduler.transitions import Change, transition_many
+from scheduler.transitions import Change, transition
 from tenants import outbox
 from tenants import tasks as tenant_tasks
+from tenants.approvals import approval_decide
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -315,7 +315,7 @@ def committed(tenant: Any) -> Decimal:
 
 def decide(org: Org, job: Job, approve: bool = True) -> None:
     request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
-    job_approval_decide(user=org.users["tina"], request=request, approve=approve, comment="")
+    approval_decide(user=org.users["tina"], request=request, approve=approve, comment="")
 
 
 def test_an_admitted_job_reserves_its_projected_cost_until_it_ends(org: Org, clock: None) -> None:
@@ -362,7 +362,7 @@ def test_a_job_failing_in_the_daemon_gives_its_reservation_back(org: Org, clock:
     budget(org.alpha, "1000")
     job = submit(org, hours=10)
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
-    done = transition_many(
+    done = transition(
         [Change(job.pk, (JobState.RUNNING,), JobState.FAILED, message="exit code 1")], NOW
     )
     assert job.pk in done.done

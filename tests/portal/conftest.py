@@ -16,7 +16,7 @@ from django.test import Client
 
 from scheduler.models import Job
 from scheduler.services import job_submit
-from tenants import approvals, services
+from tenants import approval_policies, services
 from tenants.models import ApprovalPolicy, ApprovalRequest, Membership, Tenant
 from tests import factories as f
 from tests.conftest import Org, job_spec
@@ -64,7 +64,7 @@ def build_world(org: Org) -> World:
         ("bravo", org.bravo, org.proj_bravo, org.users["bob-bravo"]),
         ("charlie", org.charlie, org.proj_charlie, org.users["chris"]),
     ]:
-        policy = approvals.policy_set(
+        policy = approval_policies.policy_set(
             user=admin,
             tenant=tenant,
             rule="gpus_over",

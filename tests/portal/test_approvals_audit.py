@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler.models import Job, JobState
-from tenants import approvals
+from tenants import approval_policies
 from tenants.models import ApprovalRequest, AuditEntry, Quota
 from tests.conftest import Org
 from tests.portal.test_jobs import form_body
@@ -19,7 +19,7 @@ from tests.portal.test_jobs import form_body
 def submit_big_job(org: Org, web_for: Any, user: str = "alice") -> Job:
     """A policy on team-alpha sends jobs over 4 GPUs to approvers; submit an 8-GPU job."""
     if not org.alpha.approval_policies.exists():
-        approvals.policy_set(
+        approval_policies.policy_set(
             user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4
         )
     web_for(user).post(

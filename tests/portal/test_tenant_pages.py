@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.selectors import quota_rows
 from scheduler.models import JobState
+from scheduler.quota_usage import quota_rows
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,

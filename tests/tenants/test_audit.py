@@ -19,13 +19,8 @@ from django.utils import timezone
 from scheduler.models import Job
 from scheduler.services import job_cancel, job_submit
 from tenants import approvals, selectors, services
-from tenants.approvals import (
-    approval_decide,
-    approval_expire_due,
-    policy_delete,
-    policy_set,
-    quota_request_create,
-)
+from tenants.approval_policies import policy_delete, policy_set
+from tenants.approvals import approval_decide, approval_expire_due, quota_request_create
 from tenants.audit import audit_record
 from tenants.models import (
     ApprovalPolicy,

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from scheduler.models import Job, JobState
 from scheduler.services import job_submit
-from tenants import approvals
+from tenants import approval_policies
 from tenants.models import AuditEntry, Quota
 from tests import factories as f
 from tests.conftest import Org, job_spec
@@ -25,7 +25,7 @@ def furnish(org: Org) -> None:
     several states so the pages show real data."""
     approver = f.UserFactory(username="ava")
     f.MembershipFactory(user=approver, tenant=org.alpha, role="approver")
-    approvals.policy_set(
+    approval_policies.policy_set(
         user=org.users["tina"],
         tenant=org.alpha,
         rule="gpus_over",
