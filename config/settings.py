@@ -237,7 +237,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
-# Periodic tasks (celery beat). Every task here must be idempotent: two beats may run (FAULTS 10).
+# Periodic tasks (celery beat). Every task here must be idempotent: two beats may run
+# (docs/faults.md 10).
 CELERY_BEAT_SCHEDULE = {
     "approvals-expire": {"task": "tenants.tasks.approvals_expire", "schedule": 300.0},
     # Each run meters every closed hour not metered yet, so a late or missed run catches up.

@@ -1,7 +1,7 @@
 """Prometheus metrics, computed from the database at scrape time (docs/metrics.md).
 
 /metrics is for operators of the platform only: a scraper's bearer token or a platform admin,
-everyone else 404 (FAULTS 31). It carries tenant slugs (Kueue's `cluster_queue`, `cohort`),
+everyone else 404 (docs/faults.md 31). It carries tenant slugs (Kueue's `cluster_queue`, `cohort`),
 flavors and priority classes, which platform admins see anyway; never a user, project, job or
 namespace. Per tenant figures for tenants' own people live behind the API's access rules.
 A scrape costs a fixed number of queries whatever the size of the cluster (a test pins it).

@@ -2,7 +2,7 @@
 
 - 503 "down" when the database does not answer: nothing works without it.
 - 200 "degraded" when the broker is down (the portal and API keep accepting jobs and the
-  daemon keeps scheduling; only background work waits, FAULTS 8) or when the scheduler
+  daemon keeps scheduling; only background work waits, docs/faults.md 8) or when the scheduler
   daemon is failing its cycles, stale, or not running: the web process itself is fine, so a
   probe must not restart it, but a person or an alert must see it.
 - 200 "ok" otherwise.

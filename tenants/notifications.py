@@ -47,8 +47,8 @@ def _message(request: ApprovalRequest) -> tuple[str, str]:
 def approval_notification_send(request_id: int) -> bool:
     """Email the requester about the request's final state, once per state.
 
-    Idempotent (a task delivered twice, FAULTS 9): the row lock serialises two deliveries and
-    `notified_state` records what was sent, so the second finds nothing to do. A mail error
+    Idempotent (a task delivered twice, docs/faults.md 9): the row lock serialises two deliveries
+    and `notified_state` records what was sent, so the second finds nothing to do. A mail error
     rolls back the mark, so a retry sends it again. Returns whether an email went out.
     """
     request = (

@@ -63,3 +63,80 @@ def test_every_environment_variable_read_is_documented() -> None:
     assert names, "no environment variables found; the pattern is stale"
     undocumented = sorted(name for name in names if f"`{name}`" not in readme)
     assert not undocumented, undocumented
+
+
+# The project speaks of itself: a figure carries its date and command, never the work
+# session that measured it (bench/results.md keeps the dated figures).
+SOURCE_DIRS = [
+    "bench",
+    "billing",
+    "cli",
+    "common",
+    "config",
+    "devcluster",
+    "docs",
+    "platform",
+    "portal",
+    "scheduler",
+    "templates",
+    "tenants",
+    "tests",
+    "whatif",
+]
+SOURCE_SUFFIXES = {".py", ".md", ".html", ".toml", ".txt"}
+
+
+def _source_files() -> list[Path]:
+    files = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for name in SOURCE_DIRS:
+        files += [
+            path
+            for path in (ROOT / name).rglob("*")
+            if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts
+        ]
+    return [path for path in files if path.is_file()]
+
+
+def test_no_work_session_numbers_in_docs_or_code() -> None:
+    pattern = re.compile(r"\bsession ?\d", re.I)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _source_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found
+
+
+FAULTS_DOC = ROOT / "docs" / "faults.md"
+# "docs/faults.md 24", "docs/faults.md 1-7, 20 and 21": the numbers after the file name.
+FAULT_REFERENCE = re.compile(r"docs/faults\.md((?:(?:,| and)? \d+(?:-\d+)?\b)+)")
+
+
+def _fault_numbers(text: str) -> set[int]:
+    numbers: set[int] = set()
+    for first, last in re.findall(r"(\d+)(?:-(\d+))?", text):
+        numbers |= set(range(int(first), int(last or first) + 1))
+    return numbers
+
+
+def test_fault_catalogue_references_name_items_of_docs_faults_md() -> None:
+    assert FAULTS_DOC.is_file(), "the fault catalogue belongs in the repository"
+    items = {int(number) for number in re.findall(r"^(\d+)\. ", FAULTS_DOC.read_text(), re.M)}
+    assert items, "docs/faults.md lists no numbered items"
+    stale = re.compile("FAULT" + r"S(?:\.md)? ?\d")  # the catalogue outside the repository
+    missing: list[str] = []
+    outside: list[str] = []
+    cited = 0
+    for path in _source_files():
+        text = path.read_text(errors="replace")
+        for match in FAULT_REFERENCE.finditer(text):
+            numbers = _fault_numbers(match.group(1))
+            cited += len(numbers) if path != FAULTS_DOC else 0
+            if numbers - items:
+                missing.append(f"{path.relative_to(ROOT)}: {match.group(0)}")
+        if path != FAULTS_DOC and stale.search(text):
+            outside.append(str(path.relative_to(ROOT)))
+    assert cited, "no reference to docs/faults.md found; the pattern is stale"
+    assert not missing, missing
+    assert not outside, outside

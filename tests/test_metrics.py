@@ -1,4 +1,4 @@
-"""/metrics is for operators only (FAULTS 31): tenant slugs, never users, projects or jobs.
+"""/metrics is for operators only (docs/faults.md 31): tenant slugs, never users, projects or jobs.
 The tenant series themselves: tests/metrics/."""
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ class KubernetesBackend:
 
     @_protocol_errors
     def get_node(self, name: str) -> NodeInfo | None:
-        """One node, fresh (after a kubelet rejection, FAULTS 14); None when it is gone."""
+        """One node, fresh (after a kubelet rejection, docs/faults.md 14); None when it is gone."""
         try:
             raw = self._call(f"read node {name}", self.core.read_node, name)
         except ApiException as exc:
@@ -313,7 +313,7 @@ class KubernetesBackend:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             raise BindConflict(f"{namespace}/{name} is being deleted", bound, True) from exc
         if bound == node:
-            return  # our earlier bind landed (a retry after a lost answer, FAULTS 3 and 11)
+            return  # our earlier bind landed (a retry after a lost answer, docs/faults.md 3 and 11)
         if bound:
             raise BindConflict(f"{namespace}/{name} is bound to {bound}", bound) from exc
         raise exc  # a 409 we cannot explain: not ours to swallow

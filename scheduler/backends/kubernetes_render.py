@@ -1,7 +1,7 @@
 """PodRequest -> Pod and headless Service manifests (plain dicts), from an allow-list.
 
-FAULTS 23: nothing of a user's pod spec reaches Kubernetes. Every field below is written here
-from typed PodRequest values; user strings (image, command, env) are checked and only ever land
+docs/faults.md 23: nothing of a user's pod spec reaches Kubernetes. Every field below is written
+here from typed PodRequest values; user strings (image, command, env) are checked and only ever land
 in the container's image, command and env. The pod is restricted-PSS compliant (non-root,
 no privilege escalation, all capabilities dropped, RuntimeDefault seccomp), has no service
 account token, no host namespaces, no volumes, no nodeName (the Binding API places it) and

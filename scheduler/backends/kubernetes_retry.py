@@ -1,4 +1,5 @@
-"""Transient API failures -> BackendError, retried by `scheduler.backends.retry` (FAULTS 12).
+"""Transient API failures -> BackendError, retried by `scheduler.backends.retry`
+(docs/faults.md 12).
 
 Transient: 429 (with its Retry-After), 500, 502, 503, 504, status 0 (the client's own
 connection and TLS failures), timeouts and connection resets, and the 403 of a pod created in

@@ -1,4 +1,4 @@
-"""List-then-watch loops that survive `410 Gone`, silent ends and resets (FAULTS 12, 13).
+"""List-then-watch loops that survive `410 Gone`, silent ends and resets (docs/faults.md 12, 13).
 
 The shape of client-go's reflector, reduced to what the daemon needs:
 

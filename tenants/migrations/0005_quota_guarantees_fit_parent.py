@@ -1,4 +1,5 @@
-"""The backstop of FAULTS 19: the children's guarantees of a flavor never exceed the parent's.
+"""The backstop of docs/faults.md 19: the children's guarantees of a flavor never exceed the
+parent's.
 
 `quota_set` checks this under a row lock on the parent's quota, with a clear message; this
 PostgreSQL constraint trigger refuses any write that slips past it (a bug, a shell session, two

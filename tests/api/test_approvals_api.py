@@ -1,5 +1,5 @@
 """The governance API: approval policies, requests and the inbox, quota requests, the audit log
-and its CSV export (FAULTS 25, 26, 28)."""
+and its CSV export (docs/faults.md 25, 26, 28)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input and abuse at the API boundary (FAULTS.md 24, 25, 27, 28): clear 4xx, no change."""
+"""Bad input and abuse at the API boundary (docs/faults.md 24, 25, 27, 28): clear 4xx, no change."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FAULTS.md 1-7, 20, 21 and the crash matrix: kill the daemon at each step of a cycle and
+"""docs/faults.md 1-7, 20, 21 and the crash matrix: kill the daemon at each step of a cycle and
 start a new one on the same database and cluster; leadership, fencing, lost connections,
 locked rows and a misbehaving backend."""
 

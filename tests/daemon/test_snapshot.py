@@ -79,7 +79,7 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
 
 
 def test_gpus_of_a_stopping_attempt_are_not_given_out(env: Env) -> None:
-    """A failed gang's surviving pod keeps its GPUs until it is gone (FAULTS 17): the engine
+    """A failed gang's surviving pod keeps its GPUs until it is gone (docs/faults.md 17): the engine
     sees them held, so nothing is placed on them meanwhile and no placement conflicts."""
     job = env.submit(
         replicas=2,

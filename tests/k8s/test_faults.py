@@ -1,4 +1,4 @@
-"""FAULTS 11-17 and 23 at the backend level, against the fake apiserver.
+"""docs/faults.md 11-17 and 23 at the backend level, against the fake apiserver.
 
 The daemon's reactions (requeue, free the reservation, retry policy) are tested with the daemon;
 here each test asserts what the backend tells the daemon, and what it leaves in the cluster.

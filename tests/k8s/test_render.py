@@ -1,4 +1,5 @@
-"""PodRequest -> manifests: schema-valid, allow-listed, restricted-PSS compliant (FAULTS 23)."""
+"""PodRequest -> manifests: schema-valid, allow-listed, restricted-PSS compliant
+(docs/faults.md 23)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ VARIANTS = {
     "distributed-rank-0": make_request(gpu_milli=8000, replicas=4, replica=0),
     "distributed-rank-3": make_request(gpu_milli=8000, replicas=4, replica=3),
 }
-# Every key a rendered pod may contain, by path. Anything else is a renderer bug (FAULTS 23).
+# Every key a rendered pod may contain, by path. Anything else is a renderer bug
+# (docs/faults.md 23).
 ALLOWED_SPEC = {
     "schedulerName", "priorityClassName", "restartPolicy", "automountServiceAccountToken",
     "enableServiceLinks", "terminationGracePeriodSeconds", "securityContext", "containers",

@@ -1,4 +1,4 @@
-"""Bounded backoff with jitter, and which failures count as transient (FAULTS 12)."""
+"""Bounded backoff with jitter, and which failures count as transient (docs/faults.md 12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pod objects -> PodStatus, and the failure reasons the daemon retries on (FAULTS 16)."""
+"""Pod objects -> PodStatus, and the failure reasons the daemon retries on (docs/faults.md 16)."""
 
 from __future__ import annotations
 

@@ -182,7 +182,7 @@ def test_preemptions_and_evictions_by_reason(org: Org) -> None:
 
 def test_only_operators_read_the_tenant_series(org: Org) -> None:
     """Tenant slugs appear on /metrics, which only a scraper's token and platform admins
-    read (FAULTS 31): tenant admins, members and finance get 404 as before."""
+    read (docs/faults.md 31): tenant admins, members and finance get 404 as before."""
     job(org, "alpha")
     for name in ("alice", "tina", "dana", "carol"):
         client = Client()
@@ -194,7 +194,7 @@ def test_only_operators_read_the_tenant_series(org: Org) -> None:
 
 
 def test_labels_name_tenants_flavors_and_classes_only(org: Org) -> None:
-    """No user, project, namespace or job name reaches a label (FAULTS 31)."""
+    """No user, project, namespace or job name reaches a label (docs/faults.md 31)."""
     waiting = job(org, "alpha", name="secret-llm-run", reason="quota: team-alpha ...")
     admitted(waiting, T0, 7)
     running = job(org, "bravo", state=S.RUNNING, name="bravo-private")

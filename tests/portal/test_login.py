@@ -1,4 +1,4 @@
-"""Login and logout (FAULTS 29): failures are logged and, past a few, refused for a while;
+"""Login and logout (docs/faults.md 29): failures are logged and, past a few, refused for a while;
 login rotates the session key; logout is a POST that ends the session."""
 
 from __future__ import annotations

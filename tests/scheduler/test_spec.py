@@ -1,4 +1,4 @@
-"""Spec validation through the API (FAULTS 22 and 28): each bad field gets its own message.
+"""Spec validation through the API (docs/faults.md 22 and 28): each bad field gets its own message.
 
 Every case POSTs a spec to /api/v1/jobs/ as alice (a member of team-alpha) and expects a 400
 whose `errors` hold the offending field's path (nested fields as "resources.gpus") with a
@@ -244,7 +244,7 @@ BAD_SPECS = [
     pytest.param(
         job_spec(env={"TOKEN": "a\x07b"}), "env", "control character U+0007", id="env-value-control"
     ),
-    # unknown and privileged fields (FAULTS 28) are refused by name
+    # unknown and privileged fields (docs/faults.md 28) are refused by name
     pytest.param(job_spec(gpus=4), "gpus", "unknown field", id="unknown-top-level"),
     pytest.param(job_spec(Replicas=4), "Replicas", "unknown field", id="unknown-typo-case"),
     *[

@@ -1,4 +1,4 @@
-"""Submission: idempotency keys (FAULTS 18), priority defaults, who may submit."""
+"""Submission: idempotency keys (docs/faults.md 18), priority defaults, who may submit."""
 
 from __future__ import annotations
 
