@@ -1,15 +1,15 @@
 """Approval policies and requests: who may decide, one decision per request, expiry.
 
-A request's subject (a job, a quota change) is applied by the same transaction that decides
-it. Quota changes are applied here through `quota_set`. Tenants cannot import the scheduler,
-so the scheduler registers the handler for job requests (`register_subject_handler`, called
-from `scheduler.apps`); `scheduler.approvals.job_approval_decide` is the job-side entry point.
+One decide path for every kind of request (`approval_decide`, and `approval_expire_due` for
+expiry): a request's subject (a job, a quota change) is settled by the handler registered for
+its kind, in the same transaction that decides it. The quota handler is registered here
+(`quota_request_settle`, which applies the change through `quota_set`); tenants cannot import
+the scheduler, so the scheduler registers the job handler (`scheduler.approvals`, from
+`scheduler.apps`).
 
 Lock order, everywhere: the request row first (its compare-and-swap), then the subject. A job
 cancel follows the same order (`approval_cancel_for_subject`, then the job), so a decision
 racing a cancel cannot deadlock.
-
-`policy_set` and `policy_delete` live in `tenants.approval_policies` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -29,10 +29,8 @@ from django.utils import timezone
 
 from common.errors import ConflictError, DomainError
 from tenants import access, services
-from tenants.approval_policies import policy_delete as policy_delete
-from tenants.approval_policies import policy_set as policy_set
 from tenants.approval_policies import require_manage
-from tenants.approval_rules import RuleMatch, job_matches, quota_matches
+from tenants.approval_rules import RuleMatch, quota_matches
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import (
     ApprovalKind,
@@ -59,37 +57,9 @@ _SUBJECT_HANDLERS: dict[str, SubjectHandler] = {}
 
 
 def register_subject_handler(kind: str, handler: SubjectHandler) -> None:
-    """Called once at start-up by the app that owns the subject (the scheduler, for jobs)."""
+    """Called once by the app that owns the subject: this module for quota changes, the
+    scheduler at start-up for jobs."""
     _SUBJECT_HANDLERS[kind] = handler
-
-
-# --- which rules a job matches -----------------------------------------------------------
-
-
-def approval_rules_for_job(
-    *,
-    tenant: Tenant,
-    gpus_milli: int,
-    est_gpu_hours: float | None,
-    priority_value: int,
-    borrowing: bool,
-    runtime_hours: float | None,
-) -> list[str]:
-    """Reasons of the matched rules; empty means the job needs no approval.
-
-    `gpus_milli` is the whole gang's request; None runtimes/GPU-hours mean unbounded.
-    """
-    return [
-        m.reason
-        for m in job_matches(
-            tenant=tenant,
-            gpus_milli=gpus_milli,
-            est_gpu_hours=est_gpu_hours,
-            priority_value=priority_value,
-            borrowing=borrowing,
-            runtime_hours=runtime_hours,
-        )
-    ]
 
 
 # --- requests ----------------------------------------------------------------------------
@@ -235,6 +205,19 @@ def quota_request_create(
 QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight", "user_limit_milli")
 
 
+def quota_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) -> None:
+    """Apply an approved quota change through `quota_set` (checked again against the tree,
+    under the parent's lock); a rejection or expiry changes nothing more. Runs inside the
+    deciding transaction, so a change that no longer fits leaves the request pending."""
+    if outcome == ApprovalState.APPROVED:
+        flavor = ResourceFlavor.objects.get(pk=request.subject_id)
+        values = QuotaValues(**request.payload["values"])
+        services.quota_set(user=actor, tenant=request.tenant, flavor=flavor, values=values)
+
+
+register_subject_handler(ApprovalKind.QUOTA, quota_request_settle)
+
+
 # --- deciding ----------------------------------------------------------------------------
 
 
@@ -314,12 +297,6 @@ def _why_not_pending(pk: int) -> str:
 
 
 def _apply(request: ApprovalRequest, *, outcome: str, actor: Any) -> None:
-    if request.kind == ApprovalKind.QUOTA:
-        if outcome == ApprovalState.APPROVED:
-            flavor = ResourceFlavor.objects.get(pk=request.subject_id)
-            values = QuotaValues(**request.payload["values"])
-            services.quota_set(user=actor, tenant=request.tenant, flavor=flavor, values=values)
-        return
     handler = _SUBJECT_HANDLERS.get(request.kind)
     if handler is None:
         raise ImproperlyConfigured(f"No handler is registered for {request.kind} requests.")

@@ -18,19 +18,20 @@ from django.utils import timezone
 
 from common.errors import ConflictError
 from scheduler import approvals as scheduler_approvals
-from scheduler.approvals import job_approval_decide, job_needs_approval
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel, job_submit
 from tenants import approvals, selectors
+from tenants.approval_policies import policy_set
+from tenants.approval_rules import job_matches
 from tenants.approvals import (
     approval_decide,
     approval_expire_due,
-    approval_rules_for_job,
-    policy_set,
     quota_request_create,
+    register_subject_handler,
 )
 from tenants.approvals import enqueue_notification as real_enqueue_notification
 from tenants.models import (
+    ApprovalKind,
     ApprovalPolicy,
     ApprovalRequest,
     ApprovalState,
@@ -119,7 +120,7 @@ def test_each_rule_kind(
     if "priority_class" in fields:
         fields["priority_class"] = PriorityClass.objects.get(name=fields["priority_class"])
     policy(org, rule, **fields)
-    reasons = approval_rules_for_job(tenant=org.alpha, **{**BASE, **job})
+    reasons = [m.reason for m in job_matches(tenant=org.alpha, **{**BASE, **job})]
     assert bool(reasons) is matches, reasons
     if matches:
         assert "team-alpha" in reasons[0]  # the reason names the policy's tenant
@@ -148,8 +149,9 @@ def test_which_policies_apply(
         applies_to_jobs=jobs,
         applies_to_quota=not jobs,
     )
-    reasons = approval_rules_for_job(tenant=org.alpha, **BASE)
-    assert bool(reasons) is matches
+    job = submit(org)  # 2 x 4 GPUs
+    assert (job.state == JobState.PENDING_APPROVAL) is matches, job.reason
+    assert ApprovalRequest.objects.filter(subject_id=job.pk).exists() is matches
 
 
 @pytest.mark.parametrize(
@@ -209,7 +211,9 @@ def test_submit_detects_borrowing(org: Org, running_gpus: int, pending: bool) ->
         )
     job = submit(org)
     assert (job.state == JobState.PENDING_APPROVAL) is pending, job.reason
-    assert bool(job_needs_approval(job)) is pending
+    rules = [r["rule"] for r in request_of(job).rules] if pending else []
+    assert rules == (["borrowing"] if pending else [])
+    assert ApprovalRequest.objects.filter(subject_id=job.pk).exists() is pending
 
 
 def eight_gpu_guarantee(org: Org) -> None:
@@ -406,7 +410,7 @@ def pending_job(org: Org) -> Job:
 
 
 def test_approve_queues_the_job(org: Org, pending_job: Job) -> None:
-    request = job_approval_decide(
+    request = approval_decide(
         user=org.users["tina"], request=request_of(pending_job), approve=True, comment="go ahead"
     )
     pending_job.refresh_from_db()
@@ -421,7 +425,7 @@ def test_approve_queues_the_job(org: Org, pending_job: Job) -> None:
 
 
 def test_reject_rejects_the_job(org: Org, pending_job: Job) -> None:
-    job_approval_decide(
+    approval_decide(
         user=org.users["dana"], request=request_of(pending_job), approve=False, comment="too big"
     )
     pending_job.refresh_from_db()
@@ -568,7 +572,7 @@ def test_two_approvers_at_once_make_exactly_one_decision(
 
     def decide(username: str, approve: bool) -> ApprovalRequest:
         request = ApprovalRequest.objects.get(subject_id=job.pk)
-        return job_approval_decide(
+        return approval_decide(
             user=org.users[username], request=request, approve=approve, comment=username
         )
 
@@ -816,13 +820,73 @@ def test_a_broker_that_is_down_costs_no_decision(
     assert request_of(pending_job).state == ApprovalState.APPROVED
 
 
-def test_job_approval_request_finds_the_jobs_request(org: Org, pending_job: Job) -> None:
-    from scheduler.approvals import job_approval_request
+def test_the_api_finds_a_jobs_approval_request(org: Org, pending_job: Job, client_for: Any) -> None:
+    def requests_of(job: Job) -> list[int]:
+        rows = (
+            client_for("alice")
+            .get("/api/v1/approval-requests/", {"kind": "job", "subject_id": job.pk})
+            .json()["results"]
+        )
+        return [row["id"] for row in rows]
 
-    assert job_approval_request(pending_job) == request_of(pending_job)
+    assert requests_of(pending_job) == [request_of(pending_job).pk]
     small = submit(org, replicas=1, resources={"gpus": 1, "cpu_milli": 1000, "memory_mib": 1024})
     assert small.state == JobState.QUEUED
-    assert job_approval_request(small) is None
+    assert requests_of(small) == []
+
+
+def test_every_kind_of_request_is_settled_by_its_registered_handler(
+    tight_research: Org, pending_job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One decide path: approval_decide knows no kind; the quota change, like the job, is
+    # applied by the handler registered for its kind.
+    org = tight_research
+    settled: list[tuple[str, str]] = []
+    monkeypatch.setattr(approvals, "_SUBJECT_HANDLERS", dict(approvals._SUBJECT_HANDLERS))
+    for kind in (ApprovalKind.JOB, ApprovalKind.QUOTA):
+        register_subject_handler(
+            kind, lambda *, request, outcome, actor: settled.append((request.kind, outcome))
+        )
+    approval_decide(
+        user=org.users["tina"], request=request_of(pending_job), approve=True, comment=""
+    )
+    approval_decide(
+        user=org.users["dana"], request=ask(org, "tina", org.alpha, 18), approve=True, comment=""
+    )
+    assert settled == [
+        (ApprovalKind.JOB, ApprovalState.APPROVED),
+        (ApprovalKind.QUOTA, ApprovalState.APPROVED),
+    ]
+    pending_job.refresh_from_db()
+    assert pending_job.state == JobState.PENDING_APPROVAL  # the real handlers did not run
+    assert guaranteed(org, org.alpha) == 12
+
+
+@pytest.mark.parametrize(
+    ("spec", "matches"),
+    [
+        ({"replicas": 2, "resources": {"gpus": 4}}, False),  # exactly 8 is not over
+        ({"replicas": 3, "resources": {"gpus": 3}}, True),  # 9
+        ({"replicas": 1, "resources": {"gpu_milli": 500, "gpu_memory_mib": 20000}}, False),
+        ({"replicas": 1, "resources": {"gpu_milli": 750, "gpu_memory_mib": 20000}}, True),
+    ],
+    ids=["8", "9", "half", "three-quarters"],
+)
+def test_submit_applies_the_gpus_rule(org: Org, spec: dict[str, Any], matches: bool) -> None:
+    policy(org, "gpus_over", threshold=8 if spec["replicas"] > 1 else 0.5)
+    job = submit(org, **spec)
+    assert (job.state == JobState.PENDING_APPROVAL) is matches, job.reason
+    if matches:
+        assert "team-alpha" in request_of(job).rules[0]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("priority", "matches"), [("critical", True), ("high", True), ("normal", False)]
+)
+def test_submit_applies_the_priority_rule(org: Org, priority: str, matches: bool) -> None:
+    policy(org, "priority_at_least", priority_class=PriorityClass.objects.get(name="high"))
+    job = submit(org, priority_class=priority)
+    assert (job.state == JobState.PENDING_APPROVAL) is matches, job.reason
 
 
 @pytest.mark.parametrize(
