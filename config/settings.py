@@ -100,7 +100,8 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Bound every statement so a stuck lock or query never hangs a request or the daemon.
     # No JIT: Gantry's queries are short, and the planner's over-estimates of the queue
-    # queries crossed jit_above_cost, compiling 10-20 ms of code for a 5 ms query, each cycle.
+    # queries crossed jit_above_cost, compiling code for longer than the query ran, each cycle
+    # (bench/results.md, kueue_e2e, 2026-12-02 13:18-14:05).
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={os.environ.get('GANTRY_DB_LOCK_TIMEOUT_MS', '5000')}"
         f" -c statement_timeout={os.environ.get('GANTRY_DB_STATEMENT_TIMEOUT_MS', '30000')}"
@@ -108,8 +109,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
     # Parameters bound by the server (psycopg's Cursor, not ClientCursor): values go apart
     # from the SQL text instead of being quoted into it in Python, which cost the daemon
-    # 7 % of its CPU (its id arrays above all). Statements are not prepared (Django's
-    # default). Turn it off behind a pooler that rejects the extended protocol's binds.
+    # CPU (its id arrays above all; bench/results.md, kueue_e2e, 2026-12-03 13:41-16:40).
+    # Statements are not prepared (Django's default). Turn it off behind a pooler that rejects
+    # the extended protocol's binds.
     DATABASES["default"]["OPTIONS"]["server_side_binding"] = env_bool(
         "GANTRY_DB_SERVER_SIDE_BINDING", default=True
     )

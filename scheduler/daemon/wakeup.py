@@ -81,7 +81,8 @@ class Waiter:
                 # Notifications are batched by the slice: psycopg returns at the slice's
                 # end unless 50 came. Jobs arrive one by one; a cycle for each would keep
                 # the daemon busy when pods end (and a pod's end frees GPUs): waking at
-                # once (stop_after=1) took 86.6-88.2 s in bench.kueue_e2e against 83-85 s.
+                # once (stop_after=1) made bench.kueue_e2e slower (bench/results.md,
+                # kueue_e2e, 2026-12-03 05:14-06:20).
                 got = list(
                     self._conn.notifies(timeout=min(slice_s, timeout_s - waited), stop_after=50)
                 )
