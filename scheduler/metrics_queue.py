@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import Count, FilteredRelation, Q, Sum
+from django.db.models import Count, FilteredRelation, Q
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -27,7 +27,8 @@ from scheduler.core.quota import QuotaLedger
 from scheduler.core.types import MILLI_PER_GPU
 from scheduler.daemon.translate import load_tenants
 from scheduler.metrics_tally import WAIT_BUCKETS_S, Tallies
-from scheduler.models import Allocation, JobState
+from scheduler.models import JobState
+from scheduler.quota_usage import held_claims
 from tenants.models import Tenant
 
 S = JobState
@@ -149,15 +150,7 @@ def quota_families() -> Iterator[GaugeMetricFamily]:
     the guarantee). Three queries: tenants, quotas, active allocations."""
     tenants, _slugs = load_tenants()
     parents = {t.name: t.parent or "" for t in tenants}
-    usage = (
-        Allocation.objects.filter(
-            ended_at__isnull=True, job__priority_class__counts_against_quota=True
-        )
-        .values_list("job__tenant__slug", "flavor")
-        .annotate(milli=Sum("gpu_milli"))
-        .order_by()
-    )
-    charged = list(usage)
+    charged = held_claims(key="job__tenant__slug")
     flavors = {f for t in tenants for f in t.quotas} | {flavor for _, flavor, _ in charged}
     ledger = QuotaLedger(tenants, sorted(flavors))
     for slug, flavor, milli in charged:

@@ -53,10 +53,29 @@ CLAIMING_STATES = (
 )
 
 
+Claim = tuple[str, str, int]  # (tenant, flavor, milli-GPU)
+
+
 def _path_chain(path: str) -> list[str]:
     """The paths of the tenant at ``path`` and of each ancestor: "/1/4/" -> "/1/4/", "/1/"."""
     ids = path.strip("/").split("/")
     return ["/" + "/".join(ids[:n]) + "/" for n in range(len(ids), 0, -1)]
+
+
+def held_claims(where: Q | None = None, *, key: str = "job__tenant__path") -> list[Claim]:
+    """The GPUs held now, as claims for `subtree_usage`: per tenant (`key`: its path, or
+    its slug) and flavor, the milli-GPU of the active allocations (`where`) of jobs whose
+    class counts against quota, on the flavor each replica landed on. One query."""
+    rows = (
+        Allocation.objects.filter(
+            where or Q(), ended_at__isnull=True, job__priority_class__counts_against_quota=True
+        )
+        .values(key, "flavor")
+        .annotate(milli=Sum("gpu_milli"))
+        .values_list(key, "flavor", "milli")
+        .order_by()
+    )
+    return [(tenant, flavor, milli or 0) for tenant, flavor, milli in rows]
 
 
 def usage_by_tenant(
@@ -85,16 +104,7 @@ def usage_by_tenant(
     if exclude_job is not None:
         subtree &= ~Q(job_id=exclude_job)
         subtree_jobs &= ~Q(pk=exclude_job)
-    held = (
-        Allocation.objects.filter(
-            subtree, ended_at__isnull=True, job__priority_class__counts_against_quota=True
-        )
-        .values("job__tenant__path", "flavor")
-        .annotate(milli=Sum("gpu_milli"))
-        .values_list("job__tenant__path", "flavor", "milli")
-        .order_by()
-    )
-    claims = [(path, flavor, milli or 0) for path, flavor, milli in held]
+    claims = held_claims(subtree)
     if claiming:
         waiting = (
             Job.objects.filter(

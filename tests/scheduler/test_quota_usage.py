@@ -15,6 +15,7 @@ from scheduler.core.quota import running_claims, subtree_usage
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.snapshot import build_snapshot
 from scheduler.leader import Lease
+from scheduler.metrics_queue import quota_families
 from scheduler.models import Allocation, Job, JobState
 from scheduler.quota_usage import quota_rows, usage_by_tenant
 from scheduler.services import job_submit
@@ -123,6 +124,13 @@ def test_engine_portal_and_approvals_agree_on_a_tenants_usage(
             ("team-alpha", "A100-40GB"): 4000,  # where it runs, not each flavor it allows
         }
     )
+    metrics = next(
+        family
+        for family in quota_families()
+        if family.name == "gantry_cluster_queue_resource_usage"
+    )
+    gauged = {(m.labels["cluster_queue"], m.labels["flavor"]): m.value for m in metrics.samples}
+    assert {key: gpus * 1000 for key, gpus in gauged.items() if gpus} == engine
     rows = {(r.tenant.slug, r.flavor.name): r.used_milli for r in quota_rows(tenants)}
     assert rows == {key: engine.get(key, 0) for key in rows}
     api = client_for("dana").get("/api/v1/usage/").json()
