@@ -8,7 +8,7 @@ decide about jobs at submit. So billing registers here at start-up (BillingConfi
 - an admitted hook, called inside the transaction that puts a job in the queue: at submit
   when no approval is needed, or when its approval is granted;
 - a final hook, called inside the transaction that moves jobs to a final state (every path:
-  `lifecycle.job_transition` and the daemon's `transitions.transition_many`), with their ids.
+  `scheduler.transitions.transition`, for one job or many), with their ids.
 Hooks run in the caller's transaction, so what they write commits or rolls back with it;
 they must be quick (the final hook runs in the scheduling cycle).
 """

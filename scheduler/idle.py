@@ -24,8 +24,8 @@ from django.db.models import Sum
 
 from common.errors import ConflictError
 from scheduler.job_notifications import idle_events_notify
-from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobIdle, JobState, RollupWatermark, UtilizationSample
+from scheduler.transitions import job_transition
 from tenants.audit import audit_record
 from tenants.idle_rules import Rule, rule_for_tenants
 from tenants.models import IdleAction, JobType, Tenant

@@ -1,8 +1,8 @@
 """Job events for the notification outbox (tenants/outbox.py): started, finished, failed,
 preempted, idle.
 
-`job_events_notify` is called where job events are written (the daemon's bulk inserts and
-`job_transition`), inside their transaction, so a notification exists if and only if the
+`job_events_notify` is called where job events are written (`scheduler.transitions`, for
+every state change), inside their transaction, so a notification exists if and only if the
 transition committed. It costs a few queries when some of the events are notable and none
 otherwise; it never talks to the network or the broker (the beat sweep delivers).
 """

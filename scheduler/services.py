@@ -16,9 +16,9 @@ from common.errors import ConflictError
 from scheduler.admission import Verdict, admission_verdicts, job_admitted
 from scheduler.approvals import job_approval_matches, job_approval_payload
 from scheduler.feasibility import job_check_fits
-from scheduler.lifecycle import job_transition
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 from scheduler.spec import JobSpecSerializer
+from scheduler.transitions import job_transition
 from tenants import access
 from tenants.approval_rules import RuleMatch
 from tenants.approvals import approval_cancel_for_subject, approval_request_create

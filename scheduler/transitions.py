@@ -1,20 +1,23 @@
-"""Job state changes in bulk: compare-and-swaps under `scheduler.lifecycle`'s table, with
-their events in one write. The daemon's phases and node drains move jobs through here."""
+"""Job state changes: compare-and-swaps under `scheduler.lifecycle`'s table, with its
+timestamps, the reason and the events, for one job or many (`transition`). Every path that
+changes a job's state goes through here: the daemon's phases, node drains, and a user's or an
+approval's change of one job (`job_transition`)."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from common.errors import ConflictError
 from scheduler.admission import jobs_final
 from scheduler.job_notifications import job_events_notify
 from scheduler.lifecycle import is_allowed
@@ -54,6 +57,7 @@ class Change:
     # one UPDATE, both events.
     via: str | None = None
     via_message: str = ""
+    actor: int | None = None  # the user who asked for it, on its events
 
     def __post_init__(self) -> None:
         for state in self.from_states:
@@ -67,7 +71,7 @@ class Change:
 
 @dataclass
 class Transitions:
-    """What `transition_many` did with each change: `done` (job id -> the state it left),
+    """What `transition` did with each change: `done` (job id -> the state it left),
     `moved` (job id -> the state found, not one the change expected: the compare of the
     compare-and-swap failed, someone changed the job first), `busy` (rows another session
     held locked, or that no longer exist: nothing was written, the change may be tried
@@ -83,46 +87,70 @@ class Transitions:
         return set(self.moved) | self.busy
 
 
-def transition_many(
-    changes: Sequence[Change], now: datetime, versions: dict[int, int] | None = None
+def job_timestamps(to_state: str, now: datetime, via: str | None = None) -> dict[str, Any]:
+    """The lifecycle's timestamps of a job entering `to_state` (through `via`) at `now`: the
+    one rule every path writes."""
+    stamps: dict[str, Any] = {}
+    if to_state == S.QUEUED:
+        stamps["queued_at"] = now
+    elif S.RUNNING in (to_state, via):
+        stamps["started_at"] = now
+    if to_state in FINAL_STATES:
+        stamps["finished_at"] = now
+    return stamps
+
+
+def transition(
+    changes: Sequence[Change],
+    now: datetime,
+    *,
+    versions: dict[int, int] | None = None,
+    lock: Literal["skip", "wait"] = "skip",
 ) -> Transitions:
-    """Apply `changes` as compare-and-swaps in a few statements. Rows another session holds
-    locked are skipped (they stay as they are for the next cycle). Must run in a transaction.
+    """Apply `changes` as compare-and-swaps under the lifecycle's table (every `Change` is
+    checked where it is made), with its timestamps (`job_timestamps`), its reason and its
+    events, in a few statements and one transaction. The one path of every job state change.
+
+    `lock="skip"` (the daemon) leaves rows another session holds locked as they are, for the
+    next cycle (`busy`); `lock="wait"` (a user's request) waits for them and then compares.
     Returns what became of every change (`Transitions`): the caller decides what a missed
     one means, and every miss is logged. `versions`, when given, receives the new row
     versions of the jobs changed (PostgreSQL) for `SnapshotCache.remember`.
 
     Jobs moving to the same state share one UPDATE (a cycle's changes fall into a handful of
-    groups: started, succeeded, requeued...); one bulk insert of events."""
+    groups: started, succeeded, requeued...); one bulk insert of events. On PostgreSQL,
+    changes from one state to another with one reason and nothing else to write (the
+    daemon's claims and binds, a user's cancel) are one statement that locks and writes."""
     out = Transitions()
     if not changes:
         return out
     by_id = {c.job_id: c for c in changes}
-    locked = Job.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-        id__any=list(by_id)
-    )
-    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-    events: list[tuple[Any, ...]] = []
-    for job_id, state in locked.values_list("id", "state"):
-        change = by_id[job_id]
-        if state not in change.from_states:
-            out.moved[job_id] = state
-            continue
-        out.done[job_id] = state
-        if change.via:
-            events.append((job_id, "state", state, change.via, change.via_message[:1000]))
-        before = change.via or state
-        events.append(
-            (job_id, change.kind, before, change.to_state, change.message[:1000], change.data)
-        )
-        groups[(change.to_state, change.new_attempt, change.via)].append(job_id)
-    out.busy = set(by_id) - out.done.keys() - out.moved.keys()
-    for (to_state, new_attempt, via), ids in groups.items():
-        written = _update_group([by_id[i] for i in ids], to_state, new_attempt, via, now)
-        if versions is not None:
-            versions.update(written)
-    insert_events(events)
-    jobs_final([i for (to, _, _), ids in groups.items() if to in FINAL_STATES for i in ids])
+    with transaction.atomic(savepoint=False):
+        events: list[tuple[Any, ...]] = []
+        if connection.vendor == "postgresql" and _one_statement(changes):
+            final = _claim(changes, now, lock, versions, out)
+        else:
+            final = _compare_and_swap(by_id, now, lock, versions, out)
+        for job_id in out.done:
+            change = by_id[job_id]
+            before = out.done[job_id]
+            if change.via:
+                via_message = change.via_message[:1000]
+                events.append((job_id, "state", before, change.via, via_message, {}, change.actor))
+                before = change.via
+            events.append(
+                (
+                    job_id,
+                    change.kind,
+                    before,
+                    change.to_state,
+                    change.message[:1000],
+                    change.data,
+                    change.actor,
+                )
+            )
+        insert_events(events)
+        jobs_final(final)
     if out.moved or out.busy:
         log.info(
             "%d of %d job changes not applied: %s",
@@ -141,6 +169,84 @@ def transition_many(
     return out
 
 
+def _one_statement(changes: Sequence[Change]) -> bool:
+    """Can `changes` be one lock-and-write statement (`CLAIM_SQL`)? From one state to one
+    other, one reason, nothing else to write."""
+    first = changes[0]
+    return len(first.from_states) == 1 and all(
+        c.from_states == first.from_states
+        and c.to_state == first.to_state
+        and c.reason == first.reason
+        and c.via is None
+        and not c.new_attempt
+        and c.not_before is None
+        for c in changes
+    )
+
+
+def _claim(
+    changes: Sequence[Change],
+    now: datetime,
+    lock: str,
+    versions: dict[int, int] | None,
+    out: Transitions,
+) -> list[int]:
+    """`changes` (`_one_statement`) as one statement; PostgreSQL. Fills `out`; returns the
+    jobs made final."""
+    first = changes[0]
+    (from_state,) = first.from_states
+    fields = {**job_timestamps(first.to_state, now)}
+    if first.to_state == S.QUEUED:
+        fields["not_before"] = None
+    sql = CLAIM_SQL.format(
+        sets="".join(f", {name} = %s" for name in fields),
+        skip=" SKIP LOCKED" if lock == "skip" else "",
+    )
+    ids = [c.job_id for c in changes]
+    params = [first.to_state, (first.reason or "")[:500], now, *fields.values(), ids, from_state]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        written = cursor.fetchall()
+    if versions is not None:
+        versions.update(written)
+    out.done = {row[0]: from_state for row in written}
+    missed = [i for i in ids if i not in out.done]
+    if missed:  # which were moved by someone else, which are locked or gone
+        for job_id, state in Job.objects.filter(id__any=missed).values_list("id", "state"):
+            if state != from_state:
+                out.moved[job_id] = state
+        out.busy = set(missed) - out.moved.keys()
+    return list(out.done) if first.to_state in FINAL_STATES else []
+
+
+def _compare_and_swap(
+    by_id: dict[int, Change],
+    now: datetime,
+    lock: str,
+    versions: dict[int, int] | None,
+    out: Transitions,
+) -> list[int]:
+    """Lock the rows, compare their states, write the changes that hold by groups
+    (`_update_group`). Fills `out`; returns the jobs made final."""
+    locked = Job.objects.select_for_update(skip_locked=lock == "skip", of=("self",)).filter(
+        id__any=list(by_id)
+    )
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for job_id, state in locked.values_list("id", "state"):
+        change = by_id[job_id]
+        if state not in change.from_states:
+            out.moved[job_id] = state
+            continue
+        out.done[job_id] = state
+        groups[(change.to_state, change.new_attempt, change.via)].append(job_id)
+    out.busy = set(by_id) - out.done.keys() - out.moved.keys()
+    for (to_state, new_attempt, via), ids in groups.items():
+        written = _update_group([by_id[i] for i in ids], to_state, new_attempt, via, now)
+        if versions is not None:
+            versions.update(written)
+    return [i for (to, _, _), ids in groups.items() if to in FINAL_STATES for i in ids]
+
+
 def _update_group(
     changes: Sequence[Change], to_state: str, new_attempt: bool, via: str | None, now: datetime
 ) -> list[tuple[int, int]]:
@@ -148,12 +254,7 @@ def _update_group(
     on PostgreSQL (every preempted job has its own reason); elsewhere one UPDATE per
     distinct reason and backoff. Returns (id, new row version) on PostgreSQL."""
     fields: dict[str, Any] = {"state": to_state, "updated_at": now}
-    if to_state == S.QUEUED:
-        fields["queued_at"] = now
-    elif to_state == S.RUNNING or via == S.RUNNING:
-        fields["started_at"] = now
-    if to_state in FINAL_STATES:
-        fields["finished_at"] = now
+    fields.update(job_timestamps(to_state, now, via))
     if connection.vendor == "postgresql":
         sets = [f"{name} = %s" for name in fields]
         sets.append("reason = v.reason")
@@ -188,61 +289,67 @@ def _update_group(
     return []
 
 
-# The compare-and-swaps below find their rows by primary key and only then test the state,
+# The compare-and-swap below finds its rows by primary key and only then tests the state,
 # written `state || '' = %s` so that no index on the state can serve it. Written plainly,
 # the planner may take the partial index of queued jobs (`job_queue_heads`) or the
 # (state, queued_at) one, whose size it knows only from the last ANALYZE: after a burst of
 # submissions it reads every queued job to find the hundred it writes (twice the time of
-# the whole UPDATE in bench.daemon_drain).
+# the whole UPDATE in bench.daemon_drain). `{sets}`: the lifecycle's timestamps;
+# `{skip}`: " SKIP LOCKED" or nothing (`transition`'s `lock`).
 CLAIM_SQL = (
-    "UPDATE scheduler_job SET state = %s, reason = %s, updated_at = %s{started}"
+    "UPDATE scheduler_job SET state = %s, reason = %s, updated_at = %s{sets}"
     " WHERE id IN (SELECT id FROM scheduler_job WHERE id = ANY(%s) AND state || '' = %s"
-    " FOR UPDATE SKIP LOCKED) RETURNING id, xmin::text::bigint"
+    " FOR UPDATE{skip}) RETURNING id, xmin::text::bigint"
 )
 
 
-def set_state_fast(
-    ids: Iterable[int],
-    from_state: str,
+@transaction.atomic
+def job_transition(
+    *,
+    job: Job,
     to_state: str,
-    now: datetime,
-    message: str,
-    reason: str = "",
-    versions: dict[int, int] | None = None,
-) -> list[int]:
-    """The hot path of a CAS for many jobs in one state: lock what is free and update it (one
-    statement on PostgreSQL), then the events in one COPY. Must run in a transaction.
-    `versions`, when given, receives the new row versions (PostgreSQL) for
-    `SnapshotCache.remember`."""
-    ids = list(ids)
-    if not ids:
-        return []
-    started = ", started_at = %s" if to_state == S.RUNNING else ""
-    if connection.vendor == "postgresql":
-        sql = CLAIM_SQL.format(started=started)
-        params: list[Any] = [to_state, reason, now, *([now] if started else []), ids, from_state]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            written = cursor.fetchall()
-        claimed = [row[0] for row in written]
-        if versions is not None:
-            versions.update(written)
-    else:
-        claimed = list(
-            Job.objects.filter(id__in=ids, state=from_state).values_list("id", flat=True)
+    actor: Any = None,
+    message: str = "",
+    kind: str = "state",
+    data: dict[str, Any] | None = None,
+    new_attempt: bool = False,
+    reason: str | None = None,
+    now: datetime | None = None,
+) -> Job:
+    """Move `job` from the state it was read in to `to_state` (`transition` for one job,
+    waiting for its row), or raise ConflictError: the API's 409.
+
+    `job.state` is the expected current state (the compare of the compare-and-swap).
+    `new_attempt` raises the attempt counter (a requeue after preemption or a failed
+    attempt); `reason` is written with the state (None clears it).
+    """
+    from_state = job.state
+    try:
+        change = Change(
+            job.pk,
+            (from_state,),
+            to_state,
+            message=message,
+            reason=reason,
+            new_attempt=new_attempt,
+            kind=kind,
+            data=data or {},
+            actor=actor.pk if getattr(actor, "is_authenticated", False) else None,
         )
-        extra: dict[str, Any] = {"started_at": now} if started else {}
-        Job.objects.filter(id__in=claimed).update(
-            state=to_state, reason=reason, updated_at=now, **extra
-        )
-    insert_events([(i, "state", from_state, to_state, message) for i in claimed])
-    return claimed
+    except DisallowedChange as error:
+        raise ConflictError(f"A job cannot go from {from_state} to {to_state}.") from error
+    result = transition([change], now or timezone.now(), lock="wait")
+    if job.pk not in result.done:
+        current = result.moved.get(job.pk, "gone")
+        raise ConflictError(f"Job {job.pk} is {current}, not {from_state}; nothing was changed.")
+    job.refresh_from_db()
+    return job
 
 
 def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
-    """JobEvent rows (job id, kind, from, to, message[, data]): COPY on PostgreSQL. The
-    notable ones (started, finished...) also go to the notification outbox, in the same
-    transaction."""
+    """JobEvent rows (job id, kind, from, to, message[, data[, actor id]]): COPY on
+    PostgreSQL. The notable ones (started, finished...) also go to the notification outbox,
+    in the same transaction."""
     if not rows:
         return
     job_events_notify(rows)
@@ -256,6 +363,7 @@ def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
                     to_state=r[3],
                     message=r[4],
                     data=r[5] if len(r) > 5 else {},
+                    actor_id=r[6] if len(r) > 6 else None,
                 )
                 for r in rows
             ],
@@ -264,7 +372,7 @@ def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
         return
     from psycopg.types.json import Jsonb
 
-    columns = "job_id, at, kind, from_state, to_state, message, data"
+    columns = "job_id, at, kind, from_state, to_state, message, data, actor_id"
     at = timezone.now()  # as auto_now_add would: event times are wall time
     sql = f"COPY scheduler_jobevent ({columns}) FROM STDIN"
     with (
@@ -274,4 +382,5 @@ def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
     ):
         for row in rows:
             data = Jsonb(row[5] if len(row) > 5 else {})
-            copy.write_row((row[0], at, row[1], row[2], row[3], row[4][:1000], data))
+            actor = row[6] if len(row) > 6 else None
+            copy.write_row((row[0], at, row[1], row[2], row[3], row[4][:1000], data, actor))

@@ -26,7 +26,7 @@ from scheduler.daemon.store import insert_allocations, set_reasons
 from scheduler.leader import Lease
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, Job, JobState
-from scheduler.transitions import Change, set_state_fast, transition_many
+from scheduler.transitions import Change, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -153,7 +153,7 @@ def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> No
         )
         for p in whole
     ]
-    done = transition_many(changes, now).done
+    done = transition(changes, now).done
     plan.preempted = len(done)
     stopping = list(Allocation.objects.filter(job_id__any=list(done), ended_at__isnull=True))
     for p in result.preemptions:
@@ -198,16 +198,9 @@ def _place(
     ready = [p for p in result.placements if p.job_id not in deferred]
     fresh = [p for p in ready if int(p.job_id) in pending]
     grow = [p for p in ready if int(p.job_id) not in pending]
-    claimed = set(
-        set_state_fast(
-            [int(p.job_id) for p in fresh],
-            S.QUEUED,
-            S.ADMITTED,
-            now,
-            "Admitted: placement decided, quota charged.",
-            versions=versions,
-        )
-    )
+    admitted = "Admitted: placement decided, quota charged."
+    claims = [Change(int(p.job_id), (S.QUEUED,), S.ADMITTED, message=admitted) for p in fresh]
+    claimed = set(transition(claims, now, versions=versions).done)
     plan.claimed = claimed
     growing = set(
         Job.objects.filter(
@@ -242,7 +235,7 @@ def _unclaim(job_id: int, now: datetime) -> None:
     """admitted -> queued for a claim that got no allocation. If the row is locked (a
     cancel in flight), it stays admitted without an allocation: reconcile's sweep
     (`scheduler.daemon.judge.release_lost_claims`) returns it to the queue."""
-    transition_many(
+    transition(
         [
             Change(
                 job_id,

@@ -24,7 +24,7 @@ from scheduler.models import (
     JobEvent,
     JobState,
 )
-from scheduler.transitions import Change, set_state_fast, transition_many
+from scheduler.transitions import Change, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -109,14 +109,9 @@ def commit_binds(
         Allocation.objects.filter(id__any=bound_ids).update(bound_at=now)
         # A job skipped here (row locked) stays admitted with its pods bound: adopted by
         # the next reconcile.
-        set_state_fast(
-            bound_jobs,
-            S.ADMITTED,
-            S.BINDING,
-            now,
-            "Bound: pods created and bound to their nodes.",
-            versions=written,
-        )
+        bound = "Bound: pods created and bound to their nodes."
+        binds = [Change(j, (S.ADMITTED,), S.BINDING, message=bound) for j in bound_jobs]
+        transition(binds, now, versions=written)
         moved = _requeue_failed_binds(plan, out, now, limits.bind_attempts)
         # An elastic replica that did not bind is simply not grown this time.
         freed = [j for j in out.failed if j not in plan.claimed or j in moved]
@@ -167,4 +162,4 @@ def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime, attempts_max:
                 reason=f"bind failed ({why}); retrying in {delay} s",
             )
         )
-    return set(transition_many(changes, now).done)
+    return set(transition(changes, now).done)

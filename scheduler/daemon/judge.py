@@ -21,7 +21,7 @@ from scheduler.models import (
     JobEvent,
     JobState,
 )
-from scheduler.transitions import Change, transition_many
+from scheduler.transitions import Change, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -213,7 +213,7 @@ def apply_verdicts(
                 changes.append(Change(job_id, (S.RUNNING,), S.SUCCEEDED, message="Succeeded."))
     # A change not applied (the job changed meanwhile, or its row is locked) is judged
     # again at the next cycle: its allocations stay as they are until then.
-    done = transition_many(changes, now).done
+    done = transition(changes, now).done
     ended = [a for j in ends if j in done for a in live[j]]
     finished = [
         a["id"]
@@ -276,7 +276,7 @@ def release_lost_claims(now: datetime) -> int:
         )
         for i in lost.values_list("id", flat=True)
     ]
-    return len(transition_many(changes, now).done)
+    return len(transition(changes, now).done)
 
 
 def requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int:
@@ -297,4 +297,4 @@ def requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int:
         )
         for i, r in ids
     ]
-    return len(transition_many(changes, now).done)
+    return len(transition(changes, now).done)

@@ -19,7 +19,7 @@ from scheduler.leader import Lease
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, GpuDevice, Job, JobState, Node
 from scheduler.nodes import DAEMON, node_sync
-from scheduler.transitions import Change, transition_many
+from scheduler.transitions import Change, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -137,7 +137,7 @@ def _drain(node: Node, clock: Clock) -> None:
         )
     )
     why = node.cordon_reason or "drained"
-    result = transition_many(
+    result = transition(
         [
             Change(
                 j,

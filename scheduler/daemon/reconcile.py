@@ -51,7 +51,7 @@ from scheduler.models import (
     JobState,
     Node,
 )
-from scheduler.transitions import Change, transition_many
+from scheduler.transitions import Change, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -240,7 +240,7 @@ def write_starts(rec: ReconcileStats, lease: Lease, cache: SnapshotCache) -> int
     versions: dict[int, int] = {}
     with transaction.atomic():
         lease.fence()
-        done = transition_many(rec.starts, rec.seen_at, versions).done
+        done = transition(rec.starts, rec.seen_at, versions=versions).done
     fields = {"state": S.RUNNING, "started_at": rec.seen_at, "reason": ""}
     cache.remember(versions, fields)
     return len(done)

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from scheduler.models import Allocation, Job, JobEvent, Node
 from scheduler.nodes import node_drain
-from scheduler.transitions import Change, DisallowedChange, transition_many
+from scheduler.transitions import Change, DisallowedChange, transition
 from tests.daemon.conftest import Env, Killed, assert_consistent, expire_leases
 from tests.daemon.test_faults import pg
 
@@ -38,14 +38,14 @@ def test_a_change_the_lifecycle_forbids_is_refused_where_it_is_made() -> None:
     Change(1, ("admitted", "binding", "running"), "preempted")
 
 
-def test_transition_many_reports_every_change_it_did_not_apply(env: Env) -> None:
+def test_transition_reports_every_change_it_did_not_apply(env: Env) -> None:
     moved, done = env.submit(), env.submit()
     Job.objects.filter(pk=moved.pk).update(state="cancelled")
     now = timezone.now()
     changes = [Change(j.pk, ("queued",), "admitted") for j in (moved, done)]
     changes.append(Change(10**9, ("queued",), "admitted"))  # no such job
     with transaction.atomic():
-        result = transition_many(changes, now)
+        result = transition(changes, now)
     assert result.done == {done.pk: "queued"}
     assert result.moved == {moved.pk: "cancelled"}
     assert result.busy == {10**9}

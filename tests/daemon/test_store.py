@@ -44,7 +44,8 @@ def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
     burst = Job.objects.bulk_create([Job(**fields) for _ in range(3000)])
     ids = [job.pk for job in burst[:100]]
     if statement == "claim":
-        sql, params = CLAIM_SQL.format(started=""), ["admitted", "", timezone.now(), ids, "queued"]
+        sql = CLAIM_SQL.format(sets="", skip=" SKIP LOCKED")
+        params = ["admitted", "", timezone.now(), ids, "queued"]
     else:
         sql, params = REASONS_SQL, [ids, ["waiting"] * len(ids), "queued"]
     with connection.cursor() as cursor:

@@ -16,7 +16,7 @@ def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env
 
     from django.utils import timezone
 
-    from scheduler.transitions import Change, transition_many
+    from scheduler.transitions import Change, transition
 
     jobs = [env.submit() for _ in range(3)]
     Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state="preempted")
@@ -33,7 +33,7 @@ def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env
         for i, j in enumerate(jobs)
     ]
     with CaptureQueriesContext(connection) as seen, transaction.atomic():
-        done = transition_many(changes, now)
+        done = transition(changes, now)
     assert sorted(done.done) == sorted(j.pk for j in jobs)
     updates = [q["sql"] for q in seen.captured_queries if q["sql"].startswith("UPDATE")]
     # Elsewhere (SQLite, the embedded default): one UPDATE per distinct reason and backoff.

@@ -1,0 +1,178 @@
+"""One path for every job state change (`scheduler.transitions.transition`): the lifecycle's
+table, its timestamps and the reason, the same for one job (`job_transition`, the API's) and
+for many (the daemon's), whichever statement writes them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduler.lifecycle import TRANSITIONS
+from scheduler.models import Job, JobEvent, JobState
+from scheduler.transitions import Change, DisallowedChange, job_transition, transition
+from tests import factories as f
+
+S = JobState
+ALLOWED = sorted((a, b) for a, targets in TRANSITIONS.items() for b in targets)
+STAMPS = ("state", "reason", "queued_at", "started_at", "finished_at", "updated_at", "not_before")
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    # Factories hash a password per user; the production hasher would dominate the runtime.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _jobs(state: str, n: int) -> list[Job]:
+    first = f.JobFactory(state=state)
+    more = [
+        f.JobFactory(state=state, project=first.project, submitted_by=first.submitted_by)
+        for _ in range(n - 1)
+    ]
+    jobs = [first, *more]
+    # The same row before the change for every job: what differs after it is the path's doing.
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(
+        reason="before", queued_at=None, started_at=None, finished_at=None
+    )
+    return jobs
+
+
+def _stamps(job: Job) -> tuple[Any, ...]:
+    row = Job.objects.filter(pk=job.pk).values_list(*STAMPS).get()
+    return row
+
+
+def _job_updates(queries: CaptureQueriesContext) -> list[str]:
+    table = Job._meta.db_table
+    return [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("UPDATE") and table in q["sql"].split("SET")[0]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("from_state", "to_state"),
+    [
+        (S.QUEUED, S.RUNNING),
+        (S.QUEUED, S.SUCCEEDED),
+        (S.SUCCEEDED, S.QUEUED),
+        (S.ADMITTED, S.RUNNING),
+    ],
+    ids=lambda s: str(s),
+)
+def test_the_fast_path_refuses_a_change_the_lifecycle_forbids(
+    from_state: str, to_state: str
+) -> None:
+    """Many jobs from one state to another with one reason is the daemon's one-statement
+    path (`set_state_fast` before): it wrote queued -> running without asking the
+    lifecycle. The same shape is now a list of Changes, each checked where it is made."""
+    jobs = _jobs(from_state, 3)
+    before = [_stamps(j) for j in jobs]
+    with pytest.raises(DisallowedChange, match=f"{from_state} -> {to_state}"):
+        transition([Change(j.pk, (from_state,), to_state) for j in jobs], timezone.now())
+    assert [_stamps(j) for j in jobs] == before
+    assert not JobEvent.objects.filter(job__in=jobs).exists()
+
+
+def test_the_daemons_claims_are_one_statement_that_locks_and_writes() -> None:
+    """The shape the fast path serves (one from-state, one to-state, one reason, nothing
+    else) is one UPDATE that takes its rows' locks itself on PostgreSQL; elsewhere the rows
+    are read and then written. Either way the lifecycle's rule holds: see the tests below."""
+    jobs = _jobs(S.QUEUED, 3)
+    now = timezone.now()
+    changes = [Change(j.pk, (S.QUEUED,), S.ADMITTED, message="Admitted.") for j in jobs]
+    with CaptureQueriesContext(connection) as seen:
+        done = transition(changes, now)
+    assert done.done == {j.pk: S.QUEUED for j in jobs}
+    updates = _job_updates(seen)
+    assert len(updates) == 1, updates
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE SKIP LOCKED" in updates[0]
+        assert not [q for q in seen.captured_queries if q["sql"].startswith("SELECT")]
+    for job in jobs:
+        assert _stamps(job) == (S.ADMITTED, "", None, None, None, now, None)
+
+
+@pytest.mark.parametrize(("from_state", "to_state"), ALLOWED, ids=[f"{a}->{b}" for a, b in ALLOWED])
+def test_one_job_and_many_get_the_same_timestamps_for_the_same_change(
+    from_state: str, to_state: str
+) -> None:
+    """One rule (`job_timestamps`) for every path: the API's one job, the daemon's many in
+    one statement, and the daemon's many by groups (a new attempt is not the one statement's:
+    the attempt counter is not compared here)."""
+    one, *fast, grouped_a, grouped_b = _jobs(from_state, 5)
+    now = timezone.now() - timedelta(minutes=5)
+    job_transition(job=one, to_state=to_state, now=now, reason="why")
+    transition([Change(j.pk, (from_state,), to_state, reason="why") for j in fast], now)
+    transition(
+        [
+            Change(g.pk, (from_state,), to_state, reason="why", new_attempt=True)
+            for g in (grouped_a, grouped_b)
+        ],
+        now,
+    )
+    expected = _stamps(one)
+    assert [_stamps(j) for j in (*fast, grouped_a, grouped_b)] == [expected] * 4
+    state, reason, queued_at, started_at, finished_at, updated_at, _ = expected
+    assert (state, reason, updated_at) == (to_state, "why", now)
+    assert queued_at == (now if to_state == S.QUEUED else None)
+    assert started_at == (now if to_state == S.RUNNING else None)
+    assert finished_at == (
+        now if to_state in {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.REJECTED} else None
+    )
+
+
+def test_a_state_passed_through_gets_the_timestamps_of_both_changes() -> None:
+    """A pod seen started and finished at once (binding -> running -> succeeded in one
+    write) gets what the two changes one after the other give."""
+    twice, once = _jobs(S.BINDING, 2)
+    now = timezone.now() - timedelta(minutes=5)
+    job_transition(job=twice, to_state=S.RUNNING, now=now)
+    job_transition(job=twice, to_state=S.SUCCEEDED, now=now)
+    transition([Change(once.pk, (S.BINDING,), S.SUCCEEDED, via=S.RUNNING)], now)
+    assert _stamps(once) == _stamps(twice)
+    assert _stamps(once)[3:5] == (now, now)  # started and finished
+
+
+@pytest.mark.parametrize(
+    ("from_state", "to_state", "reason"),
+    [
+        (S.PENDING_APPROVAL, S.REJECTED, "rejected by pat: too large"),
+        (S.PENDING_APPROVAL, S.QUEUED, ""),
+        (S.RUNNING, S.QUEUED, "attempt 1 failed; retry in 30 s"),
+    ],
+)
+def test_the_reason_is_written_in_the_same_update_as_the_state(
+    from_state: str, to_state: str, reason: str
+) -> None:
+    """An approval decided wrote the job's state, then its reason in a second UPDATE: a
+    reader between the two saw a rejected job with the reason it had while it waited."""
+    (job,) = _jobs(from_state, 1)
+    with CaptureQueriesContext(connection) as seen:
+        moved = job_transition(job=job, to_state=to_state, reason=reason, message="decided")
+    assert len(_job_updates(seen)) == 1, _job_updates(seen)
+    assert (moved.state, moved.reason) == (to_state, reason)
+    event = JobEvent.objects.get(job=job)
+    assert (event.from_state, event.to_state, event.message) == (from_state, to_state, "decided")
+
+
+def test_a_change_without_a_reason_clears_the_one_the_job_had() -> None:
+    (job,) = _jobs(S.RUNNING, 1)
+    assert job_transition(job=job, to_state=S.SUCCEEDED).reason == ""
+
+
+def test_the_actor_is_recorded_on_the_event_whichever_statement_writes_it() -> None:
+    """`job_transition`'s cancel is the one-statement path on PostgreSQL, its events the
+    bulk insert (COPY): the user who asked is still on the event."""
+    (job,) = _jobs(S.QUEUED, 1)
+    job_transition(job=job, to_state=S.CANCELLED, actor=job.submitted_by, message="mine")
+    event = JobEvent.objects.get(job=job)
+    assert (event.actor_id, event.kind, event.message) == (job.submitted_by_id, "state", "mine")
