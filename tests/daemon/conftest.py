@@ -70,6 +70,19 @@ class Env:
             daemon.step()
 
 
+def low_priority_cluster(env: Env) -> tuple[list[Job], Daemon]:
+    """The cluster filled with low-priority jobs (4 x 8 GPUs), placed and bound, and the daemon
+    that runs them, allowed to preempt at once (no minimum runtime)."""
+    low = [
+        env.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 10_000})
+        for _ in range(4)
+    ]
+    daemon = env.daemon()
+    daemon.profile = type(daemon.profile)(min_runtime_s=0)
+    env.run(daemon, seconds=2, cycles=2)
+    return low, daemon
+
+
 def expire_leases() -> None:
     """Stands for the lease TTL passing after a leader's death (no waiting)."""
     SchedulerLease.objects.update(

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler.daemon.snapshot import build_snapshot
 from scheduler.models import Allocation, GpuDevice, Job
-from tests.daemon.conftest import Env, assert_consistent
+from tests.daemon.conftest import Env, assert_consistent, low_priority_cluster
 
 
 def test_waiting_job_gets_a_reason(env: Env) -> None:
@@ -39,13 +39,7 @@ def test_waiting_reasons_are_refreshed_at_the_daemons_pace(env: Env) -> None:
 
 
 def test_preemption_waits_for_victims_to_stop(env: Env) -> None:
-    low = [
-        env.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 10_000})
-        for _ in range(4)
-    ]
-    daemon = env.daemon()
-    daemon.profile = type(daemon.profile)(min_runtime_s=0)
-    env.run(daemon, seconds=2, cycles=2)
+    low, daemon = low_priority_cluster(env)
     assert Job.objects.filter(state="running").count() == 4
     urgent = env.submit(
         user="alice",
@@ -111,13 +105,7 @@ def test_stale_snapshot_conflict_requeues_only_the_conflicting_jobs(
 def test_jobs_fitted_into_a_victims_leftover_wait_for_it_too(env: Env) -> None:
     """The engine frees a victim's 8 GPUs at once; the preemptor takes 4 and fits a second
     job into the other 4. Both wait until the victim's pod is gone, then start there."""
-    low = [
-        env.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 10_000})
-        for _ in range(4)
-    ]
-    daemon = env.daemon()
-    daemon.profile = type(daemon.profile)(min_runtime_s=0)
-    env.run(daemon, seconds=2, cycles=2)
+    low, daemon = low_priority_cluster(env)
     first, second = (
         env.submit(resources={"gpus": 4}, priority_class="critical", simulation={"duration_s": 60})
         for _ in range(2)

@@ -15,7 +15,7 @@ from scheduler.job_notifications import job_events_notify, job_link
 from scheduler.models import Job
 from tenants import outbox
 from tenants.models import Notification, NotificationChannel, Tenant
-from tests.daemon.conftest import Env
+from tests.daemon.conftest import Env, low_priority_cluster
 
 
 @pytest.fixture
@@ -67,13 +67,7 @@ def test_a_failed_job_notifies_failed_once(hooked: Env) -> None:
 
 def test_a_preempted_job_notifies_preempted_once(hooked: Env) -> None:
     env = hooked
-    low = [
-        env.submit(resources={"gpus": 8}, priority_class="low", simulation={"duration_s": 10_000})
-        for _ in range(4)
-    ]
-    daemon = env.daemon()
-    daemon.profile = type(daemon.profile)(min_runtime_s=0)
-    env.run(daemon, seconds=2, cycles=2)
+    low, daemon = low_priority_cluster(env)
     env.submit(resources={"gpus": 8}, priority_class="critical", simulation={"duration_s": 60})
     env.run(daemon)
     env.run(daemon, seconds=3, cycles=2)
