@@ -11,9 +11,9 @@ from typing import Any
 
 from common.errors import ConflictError
 from scheduler.admission import job_admitted
-from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobState
 from scheduler.quota_usage import usage_by_tenant
+from scheduler.transitions import job_transition
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
 from tenants.approvals import register_subject_handler
 from tenants.models import (
@@ -132,6 +132,7 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
     who = actor.get_username() if actor is not None else "the system"
     note = f": {request.comment}" if request.comment else ""
     if outcome == ApprovalState.APPROVED:
+        # No reason given: the one the job waited with is cleared in the same write.
         job_transition(
             job=job,
             to_state=JobState.QUEUED,
@@ -140,7 +141,6 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
             message=f"Approved by {who}{note}",
             data={"approval": request.pk},
         )
-        Job.objects.filter(pk=job.pk).update(reason="")
         job_admitted(job)
     elif outcome in (ApprovalState.REJECTED, ApprovalState.EXPIRED):
         reason = (
@@ -153,8 +153,8 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
             kind=outcome,
             message=reason,
             data={"approval": request.pk},
+            reason=reason,
         )
-        Job.objects.filter(pk=job.pk).update(reason=reason[:500])
 
 
 def register() -> None:

@@ -9,9 +9,7 @@ second finds the state changed, writes nothing and reports a miss (ConflictError
 
 from __future__ import annotations
 
-from typing import Any
-
-from scheduler.models import FINAL_STATES, Job, JobState
+from scheduler.models import FINAL_STATES, JobState
 
 S = JobState
 
@@ -45,10 +43,3 @@ assert all(S.PREEMPTED in TRANSITIONS[s] for s in HOLDING_STATES)
 
 def is_allowed(from_state: str, to_state: str) -> bool:
     return to_state in TRANSITIONS.get(from_state, frozenset())
-
-
-def job_transition(**kwargs: Any) -> Job:
-    """`scheduler.transitions.job_transition`, for the callers not yet moved there."""
-    from scheduler.transitions import job_transition as move  # transitions imports this table
-
-    return move(**kwargs)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from common.errors import ConflictError
-from scheduler.lifecycle import job_transition
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.services import job_cancel
+from scheduler.transitions import job_transition
 from tests import factories as f
 from tests.concurrency import run_in_threads
 

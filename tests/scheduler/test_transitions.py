@@ -12,9 +12,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduler.approvals import job_request_settle
 from scheduler.lifecycle import TRANSITIONS
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.transitions import Change, DisallowedChange, job_transition, transition
+from tenants.models import ApprovalKind, ApprovalRequest, ApprovalState
 from tests import factories as f
 
 S = JobState
@@ -176,3 +178,33 @@ def test_the_actor_is_recorded_on_the_event_whichever_statement_writes_it() -> N
     job_transition(job=job, to_state=S.CANCELLED, actor=job.submitted_by, message="mine")
     event = JobEvent.objects.get(job=job)
     assert (event.actor_id, event.kind, event.message) == (job.submitted_by_id, "state", "mine")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state", "reason"),
+    [
+        (ApprovalState.APPROVED, S.QUEUED, ""),
+        (ApprovalState.REJECTED, S.REJECTED, "rejected by {who}: too large"),
+        (ApprovalState.EXPIRED, S.REJECTED, "approval expired"),
+    ],
+)
+def test_an_approval_decided_writes_the_jobs_state_and_reason_in_one_update(
+    outcome: str, state: str, reason: str
+) -> None:
+    """The decision moved the job, then wrote its reason in a second UPDATE."""
+    (job,) = _jobs(S.PENDING_APPROVAL, 1)
+    decider = f.UserFactory()
+    request = ApprovalRequest.objects.create(
+        kind=ApprovalKind.JOB,
+        tenant=job.tenant,
+        requester=job.submitted_by,
+        subject_id=job.pk,
+        comment="too large",
+        expires_at=timezone.now() + timedelta(days=1),
+    )
+    with CaptureQueriesContext(connection) as seen:
+        job_request_settle(request=request, outcome=outcome, actor=decider)
+    assert len(_job_updates(seen)) == 1, _job_updates(seen)
+    row = Job.objects.get(pk=job.pk)
+    assert (row.state, row.reason) == (state, reason.format(who=decider.get_username()))
+    assert JobEvent.objects.get(job=job).actor_id == decider.pk
