@@ -1,0 +1,71 @@
+"""A job's events are written four or more times in its life: each index on the table is a
+write more. Reads by time use partial indexes of the few kinds they read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from scheduler.daemon.snapshot import _displaced_sql
+from scheduler.dashboards import FAILURE_KINDS
+from scheduler.models import JobEvent
+from scheduler.queue_snapshots import admission_waits
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgresql("index definitions and plans")]
+
+
+def _indexes() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s",
+            [JobEvent._meta.db_table],
+        )
+        return dict(cursor.fetchall())
+
+
+def test_an_ordinary_event_enters_only_the_key_the_job_and_the_actor_indexes() -> None:
+    """Every index of the events but the primary key and the two foreign keys is partial:
+    a state change (started, finished...) is written to three indexes."""
+    full = [name for name, sql in _indexes().items() if " WHERE " not in sql]
+    assert len(full) == 3, full
+    assert any(name.endswith("_pkey") for name in full)
+
+
+def _plan(queryset: Any) -> str:
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_the_reads_by_time_have_an_index() -> None:
+    """The failures of a dashboard's window and the admissions of a minute are read by an
+    index of their kinds, not by a scan of the whole history."""
+    now = timezone.now()
+    failures = JobEvent.objects.filter(
+        at__gte=now - timedelta(days=30), at__lt=now, kind__in=FAILURE_KINDS
+    ).values("kind")
+    plan = _plan(failures)
+    assert "jobevent_failures_at" in plan, plan
+    admissions = JobEvent.objects.filter(
+        at__gte=now - timedelta(minutes=1), at__lt=now, to_state="admitted", from_state="queued"
+    ).values("id")
+    assert "jobevent_admitted_at" in _plan(admissions)
+    assert admission_waits(now - timedelta(minutes=1), now) == []
+
+
+def test_the_snapshots_recent_preemptions_have_an_index() -> None:
+    """The ping-pong guard's read of recent preemptions, every cycle, uses the failures'
+    partial index."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            f"EXPLAIN {_displaced_sql()}", ["preempted", timezone.now() - timedelta(hours=6), 0]
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "jobevent_failures_at" in plan, plan
