@@ -51,7 +51,7 @@ from scheduler.models import (
     JobState,
     Node,
 )
-from scheduler.transitions import Change, transition
+from scheduler.transitions import Change, job_timestamps, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -241,7 +241,7 @@ def write_starts(rec: ReconcileStats, lease: Lease, cache: SnapshotCache) -> int
     with transaction.atomic():
         lease.fence()
         done = transition(rec.starts, rec.seen_at, versions=versions).done
-    fields = {"state": S.RUNNING, "started_at": rec.seen_at, "reason": ""}
+    fields = {"state": S.RUNNING, "reason": "", **job_timestamps(S.RUNNING, rec.seen_at)}
     cache.remember(versions, fields)
     return len(done)
 
