@@ -17,12 +17,12 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from scheduler.backends.base import PodRequest, pod_name
+from scheduler.backends.base import PodRequest
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.daemon.cache import SnapshotCache
-from scheduler.daemon.rows import POD_KEYS
 from scheduler.daemon.snapshot import Built
 from scheduler.daemon.store import insert_allocations, set_reasons
+from scheduler.daemon.translate import pod_request
 from scheduler.leader import Lease
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, Job, JobState
@@ -285,36 +285,6 @@ def _allocate(
         plan.pods.setdefault(request.job_id, []).append(request)
         plan.allocations.setdefault(request.job_id, []).append(allocation_id)
         plan.shares[allocation_id] = devices
-
-
-def pod_request(
-    row: dict[str, Any], replica: int, node: str, devices: tuple[int, ...]
-) -> PodRequest:
-    """The pod of `replica` of the job of `row` (a job row as the daemon reads it, with
-    `POD_KEYS`) on `node`, given `devices`."""
-    spec = {key: row.get(path) for key, path in POD_KEYS.items()}
-    sim = spec["simulation"] or {}
-    return PodRequest(
-        name=pod_name(row["id"], row["attempt"], replica),
-        namespace=row["project__namespace"],
-        job_id=row["id"],
-        attempt=row["attempt"],
-        replica=replica,
-        replicas=row["replicas"],
-        node=node,
-        gpu_indices=devices,
-        gpu_milli=row["gpu_milli_per_replica"],
-        gpu_memory_mib=row["gpu_memory_mib"],
-        cpu_milli=row["cpu_milli"],
-        memory_mib=row["memory_mib"],
-        image=spec["image"] or "",
-        command=tuple(spec["command"] or ()),
-        env=dict(spec["env"] or {}),
-        priority_class=spec["priority_class"] or "",
-        job_type=row["job_type"],
-        sim_duration_s=sim.get("duration_s"),
-        sim_fail=bool(sim.get("fail")),
-    )
 
 
 # --- phase B ------------------------------------------------------------------------------------

@@ -19,15 +19,19 @@ class LeaseKeeper:
     tests drive). `state()` gives what to save with each renewal (the fair-share history)."""
 
     def __init__(
-        self, lease: Lease, clock: Clock, state: Callable[[], dict[str, Any] | None]
+        self,
+        lease: Lease,
+        clock: Clock,
+        state: Callable[[], dict[str, Any] | None],
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.lease, self.clock, self.state = lease, clock, state
+        self.lease, self.clock, self.state, self.monotonic = lease, clock, state, monotonic
         self._renewed = -math.inf  # monotonic
         self._step_renewed = -math.inf  # daemon clock
 
     def mark_renewed(self) -> None:
         """The lease was just taken or renewed."""
-        self._renewed = time.monotonic()
+        self._renewed = self.monotonic()
         self._step_renewed = self.clock.now()
 
     def renew_due(self) -> bool:
@@ -46,7 +50,7 @@ class LeaseKeeper:
     def keep(self) -> None:
         """Between phases: renew once a third of the TTL has passed (monotonic clock; the
         lease's own times are the database's). LeaseLost when it was lost."""
-        if time.monotonic() - self._renewed < self.lease.ttl_s / 3:
+        if self.monotonic() - self._renewed < self.lease.ttl_s / 3:
             return
         if not self.lease.renew(self.state()):
             raise LeaseLost("lease lost during the cycle")
@@ -61,7 +65,7 @@ class LeaseKeeper:
         paused process) is always followed by a check before the next write."""
         window = self.lease.ttl_s / 6
         since = self.clock.now() - self._step_renewed
-        if 0 <= since < window and time.monotonic() - self._renewed < window:
+        if 0 <= since < window and self.monotonic() - self._renewed < window:
             return
         if not self.lease.renew():
             raise LeaseLost("lease lost before a write to the cluster")

@@ -47,7 +47,7 @@ from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.nodes import sync_nodes
-from scheduler.daemon.phases import CycleStats, Phases, collector_for_the_loop
+from scheduler.daemon.phases import CycleReports, CycleStats, Phases, collector_for_the_loop
 from scheduler.daemon.reconcile import Reconciler, ReconcileStats, write_starts
 from scheduler.daemon.samples import sample_devices
 from scheduler.daemon.snapshot import build_snapshot
@@ -59,8 +59,6 @@ from scheduler.leader import Lease, LeaseLost, daemon_sessions
 from scheduler.profiles import ProfileWatch
 
 log = logging.getLogger("gantry.daemon")
-# Seconds of the daemon's clock between two reports of completed cycles (`Daemon.report`).
-REPORT_EVERY_S = 5.0
 
 
 class Daemon:
@@ -112,7 +110,7 @@ class Daemon:
         self.cycle_no = 0
         self.errors = 0
         self.stop = threading.Event()
-        self._failing, self._reported_at = False, float("-inf")
+        self.report = CycleReports(self.lease, self.time)
         self.last: CycleStats | None = None
 
     @property
@@ -171,20 +169,6 @@ class Daemon:
             log.warning("cluster backend failed (%s); next cycle retries", error)
             self.sleep(min(10.0, 0.1 * 2 ** min(self.errors, 7)))
         return False
-
-    def report(self, error: str | None) -> None:
-        """Record how the cycle went in the lease row (`Lease.record_cycle`), for /healthz and
-        the platform admins: every failure, and a completed cycle after a failure or once
-        every REPORT_EVERY_S of the daemon's clock. A database that is down cannot take the
-        report; /healthz then says so itself."""
-        now = self.clock()
-        if error is None and not self._failing and now - self._reported_at < REPORT_EVERY_S:
-            return
-        try:
-            self.lease.record_cycle(error)
-        except DatabaseError:
-            return
-        self._failing, self._reported_at = error is not None, now
 
     def _db_error(self, error: Exception) -> None:
         self.errors += 1
@@ -298,16 +282,23 @@ class Daemon:
             )
             stats.pods_bound = sum(len(v) for v in outcome.bound.values())
             stats.bind_failed = len(outcome.failed)
+        # Every phase that writes renews first if a third of the TTL has passed: the lease
+        # must not lapse under the cycle's last writes either.
         with phase("starts"):  # after the binds, which it must not delay
+            self.keeper.keep()
             stats.reconciled += write_starts(rec, self.lease, self.cache)
         with phase("reasons"):
+            self.keeper.keep()
             write_reasons(plan, self.lease, self.cache)
         with phase("statistics"):  # after the binds, which it must not delay
+            self.keeper.keep()
             self.statistics.refresh(self.clock())
         with phase("samples"):  # likewise; once per sampling interval
             if self.sampled.due(self.clock()):
+                self.keeper.keep()
                 sample_devices(self.backend, self.lease, self.now_dt())
         with phase("estimates"):  # its own wall-time budget, every GANTRY_ETA_EVERY_S
+            self.keeper.keep()
             self.estimates.after_cycle(
                 now=self.clock(),
                 decayed=self.fair_share.decayed,

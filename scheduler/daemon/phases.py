@@ -1,5 +1,5 @@
-"""A cycle's record (`CycleStats`, with each phase's wall time) and the garbage collector's
-settings while the loop runs."""
+"""A cycle's record (`CycleStats`, with each phase's wall time), how cycles went as the lease
+row reports it (`CycleReports`), and the garbage collector's settings while the loop runs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ import gc
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from django.db import DatabaseError
+
+from scheduler.daemon.state import Clock
+from scheduler.leader import Lease
+
+# Seconds of the daemon's clock between two reports of completed cycles (`CycleReports`).
+REPORT_EVERY_S = 5.0
 
 
 @dataclass
@@ -65,3 +73,24 @@ class _Phase:
 
     def __exit__(self, *exc: object) -> None:
         self.stats.phases_ms[self.name] = round((time.perf_counter() - self.started) * 1000, 2)
+
+
+class CycleReports:
+    """How the cycles go, recorded in the lease row (`Lease.record_cycle`) for /healthz and
+    the platform admins: every failure, and a completed cycle after a failure or once every
+    REPORT_EVERY_S of the daemon's clock. A database that is down cannot take the report;
+    /healthz then says so itself."""
+
+    def __init__(self, lease: Lease, clock: Clock) -> None:
+        self.lease, self.clock = lease, clock
+        self._failing, self._reported_at = False, float("-inf")
+
+    def __call__(self, error: str | None) -> None:
+        now = self.clock.now()
+        if error is None and not self._failing and now - self._reported_at < REPORT_EVERY_S:
+            return
+        try:
+            self.lease.record_cycle(error)
+        except DatabaseError:
+            return
+        self._failing, self._reported_at = error is not None, now

@@ -70,7 +70,7 @@ ALLOC_FIELDS = (
     "node__ready",
     "node__present",
     "bound_at",
-    # for the snapshot that follows (scheduler.adapters.build_snapshot)
+    # for the snapshot that follows (scheduler.daemon.snapshot.build_snapshot)
     "flavor",
     "started_at",
 )

@@ -1,6 +1,6 @@
 """Database to engine: the one place where rows become `scheduler.core` types (jobs, nodes,
-tenants with their quotas, priority classes, what runs). Core ids: a job is `str(job.pk)`, a
-tenant its slug, a node its name, a flavor its name."""
+tenants with their quotas, priority classes, what runs), and the pods the backend creates.
+Core ids: a job is `str(job.pk)`, a tenant its slug, a node its name, a flavor its name."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from scheduler.backends.base import PodRequest, pod_name
 from scheduler.core.types import (
     Device,
     DeviceShare,
@@ -23,7 +24,7 @@ from scheduler.core.types import (
 )
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Tenant as CoreTenant
-from scheduler.daemon.rows import SPEC_KEYS, ts
+from scheduler.daemon.rows import POD_KEYS, SPEC_KEYS, ts
 from scheduler.models import (
     GpuDevice,
     JobState,
@@ -194,4 +195,34 @@ def priority_classes(rows: Iterable[Mapping[str, Any]]) -> tuple[PriorityClass, 
             critical=not pc["preemptible"],
         )
         for pc in rows
+    )
+
+
+def pod_request(
+    row: dict[str, Any], replica: int, node: str, devices: tuple[int, ...]
+) -> PodRequest:
+    """The pod of `replica` of the job of `row` (a job row as the daemon reads it, with
+    `POD_KEYS`) on `node`, given `devices`."""
+    spec = {key: row.get(path) for key, path in POD_KEYS.items()}
+    sim = spec["simulation"] or {}
+    return PodRequest(
+        name=pod_name(row["id"], row["attempt"], replica),
+        namespace=row["project__namespace"],
+        job_id=row["id"],
+        attempt=row["attempt"],
+        replica=replica,
+        replicas=row["replicas"],
+        node=node,
+        gpu_indices=devices,
+        gpu_milli=row["gpu_milli_per_replica"],
+        gpu_memory_mib=row["gpu_memory_mib"],
+        cpu_milli=row["cpu_milli"],
+        memory_mib=row["memory_mib"],
+        image=spec["image"] or "",
+        command=tuple(spec["command"] or ()),
+        env=dict(spec["env"] or {}),
+        priority_class=spec["priority_class"] or "",
+        job_type=row["job_type"],
+        sim_duration_s=sim.get("duration_s"),
+        sim_fail=bool(sim.get("fail")),
     )
