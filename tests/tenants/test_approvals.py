@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,6 +15,7 @@ from django.apps import apps as django_apps
 from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from common.errors import ConflictError
@@ -431,6 +433,32 @@ def test_reject_rejects_the_job(org: Org, pending_job: Job) -> None:
     pending_job.refresh_from_db()
     assert pending_job.state == JobState.REJECTED
     assert pending_job.reason == "rejected by dana: too big"
+
+
+JOB_UPDATE = re.compile(r'\bUPDATE\s+"?scheduler_job"?\s', re.IGNORECASE)
+
+
+@pytest.mark.parametrize(
+    ("approve", "state", "reason"),
+    [(True, JobState.QUEUED, ""), (False, JobState.REJECTED, "rejected by dana: too big")],
+    ids=["approve", "reject"],
+)
+def test_settling_a_job_request_writes_its_state_and_reason_in_one_update(
+    org: Org, pending_job: Job, approve: bool, state: str, reason: str
+) -> None:
+    # The reason goes with the transition, not in a second write after it (which a reader
+    # between the two saw as the new state with the old reason).
+    with CaptureQueriesContext(connection) as queries:
+        approval_decide(
+            user=org.users["dana"],
+            request=request_of(pending_job),
+            approve=approve,
+            comment="too big",
+        )
+    updates = [q["sql"] for q in queries.captured_queries if JOB_UPDATE.search(q["sql"])]
+    assert len(updates) == 1, updates
+    pending_job.refresh_from_db()
+    assert (pending_job.state, pending_job.reason) == (state, reason)
 
 
 def test_tenants_decide_works_for_job_requests_too(org: Org, pending_job: Job) -> None:
