@@ -30,6 +30,7 @@ from django.db import DatabaseError, transaction
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
 from scheduler.daemon.snapshot import build_snapshot
+from scheduler.daemon.translate import core_job_id
 from scheduler.leader import LeaseLost
 from scheduler.models import Job, JobQueueEstimate, JobState
 from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of
@@ -112,7 +113,7 @@ def _sample(row: Mapping[str, Any]) -> tuple[Groups, float]:
 
 def refresh_estimates(
     snapshot: Snapshot,
-    rows: Mapping[str, Mapping[str, Any]],
+    rows: Mapping[int, Mapping[str, Any]],
     profile: Profile,
     model: RuntimeModel,
     config: EtaSettings,
@@ -123,7 +124,7 @@ def refresh_estimates(
     """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
     its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one); `fence` is
     called inside the writing transaction (the daemon's `Lease.fence`)."""
-    groups = {key: job_groups(row) for key, row in rows.items()}
+    groups = {core_job_id(key): job_groups(row) for key, row in rows.items()}
     deadline = monotonic() + config.budget_s
     # 2. order and positions, 3. estimates of the head of the queue, on a budget
     found = estimate_queue(

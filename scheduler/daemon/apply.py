@@ -22,7 +22,7 @@ from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.snapshot import Built
 from scheduler.daemon.store import insert_allocations, set_reasons
-from scheduler.daemon.translate import pod_request
+from scheduler.daemon.translate import Decisions, decisions, job_pk, pod_request
 from scheduler.leader import Lease
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, Job, JobState
@@ -50,11 +50,11 @@ class Plan:
 # --- phase A ------------------------------------------------------------------------------------
 
 
-def _deferred_reason(placement: Any, preemptors: set[tuple[str, str]]) -> str:
+def _deferred_reason(job_id: int, placement: Placement, chosen: Decisions) -> str:
     """Why a placed job waits for other jobs to stop: it preempted them, or it fits only on
     the quota or devices that jobs preempted for others free."""
     victims = placement.victims
-    own = [v for v in victims if (placement.job_id, v) in preemptors]
+    own = [v for v in victims if job_id in chosen.preemptor_of.get(job_pk(v), ())]
     if not victims:
         return "preempting job(s) of lower priority; starts when they have stopped"
     if own:
@@ -74,42 +74,41 @@ def apply_decisions(
     """`reasons_due`: whether the waiting reasons of every job are refreshed this cycle
     (otherwise only those of jobs waiting on their victims)."""
     plan = Plan()
+    chosen = decisions(result)
     # A job in retry backoff keeps the reason its attempt failed with.
     waiting = {
-        int(w.job_id): w.message
-        for w in result.waiting
-        if not (w.code == WaitCode.BACKOFF and built.jobs[w.job_id]["reason"])
+        job_id: w.message
+        for job_id, w in chosen.waiting
+        if not (w.code == WaitCode.BACKOFF and built.jobs[job_id]["reason"])
     }
-    held = _victim_devices(built, result)
+    held = _victim_devices(built, chosen)
     pending = set(built.pending_ids)
-    deferred: set[str] = set()
-    preemptors = {(p.preemptor, p.job_id) for p in result.preemptions}
-    for placement in result.placements:
-        job_id = int(placement.job_id)
+    deferred: set[int] = set()
+    for job_id, placement in chosen.placements:
         uses = {(a.node, sh.device) for a in placement.assignments for sh in a.shares}
         if placement.victims or uses & held:
-            deferred.add(placement.job_id)
+            deferred.add(job_id)
             if job_id in pending:
-                waiting[job_id] = _deferred_reason(placement, preemptors)
+                waiting[job_id] = _deferred_reason(job_id, placement, chosen)
     # Jobs waiting on their victims are told at once; the other reasons are refreshed at the
     # daemon's pace, the head of the queue first, the rest on later refreshes (bounds the
     # writes when thousands wait and their reasons' figures keep changing).
-    placed = {int(p.job_id) for p in result.placements if p.job_id not in deferred}
+    placed = {job_id for job_id, _ in chosen.placements if job_id not in deferred}
     order = [j for j in built.pending_ids if j in waiting and j not in placed]
     if not reasons_due:
-        order = [j for j in order if str(j) in deferred]
-    current = {j: built.jobs[str(j)]["reason"] for j in order}
+        order = [j for j in order if j in deferred]
+    current = {j: built.jobs[j]["reason"] for j in order}
     changed = [j for j in order if current[j] != waiting[j][:500]][:REASONS_PER_CYCLE]
     # Reasons are written after the pods are bound (`write_reasons`), in their own
     # transaction: hundreds of them must not delay the placed jobs' start.
     plan.reasons = {j: waiting[j][:500] for j in changed}
-    if not (result.preemptions or placed):
+    if not (chosen.preemptions or placed):
         return plan  # nothing to write here: no transaction
     written: dict[int, int] = {}
     with transaction.atomic():
         lease.fence()
-        _preempt(built, result, plan, now)
-        _place(lease.epoch or 0, built, result, plan, now, deferred, written)
+        _preempt(built, chosen, plan, now)
+        _place(lease.epoch or 0, built, chosen, plan, now, deferred, written)
     # Committed. A claim undone in the same transaction is no longer in `plan.claimed`. The
     # new allocations' device shares go to the cache too (they never change while active).
     cache.remember({j: v for j, v in written.items() if j in plan.claimed}, _ADMITTED)
@@ -130,20 +129,20 @@ def write_reasons(plan: Plan, lease: Lease, cache: SnapshotCache) -> None:
         cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})
 
 
-def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> None:
+def _preempt(built: Built, chosen: Decisions, plan: Plan, now: datetime) -> None:
     """Write the cycle's preemptions. The engine does not know which jobs are stopping: a
     victim already preempted, whose pods are still going, is chosen again until they are
     gone, and has nothing to write. A victim that another writer changed or holds locked
     is not preempted; its preemptor's placement waits for it anyway (`deferred`), and the
     next cycle decides again."""
     whole = [
-        p
-        for p in result.preemptions
-        if p.whole_job and built.jobs[p.job_id]["state"] in HOLDING_STATES
+        (job_id, p)
+        for job_id, p in chosen.preemptions
+        if p.whole_job and built.jobs[job_id]["state"] in HOLDING_STATES
     ]
     changes = [
         Change(
-            int(p.job_id),
+            job_id,
             HOLDING_STATES,
             S.PREEMPTED,
             message=f"Preempted: {p.reason}.",
@@ -151,16 +150,16 @@ def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> No
             kind="preempted",
             data={"preemptor": p.preemptor, "work_lost_gpu_s": round(p.work_lost_gpu_s)},
         )
-        for p in whole
+        for job_id, p in whole
     ]
     done = transition(changes, now).done
     plan.preempted = len(done)
     stopping = list(Allocation.objects.filter(job_id__any=list(done), ended_at__isnull=True))
-    for p in result.preemptions:
+    for job_id, p in chosen.preemptions:
         if not p.whole_job:
             stopping += list(
                 Allocation.objects.filter(
-                    job_id=int(p.job_id), replica__in=p.replicas, ended_at__isnull=True
+                    job_id=job_id, replica__in=p.replicas, ended_at__isnull=True
                 )
             )
     for allocation in stopping:
@@ -169,14 +168,14 @@ def _preempt(built: Built, result: CycleResult, plan: Plan, now: datetime) -> No
     Allocation.objects.bulk_update(stopping, ["end_reason"])
 
 
-def _victim_devices(built: Built, result: CycleResult) -> set[tuple[str, int]]:
+def _victim_devices(built: Built, chosen: Decisions) -> set[tuple[str, int]]:
     """Devices of this cycle's victims. The engine counts them free at once; they are free
     only when the victims' pods are gone, so no placement may use them this cycle (neither
     the preemptor's nor another job's that the engine fitted into what was left)."""
-    running = {r.job.id: r for r in built.snapshot.running}
+    running = {job_pk(r.job.id): r for r in built.snapshot.running}
     out: set[tuple[str, int]] = set()
-    for p in result.preemptions:
-        victim = running.get(p.job_id)
+    for job_id, p in chosen.preemptions:
+        victim = running.get(job_id)
         if victim is None:
             continue
         for a in victim.assignments:
@@ -188,32 +187,32 @@ def _victim_devices(built: Built, result: CycleResult) -> set[tuple[str, int]]:
 def _place(
     epoch: int,
     built: Built,
-    result: CycleResult,
+    chosen: Decisions,
     plan: Plan,
     now: datetime,
-    deferred: set[str],
+    deferred: set[int],
     versions: dict[int, int],
 ) -> None:
     pending = set(built.pending_ids)
-    ready = [p for p in result.placements if p.job_id not in deferred]
-    fresh = [p for p in ready if int(p.job_id) in pending]
-    grow = [p for p in ready if int(p.job_id) not in pending]
+    ready = [(j, p) for j, p in chosen.placements if j not in deferred]
+    fresh = [(j, p) for j, p in ready if j in pending]
+    grow = [(j, p) for j, p in ready if j not in pending]
     admitted = "Admitted: placement decided, quota charged."
-    claims = [Change(int(p.job_id), (S.QUEUED,), S.ADMITTED, message=admitted) for p in fresh]
+    claims = [Change(j, (S.QUEUED,), S.ADMITTED, message=admitted) for j, _ in fresh]
     claimed = set(transition(claims, now, versions=versions).done)
     plan.claimed = claimed
     growing = set(
         Job.objects.filter(
-            id__any=[int(p.job_id) for p in grow], state__in=(S.BINDING, S.RUNNING)
+            id__any=[j for j, _ in grow], state__in=(S.BINDING, S.RUNNING)
         ).values_list("id", flat=True)
     )
-    chosen = [p for p in fresh if int(p.job_id) in claimed]
-    chosen += [p for p in grow if int(p.job_id) in growing]
-    if not chosen:
+    placing = [(j, p) for j, p in fresh if j in claimed]
+    placing += [(j, p) for j, p in grow if j in growing]
+    if not placing:
         return
     try:
         with transaction.atomic():
-            _allocate(epoch, built, chosen, plan, now)
+            _allocate(epoch, built, placing, plan, now)
     except IntegrityError as error:
         # The snapshot was stale somewhere (a device given out meanwhile): one job at a time,
         # so only the conflicting ones wait for the next cycle.
@@ -221,14 +220,14 @@ def _place(
         plan.pods.clear()
         plan.allocations.clear()
         plan.shares.clear()
-        for placement in chosen:
+        for job_id, placement in placing:
             try:
                 with transaction.atomic():
-                    _allocate(epoch, built, [placement], plan, now)
+                    _allocate(epoch, built, [(job_id, placement)], plan, now)
             except IntegrityError as error:
-                log.warning("job %s not allocated: %s", placement.job_id, error)
-                _unclaim(int(placement.job_id), now)
-                plan.claimed.discard(int(placement.job_id))
+                log.warning("job %s not allocated: %s", job_id, error)
+                _unclaim(job_id, now)
+                plan.claimed.discard(job_id)
 
 
 def _unclaim(job_id: int, now: datetime) -> None:
@@ -249,14 +248,14 @@ def _unclaim(job_id: int, now: datetime) -> None:
 
 
 def _allocate(
-    epoch: int, built: Built, placements: list[Placement], plan: Plan, now: datetime
+    epoch: int, built: Built, placements: list[tuple[int, Placement]], plan: Plan, now: datetime
 ) -> None:
     rows: list[tuple[Any, ...]] = []
     shares: list[list[tuple[int, int, int]]] = []
     held: list[tuple[DeviceShare, ...]] = []  # the same shares, as the snapshot reads them
     requests: list[PodRequest] = []
-    for placement in placements:
-        row = built.jobs[placement.job_id]
+    for job_id, placement in placements:
+        row = built.jobs[job_id]
         for a in placement.assignments:
             request = pod_request(row, a.replica, a.node, tuple(s.device for s in a.shares))
             rows.append(

@@ -55,7 +55,7 @@ class Built:
     """A snapshot and the rows behind it, for the daemon to act on decisions."""
 
     snapshot: Snapshot
-    jobs: dict[str, dict[str, Any]]  # core id -> job row (values), pending and running
+    jobs: dict[int, dict[str, Any]]  # job id -> its row (values), pending and running
     pending_ids: list[int]
     nodes: dict[str, int]  # node name -> id
     devices: dict[tuple[str, int], int]  # (node name, index) -> device id
@@ -128,7 +128,7 @@ def build_snapshot(
         pending=pending,
         decayed_usage=dict(decayed),
     )
-    jobs = {str(r["id"]): r for r in [*running_rows.values(), *pending_rows]}
+    jobs = {r["id"]: r for r in [*running_rows.values(), *pending_rows]}
     return Built(snapshot, jobs, [r["id"] for r in pending_rows], node_ids, devices)
 
 

@@ -1,26 +1,33 @@
 """Database to engine: the one place where rows become `scheduler.core` types (jobs, nodes,
 tenants with their quotas, priority classes, what runs), and the pods the backend creates.
-Core ids: a job is `str(job.pk)`, a tenant its slug, a node its name, a flavor its name."""
+Core ids: a job is `core_job_id(job.pk)`, a tenant its slug, a node its name, a flavor its
+name. The daemon's own code speaks of jobs by primary key only: the engine's result comes
+back through `decisions`, in primary keys."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.backends.base import PodRequest, pod_name
 from scheduler.core.types import (
+    CycleResult,
     Device,
     DeviceShare,
     JobKind,
     JobRequest,
+    Placement,
+    Preemption,
     PriorityClass,
     Quota,
     ReplicaAssignment,
     Resources,
     RunningJob,
     Taint,
+    WaitReason,
 )
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Tenant as CoreTenant
@@ -119,7 +126,7 @@ def job_request(
     spec = {key: row.get(path) for key, path in SPEC_KEYS.items()}
     inference = row["job_type"] == "inference"
     return JobRequest(
-        id=str(row["id"]),
+        id=core_job_id(row["id"]),
         tenant=slugs.get(row["tenant_id"], ""),
         priority_class=classes[row["priority_class_id"]]["name"],
         resources=Resources(
@@ -225,4 +232,37 @@ def pod_request(
         job_type=row["job_type"],
         sim_duration_s=sim.get("duration_s"),
         sim_fail=bool(sim.get("fail")),
+    )
+
+
+def core_job_id(pk: int) -> str:
+    """The engine's id of the job `pk`."""
+    return str(pk)
+
+
+def job_pk(core_id: str) -> int:
+    """The primary key of the job the engine calls `core_id`."""
+    return int(core_id)
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """A cycle's result under the jobs' primary keys: what to place, what to preempt and
+    why the others wait. `victims_of` maps each placement's job to the jobs it preempted."""
+
+    placements: tuple[tuple[int, Placement], ...]
+    preemptions: tuple[tuple[int, Preemption], ...]
+    waiting: tuple[tuple[int, WaitReason], ...]
+    preemptor_of: dict[int, set[int]]
+
+
+def decisions(result: CycleResult) -> Decisions:
+    preemptor_of: dict[int, set[int]] = defaultdict(set)
+    for p in result.preemptions:
+        preemptor_of[job_pk(p.job_id)].add(job_pk(p.preemptor))
+    return Decisions(
+        placements=tuple((job_pk(p.job_id), p) for p in result.placements),
+        preemptions=tuple((job_pk(p.job_id), p) for p in result.preemptions),
+        waiting=tuple((job_pk(w.job_id), w) for w in result.waiting),
+        preemptor_of=dict(preemptor_of),
     )

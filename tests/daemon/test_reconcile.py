@@ -55,8 +55,8 @@ def test_reconcile_hands_the_snapshot_rows_and_writes_the_starts_after_the_binds
     assert whole_rows == []
     assert set(rec.rows) == {keeps.pk}
     assert [r.job.id for r in built.snapshot.running] == [str(keeps.pk)]
-    assert built.jobs[str(keeps.pk)]["state"] == "binding"  # as read: written after the binds
-    assert again.jobs[str(keeps.pk)]["state"] == "running"
+    assert built.jobs[keeps.pk]["state"] == "binding"  # as read: written after the binds
+    assert again.jobs[keeps.pk]["state"] == "running"
     version = daemon.cache.rows[keeps.pk][0]
     row_version = RawSQL("xmin::text::bigint", ())
     current = Job.objects.annotate(v=row_version).values_list("v", flat=True).get(pk=keeps.pk)

@@ -9,9 +9,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler.core.types import JobKind
+from scheduler.core.types import (
+    CycleResult,
+    JobKind,
+    Placement,
+    Preemption,
+    WaitCode,
+    WaitReason,
+)
 from scheduler.daemon.rows import ROW_FIELDS
-from scheduler.daemon.translate import job_request, priority_classes
+from scheduler.daemon.translate import core_job_id, decisions, job_pk, job_request, priority_classes
 from scheduler.models import Job
 from tenants.models import JobType, PriorityClass
 from tests.daemon.conftest import Env
@@ -83,3 +90,29 @@ def test_the_engine_reads_each_models_per_user_cap(env: Env) -> None:
                          limit_milli=0, user_limit_milli=2000)  # fmt: skip
     tenants = {t.name: t for t in build_snapshot(env.clock(), decayed={}).snapshot.tenants}
     assert tenants["team-alpha"].user_caps == {"H100-80GB": 0, "A100-40GB": 2000}
+
+
+def test_the_engines_result_comes_back_in_primary_keys() -> None:
+    """The daemon speaks of jobs by primary key only: `decisions` turns the engine's ids
+    back, once, and says who preempted whom."""
+    result = CycleResult(
+        placements=(Placement(job_id="12", flavor="H100", assignments=(), victims=("7",)),),
+        preemptions=(
+            Preemption(
+                job_id="7",
+                preemptor="12",
+                replicas=(0,),
+                whole_job=True,
+                reason="reclaim",
+                work_lost_gpu_s=0.0,
+            ),
+        ),
+        reservations=(),
+        waiting=(WaitReason(job_id="30", code=WaitCode.QUOTA, message="over quota"),),
+    )
+    chosen = decisions(result)
+    assert [(j, p.job_id) for j, p in chosen.placements] == [(12, "12")]
+    assert [j for j, _ in chosen.preemptions] == [7]
+    assert [(j, w.message) for j, w in chosen.waiting] == [(30, "over quota")]
+    assert chosen.preemptor_of == {7: {12}}
+    assert job_pk(core_job_id(12)) == 12
