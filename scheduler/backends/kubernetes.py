@@ -165,7 +165,7 @@ class KubernetesBackend:
                 response.release_conn()
             return json.loads(body) if body else None
 
-        reads = fn.__name__.startswith(("read_", "list_"))
+        reads = getattr(fn, "__name__", "").startswith(("read_", "list_"))
         return call_with_retry(
             once,
             self.policy,
