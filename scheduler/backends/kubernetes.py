@@ -15,7 +15,6 @@ UnsafePodSpec (a BackendError and a ValueError). No client exception leaves the 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -24,6 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -53,7 +53,7 @@ from scheduler.backends.kubernetes_render import (
 from scheduler.backends.kubernetes_retry import call_with_retry, describe
 from scheduler.backends.kubernetes_status import pod_status
 from scheduler.backends.kubernetes_watch import ListWatcher
-from scheduler.backends.retry import RetryPolicy
+from scheduler.backends.retry import RetryPolicy, WriteFence
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -138,18 +138,12 @@ class KubernetesBackend:
         self._watchers: list[ListWatcher[PodStatus]] = []
         # Namespaces seen to carry Gantry's label, so each is read once per process.
         self._own_namespaces: set[str] = set()
-        # Run before every try of a write (`fenced`): the daemon's lease fence.
-        self._fence: Callable[[], None] | None = None
+        self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
 
-    @contextlib.contextmanager
-    def fenced(self, check: Callable[[], None]) -> Iterator[None]:
+    def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
         """While in the block, run `check` before every try of every write (create, bind,
         delete, patch): the daemon's lease fence, which raises once it no longer leads."""
-        before, self._fence = self._fence, check
-        try:
-            yield
-        finally:
-            self._fence = before
+        return self._fence.held(check)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -172,7 +166,7 @@ class KubernetesBackend:
             sleep=self._sleep,
             rand=self._rand,
             what=what,
-            before_try=None if reads else self._fence,
+            before_try=None if reads else self._fence.check,
         )
 
     def _timeout(self) -> tuple[float, float]:

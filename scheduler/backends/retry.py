@@ -7,10 +7,11 @@ write costs at most `RetryPolicy.attempts` calls to the cluster.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -35,6 +36,23 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None, rand: Callable[[], float]) -> float:
         backoff = min(self.cap_s, self.base_s * (2**attempt)) * rand()
         return max(backoff, retry_after or 0.0)
+
+
+class WriteFence:
+    """The check a backend runs before every try of a write (`FencedWrites.fenced`): the
+    innermost `held` block's, or none outside any. Blocks nest, so daemons sharing one
+    backend in a test each fence their own calls."""
+
+    def __init__(self) -> None:
+        self.check: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def held(self, check: Callable[[], None]) -> Iterator[None]:
+        before, self.check = self.check, check
+        try:
+            yield
+        finally:
+            self.check = before
 
 
 def transient(exc: BaseException) -> BackendError | None:

@@ -22,7 +22,8 @@ class Cluster:
 
     def call(self, call: Callable[[], None]) -> None:
         """`call` once this daemon is known to lead (`LeaseKeeper.fence_cluster_write`):
-        LeaseLost, and nothing sent, otherwise."""
+        LeaseLost, and nothing sent, otherwise. A backend that fences its own writes checks
+        again before each try (a cheap clock read while the lease is fresh)."""
         self.keeper.fence_cluster_write()
         if self._fenced is not None:
             with self._fenced.fenced(self.keeper.fence_cluster_write):
@@ -50,7 +51,5 @@ class Cluster:
                 log.warning("could not delete pod %s/%s: %s", namespace, name, error)
 
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
-        """Cordon or uncordon `node` in the cluster, fenced (not retried: the next sync
-        mirrors the cordons again)."""
-        self.keeper.fence_cluster_write()
-        self.backend.set_node_unschedulable(node, unschedulable)
+        """Cordon or uncordon `node` in the cluster."""
+        self.call(lambda: self.backend.set_node_unschedulable(node, unschedulable))

@@ -248,7 +248,7 @@ def job_pk(core_id: str) -> int:
 @dataclass(frozen=True)
 class Decisions:
     """A cycle's result under the jobs' primary keys: what to place, what to preempt and
-    why the others wait. `victims_of` maps each placement's job to the jobs it preempted."""
+    why the others wait. `preemptor_of` maps each victim to the jobs it was preempted for."""
 
     placements: tuple[tuple[int, Placement], ...]
     preemptions: tuple[tuple[int, Preemption], ...]

@@ -22,14 +22,14 @@ ever) until the node heals or the pod is force-deleted (a grace period of 0).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import random
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
@@ -42,7 +42,7 @@ from scheduler.backends.base import (
     PodRequest,
     PodStatus,
 )
-from scheduler.backends.retry import RetryPolicy, call_with_retry
+from scheduler.backends.retry import RetryPolicy, WriteFence, call_with_retry
 
 Method = TypeVar("Method", bound=Callable[..., Any])
 # Seconds a job of each type runs when the spec sets no simulation.duration_s;
@@ -119,8 +119,8 @@ def _api(*, write: bool) -> Callable[[Method], Method]:
         @functools.wraps(method)
         def call(self: SimulatedCluster, *args: Any, **kwargs: Any) -> Any:
             if not self._faults.get(method.__name__):  # nothing injected: one try
-                if write and self._fence is not None:
-                    self._fence()
+                if write and self._fence.check is not None:
+                    self._fence.check()
                 return method(self, *args, **kwargs)
             return call_with_retry(
                 lambda: method(self, *args, **kwargs),
@@ -128,7 +128,7 @@ def _api(*, write: bool) -> Callable[[Method], Method]:
                 sleep=self.retry_sleep,
                 rand=self._rand,
                 what=method.__name__,
-                before_try=self._fence if write else None,
+                before_try=self._fence.check if write else None,
             )
 
         return cast(Method, call)
@@ -158,19 +158,13 @@ class SimulatedCluster:
         self._stuck: dict[int, str] = {}  # job id -> why its pods never start
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
-        self._fence: Callable[[], None] | None = None
+        self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
         self._rand = random.Random(self.seed).random  # noqa: S311 - backoff jitter
 
-    @contextlib.contextmanager
-    def fenced(self, check: Callable[[], None]) -> Iterator[None]:
+    def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
         """While in the block, run `check` before every try of every write (create, bind,
-        delete, cordon). Blocks nest: daemons sharing this cluster in a test each fence
-        their own calls."""
-        before, self._fence = self._fence, check
-        try:
-            yield
-        finally:
-            self._fence = before
+        delete, cordon)."""
+        return self._fence.held(check)
 
     # --- faults ---------------------------------------------------------------------------
 
