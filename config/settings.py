@@ -181,7 +181,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["scheduler.api.permissions.PeopleOnly"],
     "DEFAULT_PARSER_CLASSES": ["common.api.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": _RENDERERS,
     "DEFAULT_PAGINATION_CLASS": "common.api.pagination.StrictPageNumberPagination",

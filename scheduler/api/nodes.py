@@ -18,6 +18,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -238,7 +239,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return self._act(request, lambda n, r: services.node_heal(user=request.user, node=n))
 
     @extend_schema(request=GpuReportIn, responses=GpuReportOut)
-    @action(detail=False, methods=["post"])
+    @action(detail=False, methods=["post"], permission_classes=[IsAuthenticated])
     def report(self, request: Request) -> Response:
         """The node agent's readings of every GPU of one node."""
         if not services.can_report(request.user):

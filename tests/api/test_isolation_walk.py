@@ -8,7 +8,6 @@ every list, and never changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,6 +35,7 @@ from tenants.models import (
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, make_node
 from tests.conftest import Org, job_spec
+from tests.isolation_personas import AGENT, AGENT_NODE, add_personas, token_client
 from tests.whatif.builders import kept_run
 from whatif.models import WhatIf
 
@@ -162,15 +162,29 @@ TENANT_ADMINS = {"tina", "dana"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
 NO_TENANT_DATA = {"schema", "api-docs", "api-token", "me"}
 
-# persona -> (the tenant whose objects they must never see, may they see everything?)
+# persona -> the tenant whose objects they must never see (tests/isolation_personas.py adds
+# april, gus and nobody; "+token" walks as that user through the token, not the session)
 PERSONAS = {
     "alice": "bravo",  # member of team-alpha
+    "alice+token": "bravo",  # alice's API token
+    "april": "bravo",  # approver of team-alpha
     "bob-bravo": "alpha",  # member of team-bravo
     "tina": "bravo",  # admin of team-alpha
     "dana": "charlie",  # admin of research (alpha and bravo)
     "chris": "alpha",  # member of team-charlie
+    "gus": "alpha",  # member of a group below team-charlie
+    "nobody": "alpha",  # no role anywhere: every tenant is foreign
 }
 MARKERS = {"alpha": "alpha", "bravo": "bravo", "charlie": "charlie"}
+# The markers a persona must never see: nobody sees none of the teams.
+NEVER_SEEN = {"nobody": ("alpha", "bravo", "charlie")}
+
+
+def walk_client(org: Org, client_for: Any, persona: str) -> Any:
+    """The persona's client: "name+token" sends the user's API token, as the CLI does."""
+    if persona.endswith("+token"):
+        return token_client(org.users[persona.removesuffix("+token")])
+    return client_for(persona)
 
 
 def basename(route: Route) -> str:
@@ -355,11 +369,12 @@ def test_every_route_is_covered() -> None:
 
 @pytest.mark.parametrize("persona", sorted(PERSONAS))
 def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, persona: str) -> None:
+    add_personas(org)
     populate(org)
     populate_billing(org)
     foreign: Tenant = getattr(org, PERSONAS[persona])
-    marker = MARKERS[PERSONAS[persona]]
-    client = client_for(persona)
+    markers = NEVER_SEEN.get(persona, (MARKERS[PERSONAS[persona]],))
+    client = walk_client(org, client_for, persona)
     before = counts()
     for route in api_routes():
         base = basename(route)
@@ -378,7 +393,8 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
             expected = 404 if shut else 200
             assert response.status_code == expected, (persona, route.template, response.status_code)
             if base not in NO_TENANT_DATA or base == "me":
-                assert marker not in text_of(response), (persona, route.template)
+                text = text_of(response)
+                assert not [m for m in markers if m in text], (persona, route.template)
         if not route.is_detail and "POST" in route.methods and base not in NO_TENANT_DATA:
             body = foreign_create_body(route.name, org, foreign)
             response = client.post("/" + route.template, body, format="json")
@@ -453,24 +469,42 @@ def test_platform_admin_sees_everything(org: Org, client_for: Any) -> None:
     }
 
 
-@pytest.mark.parametrize("persona", sorted(PERSONAS))
+# A role in acme over no metered usage: their statement lines are none.
+NO_USAGE = {"gus"}
+
+
+@pytest.mark.parametrize("persona", sorted(set(PERSONAS) - {"nobody"}))
 def test_statement_shows_each_persona_only_their_part(
     org: Org, client_for: Any, persona: str
 ) -> None:
     """Everyone in acme reads acme's statement, but its lines and roll-up only as far as the
     cost API would show them; the foreign team's name appears nowhere."""
+    add_personas(org)
     populate(org)
     statement = populate_billing(org)
-    client = client_for(persona)
+    client = walk_client(org, client_for, persona)
     marker = MARKERS[PERSONAS[persona]]
     for url in [f"/api/v1/statements/{statement.pk}/", f"/api/v1/statements/{statement.pk}/lines/"]:
         response = client.get(url)
         assert response.status_code == 200, (persona, url, response.status_code)
         assert marker not in response.content.decode(), (persona, url)
     lines = client.get(f"/api/v1/statements/{statement.pk}/lines/").json()["results"]
-    assert lines, persona  # their own part is there
+    if persona in NO_USAGE:
+        assert lines == [], persona
+    else:
+        assert lines, persona  # their own part is there
     finance = client_for("carol").get(f"/api/v1/statements/{statement.pk}/lines/").json()
     assert marker in str(finance["results"])  # the walk has teeth: the line exists
+
+
+def test_a_user_without_a_role_reads_no_statement(org: Org, client_for: Any) -> None:
+    add_personas(org)
+    populate(org)
+    statement = populate_billing(org)
+    client = client_for("nobody")
+    for url in [f"/api/v1/statements/{statement.pk}/", f"/api/v1/statements/{statement.pk}/lines/"]:
+        assert client.get(url).status_code == 404, url
+    assert client.get("/api/v1/statements/").json()["results"] == []
 
 
 def test_department_admin_manages_teams_below(org: Org, client_for: Any) -> None:
@@ -512,13 +546,67 @@ def test_member_cancels_only_own_jobs(org: Org, client_for: Any) -> None:
     assert admin.post(f"/api/v1/jobs/{teammate.pk}/cancel/").status_code == 200
 
 
+# Open to anyone: the login that gives a token, and the API's documentation.
+PUBLIC = {"api-token", "schema", "api-docs"}
+
+
+def every_request(org: Org) -> Iterator[tuple[Route, str, str]]:
+    """(route, method, url) for every route and method, detail routes aimed at team-alpha's
+    objects (the platform-wide ones at the first of their kind)."""
+    for route in api_routes():
+        url = "/" + route.template + LIST_QUERY.get(route.name, "")
+        if route.is_detail:
+            obj = (
+                FOREIGN_OBJECTS[basename(route)](org, org.alpha)
+                if basename(route) in FOREIGN_OBJECTS
+                else None
+            )
+            url = fill(route.template, obj.pk if obj is not None else 1)
+        for method in route.methods:
+            yield route, method, url
+
+
 def test_anonymous_gets_nothing(org: Org) -> None:
+    """Every route and method without credentials: refused (401 or 403), never data, and
+    nothing changes."""
     from rest_framework.test import APIClient
 
+    populate(org)
+    populate_billing(org)
     client = APIClient()
-    for route in api_routes():
-        if route.is_detail or basename(route) in {"api-token", "schema", "api-docs"}:
+    before = counts()
+    walked = 0
+    for route, method, url in every_request(org):
+        if basename(route) in PUBLIC:
             continue
-        response = client.get("/" + route.template)
-        assert response.status_code in {401, 403}, route.template
-        assert "alpha" not in json.dumps(response.json())
+        response = client.generic(method, url, data="{}", content_type="application/json")
+        assert response.status_code in {401, 403}, (method, url, response.status_code)
+        assert not [m for m in MARKERS if m in text_of(response)], (method, url)
+        walked += 1
+    assert walked >= 80, walked
+    assert counts() == before
+
+
+def test_a_node_agent_calls_only_its_report(org: Org) -> None:
+    """A node agent's token (`manage.py node_agent_token`) reports GPU readings for its node:
+    every other route and method is a 403, so a token leaked from a GPU node reads no tenant's
+    jobs, costs or users, not even empty lists."""
+    add_personas(org)
+    populate(org)
+    populate_billing(org)
+    client = token_client(org.users[AGENT])
+    before = counts()
+    walked = 0
+    for route, method, url in every_request(org):
+        if basename(route) in PUBLIC or route.name == "node-report":
+            continue
+        response = client.generic(method, url, data="{}", content_type="application/json")
+        assert response.status_code == 403, (method, url, response.status_code)
+        assert not [m for m in MARKERS if m in text_of(response)], (method, url)
+        walked += 1
+    assert walked >= 80, walked
+    assert counts() == before
+    report = {"node": AGENT_NODE, "driver_version": "550.54.15", "gpus": []}
+    assert client.post("/api/v1/nodes/report/", report, format="json").status_code == 200
+    elsewhere = {**report, "node": "n-elsewhere"}
+    assert client.post("/api/v1/nodes/report/", elsewhere, format="json").status_code == 403
