@@ -41,9 +41,13 @@ def add_personas(org: Org) -> Project:
     return f.ProjectFactory(tenant=group, slug="proj-charlie-ml")
 
 
+def token_key(user: Any) -> str:
+    token, _ = Token.objects.get_or_create(user=user)
+    return str(token.key)
+
+
 def token_client(user: Any) -> APIClient:
     """An API client that sends the user's DRF token, as the CLI and the node agent do."""
-    token, _ = Token.objects.get_or_create(user=user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_key(user)}")
     return client

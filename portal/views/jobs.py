@@ -99,11 +99,12 @@ def _priority_defaults(projects: list[Any]) -> dict[str, dict[str, str]]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST" and request.POST.get("project"):
+        # A foreign id is a 404, also to a user who may submit nowhere.
+        access.access_project(request.user, request.POST["project"])
     projects = _submittable_projects(request.user)
     if not projects:
         raise PermissionDenied("You are not a member of any team that can submit jobs.")
-    if request.method == "POST" and request.POST.get("project"):
-        access.access_project(request.user, request.POST["project"])  # a foreign id is a 404
     form = JobSubmitForm(request.POST or None, projects=projects)
     quote = None
     if request.method == "GET":

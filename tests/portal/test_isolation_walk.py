@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from django.urls import URLPattern, reverse
 from django.utils import timezone
 
@@ -35,6 +36,7 @@ from tenants.models import (
     Tenant,
 )
 from tests.factories import AllocationFactory
+from tests.isolation_personas import AGENT, add_personas, token_key
 from tests.portal.conftest import TeamObjects, World
 from tests.whatif.builders import kept_run
 from whatif.models import WhatIf
@@ -219,14 +221,20 @@ PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action"}
 # not cost data): a 404 for finance, who sees the job and its cost.
 TEAM_MEMBERS_ONLY = {"job-logs"}
 
-# persona -> (the team whose objects they must never see, a team they do see)
-PERSONAS = {
+# persona -> (the team whose objects they must never see, a team they do see; None: no team's
+# jobs). tests/isolation_personas.py adds april, gus and nobody.
+PERSONAS: dict[str, tuple[str, str | None]] = {
     "alice": ("bravo", "alpha"),  # member of team-alpha
+    "april": ("bravo", "alpha"),  # approver of team-alpha
     "bob-bravo": ("alpha", "bravo"),  # member of team-bravo
     "tina": ("bravo", "alpha"),  # admin of team-alpha
     "dana": ("charlie", "alpha"),  # admin of research (alpha and bravo)
     "chris": ("alpha", "charlie"),  # member of team-charlie
+    "gus": ("alpha", None),  # member of a group below team-charlie (its own project only)
+    "nobody": ("alpha", None),  # no role anywhere: every team is foreign
 }
+# The markers a persona must never see: nobody sees none of the teams.
+NEVER_SEEN = {"nobody": ("alpha", "bravo", "charlie")}
 
 
 HTMX = {"HX-Request": "true"}
@@ -284,9 +292,11 @@ def _content(response: Any) -> str:
 
 @pytest.mark.parametrize("persona", sorted(PERSONAS))
 def test_portal_isolation_walk(persona: str, world: World, web_for: Any) -> None:
+    add_personas(world.org)
     foreign_key, own_key = PERSONAS[persona]
-    foreign, own = world.teams[foreign_key], world.teams[own_key]
-    marker = foreign_key  # every name of the foreign team contains it
+    foreign, own = world.teams[foreign_key], world.teams[own_key or "charlie"]
+    # every name of the foreign team contains its marker
+    markers = NEVER_SEEN.get(persona, (foreign_key,))
     client = web_for(persona)
     before = state_of_everything()
     checked = 0
@@ -297,7 +307,7 @@ def test_portal_isolation_walk(persona: str, world: World, web_for: Any) -> None
                 continue
             response = client.get(reverse(f"portal:{name}"))
             assert response.status_code in (200, 302, 403, 404), (name, response.status_code)
-            assert marker not in _content(response).lower(), f"{name} shows {marker}"
+            assert not shown(markers, response), f"{name} shows {markers}"
             checked += 1
             continue
         for case in cases:
@@ -319,22 +329,29 @@ def test_portal_isolation_walk(persona: str, world: World, web_for: Any) -> None
                     if name == "job-new" and method == "get":
                         continue
                     assert response.status_code in expected, (name, method, response.status_code)
-                assert marker not in _content(response).lower(), f"{name} {method} shows {marker}"
+                assert not shown(markers, response), f"{name} {method} shows {markers}"
                 checked += 1
     assert checked >= 40
     assert state_of_everything() == before, "a forged request changed something"
+
+
+def shown(markers: tuple[str, ...], response: Any) -> list[str]:
+    text = _content(response).lower()
+    return [marker for marker in markers if marker in text]
 
 
 def _qs(query: dict[str, Any]) -> str:
     return "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
 
 
-@pytest.mark.parametrize("persona", sorted(PERSONAS))
+@pytest.mark.parametrize("persona", sorted(p for p in PERSONAS if PERSONAS[p][1]))
 def test_lists_show_own_team_but_never_the_foreign_one(
     persona: str, world: World, web_for: Any
 ) -> None:
     """The same pages do show the persona's own team: the walk above is not vacuous."""
+    add_personas(world.org)
     foreign_key, own_key = PERSONAS[persona]
+    assert own_key is not None
     client = web_for(persona)
     jobs = client.get(reverse("portal:jobs")).content.decode()
     assert f"small-team-{own_key}" in jobs
@@ -398,3 +415,69 @@ def test_finance_sees_everything_but_changes_nothing(world: World, web_for: Any)
             posted += 1
     assert posted >= 12
     assert state_of_everything() == before
+
+
+def every_portal_request(world: World) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(route name, method, url, body) of every route and case, aimed at team-alpha."""
+    team = world.teams["alpha"]
+    requests = []
+    for name, cases in ROUTES.items():
+        for case in cases or [Case()]:
+            kwargs = case.kwargs(team, team) if case.kwargs else None
+            url = reverse(f"portal:{name}", kwargs=kwargs) + _qs(
+                case.query(team) if case.query else {}
+            )
+            body = case.body(world, team) if case.body else {}
+            requests += [(name, "get", url, {}), (name, "post", url, body)]
+    return requests
+
+
+LOGIN = reverse("portal:login")
+
+
+def to_login(response: Any, headers: dict[str, str]) -> bool:
+    """A redirect to the login page: HTMX is told to load it (HX-Redirect, an empty 200,
+    since HTMX does not follow a 302 with the whole page), a page gets a 302."""
+    if headers:
+        target = response.headers.get("HX-Redirect", "")
+        return response.status_code == 200 and target.startswith(LOGIN) and not response.content
+    return response.status_code == 302 and response["Location"].startswith(LOGIN)
+
+
+@pytest.mark.parametrize("headers", [{}, HTMX], ids=["page", "htmx"])
+def test_anonymous_visitors_are_sent_to_login(world: World, headers: dict[str, str]) -> None:
+    """Every route, page and HTMX partial, GET and POST, without a session: a redirect to the
+    login page, never data, and nothing changes."""
+    client = Client()
+    before = state_of_everything()
+    walked = 0
+    for name, method, url, body in every_portal_request(world):
+        if name in NO_TENANT_DATA:
+            continue
+        response = getattr(client, method)(url, body, headers=headers)
+        assert not shown(("alpha", "bravo", "charlie"), response), (name, method)
+        if response.status_code == 405:
+            continue  # a method the route does not serve at all, refused before the login
+        assert to_login(response, headers), (name, method, response.status_code)
+        walked += 1
+    assert walked >= 80, walked
+    assert state_of_everything() == before
+
+
+@pytest.mark.parametrize("persona", ["alice", AGENT])
+def test_an_api_token_opens_no_portal_page(world: World, persona: str) -> None:
+    """A member's API token, or a node agent's, sent to the portal authenticates nobody: every
+    route answers as to an anonymous visitor. The agent's token is no password either."""
+    add_personas(world.org)
+    user = world.org.users[persona]
+    key = token_key(user)
+    client = Client(headers={"Authorization": f"Token {key}"})
+    for name, method, url, _ in every_portal_request(world):
+        if name in NO_TENANT_DATA or method != "get":
+            continue
+        response = client.get(url)
+        assert to_login(response, {}), (name, response.status_code)
+    login = Client()
+    response = login.post(LOGIN, {"username": user.username, "password": key})
+    assert response.status_code == 200  # the form again, with its error
+    assert "_auth_user_id" not in login.session
