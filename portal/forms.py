@@ -426,6 +426,22 @@ class IdleRuleForm(forms.Form):
     )
 
 
+class AllowedRegistriesForm(forms.Form):
+    """A tenant's allowed registries (tenants/registries.py), one per line."""
+
+    entries = forms.CharField(
+        required=False,
+        max_length=8000,
+        label="Allowed registries",
+        widget=forms.Textarea(attrs={"rows": 6}),
+        help_text="One registry host or host/path prefix a line (nvcr.io/nvidia, "
+        "docker.io/pytorch). Empty: follow the list above.",
+    )
+
+    def clean_entries(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data["entries"].splitlines() if line.strip()]
+
+
 class WebhookForm(forms.Form):
     webhook_url = forms.CharField(
         required=False,

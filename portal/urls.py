@@ -18,6 +18,7 @@ from portal.views import (
 )
 from portal.views import tenant_notifications as notify
 from portal.views.dashboards import dashboard_cluster, dashboard_tenant
+from portal.views.tenant_registries import tenant_registries
 from portal.views.whatifs import (
     approval_whatif,
     whatif_detail,
@@ -71,6 +72,7 @@ urlpatterns = [
         notify.tenant_idle_rule_delete,
         name="tenant-idle-rule-delete",
     ),
+    path("tenants/<int:pk>/registries/", tenant_registries, name="tenant-registries"),
     path("tenants/<int:pk>/notifications/webhook/", notify.tenant_webhook, name="tenant-webhook"),
     path(
         "tenants/<int:pk>/notifications/webhook/test/",

@@ -24,6 +24,7 @@ from tenants.approval_rules import RuleMatch
 from tenants.approvals import approval_cancel_for_subject, approval_request_create
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import ApprovalKind, PriorityClass, Project
+from tenants.registries import image_refusal
 from tenants.services import priority_default_for
 
 MAX_IDEMPOTENCY_KEY = 128
@@ -105,6 +106,11 @@ def job_build(*, user: Any, project: Project, payload: dict[str, Any]) -> Job:
     serializer = JobSpecSerializer(data=payload)
     serializer.is_valid(raise_exception=True)
     spec = dict(serializer.validated_data)
+    # The image is fixed at submission (requeues and retries run the same spec), so this is
+    # the one place a tenant's registries are enforced.
+    refusal = image_refusal(tenant=project.tenant, image=spec["image"])
+    if refusal:
+        raise ValidationError({"image": [refusal]})
     job = _job_from_spec(user=user, project=project, spec=spec)
     job_check_fits(job=job, spec=spec)
     return job

@@ -36,6 +36,9 @@ class Tenant(TimeStampedModel):
     webhook_url = models.URLField(
         max_length=500, blank=True, default="", validators=[URLValidator(schemes=["https"])]
     )
+    # Registry hosts or host/path prefixes its subtree's images may come from; empty: the list
+    # above applies (tenants/registries.py).
+    allowed_registries = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["path"]

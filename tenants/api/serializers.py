@@ -101,6 +101,34 @@ class IdleRuleOut(serializers.Serializer):
     effective = EffectiveIdleRuleOut(help_text="The rule in force for the tenant's jobs.")
 
 
+class AllowedRegistriesIn(StrictInputSerializer):
+    allowed_registries = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        max_length=64,
+        allow_empty=True,
+        help_text="Registry hosts or host/path prefixes (nvcr.io/nvidia, docker.io/pytorch); "
+        "each within the lists above. Empty: follow the list above.",
+    )
+
+
+class AllowedRegistriesOut(serializers.Serializer):
+    tenant = serializers.IntegerField()
+    own = serializers.ListField(
+        child=serializers.CharField(), help_text="This tenant's own list; empty: none set."
+    )
+    effective = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="The nearest list up the tree (each list above binds too); null: every "
+        "registry is allowed.",
+    )
+    origin = serializers.ChoiceField(
+        choices=["own", "inherited", "default"],
+        help_text="own: this tenant's list; inherited: from a tenant above; default: no list "
+        "up the tree.",
+    )
+
+
 # --- projects ----------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api.filters import StrictFilterSet
-from tenants import access, idle_rules, outbox, selectors, services
+from tenants import access, idle_rules, outbox, registries, selectors, services
 from tenants.api import serializers as s
 from tenants.models import (
     Membership,
@@ -87,6 +87,20 @@ class TenantViewSet(ReadWriteViewSet):
         elif request.method == "DELETE":
             idle_rules.idle_rule_delete(user=request.user, tenant=tenant)
         return Response(s.IdleRuleOut(idle_rules.idle_rule_view(tenant)).data)
+
+    @extend_schema(request=None, responses=s.AllowedRegistriesOut, methods=["GET"])
+    @extend_schema(request=s.AllowedRegistriesIn, responses=s.AllowedRegistriesOut, methods=["PUT"])
+    @action(detail=True, methods=["get", "put"], url_path="registries", url_name="registries")
+    def allowed_registries(self, request: Request, pk: str) -> Response:
+        """The registries the tenant's jobs may pull images from: read by anyone who sees the
+        tenant, set (PUT; an empty list follows the list above) by admins above it."""
+        tenant = self.get_object()
+        if request.method == "PUT":
+            data = self.read_input(s.AllowedRegistriesIn)
+            tenant = registries.allowed_registries_set(
+                user=request.user, tenant=tenant, entries=data["allowed_registries"]
+            )
+        return Response(s.AllowedRegistriesOut(registries.registries_view(tenant)).data)
 
     @extend_schema(responses=s.WebhookHealthOut)
     @action(detail=True, methods=["get"], url_path="webhook", url_name="webhook")

@@ -185,6 +185,7 @@ ROUTES: dict[str, list[Case]] = {
     "tenant-policies": [Case(kwargs=_tenant, body=lambda w, t: POLICY_BODY)],
     "tenant-notifications": [Case(kwargs=_tenant, body=lambda w, t: IDLE_BODY)],
     "tenant-idle-rule-delete": [Case(kwargs=_tenant, body=lambda w, t: {})],
+    "tenant-registries": [Case(kwargs=_tenant, body=lambda w, t: {"entries": "evil.example.com"})],
     "tenant-webhook": [
         Case(kwargs=_tenant, body=lambda w, t: {"webhook_url": "https://intruder.example.com/h"})
     ],
@@ -267,6 +268,7 @@ def state_of_everything() -> dict[str, Any]:
         "audit": AuditEntry.objects.count(),
         "idle_rules": sorted(IdleRule.objects.values_list("pk", "threshold_pct", "action")),
         "webhooks": sorted(Tenant.objects.values_list("pk", "webhook_url")),
+        "registries": sorted(Tenant.objects.values_list("pk", "allowed_registries")),
         "notifications": Notification.objects.count(),
         # the nodes some action changed (the walk makes its nodes as it goes)
         "nodes": sorted(
