@@ -95,6 +95,12 @@ class Reply:
     def text(self) -> str:
         return self.body.decode()
 
+    @property
+    def brief(self) -> str:
+        """For an assertion's message: a debug page is long, and its traceback is in the
+        platform's log anyway."""
+        return f"{self.status} {self.text[:800]}"
+
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
@@ -239,7 +245,7 @@ class Platform:
         if username not in self.tokens:
             login = {"username": username, "password": DEMO_PASSWORD}
             reply = client.post("/api/v1/auth/token/", login)
-            assert reply.status == 200, reply.text
+            assert reply.status == 200, reply.brief
             self.tokens[username] = reply.json()["token"]
         client.token = self.tokens[username]
         return client
@@ -250,7 +256,7 @@ class Platform:
         assert client.get("/accounts/login/").status == 200
         login = {"username": username, "password": DEMO_PASSWORD}
         reply = client.portal_post("/accounts/login/", login)
-        assert reply.status == 302, f"login of {username}: {reply.status} {reply.text[:500]}"
+        assert reply.status == 302, f"login of {username}: {reply.brief}"
         return client
 
     def server_errors(self) -> list[tuple[int, str, str]]:

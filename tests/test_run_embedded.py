@@ -65,7 +65,7 @@ def spec(name: str, **overrides: Any) -> dict[str, Any]:
 
 def project_id(client: Client, slug: str) -> int:
     reply = client.get("/api/v1/projects/?page_size=200")
-    assert reply.status == 200, reply.text
+    assert reply.status == 200, reply.brief
     return next(p["id"] for p in reply.json()["results"] if p["slug"] == slug)
 
 
@@ -74,7 +74,7 @@ def submit(client: Client, project: int, body: dict[str, Any], key: str = "") ->
     reply = client.request(
         "POST", "/api/v1/jobs/", json_body={"project": project, "spec": body}, headers=headers
     )
-    assert reply.status in (200, 201), reply.text
+    assert reply.status in (200, 201), reply.brief
     job: dict[str, Any] = reply.json()
     return job
 
@@ -94,7 +94,7 @@ def add_rate_card(admin: Client, flavor: str) -> None:
         "gpu_hour": "3600.00",  # a euro a second: a two-second job costs something to see
     }
     reply = admin.post("/api/v1/rate-cards/", card)
-    assert reply.status == 201, reply.text
+    assert reply.status == 201, reply.brief
 
 
 def approve_in_portal(approver: Client, job_id: int) -> None:
@@ -105,7 +105,7 @@ def approve_in_portal(approver: Client, job_id: int) -> None:
     decided = approver.portal_post(
         f"/approvals/{request_id}/decide/", {"decision": "approve", "comment": "go ahead"}
     )
-    assert decided.status == 302, decided.text[:500]
+    assert decided.status == 302, decided.brief
 
 
 def test_a_job_needing_approval_is_approved_run_and_shown_to_its_member(
@@ -144,7 +144,7 @@ def test_a_job_needing_approval_is_approved_run_and_shown_to_its_member(
         # 5. The worker (Celery on the filesystem broker) writes her cost export and mails her
         # the approval.
         export = ana.post("/api/v1/cost-exports/", {"format": "csv"})
-        assert export.status == 201, export.text
+        assert export.status == 201, export.brief
         url = f"/api/v1/cost-exports/{export.json()['id']}/"
         written = wait_for(
             "the worker's export",
@@ -156,7 +156,7 @@ def test_a_job_needing_approval_is_approved_run_and_shown_to_its_member(
         assert written["state"] == "done", written
         download = ana.get(written["download"])
         header = download.text.splitlines()[0]
-        assert download.status == 200 and "charged_EUR" in header, download.text[:200]
+        assert download.status == 200 and "charged_EUR" in header, download.brief
         mail = f"[Gantry] job journey (#{job['id']}): approved"
         wait_for("the approval's email", lambda: mail in platform.output() or None, within_s=30)
         assert platform.server_errors() == []
@@ -237,7 +237,7 @@ def test_concurrent_submissions_and_approvals_while_the_daemon_schedules(
 def request_of(approver: Client, job_id: int) -> int:
     """The id of the job's pending approval request in the approver's inbox."""
     inbox = approver.get(f"/api/v1/approval-requests/inbox/?subject_id={job_id}&kind=job")
-    assert inbox.status == 200, inbox.text
+    assert inbox.status == 200, inbox.brief
     rows = inbox.json()["results"]
     assert len(rows) == 1, rows
     request_id: int = rows[0]["id"]
