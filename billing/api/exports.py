@@ -84,6 +84,7 @@ class CostExportFileView(APIView):
         query.is_valid(raise_exception=True)
         data = dict(query.validated_data)
         fmt = data.pop("format")
+        _check_filters(request.user, data)
         out = CappedBuffer(SYNC_MAX_BYTES)
         try:
             export_write(user=request.user, fmt=fmt, query=data, out=out)
