@@ -23,8 +23,11 @@ from tenants.models import JobType, Project
 
 
 class JobFilter(StrictFilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
-    job_type = django_filters.MultipleChoiceFilter(choices=JobType.choices)
+    # Columns of the job itself: no join can repeat a row, so no DISTINCT (django-filter's
+    # default for this filter), which made PostgreSQL sort every matching job on all its
+    # columns, the spec included, before it could take a page.
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices, distinct=False)
+    job_type = django_filters.MultipleChoiceFilter(choices=JobType.choices, distinct=False)
     priority_class = django_filters.CharFilter(field_name="priority_class__name")
     submitted_by = django_filters.CharFilter(field_name="submitted_by__username")
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")

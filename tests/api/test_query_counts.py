@@ -63,3 +63,21 @@ def test_job_events_list_is_bounded(
     with django_assert_max_num_queries(6):
         response = client.get(f"/api/v1/jobs/{job.pk}/events/?page_size=100")
     assert response.json()["count"] == 40
+
+
+@pytest.mark.parametrize("query", ["state=running&state=queued", "job_type=batch"])
+def test_job_list_filters_by_state_or_type_without_distinct(
+    org: Org, client_for: Any, query: str
+) -> None:
+    """A filter on the job's own columns cannot repeat a row: the list must not ask for
+    DISTINCT, which sorts every matching job on all its columns before taking a page."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    grow(org, 3)
+    client = client_for("tina")
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(f"/api/v1/jobs/?{query}").status_code == 200
+    jobs = [q["sql"] for q in queries.captured_queries if '"scheduler_job"' in q["sql"]]
+    assert jobs
+    assert not [sql for sql in jobs if "DISTINCT" in sql.upper()], jobs
