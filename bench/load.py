@@ -85,6 +85,13 @@ def prepare(args: argparse.Namespace, url: str, redis: str, var: Path) -> dict[s
 
     with contextlib.suppress(Exception), connection.cursor() as cursor:
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    postmaster = None
+    if not args.url:  # our own cluster: its processes are the benchmark's alone
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = cursor.fetchone()[0]
+        stat = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
+        postmaster = int(stat[1])
     started = time.monotonic()
     seeded = seed(args.users, args.history_hours, args.seed, datetime.now(UTC))
     people = [
@@ -97,6 +104,7 @@ def prepare(args: argparse.Namespace, url: str, redis: str, var: Path) -> dict[s
         "history_jobs": seeded.history_jobs,
         "usage_records": seeded.usage_records,
         "seed_s": round(time.monotonic() - started, 1),
+        "postmaster": postmaster,
     }
 
 
@@ -119,7 +127,7 @@ def statements(url: str) -> dict[str, list[dict[str, Any]]]:
 
     query = """
         SELECT round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 2), calls,
-               rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 400)
+               rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 4000)
         FROM pg_stat_statements
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
         ORDER BY {} DESC LIMIT 10"""
@@ -191,6 +199,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ramp_s": args.ramp_s,
                 "seed": args.seed,
                 "database_url": url,
+                "cpu_groups": {name: proc.pid for name, proc in stack.procs.items()},
+                "postmaster": prepared["postmaster"],
             }
             (Path(tmp) / "plan.json").write_text(json.dumps(plan))
             subprocess.run(  # noqa: S603 - our own module
@@ -228,6 +238,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "warmup": client["warmup"],
         "client_cpu_s": round(client["client_cpu_s"], 1),
         "client_cpu_share": round(client["client_cpu_share"], 3),
+        # What the product's processes used in the window, and per request: what the
+        # throughput would be on this many idle cores, whatever else shares the host.
+        "server_cpu_s": {k: round(v, 1) for k, v in client["server_cpu_s"].items()},
+        "server_cpu_ms_per_request": round(
+            1000 * sum(client["server_cpu_s"].values()) / requests, 1
+        )
+        if requests
+        else 0.0,
         "routes": routes,
         "idempotency": {
             "retries": client["idempotency"]["retries"],
@@ -247,7 +265,9 @@ def report(result: dict[str, Any]) -> str:
         f"{result['requests']} requests in {result['wall_s']} s: {result['throughput_rps']} req/s,"
         f" {result['errors']} errors; load average {' '.join(result['loadavg']['window_start'])}"
         f" -> {' '.join(result['loadavg']['window_end'])} on {result['cpus']} CPUs;"
-        f" client CPU share {result['client_cpu_share']:.1%}",
+        f" client CPU share {result['client_cpu_share']:.1%};"
+        f" product CPU s {result['server_cpu_s']},"
+        f" {result['server_cpu_ms_per_request']} ms per request",
         f"{'route':<48} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7} {'target':>6}",
     ]
     for route, r in result["routes"].items():

@@ -200,3 +200,23 @@ def product(
         yield stack, f"http://127.0.0.1:{port}"
     finally:
         stack.stop()
+
+
+def cpu_seconds(groups: dict[str, int], postmaster: int | None) -> dict[str, float]:
+    """CPU seconds used so far by the live processes of each process group in `groups`
+    (name -> group id), and by PostgreSQL's postmaster and its children (`postgres`)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys([*groups, *(["postgres"] if postmaster else [])], 0.0)
+    names = {group: name for name, group in groups.items()}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        pid, ppid, group = int(stat.parent.name), int(fields[1]), int(fields[2])
+        used = (int(fields[11]) + int(fields[12])) / tick
+        if group in names:
+            out[names[group]] += used
+        elif postmaster and postmaster in (pid, ppid):
+            out["postgres"] += used
+    return out

@@ -25,6 +25,7 @@ KEYS = {
     "parameters",
     "loadavg",
     "client_cpu_share",
+    "server_cpu_s",
     "idempotency",
     "passed",
 }
