@@ -1,13 +1,40 @@
-"""One error shape for the API: {"detail": ..., "errors": {field: [messages]}}."""
+"""One error shape for the API: {"detail": ..., "errors": {field: [messages]}}.
 
+A database that cannot be reached for a moment (restarting, failing over) answers 503 with
+Retry-After instead of a 500: nothing was written, and the same request (with its
+Idempotency-Key) succeeds once the database is back.
+"""
+
+import logging
 from typing import Any
 
+import psycopg
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from common.errors import ConflictError, DomainError
+
+log = logging.getLogger("gantry.api")
+# SQLSTATEs of a server going away or not yet accepting connections: 57P01 admin_shutdown,
+# 57P02 crash_shutdown, 57P03 cannot_connect_now ("the database system is starting up");
+# class 08 is every connection exception. None: the connection failed before any answer.
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+RETRY_AFTER_S = 5
+
+
+def database_unavailable(exc: Exception) -> bool:
+    """Whether `exc` says the PostgreSQL server is out of reach, not that a query was wrong
+    (a lock or statement timeout, a bad query are errors of their own, left as they are)."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    cause = exc.__cause__
+    if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in UNAVAILABLE_SQLSTATES
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -20,6 +47,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     elif isinstance(exc, DomainError):
         return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+    elif database_unavailable(exc):
+        log.warning("database unavailable, answered 503: %s", exc)
+        return Response(
+            {"detail": "The database is unavailable for a moment; retry shortly."},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.ValidationError):
         data = response.data
