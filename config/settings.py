@@ -189,6 +189,21 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["common.api.filters.StrictFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.errors.exception_handler",
+    # Rate limits (common/api/throttles.py): per user, per token, anonymous per address;
+    # submissions and node agents' reports in scopes of their own. Defaults far above what the
+    # portal and the CLI send, so that only a runaway client meets them.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "common.api.throttles.UserThrottle",
+        "common.api.throttles.TokenThrottle",
+        "common.api.throttles.AnonymousThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": os.environ.get("GANTRY_THROTTLE_USER", "1200/min"),
+        "token": os.environ.get("GANTRY_THROTTLE_TOKEN", "600/min"),
+        "anon": os.environ.get("GANTRY_THROTTLE_ANON", "60/min"),
+        "submit": os.environ.get("GANTRY_THROTTLE_SUBMIT", "120/min"),
+        "agent": os.environ.get("GANTRY_THROTTLE_AGENT", "60/min"),
+    },
 }
 
 SPECTACULAR_SETTINGS = {
@@ -217,7 +232,16 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+        },
+        # The API's rate-limit counts (common/api/throttles.py), shared by every web process.
+        "throttle": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "throttle",
+        },
     }
 else:
     # Embedded default: a broker on the local filesystem shared by web and worker processes.
@@ -230,7 +254,14 @@ else:
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        # Files, not process memory: the web server's processes must count one window.
+        "throttle": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "throttle"),
+        },
+    }
     for _folder in ("queue", "processed", "control"):
         with contextlib.suppress(OSError):
             (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)

@@ -34,15 +34,20 @@ __all__ = ["real_plane"]  # one session fixture for every folder (two definition
 @pytest.fixture(scope="session", autouse=True)
 def _cache_per_worker(worker_id: str) -> Iterator[None]:
     """Each xdist worker gets its own Redis database for the cache: a test's `cache.clear()`
-    (FLUSHDB) must not wipe the login-guard counters of a test running on the other worker."""
+    (FLUSHDB) must not wipe the login-guard counters of a test running on the other worker.
+    The API's rate-limit counts live in the worker's memory (the throttles do not care where):
+    on Redis or in GANTRY_VAR_DIR's files, two workers' users of the same id would share a
+    window."""
+    caches = {
+        **settings.CACHES,
+        "throttle": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
     cache = settings.CACHES["default"]
     location = str(cache.get("LOCATION", ""))
-    if worker_id == "master" or not location.startswith("redis://"):
-        yield
-        return
-    database = int(worker_id.removeprefix("gw")) + 1
-    own = {**cache, "LOCATION": f"{location.rsplit('/', 1)[0]}/{database}"}
-    with override_settings(CACHES={**settings.CACHES, "default": own}):
+    if worker_id != "master" and location.startswith("redis://"):
+        database = int(worker_id.removeprefix("gw")) + 1
+        caches["default"] = {**cache, "LOCATION": f"{location.rsplit('/', 1)[0]}/{database}"}
+    with override_settings(CACHES=caches):
         yield
 
 
@@ -64,9 +69,10 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 def _fresh_cache() -> None:
     """Every test starts with an empty cache: throttles and login-guard counters of one test
     must not leak into the next (the embedded default's cache lives in the process)."""
-    from django.core.cache import cache
+    from django.core.cache import cache, caches
 
     cache.clear()
+    caches["throttle"].clear()
 
 
 @dataclass

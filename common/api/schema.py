@@ -2,7 +2,8 @@
 
 drf-spectacular documents the success answers it can infer. Every operation can also answer
 with the one error shape (`common.api.errors`): 400 for bad input (bodies and query values),
-401/403 for who may not, 404 for what the caller may not see, and on writes 409, 413 and 415.
+401/403 for who may not, 404 for what the caller may not see, 429 past a rate limit, and on
+writes 409, 413 and 415.
 This post-processing hook adds them, so that the schema and the server stay in step
 (tests/api/test_schema_fuzz.py checks every answer against it).
 """
@@ -29,6 +30,15 @@ ALWAYS = {
     "403": "Authenticated, but not allowed to do this.",
     "404": "Not found, or not visible to the caller.",
     "406": "The Accept header asks for a representation the server cannot give.",
+    "429": "Too many requests: a rate limit is spent (common/api/throttles.py); the "
+    "Retry-After header says in how many seconds to try again.",
+}
+# Sent with every 429 (DRF's throttling): seconds until the window lets a request through.
+RETRY_AFTER = {
+    "Retry-After": {
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "Seconds to wait before trying again.",
+    }
 }
 ON_WRITES = {
     "409": "Conflicts with the current state.",
@@ -48,7 +58,10 @@ def add_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 continue
             codes = {**ALWAYS, **(ON_WRITES if method in WRITES else {})}
             for code, description in codes.items():
-                operation["responses"].setdefault(
+                answer = operation["responses"].setdefault(
                     code, {"description": description, "content": error}
                 )
+                if code == "429":  # a view's own 429 (the login guard's) is the same answer
+                    answer.setdefault("content", error)
+                    answer.setdefault("headers", RETRY_AFTER)
     return result

@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.api.serializers import StrictInputSerializer
+from common.api.throttles import AgentThrottle
 from scheduler import nodes as services
 from scheduler.holders import node_device_holders
 from scheduler.models import GpuDevice, Node, XidEvent
@@ -239,7 +240,13 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return self._act(request, lambda n, r: services.node_heal(user=request.user, node=n))
 
     @extend_schema(request=GpuReportIn, responses=GpuReportOut)
-    @action(detail=False, methods=["post"], permission_classes=[IsAuthenticated])
+    @action(
+        detail=False,
+        methods=["post"],
+        permission_classes=[IsAuthenticated],
+        # Counted per agent (per node) alone, so that a cluster's agents never share a limit.
+        throttle_classes=[AgentThrottle],
+    )
     def report(self, request: Request) -> Response:
         """The node agent's readings of every GPU of one node."""
         if not services.can_report(request.user):

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.api.filters import StrictFilterSet
+from common.api.throttles import SubmitThrottle
 from scheduler import selectors, services
 from scheduler.api.serializers import JobCancelIn, JobEventOut, JobOut, JobSubmitIn
 from scheduler.models import Job, JobState
@@ -68,6 +69,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     def get_queryset(self) -> Any:
         return selectors.job_list_visible(self.request.user)
+
+    def get_throttles(self) -> list[Any]:
+        # Submissions write the most (a job, its events, approvals, audit): a scope of their own.
+        extra = [SubmitThrottle()] if self.action == "create" else []
+        return [*super().get_throttles(), *extra]
 
     @extend_schema(
         request=JobSubmitIn,
