@@ -144,6 +144,7 @@ def test_an_hour_metered_twice_is_one_mismatch(org: Org) -> None:
         pytest.param("ended-later", id="ended-inside-an-hour-metered-before"),
         pytest.param("record-lost", id="an-hour-not-metered"),
         pytest.param("wrong-share", id="metered-the-wrong-share"),
+        pytest.param("shifted", id="the-right-total-but-half-an-hour-metered-twice"),
     ],
 )
 def test_metered_time_that_differs_from_the_allocation_is_one_mismatch(
@@ -156,8 +157,10 @@ def test_metered_time_that_differs_from_the_allocation_is_one_mismatch(
         Allocation.objects.filter(pk=spare.pk).update(ended_at=at(2.5))
     elif change == "record-lost":
         records.filter(start=at(1)).delete()
-    else:
+    elif change == "wrong-share":
         records.filter(start=at(1)).update(gpu_milli=1500)
+    else:  # the hour from 2 recorded as from 1.5: as long, but over the end of hour 1's
+        records.filter(start=at(2)).update(start=at(1.5), end=at(2.5))
     assert run_checks(pods=pods)["metered_mismatch"] == 1
 
 
