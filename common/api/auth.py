@@ -22,6 +22,7 @@ from rest_framework.response import Response
 
 from common import login_guard
 from common.api.parsers import BoundedJSONParser
+from common.api.serializers import refuse_loose_input
 
 LOCKED_DETAIL = (
     "Too many failed logins for this account from your address. "
@@ -47,6 +48,9 @@ class GuardedObtainAuthToken(ObtainAuthToken):
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         if not hasattr(request.data, "get"):
             raise ValidationError({"non_field_errors": ["expected a JSON object."]})
+        # A field the login does not take is a 400 naming it, as on every other write, and
+        # not a failed login: it is refused before the guard counts anything.
+        refuse_loose_input(self.get_serializer(), request.data)
         raw = request.data.get("username", "")
         username = raw[:150] if isinstance(raw, str) else ""
         address = login_guard.client_address(request._request)

@@ -75,3 +75,13 @@ class StrictInputSerializer(serializers.Serializer):
     def to_internal_value(self, data: Any) -> Any:
         refuse_loose_input(self, data)
         return super().to_internal_value(data)
+
+
+class EmptyIn(StrictInputSerializer):
+    """The body of an action that takes no field (withdraw, test a webhook): nothing, `{}`, or
+    a 400 naming each field sent, as every other write answers a field it does not take."""
+
+
+def refuse_any_body(data: Any) -> None:
+    """Raise the 400 of `EmptyIn` unless `data` (a request's body) holds no field."""
+    EmptyIn(data=data).is_valid(raise_exception=True)

@@ -14,6 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.serializers import refuse_any_body
 from tenants import selectors
 from tenants.api.governance_serializers import ApprovalDecisionIn, ApprovalRequestOut
 from tenants.approvals import approval_decide, approval_withdraw
@@ -53,7 +54,9 @@ class ApprovalRequestViewSet(
     def withdraw(self, request: Request, pk: str) -> Response:
         """The requester (or an admin) withdraws a pending quota request; a job's request is
         withdrawn by cancelling the job."""
-        approval = approval_withdraw(user=request.user, request=self.get_object())
+        approval = self.get_object()
+        refuse_any_body(request.data)
+        approval = approval_withdraw(user=request.user, request=approval)
         return Response(ApprovalRequestOut(approval).data)
 
     def _decide(self, request: Request, *, approve: bool) -> Response:

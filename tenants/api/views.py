@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api.filters import StrictFilterSet
+from common.api.serializers import refuse_any_body
 from tenants import access, idle_rules, outbox, registries, selectors, services
 from tenants.api import serializers as s
 from tenants.models import (
@@ -122,6 +123,7 @@ class TenantViewSet(ReadWriteViewSet):
     def webhook_test(self, request: Request, pk: str) -> Response:
         """Queue a test message to the tenant's webhook; its outcome shows in the health."""
         tenant = self.get_object()
+        refuse_any_body(request.data)
         row = services.webhook_test_send(user=request.user, tenant=tenant)
         return Response(s.WebhookTestOut(row).data, status=status.HTTP_202_ACCEPTED)
 
