@@ -231,18 +231,10 @@ SPECTACULAR_SETTINGS = {
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-        },
-        # The API's rate-limit counts (common/api/throttles.py), shared by every web process.
-        "throttle": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": "throttle",
-        },
-    }
+    from common.cache import redis_caches
+
+    # Unreachable Redis reads as "not cached", never as a failed request (common/cache.py).
+    CACHES = redis_caches(REDIS_URL)
 else:
     # Embedded default: a broker on the local filesystem shared by web and worker processes.
     _broker_dir = VAR_DIR / "broker"
