@@ -239,6 +239,9 @@ else:
     # Embedded default: a broker on the local filesystem shared by web and worker processes.
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport, but a message is renamed into the queue once written
+    # whole: a worker reading it half-written died (common/filesystem_broker.py).
+    CELERY_BROKER_TRANSPORT = "common.filesystem_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
