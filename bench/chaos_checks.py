@@ -14,7 +14,8 @@ held (`PROMISES`); `jobs` and `not_settled` describe the run:
   meant for a history at rest: the run settled, or its daemons stopped);
 - `double_allocations`: the instants a device's shares summed over 1,000 milli;
 - `quota_breaches`: the instants a tenant's subtree held more of a flavor than its quota's
-  limit (usage as the engine charges it: `scheduler.quota_usage.held_claims`);
+  limit, or a user of the tenant more than its cap per user (usage as the engine charges
+  it: `scheduler.quota_usage.held_claims`);
 - `open_ended_allocations`: allocations that ended (their job final, their attempt
   superseded, or marked to stop) and have no `ended_at`, or ended and still hold a share
   (the device was never given back);
@@ -142,29 +143,32 @@ def orphan_pods(pods: Collection[str] | None) -> int:
 
 # --- the sweeps ----------------------------------------------------------------------------
 
-# events(k, cap, t, d): +d at an allocation's start, -d at its end, under key k whose level
-# may not exceed cap. A breach starts at each instant whose level is above the cap while the
-# level before it (none: 0) was not.
+# events(k, k2, cap, t, d): +d at an allocation's start, -d at its end, under key (k, k2)
+# whose level may not exceed cap. A breach starts at each instant whose level is above the
+# cap while the level before it (none: 0) was not.
 SWEEP = """
-WITH events(k, cap, t, d) AS ({events}),
-net AS (SELECT k, cap, t, SUM(d) AS d FROM events GROUP BY k, cap, t),
+WITH events(k, k2, cap, t, d) AS ({events}),
+net AS (SELECT k, k2, cap, t, SUM(d) AS d FROM events GROUP BY k, k2, cap, t),
 levels AS (
-  SELECT k, t, CASE WHEN SUM(d) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) > cap
-    THEN 1 ELSE 0 END AS above
+  SELECT k, k2, t, CASE
+    WHEN SUM(d) OVER (PARTITION BY k, k2 ORDER BY t ROWS UNBOUNDED PRECEDING) > cap THEN 1
+    ELSE 0 END AS above
   FROM net
 ),
-steps AS (SELECT above, LAG(above, 1, 0) OVER (PARTITION BY k ORDER BY t) AS before FROM levels)
+steps AS (
+  SELECT above, LAG(above, 1, 0) OVER (PARTITION BY k, k2 ORDER BY t) AS before FROM levels
+)
 SELECT COUNT(*) FROM steps WHERE above = 1 AND before = 0
 """
 
 
 def _sweep(held: str, params: Sequence[Any]) -> int:
-    """Breaches over `held`, a query of (k, cap, started_at, ended_at, d) rows."""
+    """Breaches over `held`, a query of (k, k2, cap, started_at, ended_at, d) rows."""
     from django.db import connection
 
     events = (
-        f"SELECT k, cap, started_at, d FROM ({held}) h"  # noqa: S608 - our queries
-        f" UNION ALL SELECT k, cap, ended_at, -d FROM ({held}) h WHERE ended_at IS NOT NULL"
+        f"SELECT k, k2, cap, started_at, d FROM ({held}) h"  # noqa: S608 - our queries
+        f" UNION ALL SELECT k, k2, cap, ended_at, -d FROM ({held}) h WHERE ended_at IS NOT NULL"
     )
     with connection.cursor() as cursor:
         cursor.execute(SWEEP.format(events=events), [*params, *params])
@@ -174,14 +178,14 @@ def _sweep(held: str, params: Sequence[Any]) -> int:
 
 # Each allocation's share of each device, under the device's cap.
 DEVICE_HELD = (
-    "SELECT s.device_id AS k, %s AS cap, a.started_at, a.ended_at, s.milli AS d"
+    "SELECT s.device_id AS k, 0 AS k2, %s AS cap, a.started_at, a.ended_at, s.milli AS d"
     " FROM scheduler_allocationdevice s JOIN scheduler_allocation a ON a.id = s.allocation_id"
 )
 
 # Each allocation of a job whose class counts against quota, on its flavor, under the
 # limit of every quota of that flavor held by its job's tenant or an ancestor.
 QUOTA_HELD = (
-    "SELECT q.id AS k, q.limit_milli AS cap, a.started_at, a.ended_at, a.gpu_milli AS d"
+    "SELECT q.id AS k, 0 AS k2, q.limit_milli AS cap, a.started_at, a.ended_at, a.gpu_milli AS d"
     " FROM tenants_quota q"
     " JOIN tenants_tenant qt ON qt.id = q.tenant_id"
     " JOIN tenants_resourceflavor f ON f.id = q.flavor_id"
@@ -193,16 +197,31 @@ QUOTA_HELD = (
 )
 
 
+# Each such allocation again, under its quota's cap for any one user of the job's own tenant
+# (the engine's `QuotaLedger.check`: a user cap binds in the tenant that sets it only).
+USER_CAP_HELD = (
+    "SELECT q.id AS k, j.submitted_by_id AS k2, q.user_limit_milli AS cap, a.started_at,"
+    " a.ended_at, a.gpu_milli AS d"
+    " FROM tenants_quota q"
+    " JOIN tenants_resourceflavor f ON f.id = q.flavor_id"
+    " JOIN scheduler_job j ON j.tenant_id = q.tenant_id"
+    " JOIN scheduler_allocation a ON a.job_id = j.id AND a.flavor = f.name"
+    " JOIN tenants_priorityclass p ON p.id = j.priority_class_id"
+    " WHERE p.counts_against_quota = %s AND q.user_limit_milli IS NOT NULL"
+)
+
+
 def double_allocations() -> int:
     """Instants a device's shares summed over 1,000 milli, over every share ever held."""
     return _sweep(DEVICE_HELD, [MILLI_PER_DEVICE])
 
 
 def quota_breaches() -> int:
-    """Instants a tenant's subtree held more of a flavor than its quota's limit: each
-    allocation of a job whose class counts against quota charges its `gpu_milli` on its
-    flavor to its job's tenant and every ancestor (`scheduler.core.quota.subtree_usage`)."""
-    return _sweep(QUOTA_HELD, [True])
+    """Instants a tenant's subtree held more of a flavor than its quota's limit, or one user
+    more than the quota's cap per user: each allocation of a job whose class counts against
+    quota charges its `gpu_milli` on its flavor to its job's tenant and every ancestor
+    (`scheduler.core.quota.subtree_usage`), and to its job's submitter in the job's tenant."""
+    return _sweep(QUOTA_HELD, [True]) + _sweep(USER_CAP_HELD, [True])
 
 
 # --- metering ------------------------------------------------------------------------------

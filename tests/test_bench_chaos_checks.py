@@ -87,6 +87,19 @@ def test_two_teams_within_their_limits_over_their_parents_is_one_breach(org: Org
     assert run_checks(pods=pods)["quota_breaches"] == 1
 
 
+def test_a_user_over_the_cap_per_user_for_a_minute_is_one_breach(org: Org) -> None:
+    node, pods = clean_history(org)
+    # Any one user of alpha may hold 5 GPUs, alpha 8. Alice (every job of the clean history,
+    # 5 at most) holds 1 running and 3 from 4 to 6, tina 2 beside her: alpha holds 6.
+    Quota.objects.filter(tenant=org.alpha).update(limit_milli=8000, user_limit_milli=5000)
+    hold(job_for(org, state=S.SUCCEEDED), node, 4, 6, [1000, 1000, 1000])
+    hold(job_for(org, "tina", state=S.SUCCEEDED), node, 4, 6, [1000, 1000], first_device=3)
+    assert run_checks(pods=pods)["quota_breaches"] == 0
+    # Alice takes 2 more for a minute: 6 > 5 for her, alpha's 8 within its limit.
+    hold(job_for(org, state=S.SUCCEEDED), node, 5, 5 + MINUTE, [1000, 1000], first_device=6)
+    assert run_checks(pods=pods)["quota_breaches"] == 1
+
+
 @pytest.mark.parametrize(
     ("state", "attempt", "end_reason"),
     [
