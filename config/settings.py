@@ -204,6 +204,7 @@ REST_FRAMEWORK = {
         "submit": os.environ.get("GANTRY_THROTTLE_SUBMIT", "120/min"),
         "agent": os.environ.get("GANTRY_THROTTLE_AGENT", "60/min"),
     },
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.api.negotiation.StrictContentNegotiation",
 }
 
 SPECTACULAR_SETTINGS = {

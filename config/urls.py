@@ -19,6 +19,9 @@ api_v1: list[URLPattern | URLResolver] = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
 
+# A path under /api/ that matches no route answers JSON, as the schema promises.
+handler404 = "common.api.errors.not_found"
+
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("healthz", healthz, name="healthz"),

@@ -11,6 +11,8 @@ from typing import Any
 import psycopg
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -62,3 +64,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         else:
             response.data = {"detail": "Invalid input.", "errors": {"non_field_errors": data}}
     return response
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """`handler404`: a path under /api/ that matches no route (`/api/v1/jobs/abc/`) answers
+    the API's error shape, as a route's own 404 does; the portal keeps its HTML page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return page_not_found(request, exception or Http404())

@@ -1,6 +1,7 @@
 """Strict list filters: a query value that is not valid is a 400, never ignored or guessed.
 
-- Integers are integers (`?depth=0.5` is refused, where a decimal field took it).
+- Integers are integers (`?depth=0.5` is refused, where a decimal field took it), and fit in
+  64 bits (`?tenant=2**70` is refused, where SQLite failed to bind it).
 - Booleans are `true` or `false` (`?ready=null` is refused, where it meant "any").
 - A parameter sent empty (`?created_before=`) is refused, where it meant "no filter".
 - A foreign key is filtered by id over the list the user may already see: an id that does not
@@ -34,8 +35,18 @@ class StrictBooleanFilter(django_filters.BooleanFilter):
     field_class = StrictBooleanField
 
 
+class BoundedIntegerField(forms.IntegerField):
+    """An integer a database column can hold (64 bits): SQLite cannot even bind a larger one
+    (OverflowError, a 500), and no row has one, so it is refused as out of range."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", -(2**63))
+        kwargs.setdefault("max_value", 2**63 - 1)
+        super().__init__(*args, **kwargs)
+
+
 class IntegerFilter(django_filters.NumberFilter):
-    field_class = forms.IntegerField
+    field_class = BoundedIntegerField
 
 
 _INTEGER = {"filter_class": IntegerFilter}

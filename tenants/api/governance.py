@@ -138,7 +138,8 @@ class AuditEntryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
 
 class CSVRenderer(BaseRenderer):
-    """Lets a client ask for text/csv; error bodies (dicts) are still written as JSON."""
+    """Lets a client ask for text/csv (`?format=csv`, `Accept: text/csv`); the rows are
+    written by the view, and errors are answered as JSON (AuditExportView.finalize_response)."""
 
     media_type = "text/csv"
     format = "csv"
@@ -154,6 +155,16 @@ class AuditExportView(APIView):
     """The filtered audit log as CSV; every cell is neutralised against formula injection."""
 
     renderer_classes = [JSONRenderer, CSVRenderer]
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        # An error is the API's JSON error shape, whatever format the rows were asked in:
+        # the schema declares it so, and a client reads it the same way on every route.
+        if isinstance(response, Response) and response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
     @extend_schema(
         parameters=[

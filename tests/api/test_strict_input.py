@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from rest_framework.test import APIClient
 
 from tenants.models import PriorityClass
 from tests import factories as f
@@ -155,3 +156,76 @@ def test_the_schema_documents_errors_and_bounds(org: Org, client_for: Any) -> No
     assert (page_size["schema"]["minimum"], page_size["schema"]["maximum"]) == (1, 200)
     token = paths["/api/v1/auth/token/"]["post"]["responses"]
     assert "429" in token
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/approval-policies/-1.4408937856860856e-92/",  # the id the fuzzer sent
+        "/api/v1/jobs/-1.4408937856860856e-92/events/",
+        "/api/v1/no-such-route/",
+    ],
+)
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_an_api_path_that_matches_no_route_is_404_in_the_error_shape(
+    org: Org, client_for: Any, url: str, method: str
+) -> None:
+    """The portal's HTML page answered these, where the schema promises the JSON error."""
+    response = getattr(client_for("pat"), method)(url)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found."}
+    portal = client_for("pat").get("/no-such-page/")
+    assert portal.status_code == 404 and portal["Content-Type"].startswith("text/html")
+
+
+def test_an_empty_format_is_400_naming_it(org: Org, client_for: Any) -> None:
+    """`?format=` was read as no format at all, where every other empty parameter is refused."""
+    response = client_for("alice").get("/api/v1/audit/export.csv?format=")
+    assert response.status_code == 400, response.content
+    assert "format" in response.json()["errors"]
+    assert client_for("alice").get("/api/v1/audit/export.csv?format=csv").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("persona", "query", "status"),
+    [
+        ("alice", "?format=csv&at_before=%C3%B6y%C2%B6", 400),  # the fuzzer's bad date
+        (None, "?format=csv", 403),
+    ],
+    ids=["bad-filter", "anonymous"],
+)
+def test_the_audit_export_answers_errors_in_json_whatever_the_format(
+    org: Org, client_for: Any, persona: str | None, query: str, status: int
+) -> None:
+    """The CSV renderer wrote the error with `Content-Type: text/csv`, where the schema
+    declares the JSON error shape."""
+    client = client_for(persona) if persona else APIClient()
+    response = client.get(f"/api/v1/audit/export.csv{query}")
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    assert "detail" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/api/v1/quotas/?page=157642005&tenant=427939965654415628566528", "tenant"),
+        (
+            "/api/v1/budgets/?policy=approval&unit=gpu_hours&tenant=124818476750162550239264768"
+            "&month=5224-08-15&page_size=100&page=220283485",
+            "tenant",
+        ),
+        (f"/api/v1/jobs/?project={2**63}", "project"),
+        (f"/api/v1/audit/?tenant=-{2**63 + 1}", "tenant"),
+    ],
+    ids=["quotas", "budgets", "jobs", "audit"],
+)
+def test_an_id_beyond_64_bits_in_a_filter_is_400_naming_it(
+    org: Org, client_for: Any, url: str, field: str
+) -> None:
+    """SQLite cannot bind an integer past 64 bits: the lookup raised OverflowError (500) on
+    the embedded default. No row has such an id, and the filter says so."""
+    response = client_for("pat").get(url)
+    assert response.status_code == 400, response.content
+    assert field in response.json()["errors"], response.json()
