@@ -187,10 +187,11 @@ class Platform:
         python, port = sys.executable, free_port()
         with log.open("ab") as out:
             for argv in (["migrate", "--noinput", "-v0"], ["seed_demo"]):
-                subprocess.run(
+                done = subprocess.run(
                     [python, "manage.py", *argv],
-                    cwd=settings.BASE_DIR, env=env, stdout=out, stderr=out, check=True,
+                    cwd=settings.BASE_DIR, env=env, stdout=out, stderr=out, check=False,
                 )  # fmt: skip
+                assert done.returncode == 0, log.read_text(errors="replace")[-3000:]
             supervisor = subprocess.Popen(
                 [python, "manage.py", "run_embedded", "--port", str(port), "--grace", "20"],
                 cwd=settings.BASE_DIR, env=env, stdout=out, stderr=out, start_new_session=True,
@@ -204,6 +205,9 @@ class Platform:
             platform.stop()
 
     def scheduling(self) -> bool | None:
+        """True once /healthz says the scheduler completes cycles; fails at once if the
+        processes have exited (one of them died: the supervisor stops the others)."""
+        assert self.supervisor.poll() is None, "make run's processes exited"
         with contextlib.suppress(OSError, ValueError):
             health = Client(self.base, []).get("/healthz").json()
             return True if health.get("scheduler") == "ok" else None
