@@ -107,7 +107,8 @@ def job_counts(submitted: Collection[int] | None) -> tuple[int, int]:
     )
     if submitted:
         wanted = set(submitted)
-        lost += len(wanted - set(Job.objects.filter(pk__in=wanted).values_list("pk", flat=True)))
+        found = Job.objects.filter(pk__any=list(wanted)).values_list("pk", flat=True)
+        lost += len(wanted - set(found))
     return Job.objects.count(), lost
 
 
@@ -137,7 +138,7 @@ def orphan_pods(pods: Collection[str] | None) -> int:
     if not pods:
         return 0
     names = set(pods)
-    held = Allocation.objects.filter(ended_at__isnull=True, pod_name__in=names)
+    held = Allocation.objects.filter(ended_at__isnull=True, pod_name__any=list(names))
     return len(names - set(held.values_list("pod_name", flat=True)))
 
 
