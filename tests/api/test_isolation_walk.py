@@ -23,6 +23,8 @@ from billing.metering import meter_usage
 from billing.models import Budget, CostExport, Statement
 from billing.rates import RatePrices, rate_card_add
 from scheduler.models import Job, JobState
+from scheduler.services import job_submit
+from tenants import approval_policies
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -610,3 +612,44 @@ def test_a_node_agent_calls_only_its_report(org: Org) -> None:
     assert client.post("/api/v1/nodes/report/", report, format="json").status_code == 200
     elsewhere = {**report, "node": "n-elsewhere"}
     assert client.post("/api/v1/nodes/report/", elsewhere, format="json").status_code == 403
+
+
+def test_what_the_added_personas_may_do(org: Org, client_for: Any) -> None:
+    """The other side of the walk: each added persona does see and change what their role
+    gives them, so that their walk above is not vacuous."""
+    group_project = add_personas(org)
+    populate(org)
+    approval_policies.policy_set(
+        user=org.users["pat"], tenant=org.alpha, rule="gpus_over", threshold=2
+    )
+    job, _ = job_submit(user=org.users["alice"], project=org.proj_alpha, payload=job_spec())
+    own = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    foreign = ApprovalRequest.objects.get(tenant=org.bravo)
+    # april approves for team-alpha, and administers nothing there
+    april = client_for("april")
+    inbox = {r["tenant"] for r in april.get("/api/v1/approval-requests/inbox/").json()["results"]}
+    assert inbox == {org.alpha.pk}
+    assert april.post(f"/api/v1/approval-requests/{foreign.pk}/approve/").status_code == 404
+    assert april.post(f"/api/v1/approval-requests/{own.pk}/approve/").status_code == 200
+    body = {"tenant": org.alpha.pk, "username": "chris", "role": "member"}
+    assert april.post("/api/v1/memberships/", body, format="json").status_code == 403
+    # gus submits to his group's project, and sees nothing of the team above it
+    gus = client_for("gus")
+    assert [p["slug"] for p in gus.get("/api/v1/projects/").json()["results"]] == [
+        "proj-charlie-ml"
+    ]
+    submitted = gus.post(
+        "/api/v1/jobs/", {"project": group_project.pk, "spec": job_spec()}, format="json"
+    )
+    assert submitted.status_code == 201, submitted.json()
+    assert gus.get(f"/api/v1/projects/{org.proj_charlie.pk}/").status_code == 404
+    # nobody is logged in and holds nothing
+    nobody = client_for("nobody")
+    assert nobody.get("/api/v1/me/").json()["memberships"] == []
+    for url in ["/api/v1/jobs/", "/api/v1/tenants/", "/api/v1/projects/"]:
+        assert nobody.get(url).json()["results"] == [], url
+    # alice's token is alice
+    token = token_client(org.users["alice"])
+    assert token.get("/api/v1/me/").json()["username"] == "alice"
+    names = {j["name"] for j in token.get("/api/v1/jobs/").json()["results"]}
+    assert names == {"job-team-alpha", job.name}
