@@ -96,6 +96,20 @@ def test_invalid_spec_prints_each_field_error(logged_in: Any, org: Org, tmp_path
     assert Job.objects.count() == 0
 
 
+def test_an_image_outside_the_tenants_registries_is_refused_naming_them(
+    logged_in: Any, org: Org, tmp_path: Path
+) -> None:
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(pk=org.acme.pk).update(allowed_registries=["nvcr.io/nvidia"])
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(job_spec()))
+    code, _, err = logged_in("submit", str(spec_file), "--project", str(org.proj_alpha.pk))
+    assert code == 1
+    assert "spec.image: 'registry.example.com/nlp/bert:1.2'" in err and "nvcr.io/nvidia" in err
+    assert Job.objects.count() == 0
+
+
 def test_other_teams_job_is_not_found(logged_in: Any, org: Org) -> None:
     from tests import factories as f
 
