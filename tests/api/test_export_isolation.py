@@ -26,6 +26,7 @@ from tests.api.test_isolation_walk import (
     PERSONAS,
     populate,
     populate_billing,
+    text_of,
     walk_client,
 )
 from tests.billing.test_exports import eager_celery  # noqa: F401 - a fixture
@@ -124,3 +125,33 @@ def test_the_portal_export_holds_only_what_the_persona_may_see(
     download = client.get(reverse("portal:cost-export-download", args=[new.get().pk]))
     assert download.status_code == 200
     check(persona, cells(download, "xlsx"), "portal export", "team")
+
+
+# The audit log is the admins' (each reads their subtrees'): the portal refuses anyone else
+# (403), the API gives them a file with the header alone.
+AUDIT_ADMINS = {"tina": "proj-alpha", "dana": "proj-bravo"}
+
+
+@pytest.mark.parametrize("persona", sorted(p for p in PERSONAS if "+" not in p))
+def test_the_audit_exports_hold_only_what_the_persona_may_see(
+    billed: Org, client_for: Any, persona: str
+) -> None:
+    """The audit log as CSV, unfiltered, from the portal and the API."""
+    portal = Client()
+    portal.force_login(billed.users[persona])
+    never = NEVER_SEEN.get(persona, (MARKERS[PERSONAS[persona]],))
+    for where, response in [
+        ("portal", portal.get(reverse("portal:audit-export"))),
+        ("api", client_for(persona).get("/api/v1/audit/export.csv")),
+    ]:
+        if persona not in AUDIT_ADMINS and where == "portal":
+            assert response.status_code == 403, (persona, response.status_code)
+            continue
+        assert response.status_code == 200, (persona, where, response.status_code)
+        text = text_of(response).removeprefix("\ufeff")
+        assert not [m for m in never if m in text], (persona, where, text[:500])
+        rows = text.strip().splitlines()
+        if persona in AUDIT_ADMINS:
+            assert AUDIT_ADMINS[persona] in text, (persona, where, text[:500])
+        else:
+            assert len(rows) == 1, (persona, where, rows)  # the header alone
