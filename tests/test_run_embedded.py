@@ -101,9 +101,11 @@ def approve_in_portal(approver: Client, job_id: int) -> None:
     assert inbox.status == 200
     request_id = approval_row(inbox.text, job_id)
     assert request_id is not None, f"job {job_id} is not in the approver's inbox"
-    decided = approver.portal_post(
-        f"/approvals/{request_id}/decide/", {"decision": "approve", "comment": "go ahead"}
-    )
+    decide = f"/approvals/{request_id}/decide/"
+    form = {"decision": "approve", "comment": "go ahead"}
+    forged = approver.request("POST", decide, form=form)  # no CSRF token: refused
+    assert forged.status == 403, forged.brief
+    decided = approver.portal_post(decide, form)
     assert decided.status == 302, decided.brief
 
 
