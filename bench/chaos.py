@@ -12,8 +12,9 @@ the leader is SIGKILLed `--kills` times (a new standby started each time); one l
 frozen between cycles and one inside a write transaction until a standby took over, then
 resumed; every scheduler process is restarted once and the jobs running before must survive;
 PostgreSQL restarts `--pg-restarts` times; Redis is down `--redis-down-s` seconds while jobs
-are submitted and read through the API; 10 % of the nodes fail and heal; some jobs' pods hang
-in Pending (never_start) and some in Terminating (a partitioned node).
+are submitted and read through the API and the portal (a login, the job form, the pages);
+10 % of the nodes fail and heal; some jobs' pods hang in Pending (never_start) and some in
+Terminating (a partitioned node).
 
 Then the faults stop, the run settles (`--settle-s` at most, until every job is final), and
 bench.chaos_checks checks the promises over the whole history. The JSON holds every check's

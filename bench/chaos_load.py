@@ -7,9 +7,12 @@ each other's idle guarantee and are reclaimed from; `high` jobs preempt lower on
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import random
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 
 FLAVOR, MODEL, DEVICE_MIB = "G3", "G3", 32768  # openb's model name and its flavor
 TEAMS = ("team-a", "team-b", "team-c", "team-d")
+PASSWORD = "chaos-bench-password"  # the run's throwaway users
 
 
 def write_nodes_csv(path: Path, nodes: int, gpus: int) -> list[str]:
@@ -56,6 +60,8 @@ def seed(*, total_milli: int) -> dict[str, tuple[str, int]]:
             tenant=team, flavor=flavor, guaranteed_milli=guaranteed, limit_milli=2 * guaranteed
         )
         user = get_user_model().objects.create(username=f"chaos-{slug}", email=f"{slug}@chaos.test")
+        user.set_password(PASSWORD)
+        user.save(update_fields=["password"])
         Membership.objects.create(user=user, tenant=team, role=Role.MEMBER)
         project = Project.objects.create(tenant=team, slug=slug, name=slug, namespace=slug)
         out[slug] = (Token.objects.create(user=user).key, project.pk)
@@ -127,3 +133,57 @@ class Api:
             return status, json.loads(raw) if raw else None
         except ValueError:
             return status, raw[:500].decode(errors="replace")
+
+
+@dataclass
+class Portal:
+    """A person in the web portal: a session (cookies, CSRF token), pages read and the job
+    form posted as a browser does. Each call returns the status (0: no answer) and, for the
+    form, the id of the job it created."""
+
+    base: str
+    timeout_s: float = 30.0
+    jar: http.cookiejar.CookieJar = field(default_factory=http.cookiejar.CookieJar)
+
+    def _open(self, path: str, form: dict[str, Any] | None = None) -> tuple[int, str]:
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+        data = None if form is None else urllib.parse.urlencode(form, doseq=True).encode()
+        headers = {"Referer": self.base + path}
+        request = urllib.request.Request(self.base + path, data, headers)  # noqa: S310 - loopback
+        try:
+            with opener.open(request, timeout=self.timeout_s) as response:
+                return response.status, response.geturl()
+        except urllib.error.HTTPError as error:
+            return error.code, ""
+        except (TimeoutError, urllib.error.URLError, OSError):
+            return 0, ""
+
+    def _csrf(self) -> str:
+        return next((c.value for c in self.jar if c.name == "csrftoken"), "") or ""
+
+    def _signed_in(self, answer: tuple[int, str]) -> int:
+        """The status, or 0 where the portal answered with its login page (not signed in)."""
+        status, url = answer
+        return 0 if urllib.parse.urlparse(url).path == "/accounts/login/" else status
+
+    def login(self, username: str) -> int:
+        self._open("/accounts/login/")
+        form = {"username": username, "password": PASSWORD, "csrfmiddlewaretoken": self._csrf()}
+        return self._signed_in(self._open("/accounts/login/", form))
+
+    def get(self, path: str) -> int:
+        return self._signed_in(self._open(path))
+
+    def submit(self, project: int, name: str, key: str) -> tuple[int, int | None]:
+        """The job form of /jobs/new/ (a one-GPU batch job); on success the portal redirects
+        to the job's page, whose id is returned."""
+        self._open("/jobs/new/")
+        form = {
+            "csrfmiddlewaretoken": self._csrf(), "project": project, "job_type": "batch",
+            "name": name, "image": "chaos/job:1", "command": "run", "replicas": 1, "gpus": 1,
+            "cpu_milli": 1000, "memory_mib": 4096, "retry_limit": 0, "idempotency_key": key,
+            "priority_class": "low",
+        }  # fmt: skip
+        status, url = self._open("/jobs/new/", form)
+        found = re.search(r"/jobs/(\d+)/\Z", urllib.parse.urlparse(url).path)
+        return status, int(found.group(1)) if found else None

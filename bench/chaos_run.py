@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.chaos_env import PgCluster, Proc, RedisServer
 from bench.chaos_faults import Monitor, Schedulers
-from bench.chaos_load import Api
+from bench.chaos_load import TEAMS, Api, Portal
 
 FINAL = ("succeeded", "failed", "cancelled", "rejected")
 
@@ -124,16 +124,27 @@ class Run:
     # --- faults outside the schedulers ----------------------------------------------------------
 
     def redis_outage(self, seconds: float) -> None:
-        """Redis stops for `seconds`; submissions and reads go on meanwhile (the submitter's
-        and a few of this thread's own)."""
+        """Redis stops for `seconds`; submissions and reads go on meanwhile, through the API
+        (the submitter's and this thread's) and the portal (a session opened before, a login
+        during, the job list and pages, and the job form, whose job is cancelled after)."""
+        slug = TEAMS[0]
+        token, project = self.teams[slug]
+        portal, newcomer = Portal(self.api.base), Portal(self.api.base)
+        portal.login(f"chaos-{slug}")
         began = self.monitor.query("SELECT clock_timestamp()")[0][0]
         self.redis.stop()
         self.redis_down = True
         deadline = time.monotonic() + seconds
-        token = next(iter(self.teams.values()))[0]
+        self._count(newcomer.login(f"chaos-{slug}"))
+        status, made = portal.submit(project, "chaos-portal-redis-down", key="chaos-portal")
+        self._count(status if made is not None else 0)
         while time.monotonic() < deadline:
             status, _ = self.api.call("GET", "/api/v1/jobs/?page_size=5", token)
             self._count(status)
+            self._count(portal.get("/jobs/"))
+            if made is not None:
+                self._count(portal.get(f"/jobs/{made}/"))
+                self._count(newcomer.get(f"/jobs/{made}/"))
             if self.acknowledged:
                 job = next(reversed(self.acknowledged))
                 self.read(self.acknowledged[job], job)
@@ -142,6 +153,9 @@ class Run:
         self.redis.start()
         self.redis_window = (began, self.monitor.query("SELECT clock_timestamp()")[0][0])
         self.faults["redis_down_s"] = round(seconds)
+        if made is not None:
+            self.acknowledged[made] = token
+            self.api.call("POST", f"/api/v1/jobs/{made}/cancel/", token, {"reason": "chaos"})
 
     def fail_nodes(self, *, share: float, down_s: float) -> None:
         rng = random.Random(len(self.nodes))

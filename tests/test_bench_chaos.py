@@ -72,10 +72,12 @@ def test_a_tiny_chaos_run_keeps_every_promise(tmp_path: Path) -> None:
     results = json.loads(out.read_text())
     for key in (*REQUIRED, *PROMISES, "faults", "durations_s", "params", "load_average"):
         assert key in results, key
-    assert results["jobs"] == 30
+    assert results["jobs"] == 31  # 30 through the API, 1 through the portal's form
+    assert results["submitted"] == 31
     assert results["kills"] == 2
     assert results["faults"]["pg_restarts"] == 1
     assert results["faults"]["redis_down_s"] == 5
     assert {name: results[name] for name in PROMISES} == dict.fromkeys(PROMISES, 0)
+    assert results["requests_redis_down"] > 0
     assert results["api_errors_redis_down"] == 0
     assert done.returncode == 0, done.stdout[-3000:]
