@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.daemon_setup import fresh_database, percentile
-from bench.load_env import ROOT, own_postgres, own_redis, product
+from bench.load_env import ROOT, free_port, own_postgres, own_redis, product
 from bench.load_seed import LOAD_PASSWORD, seed
 
 READ_TARGET_MS, WRITE_TARGET_MS = 300.0, 500.0
@@ -56,12 +56,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--think-s", type=float, default=5.0, help="mean think time")
     parser.add_argument("--ramp-s", type=float, default=30.0, help="logins spread over this")
+    parser.add_argument(
+        "--form-logins", type=int, default=8, help="users who sign in through the login form"
+    )
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument("--history-hours", type=float, default=48.0)
     parser.add_argument("--url", help="a PostgreSQL server's database URL instead of our own")
     parser.add_argument("--redis-url", help="a Redis URL instead of our own")
     parser.add_argument("--pg-port", type=int, default=5446)
-    parser.add_argument("--redis-port", type=int, default=6406)
+    parser.add_argument("--redis-port", type=int, help="default: a free port")
     parser.add_argument("--logs", type=Path, help="keep the processes' logs here")
     args = parser.parse_args(argv)
     if args.users < 1 or args.duration <= 0 or args.think_s <= 0:
@@ -73,7 +76,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def services(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(own_postgres(args.pg_port))
-        redis = args.redis_url or stack.enter_context(own_redis(args.redis_port))
+        redis = args.redis_url or stack.enter_context(own_redis(args.redis_port or free_port()))
         yield url, redis
 
 
@@ -179,6 +182,8 @@ def route_table(client: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "target_ms": target,
             "pass": p95 < target,
             "statuses": client["statuses"].get(route, {}),
+            "solo_wall_ms": client["solo"].get(route, {}).get("wall_ms"),
+            "solo_web_cpu_ms": client["solo"].get(route, {}).get("web_cpu_ms"),
         }
     return routes
 
@@ -197,6 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "duration_s": args.duration,
                 "think_s": args.think_s,
                 "ramp_s": args.ramp_s,
+                "form_logins": args.form_logins,
                 "seed": args.seed,
                 "database_url": url,
                 "cpu_groups": {name: proc.pid for name, proc in stack.procs.items()},
@@ -268,13 +274,15 @@ def report(result: dict[str, Any]) -> str:
         f" client CPU share {result['client_cpu_share']:.1%};"
         f" product CPU s {result['server_cpu_s']},"
         f" {result['server_cpu_ms_per_request']} ms per request",
-        f"{'route':<48} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7} {'target':>6}",
+        f"{'route':<48} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7} {'target':>6}"
+        "      solo: wall  web CPU (ms)",
     ]
     for route, r in result["routes"].items():
         verdict = "PASS" if r["pass"] else "FAIL"
         lines.append(
             f"{route:<48} {r['count']:>6} {r['p50_ms']:>7} {r['p95_ms']:>7} {r['p99_ms']:>7}"
             f" {r['target_ms']:>6.0f} {verdict}"
+            f" {r['solo_wall_ms'] or '':>12.6} {r['solo_web_cpu_ms'] or '':>8.6}"
         )
     for error in result["error_list"][:10]:
         lines.append(f"error: {error['route']} {error['status']} {error['body'][:120]!r}")

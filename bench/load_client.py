@@ -50,10 +50,12 @@ class Stats:
     errors: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     recording: bool = False
+    # Per GET route, one request as a user made it: replayed alone after the window.
+    samples: dict[str, tuple[Any, str, dict[str, Any]]] = field(default_factory=dict)
 
     def record(self, route: str, status: int, ms: float, body: str) -> None:
-        if not self.recording:
-            self.counts[f"warmup {route}"] += 1
+        if not self.recording:  # the logins before the window, the replay after it
+            self.counts[f"warmup {route} {status}"] += 1
             return
         self.latencies[route].append(ms)
         self.statuses[route][status] += 1
@@ -90,6 +92,8 @@ class User:
         except (aiohttp.ClientError, TimeoutError) as exc:
             text, status = f"{type(exc).__name__}: {exc}", 599
         self.stats.record(route, status, (time.perf_counter() - started) * 1000, text)
+        if method == "GET" and status < 300 and route not in self.stats.samples:
+            self.stats.samples[route] = (self, url, {"api": api, "headers": headers, **kwargs})
         if status < 300 and text.startswith(("{", "[")):
             return status, json.loads(text)
         return status, text
@@ -289,9 +293,15 @@ def actions(
 # --- the run ------------------------------------------------------------------------------
 
 
-async def login(u: User, gate: asyncio.Semaphore) -> bool:
-    """Sign in to the portal, a few at a time (each login hashes the password, seconds of CPU
-    on a busy host, and a crowd of them would time out), trying again after a failure."""
+async def login(u: User, gate: asyncio.Semaphore, form: bool) -> bool:
+    """Sign in to the portal through the form (`form`), a few at a time (each login hashes the
+    password, seconds of CPU on a busy host, and a crowd of them would time out), trying again
+    after a failure; or take up the session the seed signed in, and the CSRF cookie a page
+    sets (every page carries one, for its sign-out form)."""
+    if not form:
+        u.session.cookie_jar.update_cookies({"sessionid": u.person["session"]})
+        status, _ = await u.call("GET", "GET /", "/", api=False)
+        return status == 200
     async with gate:
         for _ in range(5):
             if await _login(u):
@@ -338,11 +348,11 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
     tried: list[bool] = []
     gate = asyncio.Semaphore(4)
 
-    async def one(u: User) -> None:
+    async def one(index: int, u: User) -> None:
         await asyncio.sleep(u.rng.uniform(0, plan["ramp_s"]))
         logged_in = False
         try:
-            logged_in = await login(u, gate)
+            logged_in = await login(u, gate, form=index < plan["form_logins"])
         finally:
             tried.append(logged_in)
         await ready.wait()
@@ -358,7 +368,7 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
             await asyncio.sleep(max(0.0, min(think, window["end"] - time.monotonic())))
 
     try:
-        tasks = [asyncio.create_task(one(u)) for u in users]
+        tasks = [asyncio.create_task(one(n, u)) for n, u in enumerate(users)]
         while len(tried) < len(users):
             await asyncio.sleep(0.1)
         window.update(await start_window(plan))
@@ -367,14 +377,16 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
         await asyncio.gather(*tasks)
         window["stopped"] = time.monotonic()
         stats.recording = False
+        server = cpu_seconds(plan["cpu_groups"], plan["postmaster"])
+        solo = await replay_alone(stats, plan)
     finally:
         for u in users:
             await u.session.close()
             await u.api.close()
     wall = window["stopped"] - window["started"]
     cpu = _cpu_s() - window["cpu"]
-    server = cpu_seconds(plan["cpu_groups"], plan["postmaster"])
     return {
+        "solo": solo,
         "wall_s": wall,
         "client_cpu_s": cpu,
         "client_cpu_share": cpu / wall / (os.cpu_count() or 1) if wall else 0.0,
@@ -392,6 +404,28 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
         },
         "idempotency": results,
     }
+
+
+async def replay_alone(stats: Stats, plan: dict[str, Any], times: int = 3) -> dict[str, Any]:
+    """Each GET route's sample request made `times` times in a row, nothing else running of
+    ours: the median wall time, and the web processes' mean CPU per request (their CPU over the
+    requests, from /proc: what the route costs the server, however busy the host is)."""
+    out = {}
+    for route, (user, url, kwargs) in sorted(stats.samples.items()):
+        walls, cpus = [], []
+        for _ in range(times):
+            before = cpu_seconds({"web": plan["cpu_groups"]["web"]}, None)["web"]
+            started = time.perf_counter()
+            await user.call("GET", route, url, **{**kwargs, "headers": dict(kwargs["headers"])})
+            walls.append((time.perf_counter() - started) * 1000)
+            cpus.append(
+                (cpu_seconds({"web": plan["cpu_groups"]["web"]}, None)["web"] - before) * 1000
+            )
+        out[route] = {
+            "wall_ms": round(sorted(walls)[times // 2], 1),
+            "web_cpu_ms": round(sum(cpus) / times, 1),
+        }
+    return out
 
 
 async def start_window(plan: dict[str, Any]) -> dict[str, Any]:

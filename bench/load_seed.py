@@ -33,6 +33,25 @@ class Person:
     role: str  # member, approver, admin, finance
     team: str  # "" for finance
     projects: list[int] = field(default_factory=list)
+    session: str = ""  # a signed-in portal session's key
+
+
+def sessions(users: list[Any]) -> list[str]:
+    """A signed-in portal session per user, as the login view leaves it. Each real login
+    hashes the password, a CPU-second or more on a busy host: the virtual users sign in through
+    the form a few at a time, and the others start from these."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    keys = []
+    for user in users:
+        store = SessionStore()
+        store[SESSION_KEY] = str(user.pk)
+        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        store.create()
+        keys.append(store.session_key or "")
+    return keys
 
 
 @dataclass
@@ -109,8 +128,8 @@ def seed(users: int, history_hours: float, seed: int, now: datetime) -> Seeded:
         ]
     )
     people = [
-        Person(u.username, t.key, role, team, projects.get(team, []))
-        for u, t, (role, team) in zip(made, tokens, roles, strict=True)
+        Person(u.username, t.key, role, team, projects.get(team, []), session)
+        for u, t, (role, team), session in zip(made, tokens, roles, sessions(made), strict=True)
     ]
     jobs = history(made, roles, projects, tenants, history_hours, rng, now)
     usage = billing(now)

@@ -29,7 +29,7 @@ KEYS = {
     "idempotency",
     "passed",
 }
-ROUTE_KEYS = {"count", "p50_ms", "p95_ms", "p99_ms", "target_ms", "pass"}
+ROUTE_KEYS = {"count", "p50_ms", "p95_ms", "p99_ms", "target_ms", "pass", "solo_web_cpu_ms"}
 
 
 @pytest.mark.postgresql("the benchmark starts its own PostgreSQL cluster (initdb, pg_ctl)")
