@@ -78,7 +78,7 @@ def _job_reason(
             return f"may use {est_gpu_hours:.4g} GPU-hours by its max runtime {by}"
     pc = policy.priority_class
     if rule == ApprovalRule.PRIORITY_AT_LEAST and pc is not None and priority_value >= pc.value:
-        return f"priority {priority_value} {by}"
+        return f"has priority {priority_value} {by}"
     if rule == ApprovalRule.BORROWING and borrowing:
         return f"would take the team beyond its guaranteed quota {by}"
     if rule == ApprovalRule.RUNTIME_OVER_HOURS:

@@ -126,6 +126,9 @@ def test_each_rule_kind(
     assert bool(reasons) is matches, reasons
     if matches:
         assert "team-alpha" in reasons[0]  # the reason names the policy's tenant
+        # The email says "It needed approval because it <reason>": each reason is a clause
+        # with its verb ("it priority 1000" was a sentence without one).
+        assert reasons[0].split()[0] in {"asks", "has", "may", "would"}, reasons[0]
 
 
 @pytest.mark.parametrize(
