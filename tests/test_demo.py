@@ -6,9 +6,18 @@ from io import StringIO
 from typing import Any
 
 from django.core.management import call_command
+from django.utils import timezone
 
+from billing.models import RateCard
 from scheduler.models import Job, JobState
-from tenants.models import ApprovalPolicy, Membership, PlatformRole, Quota, Tenant
+from tenants.models import (
+    ApprovalPolicy,
+    Membership,
+    PlatformRole,
+    Quota,
+    ResourceFlavor,
+    Tenant,
+)
 from tests import factories as f
 
 
@@ -38,9 +47,21 @@ def test_seed_builds_a_realistic_organisation(db: Any) -> None:
 def test_seed_twice_changes_nothing(db: Any) -> None:
     f.seed_priority_classes()
     seed()
-    jobs = Job.objects.count()
+    jobs, cards = Job.objects.count(), RateCard.objects.count()
     assert "Already seeded" in seed()
     assert Job.objects.count() == jobs
+    assert RateCard.objects.count() == cards
+
+
+def test_every_demo_flavor_has_a_price_so_jobs_show_their_cost(db: Any) -> None:
+    """`make run` showed "no rate card of flavor ... covers ..." as every job's cost."""
+    f.seed_priority_classes()
+    seed()
+    now = timezone.now()
+    for flavor in ResourceFlavor.objects.all():
+        card = RateCard.objects.get(flavor=flavor, valid_to__isnull=True)
+        assert card.valid_from < now and card.gpu_hour > 0, flavor.name
+        assert card.created_by is not None and card.created_by.username == "admin"
 
 
 def test_if_enabled_respects_the_setting(db: Any, settings: Any) -> None:

@@ -1,10 +1,14 @@
-"""`manage.py seed_demo`: build the demo organisation once and print its logins."""
+"""`manage.py seed_demo`: build the demo organisation and its prices once, and print its logins.
+
+It lives in billing because the demo's prices do: billing sits above the scheduler.
+"""
 
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from billing.demo import seed_demo_prices
 from scheduler.demo import DEMO_PASSWORD, seed_demo
 
 
@@ -23,6 +27,7 @@ class Command(BaseCommand):
             self.stdout.write("GANTRY_SEED_DEMO is off; not seeding.")
             return
         result = seed_demo()
+        seed_demo_prices()
         verb = "Seeded" if result.created else "Already seeded:"
         self.stdout.write(self.style.SUCCESS(f"{verb} demo organisation 'acme'."))
         self.stdout.write(f"Logins (password for all: {DEMO_PASSWORD}):")
