@@ -84,8 +84,8 @@ def export_ended(client: Client, url: str) -> dict[str, Any] | None:
 
 
 def add_rate_card(admin: Client, flavor: str) -> None:
-    """A price for the flavor from this hour on (the demo seeds none, and the hour is not
-    metered yet), so that a job's cost shows."""
+    """A price for the flavor from this hour on (the hour is not metered yet) high enough
+    that a job of seconds costs something to see: the demo's own prices are real ones."""
     flavors = admin.get("/api/v1/flavors/").json()["results"]
     card = {
         "flavor": next(f["id"] for f in flavors if f["name"] == flavor),
