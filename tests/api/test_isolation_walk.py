@@ -360,6 +360,36 @@ def counts() -> dict[str, int]:
     return {m.__name__: m.objects.count() for m in models}
 
 
+def rows() -> dict[str, list[dict[str, Any]]]:
+    """Every row of the tenant data a request could change (counts() misses an update)."""
+    from billing.models import BillingPolicy, RateCard, StatementLine
+    from scheduler.models import Node
+    from tenants.models import IdleRule, PriorityClass, Project, ResourceFlavor
+
+    models = [
+        Tenant,
+        Project,
+        Membership,
+        Quota,
+        PriorityDefault,
+        PriorityClass,
+        ResourceFlavor,
+        ApprovalPolicy,
+        ApprovalRequest,
+        IdleRule,
+        Job,
+        Node,
+        RateCard,
+        Budget,
+        Statement,
+        StatementLine,
+        BillingPolicy,
+        CostExport,
+        WhatIf,
+    ]
+    return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
+
+
 def test_every_route_is_covered() -> None:
     routes = api_routes()
     assert len(routes) >= 15, [r.template for r in routes]
@@ -377,7 +407,7 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
     foreign: Tenant = getattr(org, PERSONAS[persona])
     markers = NEVER_SEEN.get(persona, (MARKERS[PERSONAS[persona]],))
     client = walk_client(org, client_for, persona)
-    before = counts()
+    before, rows_before = counts(), rows()
     for route in api_routes():
         base = basename(route)
         if route.is_detail and base in FOREIGN_OBJECTS:
@@ -408,6 +438,7 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
             if route.name in NOT_FOUND_WRITES:
                 assert response.status_code == 404, (persona, route.template, response.json())
     assert counts() == before, persona
+    assert rows() == rows_before, "a refused request changed a row"
 
 
 def test_finance_reads_everything_and_writes_nothing(org: Org, client_for: Any) -> None:
@@ -576,7 +607,7 @@ def test_anonymous_gets_nothing(org: Org) -> None:
     populate(org)
     populate_billing(org)
     client = APIClient()
-    before = counts()
+    before, rows_before = counts(), rows()
     walked = 0
     for route, method, url in every_request(org):
         if basename(route) in PUBLIC:
@@ -587,6 +618,7 @@ def test_anonymous_gets_nothing(org: Org) -> None:
         walked += 1
     assert walked >= 80, walked
     assert counts() == before
+    assert rows() == rows_before, "a refused request changed a row"
 
 
 def test_a_node_agent_calls_only_its_report(org: Org) -> None:
@@ -597,7 +629,7 @@ def test_a_node_agent_calls_only_its_report(org: Org) -> None:
     populate(org)
     populate_billing(org)
     client = token_client(org.users[AGENT])
-    before = counts()
+    before, rows_before = counts(), rows()
     walked = 0
     for route, method, url in every_request(org):
         if basename(route) in PUBLIC or route.name == "node-report":
@@ -608,6 +640,7 @@ def test_a_node_agent_calls_only_its_report(org: Org) -> None:
         walked += 1
     assert walked >= 80, walked
     assert counts() == before
+    assert rows() == rows_before, "a refused request changed a row"
     report = {"node": AGENT_NODE, "driver_version": "550.54.15", "gpus": []}
     assert client.post("/api/v1/nodes/report/", report, format="json").status_code == 200
     elsewhere = {**report, "node": "n-elsewhere"}
