@@ -256,6 +256,9 @@ else:
         "throttle": {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(VAR_DIR / "throttle"),
+            # Past MAX_ENTRIES the cache deletes a third of its files, and a window deleted
+            # forgets its counts: room for a few windows (user, token, submit) per active user.
+            "OPTIONS": {"MAX_ENTRIES": 5000},
         },
     }
     for _folder in ("queue", "processed", "control"):
