@@ -4,12 +4,12 @@ Every API request by a person counts twice: against its user (`user`: the portal
 and all of the user's tokens together) and, when it comes with a token, against that token
 (`token`: each token its own window, so one runaway script does not spend its owner's whole
 allowance and a leaked token is held to its own; DRF keeps one token per user, so today that
-is the user's token, and the user's window still binds it). Anonymous requests count by client address
-(`anon`; `common.login_guard.client_address`, which trusts X-Forwarded-For only from the
-configured proxies). Submissions count once more, per user (`submit`), and a node agent's GPU
-reports count per agent account, that is per node (`agent`), apart from everything else, so
-a cluster's agents never spend one another's allowance. The rates are settings
-(GANTRY_THROTTLE_*, README) in DRF's form "N/period".
+is the user's token, and the user's window still binds it). Anonymous requests count by
+client address (`anon`; `common.login_guard.client_address`, which trusts X-Forwarded-For
+only from the configured proxies). Submissions count once more, per user (`submit`), and a
+node agent's GPU reports count per agent account, that is per node (`agent`), apart from
+everything else, so a cluster's agents never spend one another's allowance. The rates are
+settings (GANTRY_THROTTLE_*, README) in DRF's form "N/period".
 
 The counts live in the `throttle` cache (config/settings.py): Redis when REDIS_URL is set,
 else a file cache under GANTRY_VAR_DIR, so every web process of a host shares one window.
