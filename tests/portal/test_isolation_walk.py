@@ -483,3 +483,28 @@ def test_an_api_token_opens_no_portal_page(world: World, persona: str) -> None:
     response = login.post(LOGIN, {"username": user.username, "password": key})
     assert response.status_code == 200  # the form again, with its error
     assert "_auth_user_id" not in login.session
+
+
+def test_what_the_added_personas_may_do_in_the_portal(world: World, web_for: Any) -> None:
+    """The other side of the walk for april, gus and nobody: their pages show what their role
+    gives them, so that their walks are not vacuous."""
+    add_personas(world.org)
+    alpha, bravo = world.teams["alpha"], world.teams["bravo"]
+    april = web_for("april")
+    inbox = april.get(reverse("portal:approvals")).content.decode()
+    assert "big-team-alpha" in inbox and "bravo" not in inbox
+    decided = april.post(
+        reverse("portal:approval-decide", args=[alpha.request.pk]), {"decision": "approve"}
+    )
+    assert decided.status_code == 302
+    alpha.request.refresh_from_db()
+    assert alpha.request.state == "approved"
+    bravo_decide = reverse("portal:approval-decide", args=[bravo.request.pk])
+    assert april.post(bravo_decide, {"decision": "approve"}).status_code == 404
+    gus = web_for("gus").get(reverse("portal:job-new")).content.decode()
+    assert "team-charlie-ml / proj-charlie-ml" in gus  # the group's project, the only choice
+    assert "team-charlie / proj-charlie" not in gus
+    nobody = web_for("nobody")
+    assert nobody.get(reverse("portal:job-new")).status_code == 403
+    jobs = nobody.get(reverse("portal:jobs")).content.decode()
+    assert not [team for team in ("alpha", "bravo", "charlie") if team in jobs]
