@@ -1,13 +1,15 @@
 """Schemathesis against the served OpenAPI schema, as every persona, on a longer budget.
 
     python -m bench.fuzz --examples 100 --json out.json
-        [--negative 20] [--seed N] [--personas member,anonymous] [--url postgres://...]
+        [--negative 20] [--stateful 50] [--seed N] [--personas member,anonymous]
+        [--url postgres://...]
 
-Builds a fresh PostgreSQL database (`--url`; SQLite is refused: the suite already fuzzes the
-embedded default on a small budget, and a long run is meant to meet PostgreSQL's stricter
-types), the test organisation (tests/conftest.py) with the personas below and a little of
+Builds a fresh database (`--url`: PostgreSQL, or `sqlite:////tmp/fuzz.sqlite3` for the
+embedded default, whose types differ: SQLite cannot bind an integer past 64 bits), the test
+organisation (tests/conftest.py) with the personas below and a little of
 everything (`populate`), and then, for each persona in turn, generates `--examples` requests
-per operation (and `--negative` requests with invalid data) from `/api/v1/schema/`, sends them
+per operation (and `--negative` requests with invalid data) from `/api/v1/schema/`, then
+`--stateful` sequences of calls chained by the links schemathesis infers, sends them
 in-process through the WSGI application and checks every answer: no 5xx, a status code the
 schema documents, the declared content type, a body that matches the declared schema; invalid
 data refused with a 4xx; and for the anonymous visitor, no operation that needs credentials
@@ -38,6 +40,7 @@ from typing import Any
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench_fuzz"
 BASE_URL = "http://localhost"
+STEPS = 6  # calls per stateful sequence at most
 
 
 @dataclass(frozen=True)
@@ -178,9 +181,11 @@ def fuzz_persona(
     headers: dict[str, str],
     examples: int,
     negative: int = 0,
+    stateful: int = 0,
     seed: int | None = None,
 ) -> Tally:
-    """`examples` valid and `negative` invalid requests per operation, each answer checked.
+    """`examples` valid and `negative` invalid requests per operation, then `stateful`
+    sequences of linked calls, each answer checked.
     `seed` None: derandomized (the same requests on every run); otherwise random from `seed`,
     each operation from its own seed derived from it, so that one operation replays alone."""
     from schemathesis import GenerationMode
@@ -195,7 +200,24 @@ def fuzz_persona(
         ):
             if budget:
                 _fuzz_operation(operation, persona, headers, mode, budget, seed, tally)
+    if stateful:
+        _fuzz_stateful(schema, persona, headers, stateful, tally)
     return tally
+
+
+def _settings(budget: int, *, derandomize: bool, **extra: Any) -> Any:
+    """No shrinking: every failing request is recorded as it was sent, and the run goes on."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        max_examples=budget,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        **extra,
+    )
 
 
 def _fuzz_operation(
@@ -208,41 +230,14 @@ def _fuzz_operation(
     tally: Tally,
 ) -> None:
     import hypothesis
-    from hypothesis import HealthCheck, Phase, given, settings
-    from schemathesis.core.failures import FailureGroup
+    from hypothesis import given
 
     checks = checks_for(persona, negative=mode.is_negative)
 
-    @settings(
-        max_examples=budget,
-        deadline=None,
-        derandomize=seed is None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @_settings(budget, derandomize=seed is None)
     @given(case=operation.as_strategy(generation_mode=mode))
     def call(case: Any) -> None:
-        tally.requests += 1
-        response = case.call(headers=headers)
-        try:
-            case.validate_response(response, checks=checks, headers=headers)
-        except FailureGroup as group:
-            if response.status_code >= 500:
-                tally.server_errors += 1
-            else:
-                tally.other_failures += 1
-            tally.failures.append(
-                {
-                    "operation": operation.label,
-                    "mode": mode.value,
-                    "status": response.status_code,
-                    "checks": sorted({failure.title for failure in group.exceptions}),
-                    "message": "; ".join(f.message[:300] for f in group.exceptions),
-                    "curl": case.as_curl_command(headers=headers, base_url=BASE_URL),
-                    "body": response.text[:500],
-                }
-            )
+        _check(tally, mode.value, case, case.call(headers=headers), checks, headers)
 
     if seed is not None:
         call = hypothesis.seed(seed ^ zlib.crc32(f"{operation.label} {mode.value}".encode()))(call)
@@ -250,30 +245,105 @@ def _fuzz_operation(
         call()  # Unsatisfiable: nothing to negate in this operation (no parameters, no body)
 
 
+def _fuzz_stateful(
+    schema: Any, persona: Persona, headers: dict[str, str], scenarios: int, tally: Tally
+) -> None:
+    """Sequences of calls chained by the links schemathesis infers from the schema (a job's id
+    from `POST /jobs/` or `GET /jobs/` into `GET /jobs/{id}/`, `cancel`, ...), so that details
+    and actions meet rows that exist. Derandomized even in the benchmark: a state machine run
+    this way takes no seed."""
+    checks = checks_for(persona, negative=False)
+
+    class Machine(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"headers": headers}
+
+        def validate_response(self, response: Any, case: Any, *_: Any, **__: Any) -> None:
+            _check(tally, "stateful", case, response, checks, headers)
+
+    Machine.run(settings=_settings(scenarios, derandomize=True, stateful_step_count=STEPS))
+
+
+def _check(
+    tally: Tally,
+    mode: str,
+    case: Any,
+    response: Any,
+    checks: list[Callable[..., Any]],
+    headers: dict[str, str],
+) -> None:
+    """Count the request; record it as a failure, reproducibly, if a check fails."""
+    from schemathesis.core.failures import FailureGroup
+
+    tally.requests += 1
+    try:
+        case.validate_response(response, checks=checks, headers=headers)
+    except FailureGroup as group:
+        if response.status_code >= 500:
+            tally.server_errors += 1
+        else:
+            tally.other_failures += 1
+        tally.failures.append(
+            {
+                "operation": case.operation.label,
+                "mode": mode,
+                "status": response.status_code,
+                "checks": sorted({failure.title for failure in group.exceptions}),
+                "message": "; ".join(f.message[:300] for f in group.exceptions),
+                "curl": case.as_curl_command(headers=headers, base_url=BASE_URL),
+                "body": response.text[:500],
+            }
+        )
+
+
 def run(
-    url: str, *, examples: int, negative: int, seed: int, personas: Sequence[Persona]
+    url: str,
+    *,
+    examples: int,
+    negative: int,
+    stateful: int,
+    seed: int,
+    personas: Sequence[Persona],
 ) -> dict[str, Any]:
     from bench.daemon_setup import fresh_database
 
-    if not url.startswith("postgres"):
-        raise SystemExit("bench.fuzz runs on PostgreSQL only (--url postgres://...)")
-    fresh_database(url)
-    return run_here(examples=examples, negative=negative, seed=seed, personas=personas)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+        # fresh_database's settings, on a file that migrate creates.
+        os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="config.settings")
+        os.environ.setdefault("DJANGO_DEBUG", "0")
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+    else:
+        fresh_database(url)
+    return run_here(
+        examples=examples, negative=negative, stateful=stateful, seed=seed, personas=personas
+    )
 
 
 def run_here(
-    *, examples: int, negative: int, seed: int, personas: Sequence[Persona] = PERSONAS
+    *,
+    examples: int,
+    negative: int,
+    stateful: int,
+    seed: int,
+    personas: Sequence[Persona] = PERSONAS,
 ) -> dict[str, Any]:
     """On the database Django is set up with (the benchmark's fresh one, or a test's)."""
     from django.conf import settings
     from django.test import override_settings
 
     with override_settings(REST_FRAMEWORK=generous_rates(settings.REST_FRAMEWORK)):
-        return _run_personas(examples=examples, negative=negative, seed=seed, personas=personas)
+        return _run_personas(
+            examples=examples, negative=negative, stateful=stateful, seed=seed, personas=personas
+        )
 
 
 def _run_personas(
-    *, examples: int, negative: int, seed: int, personas: Sequence[Persona]
+    *, examples: int, negative: int, stateful: int, seed: int, personas: Sequence[Persona]
 ) -> dict[str, Any]:
     from django.core.cache import cache
 
@@ -291,6 +361,7 @@ def _run_personas(
                 headers=credentials(org, persona),
                 examples=examples,
                 negative=negative,
+                stateful=stateful,
                 seed=seed,
             )
         )
@@ -298,6 +369,7 @@ def _run_personas(
         "seed": seed,
         "examples": examples,
         "negative": negative,
+        "stateful": stateful,
         "seconds": round(time.perf_counter() - started, 1),
         "personas": {tally.persona: asdict(tally) for tally in tallies},
     }
@@ -307,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Fuzz the API as every persona")
     parser.add_argument("--examples", type=int, default=100, help="valid requests per operation")
     parser.add_argument("--negative", type=int, default=20, help="invalid requests per operation")
+    parser.add_argument("--stateful", type=int, default=50, help="sequences of linked calls")
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
     parser.add_argument("--personas", default="", help="comma-separated labels (default: all)")
     parser.add_argument("--url", default=os.environ.get("GANTRY_BENCH_URL", DEFAULT_URL))
@@ -317,7 +390,12 @@ def main(argv: list[str] | None = None) -> None:
     wanted = set(filter(None, args.personas.split(",")))
     personas = [p for p in PERSONAS if not wanted or p.label in wanted]
     result = run(
-        args.url, examples=args.examples, negative=args.negative, seed=seed, personas=personas
+        args.url,
+        examples=args.examples,
+        negative=args.negative,
+        stateful=args.stateful,
+        seed=seed,
+        personas=personas,
     )
     for label, tally in result["personas"].items():
         print(

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.usefixtures("wsgi_in_the_test_transaction")
 def test_the_fuzz_benchmark_reports_each_persona(db: Any) -> None:
     anonymous = next(persona for persona in PERSONAS if persona.username is None)
-    result = json.loads(json.dumps(run_here(examples=1, negative=0, seed=7, personas=[anonymous])))
-    assert set(result) == {"seed", "examples", "negative", "seconds", "personas"}
+    result = json.loads(
+        json.dumps(run_here(examples=1, negative=0, stateful=1, seed=7, personas=[anonymous]))
+    )
+    assert set(result) == {"seed", "examples", "negative", "stateful", "seconds", "personas"}
     assert result["seed"] == 7
     tally = result["personas"]["anonymous"]
     assert set(tally) == {

@@ -46,7 +46,9 @@ class UsageView(APIView):
 
     @extend_schema(parameters=[UsageQuery], responses=UsageOut(many=True))
     def get(self, request: Request) -> Response:
-        query = UsageQuery(data=request.query_params)
+        # A plain dict, as the other query serializers take: a QueryDict is read as an HTML
+        # form's, where an empty optional field (`?tenant=`) counts as not sent.
+        query = UsageQuery(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         tenants = usage_tenants(request.user, query.validated_data.get("tenant"))
         return Response(UsageOut(quota_rows(tenants), many=True).data)

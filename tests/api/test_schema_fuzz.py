@@ -4,7 +4,9 @@ Schemathesis generates requests from `/api/v1/schema/` for every operation, as e
 of the test organisation and as an anonymous visitor, and checks every answer: no 5xx, a
 status code the schema documents, the declared content type, a body that matches the declared
 schema (nullable fields included); invalid data is refused with a 4xx; and without credentials
-an operation that needs them answers 401 or 403. Bounded and derandomized: a few examples per
+an operation that needs them answers 401 or 403. Then a few sequences of calls chained by the
+links schemathesis infers (a job's id from the list into its detail and its cancel), so that
+details and actions also meet rows that exist. Bounded and derandomized: a few examples per
 operation, the same ones on every run; `python -m bench.fuzz` runs a longer random budget.
 """
 
@@ -29,20 +31,21 @@ from bench.fuzz import (
 )
 from tests.conftest import Org
 
-# persona label -> (valid examples, invalid examples) per operation. The member and the
-# platform admin reach the most code (submissions; the writes of every setting) and get the
-# most, invalid ones included; the tenant admins reach their subtree's writes; the others'
-# answers are mostly refusals, which one example per operation covers.
+# persona label -> (valid examples, invalid examples) per operation, and sequences of linked
+# calls. The member and the platform admin reach the most code (submissions; the writes of
+# every setting) and get the most, invalid data and sequences included; the tenant admins
+# reach their subtree's writes; the others' answers are mostly refusals, which one example
+# per operation covers.
 BUDGET = {
-    "member": (4, 1),
-    "approver": (1, 0),
-    "team-admin": (2, 0),
-    "department-admin": (2, 0),
-    "finance": (1, 0),
-    "platform-admin": (4, 1),
-    "no-membership": (1, 0),
-    "node-agent": (1, 0),
-    "anonymous": (1, 0),
+    "member": (4, 1, 8),
+    "approver": (1, 0, 0),
+    "team-admin": (2, 0, 0),
+    "department-admin": (2, 0, 0),
+    "finance": (1, 0, 0),
+    "platform-admin": (4, 1, 8),
+    "no-membership": (1, 0, 0),
+    "node-agent": (1, 0, 0),
+    "anonymous": (1, 0, 0),
 }
 _SCHEMA: list[Any] = []  # loaded once per process: every persona fuzzes the same schema
 
@@ -78,13 +81,14 @@ def test_every_persona_has_a_budget() -> None:
 def test_every_operation_answers_as_its_schema_says(org: Org, persona: Persona) -> None:
     populate(org)
     cache.clear()
-    examples, negative = BUDGET[persona.label]
+    examples, negative, stateful = BUDGET[persona.label]
     tally = fuzz_persona(
         schema(),
         persona=persona,
         headers=credentials(org, persona),
         examples=examples,
         negative=negative,
+        stateful=stateful,
     )
     assert tally.requests >= tally.operations > 0
     report = [

@@ -229,3 +229,12 @@ def test_an_id_beyond_64_bits_in_a_filter_is_400_naming_it(
     response = client_for("pat").get(url)
     assert response.status_code == 400, response.content
     assert field in response.json()["errors"], response.json()
+
+
+def test_an_empty_tenant_on_usage_is_400_naming_it(org: Org, client_for: Any) -> None:
+    """`/usage/?tenant=` answered the caller's own tenants, as if the parameter were left out:
+    the query was read as an HTML form's, where an empty optional field means "not sent"."""
+    response = client_for("alice").get("/api/v1/usage/?tenant=")
+    assert response.status_code == 400, response.content
+    assert "tenant" in response.json()["errors"]
+    assert client_for("alice").get(f"/api/v1/usage/?tenant={org.alpha.pk}").status_code == 200
