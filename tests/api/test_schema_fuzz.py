@@ -13,12 +13,14 @@ operation, the same ones on every run; `python -m bench.fuzz` runs a longer rand
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.core import signals
 from django.core.cache import cache
 from django.db import close_old_connections
+from schemathesis.core.failures import Failure
 
 from bench.fuzz import (
     PERSONAS,
@@ -27,6 +29,7 @@ from bench.fuzz import (
     fuzz_persona,
     generous_rates,
     populate,
+    refused_without_credentials,
     served_schema,
 )
 from tests.conftest import Org
@@ -97,3 +100,32 @@ def test_every_operation_answers_as_its_schema_says(org: Org, persona: Persona) 
         for failure in tally.failures
     ]
     assert not report, "\n\n".join(report)
+
+
+@pytest.mark.parametrize(
+    ("status", "security", "refused"),
+    [
+        (200, [{"tokenAuth": []}], False),
+        (400, [{"tokenAuth": []}], False),  # the request was read before the caller was asked
+        (401, [{"tokenAuth": []}], True),
+        (403, [{"tokenAuth": []}], True),
+        (200, [{}], True),  # an operation open to anyone (auth/token/)
+    ],
+)
+def test_the_anonymous_check_refuses_an_answer_given_without_credentials(
+    status: int, security: list[dict[str, Any]], refused: bool
+) -> None:
+    case = SimpleNamespace(
+        meta=None,
+        operation=SimpleNamespace(
+            label="GET /api/v1/jobs/",
+            definition=SimpleNamespace(raw={"security": security}),
+            schema=SimpleNamespace(raw_schema={}),
+        ),
+    )
+    response = SimpleNamespace(status_code=status, request=SimpleNamespace(headers={}))
+    if refused:
+        refused_without_credentials(None, response, case)
+    else:
+        with pytest.raises(Failure, match="without credentials"):
+            refused_without_credentials(None, response, case)
