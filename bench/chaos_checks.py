@@ -225,6 +225,41 @@ def quota_breaches() -> int:
     return _sweep(QUOTA_HELD, [True]) + _sweep(USER_CAP_HELD, [True])
 
 
+PEAK = """
+WITH events(k, k2, cap, t, d) AS ({events}),
+net AS (SELECT k, t, SUM(d) AS d FROM events GROUP BY k, t),
+levels AS (SELECT k, SUM(d) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) AS level
+           FROM net)
+SELECT k, MAX(level) FROM levels GROUP BY k
+"""
+
+
+def quota_peaks() -> dict[str, dict[str, float]]:
+    """Each quota's highest level over the history, by the same sweep as `quota_breaches`,
+    in GPUs beside its guarantee and limit: a run whose peaks stay far below the limits has
+    not put the limits to the test, whatever `quota_breaches` says."""
+    from django.db import connection
+
+    from tenants.models import Quota
+
+    events = (
+        f"SELECT k, k2, cap, started_at, d FROM ({QUOTA_HELD}) h"  # noqa: S608 - our queries
+        f" UNION ALL SELECT k, k2, cap, ended_at, -d FROM ({QUOTA_HELD}) h"
+        " WHERE ended_at IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(PEAK.format(events=events), [True, True])
+        peaks = dict(cursor.fetchall())
+    out = {}
+    for quota in Quota.objects.select_related("tenant", "flavor").order_by("tenant__path"):
+        out[f"{quota.tenant.slug}/{quota.flavor.name}"] = {
+            "peak_gpus": int(peaks.get(quota.pk) or 0) / MILLI_PER_DEVICE,
+            "guaranteed_gpus": quota.guaranteed_milli / MILLI_PER_DEVICE,
+            "limit_gpus": quota.limit_milli / MILLI_PER_DEVICE,
+        }
+    return out
+
+
 # --- metering ------------------------------------------------------------------------------
 
 

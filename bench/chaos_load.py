@@ -34,7 +34,8 @@ def write_nodes_csv(path: Path, nodes: int, gpus: int) -> list[str]:
 
 def seed(*, total_milli: int) -> dict[str, tuple[str, int]]:
     """The organisation: one root holding the cluster, four teams each guaranteed a quarter
-    and allowed half, each with one member (an email, for notifications), a project and an
+    and allowed a quarter more (a limit the teams' borrowing reaches, so that the run tests
+    it), each with one member (an email, for notifications), a project and an
     API token. Returns team slug -> (token, project id)."""
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
@@ -57,7 +58,7 @@ def seed(*, total_milli: int) -> dict[str, tuple[str, int]]:
         team.save(update_fields=["path", "depth"])
         guaranteed = total_milli // len(TEAMS)
         Quota.objects.create(
-            tenant=team, flavor=flavor, guaranteed_milli=guaranteed, limit_milli=2 * guaranteed
+            tenant=team, flavor=flavor, guaranteed_milli=guaranteed, limit_milli=guaranteed * 5 // 4
         )
         user = get_user_model().objects.create(username=f"chaos-{slug}", email=f"{slug}@chaos.test")
         user.set_password(PASSWORD)

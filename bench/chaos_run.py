@@ -246,7 +246,7 @@ def checks(run: Run) -> dict[str, Any]:
     from django.db import connections
 
     connections.close_all()
-    from bench.chaos_checks import run_checks
+    from bench.chaos_checks import quota_peaks, run_checks
 
     counts = run_checks(pods=pods, submitted=list(run.acknowledged))
     known = {row[0] for row in run.monitor.query("SELECT id FROM scheduler_job")}
@@ -255,6 +255,7 @@ def checks(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = dict(counts)
     out |= {
         "checks": dict(counts),
+        "quota_peaks": quota_peaks(),
         "kills": run.faults["kills"],
         "faults": dict(run.faults),
         "freezes": run.freezes,

@@ -10,7 +10,14 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.chaos_checks import COUNTS, broken, double_allocations, main, run_checks
+from bench.chaos_checks import (
+    COUNTS,
+    broken,
+    double_allocations,
+    main,
+    quota_peaks,
+    run_checks,
+)
 from billing.metering import meter_usage
 from billing.models import MeteringPeriod, UsageRecord
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
@@ -54,6 +61,23 @@ def test_a_clean_history_breaks_no_promise(org: Org) -> None:
     assert set(counts) == set(COUNTS)
     assert counts == {name: 0 for name in COUNTS} | {"jobs": 8, "not_settled": 3}
     assert broken(counts) == []
+
+
+def test_quota_peaks_are_the_highest_level_held_beside_the_limits(org: Org) -> None:
+    """The run reports how close its tenants came to their limits: a breach count of zero
+    says little of a run whose tenants never neared them."""
+    node, _ = clean_history(org)
+    flavor = Quota.objects.get(tenant=org.alpha).flavor.name
+    peaks = quota_peaks()
+    # Alpha's 5 (0.5 to 1.5 of the clean history), the best-effort job not counted.
+    assert peaks[f"{org.alpha.slug}/{flavor}"] == {
+        "peak_gpus": 5.0,
+        "guaranteed_gpus": 1.0,
+        "limit_gpus": 5.0,
+    }
+    hold(job_for(org, state=S.SUCCEEDED), node, 4, 5, [250], first_device=7)
+    assert quota_peaks()[f"{org.alpha.slug}/{flavor}"]["peak_gpus"] == 5.0  # 1.25 then
+    assert quota_peaks()[f"{org.research.slug}/{flavor}"]["peak_gpus"] == 5.0
 
 
 def test_two_shares_summing_1250_milli_on_one_device_are_one_double_allocation(
