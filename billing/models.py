@@ -116,8 +116,15 @@ class UsageRecord(models.Model):
     does, a second record of the same allocation in the same hour cannot be written.
     """
 
-    period = models.ForeignKey(MeteringPeriod, on_delete=models.PROTECT, related_name="usage")
-    # Indexed by usage_once (allocation, period).
+    # Indexed: statements, the hour splits and the forecast read records by their periods.
+    # No database constraint: metering writes a record only in the transaction that has just
+    # inserted its period, and nothing deletes a period (PROTECT refuses it through the ORM);
+    # PostgreSQL would check the key of every record at each hour's commit.
+    period = models.ForeignKey(
+        MeteringPeriod, on_delete=models.PROTECT, related_name="usage", db_constraint=False
+    )
+    # Indexed by usage_once (allocation, period). Constrained: an allocation is another
+    # transaction's row.
     allocation = models.ForeignKey(
         Allocation, on_delete=models.PROTECT, related_name="+", db_index=False
     )
@@ -130,15 +137,22 @@ class UsageRecord(models.Model):
     # Who is charged, copied from the job (which references them, constrained). No database
     # constraint here: PostgreSQL checks a foreign key of every record at each hour's commit,
     # a large part of metering's work there. PROTECT still stops a delete through the ORM of
-    # a tenant, project or user that has records.
+    # a tenant, project or user that has records. No index either (one more write per
+    # record): every reader narrows the records by period first (statements, splits, the
+    # cost API rate a whole organisation's window), and PROTECT's check on a rare delete of
+    # a tenant, project or user may scan the table.
     tenant = models.ForeignKey(
-        Tenant, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        Tenant, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
     )
     project = models.ForeignKey(
-        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
     )
     priority_class = models.CharField(max_length=63)
     job_type = models.CharField(max_length=16)

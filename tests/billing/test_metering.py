@@ -191,3 +191,35 @@ def test_who_a_usage_record_charges_cannot_be_deleted_through_the_orm(org: Org) 
             owner.delete()
         assert record in refused.value.protected_objects
     assert UsageRecord.objects.count() == 1
+
+
+@pytest.mark.postgresql("the indexes, foreign keys and query plans are PostgreSQL's")
+def test_usage_records_carry_only_the_indexes_and_keys_their_readers_need(org: Org) -> None:
+    # Each index is a write per record and each foreign key a check per record at the hour's
+    # commit. Kept: the primary key, usage_once (the backstop of "metered once", and how a
+    # job's records are found: by its allocations), the period's index (statements, the hour
+    # splits and the forecast read records by period); the allocation's key (another
+    # transaction's row). Nothing reads records by tenant, project or user alone.
+    from django.db import connection
+
+    table = UsageRecord._meta.db_table
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, table)
+    indexes = sorted(
+        tuple(c["columns"]) for c in found.values() if c["index"] or c["unique"] or c["primary_key"]
+    )
+    keys = sorted(c["foreign_key"] for c in found.values() if c["foreign_key"])
+    assert indexes == [("allocation_id", "period_id"), ("id",), ("period_id",)]
+    assert keys == [("scheduler_allocation", "id")]
+
+    allocation = hold(job_for(org), make_node(), 0, 2, [1000])
+    meter_usage(now=at(3))
+    periods = list(MeteringPeriod.objects.values_list("id", flat=True))
+    records = UsageRecord.objects.order_by()
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The tables are tiny: ask which index would serve each reader.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        by_period = records.filter(period_id__in=periods).explain()
+        by_allocation = records.filter(allocation_id=allocation.pk).explain()
+    assert "billing_usagerecord_period_id" in by_period, by_period
+    assert "usage_once" in by_allocation, by_allocation
