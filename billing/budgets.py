@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,7 +28,14 @@ from django.db.models import Count, DecimalField, F, Max, Sum, Value
 from django.db.models.functions import Greatest
 
 from billing import rating
-from billing.models import Budget, BudgetReservation, BudgetSpend, BudgetUnit, RateCard
+from billing.models import (
+    Budget,
+    BudgetReservation,
+    BudgetSpend,
+    BudgetUnit,
+    RateCard,
+    UsageRecord,
+)
 from scheduler.models import FINAL_STATES
 from tenants.models import Tenant
 
@@ -224,6 +232,9 @@ class SpendRun:
         self._rates: list[rating.Rate] = []
         self._cards: tuple[int, int | None] | None = None
         self.moved: dict[datetime, set[int]] = defaultdict(set)
+        # Unit prices of the rates read, per (rate, priority class, borrowed): the same for
+        # every hour a version is in force.
+        self.prices: Prices = {}
 
     def rates(self) -> list[rating.Rate]:
         from billing.statements import rates_between
@@ -234,6 +245,7 @@ class SpendRun:
             # Every version (there are few): one read serves every hour of the run.
             self._rates = rates_between(EVER[0], EVER[1])
             self._cards = fingerprint
+            self.prices = {}
         return self._rates
 
     def alerts_queue(self) -> None:
@@ -253,9 +265,12 @@ def spend_metered(period: Any, records: list[Any], run: SpendRun | None = None) 
     them to the spend. The alert check of the budgets they moved is queued by `run` when
     the metering run ends, or at this hour's commit when there is no run."""
     month = month_start(period.start)
-    rates = (run or SpendRun()).rates()
+    run_or_hour = run or SpendRun()
+    rates = run_or_hour.rates()
     in_force = {rate.flavor: rate for rate in rates if rate.covers(period.start)}
-    tenants = sorted(spend_add(records, in_force, month))
+    tenants = sorted(
+        spend_add(records, in_force, month, prices=run_or_hour.prices, period_id=period.pk)
+    )
     if not tenants:
         return
     if run is None:
@@ -279,10 +294,19 @@ def alerts_check_later(tenant_ids: list[int], month: datetime) -> None:
 # Exact quantities of one group of records: milli-GPU-, millicore- and MiB-microseconds.
 Held = list[int]
 MICROSECONDS_PER_S = 1_000_000
+# The unit prices (GPU, CPU, memory) of a rate for a priority class and borrowing, over one
+# common denominator: (numerators, denominator).
+ScaledPrices = tuple[tuple[int, ...], int]
+Prices = dict[tuple[int, str, bool], ScaledPrices]
 
 
 def spend_add(
-    records: list[Any], in_force: dict[str, rating.Rate], month: datetime
+    records: list[Any],
+    in_force: dict[str, rating.Rate],
+    month: datetime,
+    *,
+    prices: Prices | None = None,
+    period_id: int | None = None,
 ) -> dict[int, Any]:
     """Add the hour's usage `records` (UsageRecord rows of one hour) to their tenants' spend
     and to their jobs' open reservations. Runs inside metering's transaction, so the hour's
@@ -292,12 +316,19 @@ def spend_add(
 
     Returns {tenant id: (money, GPU-hours)} added. A flavor without a rate for the hour adds
     its GPU-hours and no money (a statement of it would refuse the period until one is set).
+    `prices`: unit prices kept from earlier hours (filled here); `period_id`: the records'
+    period, when they are written already (their jobs are then found in the database, one
+    parameter instead of one per job).
     """
     if not records:
         return {}
+    if period_id is None:
+        jobs: Any = {r.allocation.job_id for r in records}
+    else:
+        jobs = UsageRecord.objects.filter(period_id=period_id).values("allocation__job_id")
     held = list(
         BudgetReservation.objects.select_for_update().filter(
-            job_id__in={r.allocation.job_id for r in records}, released_at__isnull=True
+            job_id__in=jobs, released_at__isnull=True
         )
     )
     reserved = {reservation.job_id for reservation in held}
@@ -313,32 +344,45 @@ def spend_add(
         for totals in groups:
             for i, quantity in enumerate(quantities):
                 totals[i] += quantity
-    added = _priced(by_tenant, in_force)
+    prices = {} if prices is None else prices
+    added = _priced(by_tenant, in_force, prices)
     _spend_rows_add(added, month)
-    _reservations_metered(held, _priced(by_job, in_force))
+    _reservations_metered(held, _priced(by_job, in_force, prices))
     return added
 
 
 def _priced(
-    groups: dict[tuple[Any, ...], Held], in_force: dict[str, rating.Rate]
+    groups: dict[tuple[Any, ...], Held], in_force: dict[str, rating.Rate], prices: Prices
 ) -> dict[int, tuple[Fraction, Fraction]]:
     """{owner: (money, GPU-hours)}, exact, of groups keyed (owner, flavor, priority class,
     borrowed): each group is priced once, at its unit prices, which is exactly the sum of its
-    records priced one by one (fractions add up without rounding)."""
-    out: dict[int, tuple[Fraction, Fraction]] = {}
-    prices: dict[tuple[str, str, bool], list[Fraction]] = {}
-    for (owner, *kind), quantities in groups.items():
-        key = (kind[0], kind[1], kind[2])
-        if key not in prices:
-            prices[key] = _unit_prices(in_force.get(kind[0]), *key[1:])
-        money = sum(
-            (price * q for price, q in zip(prices[key], quantities, strict=True) if price and q),
-            Fraction(0),
+    records priced one by one. Integer sums over each price's common denominator, one
+    fraction per owner and denominator at the end: the same exact sums, with few fractions
+    (an hour has hundreds of groups)."""
+    money: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    gpu: dict[int, int] = defaultdict(int)
+    for (owner, flavor, priority_class, borrowed), quantities in groups.items():
+        rate = in_force.get(flavor)
+        key = (id(rate), priority_class, borrowed)
+        scaled = prices.get(key)
+        if scaled is None:
+            scaled = prices[key] = _scaled(_unit_prices(rate, priority_class, borrowed))
+        numerators, denominator = scaled
+        money[owner][denominator] += sum(n * q for n, q in zip(numerators, quantities, strict=True))
+        gpu[owner] += quantities[0]
+    gpu_unit = rating.UNITS["gpu"][1] * MICROSECONDS_PER_S
+    return {
+        owner: (
+            sum((Fraction(n, d) for d, n in money[owner].items()), Fraction(0)),
+            Fraction(gpu[owner], gpu_unit),
         )
-        gpu_hours = Fraction(quantities[0], rating.UNITS["gpu"][1] * MICROSECONDS_PER_S)
-        before = out.get(owner, (Fraction(0), Fraction(0)))
-        out[owner] = (before[0] + money, before[1] + gpu_hours)
-    return out
+        for owner in gpu
+    }
+
+
+def _scaled(prices: list[Fraction]) -> ScaledPrices:
+    denominator = math.lcm(*(price.denominator for price in prices))
+    return tuple(p.numerator * (denominator // p.denominator) for p in prices), denominator
 
 
 def _unit_prices(rate: rating.Rate | None, priority_class: str, borrowed: bool) -> list[Fraction]:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, Min, Q, Sum
+from django.db.models import Field, JSONField, Min, Model, Q, Sum
 
 from billing.budgets import SpendRun, spend_metered
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
@@ -276,13 +276,31 @@ def _write_records(rows: list[Record]) -> None:
     table = connection.ops.quote_name(UsageRecord._meta.db_table)
     with connection.cursor() as cursor:
         raw = cursor.cursor
-        with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        # Binary, with the columns' types given once: no text to make per value on either
+        # side (the text format cost several times more per record).
+        with raw.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_column_types())
             for r in rows:
                 copy.write_row((r.period_id, r.allocation.id, *r[2:]))
 
 
+def _column_types() -> list[str]:
+    """The PostgreSQL types of COLUMNS, as psycopg names them (`varchar(63)` is `varchar`)."""
+    types = []
+    for name in COLUMNS:
+        field = UsageRecord._meta.get_field(name)
+        assert isinstance(field, Field)
+        db_type = field.db_type(connection)
+        assert db_type is not None
+        types.append(db_type.split("(")[0])
+    return types
+
+
 def _column(name: str) -> str:
-    field = UsageRecord._meta.get_field(name)
+    return _column_of(UsageRecord._meta.get_field(name))
+
+
+def _column_of(field: Any) -> str:
     assert isinstance(field, Field) and field.column is not None
     return field.column
 
@@ -319,11 +337,33 @@ def _devices() -> dict[str, tuple[list[int], list[int]]]:
 
 
 def _record_guarantees_and_capacity(period: MeteringPeriod, window: Window) -> None:
-    GuaranteeRecord.objects.bulk_create(
-        GuaranteeRecord(period=period, tenant_id=tenant_id, flavor=flavor, guaranteed_milli=milli)
-        for tenant_id, flavor, milli in window.guarantees
+    # One INSERT each, without a model instance per row: the same rows every hour of the
+    # window, but for the period.
+    _insert(
+        GuaranteeRecord,
+        ("period", "tenant", "flavor", "guaranteed_milli"),
+        [(period.pk, tenant_id, flavor, milli) for tenant_id, flavor, milli in window.guarantees],
     )
-    CapacityRecord.objects.bulk_create(
-        CapacityRecord(period=period, flavor=flavor, available=a, unavailable=u)
-        for flavor, (a, u) in window.devices.items()
+    _insert(
+        CapacityRecord,
+        ("period", "flavor", "available", "unavailable"),
+        [(period.pk, flavor, a, u) for flavor, (a, u) in window.devices.items()],
     )
+
+
+def _insert(model: type[Model], names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    fields = [model._meta.get_field(name) for name in names]
+    assert all(isinstance(field, Field) for field in fields)
+    columns = ", ".join(connection.ops.quote_name(_column_of(field)) for field in fields)
+    preps = [field.get_db_prep_save if isinstance(field, JSONField) else None for field in fields]
+    params = [
+        value if prep is None else prep(value, connection)
+        for row in rows
+        for prep, value in zip(preps, row, strict=True)
+    ]
+    values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(rows))
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)  # noqa: S608 - names from the model

@@ -342,6 +342,24 @@ def test_an_unbounded_job_reserves_to_the_month_end_at_the_dearest_price(
     assert BudgetReservation.objects.get(job=job).gpu_hours == Decimal(8 * 444)
 
 
+def test_metering_locks_an_hours_reservations_by_its_period_not_by_a_list_of_its_jobs(
+    org: Org,
+) -> None:
+    """The hour's open reservations were looked up with one parameter per job of the hour (a
+    query of hundreds of parameters to compose and send every hour of a busy cluster); the
+    hour's records are written by then, so their period finds the jobs."""
+    rates(org)
+    node = make_node()
+    for device in range(3):
+        hold(job_for(org), node, 4, 5, [1000], first_device=device)
+    reservations = BudgetReservation._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        assert meter_usage(now=at(6)) == 1
+    locks = [q["sql"] for q in queries.captured_queries if f'FROM "{reservations}"' in q["sql"]]
+    assert len(locks) == 1
+    assert "billing_usagerecord" in locks[0] and " IN (SELECT" in locks[0]
+
+
 def test_what_a_running_job_was_metered_for_moves_from_committed_to_spent(
     org: Org, clock: None
 ) -> None:
