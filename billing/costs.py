@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 from billing.models import Statement, StatementLine
-from billing.statements import DraftLine, organisation_lines
+from billing.statements import DraftLine, SplitsMemo, organisation_lines
 from tenants.models import Tenant
 
 # The longest window the cost API and its exports accept: a year and a month, so a year over
@@ -51,10 +51,13 @@ class CostLine:
     charged: bool = True
 
 
-def organisation_costs(organisation: Tenant, start: datetime, end: datetime) -> list[CostLine]:
+def organisation_costs(
+    organisation: Tenant, start: datetime, end: datetime, *, splits: SplitsMemo | None = None
+) -> list[CostLine]:
     """Every cost line of `organisation` in the metered hours of [start, end): the frozen
     lines of its closed statements inside the window, the rest rated. DomainError when a
-    flavor used in a rated hour has no rate for it."""
+    flavor used in a rated hour has no rate for it. `splits`: shared by the organisations
+    rated for one request (statements.SplitsMemo)."""
     closed = list(
         Statement.objects.filter(
             organisation=organisation, period_start__gte=start, period_end__lte=end
@@ -64,7 +67,7 @@ def organisation_costs(organisation: Tenant, start: datetime, end: datetime) -> 
     for lo, hi in _open(start, end, [(s.period_start, s.period_end) for s in closed]):
         lines += [
             cost
-            for draft in organisation_lines(organisation, lo, hi)
+            for draft in organisation_lines(organisation, lo, hi, splits=splits)
             for cost in _costs(organisation, draft)
         ]
     return lines

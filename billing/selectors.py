@@ -23,6 +23,7 @@ from django.http import Http404
 
 from billing.costs import CostLine, organisation_costs
 from billing.models import BillingPolicy, Statement, StatementLine, UsageRecord
+from billing.statements import SplitsMemo
 from tenants import access
 from tenants.models import Project, Role, Tenant, TenantKind
 
@@ -110,10 +111,11 @@ def cost_lines_visible(
         organisations = {o for o in organisations if o.pk == _root(lines_filter.tenant.path)}
     paths = dict(Tenant.objects.values_list("id", "path"))
     visible = line_visibility(user)
+    splits: SplitsMemo = {}  # the cluster's splits, computed once for every organisation
     return [
         line
         for organisation in sorted(organisations, key=lambda o: o.pk)
-        for line in organisation_costs(organisation, start, end)
+        for line in organisation_costs(organisation, start, end, splits=splits)
         if visible(line, paths) and lines_filter.keeps(line, paths)
     ]
 

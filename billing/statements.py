@@ -22,7 +22,7 @@ from django.db.models.functions import Cast
 
 from billing import rating
 from billing.attempts import ending_state, kind_of
-from billing.capacity import apportion
+from billing.capacity import HourSplit, apportion
 from billing.models import (
     BillingPolicy,
     IdlePolicy,
@@ -31,11 +31,15 @@ from billing.models import (
     RateCard,
     UsageRecord,
 )
-from billing.splits import hour_splits
+from billing.splits import SplitKey, hour_splits
 from common.errors import DomainError
 from tenants.models import Tenant
 
 Account = tuple[int, int | None, int | None]  # tenant, project, user
+# (start, end) -> the cluster's hour splits of that window. The splits are the whole
+# cluster's, the same for every organisation: a caller rating several organisations over
+# the same window passes one of these so that they are read and computed once.
+SplitsMemo = dict[tuple[datetime, datetime], dict[SplitKey, HourSplit]]
 
 
 @dataclass(frozen=True)
@@ -263,15 +267,25 @@ def usage_lines(
 
 
 def idle_lines(
-    organisation: Tenant, start: datetime, end: datetime, used: list[rating.Line]
+    organisation: Tenant,
+    start: datetime,
+    end: datetime,
+    used: list[rating.Line],
+    *,
+    splits: SplitsMemo | None = None,
 ) -> list[DraftLine]:
-    """Idle reserved capacity of the organisation's guarantee holders, per its policy."""
+    """Idle reserved capacity of the organisation's guarantee holders, per its policy.
+    `splits`: the window's cluster splits shared with other organisations' (SplitsMemo)."""
     rates = rates_between(start, end)
     paths = dict(
         Tenant.objects.filter(path__startswith=organisation.path).values_list("id", "path")
     )
     held: dict[tuple[Account, str, Decimal], Fraction] = defaultdict(Fraction)
-    for (hour, flavor), split in sorted(hour_splits(start, end).items()):
+    if splits is None:
+        splits = {}
+    if (start, end) not in splits:
+        splits[(start, end)] = hour_splits(start, end)
+    for (hour, flavor), split in sorted(splits[(start, end)].items()):
         for tenant_id, share in split.idle_reserved.items():
             if tenant_id in paths:
                 price = price_at(rates, flavor, hour).gpu_hour
@@ -311,10 +325,13 @@ def _spread(
     return spread
 
 
-def organisation_lines(organisation: Tenant, start: datetime, end: datetime) -> list[DraftLine]:
+def organisation_lines(
+    organisation: Tenant, start: datetime, end: datetime, *, splits: SplitsMemo | None = None
+) -> list[DraftLine]:
     """Every line of the organisation for [start, end): what its jobs held, its idle reserved
     capacity, and as showback what its jobs held while idle (billing/idle_usage.py).
-    DomainError when a flavor used has no rate for an hour of the period."""
+    DomainError when a flavor used has no rate for an hour of the period. `splits`: see
+    SplitsMemo."""
     # Imported here: it builds on this module's prices and lines.
     from billing.idle_usage import allocated_idle_lines
 
@@ -322,7 +339,7 @@ def organisation_lines(organisation: Tenant, start: datetime, end: datetime) -> 
         used = split_lines(usage_lines(organisation, start, end, detail=True))
         return (
             used
-            + idle_lines(organisation, start, end, [d.line for d in used])
+            + idle_lines(organisation, start, end, [d.line for d in used], splits=splits)
             + [whole(d.line, d.charged) for d in allocated_idle_lines(organisation, start, end)]
         )
     except rating.MissingRate as missing:

@@ -1,0 +1,43 @@
+"""The cost API's reads do not grow with the organisations it rates (issue 21, load).
+
+The hour splits (billing/splits.py) are the whole cluster's: the idle reserved capacity of
+every organisation comes from the same ones. Computed once per organisation, they made the
+cost routes' work grow with the number of organisations; they are read once per window.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from billing.statements import organisation_lines
+from tenants.models import TenantKind
+from tests.billing.builders import T0, at
+from tests.billing.test_costs_api import WINDOW
+from tests.billing.test_statements import cluster
+from tests.conftest import Org
+from tests.factories import TenantFactory
+
+
+def test_cluster_splits_read_once_for_every_organisation(org: Org, client_for: Any) -> None:
+    cluster(org)
+    for slug in ("globex", "initech", "umbrella"):
+        TenantFactory(slug=slug, kind=TenantKind.ORGANISATION)
+    client = client_for("carol")  # finance: every organisation
+    client.get("/api/v1/costs/", {**WINDOW, "by": "team"})  # warm-up
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/api/v1/costs/", {**WINDOW, "by": "team"})
+    assert response.status_code == 200, response.json()
+    capacity_reads = [q for q in queries.captured_queries if "billing_capacityrecord" in q["sql"]]
+    # The window's four hours are one slice of hours (statements.SLICE_HOURS): one read.
+    assert len(capacity_reads) == 1
+    # The shared splits give each organisation its own idle lines: the same total as rating
+    # acme alone.
+    acme = sum(
+        (d.line.amount for d in organisation_lines(org.acme, T0, at(4)) if d.charged),
+        Decimal("0.00"),
+    )
+    assert Decimal(response.json()["total"]["charged"]) == acme
