@@ -23,6 +23,7 @@ from typing import Any
 from billing.costs import CostLine
 from billing.models import LineKind
 from billing.selectors import CostRow, LineFilter, aggregate, cost_lines_visible
+from billing.statements import SplitsMemo
 from common.errors import DomainError
 from tenants.models import Tenant
 
@@ -80,7 +81,12 @@ class CostCharts:
 
 
 def visible_month_lines(
-    user: Any, last: datetime, top: Tenant | None = None, months: int = CHART_MONTHS
+    user: Any,
+    last: datetime,
+    top: Tenant | None = None,
+    months: int = CHART_MONTHS,
+    *,
+    splits: SplitsMemo | None = None,
 ) -> dict[datetime, list[CostLine] | None]:
     """month start -> the lines of that month the user may see (under `top`), rated once;
     None for an earlier month that cannot be priced (a flavor used without a rate card then),
@@ -88,7 +94,9 @@ def visible_month_lines(
     out: dict[datetime, list[CostLine] | None] = {}
     for start in month_starts(last, months):
         try:
-            out[start] = cost_lines_visible(user, start, month_end(start), LineFilter(tenant=top))
+            out[start] = cost_lines_visible(
+                user, start, month_end(start), LineFilter(tenant=top), splits=splits
+            )
         except DomainError:
             if start == month_starts(last, 1)[0]:
                 raise

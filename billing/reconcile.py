@@ -20,7 +20,7 @@ from fractions import Fraction
 
 from billing.capacity import DEVICE_HOUR, apportion
 from billing.splits import hour_splits
-from billing.statements import price_at, rates_between
+from billing.statements import SplitsMemo, price_at, rates_between
 
 PARTS = ("used", "idle_reserved", "unreserved_idle", "unavailable")
 
@@ -47,12 +47,19 @@ class FlavorReconciliation:
         )
 
 
-def cluster_reconciliation(start: datetime, end: datetime) -> list[FlavorReconciliation]:
-    """Per flavor, where the cluster's capacity went in the metered hours of [start, end)."""
+def cluster_reconciliation(
+    start: datetime, end: datetime, *, splits: SplitsMemo | None = None
+) -> list[FlavorReconciliation]:
+    """Per flavor, where the cluster's capacity went in the metered hours of [start, end).
+    `splits`: the window's splits when the caller has them already (statements.SplitsMemo)."""
+    if splits is None:
+        splits = {}
+    if (start, end) not in splits:
+        splits[(start, end)] = hour_splits(start, end)
     rates = rates_between(start, end)
     held: dict[str, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     money: dict[str, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for (hour, flavor), split in sorted(hour_splits(start, end).items()):
+    for (hour, flavor), split in sorted(splits[(start, end)].items()):
         if not split.capacity:
             continue
         price = Fraction(price_at(rates, flavor, hour).gpu_hour) / DEVICE_HOUR

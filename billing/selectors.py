@@ -96,9 +96,16 @@ def line_visibility(user: Any) -> Any:
 
 
 def cost_lines_visible(
-    user: Any, start: datetime, end: datetime, lines_filter: LineFilter | None = None
+    user: Any,
+    start: datetime,
+    end: datetime,
+    lines_filter: LineFilter | None = None,
+    *,
+    splits: SplitsMemo | None = None,
 ) -> list[CostLine]:
-    """The cost lines of [start, end) the user may see, filtered."""
+    """The cost lines of [start, end) the user may see, filtered. `splits`: the cluster's
+    hour splits, shared with the caller's other reads of the same windows
+    (statements.SplitsMemo)."""
     lines_filter = lines_filter or LineFilter()
     organisations = set(organisations_visible(user))
     if not access.grants_for(user).sees_everything:
@@ -111,7 +118,8 @@ def cost_lines_visible(
         organisations = {o for o in organisations if o.pk == _root(lines_filter.tenant.path)}
     paths = dict(Tenant.objects.values_list("id", "path"))
     visible = line_visibility(user)
-    splits: SplitsMemo = {}  # the cluster's splits, computed once for every organisation
+    if splits is None:
+        splits = {}  # the cluster's splits, computed once for every organisation
     return [
         line
         for organisation in sorted(organisations, key=lambda o: o.pk)

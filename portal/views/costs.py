@@ -23,6 +23,7 @@ from billing.burn_down import burn_downs
 from billing.cost_charts import cost_charts, visible_month_lines
 from billing.reconcile import cluster_reconciliation
 from billing.selectors import tenant_costs
+from billing.statements import SplitsMemo
 from common.errors import DomainError
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
@@ -62,7 +63,10 @@ def costs(request: HttpRequest) -> HttpResponse:
         context["month"] = f"{start:%Y-%m}"
         try:
             # Each month rated once: the last one feeds the table as well as the charts.
-            month_lines = visible_month_lines(user, start, top)
+            # The cluster's hour splits of each month, read once for the lines and the
+            # cluster's reconciliation.
+            splits: SplitsMemo = {}
+            month_lines = visible_month_lines(user, start, top, splits=splits)
             context["rows"], context["checks"] = tenant_costs(
                 user, start, end, top, lines=month_lines[start]
             )
@@ -70,7 +74,7 @@ def costs(request: HttpRequest) -> HttpResponse:
             context["figures"] = figures(context["charts"])
             context["burn_downs"] = drawn_burn_downs(burn_downs(user, start, top))
             if grants.sees_everything:
-                context["cluster"] = cluster_reconciliation(start, end)
+                context["cluster"] = cluster_reconciliation(start, end, splits=splits)
         except DomainError as problem:
             context["error"], status = str(problem), 400
     context.update(section_context(user, start))

@@ -11,7 +11,9 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from billing.statements import organisation_lines
 from tenants.models import TenantKind
@@ -41,3 +43,20 @@ def test_cluster_splits_read_once_for_every_organisation(org: Org, client_for: A
         Decimal("0.00"),
     )
     assert Decimal(response.json()["total"]["charged"]) == acme
+
+
+def test_costs_page_splits_each_month_once(org: Org) -> None:
+    """The finance page's lines and its cluster reconciliation read the same month's splits:
+    once, not once for each."""
+    cluster(org)
+    client = Client()
+    client.force_login(org.users["carol"])
+    url = reverse("portal:costs")
+    client.get(url, {"month": "2031-01"})  # warm-up
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, {"month": "2031-01"})
+    assert response.status_code == 200
+    assert "cluster" in response.context
+    capacity_reads = [q for q in queries.captured_queries if "billing_capacityrecord" in q["sql"]]
+    # Only January has metered hours, four of them: one slice, one read.
+    assert len(capacity_reads) == 1
