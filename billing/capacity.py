@@ -85,6 +85,49 @@ def split_totals(
     return HourSplit(capacity, used, down, shares, idle - reserved)
 
 
+@dataclass(frozen=True)
+class HolderSum:
+    """A Holder whose subtree's use is an integer in 1/scale milli-GPU-seconds (`split_sums`)."""
+
+    tenant: int
+    parent: int | None
+    guaranteed_milli: int
+    used: int
+
+
+def split_sums(
+    *, capacity: int, used: int, down: int, holders: Sequence[HolderSum], seconds: int, scale: int
+) -> HourSplit:
+    """`split_totals` for integer quantities in 1/scale milli-GPU-seconds (the database's
+    sums of milli x microseconds: scale 10**6). The same split, exactly: the arithmetic stays
+    in integers up to each holder's share, the one division that needs a fraction, since
+    the split of every metered hour is made on each read of costs."""
+    idle = capacity - used - down
+    unused = {h.tenant: max(0, h.guaranteed_milli * seconds * scale - h.used) for h in holders}
+    children_unused: dict[int, int] = {}
+    for h in holders:
+        if h.parent is not None:
+            children_unused[h.parent] = children_unused.get(h.parent, 0) + unused[h.tenant]
+    claims = {
+        h.tenant: max(0, unused[h.tenant] - children_unused.get(h.tenant, 0)) for h in holders
+    }
+    top = sum(unused[h.tenant] for h in holders if h.parent is None)
+    total_claims = sum(claims.values())
+    reserved = min(max(idle, 0), top)
+    shares: dict[int, Fraction] = {}
+    if reserved and total_claims:
+        shares = {t: Fraction(reserved * c, total_claims * scale) for t, c in claims.items() if c}
+    # The shares add up to `reserved` exactly (their claims add up to the total).
+    reserved_total = Fraction(reserved, scale) if shares else Fraction(0)
+    return HourSplit(
+        Fraction(capacity, scale),
+        Fraction(used, scale),
+        Fraction(down, scale),
+        shares,
+        Fraction(idle, scale) - reserved_total,
+    )
+
+
 def _idle_reserved(idle: Fraction, holders: Sequence[Holder], seconds: int) -> dict[int, Fraction]:
     unused = {h.tenant: max(Fraction(0), h.guaranteed_milli * seconds - h.used) for h in holders}
     children_unused: dict[int, Fraction] = {}

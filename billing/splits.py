@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import BigIntegerField, F, Sum
 
-from billing.capacity import DEVICE_HOUR, Holder, HourSplit, split_totals
+from billing.capacity import DEVICE_HOUR, HolderSum, HourSplit, split_sums
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
 from scheduler.models import GpuDevice
 from tenants.models import Tenant
@@ -86,13 +86,13 @@ def _slice_splits(
         on_device = by_device.get(key, {})
         down = set(unavailable) - set(available)
         present = len(set(available) | down | set(on_device))
-        held = {t: Fraction(v, MICROS) for t, v in by_tenant.get(key, {}).items()}
-        splits[key] = split_totals(
-            capacity=Fraction(DEVICE_HOUR * present),
-            used=Fraction(used.get(key, 0), MICROS),
-            down=Fraction(sum(DEVICE_HOUR * MICROS - on_device.get(d, 0) for d in down), MICROS),
-            holders=_holders(guarantees.get(key, {}), held, paths),
+        splits[key] = split_sums(
+            capacity=DEVICE_HOUR * present * MICROS,
+            used=used.get(key, 0),
+            down=sum(DEVICE_HOUR * MICROS - on_device.get(d, 0) for d in down),
+            holders=_holders(guarantees.get(key, {}), by_tenant.get(key, {}), paths),
             seconds=3600,
+            scale=MICROS,
         )
     return splits
 
@@ -125,13 +125,14 @@ def _capacity_and_guarantees(periods: dict[int, datetime]) -> tuple[Any, Any]:
 
 
 def _holders(
-    guaranteed: dict[int, int], used: dict[int, Fraction], paths: dict[int, str]
-) -> list[Holder]:
-    """Each holder with its nearest holding ancestor (a parent's guarantee holds its own)."""
+    guaranteed: dict[int, int], used: dict[int, int], paths: dict[int, str]
+) -> list[HolderSum]:
+    """Each holder with its nearest holding ancestor (a parent's guarantee holds its own);
+    `used`: milli x microseconds."""
     holders = []
     for tenant_id, milli in guaranteed.items():
         above = [a for a in ancestors(paths[tenant_id])[:-1] if a in guaranteed]
         holders.append(
-            Holder(tenant_id, above[-1] if above else None, milli, used.get(tenant_id, Fraction(0)))
+            HolderSum(tenant_id, above[-1] if above else None, milli, used.get(tenant_id, 0))
         )
     return holders

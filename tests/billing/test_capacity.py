@@ -3,13 +3,23 @@ unreserved idle; and apportioning a rounded total. Properties over random cluste
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.capacity import DEVICE_HOUR, Holder, apportion, split_hour
+from billing.capacity import (
+    DEVICE_HOUR,
+    Holder,
+    HolderSum,
+    apportion,
+    split_hour,
+    split_sums,
+    split_totals,
+)
 
 
 def test_a_childs_idle_guarantee_borrowed_by_its_sibling_is_not_idle() -> None:
@@ -80,3 +90,36 @@ def test_apportioned_parts_add_up_to_the_rounded_total(parts: list[Fraction]) ->
     assert sum(rounded, Decimal(0)) == total
     assert abs(Fraction(total) - sum(parts, Fraction(0))) <= Fraction(1, 200)
     assert all(abs(Fraction(r) - p) < Fraction(1, 100) for r, p in zip(rounded, parts, strict=True))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_split_sums_in_integers_equal_split_totals_in_fractions(seed: int) -> None:
+    """The hour splits of the cost reads are made in integers (`split_sums`); each must be
+    the fractions' split (`split_totals`) exactly: nested holders, borrowing, idle short of
+    the guarantees, a holder that used more than its guarantee."""
+    rng = random.Random(seed)
+    scale = 1_000_000
+    devices = rng.randint(1, 16)
+    capacity = DEVICE_HOUR * devices * scale
+    used = rng.randint(0, capacity)
+    down = rng.randint(0, capacity - used)
+    tenants = list(range(1, rng.randint(1, 6) + 1))
+    parents = {t: rng.choice([None, *[p for p in tenants if p < t]]) for t in tenants}
+    guaranteed = {t: rng.randint(0, 4000) for t in tenants}
+    held = {t: rng.randint(0, 5000 * 3600 * scale) for t in tenants}
+    summed = split_sums(
+        capacity=capacity,
+        used=used,
+        down=down,
+        holders=[HolderSum(t, parents[t], guaranteed[t], held[t]) for t in tenants],
+        seconds=3600,
+        scale=scale,
+    )
+    fractions = split_totals(
+        capacity=Fraction(capacity, scale),
+        used=Fraction(used, scale),
+        down=Fraction(down, scale),
+        holders=[Holder(t, parents[t], guaranteed[t], Fraction(held[t], scale)) for t in tenants],
+        seconds=3600,
+    )
+    assert summed == fractions

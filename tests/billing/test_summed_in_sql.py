@@ -18,9 +18,9 @@ import pytest
 from bench.billing import build, meter, shape
 from billing import rating
 from billing.attempts import attempt_kinds
-from billing.capacity import HourSplit, split_hour
+from billing.capacity import Holder, HourSplit, split_hour
 from billing.models import MeteringPeriod, UsageRecord
-from billing.splits import SplitKey, _capacity_and_guarantees, _holders, ancestors, hour_splits
+from billing.splits import SplitKey, _capacity_and_guarantees, ancestors, hour_splits
 from billing.statements import period_slices, rates_between, usage_lines
 from scheduler.models import AllocationDevice
 from tenants.models import Tenant
@@ -70,6 +70,20 @@ def _usages(organisation: Tenant, start: datetime, end: datetime, detail: bool) 
             )
 
 
+def holders(
+    guaranteed: dict[int, int], used: dict[int, Fraction], paths: dict[int, str]
+) -> list[Holder]:
+    """Each holder with its nearest holding ancestor, its use in exact fractions (the split
+    the database's integer sums must equal)."""
+    out = []
+    for tenant_id, milli in guaranteed.items():
+        above = [a for a in ancestors(paths[tenant_id])[:-1] if a in guaranteed]
+        out.append(
+            Holder(tenant_id, above[-1] if above else None, milli, used.get(tenant_id, Fraction(0)))
+        )
+    return out
+
+
 def split_per_device(start: datetime, end: datetime) -> dict[SplitKey, HourSplit]:
     """Every hour's split from each record's device shares, added up in Python."""
     paths = dict(Tenant.objects.values_list("id", "path"))
@@ -101,7 +115,7 @@ def split_per_device(start: datetime, end: datetime) -> dict[SplitKey, HourSplit
             available=set(capacity.get(key, ([], []))[0]),
             unavailable=set(capacity.get(key, ([], []))[1]),
             used_by_device=dict(by_device.get(key, {})),
-            holders=_holders(guarantees.get(key, {}), dict(own.get(key, {})), paths),
+            holders=holders(guarantees.get(key, {}), dict(own.get(key, {})), paths),
         )
         for key in set(capacity) | set(guarantees) | set(by_device)
     }
