@@ -61,7 +61,7 @@ class JobPodsView(generics.GenericAPIView):
     serializer_class = PodOut
     filter_backends: list[Any] = []
 
-    @extend_schema(operation_id="jobs_pods_list", parameters=[JOB_ID])
+    @extend_schema(operation_id="jobs_pods_list", parameters=[JOB_ID], responses=PodOut(many=True))
     def get(self, request: Request, pk: str) -> Response:
         job = selectors.access_job(request.user, pk)
         page = self.paginate_queryset(pod_logs.job_pod_list(job))  # type: ignore[arg-type]

@@ -238,3 +238,15 @@ def test_an_empty_tenant_on_usage_is_400_naming_it(org: Org, client_for: Any) ->
     assert response.status_code == 400, response.content
     assert "tenant" in response.json()["errors"]
     assert client_for("alice").get(f"/api/v1/usage/?tenant={org.alpha.pk}").status_code == 200
+
+
+def test_a_jobs_pods_are_declared_as_the_paginated_page_they_are(org: Org, client_for: Any) -> None:
+    """`GET /jobs/{id}/pods/` answered a page (`count`, `results`, ...) where the schema
+    declared a single pod; found by bench.fuzz's sequences, which reach a job that exists."""
+    job = f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"])
+    response = client_for("tina").get(f"/api/v1/jobs/{job.pk}/pods/")
+    assert response.status_code == 200
+    assert set(response.json()) == {"count", "next", "previous", "results"}
+    declared = schema(client_for)["paths"]["/api/v1/jobs/{id}/pods/"]["get"]["responses"]["200"]
+    body = declared["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/PaginatedPodOutList"}
