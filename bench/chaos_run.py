@@ -223,14 +223,25 @@ class Run:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+# Allocations on their way out: their job final or on another attempt, or marked to stop. Each
+# keeps its devices until its pod is really gone (docs/faults.md 17), a cycle or a grace
+# period after the job's end; the checks read the history at rest, once none is left.
+STOPPING_SQL = (
+    "SELECT count(*) FROM scheduler_allocation a JOIN scheduler_job j ON j.id = a.job_id"
+    " WHERE a.ended_at IS NULL"
+    " AND (j.state = ANY(%s) OR a.attempt <> j.attempt OR a.end_reason <> '')"
+)
+
+
 def settle(run: Run, wait_s: float) -> bool:
-    """Until every job is final (True), or `wait_s` passed (False)."""
+    """Until every job is final and every allocation of theirs has ended (True), or `wait_s`
+    passed (False: the checks then count what is left)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         left = run.monitor.query(
             "SELECT count(*) FROM scheduler_job WHERE NOT state = ANY(%s)", [list(FINAL)]
         )[0][0]
-        if not left:
+        if not left and not run.monitor.query(STOPPING_SQL, [list(FINAL)])[0][0]:
             return True
         time.sleep(2.0)
     return False
