@@ -253,6 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if requests
         else 0.0,
         "routes": routes,
+        "timeline": client["timeline"],
         "idempotency": {
             "retries": client["idempotency"]["retries"],
             "duplicates": client["idempotency"]["duplicates"],

@@ -40,6 +40,8 @@ EXPECTED = {
     "POST /api/v1/approval-requests/{id}/approve/": {409},
     "POST /approvals/{id}/decide/": {409},
 }
+TIMELINE_S = 10
+SLOW_MS = 1000.0
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
 
@@ -52,6 +54,10 @@ class Stats:
     recording: bool = False
     # Per GET route, one request as a user made it: replayed alone after the window.
     samples: dict[str, tuple[Any, str, dict[str, Any]]] = field(default_factory=dict)
+    # Per TIMELINE_S of the window (by when a request ended): [requests, over 1 s, max ms],
+    # to tell a tail spread over the run from bursts in which every route waits.
+    timeline: dict[int, list[float]] = field(default_factory=dict)
+    window_started: float = 0.0
 
     def record(self, route: str, status: int, ms: float, body: str) -> None:
         if not self.recording:  # the logins before the window, the replay after it
@@ -59,6 +65,11 @@ class Stats:
             return
         self.latencies[route].append(ms)
         self.statuses[route][status] += 1
+        second = int((time.monotonic() - self.window_started) // TIMELINE_S * TIMELINE_S)
+        bucket = self.timeline.setdefault(second, [0, 0, 0.0])
+        bucket[0] += 1
+        bucket[1] += ms > SLOW_MS
+        bucket[2] = max(bucket[2], ms)
         if status >= 400 and status not in EXPECTED.get(route, ()):
             self.counts["errors"] += 1
             if len(self.errors) < 50:
@@ -372,6 +383,7 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
         while len(tried) < len(users):
             await asyncio.sleep(0.1)
         window.update(await start_window(plan))
+        stats.window_started = time.monotonic()
         stats.recording = True
         ready.set()
         await asyncio.gather(*tasks)
@@ -395,6 +407,10 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
         "statements_reset": window["statements_reset"],
         "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
         "latencies": stats.latencies,
+        "timeline": [
+            {"from_s": at, "requests": int(n), "over_1s": int(slow), "max_ms": round(top, 1)}
+            for at, (n, slow, top) in sorted(stats.timeline.items())
+        ],
         "statuses": {r: dict(c) for r, c in stats.statuses.items()},
         "errors": stats.errors,
         "error_count": stats.counts["errors"],

@@ -51,6 +51,8 @@ def test_bench_load_reports_routes_errors_and_statements(tmp_path: Path) -> None
     assert result["errors"] == 0, result["error_list"]
     for route, figures in result["routes"].items():
         assert set(figures) >= ROUTE_KEYS, route
+    # The timeline holds every request of the window, in buckets of its seconds.
+    assert sum(bucket["requests"] for bucket in result["timeline"]) == result["requests"]
     assert {"by_total", "by_mean"} <= set(result["slowest_statements"])
     assert result["slowest_statements"]["by_total"], "pg_stat_statements read nothing"
     assert result["idempotency"]["duplicates"] == 0
