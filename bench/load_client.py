@@ -7,7 +7,7 @@ PLAN is what bench.load writes: the base URL, the people (username, token, role,
 projects), the number of virtual users, the measured window, the think time, the seed and the
 database URL (the window's start resets pg_stat_statements there). Each virtual user is one
 person: it logs in to the portal (the warm-up, not measured), waits for the others, then
-until the window ends picks an action weighted by its role, makes its requests and thinks.
+until the window ends thinks, then picks an action weighted by its role and makes its requests.
 Latencies are kept per route template (`GET /api/v1/jobs/{id}/`), never per raw URL.
 """
 
@@ -372,11 +372,17 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
             return
         choices = actions(u.person["role"], results)
         weights = [w for _, w in choices]
-        while time.monotonic() < window["end"]:
-            action = u.rng.choices([a for a, _ in choices], weights)[0]
-            await action(u)
+        # Each user thinks before each action, the first included: users in the middle of
+        # their sessions arrive spread out, where acting first sent every user's first request
+        # in the window's first second (a burst no real crowd makes: every request of the
+        # first 10 s waited seconds, and then none did).
+        while True:
             think = min(u.rng.expovariate(1 / plan["think_s"]), plan["think_s"] * 5)
             await asyncio.sleep(max(0.0, min(think, window["end"] - time.monotonic())))
+            if time.monotonic() >= window["end"]:
+                break
+            action = u.rng.choices([a for a, _ in choices], weights)[0]
+            await action(u)
 
     try:
         tasks = [asyncio.create_task(one(n, u)) for n, u in enumerate(users)]
