@@ -163,16 +163,21 @@ SELECT COUNT(*) FROM steps WHERE above = 1 AND before = 0
 """
 
 
+def _events(held: str) -> str:
+    """The (k, k2, cap, t, d) events of `held`, a query of (k, k2, cap, started_at, ended_at,
+    d) rows: +d at each start, -d at each end."""
+    return (
+        f"SELECT k, k2, cap, started_at, d FROM ({held}) h"  # noqa: S608 - our queries
+        f" UNION ALL SELECT k, k2, cap, ended_at, -d FROM ({held}) h WHERE ended_at IS NOT NULL"
+    )
+
+
 def _sweep(held: str, params: Sequence[Any]) -> int:
     """Breaches over `held`, a query of (k, k2, cap, started_at, ended_at, d) rows."""
     from django.db import connection
 
-    events = (
-        f"SELECT k, k2, cap, started_at, d FROM ({held}) h"  # noqa: S608 - our queries
-        f" UNION ALL SELECT k, k2, cap, ended_at, -d FROM ({held}) h WHERE ended_at IS NOT NULL"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(SWEEP.format(events=events), [*params, *params])
+        cursor.execute(SWEEP.format(events=_events(held)), [*params, *params])
         (count,) = cursor.fetchone()
     return int(count)
 
@@ -242,13 +247,8 @@ def quota_peaks() -> dict[str, dict[str, float]]:
 
     from tenants.models import Quota
 
-    events = (
-        f"SELECT k, k2, cap, started_at, d FROM ({QUOTA_HELD}) h"  # noqa: S608 - our queries
-        f" UNION ALL SELECT k, k2, cap, ended_at, -d FROM ({QUOTA_HELD}) h"
-        " WHERE ended_at IS NOT NULL"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(PEAK.format(events=events), [True, True])
+        cursor.execute(PEAK.format(events=_events(QUOTA_HELD)), [True, True])
         peaks = dict(cursor.fetchall())
     out = {}
     for quota in Quota.objects.select_related("tenant", "flavor").order_by("tenant__path"):
