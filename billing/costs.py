@@ -24,6 +24,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from billing import line_memo
 from billing.models import Statement, StatementLine
 from billing.statements import DraftLine, SplitsMemo, organisation_lines
 from tenants.models import Tenant
@@ -65,12 +66,48 @@ def organisation_costs(
     )
     lines = [line for statement in closed for line in _frozen(organisation, statement)]
     for lo, hi in _open(start, end, [(s.period_start, s.period_end) for s in closed]):
-        lines += [
-            cost
-            for draft in organisation_lines(organisation, lo, hi, splits=splits)
-            for cost in _costs(organisation, draft)
-        ]
+
+        def rate(lo: datetime = lo, hi: datetime = hi) -> list[line_memo.Row]:
+            return [
+                _kept(cost)
+                for draft in organisation_lines(organisation, lo, hi, splits=splits)
+                for cost in _costs(organisation, draft)
+            ]
+
+        lines += line_memo.remembered(line_memo.inputs_key(organisation, lo, hi), rate, _unkept)
     return lines
+
+
+def _kept(line: CostLine) -> line_memo.Row:
+    """A line as line_memo keeps it: plain values (the amount as text, the GPU-hours as
+    numerator and denominator)."""
+    return (
+        *(getattr(line, name) for name in _HEAD),
+        str(line.amount),
+        line.gpu_hours.numerator,
+        line.gpu_hours.denominator,
+        line.charged,
+    )
+
+
+def _unkept(rows: list[line_memo.Row]) -> tuple[CostLine, ...]:
+    return tuple(
+        CostLine(*head, Decimal(amount), Fraction(numerator, denominator), charged)  # type: ignore[arg-type, call-arg]
+        for *head, amount, numerator, denominator, charged in rows
+    )
+
+
+_HEAD = (
+    "organisation",
+    "tenant",
+    "project",
+    "user",
+    "flavor",
+    "resource",
+    "kind",
+    "job_type",
+    "priority_class",
+)
 
 
 def _open(

@@ -336,10 +336,15 @@ def organisation_lines(
     from billing.idle_usage import allocated_idle_lines
 
     try:
-        used = split_lines(usage_lines(organisation, start, end, detail=True))
+        used: list[DraftLine] = []
+        idle: list[DraftLine] = []
+        # No metered hour (a month to come): no usage and no split, so no line but these.
+        if MeteringPeriod.objects.filter(start__gte=start, start__lt=end).exists():
+            used = split_lines(usage_lines(organisation, start, end, detail=True))
+            idle = idle_lines(organisation, start, end, [d.line for d in used], splits=splits)
         return (
             used
-            + idle_lines(organisation, start, end, [d.line for d in used], splits=splits)
+            + idle
             + [whole(d.line, d.charged) for d in allocated_idle_lines(organisation, start, end)]
         )
     except rating.MissingRate as missing:

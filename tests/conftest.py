@@ -68,11 +68,15 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
     """Every test starts with an empty cache: throttles and login-guard counters of one test
-    must not leak into the next (the embedded default's cache lives in the process)."""
+    must not leak into the next (the embedded default's cache lives in the process), nor
+    cost lines built from it (billing/line_memo.py)."""
     from django.core.cache import cache, caches
+
+    from billing import line_memo
 
     cache.clear()
     caches["throttle"].clear()
+    line_memo.forget_built()
 
 
 @dataclass
