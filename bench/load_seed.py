@@ -251,9 +251,11 @@ def history(
 
 def billing(now: datetime) -> int:
     """A rate card per flavor from well before the history, then the history metered by the
-    product's own metering. Returns the usage records written."""
+    product's own metering task (its open month rated for the cost routes' readers, as the
+    task does). Returns the usage records written."""
     from django.conf import settings
 
+    from billing.costs import open_month_rated
     from billing.metering import meter_usage
     from billing.models import RateCard, UsageRecord
     from tenants.models import ResourceFlavor
@@ -270,4 +272,5 @@ def billing(now: datetime) -> int:
         )
     while meter_usage(now=now):  # a run meters a bounded number of hours
         pass
+    open_month_rated()  # as the hourly metering task does once it has metered
     return UsageRecord.objects.count()

@@ -25,8 +25,11 @@ from fractions import Fraction
 from typing import Any
 
 from billing import line_memo
+from billing.budgets import month_end, month_start
 from billing.models import Statement, StatementLine
+from billing.rates import metered_until
 from billing.statements import DraftLine, SplitsMemo, organisation_lines
+from common.errors import DomainError
 from tenants.models import Tenant
 
 # The longest window the cost API and its exports accept: a year and a month, so a year over
@@ -108,6 +111,25 @@ _HEAD = (
     "job_type",
     "priority_class",
 )
+
+
+def open_month_rated() -> int:
+    """Rate the month of the last metered hour for every organisation, so that the first
+    reader of the cost routes finds its lines kept (billing/line_memo.py): metering runs
+    this once it has metered an hour. An organisation that cannot be priced (a flavor used
+    without a rate) is left to its readers, who get the error. Returns those rated."""
+    until = metered_until()
+    if until is None:
+        return 0
+    start = month_start(until - timedelta(microseconds=1))
+    rated = 0
+    for organisation in Tenant.objects.filter(parent=None).order_by("id"):
+        try:
+            organisation_costs(organisation, start, month_end(start))
+        except DomainError:
+            continue
+        rated += 1
+    return rated
 
 
 def _open(

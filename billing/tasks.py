@@ -16,6 +16,7 @@ from billing.budget_alerts import (
     alerts_unsent,
 )
 from billing.closing import months_close_due
+from billing.costs import open_month_rated
 from billing.metering import meter_usage
 
 logger = logging.getLogger(__name__)
@@ -23,8 +24,12 @@ logger = logging.getLogger(__name__)
 
 @shared_task
 def meter_closed_hours() -> int:
-    """Celery beat, hourly: meter every closed hour not metered yet (docs/billing.md)."""
-    return meter_usage(now=timezone.now())
+    """Celery beat, hourly: meter every closed hour not metered yet (docs/billing.md), then
+    rate the open month once for the cost routes' readers (billing/line_memo.py)."""
+    metered = meter_usage(now=timezone.now())
+    if metered:
+        open_month_rated()
+    return metered
 
 
 @shared_task

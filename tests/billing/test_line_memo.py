@@ -163,3 +163,33 @@ def test_the_classes_multiplier_does_not_leak_across_priority_classes(org: Org) 
     card.multipliers.create(priority_class=priority(other), multiplier=Decimal("3"))
     assert line_memo.inputs_key(org.acme, T0, at(4)) != key
     assert read(org) == lines == rated_afresh(org)
+
+
+def test_metering_rates_the_open_month_for_its_first_reader(
+    org: Org, client_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster(org)  # hours 0-3 metered: the last one in January 2031
+    assert costs.open_month_rated() == 1
+
+    def no_rating(*_: Any, **__: Any) -> Any:
+        raise AssertionError("rated again")
+
+    monkeypatch.setattr(costs, "organisation_lines", no_rating)
+    line_memo.forget_built()  # the web server's process: from the shared cache
+    month = {"from": "2031-01-01T00:00:00Z", "to": "2031-02-01T00:00:00Z", "by": "team"}
+    response = client_for("carol").get("/api/v1/costs/", month)
+    assert response.status_code == 200, response.json()
+    assert Decimal(response.json()["total"]["charged"]) > 0
+
+
+def test_the_hourly_metering_task_rates_only_when_it_metered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from billing import tasks
+
+    rated: list[bool] = []
+    monkeypatch.setattr(tasks, "open_month_rated", lambda: rated.append(True) or 1)
+    for metered in (0, 3):
+        monkeypatch.setattr(tasks, "meter_usage", lambda now, metered=metered: metered)
+        assert tasks.meter_closed_hours() == metered
+    assert rated == [True]
