@@ -166,26 +166,45 @@ def aggregate(lines: Iterable[CostLine], by: str) -> list[CostRow]:
         names = {}
         key_of = lambda line: getattr(line, by) or None  # noqa: E731
     rows: dict[Any, CostRow] = {}
+    hours: dict[Any, dict[int, int]] = {}
     for line in lines:
         key = key_of(line)
-        row = rows.setdefault(key, CostRow(key, names.get(key, key) if key is not None else None))
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = CostRow(key, names.get(key, key) if key is not None else None)
+            hours[key] = {}
         if line.charged:
             row.charged += line.amount
         else:
             row.showback += line.amount
-        row.gpu_hours += line.gpu_hours
+        _add(hours[key], line.gpu_hours)
+    for key, row in rows.items():
+        row.gpu_hours = _sum(hours[key])
     return sorted(rows.values(), key=lambda r: (-r.charged, -r.showback, str(r.name)))
 
 
 def totals(lines: Iterable[CostLine]) -> CostRow:
     total = CostRow(None, None)
+    hours: dict[int, int] = {}
     for line in lines:
         if line.charged:
             total.charged += line.amount
         else:
             total.showback += line.amount
-        total.gpu_hours += line.gpu_hours
+        _add(hours, line.gpu_hours)
+    total.gpu_hours = _sum(hours)
     return total
+
+
+def _add(sums: dict[int, int], value: Fraction) -> None:
+    """Add `value` to an exact sum kept as numerators per denominator: the lines' GPU-hours
+    have few denominators (units over an hour of microseconds), so adding integers and
+    making one fraction per denominator at the end is exact and avoids a gcd per line."""
+    sums[value.denominator] = sums.get(value.denominator, 0) + value.numerator
+
+
+def _sum(sums: dict[int, int]) -> Fraction:
+    return sum((Fraction(n, d) for d, n in sums.items()), Fraction(0))
 
 
 # --- statements ----------------------------------------------------------------------------
