@@ -1,7 +1,7 @@
 """Realistic traffic from many people at once against the deployed processes.
 
     python -m bench.load --json out.json [--users 200] [--duration 300] [--seed 1]
-        [--think-s 5] [--ramp-s 30] [--workers 3] [--history-hours 48]
+        [--think-s 30] [--ramp-s 30] [--workers 3] [--history-hours 48]
         [--url postgres://...] [--redis-url redis://...] [--pg-port 5446] [--redis-port 6406]
 
 Starts its own PostgreSQL cluster (pg_stat_statements preloaded; `--url` for another server,
@@ -17,6 +17,11 @@ measured apart: they log in to the portal (the warm-up), then for `--duration` s
 and filter jobs, open job pages and their HTMX partials, submit with idempotency keys
 (a fifth sent twice: the repeat must return the same job), approve, and read queues,
 dashboards and costs, each thinking a random time of mean `--think-s` between actions.
+
+The default pace is a person's: 30 s on average between actions (each action is one to four
+requests: a page and its partials), so 200 people send about 12 requests a second. `--think-s
+5` is a stress reading, six times that traffic from the same people: what the host serves when
+everyone clicks on without reading (bench/results.md gives both).
 
 Reports, per route template, the count and p50/p95/p99 latency against its target (300 ms
 for reads, 500 ms for writes), the throughput, the errors (any status of 400 or more that the
@@ -54,7 +59,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--duration", type=float, default=300.0, help="measured seconds")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--think-s", type=float, default=5.0, help="mean think time")
+    parser.add_argument(
+        "--think-s", type=float, default=30.0, help="mean seconds between a person's actions"
+    )
     parser.add_argument("--ramp-s", type=float, default=30.0, help="logins spread over this")
     parser.add_argument(
         "--form-logins", type=int, default=8, help="users who sign in through the login form"
