@@ -14,9 +14,13 @@ fingerprint, the same lines; any change, a new key, and the next reader rates th
 (tests/billing/test_line_memo.py changes each input in turn).
 
 The ending events are the input that changes most: every job that ends writes one. Only
-those that can reclassify metered usage count here: an ending event at or after the window's
-start, of a job with an attempt that started before the last metered hour ended. A job that
-starts and ends between two meterings changes nothing, so a busy queue does not empty the memo.
+those that can reclassify metered usage count here: an ending to preempted or failed (or back
+to the queue, a failed attempt) at or after the window's start, of a job with an attempt that
+started before the last metered hour ended. An attempt that succeeds or is cancelled is rated
+as a running one is (used), and a job that starts and ends between two meterings held nothing
+metered, so neither empties the memo: on a busy cluster, only preemptions and failures of
+long-running jobs do. (An attempt's ending is its first event out of a holding state, and
+events are written in time order, so a later success cannot displace an earlier failure.)
 
 The lines live in the default cache (Redis where there is one: shared by the web server's
 processes), as plain tuples; a cache that is down or evicted only costs a rating.
@@ -33,7 +37,7 @@ from typing import Any, TypeVar, cast
 from django.core.cache import cache
 from django.db.models import Count, Exists, Max, OuterRef, Sum
 
-from billing.attempts import ENDING
+from billing.attempts import ENDING, UsageKind
 from billing.models import BillingPolicy, MeteringPeriod
 from billing.statements import rates_between
 from scheduler.lifecycle import HOLDING_STATES
@@ -42,6 +46,10 @@ from scheduler.utilization_models import RollupPeriod, RollupScope, UtilizationR
 from tenants.models import Tenant
 
 T = TypeVar("T")
+
+# The endings that make an attempt's usage other than used (preempted, failed): an attempt
+# that succeeds or is cancelled is rated as one still running is, so its ending changes no line.
+_RECLASSIFY = [state for state, kind in ENDING.items() if kind != UsageKind.USED]
 
 # Raise it when the rating makes other lines from the same inputs: older entries are ignored.
 VERSION = 1
@@ -64,7 +72,7 @@ def inputs_key(organisation: Tenant, start: datetime, end: datetime) -> str | No
     until = periods["until"] or start
     endings = (
         JobEvent.objects.filter(
-            at__gte=start, from_state__in=HOLDING_STATES, to_state__in=list(ENDING)
+            at__gte=start, from_state__in=HOLDING_STATES, to_state__in=_RECLASSIFY
         )
         .filter(Exists(Allocation.objects.filter(job_id=OuterRef("job_id"), started_at__lt=until)))
         .aggregate(n=Count("id"), last=Max("id"))

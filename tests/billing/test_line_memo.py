@@ -141,6 +141,20 @@ def test_a_job_between_two_meterings_keeps_the_key(org: Org) -> None:
     assert line_memo.inputs_key(org.acme, T0, at(24)) != key
 
 
+def test_an_attempt_that_succeeds_keeps_the_key_and_its_lines(org: Org) -> None:
+    """Alice's attempt held a GPU in every metered hour and has not ended: its usage is used.
+    Succeeding, it stays used: the key and the lines stay, as a fresh rating says."""
+    cluster(org)
+    key = line_memo.inputs_key(org.acme, T0, at(4))
+    lines = read(org)
+    event = JobEvent.objects.create(
+        job=alice_job(org), kind="state", from_state=JobState.RUNNING, to_state=JobState.SUCCEEDED
+    )
+    JobEvent.objects.filter(pk=event.pk).update(at=at(3))
+    assert line_memo.inputs_key(org.acme, T0, at(4)) == key
+    assert read(org) == lines == rated_afresh(org)
+
+
 def test_each_process_keeps_a_bounded_number_of_windows(org: Org) -> None:
     cluster(org)
     for hours in range(1, line_memo.BUILT_KEPT + 5):
