@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from functools import lru_cache
 from itertools import pairwise
 
 HOUR = timedelta(hours=1)
@@ -206,5 +207,22 @@ def make_line(key: LineKey, held_units: Fraction) -> Line:
     account, flavor, resource, kind, price = key
     unit, per_unit = UNITS[resource]
     exact = held_units / per_unit
-    amount = round_cents(Fraction(price) * exact)
-    return Line(account, flavor, resource, kind, unit, price, exact, amount)
+    numerator, denominator = price_ratio(price)
+    cents = half_even(numerator * exact.numerator * 100, denominator * exact.denominator)
+    return Line(account, flavor, resource, kind, unit, price, exact, Decimal(cents).scaleb(-2))
+
+
+@lru_cache(maxsize=4096)
+def price_ratio(price: Decimal) -> tuple[int, int]:
+    """A price as an exact integer ratio (a Decimal is finite: exact)."""
+    return price.as_integer_ratio()
+
+
+def half_even(numerator: int, denominator: int) -> int:
+    """numerator / denominator (denominator > 0) rounded to an integer half-to-even, exactly:
+    as `round` rounds a Fraction, without making one."""
+    floor, remainder = divmod(numerator, denominator)
+    twice = 2 * remainder
+    if twice > denominator or (twice == denominator and floor % 2):
+        return floor + 1
+    return floor

@@ -22,7 +22,7 @@ from django.db.models.functions import Cast
 
 from billing import rating
 from billing.attempts import ending_state, kind_of
-from billing.capacity import HourSplit, apportion
+from billing.capacity import HourSplit
 from billing.models import (
     BillingPolicy,
     IdlePolicy,
@@ -84,11 +84,7 @@ def split_lines(detailed: list[rating.Line]) -> list[DraftLine]:
         groups[(account, line.flavor, line.resource, line.kind, line.rate)].append(line)
     out = []
     for key, parts in groups.items():
-        per_unit = rating.UNITS[key[2]][1]
-        merged = rating.make_line(key, sum((p.exact for p in parts), Fraction(0)) * per_unit)
-        total, amounts = apportion([Fraction(p.rate) * p.exact for p in parts])
-        if total != merged.amount:  # the same exact sum rounded the same way: cannot differ
-            raise AssertionError(f"apportioned {total} != line {merged.amount}")
+        merged, amounts = _merged(key, parts)
         out.append(
             DraftLine(
                 merged,
@@ -105,6 +101,37 @@ def split_lines(detailed: list[rating.Line]) -> list[DraftLine]:
             )
         )
     return out
+
+
+def _merged(key: rating.LineKey, parts: list[rating.Line]) -> tuple[rating.Line, list[Decimal]]:
+    """The line of `parts` (one key but the account's job type and class) and each part's
+    share of its amount: `capacity.apportion` of the parts' exact amounts, in integers.
+
+    Every part has the key's unit price and resource, so their exact quantities are
+    integers over one denominator (UNITS: micro-units of the resource's integer unit): their
+    exact amounts are integers over one denominator too, and the sums, floors and remainders
+    of the largest remainder method are integer arithmetic, to the same results."""
+    per_unit = rating.UNITS[key[2]][1]
+    common = 1_000_000 * per_unit
+    units = []
+    for part in parts:
+        scale, rest = divmod(common, part.exact.denominator)
+        if rest:  # usage_lines' quantities are micro-units: cannot happen
+            raise AssertionError(f"{part.exact} is not a whole number of micro-units")
+        units.append(part.exact.numerator * scale)
+    merged = rating.make_line(key, Fraction(sum(units), 1_000_000))
+    numerator, denominator = rating.price_ratio(key[4])
+    scale = denominator * common
+    cents = [numerator * u * 100 for u in units]
+    total = rating.half_even(sum(cents), scale)
+    floors = [c // scale for c in cents]
+    order = sorted(range(len(parts)), key=lambda i: (-(cents[i] % scale), i))
+    for i in order[: total - sum(floors)]:
+        floors[i] += 1
+    amount = Decimal(total).scaleb(-2)
+    if amount != merged.amount:  # the same exact sum rounded the same way: cannot differ
+        raise AssertionError(f"apportioned {amount} != line {merged.amount}")
+    return merged, [Decimal(f).scaleb(-2) for f in floors]
 
 
 def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
