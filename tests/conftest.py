@@ -45,8 +45,11 @@ def _cache_per_worker(worker_id: str) -> Iterator[None]:
     cache = settings.CACHES["default"]
     location = str(cache.get("LOCATION", ""))
     if worker_id != "master" and location.startswith("redis://"):
-        database = int(worker_id.removeprefix("gw")) + 1
-        caches["default"] = {**cache, "LOCATION": f"{location.rsplit('/', 1)[0]}/{database}"}
+        # After REDIS_URL's own database: two suites run at once on different databases
+        # (REDIS_URL=.../0 and .../8) do not flush each other's.
+        base, _, own = location.rpartition("/")
+        database = (int(own) if own.isdigit() else 0) + int(worker_id.removeprefix("gw")) + 1
+        caches["default"] = {**cache, "LOCATION": f"{base}/{database}"}
     with override_settings(CACHES=caches):
         yield
 
