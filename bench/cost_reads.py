@@ -10,7 +10,9 @@ each request, as at the end of a month not closed yet. Then, as a finance user, 
 `GET /costs/` of its month, `--repeat` times each after one warm-up, through Django's test
 client in this process (no web server), and reports per route the median CPU seconds of this
 process, the median wall seconds (the database's time included), the queries of one request
-and the status. A loaded host inflates both: give the load average with the figures.
+and the status: `cold`, with the kept lines forgotten before each request (the rating a
+memo miss does: billing/line_memo.py), and `warm`, with them kept. A loaded host inflates
+both: give the load average with the figures.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ def routes(month: Month) -> list[str]:
 
 
 def measure(month: Month, repeat: int) -> dict[str, Any]:
-    """Each route's figures, as a finance user (every organisation, the cluster's page)."""
+    """Each route's figures, as a finance user (every organisation, the cluster's page):
+    `cold`, the kept lines forgotten before each request (billing/line_memo.py), so the
+    request rates the open month, as the first reader after a change does; `warm`, the lines
+    kept, as every other reader finds them."""
     from django.contrib.auth import get_user_model
-    from django.db import connection
+    from django.core.cache import cache
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
+    from billing import line_memo
     from tenants.models import PlatformRole, PlatformRoleName
 
     user, _ = get_user_model().objects.get_or_create(username="bench-finance")
@@ -52,20 +57,35 @@ def measure(month: Month, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for url in routes(month):
         client.get(url)  # warm-up: content types, templates
-        cpu, wall = [], []
-        for _ in range(repeat):
-            began, began_cpu = time.perf_counter(), time.process_time()
-            with CaptureQueriesContext(connection) as queries:
-                response = client.get(url)
-            wall.append(time.perf_counter() - began)
-            cpu.append(time.process_time() - began_cpu)
-        out[url] = {
-            "status": response.status_code,
-            "queries": len(queries.captured_queries),
-            "cpu_s": round(statistics.median(cpu), 3),
-            "wall_s": round(statistics.median(wall), 3),
-        }
+        figures: dict[str, Any] = {}
+        for kind in ("cold", "warm"):
+            cpu, wall = [], []
+            for _ in range(repeat):
+                if kind == "cold":
+                    cache.clear()
+                    line_memo.forget_built()
+                status, queries, seconds = _request(client, url)
+                cpu.append(seconds[0])
+                wall.append(seconds[1])
+            figures[kind] = {
+                "queries": queries,
+                "cpu_s": round(statistics.median(cpu), 3),
+                "wall_s": round(statistics.median(wall), 3),
+            }
+        out[url] = {"status": status, **figures}
     return out
+
+
+def _request(client: Any, url: str) -> tuple[int, int, tuple[float, float]]:
+    """One request: its status, its queries, and this process's CPU and the wall seconds."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    began, began_cpu = time.perf_counter(), time.process_time()
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    seconds = (time.process_time() - began_cpu, time.perf_counter() - began)
+    return response.status_code, len(queries.captured_queries), seconds
 
 
 def run_here(gpus: int, days: int, jobs: int, seed: int, repeat: int = 1) -> dict[str, Any]:
