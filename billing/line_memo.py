@@ -9,7 +9,9 @@ usage is used, preempted or failed by how it ended: billing/attempts.py). It als
 tenant tree, which no service moves (a tenant's path is set once, at its creation), and the
 GPU inventory, which only tells it which devices to read sums of (a device that ever held a
 share cannot be deleted). `inputs_key` reads a fingerprint of the others: five small
-queries, a few milliseconds where rating the open month takes about a second. The same
+queries, a few milliseconds where rating the open month takes about a second. The cluster's
+reconciliation (billing/reconcile.py: the hour splits at list price) is kept the same way
+under `reconciliation_key`: it reads only the metered hours' records and the rates. The same
 fingerprint, the same lines; any change, a new key, and the next reader rates them again
 (tests/billing/test_line_memo.py changes each input in turn).
 
@@ -46,6 +48,7 @@ from scheduler.utilization_models import RollupPeriod, RollupScope, UtilizationR
 from tenants.models import Tenant
 
 T = TypeVar("T")
+K = TypeVar("K")  # what the cache keeps: plain values, pickled
 
 # The endings that make an attempt's usage other than used (preempted, failed): an attempt
 # that succeeds or is cancelled is rated as one still running is, so its ending changes no line.
@@ -64,9 +67,7 @@ def inputs_key(organisation: Tenant, start: datetime, end: datetime) -> str | No
     """The cache key of the organisation's rated lines of [start, end): the window and a
     digest of everything the rating reads (see the module's docstring). None when no hour
     of the window is metered: rating it reads as little as the key would."""
-    periods = MeteringPeriod.objects.filter(start__gte=start, start__lt=end).aggregate(
-        n=Count("id"), last=Max("id"), until=Max("end")
-    )
+    periods = _periods(start, end)
     if not periods["n"]:
         return None
     until = periods["until"] or start
@@ -84,7 +85,31 @@ def inputs_key(organisation: Tenant, start: datetime, end: datetime) -> str | No
         start__lt=end,
         tenant__path__startswith=organisation.path,
     ).aggregate(n=Count("id"), last=Max("id"), idle=Sum("idle_gpu_seconds"))
-    rates = sorted(
+    policy = BillingPolicy.objects.filter(organisation=organisation).values_list(
+        "idle_policy", flat=True
+    )
+    inputs = (periods, endings, rollups, _rates(start, end), list(policy))
+    return _key(f"lines:{organisation.pk}", start, end, inputs)
+
+
+def reconciliation_key(start: datetime, end: datetime) -> str | None:
+    """The cache key of the cluster's reconciliation of [start, end) (billing/reconcile.py):
+    it reads the metered hours' records (never changed once written) and the rates in force
+    (list prices) alone. None when no hour is metered."""
+    periods = _periods(start, end)
+    if not periods["n"]:
+        return None
+    return _key("cluster", start, end, (periods, _rates(start, end)))
+
+
+def _periods(start: datetime, end: datetime) -> dict[str, Any]:
+    return MeteringPeriod.objects.filter(start__gte=start, start__lt=end).aggregate(
+        n=Count("id"), last=Max("id"), until=Max("end")
+    )
+
+
+def _rates(start: datetime, end: datetime) -> list[tuple[Any, ...]]:
+    return sorted(
         (
             rate.flavor,
             rate.valid_from,
@@ -97,12 +122,11 @@ def inputs_key(organisation: Tenant, start: datetime, end: datetime) -> str | No
         )
         for rate in rates_between(start, end)
     )
-    policy = BillingPolicy.objects.filter(organisation=organisation).values_list(
-        "idle_policy", flat=True
-    )
-    inputs = (periods, endings, rollups, rates, list(policy))
+
+
+def _key(what: str, start: datetime, end: datetime, inputs: Any) -> str:
     digest = hashlib.sha256(repr(inputs).encode()).hexdigest()[:32]
-    return f"billing:lines:{VERSION}:{organisation.pk}:{start:%Y%m%d%H}:{end:%Y%m%d%H}:{digest}"
+    return f"billing:{what}:{VERSION}:{start:%Y%m%d%H}:{end:%Y%m%d%H}:{digest}"
 
 
 # The lines last built from kept rows, in this process: key -> lines (immutable, shared).
@@ -110,9 +134,7 @@ _built: OrderedDict[str, Any] = OrderedDict()
 BUILT_KEPT = 16
 
 
-def remembered(
-    key: str | None, rate: Callable[[], list[Row]], build: Callable[[list[Row]], T]
-) -> T:
+def remembered(key: str | None, rate: Callable[[], K], build: Callable[[K], T]) -> T:
     """`build` of the rows kept under `key`, or of `rate()`'s, kept there for the next
     reader (no key: rated, not kept). What `build` makes of a key is kept in this process
     too (the last BUILT_KEPT keys): it must not be changed by its callers."""

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 from billing.api.cost_serializers import next_month
 from billing.burn_down import burn_downs
 from billing.cost_charts import cost_charts, visible_month_lines
-from billing.reconcile import cluster_reconciliation
+from billing.reconcile import cluster_reconciliation_kept
 from billing.selectors import tenant_costs
 from billing.statements import SplitsMemo
 from common.errors import DomainError
@@ -74,7 +74,7 @@ def costs(request: HttpRequest) -> HttpResponse:
             context["figures"] = figures(context["charts"])
             context["burn_downs"] = drawn_burn_downs(burn_downs(user, start, top))
             if grants.sees_everything:
-                context["cluster"] = cluster_reconciliation(start, end, splits=splits)
+                context["cluster"] = cluster_reconciliation_kept(start, end, splits=splits)
         except DomainError as problem:
             context["error"], status = str(problem), 400
     context.update(section_context(user, start))

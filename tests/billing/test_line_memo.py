@@ -207,3 +207,28 @@ def test_the_hourly_metering_task_rates_only_when_it_metered(
         monkeypatch.setattr(tasks, "meter_usage", lambda now, metered=metered: metered)
         assert tasks.meter_closed_hours() == metered
     assert rated == [True]
+
+
+def test_the_cluster_reconciliation_is_kept_until_an_hour_is_metered_or_a_price_changes(
+    org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from billing import reconcile
+
+    cluster(org)
+    first = reconcile.cluster_reconciliation_kept(T0, at(6))
+    assert first == reconcile.cluster_reconciliation(T0, at(6)) and first
+
+    def no_splits(*_: Any, **__: Any) -> Any:
+        raise AssertionError("split again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(reconcile, "hour_splits", no_splits)
+        line_memo.forget_built()  # another web process: from the shared cache
+        assert reconcile.cluster_reconciliation_kept(T0, at(6)) == first
+
+    for change in (_new_price, _a_later_hour_metered):
+        before = reconcile.cluster_reconciliation_kept(T0, at(6))
+        change(org)
+        afresh = reconcile.cluster_reconciliation(T0, at(6))
+        assert afresh != before, change.__name__
+        assert reconcile.cluster_reconciliation_kept(T0, at(6)) == afresh, change.__name__
