@@ -78,6 +78,7 @@ def start_redis(port: int) -> subprocess.Popen[bytes]:
     return redis
 
 
+@pytest.mark.backend_independent("a Celery app of its own on a redis-server of its own")
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_celery_worker_survives_redis_stopping_while_a_late_acked_task_runs(
     tmp_path: Path,

@@ -21,6 +21,13 @@ PRODUCTION_ENV = {
 }
 
 
+# manage.py runs in a subprocess without the pass's DATABASE_URL, REDIS_URL, DJANGO_* or
+# GANTRY_*: the same run on either pass of `make test`, so the SQLite pass leaves it out.
+SUBPROCESS = pytest.mark.backend_independent(
+    "manage.py in a subprocess whose environment the test sets"
+)
+
+
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GANTRY_"))}
     clean.pop("DATABASE_URL", None)
@@ -36,12 +43,14 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@SUBPROCESS
 def test_check_deploy_reports_nothing_with_production_settings() -> None:
     result = manage("check", "--deploy", "--fail-level", "DEBUG", env=PRODUCTION_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
 
+@SUBPROCESS
 def test_check_deploy_flags_development_settings() -> None:
     """The same check fails on the embedded defaults, so the test above can fail."""
     result = manage("check", "--deploy", "--fail-level", "WARNING", env={})
@@ -49,6 +58,7 @@ def test_check_deploy_flags_development_settings() -> None:
     assert "security.W018" in result.stderr + result.stdout  # DEBUG on
 
 
+@SUBPROCESS
 def test_production_refuses_to_start_without_secret_key() -> None:
     env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
     result = manage("check", env=env)
@@ -99,6 +109,7 @@ def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
     assert "'server_side_binding': False" in off.stdout, off.stdout + off.stderr
 
 
+@SUBPROCESS
 def test_trusted_proxies_that_are_not_addresses_refuse_to_start() -> None:
     """GANTRY_TRUSTED_PROXIES lists proxies (issue 17); the old count ("1") is refused, not
     read as a network."""

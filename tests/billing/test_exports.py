@@ -577,6 +577,7 @@ def test_the_expiry_sweep_is_scheduled(settings: Any) -> None:
     assert entry == {"task": cost_exports_expire.name, "schedule": 900.0}
 
 
+@pytest.mark.backend_independent("manage.py in a subprocess whose environment the test sets")
 @pytest.mark.parametrize("hours", ["0", "-1", "nan"])
 def test_a_retention_that_is_not_a_positive_number_of_hours_refuses_to_start(hours: str) -> None:
     from tests.test_settings import manage

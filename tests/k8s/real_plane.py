@@ -14,7 +14,10 @@ Where the cluster comes from:
   fail: CI must not pass by skipping them.
 
 GANTRY_K8S_REAL=db-only (the SQLite pass of `make test`) deselects the real-cluster tests that
-do not touch the database (the PostgreSQL pass ran them); =skip deselects all of them.
+do not touch the database (the PostgreSQL pass ran them), and the slow tests marked
+`backend_independent(why)`: they touch no database at all (their own servers, or a subprocess
+whose environment the test sets whole), so the second pass would repeat the first exactly;
+=skip deselects all the real-cluster tests.
 Other test folders use the fixture by importing it into their conftest.
 """
 
@@ -72,18 +75,30 @@ def mode() -> str:
     return os.environ.get(MODE_ENV, "").strip().lower()
 
 
+def uses_database(item: Any) -> bool:
+    return item.get_closest_marker("django_db") is not None or bool(
+        {"db", "transactional_db"} & set(getattr(item, "fixturenames", ()))
+    )
+
+
 def deselect(items: list[Any], config_: Any) -> None:
-    """Drop the real-cluster tests that this pass must not run (GANTRY_K8S_REAL)."""
+    """Drop the tests that this pass must not run (GANTRY_K8S_REAL): the real-cluster ones,
+    and in the db-only pass those marked `backend_independent` (a marked test that asks for
+    the database is a mistake in the marking: an error, never silently dropped)."""
     wanted = mode()
     if wanted not in (DB_ONLY, SKIP):
         return
     keep, drop = [], []
     for item in items:
         real = item.get_closest_marker("kubernetes") is not None
-        uses_db = item.get_closest_marker("django_db") is not None or bool(
-            {"db", "transactional_db"} & set(getattr(item, "fixturenames", ()))
-        )
-        (drop if real and (wanted == SKIP or not uses_db) else keep).append(item)
+        uses_db = uses_database(item)
+        independent = item.get_closest_marker("backend_independent") is not None
+        if independent and uses_db:
+            raise pytest.UsageError(
+                f"{getattr(item, 'nodeid', item)}: backend_independent, but uses the database"
+            )
+        once = independent and wanted == DB_ONLY
+        (drop if once or (real and (wanted == SKIP or not uses_db)) else keep).append(item)
     if drop:
         config_.hook.pytest_deselected(items=drop)
         items[:] = keep

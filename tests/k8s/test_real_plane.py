@@ -39,6 +39,7 @@ ITEMS = (
     Item("real, database marker", {"kubernetes", "django_db"}),
     Item("real, db fixture", {"kubernetes"}, ("db",)),
     Item("fake", set(), ("db",)),
+    Item("backend-independent", {"backend_independent"}),
 )
 
 
@@ -48,7 +49,7 @@ ITEMS = (
         ("", [i.name for i in ITEMS]),
         ("required", [i.name for i in ITEMS]),
         ("db-only", ["real, database marker", "real, db fixture", "fake"]),
-        ("skip", ["fake"]),
+        ("skip", ["fake", "backend-independent"]),
     ],
     ids=["unset", "required", "db-only", "skip"],
 )
@@ -62,6 +63,16 @@ def test_deselect_leaves_the_real_cluster_tests_this_pass_must_not_run(
     assert sorted(i.name for i in config.hook.deselected) == sorted(
         i.name for i in ITEMS if i.name not in kept
     )
+
+
+@pytest.mark.parametrize("mode", ["db-only", "skip"])
+def test_a_backend_independent_test_that_uses_the_database_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setenv(real_plane.MODE_ENV, mode)
+    items = [Item("marked, db fixture", {"backend_independent"}, ("db",))]
+    with pytest.raises(pytest.UsageError, match="backend_independent, but uses the database"):
+        real_plane.deselect(items, Config())
 
 
 @pytest.fixture
