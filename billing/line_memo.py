@@ -56,8 +56,10 @@ _RECLASSIFY = [state for state, kind in ENDING.items() if kind != UsageKind.USED
 
 # Raise it when the rating makes other lines from the same inputs: older entries are ignored.
 VERSION = 1
-# An entry nobody reads for a day goes; a month's lines are rated again after that.
-TIMEOUT_S = 24 * 3600
+# Each metered hour makes a new key, so an entry is dead within the hour on a running
+# cluster: two hours bound what dead entries hold (a month's lines of a large organisation
+# are megabytes), and a quiet one is rated again after that.
+TIMEOUT_S = 2 * 3600
 
 # One cost line as kept (billing/costs.py makes and reads them): plain values, no objects.
 Row = tuple[Any, ...]
