@@ -26,22 +26,9 @@ from rest_framework.test import APIClient
 
 from tenants.models import Project, ResourceFlavor, Tenant, TenantKind
 from tests import factories as f
-from tests.k8s.real_plane import deselect, real_plane, uses_database
+from tests.k8s.real_plane import deselect, real_plane
 
 __all__ = ["real_plane"]  # one session fixture for every folder (two definitions: two planes)
-
-# The longest tests without the database (servers and processes of their own: from 5 s to a
-# minute each, `pytest --durations`). pytest-django puts the tests without the database last,
-# so these ran at the very end, and one xdist worker sat idle while the other finished a
-# harness run; started first, they overlap the rest of the suite. A test without the database
-# may run in any order: pytest-django keeps only the database tests in theirs.
-START_FIRST = (
-    "tests/test_bench_chaos.py::",
-    "tests/test_bench_load.py::",
-    "tests/test_run_embedded.py::",
-    "tests/test_celery_broker_loss.py::",
-    "tests/test_settings.py::",
-)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -72,10 +59,6 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     PostgreSQL (the daemon's row-version cache, NOTIFY, the planner, server-side settings).
     On the embedded default (SQLite) it is skipped, saying why; everything else runs on both."""
     deselect(items, config)  # GANTRY_K8S_REAL=skip|db-only: real-cluster tests left to a pass
-    first = [i for i in items if i.nodeid.startswith(START_FIRST) and not uses_database(i)]
-    if first:
-        moved = {id(item) for item in first}
-        items[:] = first + [item for item in items if id(item) not in moved]
     if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         return
     for item in items:
