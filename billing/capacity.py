@@ -23,7 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from math import floor
+from math import lcm
+
+from billing.rating import half_even
 
 DEVICE_HOUR = 1000 * 3600
 
@@ -152,11 +154,17 @@ def apportion(parts: Sequence[Fraction]) -> tuple[Decimal, list[Decimal]]:
     """Round a total once (half-to-even, to the cent) and split it into parts that add up to
     it exactly: each part is its exact value rounded down to the cent, and the cents left go
     to the parts with the largest remainders (the largest remainder method)."""
-    cents = [p * 100 for p in parts]
-    total = round(sum(cents, Fraction(0)))
-    floors = [floor(c) for c in cents]
-    left = total - sum(floors)
-    order = sorted(range(len(parts)), key=lambda i: (-(cents[i] - floors[i]), i))
-    for i in order[:left]:
+    common = lcm(*(p.denominator for p in parts)) if parts else 1
+    return apportion_over([p.numerator * (common // p.denominator) for p in parts], common)
+
+
+def apportion_over(numerators: Sequence[int], denominator: int) -> tuple[Decimal, list[Decimal]]:
+    """`apportion` of parts given as integers over one positive denominator (amounts in
+    currency units): integer arithmetic only, for callers whose parts share a denominator."""
+    cents = [n * 100 for n in numerators]
+    total = half_even(sum(cents), denominator)
+    floors = [c // denominator for c in cents]
+    order = sorted(range(len(cents)), key=lambda i: (-(cents[i] % denominator), i))
+    for i in order[: total - sum(floors)]:
         floors[i] += 1
     return Decimal(total).scaleb(-2), [Decimal(f).scaleb(-2) for f in floors]

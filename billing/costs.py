@@ -123,9 +123,10 @@ def open_month_rated() -> int:
         return 0
     start = month_start(until - timedelta(microseconds=1))
     rated = 0
+    splits: SplitsMemo = {}  # the cluster's, split once for every organisation
     for organisation in Tenant.objects.filter(parent=None).order_by("id"):
         try:
-            organisation_costs(organisation, start, month_end(start))
+            organisation_costs(organisation, start, month_end(start), splits=splits)
         except DomainError:
             continue
         rated += 1

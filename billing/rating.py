@@ -27,7 +27,6 @@ from functools import lru_cache
 from itertools import pairwise
 
 HOUR = timedelta(hours=1)
-CENT = Fraction(1, 100)
 QUANTITY_PLACES = Decimal("0.000001")
 # resource -> (unit, how many integer units of the exact quantity make one unit)
 UNITS: dict[str, tuple[str, int]] = {
@@ -104,8 +103,8 @@ class Line:
 
 
 def round_cents(value: Fraction) -> Decimal:
-    """`value` to the cent, half-to-even (Python rounds a Fraction half-to-even, exactly)."""
-    return Decimal(round(value / CENT)).scaleb(-2)
+    """`value` to the cent, half-to-even, exactly."""
+    return Decimal(half_even(value.numerator * 100, value.denominator)).scaleb(-2)
 
 
 def cut_points(start: datetime, end: datetime, rates: Sequence[Rate]) -> list[datetime]:

@@ -22,7 +22,7 @@ from django.db.models.functions import Cast
 
 from billing import rating
 from billing.attempts import ending_state, kind_of
-from billing.capacity import HourSplit
+from billing.capacity import HourSplit, apportion_over
 from billing.models import (
     BillingPolicy,
     IdlePolicy,
@@ -105,12 +105,11 @@ def split_lines(detailed: list[rating.Line]) -> list[DraftLine]:
 
 def _merged(key: rating.LineKey, parts: list[rating.Line]) -> tuple[rating.Line, list[Decimal]]:
     """The line of `parts` (one key but the account's job type and class) and each part's
-    share of its amount: `capacity.apportion` of the parts' exact amounts, in integers.
+    share of its amount: `capacity.apportion_over` of the parts' exact amounts.
 
     Every part has the key's unit price and resource, so their exact quantities are
-    integers over one denominator (UNITS: micro-units of the resource's integer unit): their
-    exact amounts are integers over one denominator too, and the sums, floors and remainders
-    of the largest remainder method are integer arithmetic, to the same results."""
+    integers over one denominator (UNITS: micro-units of the resource's integer unit), and so
+    are their exact amounts: no fraction is made."""
     per_unit = rating.UNITS[key[2]][1]
     common = 1_000_000 * per_unit
     units = []
@@ -121,17 +120,10 @@ def _merged(key: rating.LineKey, parts: list[rating.Line]) -> tuple[rating.Line,
         units.append(part.exact.numerator * scale)
     merged = rating.make_line(key, Fraction(sum(units), 1_000_000))
     numerator, denominator = rating.price_ratio(key[4])
-    scale = denominator * common
-    cents = [numerator * u * 100 for u in units]
-    total = rating.half_even(sum(cents), scale)
-    floors = [c // scale for c in cents]
-    order = sorted(range(len(parts)), key=lambda i: (-(cents[i] % scale), i))
-    for i in order[: total - sum(floors)]:
-        floors[i] += 1
-    amount = Decimal(total).scaleb(-2)
+    amount, amounts = apportion_over([numerator * u for u in units], denominator * common)
     if amount != merged.amount:  # the same exact sum rounded the same way: cannot differ
         raise AssertionError(f"apportioned {amount} != line {merged.amount}")
-    return merged, [Decimal(f).scaleb(-2) for f in floors]
+    return merged, amounts
 
 
 def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
