@@ -15,8 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.urls import reverse
 
+from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.models import Job, JobState
 from tenants.models import NotificationKind, Tenant
 from tenants.outbox import Event, notifications_add, webhook_owners
@@ -53,6 +55,13 @@ def job_link(job_id: int) -> str:
     return f"{settings.GANTRY_BASE_URL.rstrip('/')}{before}{job_id}{after}"
 
 
+def _notable_jobs(hooked: bool, ids: list[int]) -> QuerySet[Job, Any]:
+    jobs = Job.objects.filter(id__any=ids)
+    if not hooked:  # only the owners with an email address receive anything
+        jobs = jobs.exclude(submitted_by__email="")
+    return jobs.values("id", "name", "tenant_id", "tenant__slug", "submitted_by__email", "attempt")
+
+
 def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
     """Outbox rows for the notable events among `rows` (job id, kind, from, to, message[,
     data]), as `insert_events` takes them. Must run in the events' transaction.
@@ -64,18 +73,21 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
     if not notable:
         return 0
     emailed = settings.GANTRY_NOTIFY_EMAIL_EVENTS
-    hooked = Tenant.objects.exclude(webhook_url="").exists()
+    hooked = bool(
+        fetch_compiled(
+            ("webhooks",), lambda: Tenant.objects.exclude(webhook_url="").values("id")[:1]
+        )
+    )
     if not hooked:
         notable = [n for n in notable if n[1] in emailed]
         if not notable:
             return 0
-    jobs_read = Job.objects.filter(id__any=list({n[0] for n in notable}))
-    if not hooked:
-        jobs_read = jobs_read.exclude(submitted_by__email="")
     jobs = {
         j["id"]: j
-        for j in jobs_read.values(
-            "id", "name", "tenant_id", "tenant__slug", "submitted_by__email", "attempt"
+        for j in fetch_by_ids(
+            ("notable jobs", hooked),
+            functools.partial(_notable_jobs, hooked),
+            list({n[0] for n in notable}),
         )
     }
     if not jobs:

@@ -154,7 +154,11 @@ def _preempt(built: Built, chosen: Decisions, plan: Plan, now: datetime) -> None
     ]
     done = transition(changes, now).done
     plan.preempted = len(done)
-    stopping = list(Allocation.objects.filter(job_id__any=list(done), ended_at__isnull=True))
+    stopping = (
+        list(Allocation.objects.filter(job_id__any=list(done), ended_at__isnull=True))
+        if done
+        else []
+    )
     for job_id, p in chosen.preemptions:
         if not p.whole_job:
             stopping += list(
@@ -165,7 +169,8 @@ def _preempt(built: Built, chosen: Decisions, plan: Plan, now: datetime) -> None
     for allocation in stopping:
         allocation.end_reason = "preempted"
         plan.deletions.append((allocation.namespace, allocation.pod_name, 30))
-    Allocation.objects.bulk_update(stopping, ["end_reason"])
+    if stopping:
+        Allocation.objects.bulk_update(stopping, ["end_reason"])
 
 
 def _victim_devices(built: Built, chosen: Decisions) -> set[tuple[str, int]]:
@@ -201,10 +206,14 @@ def _place(
     claims = [Change(j, (S.QUEUED,), S.ADMITTED, message=admitted) for j, _ in fresh]
     claimed = set(transition(claims, now, versions=versions).done)
     plan.claimed = claimed
-    growing = set(
-        Job.objects.filter(
-            id__any=[j for j, _ in grow], state__in=(S.BINDING, S.RUNNING)
-        ).values_list("id", flat=True)
+    growing = (
+        set(
+            Job.objects.filter(
+                id__any=[j for j, _ in grow], state__in=(S.BINDING, S.RUNNING)
+            ).values_list("id", flat=True)
+        )
+        if grow
+        else set()
     )
     placing = [(j, p) for j, p in fresh if j in claimed]
     placing += [(j, p) for j, p in grow if j in growing]

@@ -16,10 +16,9 @@ from scheduler.daemon.apply import Plan
 from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.state import Hook, Limits
-from scheduler.daemon.store import release
+from scheduler.daemon.store import mark_bound, release
 from scheduler.leader import Lease
 from scheduler.models import (
-    Allocation,
     Job,
     JobEvent,
     JobState,
@@ -106,7 +105,7 @@ def commit_binds(
     with transaction.atomic():
         lease.fence()
         bound_ids = [a for ids in out.bound.values() for a in ids]
-        Allocation.objects.filter(id__any=bound_ids).update(bound_at=now)
+        mark_bound(bound_ids, now)
         # A job skipped here (row locked) stays admitted with its pods bound: adopted by
         # the next reconcile.
         bound = "Bound: pods created and bound to their nodes."
@@ -128,6 +127,8 @@ def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime, attempts_max:
     would place the job, and preempt others for it, at every try). Returns the jobs
     written."""
     failed = [j for j in out.failed if j in plan.claimed]
+    if not failed:
+        return set()
     attempts = dict(Job.objects.filter(id__any=failed).values_list("id", "attempt"))
     before = dict(
         JobEvent.objects.filter(job_id__any=failed, kind=BIND_FAILED)

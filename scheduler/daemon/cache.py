@@ -11,13 +11,13 @@ from typing import Any
 
 from django.db import connection
 
+from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.core.types import DeviceShare, JobRequest
 from scheduler.daemon.rows import (
     _VERSION,
     JOB_FIELDS,
     ROW_FIELDS,
     SPEC_KEYS,
-    fetch_compiled,
     holds_allocation,
 )
 from scheduler.daemon.translate import job_request
@@ -148,8 +148,14 @@ def reread(ids: Sequence[int], cache: SnapshotCache) -> dict[int, dict[str, Any]
     if connection.vendor != "postgresql":
         return {r["id"]: r for r in Job.objects.filter(id__any=ids).values(*ROW_FIELDS)}
     found: dict[int, dict[str, Any]] = {}
-    for row in (
-        Job.objects.filter(id__any=ids).annotate(version=_VERSION).values(*ROW_FIELDS, "version")
+    for row in fetch_by_ids(
+        ("rows",),
+        lambda some: (
+            Job.objects.filter(id__any=some)
+            .annotate(version=_VERSION)
+            .values(*ROW_FIELDS, "version")
+        ),
+        ids,
     ):
         cache.rows[row["id"]] = (row.pop("version"), row)
         found[row["id"]] = row

@@ -161,7 +161,8 @@ def apply_verdicts(
         if v.start and j not in both
     ]
     adopted = [j for j, v in verdicts.items() if v.adopted and not v.release_claim]
-    Allocation.objects.filter(job_id__any=adopted, ended_at__isnull=True).update(bound_at=now)
+    if adopted:
+        Allocation.objects.filter(job_id__any=adopted, ended_at__isnull=True).update(bound_at=now)
     changes = [
         Change(
             j,
@@ -172,10 +173,14 @@ def apply_verdicts(
         for j in adopted
     ]
     failures = {j: v.failure for j, v in verdicts.items() if v.failure}
-    counts = dict(
-        JobEvent.objects.filter(job_id__any=list(failures), kind="attempt_failed")
-        .values_list("job_id")
-        .annotate(n=Count("id"))
+    counts = (
+        dict(
+            JobEvent.objects.filter(job_id__any=list(failures), kind="attempt_failed")
+            .values_list("job_id")
+            .annotate(n=Count("id"))
+        )
+        if failures
+        else {}
     )
     ends: list[int] = []
     for job_id, verdict in verdicts.items():
@@ -224,7 +229,8 @@ def apply_verdicts(
     release(finished, now, "attempt ended")
     released = set(finished)
     stopping = [a["id"] for a in ended if a["id"] not in released]
-    Allocation.objects.filter(id__any=stopping).update(end_reason="attempt ended")
+    if stopping:
+        Allocation.objects.filter(id__any=stopping).update(end_reason="attempt ended")
     return set(done), ended, finished, starts
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
 from scheduler.daemon.cache import SnapshotCache, reread, running_job_rows
 from scheduler.daemon.cluster import Cluster
@@ -39,7 +40,6 @@ from scheduler.daemon.judge import (
     release_lost_claims,
     requeue_preempted,
 )
-from scheduler.daemon.rows import fetch_compiled
 from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
 from scheduler.daemon.store import release
 from scheduler.leader import Lease
@@ -276,8 +276,14 @@ def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
     known = cache.allocations
     stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]
     if stale:
-        fresh = Allocation.objects.filter(id__any=stale, ended_at__isnull=True)
-        for row in fresh.values(*ALLOC_FIELDS):
+        fresh = fetch_by_ids(
+            ("active allocations",),
+            lambda some: Allocation.objects.filter(id__any=some, ended_at__isnull=True).values(
+                *ALLOC_FIELDS
+            ),
+            stale,
+        )
+        for row in fresh:
             known[row["id"]] = (versions[row["id"]], row)
     for gone in [i for i in known if i not in versions]:
         del known[gone]

@@ -4,11 +4,8 @@ so that a cycle reads whole only the rows that changed, and SQL compiled once pe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
-from django.db import connection
 from django.db.models import Exists, OuterRef
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -99,19 +96,3 @@ def holds_allocation() -> Exists:
 
 # A row's version on PostgreSQL: the id of the transaction that wrote it.
 _VERSION = RawSQL("scheduler_job.xmin::text::bigint", ())
-
-
-_compiled: dict[tuple[Any, ...], tuple[str, tuple[Any, ...]]] = {}
-
-
-def fetch_compiled(key: tuple[Any, ...], query: Callable[[], Any]) -> list[tuple[Any, ...]]:
-    """The rows of the queryset `query()` builds, which must depend on `key` alone: built
-    and compiled to SQL once per key and process, then executed as SQL. The daemon runs the
-    same few reads every cycle, and building and compiling them through the ORM cost more
-    than running them."""
-    compiled = _compiled.get(key)
-    if compiled is None:
-        compiled = _compiled[key] = query().query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(*compiled)
-        return cursor.fetchall()

@@ -60,6 +60,11 @@ RELEASE_SQL = (
     " WHERE id = ANY(%s) AND num_nulls(ended_at) = 1"
 )
 
+RELEASE_SHARES_SQL = (
+    "UPDATE scheduler_allocationdevice SET released = true"
+    " WHERE allocation_id = ANY(%s) AND NOT released"
+)
+
 
 def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:
     """End allocations and give their device shares back (the trigger frees the devices).
@@ -70,14 +75,29 @@ def release(allocation_ids: Sequence[int], now: datetime, reason: str) -> int:
         with connection.cursor() as cursor:
             cursor.execute(RELEASE_SQL, [now, reason[:200], list(allocation_ids)])
             ended = cursor.rowcount
-    else:
-        ended = Allocation.objects.filter(id__any=allocation_ids, ended_at__isnull=True).update(
-            ended_at=now, end_reason=reason[:200]
-        )
+            cursor.execute(RELEASE_SHARES_SQL, [list(allocation_ids)])
+        return ended
+    ended = Allocation.objects.filter(id__any=allocation_ids, ended_at__isnull=True).update(
+        ended_at=now, end_reason=reason[:200]
+    )
     AllocationDevice.objects.filter(allocation_id__any=allocation_ids, released=False).update(
         released=True
     )
     return ended
+
+
+def mark_bound(allocation_ids: Sequence[int], now: datetime) -> None:
+    """The allocations' pods are bound (one statement per cycle, its ids as one array)."""
+    if not allocation_ids:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE scheduler_allocation SET bound_at = %s WHERE id = ANY(%s)",
+                [now, list(allocation_ids)],
+            )
+        return
+    Allocation.objects.filter(id__any=allocation_ids).update(bound_at=now)
 
 
 ALLOCATION_COLUMNS = (
