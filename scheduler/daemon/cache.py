@@ -127,10 +127,10 @@ def _job_rows(
         ("versions", *key),
         lambda: jobs().order_by().annotate(version=_VERSION).values_list("id", "version"),
     )
-    return _rows_by_version(versions, cache)
+    return rows_by_version(versions, cache)
 
 
-def _rows_by_version(
+def rows_by_version(
     versions: Sequence[tuple[int, int]], cache: SnapshotCache
 ) -> list[dict[str, Any]]:
     """The cached rows of (id, version) pairs, reading whole only those the cache lacks or

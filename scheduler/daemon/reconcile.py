@@ -32,7 +32,7 @@ from django.db import connection, transaction
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
-from scheduler.daemon.cache import SnapshotCache, reread, running_job_rows
+from scheduler.daemon.cache import SnapshotCache, reread, rows_by_version, running_job_rows
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.judge import (
     apply_verdicts,
@@ -48,6 +48,7 @@ from scheduler.models import (
     Allocation,
     AllocationDevice,
     GpuDevice,
+    Job,
     JobState,
     Node,
 )
@@ -104,9 +105,10 @@ class Reconciler:
         self, cluster: Cluster, lease: Lease, cache: SnapshotCache, clock: Clock
     ) -> ReconcileStats:
         stats = ReconcileStats()
-        allocs = active_allocations(cache)
-        # The snapshot's rows (shared with its cache: read-only here), handed on to it below.
-        jobs = {r["id"]: r for r in running_job_rows(cache)}
+        # With the rows of their jobs: the snapshot's (shared with its cache: read-only
+        # here), handed on to it below.
+        active = active_allocations(cache)
+        allocs, jobs = active.allocations, active.jobs
         # Unhealthy devices are few (usually none): find them first, then their live shares.
         unhealthy = [
             row[0]
@@ -247,32 +249,46 @@ def write_starts(rec: ReconcileStats, lease: Lease, cache: SnapshotCache) -> int
 
 
 # An active allocation's version: its row's and its node's (PostgreSQL row versions, new on
-# every UPDATE), so a change to either, by any writer, reads the row again.
+# every UPDATE), so a change to either, by any writer, reads the row again; and its job's
+# id and version, for the rows of the jobs holding allocations (one read for both).
 ACTIVE_VERSIONS_SQL = (
-    "SELECT a.id, a.xmin::text::bigint, n.xmin::text::bigint FROM {allocation} a"
-    " JOIN {node} n ON n.id = a.node_id WHERE a.ended_at IS NULL"
+    "SELECT a.id, a.xmin::text::bigint, n.xmin::text::bigint, a.job_id, j.xmin::text::bigint"
+    " FROM {allocation} a JOIN {node} n ON n.id = a.node_id JOIN {job} j ON j.id = a.job_id"
+    " WHERE a.ended_at IS NULL"
 )
 
 
 @functools.cache
 def _active_versions_sql() -> str:
     return ACTIVE_VERSIONS_SQL.format(
-        allocation=Allocation._meta.db_table, node=Node._meta.db_table
+        allocation=Allocation._meta.db_table, node=Node._meta.db_table, job=Job._meta.db_table
     )
 
 
-def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
-    """The active allocations (ALLOC_FIELDS), oldest first. On PostgreSQL their ids and
-    versions first, then whole rows only for those the cache lacks or holds an older
-    version of: an allocation is read when it is made and when it or its node changes,
-    not every cycle. The rows are shared with the cache: read-only."""
+@dataclass
+class Active:
+    """The active allocations (ALLOC_FIELDS), oldest first, and the rows of the jobs holding
+    them (job id -> row, as `running_job_rows` reads them). Shared with the cache:
+    read-only."""
+
+    allocations: list[dict[str, Any]]
+    jobs: dict[int, dict[str, Any]]
+
+
+def active_allocations(cache: SnapshotCache) -> Active:
+    """The active allocations and their jobs' rows (`Active`). On PostgreSQL the ids and
+    versions of both in one read first, then whole rows only for those the cache lacks or
+    holds an older version of: an allocation is read when it is made and when it or its
+    node changes, a job when it changes, not every cycle."""
     if connection.vendor != "postgresql":
-        return list(
+        allocations = list(
             Allocation.objects.filter(ended_at__isnull=True).order_by("id").values(*ALLOC_FIELDS)
         )
+        return Active(allocations, {r["id"]: r for r in running_job_rows(cache)})
     with connection.cursor() as cursor:
         cursor.execute(_active_versions_sql())
-        versions = {i: (a, n) for i, a, n in cursor.fetchall()}
+        found = cursor.fetchall()
+    versions = {i: (a, n) for i, a, n, _, _ in found}
     known = cache.allocations
     stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]
     if stale:
@@ -287,4 +303,6 @@ def active_allocations(cache: SnapshotCache) -> list[dict[str, Any]]:
             known[row["id"]] = (versions[row["id"]], row)
     for gone in [i for i in known if i not in versions]:
         del known[gone]
-    return [known[i][1] for i in sorted(versions) if i in known]
+    holders = {job: version for _, _, _, job, version in found}
+    jobs = {r["id"]: r for r in rows_by_version(list(holders.items()), cache)}
+    return Active([known[i][1] for i in sorted(versions) if i in known], jobs)

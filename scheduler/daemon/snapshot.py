@@ -30,7 +30,7 @@ from scheduler.core.types import (
 )
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Tenant as CoreTenant
-from scheduler.daemon.cache import SnapshotCache, _job_rows, _rows_by_version, running_job_rows
+from scheduler.daemon.cache import SnapshotCache, _job_rows, rows_by_version, running_job_rows
 from scheduler.daemon.queue import _queue, queue_heads
 from scheduler.daemon.rows import aware
 from scheduler.daemon.translate import load_nodes, load_tenants, priority_classes, running_jobs
@@ -105,7 +105,7 @@ def build_snapshot(
         lambda row: cache.request(row, slugs, classes),
     )
     if per_queue and connection.vendor == "postgresql":
-        window = _rows_by_version(queue_heads(max_pending, per_queue, cache.queues_seen), cache)
+        window = rows_by_version(queue_heads(max_pending, per_queue, cache.queues_seen), cache)
     else:
         queue = ("queue", max_pending, per_queue)
         window = _job_rows(queue, lambda: _queue(max_pending, per_queue), cache)

@@ -115,18 +115,34 @@ def test_allocations_are_read_again_when_they_or_their_node_change(env: Env) -> 
     job = env.submit(simulation={"duration_s": 600})
     daemon = env.daemon()
     env.run(daemon, seconds=1, cycles=2)
-    [alloc] = active_allocations(daemon.cache)
+    [alloc] = active_allocations(daemon.cache).allocations
     assert alloc["job_id"] == job.pk and alloc["node__ready"] is True
-    assert active_allocations(daemon.cache)[0] is alloc  # unchanged: the cached row
+    assert active_allocations(daemon.cache).allocations[0] is alloc  # unchanged: the cached row
     Allocation.objects.filter(pk=alloc["id"]).update(end_reason="scaled down")
-    [again] = active_allocations(daemon.cache)
+    [again] = active_allocations(daemon.cache).allocations
     assert again["end_reason"] == "scaled down"
     Node.objects.filter(name=alloc["node__name"]).update(ready=False)
-    [third] = active_allocations(daemon.cache)
+    [third] = active_allocations(daemon.cache).allocations
     assert third["node__ready"] is False
     Allocation.objects.filter(pk=alloc["id"]).update(ended_at=timezone.now())
-    assert active_allocations(daemon.cache) == []
+    assert active_allocations(daemon.cache).allocations == []
     assert daemon.cache.allocations == {}
+
+
+@pytest.mark.postgresql("job rows cached by row version (xmin)")
+def test_the_jobs_holding_allocations_come_with_them_read_again_when_changed(env: Env) -> None:
+    """The same read gives the rows of the jobs holding the allocations: kept while their
+    version holds, read again after any writer changed them, gone with the allocation."""
+    job = env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    env.run(daemon, seconds=1, cycles=2)
+    first = active_allocations(daemon.cache)
+    assert list(first.jobs) == [job.pk]
+    assert active_allocations(daemon.cache).jobs[job.pk] is first.jobs[job.pk]  # cached
+    Job.objects.filter(pk=job.pk).update(reason="written by someone else")
+    assert active_allocations(daemon.cache).jobs[job.pk]["reason"] == "written by someone else"
+    Allocation.objects.filter(job=job).update(ended_at=timezone.now())
+    assert active_allocations(daemon.cache).jobs == {}
 
 
 def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:

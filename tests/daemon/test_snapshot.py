@@ -56,7 +56,7 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
 @pytest.mark.postgresql("the row-version (xmin) cache of a quiet cycle")
 def test_a_quiet_cycle_reads_little(env: Env) -> None:
     """A cycle where nothing changed re-reads no job row, allocation or device share it
-    already holds: reconcile reads allocations and their jobs' rows by version and hands
+    already holds: reconcile reads allocations and their jobs' versions at once, and hands
     both to the snapshot, and scaling is skipped without inference jobs."""
     for _ in range(3):
         env.submit(simulation={"duration_s": 600})
@@ -67,12 +67,12 @@ def test_a_quiet_cycle_reads_little(env: Env) -> None:
     with CaptureQueriesContext(connection) as quiet:
         env.run(daemon)
     sql = [q["sql"] for q in quiet.captured_queries]
-    assert len(sql) <= 9, "\n".join(sql)
-    # the jobs holding allocations, read once by reconcile and handed to the snapshot
-    holders = [q for q in sql if q.startswith('SELECT "scheduler_job"') and "EXISTS(" in q]
-    assert len(holders) == 1, holders
-    # the active allocations' versions, and no allocation row (none changed)
+    assert len(sql) <= 8, "\n".join(sql)
+    # the active allocations' versions with their jobs', in one read by reconcile, handed
+    # to the snapshot; no other read of the jobs holding allocations
     assert sum(q.startswith("SELECT a.id, a.xmin") for q in sql) == 1
+    assert not any(q.startswith('SELECT "scheduler_job"') and "EXISTS(" in q for q in sql)
+    # no allocation row (none changed)
     assert not any(q.startswith('SELECT "scheduler_allocation"."id"') for q in sql)
     assert not any("scheduler_allocationdevice" in q and q.startswith("SELECT") for q in sql)
     assert not any('"scheduler_job"."spec" AS' in q for q in sql)  # scaling's read
