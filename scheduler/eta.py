@@ -20,12 +20,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
@@ -194,7 +195,13 @@ def _store(
 @dataclass
 class EtaRefresher:
     """The daemon's side: when a refresh is due, and the runtime history it keeps between
-    refreshes. Called after each cycle of the leader (`Daemon.cycle`)."""
+    refreshes. Called after each cycle of the leader (`Daemon.cycle`).
+
+    In the loop by default; on a thread of its own once `start_background` was called (the
+    daemon's loop does so on PostgreSQL): then the loop is not held for the refresh's
+    budget, the refresh reads and writes on that thread's own connection, and a refresh
+    still running when the next is due is not doubled. SQLite serialises writers on its
+    file, so there the refresh stays in the loop."""
 
     config: EtaSettings = field(default_factory=EtaSettings.from_settings)
     monotonic: Callable[[], float] = time.monotonic
@@ -205,6 +212,8 @@ class EtaRefresher:
     model: RuntimeModel | None = None
     model_at: float = float("-inf")
     last: Refreshed | None = None
+    _pool: ThreadPoolExecutor | None = None
+    _running: Future[Refreshed | None] | None = None
 
     def after_cycle(
         self,
@@ -217,12 +226,32 @@ class EtaRefresher:
         fence: Callable[[], None],
     ) -> Refreshed | None:
         """Refresh when GANTRY_ETA_EVERY_S passed on the daemon's clock (`now`), over the
-        queue window the daemon sees (`max_pending`, `per_queue`). A database error or a
-        lost lease (`fence`) goes to the daemon as any other; a bug here is logged and
-        scheduling goes on."""
+        queue window the daemon sees (`max_pending`, `per_queue`). In the loop, a database
+        error or a lost lease (`fence`) goes to the daemon as any other; a bug here is
+        logged and scheduling goes on. In the background, returns None at once; the
+        refresh's errors are logged there."""
         if now - self.refreshed_at < self.config.every_s:
             return None
+        if self._pool is not None:
+            if self._running is not None and not self._running.done():
+                return None  # due again once the one running is done
+            self.refreshed_at = now
+            self._running = self._pool.submit(
+                self._in_background, now, dict(decayed), max_pending, per_queue, profile, fence
+            )
+            return None
         self.refreshed_at = now
+        return self._refresh(now, decayed, max_pending, per_queue, profile, fence)
+
+    def _refresh(
+        self,
+        now: float,
+        decayed: Mapping[str, float],
+        max_pending: int,
+        per_queue: int,
+        profile: Profile,
+        fence: Callable[[], None],
+    ) -> Refreshed | None:
         try:
             built = build_snapshot(
                 now,
@@ -245,6 +274,35 @@ class EtaRefresher:
             log.exception("queue estimates not refreshed")
             return None
         return self.last
+
+    def _in_background(
+        self,
+        now: float,
+        decayed: Mapping[str, float],
+        max_pending: int,
+        per_queue: int,
+        profile: Profile,
+        fence: Callable[[], None],
+    ) -> Refreshed | None:
+        try:
+            return self._refresh(now, decayed, max_pending, per_queue, profile, fence)
+        except (DatabaseError, LeaseLost) as error:
+            log.warning("queue estimates not refreshed: %s", error)
+            return None
+        finally:  # this thread's connection, opened for this refresh
+            connections.close_all()
+
+    def start_background(self) -> None:
+        """Refresh on a thread of its own from now on (see the class)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gantry-eta")
+
+    def close(self) -> None:
+        """Wait for a refresh still running (at most its budget and its write) and stop the
+        thread; refreshes run in the loop again after this."""
+        pool, self._pool, self._running = self._pool, None, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _model(self, now: float) -> RuntimeModel:
         if self.model is None or now - self.model_at >= self.history_every_s:

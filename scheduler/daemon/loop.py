@@ -187,6 +187,8 @@ class Daemon:
             if isinstance(self.backend, PodWatching):
                 wake = self.backend.watch_pods(self.stop)
             waiter = Waiter(self.stop, wake=wake)
+        if connection.vendor == "postgresql":  # see EtaRefresher
+            self.estimates.start_background()
         with collector_for_the_loop(), daemon_sessions():
             self._loop(waiter)
 
@@ -203,6 +205,7 @@ class Daemon:
                 waiter.wait(self._timeout())
         finally:
             waiter.close()
+            self.estimates.close()  # a refresh in flight writes under the lease or not at all
             if isinstance(self.backend, PodWatching):
                 self.backend.close_watches()
             with contextlib.suppress(DatabaseError):

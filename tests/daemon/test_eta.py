@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
+from scheduler import eta as eta_module
 from scheduler.core import queue_order, run_cycle
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.snapshot import build_snapshot
@@ -16,7 +19,7 @@ from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
 from scheduler.services import job_cancel
 from tests import factories as f
-from tests.daemon.conftest import Env, expire_leases, make_env, watched
+from tests.daemon.conftest import LOOP_WATCHDOG_S, Env, expire_leases, make_env, watched
 
 SETTINGS = EtaSettings(every_s=30.0, budget_s=5.0, max_jobs=100, unbounded_runtime_s=14400.0)
 
@@ -244,3 +247,102 @@ def test_a_stale_leader_writes_no_estimates(five_nodes: Env) -> None:
             fence=stale.lease.fence,
         )
     assert _positions() == kept
+
+
+def _gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event, list[int]]:
+    """refresh_estimates held until `release` is set; `entered` is set when one starts, and
+    `calls` counts them."""
+    entered, release, calls = threading.Event(), threading.Event(), []
+    real = eta_module.refresh_estimates
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        entered.set()
+        assert release.wait(LOOP_WATCHDOG_S), "the test never released the refresh"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eta_module, "refresh_estimates", held)
+    return entered, release, calls
+
+
+def _due(daemon: Daemon) -> Any:
+    return daemon.estimates.after_cycle(
+        now=daemon.clock(),
+        decayed=daemon.decayed,
+        max_pending=daemon.max_pending,
+        per_queue=daemon.per_queue,
+        profile=daemon.profile,
+        fence=daemon.lease.fence,
+    )
+
+
+def test_in_the_background_the_loop_goes_on_while_the_refresh_runs(
+    tenv: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's loop on PostgreSQL refreshes on a thread of its own: cycles go on while
+    a refresh runs, a refresh due meanwhile is not started twice, and the estimates are
+    written once it is done."""
+    env = tenv
+    for _ in range(4):
+        env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    waiting = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    entered, release, calls = _gated(monkeypatch)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    daemon.estimates.start_background()
+    try:
+        env.run(daemon)  # places the four; the refresh starts and is held
+        assert entered.wait(LOOP_WATCHDOG_S)
+        env.run(daemon, seconds=31, cycles=3)  # the loop is not held; due again meanwhile
+        assert daemon.cycle_no == 4 and len(calls) == 1
+        assert not JobQueueEstimate.objects.exists()
+        release.set()
+    finally:
+        release.set()
+        daemon.estimates.close()
+    assert JobQueueEstimate.objects.get(job=waiting).position_cluster == 1
+    assert _due(daemon) is not None  # closed: in the loop again, and due
+    assert len(calls) == 2
+
+
+def test_a_background_refresh_that_fails_is_logged_and_writes_nothing(
+    tenv: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = tenv
+    for _ in range(5):
+        env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)  # a refresh in the loop: the fifth job's estimate
+    kept = _positions()
+    assert kept
+    job_cancel(user=env.org.users["alice"], job=Job.objects.get(state="queued"), reason="")
+    expire_leases()  # the fence of the refresh's write fails: a lost lease
+    daemon.estimates.start_background()
+    try:
+        env.clock.advance(31)
+        assert _due(daemon) is None
+    finally:
+        daemon.estimates.close()
+    assert "queue estimates not refreshed: epoch" in caplog.text
+    assert _positions() == kept  # a refresh would have dropped the cancelled job's row
+
+
+def test_the_daemons_loop_refreshes_in_the_background_on_postgresql_only(
+    tenv: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Daemon.run` starts the background thread where the database is PostgreSQL, and
+    stops it when the loop ends."""
+    started: list[bool] = []
+    real = EtaRefresher.start_background
+
+    def spy(self: EtaRefresher) -> None:
+        started.append(True)
+        real(self)
+
+    monkeypatch.setattr(EtaRefresher, "start_background", spy)
+    daemon = tenv.daemon()
+    daemon.stop.set()  # the loop ends at once; its set-up and clean-up still run
+    daemon.run()
+    assert started == ([True] if connection.vendor == "postgresql" else [])
+    assert daemon.estimates._pool is None
