@@ -292,6 +292,10 @@ class EtaRefresher:
         finally:  # this thread's connection, opened for this refresh
             connections.close_all()
 
+    @property
+    def background(self) -> bool:
+        return self._pool is not None
+
     def start_background(self) -> None:
         """Refresh on a thread of its own from now on (see the class)."""
         if self._pool is None:

@@ -136,8 +136,10 @@ class Lease:
                 cycle_error=error[:500],
             )
 
-    def fence(self) -> None:
-        """Inside a transaction: raise LeaseLost unless our epoch still holds the lease."""
+    def fence(self, *, forget: bool = True) -> None:
+        """Inside a transaction: raise LeaseLost unless our epoch still holds the lease; and
+        then forget the epoch, unless `forget` is False (a thread beside the loop: the loop
+        finds out at its own next fence)."""
         if self.epoch is None:
             raise LeaseLost("not leading")
         if connection.vendor == "postgresql":
@@ -154,7 +156,8 @@ class Lease:
             ).exists()
         if not ok:
             stale = self.epoch
-            self.epoch = None
+            if forget:
+                self.epoch = None
             raise LeaseLost(f"epoch {stale} no longer holds the lease")
 
 

@@ -18,6 +18,7 @@ Test hooks: `hooks[name]()` is called at "claimed" (after phase A committed), "p
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -308,7 +309,7 @@ class Daemon:
                 max_pending=self.max_pending,
                 per_queue=self.per_queue,
                 profile=self.profile,
-                fence=self.lease.fence,
+                fence=functools.partial(self.lease.fence, forget=not self.estimates.background),
             )
         self.last = stats
         log.info("cycle %s", json.dumps(asdict(stats), separators=(",", ":")))

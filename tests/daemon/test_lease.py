@@ -219,3 +219,20 @@ def test_a_slow_phase_after_the_binds_does_not_let_the_lease_lapse(
     assert order == [slow, "statistics"]
     assert renewals_at_slow >= 1  # renewed after the slow phase, before the next one
     assert daemon.lease.leading
+
+
+def test_a_failed_fence_forgets_the_epoch_unless_told_not_to(env: Env) -> None:
+    """The loop's own fence forgets a lost epoch (it stands by); the estimates' thread
+    beside it fences with forget=False and leaves the loop's lease to the loop."""
+    daemon = env.daemon()
+    env.run(daemon)
+    epoch = daemon.lease.epoch
+    assert epoch is not None
+    expire_leases()
+    env.daemon("successor").lease.acquire()
+    with pytest.raises(LeaseLost):
+        daemon.lease.fence(forget=False)
+    assert daemon.lease.epoch == epoch
+    with pytest.raises(LeaseLost):
+        daemon.lease.fence()
+    assert daemon.lease.epoch is None
