@@ -52,12 +52,17 @@ def _stamps(job: Job) -> tuple[Any, ...]:
 
 
 def _job_updates(queries: CaptureQueriesContext) -> list[str]:
+    """The statements that update job rows (on PostgreSQL the claim is `WITH moved AS
+    (UPDATE ...)`)."""
     table = Job._meta.db_table
-    return [
-        q["sql"]
-        for q in queries.captured_queries
-        if q["sql"].lstrip().upper().startswith("UPDATE") and table in q["sql"].split("SET")[0]
-    ]
+    out = []
+    for q in queries.captured_queries:
+        sql = q["sql"].lstrip()
+        if sql.upper().startswith("WITH MOVED AS ("):
+            sql = sql[len("WITH moved AS (") :]
+        if sql.upper().startswith("UPDATE") and table in sql.split("SET")[0]:
+            out.append(q["sql"])
+    return out
 
 
 @pytest.mark.parametrize(
@@ -98,9 +103,42 @@ def test_the_daemons_claims_are_one_statement_that_locks_and_writes() -> None:
     assert len(updates) == 1, updates
     if connection.vendor == "postgresql":
         assert "FOR UPDATE SKIP LOCKED" in updates[0]
+        assert "INSERT INTO scheduler_jobevent" in updates[0]  # the events, in the same one
         assert not [q for q in seen.captured_queries if q["sql"].startswith("SELECT")]
     for job in jobs:
         assert _stamps(job) == (S.ADMITTED, "", None, None, None, now, None)
+        [event] = JobEvent.objects.filter(job=job)
+        assert (event.kind, event.from_state, event.to_state, event.message, event.data) == (
+            "state",
+            S.QUEUED,
+            S.ADMITTED,
+            "Admitted.",
+            {},
+        )
+        assert event.actor_id is None
+
+
+def test_each_change_gets_its_own_event_in_the_one_statement() -> None:
+    """Messages, kinds, data and actors differ per change within the one statement; only the
+    jobs it moved get an event (a job another writer moved first gets none)."""
+    a, b, c = _jobs(S.QUEUED, 3)
+    Job.objects.filter(pk=c.pk).update(state=S.CANCELLED)
+    actor = f.UserFactory()
+    changes = [
+        Change(a.pk, (S.QUEUED,), S.ADMITTED, message="first", data={"n": 1}),
+        Change(b.pk, (S.QUEUED,), S.ADMITTED, message="second", kind="requeued", actor=actor.pk),
+        Change(c.pk, (S.QUEUED,), S.ADMITTED, message="third"),
+    ]
+    done = transition(changes, timezone.now())
+    assert set(done.done) == {a.pk, b.pk} and done.moved == {c.pk: S.CANCELLED}
+    events = {
+        e.job_id: (e.kind, e.message, e.data, e.actor_id)
+        for e in JobEvent.objects.filter(job__in=[a, b, c])
+    }
+    assert events == {
+        a.pk: ("state", "first", {"n": 1}, None),
+        b.pk: ("requeued", "second", {}, actor.pk),
+    }
 
 
 @pytest.mark.parametrize(("from_state", "to_state"), ALLOWED, ids=[f"{a}->{b}" for a, b in ALLOWED])
