@@ -87,3 +87,50 @@ def test_release_finds_its_allocations_by_key_whatever_the_statistics(env: Env) 
     assert "allocation_one_active" not in plan and "allocation_active" not in plan, plan
     assert release([a.pk for a in burst[:100]], timezone.now(), "x") == 100
     assert release([a.pk for a in burst[:100]], timezone.now(), "x") == 0  # ended already
+
+
+def test_allocations_and_their_shares_are_written_together_in_the_rows_order(env: Env) -> None:
+    """`insert_allocations`: the ids come back in the rows' order, each allocation with
+    exactly its own shares (a CPU-only replica with none), and the devices' trigger counts
+    the shares as allocated."""
+    from scheduler.daemon.store import ALLOCATION_COLUMNS, insert_allocations
+    from scheduler.models import AllocationDevice, GpuDevice
+
+    env.run(env.daemon())  # the inventory (nodes and their devices) as a cycle writes it
+    jobs = [env.submit() for _ in range(3)]
+    node = GpuDevice.objects.order_by("id").first().node  # type: ignore[union-attr]
+    devices = list(GpuDevice.objects.filter(node=node).order_by("index"))
+    now = timezone.now()
+    rows, shares = [], []
+    for n, (job, per) in enumerate(
+        zip(
+            jobs,
+            [
+                [(devices[0].pk, 1000, 0), (devices[1].pk, 500, 2048)],
+                [],
+                [(devices[2].pk, 1000, 0)],
+            ],
+            strict=True,
+        )
+    ):
+        values = {
+            "job_id": job.pk, "node_id": node.pk, "attempt": 0, "replica": 0,
+            "pod_name": f"pod-{n}", "namespace": "ns", "flavor": node.flavor,
+            "gpu_milli": sum(m for _, m, _ in per), "elastic": n == 1, "epoch": 7,
+            "started_at": now, "end_reason": "",
+        }  # fmt: skip
+        rows.append(tuple(values[c] for c in ALLOCATION_COLUMNS))
+        shares.append(per)
+    ids = insert_allocations(rows, shares)
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    made = {a.pk: a for a in Allocation.objects.filter(pk__in=ids)}
+    for allocation_id, row, per in zip(ids, rows, shares, strict=True):
+        got = made[allocation_id]
+        assert tuple(getattr(got, c) for c in ALLOCATION_COLUMNS) == row
+        assert sorted(
+            AllocationDevice.objects.filter(allocation_id=allocation_id).values_list(
+                "device_id", "milli", "memory_mib", "released"
+            )
+        ) == sorted((*share, False) for share in per)
+    if connection.vendor == "postgresql":  # the trigger (SQLite: its own, tested elsewhere)
+        assert GpuDevice.objects.get(pk=devices[1].pk).allocated_milli == 500
