@@ -79,7 +79,7 @@ def setup(nodes: int, pods: int, seed: int) -> tuple[Any, list[int]]:
 
 def bare_writes(job_ids: list[int], pods: int) -> float:
     """Allocation + device-share rows for `pods` pods through the daemon's own insert
-    (`insert_allocations`: one statement on PostgreSQL, trigger included), timed, rolled back."""
+    (`insert_allocations`: COPY on PostgreSQL, trigger included), timed, rolled back."""
     from django.db import transaction
     from django.utils import timezone
 

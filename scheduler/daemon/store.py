@@ -116,31 +116,12 @@ ALLOCATION_COLUMNS = (
 )
 
 
-# Allocation rows and their device shares in one statement: ids drawn from the sequence
-# once per row (a CTE referenced three times is computed once), the shares joined to their
-# allocation by the row's position. The triggers fire as for any INSERT.
-_COLUMNS = ", ".join(ALLOCATION_COLUMNS)
-INSERT_ALLOCATIONS_SQL = (
-    "WITH new AS (SELECT nextval(pg_get_serial_sequence('scheduler_allocation', 'id')) AS id,"  # noqa: S608 - the names are ours
-    " r.* FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::int[], %s::text[],"
-    " %s::text[], %s::text[], %s::int[], %s::boolean[], %s::bigint[], %s::timestamptz[],"
-    f" %s::text[]) WITH ORDINALITY AS r({_COLUMNS}, n)),"
-    f" a AS (INSERT INTO scheduler_allocation (id, {_COLUMNS}) SELECT id, {_COLUMNS} FROM new),"
-    " s AS (INSERT INTO scheduler_allocationdevice"
-    " (allocation_id, device_id, milli, memory_mib, released)"
-    " SELECT new.id, s.device, s.milli, s.memory, false FROM new JOIN"
-    " unnest(%s::bigint[], %s::bigint[], %s::int[], %s::int[]) AS s(n, device, milli, memory)"
-    " ON s.n + 1 = new.n)"
-    " SELECT id FROM new ORDER BY n"
-)
-
-
 def insert_allocations(
     rows: list[tuple[Any, ...]], shares: list[list[tuple[int, int, int]]]
 ) -> list[int]:
-    """Allocation rows (ALLOCATION_COLUMNS) and their device shares; returns the ids, in
-    the rows' order. On PostgreSQL one statement (INSERT_ALLOCATIONS_SQL); elsewhere
-    bulk_create."""
+    """Allocation rows (ALLOCATION_COLUMNS) and their device shares; returns the ids. On
+    PostgreSQL through COPY with ids drawn from the sequence first (the triggers fire for
+    COPY as for INSERT); elsewhere bulk_create."""
     if connection.vendor != "postgresql":
         made = Allocation.objects.bulk_create(
             [Allocation(**dict(zip(ALLOCATION_COLUMNS, r, strict=True))) for r in rows]
@@ -154,10 +135,21 @@ def insert_allocations(
             ]
         )
         return ids
-    # Column by column, as arrays: the rows', then the shares' (the row's position first).
-    arrays: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)]
-    numbered = [(n, *share) for n, per in enumerate(shares) for share in per]
-    arrays += [list(c) for c in zip(*numbered, strict=True)] if numbered else [[], [], [], []]
-    with connection.cursor() as cursor:
-        cursor.execute(INSERT_ALLOCATIONS_SQL, arrays)
-        return [r[0] for r in cursor.fetchall()]
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence('scheduler_allocation', 'id'))"
+            " FROM generate_series(1, %s)",
+            [len(rows)],
+        )
+        ids = [r[0] for r in cursor.fetchall()]
+        raw = cursor.cursor
+        columns = ", ".join(("id", *ALLOCATION_COLUMNS))
+        with raw.copy(f"COPY scheduler_allocation ({columns}) FROM STDIN") as copy:
+            for allocation_id, row in zip(ids, rows, strict=True):
+                copy.write_row((allocation_id, *row))
+        share_columns = "allocation_id, device_id, milli, memory_mib, released"
+        with raw.copy(f"COPY scheduler_allocationdevice ({share_columns}) FROM STDIN") as copy:
+            for allocation_id, per in zip(ids, shares, strict=True):
+                for device, milli, memory in per:
+                    copy.write_row((allocation_id, device, milli, memory, False))
+    return ids
