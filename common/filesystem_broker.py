@@ -20,7 +20,7 @@ import logging
 import os
 import uuid
 from queue import Empty
-from time import monotonic
+from time import time_ns
 from typing import Any
 
 from kombu.exceptions import ChannelError
@@ -35,8 +35,13 @@ class Channel(filesystem.Channel):
     # kombu's filesystem Channel names the message `payload`, its base `message`: no
     # signature satisfies both.
     def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        """Put `payload` onto `queue`: written aside, then renamed into the queue folder."""
-        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        """Put `payload` onto `queue`: written aside, then renamed into the queue folder.
+        The reader takes files in the order of their names, so a name starts with the wall
+        clock in nanoseconds at a fixed width: kombu's own, milliseconds of the monotonic
+        clock, sorted newer messages first once that count gained a digit (at 10,000 s of
+        uptime, and again at 100,000), and restarted from zero at every boot while the
+        queue folder keeps its messages."""
+        name = f"{time_ns():020d}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         partial = os.path.join(self.data_folder_out, f".{name}.partial")
         try:

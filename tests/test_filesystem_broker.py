@@ -60,12 +60,24 @@ def test_a_message_being_written_is_not_read_half_written(
 def test_a_message_file_that_is_not_json_is_dropped_and_the_next_delivered(
     channel: Any, tmp_path: Path
 ) -> None:
-    (tmp_path / "queue" / "1_junk.jobs.msg").write_bytes(b"")
+    (tmp_path / "queue" / f"{0:020d}_junk.jobs.msg").write_bytes(b"")  # named first
     channel._put("jobs", {"task": "notify", "id": 8})
     with pytest.raises(Empty):
         channel._get("jobs")  # the empty file, dropped
     assert channel._get("jobs") == {"task": "notify", "id": 8}
     assert list((tmp_path / "queue").iterdir()) == []
+
+
+def test_messages_are_taken_in_the_order_they_were_put_whatever_the_clock_s_digits(
+    channel: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader sorts file names as text: a clock that gains a digit between two messages
+    (999 -> 1000) must not put the second one first."""
+    ticks = iter([999, 1000, 10_000_000_000])
+    monkeypatch.setattr(filesystem_broker, "time_ns", lambda: next(ticks))
+    for n in range(3):
+        channel._put("jobs", {"task": "notify", "id": n})
+    assert [channel._get("jobs")["id"] for _ in range(3)] == [0, 1, 2]
 
 
 def test_the_embedded_default_uses_it() -> None:
