@@ -192,6 +192,19 @@ def _store(
         )
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What one refresh is asked for (`EtaRefresher.after_cycle`'s arguments), its own copy
+    of the decayed usage: a refresh in the background must not see the loop change it."""
+
+    now: float
+    decayed: dict[str, float]
+    max_pending: int
+    per_queue: int
+    profile: Profile
+    fence: Callable[[], None]
+
+
 @dataclass
 class EtaRefresher:
     """The daemon's side: when a refresh is due, and the runtime history it keeps between
@@ -232,41 +245,32 @@ class EtaRefresher:
         refresh's errors are logged there."""
         if now - self.refreshed_at < self.config.every_s:
             return None
+        asked = _Asked(now, dict(decayed), max_pending, per_queue, profile, fence)
         if self._pool is not None:
             if self._running is not None and not self._running.done():
                 return None  # due again once the one running is done
             self.refreshed_at = now
-            self._running = self._pool.submit(
-                self._in_background, now, dict(decayed), max_pending, per_queue, profile, fence
-            )
+            self._running = self._pool.submit(self._in_background, asked)
             return None
         self.refreshed_at = now
-        return self._refresh(now, decayed, max_pending, per_queue, profile, fence)
+        return self._refresh(asked)
 
-    def _refresh(
-        self,
-        now: float,
-        decayed: Mapping[str, float],
-        max_pending: int,
-        per_queue: int,
-        profile: Profile,
-        fence: Callable[[], None],
-    ) -> Refreshed | None:
+    def _refresh(self, asked: _Asked) -> Refreshed | None:
         try:
             built = build_snapshot(
-                now,
-                decayed=dict(decayed),
-                max_pending=max_pending,
-                per_queue=per_queue,
+                asked.now,
+                decayed=asked.decayed,
+                max_pending=asked.max_pending,
+                per_queue=asked.per_queue,
             )
             self.last = refresh_estimates(
                 built.snapshot,
                 built.jobs,
-                profile,
-                self._model(now),
+                asked.profile,
+                self._model(asked.now),
                 self.config,
                 monotonic=self.monotonic,
-                fence=fence,
+                fence=asked.fence,
             )
         except (DatabaseError, LeaseLost):
             raise
@@ -275,17 +279,9 @@ class EtaRefresher:
             return None
         return self.last
 
-    def _in_background(
-        self,
-        now: float,
-        decayed: Mapping[str, float],
-        max_pending: int,
-        per_queue: int,
-        profile: Profile,
-        fence: Callable[[], None],
-    ) -> Refreshed | None:
+    def _in_background(self, asked: _Asked) -> Refreshed | None:
         try:
-            return self._refresh(now, decayed, max_pending, per_queue, profile, fence)
+            return self._refresh(asked)
         except (DatabaseError, LeaseLost) as error:
             log.warning("queue estimates not refreshed: %s", error)
             return None

@@ -227,6 +227,17 @@ def test_a_bug_in_the_estimates_does_not_stop_scheduling(
     assert daemon.lease.leading
 
 
+def _due(daemon: Daemon) -> Any:
+    return daemon.estimates.after_cycle(
+        now=daemon.clock(),
+        decayed=daemon.decayed,
+        max_pending=daemon.max_pending,
+        per_queue=daemon.per_queue,
+        profile=daemon.profile,
+        fence=daemon.lease.fence,
+    )
+
+
 def test_a_stale_leader_writes_no_estimates(five_nodes: Env) -> None:
     env = five_nodes
     stale, (b1, _a1, _a2, _b2) = _full_cluster(env)
@@ -238,14 +249,7 @@ def test_a_stale_leader_writes_no_estimates(five_nodes: Env) -> None:
     job_cancel(user=env.org.users["bob-bravo"], job=b1, reason="")  # a refresh would differ
     env.clock.advance(30)
     with pytest.raises(LeaseLost):
-        stale.estimates.after_cycle(
-            now=stale.clock(),
-            decayed=stale.decayed,
-            max_pending=stale.max_pending,
-            per_queue=stale.per_queue,
-            profile=stale.profile,
-            fence=stale.lease.fence,
-        )
+        _due(stale)
     assert _positions() == kept
 
 
@@ -263,17 +267,6 @@ def _gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.
 
     monkeypatch.setattr(eta_module, "refresh_estimates", held)
     return entered, release, calls
-
-
-def _due(daemon: Daemon) -> Any:
-    return daemon.estimates.after_cycle(
-        now=daemon.clock(),
-        decayed=daemon.decayed,
-        max_pending=daemon.max_pending,
-        per_queue=daemon.per_queue,
-        profile=daemon.profile,
-        fence=daemon.lease.fence,
-    )
 
 
 def test_in_the_background_the_loop_goes_on_while_the_refresh_runs(
