@@ -121,7 +121,8 @@ def transition(
     Jobs moving to the same state share one UPDATE (a cycle's changes fall into a handful of
     groups: started, succeeded, requeued...); one bulk insert of events. On PostgreSQL,
     changes from one state to another with one reason and nothing else to write (the
-    daemon's claims and binds, a user's cancel) are one statement that locks and writes."""
+    daemon's claims and binds, a user's cancel) are one statement that locks, writes and
+    records their events."""
     out = Transitions()
     if not changes:
         return out
