@@ -2,7 +2,7 @@
 
 `samples_ingest` is the one ingest path, for the node agent's reports (scheduler/nodes.py)
 and the daemon's simulated readings (scheduler/daemon/samples.py): one read of the live
-device shares and one multi-row insert per call, whatever the number of devices.
+device shares and one insert per call (COPY on PostgreSQL), whatever the number of devices.
 """
 
 from __future__ import annotations
@@ -10,12 +10,29 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 
 from scheduler.models import AllocationDevice, GpuDevice, UtilizationSample
 
-BATCH = 2000  # rows per INSERT: one statement per report of even a large node group
+BATCH = 2000  # rows per INSERT where there is no COPY: one statement per node group's report
+# The columns written, in the order of `samples_ingest`'s rows.
+COLUMNS = (
+    "at",
+    "device_id",
+    "flavor",
+    "utilization_pct",
+    "memory_used_mib",
+    "power_w",
+    "temperature_c",
+    "sm_active_pct",
+    "job_id",
+    "tenant_id",
+    "project_id",
+    "share_milli",
+)
+NO_HOLDER = (None, None, None)
 
 
 @dataclass(frozen=True)
@@ -83,19 +100,17 @@ def samples_ingest(
     for r in readings:
         holder = holders.get(r.device_id)
         rows.append(
-            UtilizationSample(
-                at=at,
-                device_id=r.device_id,
-                flavor=flavors.get(r.device_id, ""),
-                utilization_pct=r.utilization_pct,
-                memory_used_mib=r.memory_used_mib,
-                power_w=r.power_w,
-                temperature_c=r.temperature_c,
-                sm_active_pct=r.sm_active_pct,
-                job_id=holder.job_id if holder else None,
-                tenant_id=holder.tenant_id if holder else None,
-                project_id=holder.project_id if holder else None,
-                share_milli=holder.share_milli if holder else 0,
+            (
+                at,
+                r.device_id,
+                flavors.get(r.device_id, ""),
+                r.utilization_pct,
+                r.memory_used_mib,
+                r.power_w,
+                r.temperature_c,
+                r.sm_active_pct,
+                *((holder.job_id, holder.tenant_id, holder.project_id) if holder else NO_HOLDER),
+                holder.share_milli if holder else 0,
             )
         )
     with transaction.atomic():
@@ -107,5 +122,22 @@ def samples_ingest(
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
         if fence is not None:
             fence()
-        UtilizationSample.objects.bulk_create(rows, batch_size=BATCH)
+        _insert(rows)
     return len(rows)
+
+
+def _insert(rows: list[tuple[Any, ...]]) -> None:
+    """The rows (COLUMNS) in one COPY on PostgreSQL, elsewhere bulk_create. A round of the
+    simulated cluster's 5,000 nodes is 40,000 rows, which the ORM's insert builds and
+    quotes field by field in Python."""
+    if connection.vendor != "postgresql":
+        UtilizationSample.objects.bulk_create(
+            [UtilizationSample(**dict(zip(COLUMNS, row, strict=True))) for row in rows],
+            batch_size=BATCH,
+        )
+        return
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        table = UtilizationSample._meta.db_table
+        with cursor.cursor.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 
@@ -188,10 +188,21 @@ class Daemon:
             if isinstance(self.backend, PodWatching):
                 wake = self.backend.watch_pods(self.stop)
             waiter = Waiter(self.stop, wake=wake)
-        if connection.vendor == "postgresql":  # see EtaRefresher
-            self.estimates.start_background()
-        with collector_for_the_loop(), daemon_sessions():
+        with self.running():
             self._loop(waiter)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """What surrounds the loop's cycles, for `run` and for a caller driving `step` itself
+        (the benchmarks): the estimates on a thread of their own on PostgreSQL (see
+        EtaRefresher), the loop's collector settings and the daemon's session settings."""
+        if connection.vendor == "postgresql":
+            self.estimates.start_background()
+        try:
+            with collector_for_the_loop(), daemon_sessions():
+                yield
+        finally:
+            self.estimates.close()  # idempotent: the loop closes it before the lease goes
 
     def _loop(self, waiter: Waiter) -> None:
         try:

@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler.models import (
@@ -19,7 +21,7 @@ from scheduler.models import (
     UtilizationSample,
 )
 from scheduler.rollups import LAG, _roll_window, retention_run, rollup_run
-from scheduler.utilization import DeviceReading, samples_ingest
+from scheduler.utilization import BATCH, DeviceReading, samples_ingest
 from tenants.models import IdleRule
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.conftest import Org
@@ -69,6 +71,44 @@ def test_a_shared_device_is_attributed_to_its_largest_share(org: Org) -> None:
     samples_ingest([DeviceReading(device(node).id, 50.0)], at=at(0.1))
     sample = UtilizationSample.objects.get()
     assert (sample.job_id, sample.share_milli) == (large.id, 750)
+
+
+def test_a_large_round_is_written_whole_in_one_copy_on_postgresql(org: Org) -> None:
+    """More readings than one INSERT's batch (the simulated cluster's 5,000 nodes report
+    40,000): on PostgreSQL one COPY and no INSERT, elsewhere inserts in batches; every
+    field as given either way (devices are not enforced references, so ids stand alone)."""
+    node = make_node("n1", gpus=1)
+    job = job_for(org, state=JobState.RUNNING)
+    hold(job, node, 0, None, [500])
+    held = device(node).id
+    readings = [DeviceReading(held, 12.5, memory_used_mib=640, power_w=None, sm_active_pct=3.0)]
+    readings += [DeviceReading(held + 1 + i, float(i % 100)) for i in range(BATCH)]
+    with CaptureQueriesContext(connection) as queries:
+        written = samples_ingest(readings, at=at(0.2), flavors={held: "H100-80GB"})
+    inserts = [q for q in queries if q["sql"].lstrip().upper().startswith("INSERT")]
+    assert bool(inserts) is (connection.vendor != "postgresql")
+    assert written == UtilizationSample.objects.count() == BATCH + 1
+    first = UtilizationSample.objects.get(device_id=held)
+    assert (first.at, first.flavor, first.utilization_pct, first.memory_used_mib) == (
+        at(0.2),
+        "H100-80GB",
+        12.5,
+        640,
+    )
+    assert (first.power_w, first.temperature_c, first.sm_active_pct) == (None, None, 3.0)
+    assert (first.job_id, first.tenant_id, first.project_id, first.share_milli) == (
+        job.id,
+        org.alpha.id,
+        org.proj_alpha.id,
+        500,
+    )
+    last = UtilizationSample.objects.get(device_id=held + BATCH)
+    assert (last.utilization_pct, last.flavor, last.job_id, last.share_milli) == (
+        float((BATCH - 1) % 100),
+        "",
+        None,
+        0,
+    )
 
 
 def window_samples(org: Org) -> tuple[Any, Any]:
