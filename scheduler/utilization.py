@@ -33,6 +33,10 @@ COLUMNS = (
     "share_milli",
 )
 NO_HOLDER = (None, None, None)
+# Devices asked about beyond which `holders_of` reads every live share rather than send the
+# ids: there are no more live shares than devices in use, and an array of tens of thousands
+# of ids costs more to send than the shares to read.
+BY_ID_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,13 @@ def holders_of(device_ids: Sequence[int]) -> dict[int, Holder]:
     share (the oldest allocation among equals), since a device's utilization cannot be
     split between the processes sharing it."""
     best: dict[int, tuple[tuple[int, int], Holder]] = {}
-    rows = AllocationDevice.objects.filter(
-        released=False, device_id__any=list(device_ids), allocation__ended_at__isnull=True
-    ).values_list(
+    live = AllocationDevice.objects.filter(released=False, allocation__ended_at__isnull=True)
+    wanted = None
+    if len(device_ids) > BY_ID_MAX:  # a whole cluster's round: every live share, filtered here
+        wanted = set(device_ids)
+    else:
+        live = live.filter(device_id__any=list(device_ids))
+    rows = live.values_list(
         "device_id",
         "milli",
         "allocation_id",
@@ -71,6 +79,8 @@ def holders_of(device_ids: Sequence[int]) -> dict[int, Holder]:
         "allocation__job__project_id",
     )
     for device_id, milli, allocation_id, job_id, tenant_id, project_id in rows:
+        if wanted is not None and device_id not in wanted:
+            continue
         rank = (milli, -allocation_id)
         if device_id not in best or rank > best[device_id][0]:
             best[device_id] = (rank, Holder(job_id, tenant_id, project_id, milli))

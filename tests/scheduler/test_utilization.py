@@ -12,6 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduler import utilization
 from scheduler.models import (
     AllocationDevice,
     GpuDevice,
@@ -21,7 +22,7 @@ from scheduler.models import (
     UtilizationSample,
 )
 from scheduler.rollups import LAG, _roll_window, retention_run, rollup_run
-from scheduler.utilization import BATCH, DeviceReading, samples_ingest
+from scheduler.utilization import BATCH, DeviceReading, holders_of, samples_ingest
 from tenants.models import IdleRule
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.conftest import Org
@@ -109,6 +110,26 @@ def test_a_large_round_is_written_whole_in_one_copy_on_postgresql(org: Org) -> N
         None,
         0,
     )
+
+
+@pytest.mark.parametrize("by_id_max", [1000, 0])
+def test_holders_are_the_same_asked_by_id_or_read_whole(
+    org: Org, monkeypatch: pytest.MonkeyPatch, by_id_max: int
+) -> None:
+    """Past BY_ID_MAX devices (a whole cluster's round) every live share is read and
+    filtered here: the same holders, and none for a held device not asked about."""
+    monkeypatch.setattr(utilization, "BY_ID_MAX", by_id_max)
+    node = make_node("n1", gpus=3)
+    small = job_for(org, state=JobState.RUNNING)
+    large = job_for(org, "bob-bravo", project=org.proj_bravo, state=JobState.RUNNING)
+    hold(small, node, 0, None, [250])
+    hold(large, node, 0, None, [750, 1000], replica=0)
+    ended = hold(small, node, 0, None, [1000], first_device=2, replica=1)
+    release(ended, at(0.1))
+    d0, d1, d2 = device(node, 0), device(node, 1), device(node, 2)
+    found = holders_of([d0.id, d2.id])
+    assert {d: (h.job_id, h.share_milli) for d, h in found.items()} == {d0.id: (large.id, 750)}
+    assert d1.id not in found  # held, not asked about
 
 
 def window_samples(org: Org) -> tuple[Any, Any]:

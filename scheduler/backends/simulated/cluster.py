@@ -470,28 +470,43 @@ class SimulatedCluster:
                     continue
                 for index in pod.request.gpu_indices:
                     on_device.setdefault((pod.node, index), []).append((pod.request, started))
-            return [
-                self._reading(node.info, gpu.index, gpu.memory_mib, on_device, now)
-                for node in self._nodes.values()
-                if node.failed_at is None and node.partitioned_at is None
-                for gpu in node.info.gpus
-            ]
+            readings: list[DeviceUtilization] = []
+            idle = self.idle
+            for node in self._nodes.values():
+                if node.failed_at is not None or node.partitioned_at is not None:
+                    continue
+                info = node.info
+                tdp = next((w for family, w in TDP_W.items() if family in info.flavor), 300.0)
+                hopper = any(family in info.flavor for family in GPM_MODELS)
+                for gpu in info.gpus:
+                    pods = on_device.get((info.name, gpu.index))
+                    readings.append(
+                        self._reading(info.name, gpu.index, gpu.memory_mib, pods, now, tdp, hopper)
+                        if pods
+                        else idle(info.name, gpu.index, tdp, hopper)
+                    )
+            return readings
+
+    @staticmethod
+    def idle(node: str, index: int, tdp: float, hopper: bool) -> DeviceUtilization:
+        """What `_reading` gives for a device no pod runs on (most, on a large cluster)."""
+        power = round(tdp * 0.1, 1)
+        return DeviceUtilization(node, index, 0.0, 0, power, 32.0, 0.0 if hopper else None)
 
     def _reading(
         self,
-        info: NodeInfo,
+        node: str,
         index: int,
         memory_mib: int,
-        on_device: dict[tuple[str, int], list[tuple[PodRequest, float]]],
+        pods: list[tuple[PodRequest, float]],
         now: float,
+        tdp: float,
+        hopper: bool,
     ) -> DeviceUtilization:
-        pods = on_device.get((info.name, index), [])
         load = max((self.utilization(r, now, started) for r, started in pods), default=0.0)
         memory = sum(MEMORY_SHARE.get(r.job_type, 0.5) * _per_device(r) / 1000 for r, _ in pods)
-        tdp = next((w for family, w in TDP_W.items() if family in info.flavor), 300.0)
-        hopper = any(family in info.flavor for family in GPM_MODELS)
         return DeviceUtilization(
-            node=info.name,
+            node=node,
             index=index,
             utilization_pct=round(100 * load, 1),
             memory_used_mib=int(memory_mib * min(memory, 1.0)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from scheduler.backends.base import PodRequest
-from scheduler.backends.simulated.cluster import STALL_SHARE, SimulatedCluster
+from scheduler.backends.simulated.cluster import GPM_MODELS, STALL_SHARE, TDP_W, SimulatedCluster
 from scheduler.backends.simulated.inventory import make_nodes
 from tests.daemon.conftest import FakeClock
 
@@ -83,6 +83,23 @@ def test_a_free_device_reads_idle_and_hopper_reports_sm_activity() -> None:
     assert second.index == 1
     [a100] = other.device_readings()
     assert a100.sm_active_pct is None  # no GPM before Hopper
+
+
+def test_an_idle_device_reads_as_the_general_reading_of_no_pods() -> None:
+    """Idle devices (most of a large cluster) take a short path; it gives what the reading
+    of a device with no pods gives, on every flavor family (power by TDP, GPM or not)."""
+    for flavor in ("H100-80GB", "A100-40GB", "L40S", "unknown-card"):
+        cluster = SimulatedCluster(make_nodes(1, flavor, 2, prefix="n"), clock=FakeClock())
+        readings = cluster.device_readings()
+        info = make_nodes(1, flavor, 2, prefix="n")[0]
+        tdp = next((w for family, w in TDP_W.items() if family in flavor), 300.0)
+        hopper = any(family in flavor for family in GPM_MODELS)
+        general = [
+            cluster._reading(info.name, g.index, g.memory_mib, [], 0.0, tdp, hopper)
+            for g in info.gpus
+        ]
+        assert readings == general, flavor
+    assert cluster.idle("n", 0, 700.0, True).power_w == 70.0
 
 
 def test_a_failed_node_reports_nothing() -> None:
