@@ -39,6 +39,19 @@ def _fingerprint(info: NodeInfo) -> tuple[Any, ...]:
     )
 
 
+def _prints(infos: list[NodeInfo], memory: NodeMemory) -> dict[str, tuple[Any, ...]]:
+    """Each node's fingerprint; taken again only for a node listed as another object than
+    last time (NodeInfo is frozen: a backend lists a changed node as a new one, and the
+    simulated cluster an unchanged one as the same)."""
+    seen = memory.listed
+    prints = {}
+    for info in infos:
+        kept = seen.get(info.name)
+        prints[info.name] = kept[1] if kept is not None and kept[0] is info else _fingerprint(info)
+    memory.listed = {info.name: (info, prints[info.name]) for info in infos}
+    return prints
+
+
 def sync_nodes(
     cluster: Cluster, lease: Lease, memory: NodeMemory, clock: Clock, *, force: bool = False
 ) -> int:
@@ -46,7 +59,7 @@ def sync_nodes(
     requests. Returns whether it wrote the inventory (1) or not (0)."""
     _apply_sim_failures(cluster)
     infos = list(cluster.backend.list_nodes())
-    prints = {i.name: _fingerprint(i) for i in infos}
+    prints = _prints(infos, memory)
     changed = force or prints != memory.prints
     if changed:
         with transaction.atomic():

@@ -46,6 +46,8 @@ class NodeMemory:
 
     # The inventory as last written (node name -> fingerprint): unchanged, nothing is written.
     prints: dict[str, Any] = field(default_factory=dict)
+    # The nodes as last listed, with their fingerprints (name -> (NodeInfo, fingerprint)).
+    listed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # Nodes this daemon cordoned in the cluster (it uncordons only those).
     cordons: set[str] = field(default_factory=set)
     # Node name -> when (daemon clock) reconcile first saw it NotReady or gone.

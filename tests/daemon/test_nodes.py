@@ -9,6 +9,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from scheduler.daemon import nodes as nodes_module
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node, NodeAgent
 from scheduler.nodes import node_set_failed
 from tests import factories as f
@@ -45,6 +46,30 @@ def test_not_ready_node_is_cordoned_and_its_job_fails_over(env: Env) -> None:
     env.run(daemon)
     node.refresh_from_db()
     assert (node.ready, node.cordoned) == (True, False)
+
+
+def test_sync_fingerprints_only_the_nodes_listed_anew(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unchanged node is listed as the same (frozen) object and keeps its fingerprint; a
+    node that changed is a new object, fingerprinted again, and the inventory is written."""
+    daemon = env.daemon()
+    env.run(daemon)
+    taken: list[str] = []
+    real = nodes_module._fingerprint
+
+    def counting(info: Any) -> Any:
+        taken.append(info.name)
+        return real(info)
+
+    monkeypatch.setattr(nodes_module, "_fingerprint", counting)
+    assert daemon.sync_nodes() == 0
+    assert taken == []
+    name = Node.objects.order_by("name").values_list("name", flat=True)[0]
+    env.backend.fail_node(name)
+    assert daemon.sync_nodes() == 1  # NotReady: written
+    assert taken == [name]
+    assert Node.objects.get(name=name).ready is False
 
 
 def test_node_cordoned_by_the_clusters_admins_gets_nothing_new(env: Env) -> None:

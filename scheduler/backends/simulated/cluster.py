@@ -205,10 +205,14 @@ class SimulatedCluster:
         self.stall_point("list_nodes")
         with self._lock:
             self._enter("list_nodes")
-            return [
-                replace(n.info, ready=n.failed_at is None and n.partitioned_at is None)
-                for n in self._nodes.values()
-            ]
+            return [self._listed(n) for n in self._nodes.values()]
+
+    @staticmethod
+    def _listed(node: _Node) -> NodeInfo:
+        """The node as listed: its info itself while that says the right readiness (a
+        frozen object, the same one from list to list while the node does not change)."""
+        ready = node.failed_at is None and node.partitioned_at is None
+        return node.info if node.info.ready == ready else replace(node.info, ready=ready)
 
     @_api(write=True)
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:

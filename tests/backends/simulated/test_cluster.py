@@ -102,6 +102,20 @@ def test_an_idle_device_reads_as_the_general_reading_of_no_pods() -> None:
     assert cluster.idle("n", 0, 700.0, True).power_w == 70.0
 
 
+def test_a_node_is_listed_as_the_same_object_until_it_changes() -> None:
+    cluster = SimulatedCluster(make_nodes(2, "H100-80GB", 1, prefix="n"), clock=FakeClock())
+    first = cluster.list_nodes()
+    again = cluster.list_nodes()
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    cluster.fail_node("n-0000")
+    failed, other = cluster.list_nodes()
+    assert failed is not first[0] and failed.ready is False
+    assert other is first[1]
+    cluster.heal_node("n-0000")
+    healed, _ = cluster.list_nodes()
+    assert healed.ready is True
+
+
 def test_a_failed_node_reports_nothing() -> None:
     cluster = SimulatedCluster(make_nodes(2, "H100-80GB", 1, prefix="n"), clock=FakeClock())
     cluster.fail_node("n-0000")
