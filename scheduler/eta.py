@@ -150,10 +150,10 @@ def _store(
     ids = [int(key) for key in positions]
     with transaction.atomic():
         fence()  # a leader that lost the lease must not undo its successor's rows
-        JobQueueEstimate.objects.exclude(job_id__in=ids).delete()
+        JobQueueEstimate.objects.exclude(job_id__any=ids).delete()
         kept = {
             e.job_id: e
-            for e in JobQueueEstimate.objects.filter(job_id__in=ids).only(
+            for e in JobQueueEstimate.objects.filter(job_id__any=ids).only(
                 "job_id", "eta_p50", "eta_p90", "estimated_at"
             )
         }

@@ -82,6 +82,19 @@ def test_a_job_that_leaves_the_queue_loses_its_position(five_nodes: Env) -> None
     assert _positions() == {b2.pk: (1, 1), a1.pk: (1, 2), a2.pk: (2, 3)}
 
 
+def test_an_empty_queue_drops_every_position(five_nodes: Env) -> None:
+    """The last queued job gone: no position is left (the ids to keep are an empty list)."""
+    env = five_nodes
+    daemon, jobs = _full_cluster(env)
+    env.run(daemon, seconds=30)
+    assert _positions()
+    for job in Job.objects.filter(state=JobState.QUEUED):
+        job_cancel(user=job.submitted_by, job=job, reason="")
+    env.run(daemon, seconds=30)
+    assert not Job.objects.filter(state=JobState.QUEUED).exists()
+    assert _positions() == {}
+
+
 def _history(env: Env, count: int, ran_s: float, max_s: int, **job: Any) -> None:
     """`count` finished jobs of alpha's project that ran `ran_s` of their `max_s`."""
     end = _dt(env.clock() - 3600)
