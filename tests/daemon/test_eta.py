@@ -85,7 +85,7 @@ def test_a_job_that_leaves_the_queue_loses_its_position(five_nodes: Env) -> None
 def test_an_empty_queue_drops_every_position(five_nodes: Env) -> None:
     """The last queued job gone: no position is left (the ids to keep are an empty list)."""
     env = five_nodes
-    daemon, jobs = _full_cluster(env)
+    daemon, _ = _full_cluster(env)
     env.run(daemon, seconds=30)
     assert _positions()
     for job in Job.objects.filter(state=JobState.QUEUED):
