@@ -121,7 +121,6 @@ class PodStatus:
     reason: FailureReason | None = None
     message: str = ""
     deleting: bool = False
-    gpu_utilization: float | None = None  # 0..1, when the backend knows it
     # Why a Pending pod has not started, as the cluster says: a container's waiting reason
     # and message ("ImagePullBackOff: Back-off pulling image ...", "CreateContainerConfigError:
     # secret "x" not found") or a PodScheduled=False condition ("Unschedulable: ..."); "" if

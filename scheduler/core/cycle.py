@@ -115,11 +115,12 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
     placer = Placer(state, lambda: _scorers(profile, state, snapshot), profile.max_scored_nodes)
     classes = {pc.name: pc for pc in snapshot.priority_classes}
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
+    # Unchanged is mostly the very same object (the daemon's cache keeps them): `is` first.
     for job_id, running in before.items():  # ended or changed since
-        if now.get(job_id) != running:
+        if (other := now.get(job_id)) is not running and other != running:
             ctx.hold(running.job, running.flavor, running.assignments, -1)
     for running in snapshot.running:  # started or changed since
-        if before.get(running.job.id) != running:
+        if (other := before.get(running.job.id)) is not running and other != running:
             ctx.hold(running.job, running.flavor, running.assignments, +1)
         ctx.set_live(running)
         ctx.guarded.update(running.displaced)

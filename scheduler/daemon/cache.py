@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
-from scheduler.core.types import DeviceShare, JobRequest
+from scheduler.core.types import DeviceShare, JobRequest, RunningJob
 from scheduler.daemon.rows import (
     _VERSION,
     JOB_FIELDS,
@@ -44,6 +44,8 @@ class SnapshotCache:
     rows: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     # The engine's view of a row (kept while the row and the organisation are unchanged).
     requests: dict[int, tuple[dict[str, Any], JobRequest]] = field(default_factory=dict)
+    # What runs as the engine sees it, kept while made of the same objects (`running_jobs`).
+    running: dict[int, tuple[tuple[Any, ...], RunningJob]] = field(default_factory=dict)
     # Tenants, quotas and priority classes, with the version they were read at.
     org: tuple[Any, Any] | None = None
     # Recent preemptions: (event id, at, preemptor id, victim id), read after the last id.

@@ -103,6 +103,7 @@ def build_snapshot(
         running_rows,
         _displaced(cache),
         lambda row: cache.request(row, slugs, classes),
+        cache.running,
     )
     if per_queue and connection.vendor == "postgresql":
         window = rows_by_version(queue_heads(max_pending, per_queue, cache.queues_seen), cache)

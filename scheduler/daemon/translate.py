@@ -7,6 +7,7 @@ back through `decisions`, in primary keys."""
 from __future__ import annotations
 
 import logging
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -157,16 +158,41 @@ def running_jobs(
     rows: Mapping[int, dict[str, Any]],
     displaced: Mapping[int, tuple[str, ...]],
     request: Callable[[dict[str, Any]], JobRequest],
+    kept: dict[int, tuple[tuple[Any, ...], RunningJob]] | None = None,
 ) -> tuple[RunningJob, ...]:
     """What runs: one RunningJob per job holding active allocations (its replicas, their
-    device shares, when it started), and the jobs it displaced lately."""
+    device shares, when it started), and the jobs it displaced lately. With `kept` (job id
+    -> what it was made of, and the RunningJob), a job made of the very same objects as at
+    the last call (its JobRequest, allocation rows and shares, displaced jobs, started or
+    not) keeps its RunningJob: the cache hands out unchanged rows as the same objects, and
+    the engine then finds what runs unchanged by identity. `kept` is brought up to date."""
     per_job: dict[int, list[Any]] = defaultdict(list)
     for a in allocations:
         if a["job_id"] in rows:
             per_job[a["job_id"]].append(a)
     out = []
+    made: dict[int, tuple[tuple[Any, ...], RunningJob]] = {}
     for job_id, allocs in sorted(per_job.items()):
         job = request(rows[job_id])
+        flavor = allocs[0]["flavor"]  # the first allocation's, as read
+        allocs.sort(key=lambda a: a["replica"])
+        started = rows[job_id]["state"] not in NOT_STARTED
+        inputs = (
+            job,
+            started,
+            displaced.get(job_id, ()),
+            *allocs,
+            *(shares[a["id"]] for a in allocs),
+        )
+        old = kept.get(job_id) if kept is not None else None
+        if (
+            old is not None
+            and len(old[0]) == len(inputs)
+            and all(map(operator.is_, old[0], inputs))
+        ):
+            made[job_id] = old
+            out.append(old[1])
+            continue
         assignments = tuple(
             ReplicaAssignment(
                 replica=a["replica"],
@@ -174,19 +200,21 @@ def running_jobs(
                 shares=shares[a["id"]],
                 elastic=a["elastic"],
             )
-            for a in sorted(allocs, key=lambda a: a["replica"])
+            for a in allocs
         )
-        started = min(ts(a["started_at"]) for a in allocs)
-        out.append(
-            RunningJob(
-                job=job,
-                flavor=allocs[0]["flavor"],
-                assignments=assignments,
-                started_at=started,
-                displaced=displaced.get(job_id, ()),
-                started=rows[job_id]["state"] not in NOT_STARTED,
-            )
+        running = RunningJob(
+            job=job,
+            flavor=flavor,
+            assignments=assignments,
+            started_at=min(ts(a["started_at"]) for a in allocs),
+            displaced=displaced.get(job_id, ()),
+            started=started,
         )
+        made[job_id] = (inputs, running)
+        out.append(running)
+    if kept is not None:
+        kept.clear()
+        kept.update(made)
     return tuple(out)
 
 

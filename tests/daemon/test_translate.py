@@ -4,6 +4,8 @@ the core's names as the models', and the rows a pod is rendered from read once."
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -11,14 +13,25 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler.core.types import (
     CycleResult,
+    DeviceShare,
     JobKind,
+    JobRequest,
     Placement,
     Preemption,
+    Resources,
+    RunningJob,
     WaitCode,
     WaitReason,
 )
 from scheduler.daemon.rows import ROW_FIELDS
-from scheduler.daemon.translate import core_job_id, decisions, job_pk, job_request, priority_classes
+from scheduler.daemon.translate import (
+    core_job_id,
+    decisions,
+    job_pk,
+    job_request,
+    priority_classes,
+    running_jobs,
+)
 from scheduler.models import Job
 from tenants.models import JobType, PriorityClass
 from tests.daemon.conftest import Env
@@ -116,3 +129,33 @@ def test_the_engines_result_comes_back_in_primary_keys() -> None:
     assert [(j, w.message) for j, w in chosen.waiting] == [(30, "over quota")]
     assert chosen.preemptor_of == {7: {12}}
     assert job_pk(core_job_id(12)) == 12
+
+
+def test_a_running_job_made_of_the_same_objects_is_the_same_running_job() -> None:
+    """`running_jobs` with `kept`: unchanged inputs (the same row, allocation and share
+    objects, as the daemon's cache hands them out) give the same RunningJob, so the engine
+    finds what runs unchanged by identity; any input that is another object (a new row
+    version, a started pod, a new allocation) gives a new one, equal to a fresh build."""
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    job = JobRequest("7", "t", "normal", Resources(gpu_milli=2000))
+    alloc = {"id": 1, "job_id": 7, "replica": 0, "node__name": "n1", "flavor": "H100",
+             "elastic": False, "started_at": when}  # fmt: skip
+    shares = {1: (DeviceShare(0, 1000, 0), DeviceShare(1, 1000, 0))}
+    binding = {7: {"id": 7, "state": "binding"}}
+    kept: dict[int, Any] = {}
+
+    def build(allocs: list[dict[str, Any]], rows: dict[int, Any]) -> tuple[RunningJob, ...]:
+        return running_jobs(allocs, shares, rows, {}, lambda _row: job, kept)
+
+    [first] = build([alloc], binding)
+    [again] = build([alloc], binding)
+    assert again is first and first.started is False
+    running = {7: {"id": 7, "state": "running"}}
+    [started] = build([alloc], running)
+    assert started is not first and started.started is True
+    second = {**alloc, "id": 2, "replica": 1}
+    shares[2] = (DeviceShare(2, 1000, 0),)
+    [grown] = build([second, alloc], running)
+    assert [a.replica for a in grown.assignments] == [0, 1]
+    assert grown == running_jobs([alloc, second], shares, running, {}, lambda _row: job)[0]
+    assert list(kept) == [7]

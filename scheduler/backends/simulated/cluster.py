@@ -413,10 +413,8 @@ class SimulatedCluster:
                     "reason": FailureReason.ERROR,
                     "message": "the job's command exited with code 1 (simulated)",
                 }
-        else:
+        else:  # utilization is the devices' (`device_readings`), not the pod's
             phase = PodPhase.RUNNING
-            started = pod.bound_at + self.start_delay_s
-            extra = {"gpu_utilization": self.utilization(request, now, started)}
         return PodStatus(
             request.name,
             request.namespace,
