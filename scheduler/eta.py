@@ -18,16 +18,19 @@ Pages and the API only read the rows. docs/queue-estimates.md describes the meth
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import astuple, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connection, transaction
 
+from scheduler import eta_worker
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
 from scheduler.daemon.snapshot import build_snapshot
@@ -149,7 +152,6 @@ def _store(
 ) -> None:
     ids = [int(key) for key in positions]
     with transaction.atomic():
-        fence()  # a leader that lost the lease must not undo its successor's rows
         JobQueueEstimate.objects.exclude(job_id__any=ids).delete()
         kept = {
             e.job_id: e
@@ -190,6 +192,10 @@ def _store(
                 "computed_at",
             ],
         )
+        # Last, before the commit: a leader that lost the lease must not undo its
+        # successor's rows, and the lease row is held (FOR SHARE) only for the commit, so
+        # the loop's renewal never waits behind this write.
+        fence()
 
 
 @dataclass(frozen=True)
@@ -210,11 +216,13 @@ class EtaRefresher:
     """The daemon's side: when a refresh is due, and the runtime history it keeps between
     refreshes. Called after each cycle of the leader (`Daemon.cycle`).
 
-    In the loop by default; on a thread of its own once `start_background` was called (the
-    daemon's loop does so on PostgreSQL): then the loop is not held for the refresh's
-    budget, the refresh reads and writes on that thread's own connection, and a refresh
-    still running when the next is due is not doubled. SQLite serialises writers on its
-    file, so there the refresh stays in the loop."""
+    In the loop by default; in a process of its own once `start_background` was called (the
+    daemon's loop does so on PostgreSQL, `scheduler.eta_worker`): then the loop is neither
+    held for the refresh's budget nor shares the interpreter with it, the refresh reads and
+    writes on the worker's own connection, a refresh still running when the next is due is
+    not doubled, and its outcome is logged here when it ends. A worker that died is
+    replaced at the next refresh. SQLite serialises writers on its file, so there the
+    refresh stays in the loop."""
 
     config: EtaSettings = field(default_factory=EtaSettings.from_settings)
     monotonic: Callable[[], float] = time.monotonic
@@ -225,8 +233,8 @@ class EtaRefresher:
     model: RuntimeModel | None = None
     model_at: float = float("-inf")
     last: Refreshed | None = None
-    _pool: ThreadPoolExecutor | None = None
-    _running: Future[Refreshed | None] | None = None
+    _pool: ProcessPoolExecutor | None = None
+    _running: Future[tuple[Refreshed | None, str]] | None = None
 
     def after_cycle(
         self,
@@ -250,7 +258,7 @@ class EtaRefresher:
             if self._running is not None and not self._running.done():
                 return None  # due again once the one running is done
             self.refreshed_at = now
-            self._running = self._pool.submit(self._in_background, asked)
+            self._submit(asked)
             return None
         self.refreshed_at = now
         return self._refresh(asked)
@@ -279,23 +287,51 @@ class EtaRefresher:
             return None
         return self.last
 
-    def _in_background(self, asked: _Asked) -> Refreshed | None:
+    def _submit(self, asked: _Asked) -> None:
+        assert self._pool is not None
         try:
-            return self._refresh(asked)
-        except (DatabaseError, LeaseLost) as error:
+            running = self._pool.submit(eta_worker.refresh, asked)
+        except BrokenProcessPool:  # the worker died: another one
+            log.warning("queue estimates' worker died: starting another")
+            self._pool.shutdown(wait=False)
+            self._pool = None
+            self.start_background()
+            assert self._pool is not None
+            running = self._pool.submit(eta_worker.refresh, asked)
+        running.add_done_callback(self._finished)
+        self._running = running
+
+    def _finished(self, done: Future[tuple[Refreshed | None, str]]) -> None:
+        """A background refresh's outcome, logged here (the worker's own log has its bugs)."""
+        try:
+            refreshed, error = done.result()
+        except Exception as died:  # the worker died during the refresh (BrokenProcessPool)
+            log.warning("queue estimates not refreshed: %s", died or type(died).__name__)
+            return
+        if error:
             log.warning("queue estimates not refreshed: %s", error)
-            return None
-        finally:  # this thread's connection, opened for this refresh
-            connections.close_all()
+        elif refreshed is not None:
+            self.last = refreshed
 
     @property
     def background(self) -> bool:
         return self._pool is not None
 
     def start_background(self) -> None:
-        """Refresh on a thread of its own from now on (see the class)."""
+        """Refresh in a process of its own from now on (see the class): spawned now, set
+        up on this process's database settings."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gantry-eta")
+            self._pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=eta_worker.start,
+                initargs=(
+                    settings.SETTINGS_MODULE,
+                    dict(connection.settings_dict),
+                    astuple(self.config),
+                    self.history_every_s,
+                ),
+            )
 
     def close(self) -> None:
         """Wait for a refresh still running (at most its budget and its write) and stop the

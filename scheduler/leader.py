@@ -185,6 +185,13 @@ def _configure_new(sender: Any, connection: Any, **kwargs: Any) -> None:
             configure_session(cursor)
 
 
+def daemon_sessions_for_life() -> None:
+    """As `daemon_sessions`, in a process that is the daemon's for its whole life (the queue
+    estimates' worker, `scheduler.eta_worker`): every PostgreSQL session it opens from now
+    on carries the daemon's timeouts."""
+    connection_created.connect(_configure_new, dispatch_uid="gantry-daemon-sessions")
+
+
 @contextlib.contextmanager
 def daemon_sessions() -> Iterator[None]:
     """While the daemon's loop runs, every PostgreSQL session of this process carries the

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
-from scheduler import eta as eta_module
 from scheduler.core import queue_order, run_cycle
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.snapshot import build_snapshot
@@ -266,54 +272,147 @@ def test_a_stale_leader_writes_no_estimates(five_nodes: Env) -> None:
     assert _positions() == kept
 
 
-def _gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event, list[int]]:
-    """refresh_estimates held until `release` is set; `entered` is set when one starts, and
-    `calls` counts them."""
-    entered, release, calls = threading.Event(), threading.Event(), []
-    real = eta_module.refresh_estimates
+@contextmanager
+def _estimates_locked() -> Iterator[Callable[[], bool]]:
+    """The estimates' table locked against writes (reads go on) from another session until
+    the block ends: a background refresh waits at its write. Yields whether a session waits
+    for the lock now."""
+    with psycopg.connect(**connection.get_connection_params()) as holder:
+        holder.execute("LOCK TABLE scheduler_jobqueueestimate IN EXCLUSIVE MODE")
 
-    def held(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        entered.set()
-        assert release.wait(LOOP_WATCHDOG_S), "the test never released the refresh"
-        return real(*args, **kwargs)
+        def waited_for() -> bool:
+            row = holder.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                " AND relation = 'scheduler_jobqueueestimate'::regclass"
+            ).fetchone()
+            return bool(row and row[0])
 
-    monkeypatch.setattr(eta_module, "refresh_estimates", held)
-    return entered, release, calls
+        yield waited_for
 
 
+def _until(condition: Callable[[], bool]) -> bool:
+    """Whether `condition` came true within the watchdog's time (another process's work)."""
+    deadline = time.monotonic() + LOOP_WATCHDOG_S
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only: the worker")
 def test_in_the_background_the_loop_goes_on_while_the_refresh_runs(
     tenv: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The daemon's loop on PostgreSQL refreshes on a thread of its own: cycles go on while
-    a refresh runs, a refresh due meanwhile is not started twice, and the estimates are
-    written once it is done."""
+    """The daemon's loop on PostgreSQL refreshes in a process of its own: cycles go on while
+    a refresh runs (held here at its write by a lock), a refresh due meanwhile is not
+    started twice, and the estimates are written once it can."""
+    monkeypatch.setenv("GANTRY_DAEMON_LOCK_TIMEOUT_MS", str(int(LOOP_WATCHDOG_S * 1000)))
     env = tenv
     for _ in range(4):
         env.submit(resources={"gpus": 8}, max_runtime_s=4000)
     waiting = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
-    entered, release, calls = _gated(monkeypatch)
     daemon = env.daemon()
     daemon.estimates = EtaRefresher(SETTINGS)
     daemon.estimates.start_background()
     try:
-        env.run(daemon)  # places the four; the refresh starts and is held
-        assert entered.wait(LOOP_WATCHDOG_S)
-        env.run(daemon, seconds=31, cycles=3)  # the loop is not held; due again meanwhile
-        assert daemon.cycle_no == 4 and len(calls) == 1
-        assert not JobQueueEstimate.objects.exists()
-        release.set()
+        with _estimates_locked() as waited_for:
+            env.run(daemon)  # places the four; the refresh starts in the worker
+            running = daemon.estimates._running
+            assert running is not None
+            assert _until(waited_for), "the worker's refresh never reached its write"
+            env.run(daemon, seconds=31, cycles=3)  # the loop is not held; due again meanwhile
+            assert daemon.cycle_no == 4
+            assert daemon.estimates._running is running and not running.done()
+            assert not JobQueueEstimate.objects.exists()
+        assert running.result(LOOP_WATCHDOG_S)[1] == ""
     finally:
-        release.set()
         daemon.estimates.close()
     assert JobQueueEstimate.objects.get(job=waiting).position_cluster == 1
+    assert daemon.estimates.last is not None and daemon.estimates.last.positions == 1
     assert _due(daemon) is not None  # closed: in the loop again, and due
-    assert len(calls) == 2
 
 
-def test_a_background_refresh_that_fails_is_logged_and_writes_nothing(
-    tenv: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only: the worker")
+def test_a_worker_that_died_is_replaced_at_the_next_refresh(
+    tenv: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
+    env = tenv
+    for _ in range(5):
+        env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    daemon.estimates.start_background()
+    try:
+        env.run(daemon)
+        first = daemon.estimates._running
+        assert first is not None and first.result(LOOP_WATCHDOG_S)[1] == ""
+        pool = daemon.estimates._pool
+        assert pool is not None
+        for pid in list(pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        assert _until(lambda: bool(pool._broken)), "the pool never saw its worker die"
+        JobQueueEstimate.objects.all().delete()
+        env.run(daemon, seconds=31)
+        again = daemon.estimates._running
+        assert again is not None and again.result(LOOP_WATCHDOG_S)[1] == ""
+        assert daemon.estimates._pool is not pool
+    finally:
+        daemon.estimates.close()
+    assert "worker died: starting another" in caplog.text
+    assert JobQueueEstimate.objects.count() == 1  # written by the new worker
+
+
+_DAEMON_THEN_KILLED = """
+import os, sys, time
+
+def main():
+    import django
+    django.setup()
+    from scheduler.eta import EtaRefresher
+    refresher = EtaRefresher()
+    refresher.start_background()
+    print(refresher._pool.submit(os.getpid).result(60), flush=True)
+    time.sleep(600)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_worker_ends_when_the_daemon_is_killed(tmp_path: Any) -> None:
+    """A daemon killed (SIGKILL) cannot stop its estimates' worker, which would otherwise
+    wait for work for ever: the worker sees its parent gone and ends."""
+    script = tmp_path / "daemon.py"
+    script.write_text(_DAEMON_THEN_KILLED)
+    with subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    ) as daemon:
+        try:
+            assert daemon.stdout is not None
+            worker = int(daemon.stdout.readline())
+        finally:
+            daemon.kill()
+
+    def gone() -> bool:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    assert _until(gone), f"the worker {worker} outlived its daemon"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only: the worker")
+def test_a_background_refresh_that_fails_is_logged_and_writes_nothing(
+    tenv: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's refresh fails at its fence (a lost lease): the daemon's process logs
+    why, and nothing is written."""
     env = tenv
     for _ in range(5):
         env.submit(resources={"gpus": 8}, max_runtime_s=4000)
