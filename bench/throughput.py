@@ -12,9 +12,9 @@ scheduling, in the same bulk statements, then rolled back: the ceiling for this 
 
 The daemon takes at most `--batch` jobs per cycle (its `max_pending`), so binds from later
 cycles overlap nothing: a cycle is snapshot -> decide -> claim -> bind -> commit. The loop
-runs as in `Daemon.run` (`Daemon.running`): the queue estimates refresh on a thread of their
-own, on their own PostgreSQL session, whose CPU `cpu_s.postgres` (the daemon's session)
-leaves out.
+runs as in `Daemon.run` (`Daemon.running`): the queue estimates refresh in a worker process
+of their own, on their own PostgreSQL session, whose CPU `cpu_s` (the daemon's process and
+its session) leaves out.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def run(nodes: int, pods: int, batch: int, seed: int, profile: Profile) -> dict[
     cpu_daemon, cpu_pg = time.process_time(), postgres_cpu_s()
     started = time.time()
     cycles: list[dict[str, float]] = []
-    with daemon.running():  # as `Daemon.run`: the estimates on their own thread
+    with daemon.running():  # as `Daemon.run`: the estimates in their own process
         while Job.objects.filter(state="queued").exists() and len(cycles) < 1000:
             daemon.step()
             if daemon.last is not None:

@@ -335,7 +335,7 @@ class EtaRefresher:
 
     def close(self) -> None:
         """Wait for a refresh still running (at most its budget and its write) and stop the
-        thread; refreshes run in the loop again after this."""
+        worker; refreshes run in the loop again after this."""
         pool, self._pool, self._running = self._pool, None, None
         if pool is not None:
             pool.shutdown(wait=True)

@@ -194,7 +194,7 @@ class Daemon:
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """What surrounds the loop's cycles, for `run` and for a caller driving `step` itself
-        (the benchmarks): the estimates on a thread of their own on PostgreSQL (see
+        (the benchmarks): the estimates in a worker process of their own on PostgreSQL (see
         EtaRefresher), the loop's collector settings and the daemon's session settings."""
         if connection.vendor == "postgresql":
             self.estimates.start_background()
