@@ -318,8 +318,8 @@ class EtaRefresher:
         return self._pool is not None
 
     def start_background(self) -> None:
-        """Refresh in a process of its own from now on (see the class): spawned now, set
-        up on this process's database settings."""
+        """Refresh in a process of its own from now on (see the class), spawned at the first
+        refresh and set up on this process's database settings."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=1,
