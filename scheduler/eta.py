@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -326,6 +327,7 @@ class EtaRefresher:
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=eta_worker.start,
                 initargs=(
+                    os.getpid(),
                     settings.SETTINGS_MODULE,
                     dict(connection.settings_dict),
                     astuple(self.config),

@@ -22,9 +22,14 @@ _worker: dict[str, Any] = {}
 
 
 def start(
-    settings_module: str, database: dict[str, Any], config: tuple[Any, ...], history_every_s: float
+    daemon: int,
+    settings_module: str,
+    database: dict[str, Any],
+    config: tuple[Any, ...],
+    history_every_s: float,
 ) -> None:
-    """The worker's set-up (the pool's initializer)."""
+    """The worker's set-up (the pool's initializer); `daemon` is the pid of the process
+    that started it."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings_module)
     import django
 
@@ -37,14 +42,15 @@ def start(
 
     daemon_sessions_for_life()
     _worker["refresher"] = EtaRefresher(EtaSettings(*config), history_every_s=history_every_s)
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_exit_with, args=(daemon,), daemon=True).start()
 
 
-def _exit_with(parent: int) -> None:
+def _exit_with(daemon: int) -> None:
     """End the worker once the daemon that started it is gone (killed, it cannot say so:
-    the worker would wait for work for ever). A refresh under way is abandoned: its
-    transaction, not committed, goes with the connection."""
-    while os.getppid() == parent:
+    the worker would wait for work for ever), also when it was gone before the worker was
+    set up (its pid, not the parent's at that time, is the one compared). A refresh under
+    way is abandoned: its transaction, not committed, goes with the connection."""
+    while os.getppid() == daemon:
         time.sleep(PARENT_POLL_S)
     os._exit(0)
 

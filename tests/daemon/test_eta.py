@@ -407,6 +407,32 @@ def test_the_worker_ends_when_the_daemon_is_killed(tmp_path: Any) -> None:
     assert _until(gone), f"the worker {worker} outlived its daemon"
 
 
+_WORKER_OF_A_DEAD_DAEMON = """
+import time
+from scheduler import eta_worker
+
+eta_worker.start({dead}, "config.settings", {{}}, (30.0, 2.0, 100, 14400.0), 600.0)
+time.sleep(600)
+"""
+
+
+def test_a_worker_whose_daemon_died_before_its_set_up_ends(tmp_path: Any) -> None:
+    """The daemon killed while its worker was still starting: the worker, set up already
+    orphaned, compares its parent with the daemon's pid it was given, and ends."""
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as gone:
+        gone.wait()
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER_OF_A_DEAD_DAEMON.format(dead=gone.pid))
+    with subprocess.Popen(
+        [sys.executable, str(script)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    ) as worker:
+        try:
+            assert worker.wait(LOOP_WATCHDOG_S) == 0
+        finally:
+            worker.kill()
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only: the worker")
 def test_a_background_refresh_that_fails_is_logged_and_writes_nothing(
     tenv: Env, caplog: pytest.LogCaptureFixture
