@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from common.bulk import copy_rows
 from common.errors import ConflictError
 from scheduler.admission import jobs_final
 from scheduler.job_notifications import job_events_notify
@@ -399,15 +400,22 @@ def insert_events(rows: Sequence[tuple[Any, ...]]) -> None:
         return
     from psycopg.types.json import Jsonb
 
-    columns = "job_id, at, kind, from_state, to_state, message, data, actor_id"
+    columns = ("job_id", "at", "kind", "from_state", "to_state", "message", "data", "actor_id")
     at = timezone.now()  # as auto_now_add would: event times are wall time
-    sql = f"COPY scheduler_jobevent ({columns}) FROM STDIN"
-    with (
-        connection.cursor() as cursor,
-        connection.wrap_database_errors,
-        cursor.cursor.copy(sql) as copy,
-    ):
-        for row in rows:
-            data = Jsonb(row[5] if len(row) > 5 else {})
-            actor = row[6] if len(row) > 6 else None
-            copy.write_row((row[0], at, row[1], row[2], row[3], row[4][:1000], data, actor))
+    copy_rows(
+        "scheduler_jobevent",
+        columns,
+        (
+            (
+                row[0],
+                at,
+                row[1],
+                row[2],
+                row[3],
+                row[4][:1000],
+                Jsonb(row[5] if len(row) > 5 else {}),
+                row[6] if len(row) > 6 else None,
+            )
+            for row in rows
+        ),
+    )

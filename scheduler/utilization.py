@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from common.bulk import copy_rows
 from scheduler.models import AllocationDevice, GpuDevice, UtilizationSample
 
 BATCH = 2000  # rows per INSERT where there is no COPY: one statement per node group's report
@@ -146,8 +147,4 @@ def _insert(rows: list[tuple[Any, ...]]) -> None:
             batch_size=BATCH,
         )
         return
-    with connection.cursor() as cursor, connection.wrap_database_errors:
-        table = UtilizationSample._meta.db_table
-        with cursor.cursor.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+    copy_rows(UtilizationSample._meta.db_table, COLUMNS, rows)

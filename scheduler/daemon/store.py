@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import connection
 
+from common.bulk import copy_rows
 from scheduler.models import (
     Allocation,
     AllocationDevice,
@@ -142,14 +143,18 @@ def insert_allocations(
             [len(rows)],
         )
         ids = [r[0] for r in cursor.fetchall()]
-        raw = cursor.cursor
-        columns = ", ".join(("id", *ALLOCATION_COLUMNS))
-        with raw.copy(f"COPY scheduler_allocation ({columns}) FROM STDIN") as copy:
-            for allocation_id, row in zip(ids, rows, strict=True):
-                copy.write_row((allocation_id, *row))
-        share_columns = "allocation_id, device_id, milli, memory_mib, released"
-        with raw.copy(f"COPY scheduler_allocationdevice ({share_columns}) FROM STDIN") as copy:
-            for allocation_id, per in zip(ids, shares, strict=True):
-                for device, milli, memory in per:
-                    copy.write_row((allocation_id, device, milli, memory, False))
+    copy_rows(
+        "scheduler_allocation",
+        ("id", *ALLOCATION_COLUMNS),
+        ((allocation_id, *row) for allocation_id, row in zip(ids, rows, strict=True)),
+    )
+    copy_rows(
+        "scheduler_allocationdevice",
+        ("allocation_id", "device_id", "milli", "memory_mib", "released"),
+        (
+            (allocation_id, device, milli, memory, False)
+            for allocation_id, per in zip(ids, shares, strict=True)
+            for device, milli, memory in per
+        ),
+    )
     return ids
