@@ -46,7 +46,9 @@ class Job(models.Model):
     name = models.CharField(max_length=63)
     job_type = models.CharField(max_length=16, choices=JobType.choices)
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
-    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT)
+    # No index: nothing reads jobs by class alone (the queue heads' index holds it), and
+    # deleting a class, the one reader, is rare.
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, db_index=False)
     spec = models.JSONField()
 
     replicas = models.PositiveIntegerField(default=1)
@@ -103,10 +105,19 @@ class Job(models.Model):
         return self.state in FINAL_STATES
 
 
+# The daemon writes a job's events, allocations and device shares several times per job,
+# each in the transaction that changed the job (whose row it holds locked), for jobs, nodes
+# and devices that are never deleted but through the ORM, which cascades in Python. Their
+# foreign keys to those rows are therefore not checked by the database (`db_constraint=False`):
+# a check is a row lock and a write more on the referenced row for every row written.
+
+
 class JobEvent(models.Model):
     """Append-only history of a job; written in the same transaction as the change."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="events", db_constraint=False
+    )
     # No index of its own: four or more events per job are written, and each index is a write
     # more; the reads by time are served by the partial indexes below.
     at = models.DateTimeField(auto_now_add=True)
@@ -114,8 +125,9 @@ class JobEvent(models.Model):
     from_state = models.CharField(max_length=20, blank=True, default="")
     to_state = models.CharField(max_length=20, blank=True, default="")
     message = models.CharField(max_length=1000, blank=True, default="")
+    # Indexed only where set (`jobevent_actor`): the daemon's events have none.
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, db_index=False
     )
     data = models.JSONField(default=dict, blank=True)
 
@@ -134,6 +146,8 @@ class JobEvent(models.Model):
             models.Index(
                 fields=["at"], condition=Q(to_state="admitted"), name="jobevent_admitted_at"
             ),
+            # A user's deletion sets their events' actor to NULL.
+            models.Index(fields=["actor"], condition=Q(actor__isnull=False), name="jobevent_actor"),
         ]
 
     def __str__(self) -> str:
@@ -224,8 +238,12 @@ class Allocation(models.Model):
     without an active allocation is always an orphan. `epoch` is the lease epoch that wrote it.
     """
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
-    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="allocations", db_constraint=False
+    )
+    node = models.ForeignKey(
+        Node, on_delete=models.PROTECT, related_name="allocations", db_constraint=False
+    )
     attempt = models.PositiveIntegerField()
     replica = models.PositiveIntegerField()
     pod_name = models.CharField(max_length=253)
@@ -265,9 +283,15 @@ class AllocationDevice(models.Model):
 
     # Indexed by allocation_device_once (allocation, device).
     allocation = models.ForeignKey(
-        Allocation, on_delete=models.CASCADE, related_name="devices", db_index=False
+        Allocation,
+        on_delete=models.CASCADE,
+        related_name="devices",
+        db_index=False,
+        db_constraint=False,
     )
-    device = models.ForeignKey(GpuDevice, on_delete=models.PROTECT, related_name="shares")
+    device = models.ForeignKey(
+        GpuDevice, on_delete=models.PROTECT, related_name="shares", db_constraint=False
+    )
     milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField(default=0)
     released = models.BooleanField(default=False)
