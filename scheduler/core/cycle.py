@@ -15,7 +15,7 @@ from scheduler.core.backfill import ends_before_reservation, hold_reservation, r
 from scheduler.core.context import CycleContext, Held
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
-from scheduler.core.preemption import Plan, select_victims, work_lost_gpu_s
+from scheduler.core.preemption import QUOTA_SHORT, Plan, select_victims, work_lost_gpu_s
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.scoring import FragmentationScore, GpuFit, Scorer, TopologyScore
@@ -43,6 +43,12 @@ class _Decisions:
     # Equal requests fail alike within a cycle (kube-scheduler's equivalence cache); cleared
     # whenever capacity is freed (preemption) or re-partitioned (a reservation).
     memo: dict[tuple[object, ...], WaitReason] = field(default_factory=dict)
+    # Quota floors: the least milli-GPU a job (team, user, class, flavors...: `_floor_key`)
+    # was refused, its quota short on every flavor even with every candidate victim stopped.
+    # Usage only grows until a preemption, so a request at least as large fails alike and is
+    # told its quota reason without a victim search. Cleared with the memo on a preemption,
+    # not on a reservation (quota is not reserved).
+    floors: dict[tuple[object, ...], int] = field(default_factory=dict)
 
     def result(self) -> CycleResult:
         return CycleResult(
@@ -232,6 +238,14 @@ def _memo_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
     return (*who, *shape, ends_before_reservation(ctx, job))
 
 
+def _floor_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
+    if job.id in ctx.guarded:
+        return None  # the ping-pong guard makes this job's candidates its own
+    tenant = ctx.ledger.tenants.get(job.tenant)
+    user = job.user if tenant is not None and tenant.user_caps else ""
+    return (job.tenant, user, job.priority_class, job.tolerations, job.flavors, job.pools)
+
+
 def _invalid(ctx: CycleContext, job: JobRequest) -> str:
     res = job.resources
     if job.tenant not in ctx.ledger.tenants:
@@ -259,6 +273,11 @@ def _admit_and_place(ctx: CycleContext, job: JobRequest, out: _Decisions) -> Wai
     waits on capacity. None when placed, else why it waits."""
     gang = tuple(range(job.gang_size))
     flavors = _flavors(ctx, job)
+    milli, floor_key = job.resources.gpu_milli * job.gang_size, _floor_key(ctx, job)
+    if floor_key is not None and milli >= out.floors.get(floor_key, milli + 1):
+        reason, capacity_flavor = _why_waiting(ctx, job, flavors, gang)
+        if not capacity_flavor:  # quota short on every flavor, as the floor's job was
+            return reason
     found = ctx.try_place_any(
         job, flavors, gang, avoid_reserved=not ends_before_reservation(ctx, job)
     )
@@ -266,11 +285,15 @@ def _admit_and_place(ctx: CycleContext, job: JobRequest, out: _Decisions) -> Wai
         _record(ctx, out, job, found[0], found[1], ())
         return None
     reason, capacity_flavor = _why_waiting(ctx, job, flavors, gang)
+    short = bool(flavors)
     for flavor in flavors:
         plan = select_victims(ctx, job, flavor, gang, not ends_before_reservation(ctx, job))
-        if plan is not None:
+        if isinstance(plan, Plan):
             _record_preemption(ctx, out, job, flavor, plan)
             return None
+        short = short and plan == QUOTA_SHORT
+    if short and floor_key is not None:
+        out.floors[floor_key] = min(milli, out.floors.get(floor_key, milli))
     if capacity_flavor and ctx.profile.backfill and ctx.reservation is None:
         return _reserve(ctx, job, capacity_flavor, gang, out) or reason
     return reason
@@ -403,6 +426,7 @@ def _record_preemption(
             ctx.set_live(replace(running, assignments=left))
             ctx.shrunk.add(running.job.id)
     out.memo.clear()
+    out.floors.clear()
     # The victims run, and hold their quota, until their pods are gone (`_record`).
     for running, assignments in stopped:
         ctx.victims.append(running.job.id)

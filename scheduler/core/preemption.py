@@ -57,19 +57,31 @@ def work_lost_gpu_s(
     return milli / MILLI_PER_GPU * max(0.0, now - since)
 
 
+# `select_victims`' failure when the job's quota stays short even with every candidate
+# stopped: no search for a request at least as large, of the same team, user and class,
+# can succeed on this flavor until quota is freed (a preemption) in the cycle.
+QUOTA_SHORT = "quota short"
+
+
 def select_victims(
     ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid_reserved: bool
-) -> Plan | None:
+) -> Plan | str | None:
     """Find victims and place ``job`` in their room; on success state and ledger hold the
-    job and no longer hold the victims. On failure nothing changed.
+    job and no longer hold the victims. On failure nothing changed: None, or QUOTA_SHORT
+    when stopping every candidate would still leave the job's quota short.
 
     Two paths: only quota is short (the gang fits on the nodes as they are): the cheapest
     victims that make quota fit, without placement trials; otherwise cheapest first until
     the gang fits on the tentative state. Both then put back every victim the job can do
     without (kueue's minimal set)."""
+    candidates = eligible_candidates(ctx, job, flavor)
+    if not candidates:
+        short = ctx.quota_verdict(job, flavor, job.resources.gpu_milli * len(replicas))
+        if short is not None:  # nothing to stop: quota stays short on either path
+            return QUOTA_SHORT
     if _room_now(ctx, job, flavor, replicas, avoid_reserved):
-        return _for_quota(ctx, job, flavor, replicas, avoid_reserved)
-    candidates = eligible_candidates(ctx, job, flavor)[: ctx.profile.max_preemption_candidates]
+        return _for_quota(ctx, job, flavor, replicas, avoid_reserved, candidates)
+    candidates = candidates[: ctx.profile.max_preemption_candidates]
     if not candidates or not may_make_room(ctx, job, flavor, len(replicas), candidates):
         return None
     mark = ctx.mark()
@@ -141,15 +153,20 @@ def _take(ctx: CycleContext, cand: Candidate, flavor: str) -> bool:
 
 
 def _for_quota(
-    ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid: bool
-) -> Plan | None:
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    replicas: tuple[int, ...],
+    avoid: bool,
+    candidates: list[Candidate],
+) -> Plan | str | None:
     """Room exists; quota does not: the cheapest victims that make quota fit, minimised."""
     milli = job.resources.gpu_milli * len(replicas)
     mark = ctx.mark()
-    removed = _until_quota_fits(ctx, job, flavor, eligible_candidates(ctx, job, flavor), [])
+    removed = _until_quota_fits(ctx, job, flavor, candidates, [])
     if removed is None:
         ctx.rollback(mark)
-        return None
+        return QUOTA_SHORT
     for cand in reversed(removed):
         _release(ctx, cand, +1)
         if ctx.quota_verdict(job, flavor, milli) is None:

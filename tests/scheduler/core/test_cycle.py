@@ -104,3 +104,36 @@ def test_scoring_plugins_are_made_only_when_a_replica_is_scored(monkeypatch):
     fits = [make_job(f"j{i}", gpus=1) for i in range(3)]
     result = run_cycle(snapshot([make_node("n1")], over + fits, tenants=tenants), Profile())
     assert len(result.placements) == 3 and made == [1]
+
+
+def test_a_larger_request_of_a_team_whose_quota_no_victim_can_fix_skips_the_victim_search(
+    monkeypatch,
+):
+    """team-a is at its limit and has no job it may stop: the first of its jobs searches
+    for victims and finds its quota short whatever it stops; the larger ones after it (other
+    shapes, so the equal-request memo does not apply) are told their quota reason without a
+    search. The smaller one after them searches again (it might fit where they did not)."""
+    import scheduler.core.cycle as engine
+
+    searched: list[str] = []
+    real = engine.select_victims
+
+    def spying(ctx, job, *args):
+        searched.append(job.id)
+        return real(ctx, job, *args)
+
+    monkeypatch.setattr(engine, "select_victims", spying)
+    tenants = make_tenants(("team-a", 2, 4), ("team-b", 8, None))
+    running = [make_running(make_job("r", gpus=4), ("n1", range(4)))]
+    pending = [
+        make_job("two", gpus=2, submitted_at=1),
+        make_job("three", gpus=3, submitted_at=2),
+        make_job("pair", gpus=2, replicas=2, submitted_at=3),
+        make_job("one", gpus=1, submitted_at=4),
+    ]
+    result = run_cycle(snapshot([make_node("n1")], pending, running, tenants=tenants), Profile())
+    assert searched == ["two", "one"]
+    for job_id, needs in (("two", 2), ("three", 3), ("pair", 4), ("one", 1)):
+        reason = result.reason_for(job_id)
+        assert reason is not None and reason.code == WaitCode.QUOTA, reason
+        assert f"job needs {needs}" in reason.message

@@ -52,7 +52,26 @@ def jobs(draw: st.DrawFn, prefix: str, at: float) -> list[JobRequest]:
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
+def alike_jobs(draw: st.DrawFn, prefix: str, at: float) -> list[JobRequest]:
+    """A queue whose jobs differ mostly in size: many share a team, user and class, as in
+    a busy cluster, so that what one learns of another in a cycle is put to use."""
+    return [
+        make_job(
+            f"{prefix}{i}",
+            draw(st.sampled_from(TENANTS)),
+            draw(st.integers(1, 8)),
+            replicas=draw(st.integers(1, 2)),
+            priority=draw(st.sampled_from(["low", "normal", "high"])),
+            user="u1",
+            submitted_at=at + i,
+            runtime=draw(st.sampled_from([None, 600.0])),
+        )
+        for i in range(draw(st.integers(2, 14)))
+    ]
+
+
+@st.composite
+def worlds(draw: st.DrawFn, queue=jobs) -> tuple[Snapshot, Snapshot]:
     nodes = [
         make_node(
             f"n{i}",
@@ -83,7 +102,7 @@ def worlds(draw: st.DrawFn) -> tuple[Snapshot, Snapshot]:
         RunningJob(by_id[p.job_id], p.flavor, p.assignments, draw(st.sampled_from([0.0, 900.0])))
         for p in result.placements
     )
-    second = replace(first, now=1000.0, running=running, pending=tuple(draw(jobs("p", 500.0))))
+    second = replace(first, now=1000.0, running=running, pending=tuple(draw(queue("p", 500.0))))
     return first, second
 
 
@@ -232,6 +251,23 @@ def test_preemption_precheck_changes_no_decision(world, profile):
         patch.setattr(preemption, "may_make_room", lambda *args: True)
         without = run_cycle(second, profile)
     assert with_check == without
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=st.one_of(worlds(), worlds(alike_jobs)), profile=st.sampled_from(PROFILES))
+def test_quota_floors_change_no_decision(world, profile):
+    """A request told its quota reason by a floor (`cycle._Decisions.floors`) without a
+    victim search is decided as the search would have: the same cycle without floors
+    decides exactly the same, reasons included."""
+    from scheduler.core import cycle as engine
+
+    first, second = world
+    for snap in (first, second):
+        with_floors = run_cycle(snap, profile)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(engine, "_floor_key", lambda *args: None)
+            without = run_cycle(snap, profile)
+        assert with_floors == without
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
