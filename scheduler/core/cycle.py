@@ -122,11 +122,15 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
     classes = {pc.name: pc for pc in snapshot.priority_classes}
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
     # Unchanged is mostly the very same object (the daemon's cache keeps them): `is` first.
+    # A job whose pods started since holds what it held: its hold is not given back and
+    # taken again.
     for job_id, running in before.items():  # ended or changed since
-        if (other := now.get(job_id)) is not running and other != running:
+        if (other := now.get(job_id)) is not running and not _holds_alike(other, running):
             ctx.hold(running.job, running.flavor, running.assignments, -1)
     for running in snapshot.running:  # started or changed since
-        if (other := before.get(running.job.id)) is not running and other != running:
+        if (other := before.get(running.job.id)) is not running and not _holds_alike(
+            other, running
+        ):
             ctx.hold(running.job, running.flavor, running.assignments, +1)
         ctx.set_live(running)
         ctx.guarded.update(running.displaced)
@@ -135,6 +139,17 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         ledger.commit()
         held.key, held.state, held.ledger, held.running = key, state, ledger, now
     return ctx
+
+
+def _holds_alike(other: RunningJob | None, running: RunningJob) -> bool:
+    """Whether ``other`` holds on state and ledger exactly what ``running`` does: the same
+    job, flavor and assignments (whether and when its pods started aside)."""
+    return (
+        other is not None
+        and other.flavor == running.flavor
+        and (other.assignments is running.assignments or other.assignments == running.assignments)
+        and (other.job is running.job or other.job == running.job)
+    )
 
 
 def _scorers(

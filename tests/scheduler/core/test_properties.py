@@ -290,7 +290,7 @@ def test_a_held_base_changes_no_decision(world, profile, data):
         for r in second.running
         if data.draw(st.booleans())
     ]
-    running += [RunningJob(by_id[p.job_id], p.flavor, p.assignments, 1000.0)
+    running += [RunningJob(by_id[p.job_id], p.flavor, p.assignments, 1000.0, started=False)
                 for p in result.placements if p.job_id in by_id]  # fmt: skip
     third = replace(
         second, now=2000.0, running=tuple(running), pending=tuple(data.draw(jobs("q", 1500.0)))
@@ -298,3 +298,13 @@ def test_a_held_base_changes_no_decision(world, profile, data):
     assert run_cycle(third, profile, held=held) == run_cycle(third, profile)
     # and the same snapshot again, the base unchanged by the cycle's trials
     assert run_cycle(third, profile, held=held) == run_cycle(third, profile)
+    # Then the placed pods started: the same holds, new objects.
+    fourth = replace(
+        third,
+        now=2100.0,
+        running=tuple(
+            replace(r, started=True, started_at=2050.0) if not r.started else r
+            for r in third.running
+        ),
+    )
+    assert run_cycle(fourth, profile, held=held) == run_cycle(fourth, profile)
