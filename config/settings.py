@@ -110,11 +110,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Parameters bound by the server (psycopg's Cursor, not ClientCursor): values go apart
     # from the SQL text instead of being quoted into it in Python, which cost the daemon
     # CPU (its id arrays above all; bench/results.md, kueue_e2e, 2026-12-03 13:41-16:40).
-    # Statements are not prepared (Django's default). Turn it off behind a pooler that rejects
-    # the extended protocol's binds.
-    DATABASES["default"]["OPTIONS"]["server_side_binding"] = env_bool(
-        "GANTRY_DB_SERVER_SIDE_BINDING", default=True
-    )
+    # And a statement run five times on a connection is prepared (psycopg's
+    # prepare_threshold; Django's default is never): the daemon runs the same statements
+    # every cycle, which PostgreSQL then neither parses nor, once a generic plan is as good,
+    # plans again (bench/results.md, daemon_drain, 2026-12-05). Turn both off behind a pooler
+    # that rejects the extended protocol's binds or cannot keep prepared statements.
+    binding = env_bool("GANTRY_DB_SERVER_SIDE_BINDING", default=True)
+    DATABASES["default"]["OPTIONS"]["server_side_binding"] = binding
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5 if binding else None
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     # WAL lets the web, daemon and worker processes read while one of them writes.

@@ -96,6 +96,24 @@ def test_postgresql_binds_parameters_on_the_server(db: None) -> None:
     assert "$1" in sent and "42" not in sent, sent
 
 
+def test_postgresql_prepares_a_statement_run_again_and_again(db: None) -> None:
+    """The daemon runs the same statements every cycle: from the fifth run on a connection,
+    PostgreSQL keeps the statement parsed (and its plan, once a generic one is as good)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL settings")
+    sql = "SELECT %s::int + 1 AS prepared_probe"
+    prepared = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s"
+    with connection.cursor() as cursor:
+        counts = []
+        for run in range(6):
+            cursor.execute(sql, [run])
+            cursor.execute(prepared, ["%prepared_probe%"])
+            counts.append(cursor.fetchone()[0])
+    assert counts[0] == 0 and counts[-1] == 1, counts
+
+
 def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
@@ -106,7 +124,9 @@ def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
         "shell", "-c", code, env={"DATABASE_URL": url, "GANTRY_DB_SERVER_SIDE_BINDING": "0"}
     )
     assert "'server_side_binding': True" in on.stdout, on.stdout + on.stderr
+    assert "'prepare_threshold': 5" in on.stdout, on.stdout
     assert "'server_side_binding': False" in off.stdout, off.stdout + off.stderr
+    assert "'prepare_threshold': None" in off.stdout, off.stdout
 
 
 @SUBPROCESS
