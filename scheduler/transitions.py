@@ -213,17 +213,19 @@ def _claim(
     )
     ids = [c.job_id for c in changes]
     params = [first.to_state, (first.reason or "")[:500], now, *fields.values(), ids, from_state]
-    sql = f"WITH moved AS ({sql}), events AS ({EVENTS_SQL}) SELECT id, version FROM moved"  # noqa: S608 - ours
-    params += [
-        timezone.now(),  # as insert_events: event times are wall time
-        from_state,
-        first.to_state,
-        ids,
-        [c.kind for c in changes],
-        [c.message[:1000] for c in changes],
-        [json.dumps(c.data) for c in changes],
-        [c.actor for c in changes],
-    ]
+    at = timezone.now()  # as insert_events: event times are wall time
+    event = (first.kind, first.message, first.data, first.actor)
+    if all((c.kind, c.message, c.data, c.actor) == event for c in changes):
+        # One event for every job (a start, an end): written once, not as arrays of copies.
+        events = EVENT_SQL
+        params += [at, first.kind, from_state, first.to_state, first.message[:1000]]
+        params += [json.dumps(first.data), first.actor]
+    else:
+        events = EVENTS_SQL
+        params += [at, from_state, first.to_state, ids, [c.kind for c in changes]]
+        params += [[c.message[:1000] for c in changes], [json.dumps(c.data) for c in changes]]
+        params += [[c.actor for c in changes]]
+    sql = f"WITH moved AS ({sql}), events AS ({events}) SELECT id, version FROM moved"  # noqa: S608 - ours
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         written = cursor.fetchall()
@@ -328,6 +330,11 @@ EVENTS_SQL = (
     " actor_id) SELECT m.id, %s, v.kind, %s, %s, v.message, v.data::jsonb, v.actor"
     " FROM moved m JOIN unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[])"
     " AS v(id, kind, message, data, actor) ON v.id = m.id"
+)
+# The same with one event for every job moved: at, kind, from, to, message, data, actor.
+EVENT_SQL = (
+    "INSERT INTO scheduler_jobevent (job_id, at, kind, from_state, to_state, message, data,"
+    " actor_id) SELECT m.id, %s, %s, %s, %s, %s, %s::jsonb, %s::int FROM moved m"
 )
 
 

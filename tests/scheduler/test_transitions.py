@@ -118,6 +118,31 @@ def test_the_daemons_claims_are_one_statement_that_locks_and_writes() -> None:
         assert event.actor_id is None
 
 
+def test_one_event_for_every_job_is_sent_once_not_as_arrays_of_copies() -> None:
+    """A start or an end of many jobs carries the same event for each: the statement sends
+    it once (no arrays of copies to build and send), and still only the jobs it moved get
+    it, with its data and actor."""
+    a, b, c = _jobs(S.QUEUED, 3)
+    Job.objects.filter(pk=c.pk).update(state=S.CANCELLED)
+    actor = f.UserFactory()
+    changes = [
+        Change(j.pk, (S.QUEUED,), S.ADMITTED, message="same", data={"n": 1}, actor=actor.pk)
+        for j in (a, b, c)
+    ]
+    with CaptureQueriesContext(connection) as seen:
+        done = transition(changes, timezone.now())
+    assert set(done.done) == {a.pk, b.pk} and done.moved == {c.pk: S.CANCELLED}
+    if connection.vendor == "postgresql":
+        [update] = _job_updates(seen)
+        assert "INSERT INTO scheduler_jobevent" in update and "unnest" not in update, update
+    events = {
+        e.job_id: (e.kind, e.from_state, e.to_state, e.message, e.data, e.actor_id)
+        for e in JobEvent.objects.filter(job__in=[a, b, c])
+    }
+    same = ("state", S.QUEUED, S.ADMITTED, "same", {"n": 1}, actor.pk)
+    assert events == {a.pk: same, b.pk: same}
+
+
 def test_each_change_gets_its_own_event_in_the_one_statement() -> None:
     """Messages, kinds, data and actors differ per change within the one statement; only the
     jobs it moved get an event (a job another writer moved first gets none)."""
