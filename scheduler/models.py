@@ -35,8 +35,8 @@ class Job(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
     # The project's team, copied so that access filters and quota roll-ups need no join.
-    # No index of its own on tenant or state: job_tenant_state and job_queue_order lead with
-    # them, and every state change of a job pays for each index of the table.
+    # No index of its own on tenant or state: job_tenant_state and job_queue_order (live
+    # jobs) lead with them, and every state change of a job pays for each index of the table.
     tenant = models.ForeignKey(
         Tenant, on_delete=models.PROTECT, related_name="jobs", db_index=False
     )
@@ -80,7 +80,13 @@ class Job(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["tenant", "state"], name="job_tenant_state"),
-            models.Index(fields=["state", "queued_at"], name="job_queue_order"),
+            # Live jobs only: readers by state alone ask for live states, and a job's last
+            # update (to a final state) writes no entry here.
+            models.Index(
+                fields=["state", "queued_at"],
+                condition=Q(state__in=sorted(set(JobState) - FINAL_STATES)),
+                name="job_queue_order",
+            ),
             # The daemon's queue heads per tenant x priority class (daemon.queue.queue_heads).
             models.Index(
                 fields=["tenant", "priority_class", "queued_at", "id"],
