@@ -112,12 +112,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # CPU (its id arrays above all; bench/results.md, kueue_e2e, 2026-12-03 13:41-16:40).
     # And a statement run five times on a connection is prepared (psycopg's
     # prepare_threshold; Django's default is never): the daemon runs the same statements
-    # every cycle, which PostgreSQL then neither parses nor, once a generic plan is as good,
-    # plans again (bench/results.md, daemon_drain, 2026-12-05). Turn both off behind a pooler
-    # that rejects the extended protocol's binds or cannot keep prepared statements.
+    # every cycle, which PostgreSQL then does not parse again (bench/results.md,
+    # daemon_drain, 2026-12-05). Always planned for its values (plan_cache_mode): a generic
+    # plan cannot use the partial indexes on `state` (`state = $1`), and PostgreSQL may keep
+    # one chosen while the table was small as it grows (a scan of every job ever run). Turn
+    # both off behind a pooler that rejects the extended protocol's binds or cannot keep
+    # prepared statements.
     binding = env_bool("GANTRY_DB_SERVER_SIDE_BINDING", default=True)
     DATABASES["default"]["OPTIONS"]["server_side_binding"] = binding
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5 if binding else None
+    if binding:
+        DATABASES["default"]["OPTIONS"]["options"] += " -c plan_cache_mode=force_custom_plan"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     # WAL lets the web, daemon and worker processes read while one of them writes.

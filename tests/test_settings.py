@@ -114,6 +114,32 @@ def test_postgresql_prepares_a_statement_run_again_and_again(db: None) -> None:
     assert counts[0] == 0 and counts[-1] == 1, counts
 
 
+def test_a_prepared_statement_is_planned_for_its_values(db: None) -> None:
+    """A generic plan of `state = $1` cannot use the partial indexes on the state, and one
+    chosen while the table is small would be kept as it grows: prepared statements are
+    planned for their values every time."""
+    from django.db import connection
+
+    from scheduler.models import Job, JobState
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL settings")
+    from scheduler.daemon.queue import queue_heads
+
+    for _ in range(15):  # prepared at the fifth; a generic plan is weighed from the sixth on
+        list(Job.objects.filter(state=JobState.PREEMPTED).values_list("id", flat=True))
+        queue_heads(500, 50)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s AND statement LIKE %s",
+            ["%scheduler_job%", "%state% = $1%"],
+        )
+        plans = cursor.fetchall()
+    assert len(plans) == 2, plans
+    assert all(generic == 0 and custom == 10 for generic, custom in plans), plans
+
+
 def test_server_side_binding_can_be_turned_off_for_poolers() -> None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
