@@ -107,6 +107,9 @@ class Simulation:
         self.tracks = {w.request.id: _Track(w, _submitted(w)) for w in workload}
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, RunningJob] = {}
+        # Milli-GPU each running job holds, kept with `running` (`_run`, `_stop`): the
+        # accounting reads it at every event.
+        self._milli: dict[str, int] = {}
         self.events: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         t0 = start.now if start is not None else 0.0
@@ -145,7 +148,7 @@ class Simulation:
             end = max(start.now, start.ends[job.id])
             spec = WorkloadJob(job, job.submitted_at, end - running.started_at)
             self.tracks[job.id] = _Track(spec, job, first_start=running.started_at, state="running")
-            self.running[job.id] = running
+            self._run(running)
             self._push(end, END, job.id)
 
     def _push(self, at: float, kind: int, key: str, epoch: int = 0) -> None:
@@ -282,8 +285,13 @@ class Simulation:
     def _tenant_usage(self) -> dict[str, int]:
         usage: dict[str, int] = {}
         for r in self.running.values():
-            usage[r.job.tenant] = usage.get(r.job.tenant, 0) + r.gpu_milli
+            usage[r.job.tenant] = usage.get(r.job.tenant, 0) + self._milli[r.job.id]
         return usage
+
+    def _run(self, running: RunningJob) -> None:
+        """A job starts running, or runs on with other replicas."""
+        self.running[running.job.id] = running
+        self._milli[running.job.id] = running.gpu_milli
 
     # -- applying decisions ---------------------------------------------------------------
 
@@ -291,12 +299,14 @@ class Simulation:
         current = self.running.get(placement.job_id)
         if current is not None:  # an elastic job grows
             grown = current.assignments + placement.assignments
-            self.running[placement.job_id] = replace(current, assignments=grown)
+            self._run(replace(current, assignments=grown))
             return
         track = self.tracks[placement.job_id]
         job = self.pending.pop(placement.job_id)
-        self.running[job.id] = RunningJob(
-            job, placement.flavor, placement.assignments, self.now, displaced=placement.victims
+        self._run(
+            RunningJob(
+                job, placement.flavor, placement.assignments, self.now, displaced=placement.victims
+            )
         )
         track.state, track.reason = "running", ""
         if track.first_start is None:
@@ -315,7 +325,7 @@ class Simulation:
         if not preemption.whole_job:
             gone = set(preemption.replicas)
             left = tuple(a for a in running.assignments if a.replica not in gone)
-            self.running[preemption.job_id] = replace(running, assignments=left)
+            self._run(replace(running, assignments=left))
             return
         self.tracks[preemption.job_id].preemptions += 1
         self.lost_preempt_gpu_s += self._stop(preemption.job_id, keep_all=False)
@@ -348,6 +358,7 @@ class Simulation:
     def _stop(self, job_id: str, *, keep_all: bool) -> float:
         """Take the job off the cluster; return the GPU-seconds of work it loses."""
         running = self.running.pop(job_id)
+        del self._milli[job_id]
         track = self.tracks[job_id]
         track.epoch += 1
         ran = self.now - running.started_at
@@ -371,13 +382,14 @@ class Simulation:
         if dt > 0:
             held: dict[tuple[str, str], int] = {}
             for r in self.running.values():
-                gpu_s = r.gpu_milli / MILLI_PER_GPU * dt
+                milli = self._milli[r.job.id]
+                gpu_s = milli / MILLI_PER_GPU * dt
                 self.tracks[r.job.id].gpu_s += gpu_s
                 tenant = r.job.tenant
                 self.tenant_gpu_s[tenant] = self.tenant_gpu_s.get(tenant, 0.0) + gpu_s
                 if self._counts_quota(r.job.priority_class):
                     key = (tenant, r.flavor)
-                    held[key] = held.get(key, 0) + r.gpu_milli
+                    held[key] = held.get(key, 0) + milli
             for (tenant, flavor), milli in held.items():
                 beyond = milli - self._guaranteed.get((tenant, flavor), 0)
                 if beyond > 0:
@@ -390,7 +402,7 @@ class Simulation:
         return self._charged.get(priority_class, True)
 
     def _allocated_gpus(self) -> float:
-        return sum(r.gpu_milli for r in self.running.values()) / MILLI_PER_GPU
+        return sum(self._milli.values()) / MILLI_PER_GPU
 
     def _note_allocation(self) -> None:
         value = self._allocated_gpus()
