@@ -4,7 +4,6 @@ write more. Reads by time use partial indexes of the few kinds they read."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -15,6 +14,7 @@ from scheduler.dashboards import FAILURE_KINDS
 from scheduler.models import JobEvent
 from scheduler.queue_snapshots import admission_waits
 from tests.factories import JobFactory
+from tests.plans import index_plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql("index definitions and plans")]
 
@@ -40,15 +40,7 @@ def test_a_users_events_are_found_by_the_actor_index() -> None:
     """Deleting a user sets their events' actor to NULL: the events are found by the
     partial index of those that have one, not by a scan of the history."""
     events = JobEvent.objects.filter(actor_id__in=[1, 2]).values("id")
-    assert "jobevent_actor" in _plan(events)
-
-
-def _plan(queryset: Any) -> str:
-    sql, params = queryset.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}", params)
-        return "\n".join(row[0] for row in cursor.fetchall())
+    assert "jobevent_actor" in index_plan(events)
 
 
 def test_the_reads_by_time_have_an_index() -> None:
@@ -58,12 +50,12 @@ def test_the_reads_by_time_have_an_index() -> None:
     failures = JobEvent.objects.filter(
         at__gte=now - timedelta(days=30), at__lt=now, kind__in=FAILURE_KINDS
     ).values("kind")
-    plan = _plan(failures)
+    plan = index_plan(failures)
     assert "jobevent_failures_at" in plan, plan
     admissions = JobEvent.objects.filter(
         at__gte=now - timedelta(minutes=1), at__lt=now, to_state="admitted", from_state="queued"
     ).values("id")
-    assert "jobevent_admitted_at" in _plan(admissions)
+    assert "jobevent_admitted_at" in index_plan(admissions)
     assert admission_waits(now - timedelta(minutes=1), now) == []
 
 

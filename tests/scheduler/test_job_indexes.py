@@ -3,22 +3,13 @@ its new row meets: the indexes serve their readers with as few entries as they n
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.db import connection
 
 from scheduler.models import FINAL_STATES, Job, JobState
+from tests.plans import index_plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql("index definitions and plans")]
-
-
-def _plan(queryset: Any) -> str:
-    sql, params = queryset.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}", params)
-        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 def test_the_index_by_state_holds_live_jobs_only() -> None:
@@ -44,6 +35,6 @@ def test_the_readers_by_live_state_use_it(states: tuple[str, ...]) -> None:
     """The daemon's sweeps (admitted, preempted), the queue's counts and the waiting jobs
     are read by a partial index (job_queue_order, or the queue heads' for queued jobs),
     not by a scan of every job ever run."""
-    plan = _plan(Job.objects.filter(state__in=states).values("id"))
+    plan = index_plan(Job.objects.filter(state__in=states).values("id"))
     assert "job_queue_order" in plan or "job_queue_heads" in plan, plan
     assert "Seq Scan" not in plan, plan
