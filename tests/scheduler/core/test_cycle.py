@@ -137,3 +137,55 @@ def test_a_larger_request_of_a_team_whose_quota_no_victim_can_fix_skips_the_vict
         reason = result.reason_for(job_id)
         assert reason is not None and reason.code == WaitCode.QUOTA, reason
         assert f"job needs {needs}" in reason.message
+
+
+def test_a_preemption_clears_the_quota_floors():
+    """team-a borrows and may stop none of its own jobs: its first job sets a floor. Then
+    team-b reclaims its guarantee from team-a, whose usage falls back within its own; team-a's
+    next job, larger than the floor, may now reclaim in turn from team-c, which borrows. It
+    does: the floor did not outlive the preemption. (Aging orders the three jobs: a, b, a.)"""
+    profile = Profile(
+        score_weights={"GpuFit": 1.0}, min_runtime_s=0.0, guaranteed_first=False,
+        aging_per_hour=1.0,
+    )  # fmt: skip
+    tenants = make_tenants(("team-a", 2, None), ("team-b", 2, None), ("team-c", 4, None))
+    running = [
+        make_running(make_job("ra", "team-a", gpus=3), ("n1", range(3))),
+        make_running(make_job("rc", "team-c", gpus=5), ("n1", range(3, 8))),
+    ]
+    now = 10_000.0
+    pending = [
+        make_job("a1", "team-a", gpus=1, submitted_at=now - 7300),  # aged two points
+        make_job("b1", "team-b", gpus=2, submitted_at=now - 3700),  # one point
+        make_job("a2", "team-a", gpus=2, submitted_at=now - 10),
+    ]
+    snap = snapshot([make_node("n1")], pending, running, tenants=tenants, now=now)
+    result = run_cycle(snap, profile)
+    reason = result.reason_for("a1")
+    assert reason is not None and reason.code == WaitCode.QUOTA, reason
+    by_preemptor = {p.preemptor: p.job_id for p in result.preemptions}
+    assert by_preemptor == {"b1": "ra", "a2": "rc"}, result.preemptions
+
+
+def test_only_a_quota_short_search_sets_a_floor():
+    """team-a's two-GPU job waits on room (no node has two free GPUs together, and stopping
+    its low job would not make two): that says nothing of its quota. Its larger job after
+    it (three single-GPU replicas) is over its limit, and stopping the low job fixes that;
+    the three free GPUs on three nodes hold it. It preempts."""
+    tenants = make_tenants(("team-a", 3, 3), ("team-b", 28, None))
+    nodes = [make_node(f"n{i}") for i in range(1, 5)]
+    running = [
+        make_running(make_job(f"b{i}", "team-b", gpus=7), (f"n{i}", range(7))) for i in range(1, 4)
+    ]
+    running += [
+        make_running(make_job("b4", "team-b", gpus=7), ("n4", range(1, 8))),
+        make_running(make_job("low", "team-a", gpus=1, priority="low"), ("n4", [0])),
+    ]
+    pending = [
+        make_job("pair", "team-a", gpus=2, submitted_at=1),
+        make_job("three", "team-a", gpus=1, replicas=3, submitted_at=2),
+    ]
+    result = cycle(snapshot(nodes, pending, running, tenants=tenants))
+    reason = result.reason_for("pair")
+    assert reason is not None and reason.code != WaitCode.QUOTA, reason
+    assert [(p.preemptor, p.job_id) for p in result.preemptions] == [("three", "low")]
