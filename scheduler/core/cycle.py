@@ -244,21 +244,26 @@ def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
 
 
 def _memo_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
-    if job.id in ctx.guarded:
-        return None  # the ping-pong guard makes this job's options its own
+    who = _who(ctx, job)
+    if who is None:
+        return None
     shape = (job.resources, job.replicas, job.min_replicas, job.flavors, job.pools)
-    tenant = ctx.ledger.tenants.get(job.tenant)
-    user = job.user if tenant is not None and tenant.user_caps else ""
-    who = (job.tenant, user, job.priority_class, job.tolerations)
     return (*who, *shape, ends_before_reservation(ctx, job))
 
 
 def _floor_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
+    who = _who(ctx, job)
+    return None if who is None else (*who, job.flavors, job.pools)
+
+
+def _who(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
+    """Who asks, as the memo and the floors tell requests apart: team, user (where the team
+    caps users), class and tolerations; None for a job the ping-pong guard makes its own."""
     if job.id in ctx.guarded:
-        return None  # the ping-pong guard makes this job's candidates its own
+        return None
     tenant = ctx.ledger.tenants.get(job.tenant)
     user = job.user if tenant is not None and tenant.user_caps else ""
-    return (job.tenant, user, job.priority_class, job.tolerations, job.flavors, job.pools)
+    return (job.tenant, user, job.priority_class, job.tolerations)
 
 
 def _invalid(ctx: CycleContext, job: JobRequest) -> str:
