@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from scheduler.core.facts import Facts
 from scheduler.core.placement import Placer
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger, QuotaVerdict
@@ -42,9 +43,11 @@ class Held:
     state: ClusterState | None = None
     ledger: QuotaLedger | None = None
     running: dict[str, RunningJob] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)  # of the pending jobs, under the same key
 
     def drop(self) -> None:
         self.key, self.state, self.ledger, self.running = None, None, None, {}
+        self.facts = Facts()
 
 
 @dataclass(slots=True)
@@ -55,6 +58,7 @@ class CycleContext:
     ledger: QuotaLedger
     placer: Placer
     classes: dict[str, PriorityClass]
+    facts: Facts = field(default_factory=Facts)
     live: dict[str, RunningJob] = field(default_factory=dict)
     fresh: set[str] = field(default_factory=set)
     reservation: Reservation | None = None

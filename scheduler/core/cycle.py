@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from scheduler.core import reasons
 from scheduler.core.backfill import ends_before_reservation, hold_reservation, reserve
 from scheduler.core.context import CycleContext, Held
+from scheduler.core.facts import Facts, JobFacts
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
 from scheduler.core.preemption import QUOTA_SHORT, Plan, select_victims, work_lost_gpu_s
@@ -42,13 +43,13 @@ class _Decisions:
     waiting: list[WaitReason] = field(default_factory=list)
     # Equal requests fail alike within a cycle (kube-scheduler's equivalence cache); cleared
     # whenever capacity is freed (preemption) or re-partitioned (a reservation).
-    memo: dict[tuple[object, ...], WaitReason] = field(default_factory=dict)
+    memo: dict[tuple[int, bool], WaitReason] = field(default_factory=dict)
     # Quota floors: the least milli-GPU a job (team, user, class, flavors...: `_floor_key`)
     # was refused, its quota short on every flavor even with every candidate victim stopped.
     # Usage only grows until a preemption, so a request at least as large fails alike and is
     # told its quota reason without a victim search. Cleared with the memo on a preemption,
     # not on a reservation (quota is not reserved).
-    floors: dict[tuple[object, ...], int] = field(default_factory=dict)
+    floors: dict[int, int] = field(default_factory=dict)
 
     def result(self) -> CycleResult:
         return CycleResult(
@@ -116,11 +117,12 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         flavors = set(state.flavor_names) | {f for t in snapshot.tenants for f in t.quotas}
         ledger = QuotaLedger(snapshot.tenants, sorted(flavors))
         before: dict[str, RunningJob] = {}
+        facts = Facts()
     else:
-        state, ledger, before = held.state, held.ledger, held.running
+        state, ledger, before, facts = held.state, held.ledger, held.running, held.facts
     placer = Placer(state, lambda: _scorers(profile, state, snapshot), profile.max_scored_nodes)
     classes = {pc.name: pc for pc in snapshot.priority_classes}
-    ctx = CycleContext(snapshot, profile, state, ledger, placer, classes)
+    ctx = CycleContext(snapshot, profile, state, ledger, placer, classes, facts)
     # Unchanged is mostly the very same object (the daemon's cache keeps them): `is` first.
     # A job whose pods started since holds what it held: its hold is not given back and
     # taken again.
@@ -138,6 +140,7 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         state.commit()
         ledger.commit()
         held.key, held.state, held.ledger, held.running = key, state, ledger, now
+        held.facts = facts
     return ctx
 
 
@@ -180,6 +183,7 @@ def _mix_key(item: tuple[tuple[object, tuple[str, ...]], int]) -> tuple[str, ...
 def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
     """Jobs best first, lazily: each tenant's share is re-read after its job was handled."""
     jobs = [j for j in ctx.snapshot.pending if j.id not in ctx.live]
+    ctx.facts.keep(jobs)
     decayed = ctx.snapshot.decayed_usage
     tenants = ctx.ledger.tenants
     profile, now = ctx.profile, ctx.now
@@ -208,9 +212,9 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
         """Whether admitting the job now would borrow on every flavor it may use."""
         if not profile.guaranteed_first or job.tenant not in tenants:
             return False
-        milli = job.resources.gpu_milli * job.gang_size
+        facts = ctx.facts.of(ctx, job)
         return not any(
-            ctx.ledger.within_guarantee_after(job.tenant, f, milli) for f in _flavors(ctx, job)
+            ctx.ledger.within_guarantee_after(job.tenant, f, facts.milli) for f in facts.flavors
         )
 
     return ordered_jobs(jobs, priority, share, borrows)
@@ -223,77 +227,42 @@ def _dominant(ctx: CycleContext, tenant: str, flavor: str) -> float:
 
 def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     """Admit and place one job, preempting or reserving as needed; or record its reason."""
-    problem = _invalid(ctx, job)
-    if problem:
-        out.waiting.append(reasons.invalid(job, problem))
+    facts = ctx.facts.of(ctx, job)
+    if facts.invalid:
+        out.waiting.append(reasons.invalid(job, facts.invalid))
         return
     if job.not_before > ctx.now:
         out.waiting.append(reasons.backoff(job, ctx.now))
         return
-    key = _memo_key(ctx, job)
+    # A job the ping-pong guard makes its own shares no memo and no floor.
+    guarded = job.id in ctx.guarded
+    key = None if guarded else (facts.request, ends_before_reservation(ctx, job))
     cached = out.memo.get(key) if key is not None else None
     if cached is not None:
         out.waiting.append(WaitReason(job.id, cached.code, cached.message))
         return
     reservations_before = len(out.reservations)
-    reason = _admit_and_place(ctx, job, out)
+    reason = _admit_and_place(ctx, job, facts, _floor_key(facts, guarded), out)
     if reason is not None:
         out.waiting.append(reason)
         if key is not None and len(out.reservations) == reservations_before:
             out.memo[key] = reason
 
 
-def _memo_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
-    who = _who(ctx, job)
-    if who is None:
-        return None
-    shape = (job.resources, job.replicas, job.min_replicas, job.flavors, job.pools)
-    return (*who, *shape, ends_before_reservation(ctx, job))
+def _floor_key(facts: JobFacts, guarded: bool) -> int | None:
+    """The job's key among the quota floors; None: it shares none."""
+    return None if guarded else facts.asker
 
 
-def _floor_key(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
-    who = _who(ctx, job)
-    return None if who is None else (*who, job.flavors, job.pools)
-
-
-def _who(ctx: CycleContext, job: JobRequest) -> tuple[object, ...] | None:
-    """Who asks, as the memo and the floors tell requests apart: team, user (where the team
-    caps users), class and tolerations; None for a job the ping-pong guard makes its own."""
-    if job.id in ctx.guarded:
-        return None
-    tenant = ctx.ledger.tenants.get(job.tenant)
-    user = job.user if tenant is not None and tenant.user_caps else ""
-    return (job.tenant, user, job.priority_class, job.tolerations)
-
-
-def _invalid(ctx: CycleContext, job: JobRequest) -> str:
-    res = job.resources
-    if job.tenant not in ctx.ledger.tenants:
-        return f"unknown tenant {job.tenant!r}"
-    if job.priority_class not in ctx.classes:
-        return f"unknown priority class {job.priority_class!r}"
-    if job.replicas < 1 or not 1 <= job.gang_size <= job.replicas:
-        return f"replicas {job.replicas} with min_replicas {job.min_replicas}"
-    if min(res.gpu_milli, res.gpu_memory_mib, res.cpu_milli, res.memory_mib, res.rdma) < 0:
-        return "negative resource request"
-    if res.gpu_milli >= MILLI_PER_GPU and res.gpu_milli % MILLI_PER_GPU:
-        return f"gpu_milli {res.gpu_milli} is neither a share (< 1000) nor whole GPUs"
-    return ""
-
-
-def _flavors(ctx: CycleContext, job: JobRequest) -> tuple[str, ...]:
-    """The job's allowed flavors that some node has, in the job's order (all if none set)."""
-    known = ctx.state.flavor_names
-    return tuple(f for f in job.flavors if f in known) if job.flavors else tuple(known)
-
-
-def _admit_and_place(ctx: CycleContext, job: JobRequest, out: _Decisions) -> WaitReason | None:
+def _admit_and_place(
+    ctx: CycleContext, job: JobRequest, facts: JobFacts, floor_key: int | None, out: _Decisions
+) -> WaitReason | None:
     """Pass 1: the best node over every allowed flavor whose quota admits the job, without
     preemption; pass 2: flavor by flavor, with preemption; then a reservation when the job
-    waits on capacity. None when placed, else why it waits."""
+    waits on capacity. None when placed, else why it waits. ``floor_key``: the job's key
+    among the quota floors (None: it shares none)."""
     gang = tuple(range(job.gang_size))
-    flavors = _flavors(ctx, job)
-    milli, floor_key = job.resources.gpu_milli * job.gang_size, _floor_key(ctx, job)
+    flavors, milli = facts.flavors, facts.milli
     if floor_key is not None and milli >= out.floors.get(floor_key, milli + 1):
         reason, capacity_flavor = _why_waiting(ctx, job, flavors, gang)
         if not capacity_flavor:  # quota short on every flavor, as the floor's job was
