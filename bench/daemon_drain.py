@@ -75,7 +75,7 @@ def drain(
     collector = _CollectorClock()
     with collector_for_the_loop(), collector:  # as in the daemon's own loop
         while time.time() - started < limit_s:
-            daemon.step()
+            again = daemon.step()  # as `Daemon.run`: at once, or after the next pod event
             assert daemon.last is not None
             cycles += 1
             placed += daemon.last.placed
@@ -83,7 +83,7 @@ def drain(
                 phases[name] = phases.get(name, 0.0) + ms
             if cycles % 20 == 0 and not Job.objects.exclude(state="succeeded").exists():
                 break
-            if not (daemon.last.placed or daemon.last.reconciled):
+            if not again:
                 at = backend.next_event_at()
                 if at is not None and at > time.time():
                     time.sleep(at - time.time() + 0.002)

@@ -137,9 +137,13 @@ class Daemon:
     # --- the loop ---------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Lead (or try to) and run one cycle. True when the cycle did work, so the caller
-        may go again at once. Database, lease and backend errors are logged and end the step;
-        after a database error leadership is dropped and re-taken with a new epoch."""
+        """Lead (or try to) and run one cycle. True when the cycle changed what the next one
+        may decide (it placed or preempted, or reconcile ended jobs or freed devices), so the
+        caller may go again at once; False otherwise, then the caller waits for the next
+        event (`run`). Pods seen started free nothing: a cycle that saw only those is no
+        reason to go again at once. Database, lease and backend errors are logged and end
+        the step; after a database error leadership is dropped and re-taken with a new
+        epoch."""
         try:
             if not self.lease.leading:
                 if not self.lease.acquire():
@@ -301,7 +305,7 @@ class Daemon:
         # must not lapse under the cycle's last writes either.
         with phase("starts"):  # after the binds, which it must not delay
             self.keeper.keep()
-            stats.reconciled += write_starts(rec, self.lease, self.cache)
+            stats.started = write_starts(rec, self.lease, self.cache)
         with phase("reasons"):
             self.keeper.keep()
             write_reasons(plan, self.lease, self.cache)

@@ -27,7 +27,8 @@ class CycleStats:
     pods_bound: int = 0
     bind_failed: int = 0
     preempted: int = 0
-    reconciled: int = 0
+    reconciled: int = 0  # jobs reconcile moved (ended, failed, requeued, claims released)
+    started: int = 0  # jobs whose pods were seen running (binding -> running)
     released: int = 0
     orphans: int = 0
     phases_ms: dict[str, float] = field(default_factory=dict)

@@ -1,5 +1,6 @@
-"""The daemon's loop (`scheduler.daemon.loop`): it watches the backend's pods, waits until just
-after the next pod event, and runs with a collector tuned for many short-lived objects."""
+"""The daemon's loop (`scheduler.daemon.loop`): it watches the backend's pods, goes again at
+once only after a cycle that changed what the next may decide, waits until just after the
+next pod event, and runs with a collector tuned for many short-lived objects."""
 
 from __future__ import annotations
 
@@ -36,6 +37,26 @@ def test_the_daemon_loop_watches_the_backends_pods(env: Any) -> None:
     job.refresh_from_db()
     assert job.state == "binding"
     assert calls == ["watch", "close"]
+
+
+def test_only_a_cycle_that_changed_what_the_next_may_decide_goes_again_at_once(env: Any) -> None:
+    """`step()` is True after a cycle that placed a job or saw one end (its devices are
+    free: the next cycle may place more), False after one that only saw pods start (that
+    frees nothing): the loop then waits for the next event instead of running a cycle that
+    finds nothing new."""
+    from scheduler.models import Job
+
+    job = env.submit(simulation={"duration_s": 60}, resources={"gpus": 8})
+    daemon = env.daemon()
+    assert daemon.step() is True  # placed and bound
+    env.clock.advance(5)  # past the simulated start delay
+    assert daemon.step() is False  # seen running: written, and nothing more to decide
+    assert Job.objects.get(pk=job.pk).state == "running"
+    assert daemon.last is not None and (daemon.last.started, daemon.last.reconciled) == (1, 0)
+    env.clock.advance(60)
+    assert daemon.step() is True  # seen succeeded: its devices are free
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    assert daemon.step() is False  # nothing at all
 
 
 def test_the_daemon_waits_until_just_after_the_backends_next_pod_event(env: Any) -> None:

@@ -105,7 +105,7 @@ def test_a_cycle_binds_before_it_records_the_jobs_seen_started(env: Env) -> None
     assert states == ["binding"]
     assert Job.objects.get(pk=first.pk).state == "running"
     assert Job.objects.get(pk=second.pk).state == "binding"
-    assert daemon.last is not None and daemon.last.reconciled == 1
+    assert daemon.last is not None and daemon.last.started == 1
 
 
 @pytest.mark.postgresql("allocations cached by row version (xmin)")
