@@ -208,7 +208,9 @@ class EventClock(Protocol):
     for the next one instead of waiting out its interval."""
 
     def next_event_at(self) -> float | None:
-        """When (the daemon's clock) the next pod changes by itself; None when none will."""
+        """When (the daemon's clock) the daemon should next look at the pods: the first
+        change of a pod by itself it has not listed yet, already past when one came since
+        it last listed them; None when none will come."""
         ...
 
 

@@ -49,6 +49,11 @@ class Held:
         self.key, self.state, self.ledger, self.running = None, None, None, {}
         self.facts = Facts()
 
+    def free_milli(self) -> int | None:
+        """Milli-GPU of usable devices that what runs (at the last cycle's snapshot) leaves
+        free; None when no base is held."""
+        return None if self.state is None else sum(self.state.flavor_free)
+
 
 @dataclass(slots=True)
 class CycleContext:

@@ -46,6 +46,10 @@ class Plan:
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
     reasons: dict[int, str] = field(default_factory=dict)  # job id -> changed reason to write
 
+    def taken_milli(self) -> int:
+        """Milli-GPU the allocations written in this cycle hold."""
+        return sum(s.milli for shares in self.shares.values() for s in shares)
+
 
 # --- phase A ------------------------------------------------------------------------------------
 

@@ -48,7 +48,13 @@ from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.nodes import sync_nodes
-from scheduler.daemon.phases import CycleReports, CycleStats, Phases, collector_for_the_loop
+from scheduler.daemon.phases import (
+    CycleReports,
+    CycleStats,
+    Phases,
+    collector_for_the_loop,
+    go_again,
+)
 from scheduler.daemon.reconcile import Reconciler, ReconcileStats, write_starts
 from scheduler.daemon.samples import sample_devices
 from scheduler.daemon.snapshot import build_snapshot
@@ -137,13 +143,11 @@ class Daemon:
     # --- the loop ---------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Lead (or try to) and run one cycle. True when the cycle changed what the next one
-        may decide (it placed or preempted, or reconcile ended jobs or freed devices), so the
-        caller may go again at once; False otherwise, then the caller waits for the next
-        event (`run`). Pods seen started free nothing: a cycle that saw only those is no
-        reason to go again at once. Database, lease and backend errors are logged and end
-        the step; after a database error leadership is dropped and re-taken with a new
-        epoch."""
+        """Lead (or try to) and run one cycle. True when the next cycle may decide something
+        this one could not (`go_again`), so the caller may go again at once; False otherwise,
+        then the caller waits for the next event (`run`). Database, lease and backend errors
+        are logged and end the step; after a database error leadership is dropped and
+        re-taken with a new epoch."""
         try:
             if not self.lease.leading:
                 if not self.lease.acquire():
@@ -162,7 +166,7 @@ class Daemon:
             stats = self.cycle()
             self.errors = 0
             self.report(None)
-            return bool(stats.placed or stats.reconciled or stats.released or stats.preempted)
+            return go_again(stats)
         except LeaseLost as lost:
             log.warning("lease lost mid-cycle (%s); nothing more was written", lost)
         except (OperationalError, InterfaceError, DatabaseError) as error:
@@ -283,6 +287,8 @@ class Daemon:
                 reasons_due=self.reasons.due(self.clock()),
             )
             stats.placed, stats.preempted = len(plan.claimed), plan.preempted
+            free = self.held.free_milli()  # what runs leaves, less what this cycle took
+            stats.gpu_left = None if free is None else max(0, free - plan.taken_milli())
         self.hook("claimed")
         with phase("bind"):
             self.keeper.keep()

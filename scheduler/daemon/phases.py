@@ -1,5 +1,6 @@
-"""A cycle's record (`CycleStats`, with each phase's wall time), how cycles went as the lease
-row reports it (`CycleReports`), and the garbage collector's settings while the loop runs."""
+"""A cycle's record (`CycleStats`, with each phase's wall time) and whether the next cycle
+should follow at once (`go_again`), how cycles went as the lease row reports it
+(`CycleReports`), and the garbage collector's settings while the loop runs."""
 
 from __future__ import annotations
 
@@ -29,9 +30,26 @@ class CycleStats:
     preempted: int = 0
     reconciled: int = 0  # jobs reconcile moved (ended, failed, requeued, claims released)
     started: int = 0  # jobs whose pods were seen running (binding -> running)
+    # Milli-GPU of usable devices left free once this cycle's placements hold theirs; None
+    # when the engine held no base to tell.
+    gpu_left: int | None = None
     released: int = 0
     orphans: int = 0
     phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+def go_again(stats: CycleStats) -> bool:
+    """Whether the next cycle may decide something this one could not, so it should follow
+    at once. What reconcile ended, released or requeued, this cycle's snapshot already saw;
+    what changes after it (a pod ends, a job is queued) wakes the loop as an event. What is
+    left: jobs were placed while GPUs are left free (the queue window moves on, and the jobs
+    behind those placed may take what is left), a bind failed (its devices are free again),
+    or jobs were preempted. Placements that took every usable GPU leave the jobs behind
+    them nothing to take but by preemption, which they get at the next event or poll, as
+    they would have had no job been placed; pods seen started free nothing."""
+    if stats.bind_failed or stats.preempted:
+        return True
+    return bool(stats.placed) and stats.gpu_left != 0
 
 
 # Young collections every this many allocations (Python's default: 700), older ones rarer.

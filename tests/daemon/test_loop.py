@@ -1,6 +1,6 @@
 """The daemon's loop (`scheduler.daemon.loop`): it watches the backend's pods, goes again at
-once only after a cycle that changed what the next may decide, waits until just after the
-next pod event, and runs with a collector tuned for many short-lived objects."""
+once only after a cycle after which more may be placed, waits until just after the next pod
+event, and runs with a collector tuned for many short-lived objects."""
 
 from __future__ import annotations
 
@@ -39,24 +39,32 @@ def test_the_daemon_loop_watches_the_backends_pods(env: Any) -> None:
     assert calls == ["watch", "close"]
 
 
-def test_only_a_cycle_that_changed_what_the_next_may_decide_goes_again_at_once(env: Any) -> None:
-    """`step()` is True after a cycle that placed a job or saw one end (its devices are
-    free: the next cycle may place more), False after one that only saw pods start (that
-    frees nothing): the loop then waits for the next event instead of running a cycle that
-    finds nothing new."""
+def test_only_a_cycle_after_which_more_may_be_placed_goes_again_at_once(env: Any) -> None:
+    """`step()` is True after a cycle that placed jobs and left GPUs free (the jobs behind
+    them may take what is left), False after one that filled the cluster, saw pods start,
+    or saw a job end and had nothing to place: the next cycle could decide nothing new
+    before the next event, so the loop waits for it."""
     from scheduler.models import Job
 
-    job = env.submit(simulation={"duration_s": 60}, resources={"gpus": 8})
+    def job(seconds: float) -> Job:
+        return env.submit(simulation={"duration_s": seconds}, resources={"gpus": 8})
+
+    first = job(60)
     daemon = env.daemon()
-    assert daemon.step() is True  # placed and bound
+    assert daemon.step() is True  # placed, 24 of the 32 GPUs left
+    assert daemon.last is not None and daemon.last.gpu_left == 24_000
     env.clock.advance(5)  # past the simulated start delay
     assert daemon.step() is False  # seen running: written, and nothing more to decide
-    assert Job.objects.get(pk=job.pk).state == "running"
-    assert daemon.last is not None and (daemon.last.started, daemon.last.reconciled) == (1, 0)
+    assert Job.objects.get(pk=first.pk).state == "running"
+    assert (daemon.last.started, daemon.last.reconciled, daemon.last.placed) == (1, 0, 0)
+    others = [job(600) for _ in range(3)]
+    assert daemon.step() is False  # three placed, and no GPU left for anyone behind them
+    assert (daemon.last.placed, daemon.last.gpu_left) == (3, 0)
     env.clock.advance(60)
-    assert daemon.step() is True  # seen succeeded: its devices are free
-    assert Job.objects.get(pk=job.pk).state == "succeeded"
-    assert daemon.step() is False  # nothing at all
+    assert daemon.step() is False  # `first` ended and nothing waits for its GPUs
+    assert Job.objects.get(pk=first.pk).state == "succeeded"
+    assert daemon.last.reconciled == 1
+    assert {j.state for j in Job.objects.filter(pk__in=[o.pk for o in others])} == {"running"}
 
 
 def test_the_daemon_waits_until_just_after_the_backends_next_pod_event(env: Any) -> None:

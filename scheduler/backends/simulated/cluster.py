@@ -160,6 +160,7 @@ class SimulatedCluster:
         self.calls: dict[str, int] = {}
         self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
         self._rand = random.Random(self.seed).random  # noqa: S311 - backoff jitter
+        self._listed_at = -math.inf  # when the pods were last listed (`next_event_at`)
 
     def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
         """While in the block, run `check` before every try of every write (create, bind,
@@ -360,7 +361,7 @@ class SimulatedCluster:
         self.stall_point("list_pods")
         with self._lock:
             self._enter("list_pods")
-            now = self.clock()
+            now = self._listed_at = self.clock()
             for name in [
                 n for n, p in self._pods.items() if p.gone_at is not None and p.gone_at <= now
             ]:
@@ -530,17 +531,24 @@ class SimulatedCluster:
         return max(0.5, min(4.5, 0.7 + 3.6 * day + noise))
 
     def next_event_at(self) -> float | None:
-        """When the next pod starts, ends or disappears: the daemon need not look before."""
+        """When the daemon should look at the pods next: the first pod end since they were
+        last listed (already past when one came meanwhile: look now, as a watch would have
+        said), or the next start or disappearance to come; None when nothing will change
+        by itself. Starts and disappearances already past are not looked for: a pod seen
+        started frees nothing (`scheduler.daemon.phases.go_again`), and the pods the daemon
+        deletes at once go while it looks."""
         with self._lock:
+            now, seen = self.clock(), self._listed_at
             times = []
             for pod in self._pods.values():
                 if pod.gone_at is not None:
-                    times.append(pod.gone_at)
+                    times.extend([pod.gone_at] if pod.gone_at > now else [])
                 elif pod.bound_at is not None and pod.failed is None:
-                    times.extend([pod.bound_at + self.start_delay_s, self._finish_at(pod)])
-            now = self.clock()
-            future = [t for t in times if now < t < math.inf]
-            return min(future) if future else None
+                    start = pod.bound_at + self.start_delay_s
+                    times.extend([start] if start > now else [])
+                    times.append(self._finish_at(pod))
+            unseen = [t for t in times if seen < t < math.inf]
+            return min(unseen) if unseen else None
 
 
 def _per_device(request: PodRequest) -> int:
