@@ -128,7 +128,9 @@ def estimate_start_ranges(
 ) -> StartRanges:
     """Replay ``snapshot`` at p50 then at p90 runtimes. ``groups``: job id -> its groups,
     for pending and running jobs (one missing has no history). ``stop`` is shared: once
-    it says stop, the replay under way and any after it end."""
+    it says stop, the replay under way and any after it end. When every job's p50 and p90
+    runtimes are the same (no history, no max runtimes), the replays would be the same
+    (a replay is deterministic): it runs once."""
     jobs = [*snapshot.pending, *(r.job for r in snapshot.running)]
     runtimes = {job.id: model.runtime(job, groups.get(job.id, ())) for job in jobs}
     default = model.unbounded_runtime_s
@@ -140,6 +142,8 @@ def estimate_start_ranges(
         runtimes={k: v.p50_s for k, v in runtimes.items()},
         stop=stop,
     )
+    if all(v.p50_s == v.p90_s for v in runtimes.values()):
+        return StartRanges(p50, p50)
     p90 = estimate_starts_within(
         snapshot,
         profile,

@@ -97,3 +97,24 @@ def test_a_stopped_replay_settles_nothing_it_did_not_reach():
     )
     assert ranges.p50.stopped and ranges.p90.stopped
     assert ranges.ranges() == {}
+
+
+def test_equal_p50_and_p90_runtimes_are_replayed_once(monkeypatch):
+    """Without history every job's p50 and p90 runtimes are its max: the two replays would
+    be the same, so one runs and gives both. With history, two run."""
+    from scheduler.sim import runtimes
+
+    replays: list[dict[str, float]] = []
+    replay = runtimes.estimate_starts_within
+
+    def counted(*args, **kwargs):
+        replays.append(kwargs["runtimes"])
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(runtimes, "estimate_starts_within", counted)
+    once = estimate_start_ranges(_waiting_behind_one_runner(), BEST_FIT, RuntimeModel([]), {})
+    assert len(replays) == 1 and once.p90 is once.p50
+    assert once.ranges() == {"a": (1000.0, 1000.0)}
+    model = RuntimeModel([(NARROW, r) for r in RATIOS])
+    estimate_start_ranges(_waiting_behind_one_runner(), BEST_FIT, model, {"r": NARROW})
+    assert len(replays) == 3
