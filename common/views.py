@@ -22,9 +22,13 @@ def broker_status() -> str:
         return "local"
     import redis
 
+    # Closed at once: a client left to the garbage collector keeps its socket open until
+    # then, one per health probe.
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
         client.ping()
     except redis.RedisError as exc:
         return f"unreachable: {str(exc)[:120]}"
+    finally:
+        client.close()
     return "ok"

@@ -1,3 +1,4 @@
+import os
 from typing import Any
 
 from tests.conftest import Org, job_spec
@@ -52,3 +53,32 @@ def test_healthz_is_degraded_not_down_when_redis_is_unreachable(db: Any, setting
     body = response.json()
     assert (body["status"], body["database"]) == ("degraded", "ok")
     assert body["broker"].startswith("unreachable")
+
+
+def test_the_broker_probe_closes_its_connection(settings: Any, monkeypatch: Any) -> None:
+    """Each probe's Redis client is closed before it returns, reachable or not: left to the
+    garbage collector, its socket stayed open until a collection, one per health probe."""
+    import redis
+
+    from common.views import broker_status
+
+    made: list[Any] = []
+    closed: list[Any] = []
+    from_url, close = redis.Redis.from_url, redis.Redis.close
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        made.append(from_url(*args, **kwargs))
+        return made[-1]
+
+    def closing(client: Any) -> None:
+        closed.append(client)
+        close(client)
+
+    monkeypatch.setattr(redis.Redis, "from_url", recorded)
+    monkeypatch.setattr(redis.Redis, "close", closing)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    assert broker_status().startswith("unreachable")
+    if os.environ.get("REDIS_URL"):
+        settings.REDIS_URL = os.environ["REDIS_URL"]
+        assert broker_status() == "ok"
+    assert made and closed == made
