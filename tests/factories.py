@@ -7,6 +7,7 @@ from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
+from django.db.models import Model
 from django.utils import timezone
 
 from scheduler.models import Allocation, Job, JobEvent, JobState, Node
@@ -180,3 +181,9 @@ def place(job: Job, node: Node | None = None) -> list[Allocation]:
     """Active allocations for every replica of `job` (on `node`, else a new H100 node)."""
     node = node or NodeFactory()
     return [AllocationFactory(job=job, node=node, replica=r) for r in range(job.replicas)]
+
+
+def row_columns(row: Model) -> dict[str, Any]:
+    """The row's column values but its key: to bulk-create copies of it."""
+    meta = type(row)._meta
+    return {f.attname: getattr(row, f.attname) for f in meta.concrete_fields if not f.primary_key}

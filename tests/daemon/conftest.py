@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db.models import DateTimeField, ExpressionWrapper, Model
+from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from rest_framework.test import APIClient
 
@@ -88,12 +88,6 @@ def expire_leases() -> None:
     SchedulerLease.objects.update(
         expires_at=ExpressionWrapper(Now() - timedelta(seconds=1), output_field=DateTimeField())
     )
-
-
-def row_columns(row: Model) -> dict[str, Any]:
-    """The row's column values but its key: to bulk-create copies of it."""
-    meta = type(row)._meta
-    return {f.attname: getattr(row, f.attname) for f in meta.concrete_fields if not f.primary_key}
 
 
 def assert_consistent(backend: SimulatedCluster) -> None:
@@ -174,5 +168,4 @@ __all__ = [
     "SchedulerLease",
     "assert_consistent",
     "expire_leases",
-    "row_columns",
 ]

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from scheduler.daemon.store import release
 from scheduler.models import Allocation, Job
-from tests.daemon.conftest import Env, row_columns
+from tests.daemon.conftest import Env
+from tests.factories import row_columns
 
 
 def test_reasons_are_written_only_to_queued_jobs(env: Env) -> None:

@@ -6,7 +6,8 @@ import pytest
 from django.db import connection
 
 from scheduler.models import Job
-from tests.daemon.conftest import Env, row_columns
+from tests.daemon.conftest import Env
+from tests.factories import row_columns
 
 
 @pytest.mark.postgresql("ANALYZE and pg_stat counters")
