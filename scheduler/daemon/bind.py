@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -86,11 +87,14 @@ def commit_binds(
     limits: Limits,
     now: datetime,
     hook: Hook,
+    within: Callable[[], object] = lambda: None,
 ) -> None:
-    """Record what bound (admitted -> binding) and return what did not to the queue.
+    """Record what bound (admitted -> binding) and return what did not to the queue, then
+    call `within` in the same fenced transaction (the cycle's other writes after the binds).
     A claim's allocations are released only with its state change: a job whose row another
     session holds locked stays admitted and keeps them (its pods were deleted, so the next
-    reconcile releases the claim), never admitted without an allocation."""
+    reconcile releases the claim), never admitted without an allocation. Nothing bound or
+    failed: no transaction, and `within` is not called."""
     failed_pods = [
         (p.namespace, p.name, 0)
         for j in out.failed
@@ -115,6 +119,7 @@ def commit_binds(
         # An elastic replica that did not bind is simply not grown this time.
         freed = [j for j in out.failed if j not in plan.claimed or j in moved]
         release([a for j in freed for a in plan.allocations.get(j, [])], now, "bind failed")
+        within()
         hook("before_commit")
     # Committed; a job bound in part and failed in part was written twice: not remembered.
     cache.remember({j: v for j, v in written.items() if j not in out.failed}, _BINDING)

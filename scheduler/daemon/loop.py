@@ -55,7 +55,13 @@ from scheduler.daemon.phases import (
     collector_for_the_loop,
     go_again,
 )
-from scheduler.daemon.reconcile import Reconciler, ReconcileStats, write_starts
+from scheduler.daemon.reconcile import (
+    Reconciler,
+    ReconcileStats,
+    Starts,
+    record_starts,
+    write_starts,
+)
 from scheduler.daemon.samples import sample_devices
 from scheduler.daemon.snapshot import build_snapshot
 from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
@@ -295,6 +301,7 @@ class Daemon:
             outcome = bind_plan(self.cluster, plan, self.hook)
         with phase("commit"):
             self.keeper.keep()
+            recorded: list[Starts] = []  # the starts, in the commit's transaction if it has one
             commit_binds(
                 plan,
                 outcome,
@@ -304,6 +311,7 @@ class Daemon:
                 limits=self.limits,
                 now=self.now_dt(),
                 hook=self.hook,
+                within=lambda: recorded.append(record_starts(rec)),
             )
             stats.pods_bound = sum(len(v) for v in outcome.bound.values())
             stats.bind_failed = len(outcome.failed)
@@ -311,7 +319,7 @@ class Daemon:
         # must not lapse under the cycle's last writes either.
         with phase("starts"):  # after the binds, which it must not delay
             self.keeper.keep()
-            stats.started = write_starts(rec, self.lease, self.cache)
+            stats.started = write_starts(rec, self.lease, self.cache, *recorded)
         with phase("reasons"):
             self.keeper.keep()
             write_reasons(plan, self.lease, self.cache)

@@ -88,7 +88,7 @@ class ReconcileStats:
     active: list[dict[str, Any]] = field(default_factory=list)
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     # Jobs whose pods were seen running (binding -> running), written after the binds
-    # (`write_starts`), and the time they were seen at.
+    # (`record_starts`, `write_starts`), and the time they were seen at.
     starts: list[Change] = field(default_factory=list)
     seen_at: datetime | None = None
 
@@ -231,21 +231,43 @@ def _holders(
     return rows
 
 
-def write_starts(rec: ReconcileStats, lease: Lease, cache: SnapshotCache) -> int:
+@dataclass
+class Starts:
+    """What `record_starts` wrote: the jobs moved and their new row versions (PostgreSQL)."""
+
+    done: list[int] = field(default_factory=list)
+    versions: dict[int, int] = field(default_factory=dict)
+
+
+def record_starts(rec: ReconcileStats) -> Starts:
+    """binding -> running for the jobs whose pods reconcile saw running, in the caller's
+    fenced transaction (the cycle's commit of its binds, when it has one: a transaction
+    fewer). Returns what it wrote, for `write_starts` once committed."""
+    out = Starts()
+    if rec.starts and rec.seen_at is not None:
+        out.done = list(transition(rec.starts, rec.seen_at, versions=out.versions).done)
+    return out
+
+
+def write_starts(
+    rec: ReconcileStats, lease: Lease, cache: SnapshotCache, recorded: Starts | None = None
+) -> int:
     """binding -> running for the jobs whose pods reconcile saw running, fenced, after the
     cycle's binds: nothing waits on it (the snapshot counts a job's devices as held in
     either state), while the devices that reconcile freed wait for the binds. A job that
     changed meanwhile (preempted in this cycle) is skipped by the compare-and-swap.
-    Returns the jobs written; the cache takes their new rows."""
+    `recorded`: what the commit's transaction wrote of them (`record_starts`), committed;
+    without it, written here in a transaction of their own. Returns the jobs written; the
+    cache takes their new rows."""
     if not rec.starts or rec.seen_at is None:
         return 0
-    versions: dict[int, int] = {}
-    with transaction.atomic():
-        lease.fence()
-        done = transition(rec.starts, rec.seen_at, versions=versions).done
+    if recorded is None:
+        with transaction.atomic():
+            lease.fence()
+            recorded = record_starts(rec)
     fields = {"state": S.RUNNING, "reason": "", **job_timestamps(S.RUNNING, rec.seen_at)}
-    cache.remember(versions, fields)
-    return len(done)
+    cache.remember(recorded.versions, fields)
+    return len(recorded.done)
 
 
 # An active allocation's version: its row's and its node's (PostgreSQL row versions, new on

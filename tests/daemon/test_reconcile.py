@@ -66,6 +66,32 @@ def test_reconcile_hands_the_snapshot_rows_and_writes_the_starts_after_the_binds
     assert (keeps.state, ends.state) == ("running", "succeeded")
 
 
+@pytest.mark.postgresql("row versions (xmin) tell the writing transaction")
+def test_the_starts_are_written_in_the_transaction_that_commits_the_binds(env: Env) -> None:
+    """A cycle that binds writes its starts at the end of the commit's transaction (one
+    transaction, fence and commit fewer): the started job's row and the bound job's row get
+    the same version. A cycle that binds nothing writes them in a transaction of its own."""
+    row_version = RawSQL("xmin::text::bigint", ())
+    first = env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    env.run(daemon)  # placed and bound
+    env.clock.advance(5)  # its pods started
+    second = env.submit(simulation={"duration_s": 600})
+    stats = daemon.cycle()
+    assert (stats.started, stats.pods_bound) == (1, 1)
+    rows = dict(Job.objects.annotate(v=row_version).values_list("id", "v"))
+    assert rows[first.pk] == rows[second.pk]
+    assert daemon.cache.rows[first.pk] == (rows[first.pk], daemon.cache.rows[first.pk][1])
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == ("running", "binding")
+    env.clock.advance(5)
+    stats = daemon.cycle()
+    assert (stats.started, stats.pods_bound) == (1, 0)
+    second.refresh_from_db()
+    assert second.state == "running"
+
+
 def test_reconcile_sees_the_pods_that_end_while_it_reads_the_database(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
