@@ -190,6 +190,9 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
     all_flavors = set(ctx.state.flavor_names)
 
     shares: dict[str, tuple[int, float]] = {}  # tenant -> (ledger version, share)
+    # tenant -> its total guarantee and, per flavor, the key of its usage and the divisor
+    # of its share of that flavor (its guarantee, at least one GPU): the same all cycle
+    dominant: dict[str, tuple[int, list[tuple[tuple[str, str], int]]]] = {}
 
     def share(tenant: str) -> float:
         t = tenants.get(tenant)
@@ -198,9 +201,17 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
         kept = shares.get(tenant)
         if kept is not None and kept[0] == ctx.ledger.changes:
             return kept[1]
-        flavors = all_flavors | set(t.quotas)
-        current = max((_dominant(ctx, tenant, f) for f in flavors), default=0.0)
-        total_g = sum(ctx.ledger.guarantee(tenant, f) for f in flavors)
+        fixed = dominant.get(tenant)
+        if fixed is None:
+            flavors = all_flavors | set(t.quotas)
+            guarantees = {f: ctx.ledger.guarantee(tenant, f) for f in flavors}
+            fixed = dominant[tenant] = (
+                sum(guarantees.values()),
+                [((tenant, f), max(g, MILLI_PER_GPU)) for f, g in guarantees.items()],
+            )
+        total_g, divisors = fixed
+        used = ctx.ledger.usage
+        current = max((used.get(key, 0) / divisor for key, divisor in divisors), default=0.0)
         value = fair_share(current, decayed.get(tenant, 0.0), total_g, t.weight, profile)
         shares[tenant] = (ctx.ledger.changes, value)
         return value
@@ -208,21 +219,21 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
     def priority(job: JobRequest) -> float:
         return effective_priority(job, ctx.classes, now, profile)
 
+    usage, guarantee = ctx.ledger.usage, ctx.ledger.guarantee
+
     def borrows(job: JobRequest) -> bool:
-        """Whether admitting the job now would borrow on every flavor it may use."""
+        """Whether admitting the job now would borrow on every flavor it may use (beyond
+        its tenant's guarantee on each: `QuotaLedger.within_guarantee_after`, inlined; it
+        is asked for every head of the queue)."""
         if not profile.guaranteed_first or job.tenant not in tenants:
             return False
-        facts = ctx.facts.of(ctx, job)
-        return not any(
-            ctx.ledger.within_guarantee_after(job.tenant, f, facts.milli) for f in facts.flavors
-        )
+        facts, tenant = ctx.facts.of(ctx, job), job.tenant
+        for flavor in facts.flavors:
+            if usage[(tenant, flavor)] + facts.milli <= guarantee(tenant, flavor):
+                return False
+        return True
 
     return ordered_jobs(jobs, priority, share, borrows)
-
-
-def _dominant(ctx: CycleContext, tenant: str, flavor: str) -> float:
-    used = ctx.ledger.usage.get((tenant, flavor), 0)
-    return used / max(ctx.ledger.guarantee(tenant, flavor), MILLI_PER_GPU)
 
 
 def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:

@@ -204,16 +204,23 @@ class QuotaLedger:
         self._journal.append((tenant, user, flavor, milli))
 
     def _charge(self, tenant: str, user: str, flavor: str, milli: int) -> None:
+        """`_footprints` and their writing in one pass (every trial placement, victim and
+        rollback comes here)."""
         self.changes += 1
         self.user_usage[(tenant, user, flavor)] += milli
-        footprints = self._footprints(tenant, flavor, milli)
+        usage, inner, eff, reserves = self.usage, self._inner, self._eff, self._reserves
         delta = milli
-        for node, new in zip(self.chain.get(tenant, ()), footprints, strict=True):
+        for node in self.chain[tenant]:
             key = (node, flavor)
-            self.usage[key] += milli
-            self._inner[key] += delta
-            delta = new - self._eff[key]
-            self._eff[key] = new
+            usage[key] += milli
+            now = inner[key] + delta
+            inner[key] = now
+            floor = reserves.get(key)
+            if floor is None:
+                floor = self._reserve(node, flavor)
+            new = now if now > floor else floor
+            delta = new - eff[key]
+            eff[key] = new
 
     def _init_footprints(self, flavors: Iterable[str]) -> None:
         """With nothing charged, every footprint is the reserves below it (or its own)."""
