@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scheduler.core.facts import Facts
+from scheduler.core.facts import Facts, Mix
 from scheduler.core.placement import Placer
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger, QuotaVerdict
@@ -44,10 +44,11 @@ class Held:
     ledger: QuotaLedger | None = None
     running: dict[str, RunningJob] = field(default_factory=dict)
     facts: Facts = field(default_factory=Facts)  # of the pending jobs, under the same key
+    mix: Mix = field(default_factory=Mix)  # of the jobs pending and running
 
     def drop(self) -> None:
         self.key, self.state, self.ledger, self.running = None, None, None, {}
-        self.facts = Facts()
+        self.facts, self.mix = Facts(), Mix()
 
     def free_milli(self) -> int | None:
         """Milli-GPU of usable devices that what runs (at the last cycle's snapshot) leaves

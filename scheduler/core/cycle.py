@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from scheduler.core import reasons
 from scheduler.core.backfill import ends_before_reservation, hold_reservation, reserve
 from scheduler.core.context import CycleContext, Held
-from scheduler.core.facts import Facts, JobFacts
+from scheduler.core.facts import Facts, JobFacts, Mix, Shape
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
 from scheduler.core.preemption import QUOTA_SHORT, Plan, select_victims, work_lost_gpu_s
@@ -117,10 +117,13 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         flavors = set(state.flavor_names) | {f for t in snapshot.tenants for f in t.quotas}
         ledger = QuotaLedger(snapshot.tenants, sorted(flavors))
         before: dict[str, RunningJob] = {}
-        facts = Facts()
+        facts, mix = Facts(), Mix()
     else:
-        state, ledger, before, facts = held.state, held.ledger, held.running, held.facts
-    placer = Placer(state, lambda: _scorers(profile, state, snapshot), profile.max_scored_nodes)
+        state, ledger, before = held.state, held.ledger, held.running
+        facts, mix = held.facts, held.mix
+    placer = Placer(
+        state, lambda: _scorers(profile, state, mix.of(snapshot.pending)), profile.max_scored_nodes
+    )
     classes = {pc.name: pc for pc in snapshot.priority_classes}
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes, facts)
     # Unchanged is mostly the very same object (the daemon's cache keeps them): `is` first.
@@ -129,18 +132,20 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
     for job_id, running in before.items():  # ended or changed since
         if (other := now.get(job_id)) is not running and not _holds_alike(other, running):
             ctx.hold(running.job, running.flavor, running.assignments, -1)
+            mix.run(running.job, -1)
     for running in snapshot.running:  # started or changed since
         if (other := before.get(running.job.id)) is not running and not _holds_alike(
             other, running
         ):
             ctx.hold(running.job, running.flavor, running.assignments, +1)
+            mix.run(running.job, +1)
         ctx.set_live(running)
         ctx.guarded.update(running.displaced)
     if held is not None:
         state.commit()
         ledger.commit()
         held.key, held.state, held.ledger, held.running = key, state, ledger, now
-        held.facts = facts
+        held.facts, held.mix = facts, mix
     return ctx
 
 
@@ -156,7 +161,7 @@ def _holds_alike(other: RunningJob | None, running: RunningJob) -> bool:
 
 
 def _scorers(
-    profile: Profile, state: ClusterState, snapshot: Snapshot
+    profile: Profile, state: ClusterState, mix: Counter[Shape]
 ) -> list[tuple[Scorer, float]]:
     out: list[tuple[Scorer, float]] = []
     for name in sorted(profile.score_weights):
@@ -168,8 +173,6 @@ def _scorers(
         elif name == "TopologyScore":
             out.append((TopologyScore(), weight))
         else:
-            mix = Counter((j.resources, j.flavors) for j in snapshot.pending)
-            mix.update((r.job.resources, r.job.flavors) for r in snapshot.running)
             step = profile.fragmentation_step_milli
             out.append((FragmentationScore(state, sorted(mix.items(), key=_mix_key), step), weight))
     return out

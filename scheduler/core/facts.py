@@ -9,10 +9,12 @@ held base (``context.Held``), dropped with it. Without a held base they last one
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.core.types import MILLI_PER_GPU, JobRequest
+from scheduler.core.types import MILLI_PER_GPU, JobRequest, Resources
 
 if TYPE_CHECKING:
     from scheduler.core.context import CycleContext
@@ -98,3 +100,52 @@ def _invalid(ctx: CycleContext, job: JobRequest) -> str:
 def _flavors(ctx: CycleContext, job: JobRequest) -> tuple[str, ...]:
     known = ctx.state.flavor_names
     return tuple(f for f in job.flavors if f in known) if job.flavors else tuple(known)
+
+
+Shape = tuple[Resources, tuple[str, ...]]
+
+
+class Mix:
+    """The request mix the fragmentation scorer weighs: how many jobs, pending or running,
+    ask each (resources, flavors). Kept with a held base from cycle to cycle by what
+    changed: the running jobs that started or ended (``run``, from ``build_context``'s
+    comparison) and the pending jobs that came or went (``pending``)."""
+
+    __slots__ = ("_pending", "_pending_mix", "_running_mix")
+
+    def __init__(self) -> None:
+        self._pending: dict[str, JobRequest] | None = {}
+        self._pending_mix: Counter[Shape] = Counter()
+        self._running_mix: Counter[Shape] = Counter()
+
+    def run(self, job: JobRequest, sign: int) -> None:
+        """``job`` started running (+1) or stopped (-1)."""
+        _count(self._running_mix, job, sign)
+
+    def of(self, pending: Sequence[JobRequest]) -> Counter[Shape]:
+        """The mix of ``pending`` and of what runs."""
+        now = {job.id: job for job in pending}
+        before, mix = self._pending, self._pending_mix
+        if before is None or len(now) != len(pending):  # a job listed twice: count afresh
+            mix = self._pending_mix = Counter()
+            for job in pending:
+                _count(mix, job, +1)
+        else:
+            for job_id, job in before.items():
+                if now.get(job_id) is not job:
+                    _count(mix, job, -1)
+            for job_id, job in now.items():
+                if before.get(job_id) is not job:
+                    _count(mix, job, +1)
+        # which jobs the count holds, when each is there once
+        self._pending = now if len(now) == len(pending) else None
+        return mix + self._running_mix
+
+
+def _count(mix: Counter[Shape], job: JobRequest, sign: int) -> None:
+    shape = (job.resources, job.flavors)
+    left = mix[shape] + sign
+    if left:
+        mix[shape] = left
+    else:
+        del mix[shape]

@@ -158,6 +158,12 @@ class Simulation:
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> SimReport:
+        self.replay()
+        return self._report()
+
+    def replay(self) -> None:
+        """Run the events to the end or the horizon (or until `stop`); `run` reports on
+        them, `outcomes` gives each job's alone."""
         horizon = self.config.horizon_s
         while self.events:
             at = self.events[0][0]
@@ -180,7 +186,10 @@ class Simulation:
                     break
                 self._cycle()
             self._schedule_tick()
-        return self._report()
+
+    def outcomes(self) -> tuple[JobOutcome, ...]:
+        """Each job's outcome so far (`SimReport.jobs`), without the report's statistics."""
+        return tuple(self._outcome(t) for t in self.tracks.values())
 
     def _idle(self) -> bool:
         """Nothing runs and only ticks remain: waiting longer cannot change anything."""
@@ -425,7 +434,7 @@ class Simulation:
         makespan = max(ends, default=self.now)
         capacity = self._capacity()
         used = sum(t.gpu_s for t in self.tracks.values())
-        jobs = tuple(self._outcome(t) for t in self.tracks.values())
+        jobs = self.outcomes()
         jct = [
             j.end_s - j.arrival_s for j in jobs if j.end_s is not None and j.state == "succeeded"
         ]

@@ -73,11 +73,11 @@ def estimate_starts_within(
     cluster = Cluster(snapshot.nodes, snapshot.tenants, snapshot.priority_classes)
     config = SimConfig(horizon_s=now + horizon_s, tick_s=max(60.0, default_runtime_s / 10))
     simulation = Simulation(workload, cluster, profile, (), config, start, stop=stop)
-    report = simulation.run()
+    simulation.replay()  # the starts alone: no report's statistics
     pending = {job.id for job in snapshot.pending}
     starts = {
         j.id: j.first_start_s
-        for j in report.jobs
+        for j in simulation.outcomes()
         if j.id in pending and (j.first_start_s is not None or not simulation.stopped)
     }
     return StartEstimates(starts, simulation.stopped)

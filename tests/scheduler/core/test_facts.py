@@ -3,7 +3,11 @@ held base between cycles, dropped with it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.core import run_cycle
 from scheduler.core.context import Held
@@ -13,6 +17,7 @@ from tests.scheduler.core.builders import (
     BEST_FIT,
     make_job,
     make_node,
+    make_running,
     make_tenants,
     snapshot,
 )
@@ -75,3 +80,38 @@ def test_a_number_is_never_given_to_two_requests(monkeypatch):
     before = ctx.facts.of(ctx, a)
     after = ctx.facts.of(ctx, b)  # the keys are forgotten here
     assert {before.request, before.asker}.isdisjoint({after.request, after.asker})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(range(12)), max_size=8),  # pending: job numbers
+            st.lists(st.sampled_from(range(12)), max_size=4, unique=True),  # running
+            st.sets(st.sampled_from(range(12)), max_size=3),  # rows changed since
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_mix_kept_with_the_base_is_the_mix_of_the_cycles_jobs(cycles):
+    """The request mix the fragmentation scorer weighs, kept with the held base from what
+    came, went, started, stopped or changed, is at every cycle the count of the cycle's
+    pending and running jobs' (resources, flavors), a job listed twice counted twice."""
+    shapes = [(1, ()), (2, ()), (0.5, ()), (1, ("A100",))]
+    made: dict[int, object] = {}
+
+    def job(n: int, changed: set[int]) -> object:
+        if n not in made or n in changed:  # a changed row is a new object, maybe a new shape
+            gpus, flavors = shapes[(n + len(changed)) % len(shapes)]
+            made[n] = make_job(f"j{n}", gpus=gpus, flavors=flavors)
+        return made[n]
+
+    held = Held()
+    for pending_ids, running_ids, changed in cycles:
+        pending = [job(n, changed) for n in pending_ids]
+        running = [make_running(job(n, changed), ("n1", [0])) for n in running_ids]
+        snap = snapshot([make_node("n1")], pending, running)
+        build_context(snap, BEST_FIT, held)
+        everyone = [*pending, *(r.job for r in running)]
+        assert held.mix.of(pending) == Counter((j.resources, j.flavors) for j in everyone)

@@ -24,3 +24,17 @@ def test_unknown_runtimes_use_the_default():
     running = [make_running(make_job("r", gpus=8), ("n1", range(8)))]
     snap = snapshot([make_node("n1")], [make_job("a", gpus=8, runtime=10)], running, now=100.0)
     assert estimate_starts(snap, BEST_FIT, default_runtime_s=1000.0) == {"a": 1000.0}
+
+
+def test_the_estimates_skip_the_reports_statistics(monkeypatch):
+    """The estimates read each job's first start alone: the replay's report (percentiles
+    of waits by tenant and class, fairness, fragmentation) is not worked out for them."""
+    from scheduler.sim.engine import Simulation
+
+    def no_report(self):
+        raise AssertionError("the report was worked out")
+
+    monkeypatch.setattr(Simulation, "_report", no_report)
+    running = [make_running(make_job("r", gpus=8, runtime=600), ("n1", range(8)))]
+    snap = snapshot([make_node("n1")], [make_job("a", gpus=4, runtime=300)], running, now=100.0)
+    assert estimate_starts(snap, BEST_FIT, horizon_s=3600) == {"a": 600.0}
