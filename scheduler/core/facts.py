@@ -109,7 +109,7 @@ class Mix:
     """The request mix the fragmentation scorer weighs: how many jobs, pending or running,
     ask each (resources, flavors). Kept with a held base from cycle to cycle by what
     changed: the running jobs that started or ended (``run``, from ``build_context``'s
-    comparison) and the pending jobs that came or went (``pending``)."""
+    comparison) and the pending jobs that came, went or changed (``of``)."""
 
     __slots__ = ("_pending", "_pending_mix", "_running_mix")
 
