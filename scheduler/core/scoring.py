@@ -115,19 +115,17 @@ class FragmentationScore:
                 self.model.observe(pod_request(resources, flavors), count)
         state.dirty.clear()
         self._requests: dict[tuple[Resources, tuple[str, ...]], PodRequest] = {}
-        self._memo: dict[PodRequest, dict[int, float]] = {}
+        self._memo: dict[PodRequest, dict[int, float]] = {}  # request -> signature -> score
 
     def observe(self, resources: Resources, flavors: tuple[str, ...]) -> None:
         """Add one arrival to the mix (for replays that learn it online, request by request);
-        memoised deltas were for the old mix, so they go."""
+        memoised scores were for the old mix, so they go."""
         if resources.gpu_milli > 0:
             self.model.observe(self._request(resources, flavors))
             self._memo.clear()
 
     def score(self, inp: ScoreInput) -> FloatArray:
-        delta = self._deltas(inp.nodes, self._request(inp.resources, inp.flavors))
-        coarse = np.floor(delta / self.step + 1e-9) * self.step
-        return np.asarray(-np.minimum(coarse, 1e9) / MILLI_PER_GPU, dtype=np.float64)
+        return self._scores(inp.nodes, self._request(inp.resources, inp.flavors))
 
     def _request(self, resources: Resources, flavors: tuple[str, ...]) -> PodRequest:
         key = (resources, flavors)
@@ -136,18 +134,22 @@ class FragmentationScore:
             request = self._requests[key] = pod_request(resources, flavors)
         return request
 
-    def _deltas(self, nodes: IntArray, request: PodRequest) -> FloatArray:
-        """The model's delta per candidate, memoised per (node state, request): within a
-        cycle the mix is fixed, so the delta is a function of those two alone. Candidates
-        mostly share a few states (empty nodes, nodes filled alike), so most are hits."""
+    def _scores(self, nodes: IntArray, request: PodRequest) -> FloatArray:
+        """The score per candidate: the model's delta in steps of ``step`` milli-GPU,
+        negated, in GPUs. Memoised per (node state, request): within a cycle the mix is
+        fixed, so the score is a function of those two alone. Candidates mostly share a few
+        states (empty nodes, nodes filled alike), so most are hits, and a hit is looked up
+        whole (no arithmetic on the candidates' array)."""
         signatures = self.state.signatures(nodes)
         table = self._memo.setdefault(request, {})  # hash the request once, not per node
         missing = {sig: i for i, sig in enumerate(signatures) if sig not in table}
         if missing:
             chosen = nodes[list(missing.values())]
             self._sync(chosen.tolist())
-            computed = self.model.score(chosen, request)
-            table.update(zip(missing, computed.tolist(), strict=True))
+            delta = self.model.score(chosen, request)
+            coarse = np.floor(delta / self.step + 1e-9) * self.step
+            scored = np.asarray(-np.minimum(coarse, 1e9) / MILLI_PER_GPU, dtype=np.float64)
+            table.update(zip(missing, scored.tolist(), strict=True))
         return np.array([table[sig] for sig in signatures], dtype=np.float64)
 
     def _sync(self, nodes: list[int]) -> None:

@@ -124,3 +124,19 @@ def test_the_fragmentation_model_syncs_only_the_nodes_it_scores(monkeypatch):
     # n2: 4 free, a 2-GPU job strands the other 2 (+2000); n3: 5 free, leaves 3 (+3000)
     assert scorer.score(inp(state, [2, 3], 2)).tolist() == pytest.approx([-2.0, -3.0])
     assert sorted(synced) == [2, 3]
+
+
+def test_fragmentation_scores_come_whole_from_the_memo_coarsened_alike(monkeypatch):
+    """A node state scored once is looked up, not computed, for the same request: the
+    memo holds the score itself, in steps of the scorer's step (1,500 milli here) and in
+    GPUs, so a hit gives what the miss gave."""
+    state = state_with({"n2": [GPU] * 4, "n3": [GPU] * 3})
+    scorer = FragmentationScore(state, [((Resources(gpu_milli=4 * GPU), ()), 10)], 1500)
+    # n2: 4 free, a 2-GPU job strands the other 2 (2,000 -> one step of 1,500); n3: 5 free,
+    # it leaves 3 stranded (3,000: two steps)
+    assert scorer.score(inp(state, [2, 3], 2)).tolist() == pytest.approx([-1.5, -3.0])
+    computed = []
+    score = scorer.model.score
+    monkeypatch.setattr(scorer.model, "score", lambda *a: computed.append(a) or score(*a))
+    assert scorer.score(inp(state, [3, 2], 2)).tolist() == pytest.approx([-3.0, -1.5])
+    assert computed == []
