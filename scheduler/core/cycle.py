@@ -222,19 +222,12 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
     def priority(job: JobRequest) -> float:
         return effective_priority(job, ctx.classes, now, profile)
 
-    usage, guarantee = ctx.ledger.usage, ctx.ledger.guarantee
-
     def borrows(job: JobRequest) -> bool:
-        """Whether admitting the job now would borrow on every flavor it may use (beyond
-        its tenant's guarantee on each: `QuotaLedger.within_guarantee_after`, inlined; it
-        is asked for every head of the queue)."""
+        """Whether admitting the job now would borrow on every flavor it may use."""
         if not profile.guaranteed_first or job.tenant not in tenants:
             return False
-        facts, tenant = ctx.facts.of(ctx, job), job.tenant
-        for flavor in facts.flavors:
-            if usage[(tenant, flavor)] + facts.milli <= guarantee(tenant, flavor):
-                return False
-        return True
+        facts = ctx.facts.of(ctx, job)
+        return ctx.ledger.borrows_on_all(job.tenant, facts.flavors, facts.milli)
 
     return ordered_jobs(jobs, priority, share, borrows)
 

@@ -196,6 +196,16 @@ class QuotaLedger:
     def within_guarantee_after(self, tenant: str, flavor: str, milli: int) -> bool:
         return self.usage[(tenant, flavor)] + milli <= self.guarantee(tenant, flavor)
 
+    def borrows_on_all(self, tenant: str, flavors: Iterable[str], milli: int) -> bool:
+        """Whether ``milli`` more would take ``tenant`` beyond its guarantee on every one of
+        ``flavors`` (``within_guarantee_after`` on none; one call for all of them: the
+        queue asks it of every head)."""
+        usage = self.usage
+        for flavor in flavors:
+            if usage[(tenant, flavor)] + milli <= self.guarantee(tenant, flavor):
+                return False
+        return True
+
     # -- changes --------------------------------------------------------------------------
 
     def charge(self, tenant: str, user: str, flavor: str, milli: int) -> None:

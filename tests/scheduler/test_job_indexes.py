@@ -30,10 +30,11 @@ def history() -> None:
     statistics an earlier test left (after an ANALYZE of the empty table, a walk of the
     created_at index in the default order costs the same as the partial index and a sort)."""
     columns = row_columns(JobFactory(state=JobState.SUCCEEDED))
-    rows = []
-    for n in range(2000):
-        final = sorted(FINAL_STATES)[n % len(FINAL_STATES)]
-        rows.append(Job(**(columns | {"name": f"done-{n}", "state": final})))
+    finals = sorted(FINAL_STATES)
+    rows = [
+        Job(**(columns | {"name": f"done-{n}", "state": finals[n % len(finals)]}))
+        for n in range(2000)
+    ]
     for state in JobState:
         if state not in FINAL_STATES:
             rows += [Job(**(columns | {"name": f"{state}-{n}", "state": state})) for n in range(5)]
