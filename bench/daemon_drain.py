@@ -59,7 +59,7 @@ def drain(
     from scheduler.backends.simulated.inventory import make_nodes
     from scheduler.daemon.loop import Daemon
     from scheduler.daemon.phases import collector_for_the_loop
-    from scheduler.leader import Lease
+    from scheduler.leader import Lease, daemon_sessions
     from scheduler.models import Job
 
     jobs = queue(per_team)
@@ -73,7 +73,8 @@ def drain(
     cycles = placed = 0
     started, cpu, db_cpu = time.time(), time.process_time(), postgres_cpu_s()
     collector = _CollectorClock()
-    with collector_for_the_loop(), collector:  # as in the daemon's own loop
+    # As in the daemon's own loop: its collector settings and its sessions' settings.
+    with collector_for_the_loop(), daemon_sessions(), collector:
         while time.time() - started < limit_s:
             again = daemon.step()  # as `Daemon.run`: at once, or after the next pod event
             assert daemon.last is not None

@@ -173,10 +173,23 @@ def session_settings() -> dict[str, int]:
     }
 
 
+# How the daemon's sessions plan their prepared statements: PostgreSQL's own choice, a
+# generic plan once five plans for the values were no cheaper (the web's sessions plan every
+# execution for its values, config/settings.py). The daemon runs the same few statements
+# every cycle, and planning them was a tenth of its session's work; those that filter on a
+# state through a partial index name the state in their text (`scheduler.daemon.queue`),
+# and those that pass it as a value keep plans for their values, whose estimates the
+# generic plan's never beats on a table of any size (`Statistics` analyses the columns as
+# the table grows, and a generic plan chosen while it was small is then weighed again).
+DAEMON_PLAN_CACHE_MODE = "auto"
+
+
 def configure_session(cursor: Any, values: Mapping[str, int] | None = None) -> None:
-    """SET the daemon's timeouts (`session_settings()`, or `values`) on one session."""
+    """SET the daemon's timeouts (`session_settings()`, or `values`) and its plan cache mode
+    (`DAEMON_PLAN_CACHE_MODE`) on one session."""
     for name, milliseconds in (values or session_settings()).items():
         cursor.execute(f"SET {name} = {int(milliseconds)}")
+    cursor.execute(f"SET plan_cache_mode = {DAEMON_PLAN_CACHE_MODE}")
 
 
 def _configure_new(sender: Any, connection: Any, **kwargs: Any) -> None:
@@ -211,5 +224,5 @@ def daemon_sessions() -> Iterator[None]:
         with contextlib.suppress(DatabaseError):
             if connection.connection is not None:
                 with connection.cursor() as cursor:
-                    for name in session_settings():
+                    for name in [*session_settings(), "plan_cache_mode"]:
                         cursor.execute(f"RESET {name}")

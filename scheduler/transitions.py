@@ -40,11 +40,13 @@ def _path_allowed(from_state: str, via: str | None, to_state: str) -> bool:
     return all(map(is_allowed, path, path[1:]))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Change:
     """Move job `job_id` from one of `from_states` to `to_state` (a CAS), with its event.
     Every from-state must be allowed to reach `to_state` (through `via`) by the lifecycle,
-    or making the Change raises DisallowedChange."""
+    or making the Change raises DisallowedChange. Made and handed to `transition` at once,
+    never kept or hashed: a plain class with slots, as a cycle makes one per job per step
+    (a frozen dataclass's `__init__` sets each field through `object.__setattr__`)."""
 
     job_id: int
     from_states: tuple[str, ...]

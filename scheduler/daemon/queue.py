@@ -21,11 +21,15 @@ log = logging.getLogger("gantry.daemon")
 S = JobState
 
 
+# The state is in the text, not a value: a plan made for any value (the generic plan that
+# the daemon's sessions may keep, `scheduler.leader.DAEMON_PLAN_CACHE_MODE`) could not use
+# the partial index of queued jobs (job_queue_heads) and would read every queued job.
 HEADS_SQL = (
     "SELECT h.id, h.version, h.place FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("
     " SELECT j.id, j.xmin::text::bigint AS version, j.queued_at,"
     " row_number() OVER (ORDER BY j.queued_at, j.id) AS place"
-    " FROM {job} j WHERE j.tenant_id = t.id AND j.priority_class_id = pc.id AND j.state = %s"
+    " FROM {job} j WHERE j.tenant_id = t.id AND j.priority_class_id = pc.id"
+    " AND j.state = '{queued}'"
     " ORDER BY j.queued_at, j.id LIMIT %s) h"
     " ORDER BY h.place, pc.value DESC, h.queued_at, h.id LIMIT %s"
 )
@@ -34,7 +38,10 @@ HEADS_SQL = (
 @functools.cache
 def _heads_sql() -> str:
     return HEADS_SQL.format(
-        tenant=Tenant._meta.db_table, pclass=PriorityClassRow._meta.db_table, job=Job._meta.db_table
+        tenant=Tenant._meta.db_table,
+        pclass=PriorityClassRow._meta.db_table,
+        job=Job._meta.db_table,
+        queued=S.QUEUED.value,
     )
 
 
@@ -59,7 +66,7 @@ def queue_heads(
     depth = per_queue if queues is None else min(per_queue, -(-max_pending * 5 // (4 * queues)) + 1)
     with connection.cursor() as cursor:
         while True:
-            cursor.execute(_heads_sql(), (S.QUEUED, depth, max_pending))
+            cursor.execute(_heads_sql(), (depth, max_pending))
             rows = cursor.fetchall()
             deepest = max((place for _, _, place in rows), default=0)
             if len(rows) >= max_pending or deepest < depth or depth >= per_queue:

@@ -231,15 +231,19 @@ def _shares(active: Sequence[int], cache: SnapshotCache) -> dict[int, tuple[Devi
     return known
 
 
+PREEMPTED_EVENT = "preempted"  # the kind of a victim's event (scheduler.daemon.apply)
 # Longer than any sensible ping-pong guard of the profile; the engine applies the exact one.
 DISPLACED_LOOKBACK_S = 6 * 3600
 
 
 @functools.cache
 def _displaced_sql() -> str:
+    # The kind in the text, not a value: a plan made for any value (the daemon's sessions
+    # may keep one, `scheduler.leader.DAEMON_PLAN_CACHE_MODE`) could not use the partial
+    # index of failures and preemptions by time (jobevent_failures_at).
     return (
         f"SELECT id, at, job_id, data FROM {JobEvent._meta.db_table}"  # noqa: S608 - our names
-        " WHERE kind = %s AND at >= %s AND id > %s ORDER BY id"
+        f" WHERE kind = '{PREEMPTED_EVENT}' AND at >= %s AND id > %s ORDER BY id"
     )
 
 
@@ -251,7 +255,7 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
     time: the cache reads those after the last id it holds."""
     since = timezone.now() - timedelta(seconds=DISPLACED_LOOKBACK_S)
     with connection.cursor() as cursor:
-        cursor.execute(_displaced_sql(), ["preempted", since, cache.preemptions_after])
+        cursor.execute(_displaced_sql(), [since, cache.preemptions_after])
         rows = cursor.fetchall()
     for event_id, at, victim, data in rows:
         if isinstance(data, str):  # JSON arrives as text (Django's loaders)

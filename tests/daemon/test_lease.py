@@ -127,7 +127,7 @@ def test_the_daemons_loop_runs_with_its_session_timeouts(env: Env, settings: Any
 
     def look(daemon: Daemon) -> None:
         daemon.stop.set()  # first: the loop ends whatever this finds
-        seen.update({name: _show(name) for name in session_settings()})
+        seen.update({name: _show(name) for name in [*session_settings(), "plan_cache_mode"]})
 
     daemon = env.daemon(on_cycle=look)
     daemon.run()
@@ -135,8 +135,11 @@ def test_the_daemons_loop_runs_with_its_session_timeouts(env: Env, settings: Any
         "idle_in_transaction_session_timeout": "4s",
         "statement_timeout": "12s",
         "lock_timeout": "1500ms",
+        "plan_cache_mode": "auto",  # generic plans kept where they cost no more
     }
-    assert _show("lock_timeout") == "5s"  # the web's settings again once the loop ends
+    # the web's settings again once the loop ends
+    assert _show("lock_timeout") == "5s"
+    assert _show("plan_cache_mode") == "force_custom_plan"
 
 
 @pytest.mark.postgresql("server-side session timeouts and row locks")
