@@ -58,7 +58,7 @@ WHY = {
 STARTED = "Running: all pods started."
 
 
-@dataclass
+@dataclass(slots=True)
 class Verdict:
     """What reconcile decided for one job."""
 
@@ -68,6 +68,13 @@ class Verdict:
     release_claim: bool = False
     succeeded: bool = False
     failure: tuple[FailureReason, str] | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to do: the job goes on as it is (most running jobs, most cycles)."""
+        return not (
+            self.start or self.adopted or self.release_claim or self.succeeded or self.failure
+        )
 
 
 def judge(
@@ -91,6 +98,8 @@ def judge(
         ]
         verdict.adopted = True
         return verdict
+    started = False  # a pod running or done
+    core = done = 0  # the gang's pods (not elastic replicas), and those of them succeeded
     for a, pod in zip(allocs, mine, strict=True):
         if not a["node__ready"] or not a["node__present"]:
             verdict.failure = (F.NODE_LOST, f"node {a['node__name']} is NotReady or gone")
@@ -104,16 +113,16 @@ def judge(
             late = f"{binding_timeout.total_seconds():.0f} s after binding"
             cause = pod.waiting or "the cluster reports no cause"
             verdict.failure = (F.START_TIMEOUT, f"pod {pod.name} not started {late}: {cause}")
+        else:
+            succeeded = pod.phase == PodPhase.SUCCEEDED
+            started = started or succeeded or pod.phase == PodPhase.RUNNING
+            if not a["elastic"]:
+                core += 1
+                done += succeeded
         if verdict.failure:
             return verdict
-    phases = [p.phase for p in mine if p is not None]
-    core = [
-        p.phase for a, p in zip(allocs, mine, strict=True) if p is not None and not a["elastic"]
-    ]
-    verdict.start = job["state"] == S.BINDING and any(
-        ph in (PodPhase.RUNNING, PodPhase.SUCCEEDED) for ph in phases
-    )
-    verdict.succeeded = bool(core) and all(ph == PodPhase.SUCCEEDED for ph in core)
+    verdict.start = started and job["state"] == S.BINDING
+    verdict.succeeded = core > 0 and done == core
     # `started_at` is the current run's only once it runs: a job bound again after a
     # preemption still holds its earlier run's until its new pods start.
     limit, started = job["max_runtime_s"], job["started_at"]

@@ -109,20 +109,15 @@ class Reconciler:
         # here), handed on to it below.
         active = active_allocations(cache)
         allocs, jobs = active.allocations, active.jobs
-        # Unhealthy devices are few (usually none): find them first, then their live shares.
-        unhealthy = [
-            row[0]
-            for row in fetch_compiled(
-                ("unhealthy devices",), lambda: GpuDevice.objects.filter(healthy=False).values("id")
-            )
-        ]
+        # Unhealthy devices are few (usually none): found with the allocations, then their
+        # live shares.
         bad_gpu = (
             set(
                 AllocationDevice.objects.filter(
-                    released=False, device_id__in=unhealthy
+                    released=False, device_id__in=active.unhealthy
                 ).values_list("allocation_id", flat=True)
             )
-            if unhealthy
+            if active.unhealthy
             else set()
         )
         # The pods last, after the reads: a pod that ended meanwhile is seen by this cycle, not
@@ -166,8 +161,9 @@ class Reconciler:
                 deletions.append((a["namespace"], a["pod_name"], 0 if on_lost_node else 30))
         deadline = timedelta(seconds=self.limits.binding_timeout_s)
         verdicts = {
-            job_id: judge(jobs[job_id], group, pods, bad_gpu, now, deadline)
+            job_id: verdict
             for job_id, group in live.items()
+            if not (verdict := judge(jobs[job_id], group, pods, bad_gpu, now, deadline)).idle
         }
         for verdict in verdicts.values():
             for namespace, name, node in verdict.adopt:
@@ -271,10 +267,12 @@ def write_starts(
 
 
 # An active allocation's version: its row's and its node's (PostgreSQL row versions, new on
-# every UPDATE), so a change to either, by any writer, reads the row again; and its job's
-# id and version, for the rows of the jobs holding allocations (one read for both).
+# every UPDATE), so a change to either, by any writer, reads the row again; its job's id
+# and version, for the rows of the jobs holding allocations (one read for both); and on
+# every row, the unhealthy devices (evaluated once; null when there are none).
 ACTIVE_VERSIONS_SQL = (
-    "SELECT a.id, a.xmin::text::bigint, n.xmin::text::bigint, a.job_id, j.xmin::text::bigint"
+    "SELECT a.id, a.xmin::text::bigint, n.xmin::text::bigint, a.job_id, j.xmin::text::bigint,"
+    " (SELECT array_agg(d.id ORDER BY d.id) FROM {device} d WHERE NOT d.healthy)"
     " FROM {allocation} a JOIN {node} n ON n.id = a.node_id JOIN {job} j ON j.id = a.job_id"
     " WHERE a.ended_at IS NULL"
 )
@@ -283,7 +281,10 @@ ACTIVE_VERSIONS_SQL = (
 @functools.cache
 def _active_versions_sql() -> str:
     return ACTIVE_VERSIONS_SQL.format(
-        allocation=Allocation._meta.db_table, node=Node._meta.db_table, job=Job._meta.db_table
+        allocation=Allocation._meta.db_table,
+        node=Node._meta.db_table,
+        job=Job._meta.db_table,
+        device=GpuDevice._meta.db_table,
     )
 
 
@@ -295,6 +296,7 @@ class Active:
 
     allocations: list[dict[str, Any]]
     jobs: dict[int, dict[str, Any]]
+    unhealthy: list[int] = field(default_factory=list)  # devices, when allocations are active
 
 
 def active_allocations(cache: SnapshotCache) -> Active:
@@ -306,11 +308,15 @@ def active_allocations(cache: SnapshotCache) -> Active:
         allocations = list(
             Allocation.objects.filter(ended_at__isnull=True).order_by("id").values(*ALLOC_FIELDS)
         )
-        return Active(allocations, {r["id"]: r for r in running_job_rows(cache)})
+        unhealthy = fetch_compiled(
+            ("unhealthy devices",), lambda: GpuDevice.objects.filter(healthy=False).values("id")
+        )
+        jobs = {r["id"]: r for r in running_job_rows(cache)}
+        return Active(allocations, jobs, [row[0] for row in unhealthy] if allocations else [])
     with connection.cursor() as cursor:
         cursor.execute(_active_versions_sql())
         found = cursor.fetchall()
-    versions = {i: (a, n) for i, a, n, _, _ in found}
+    versions = {i: (a, n) for i, a, n, _, _, _ in found}
     known = cache.allocations
     stale = [i for i, v in versions.items() if (kept := known.get(i)) is None or kept[0] != v]
     if stale:
@@ -325,6 +331,7 @@ def active_allocations(cache: SnapshotCache) -> Active:
             known[row["id"]] = (versions[row["id"]], row)
     for gone in [i for i in known if i not in versions]:
         del known[gone]
-    holders = {job: version for _, _, _, job, version in found}
+    holders = {job: version for _, _, _, job, version, _ in found}
     jobs = {r["id"]: r for r in rows_by_version(list(holders.items()), cache)}
-    return Active([known[i][1] for i in sorted(versions) if i in known], jobs)
+    unhealthy = [int(d) for d in found[0][5] or ()] if found else []
+    return Active([known[i][1] for i in sorted(versions) if i in known], jobs, unhealthy)

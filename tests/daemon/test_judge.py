@@ -71,6 +71,26 @@ def test_a_running_job_past_its_max_runtime_still_fails() -> None:
     assert verdict.failure is not None and verdict.failure[0] == FailureReason.DEADLINE_EXCEEDED
 
 
+@pytest.mark.parametrize(
+    ("state", "phase", "idle"),
+    [
+        (JobState.RUNNING, PodPhase.RUNNING, True),  # goes on as it is
+        (JobState.BINDING, PodPhase.PENDING, True),  # within its binding deadline
+        (JobState.BINDING, PodPhase.RUNNING, False),  # started
+        (JobState.RUNNING, PodPhase.SUCCEEDED, False),
+        (JobState.RUNNING, PodPhase.FAILED, False),
+    ],
+)
+def test_only_verdicts_with_something_to_do_are_not_idle(
+    state: str, phase: PodPhase, idle: bool
+) -> None:
+    """Reconcile hands on only the verdicts that are not idle: most running jobs, most
+    cycles, have nothing to write."""
+    job = {**_job(state), "max_runtime_s": 0}
+    verdict = judge(job, _allocs(), _pods(phase), set(), NOW, timedelta(minutes=5))
+    assert verdict.idle is idle, verdict
+
+
 def test_failed_attempt_retries_with_backoff_then_fails(env: Env) -> None:
     job = env.submit(
         simulation={"duration_s": 10, "fail": True}, retry={"limit": 1, "backoff_s": 30}

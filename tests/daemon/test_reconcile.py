@@ -155,6 +155,30 @@ def test_allocations_are_read_again_when_they_or_their_node_change(env: Env) -> 
     assert daemon.cache.allocations == {}
 
 
+def test_the_unhealthy_devices_come_with_the_active_allocations(env: Env) -> None:
+    """The devices turned unhealthy are found by the active allocations' read (on
+    PostgreSQL, the same statement: no read of the devices of its own every cycle), and a
+    job holding one fails over."""
+    job = env.submit(simulation={"duration_s": 600})
+    daemon = env.daemon()
+    env.run(daemon, seconds=1, cycles=2)
+    [alloc] = active_allocations(daemon.cache).allocations
+    assert active_allocations(daemon.cache).unhealthy == []
+    device = GpuDevice.objects.filter(shares__allocation_id=alloc["id"]).first()
+    assert device is not None
+    GpuDevice.objects.filter(pk=device.pk).update(healthy=False)
+    with CaptureQueriesContext(connection) as sent:
+        assert active_allocations(daemon.cache).unhealthy == [device.pk]
+    if connection.vendor == "postgresql":
+        devices = [q["sql"] for q in sent.captured_queries if "scheduler_gpudevice" in q["sql"]]
+        assert len(devices) == 1 and "scheduler_allocation" in devices[0], devices
+    env.run(daemon)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("queued", 1)
+    event = JobEvent.objects.filter(job=job, kind="attempt_failed").get()
+    assert "turned unhealthy" in event.message, event.message
+
+
 @pytest.mark.postgresql("job rows cached by row version (xmin)")
 def test_the_jobs_holding_allocations_come_with_them_read_again_when_changed(env: Env) -> None:
     """The same read gives the rows of the jobs holding the allocations: kept while their
