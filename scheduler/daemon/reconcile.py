@@ -308,11 +308,11 @@ def active_allocations(cache: SnapshotCache) -> Active:
         allocations = list(
             Allocation.objects.filter(ended_at__isnull=True).order_by("id").values(*ALLOC_FIELDS)
         )
-        unhealthy = fetch_compiled(
+        sick = fetch_compiled(
             ("unhealthy devices",), lambda: GpuDevice.objects.filter(healthy=False).values("id")
         )
         jobs = {r["id"]: r for r in running_job_rows(cache)}
-        return Active(allocations, jobs, [row[0] for row in unhealthy] if allocations else [])
+        return Active(allocations, jobs, [row[0] for row in sick] if allocations else [])
     with connection.cursor() as cursor:
         cursor.execute(_active_versions_sql())
         found = cursor.fetchall()
