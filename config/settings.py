@@ -115,7 +115,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # every cycle, which PostgreSQL then does not parse again (bench/results.md,
     # daemon_drain, 2026-12-05). Always planned for its values (plan_cache_mode): a generic
     # plan cannot use the partial indexes on `state` (`state = $1`), and PostgreSQL may keep
-    # one chosen while the table was small as it grows (a scan of every job ever run). Turn
+    # one chosen while the table was small as it grows (a scan of every job ever run). The
+    # daemon's own sessions let PostgreSQL weigh a generic plan instead, for the few
+    # statements it runs every cycle (`scheduler.leader.DAEMON_PLAN_CACHE_MODE`). Turn
     # both off behind a pooler that rejects the extended protocol's binds or cannot keep
     # prepared statements.
     binding = env_bool("GANTRY_DB_SERVER_SIDE_BINDING", default=True)

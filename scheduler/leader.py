@@ -176,11 +176,12 @@ def session_settings() -> dict[str, int]:
 # How the daemon's sessions plan their prepared statements: PostgreSQL's own choice, a
 # generic plan once five plans for the values were no cheaper (the web's sessions plan every
 # execution for its values, config/settings.py). The daemon runs the same few statements
-# every cycle, and planning them was a tenth of its session's work; those that filter on a
-# state through a partial index name the state in their text (`scheduler.daemon.queue`),
-# and those that pass it as a value keep plans for their values, whose estimates the
-# generic plan's never beats on a table of any size (`Statistics` analyses the columns as
-# the table grows, and a generic plan chosen while it was small is then weighed again).
+# every cycle, and planned them again at every execution for nothing; those that read
+# through a partial index by state or kind name it in their text (`scheduler.daemon.queue`,
+# `scheduler.daemon.snapshot`), and those that pass a state as a value keep plans for their
+# values, which a generic plan (a scan) never undercuts on a table of any size
+# (`Statistics` analyses the job table's columns as it grows, and a generic plan chosen
+# while it was small is then weighed again; tests/daemon/test_plans.py).
 DAEMON_PLAN_CACHE_MODE = "auto"
 
 

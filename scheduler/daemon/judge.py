@@ -98,7 +98,7 @@ def judge(
         ]
         verdict.adopted = True
         return verdict
-    started = False  # a pod running or done
+    went = False  # a pod running or done
     core = done = 0  # the gang's pods (not elastic replicas), and those of them succeeded
     for a, pod in zip(allocs, mine, strict=True):
         if not a["node__ready"] or not a["node__present"]:
@@ -115,13 +115,13 @@ def judge(
             verdict.failure = (F.START_TIMEOUT, f"pod {pod.name} not started {late}: {cause}")
         else:
             succeeded = pod.phase == PodPhase.SUCCEEDED
-            started = started or succeeded or pod.phase == PodPhase.RUNNING
+            went = went or succeeded or pod.phase == PodPhase.RUNNING
             if not a["elastic"]:
                 core += 1
                 done += succeeded
         if verdict.failure:
             return verdict
-    verdict.start = started and job["state"] == S.BINDING
+    verdict.start = went and job["state"] == S.BINDING
     verdict.succeeded = core > 0 and done == core
     # `started_at` is the current run's only once it runs: a job bound again after a
     # preemption still holds its earlier run's until its new pods start.
