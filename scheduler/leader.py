@@ -136,6 +136,20 @@ class Lease:
                 cycle_error=error[:500],
             )
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A write transaction under the lease, fenced last: the writes, then `fence()` just
+        before the commit. The lease row is held FOR SHARE only for the commit, so no
+        takeover can come between the fence and the commit (a write lands under the epoch
+        that made it or not at all), and a leader stopped in the middle of its writes does
+        not keep a standby out: a session waiting for the rows of a COPY from a stopped
+        client is not idle, and no server timeout ends it (docs/daemon.md, "Fencing")."""
+        if self.epoch is None:
+            raise LeaseLost("not leading")
+        with transaction.atomic():
+            yield
+            self.fence()
+
     def fence(self, *, forget: bool = True) -> None:
         """Inside a transaction: raise LeaseLost unless our epoch still holds the lease; and
         then forget the epoch, unless `forget` is False (a thread beside the loop: the loop

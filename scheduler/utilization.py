@@ -97,9 +97,11 @@ def samples_ingest(
 ) -> int:
     """Store `readings` as samples taken `at`, each attributed to the job, tenant and project
     holding its device at this moment (none for a free device). `flavors` (device id ->
-    model) saves a read when the caller has the devices at hand. `fence` runs first inside
-    the insert's transaction and raises to refuse it (the daemon's lease: a stale leader's
-    round must not land beside the new leader's). Returns the rows written."""
+    model) saves a read when the caller has the devices at hand. `fence` runs last inside
+    the insert's transaction, before its commit, and raises to refuse it (the daemon's
+    lease: a stale leader's round must not land beside the new leader's; last, so that the
+    lease is not held while the rows are copied, `Lease.writing`). Returns the rows
+    written."""
     if not readings:
         return 0
     outer = connection.in_atomic_block
@@ -131,9 +133,9 @@ def samples_ingest(
             # Inside a caller's transaction (the agent's report) its own rules hold.
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        _insert(rows)
         if fence is not None:
             fence()
-        _insert(rows)
     return len(rows)
 
 

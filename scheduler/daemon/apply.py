@@ -109,8 +109,7 @@ def apply_decisions(
     if not (chosen.preemptions or placed):
         return plan  # nothing to write here: no transaction
     written: dict[int, int] = {}
-    with transaction.atomic():
-        lease.fence()
+    with lease.writing():
         _preempt(built, chosen, plan, now)
         _place(lease.epoch or 0, built, chosen, plan, now, deferred, written)
     # Committed. A claim undone in the same transaction is no longer in `plan.claimed`. The
@@ -126,8 +125,7 @@ def write_reasons(plan: Plan, lease: Lease, cache: SnapshotCache) -> None:
     if not plan.reasons:
         return
     written: dict[int, int] = {}
-    with transaction.atomic():
-        lease.fence()
+    with lease.writing():
         set_reasons(plan.reasons, written)
     for job_id, version in written.items():
         cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})

@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 import math
 
-from django.db import transaction
-
 from scheduler.backends.base import InferenceLoad
 from scheduler.leader import Lease
 from scheduler.models import (
@@ -39,8 +37,7 @@ def autoscale(backend: object, lease: Lease) -> int:
             targets[row["id"]] = want
     if not targets:
         return 0
-    with transaction.atomic():
-        lease.fence()
+    with lease.writing():
         for job_id, want in targets.items():
             Job.objects.filter(id=job_id, state=S.RUNNING).update(replicas=want)
             Allocation.objects.filter(

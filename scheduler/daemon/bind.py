@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import transaction
 from django.db.models import Count
 
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
@@ -106,8 +105,7 @@ def commit_binds(
         return  # nothing was bound or failed: nothing to record
     bound_jobs = [j for j in out.bound if j in plan.claimed]
     written: dict[int, int] = {}
-    with transaction.atomic():
-        lease.fence()
+    with lease.writing():
         bound_ids = [a for ids in out.bound.values() for a in ids]
         mark_bound(bound_ids, now)
         # A job skipped here (row locked) stays admitted with its pods bound: adopted by

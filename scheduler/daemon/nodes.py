@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -62,8 +61,7 @@ def sync_nodes(
     prints = _prints(infos, memory)
     changed = force or prints != memory.prints
     if changed:
-        with transaction.atomic():
-            lease.fence()
+        with lease.writing():
             node_sync(infos)
         memory.prints = prints
     _health(cluster, lease, memory, clock, {i.name: i for i in infos})
@@ -96,8 +94,7 @@ def _health(
         ).distinct()
     )
     sick = dict(GpuDevice.objects.filter(healthy=False).values_list("node_id", "index"))
-    with transaction.atomic():
-        lease.fence()
+    with lease.writing():
         for node in nodes:
             _judge_node(node, sick, clock)
     _mirror_cordons(cluster, memory, infos)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
@@ -173,8 +173,7 @@ class Reconciler:
                     log.warning("adopting pod %s failed: %s", name, error)
                     verdict.adopted, verdict.release_claim = False, True
         cluster.delete_pods(deletions)
-        with transaction.atomic():
-            lease.fence()
+        with lease.writing():
             stats.released = release(to_release, now, "pod gone")
             written, ended, finished, stats.starts = apply_verdicts(jobs, live, pods, verdicts, now)
             stats.changed = len(written)
@@ -258,8 +257,7 @@ def write_starts(
     if not rec.starts or rec.seen_at is None:
         return 0
     if recorded is None:
-        with transaction.atomic():
-            lease.fence()
+        with lease.writing():
             recorded = record_starts(rec)
     fields = {"state": S.RUNNING, "reason": "", **job_timestamps(S.RUNNING, rec.seen_at)}
     cache.remember(recorded.versions, fields)

@@ -119,6 +119,36 @@ def test_stale_leader_write_is_rejected(env: Env) -> None:  # FAULT 4
         stale.lease.fence()
 
 
+@pytest.mark.postgresql("row locks seen from another session")
+def test_a_leader_stopped_in_its_copy_does_not_hold_the_lease(
+    tenv: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence comes last in a write (`Lease.writing`): while the claim's allocations and
+    device shares are copied, the lease row is not locked, so a leader stopped there (a
+    session waiting for a COPY's rows, which no server timeout ends) does not keep a standby
+    out. The write still commits under the fence."""
+    from scheduler.daemon import store
+
+    tenv.submit(simulation={"duration_s": 600})
+    leader = tenv.daemon("leader")
+    seen: list[str] = []
+    copy = store.copy_rows
+
+    def copying(*args: Any, **kwargs: Any) -> None:
+        with pg() as other:
+            try:
+                other.execute("SELECT 1 FROM scheduler_schedulerlease FOR UPDATE NOWAIT")
+                seen.append("free")
+            except psycopg.errors.LockNotAvailable:
+                seen.append("held")
+        copy(*args, **kwargs)
+
+    monkeypatch.setattr(store, "copy_rows", copying)
+    tenv.run(leader)
+    assert seen and set(seen) == {"free"}, seen
+    assert Allocation.objects.filter(ended_at__isnull=True).count() == 1
+
+
 def test_lease_uses_the_database_clock(env: Env) -> None:  # FAULT 21
     daemon = env.daemon()
     env.clock.advance(10 * 365 * 86400)  # the daemon's clock is years off
