@@ -73,8 +73,6 @@ def test_the_snapshots_recent_preemptions_have_an_index() -> None:
     JobEvent.objects.update(at=long_ago)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {JobEvent._meta.db_table}")
-        cursor.execute(
-            f"EXPLAIN {_displaced_sql()}", [timezone.now() - timedelta(hours=6), 0]
-        )
+        cursor.execute(f"EXPLAIN {_displaced_sql()}", [timezone.now() - timedelta(hours=6), 0])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "jobevent_failures_at" in plan, plan
