@@ -143,7 +143,8 @@ class Lease:
         takeover can come between the fence and the commit (a write lands under the epoch
         that made it or not at all), and a leader stopped in the middle of its writes does
         not keep a standby out: a session waiting for the rows of a COPY from a stopped
-        client is not idle, and no server timeout ends it (docs/daemon.md, "Fencing")."""
+        client is not idle, and no server timeout ends it (docs/daemon.md, "Leadership and
+        fencing")."""
         if self.epoch is None:
             raise LeaseLost("not leading")
         with transaction.atomic():
