@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_profile import add_profile_argument, announced, bench_profile
-from bench.daemon_setup import DEFAULT_URL, fresh_database, job_rows, organisation
+from bench.daemon_setup import (
+    DEFAULT_URL,
+    close_before_fork,
+    forget_inherited_connections,
+    fresh_database,
+    job_rows,
+    organisation,
+)
 from bench.kueue_baseline import NODES_PER_COHORT
 from scheduler.core import Profile
 
@@ -115,6 +122,7 @@ def submitter(plan: list[tuple[float, dict[str, Any]]], tick: float, start: floa
 
     from scheduler.models import Job
 
+    forget_inherited_connections()
     position = 0
     while position < len(plan):
         elapsed = time.time() - start
@@ -139,8 +147,6 @@ def run(
     profile: Profile | None = None,
 ) -> dict[str, Any]:
     from dataclasses import asdict
-
-    from django.db import connections
 
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
@@ -173,7 +179,7 @@ def run(
                     reasons_every_s=reasons_every_s)  # fmt: skip
     daemon.lease.acquire()
     daemon.sync_nodes(force=True)
-    connections.close_all()  # the forked submitter opens its own
+    close_before_fork()  # the forked submitter opens its own
     start = time.time()
     process = multiprocessing.get_context("fork").Process(
         target=submitter, args=(plan, tick, start), daemon=True
