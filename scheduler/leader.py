@@ -194,7 +194,7 @@ def session_settings() -> dict[str, int]:
 # every cycle, and planned them again at every execution for nothing; those that read
 # through a partial index by state or kind name it in their text (`scheduler.daemon.queue`,
 # `scheduler.daemon.snapshot`), and those that pass a state as a value keep plans for their
-# values, which a generic plan (a scan) never undercuts on a table of any size
+# values once the table holds a history, where a generic plan (a scan) costs more
 # (`Statistics` analyses the job table's columns as it grows, and a generic plan chosen
 # while it was small is then weighed again; tests/daemon/test_plans.py).
 DAEMON_PLAN_CACHE_MODE = "auto"

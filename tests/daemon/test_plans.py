@@ -2,7 +2,7 @@
 (`scheduler.leader.DAEMON_PLAN_CACHE_MODE`), where the web's plan every execution for its
 values. The daemon's statements that read through a partial index name what they filter on
 in their text, so a generic plan can use the index too; a statement that passes a state as
-a value keeps plans for its values on a table of any size."""
+a value keeps plans for its values on a table with a history."""
 
 from __future__ import annotations
 
