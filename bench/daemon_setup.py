@@ -13,19 +13,12 @@ from typing import Any
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench"
 
 
-def close_before_fork() -> None:
-    """Before forking a process that opens connections of its own: close this process's."""
-    from django.db import connections
-
-    connections.close_all()
-
-
 def forget_inherited_connections() -> None:
     """First thing in a forked process: drop, without closing, the database connections it
     inherited. They are the parent's (one still open there, such as a test's, is not closed
-    by `close_before_fork`): used or closed from here, they would write into the parent's
-    TLS stream, and the server drops the connection with a bad record MAC. The next query
-    opens a connection of this process's own."""
+    by the parent's `connections.close_all()`): used or closed from here, they would write
+    into the parent's TLS stream, and the server drops the connection with a bad record MAC.
+    The next query opens a connection of this process's own."""
     from django.db import connections
 
     for conn in connections.all(initialized_only=True):

@@ -139,8 +139,8 @@ def run(
     """The daemon-mode replay on the database Django is set up on (PostgreSQL or SQLite;
     it must be empty of jobs). Returns the figures and `bench.eta.score`'s."""
     from django.conf import settings
+    from django.db import connections
 
-    from bench.daemon_setup import close_before_fork
     from bench.kueue_e2e import submitter
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
@@ -192,7 +192,7 @@ def run(
     daemon.estimates = EtaRefresher(config=config, history_every_s=history_every_s)
     daemon.lease.acquire()
     daemon.sync_nodes(force=True)
-    close_before_fork()  # the forked processes open their own
+    connections.close_all()  # the forked processes open their own
     fork = multiprocessing.get_context("fork")
     stop = fork.Event()
     recorded = workdir / "estimates.json"

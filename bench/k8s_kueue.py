@@ -880,10 +880,11 @@ def run_gantry(
 ) -> dict[str, Any]:  # fmt: skip
     """Gantry's half: the daemon with the Kubernetes backend on the plane, on a fresh database
     at `database_url` (dropped and made again), or on Django's database as it is (None)."""
-    from bench.daemon_setup import close_before_fork, fresh_database, job_rows
+    from bench.daemon_setup import fresh_database, job_rows
 
     if database_url:
         fresh_database(database_url)
+    from django.db import connections
     from kubernetes import client
 
     from bench.bench_profile import bench_profile
@@ -949,7 +950,7 @@ def run_gantry(
         target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True
     )  # the scenario's own thread renews the leases
     played.start()
-    close_before_fork()  # the forked submitter opens its own
+    connections.close_all()  # the forked submitter opens its own
     say(f"Gantry: {len(arrivals)} jobs")
     start_wall = time.time()
     process = multiprocessing.get_context("fork").Process(

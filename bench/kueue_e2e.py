@@ -37,7 +37,6 @@ from typing import Any
 from bench.bench_profile import add_profile_argument, announced, bench_profile
 from bench.daemon_setup import (
     DEFAULT_URL,
-    close_before_fork,
     forget_inherited_connections,
     fresh_database,
     job_rows,
@@ -148,6 +147,8 @@ def run(
 ) -> dict[str, Any]:
     from dataclasses import asdict
 
+    from django.db import connections
+
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
     from scheduler.daemon.loop import Daemon
@@ -179,7 +180,7 @@ def run(
                     reasons_every_s=reasons_every_s)  # fmt: skip
     daemon.lease.acquire()
     daemon.sync_nodes(force=True)
-    close_before_fork()  # the forked submitter opens its own
+    connections.close_all()  # the forked submitter opens its own
     start = time.time()
     process = multiprocessing.get_context("fork").Process(
         target=submitter, args=(plan, tick, start), daemon=True
