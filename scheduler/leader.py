@@ -121,14 +121,17 @@ class Lease:
         """Forget leadership locally (after a database error); `acquire` takes a new epoch."""
         self.epoch = None
 
-    def record_cycle(self, error: str | None = None) -> None:
-        """Write how the last cycle went: None, it completed (the failures since are
-        cleared); otherwise its error. Whoever holds the lease, by name: a failing daemon
-        drops its lease with each failure and takes it again, so the row speaks for the
-        scheduler, not for one epoch. Not fenced: it is a report, not a decision."""
+    def record_cycle(self, error: str | None = None, *, clear: bool = True) -> None:
+        """Write how the last cycle went: None, it completed (with ``clear``, the failures
+        counted so far are cleared; without, they stand); otherwise its error. Whoever holds
+        the lease, by name: a failing daemon drops its lease with each failure and takes it
+        again, so the row speaks for the scheduler, not for one epoch. Not fenced: it is a
+        report, not a decision."""
         rows = SchedulerLease.objects.filter(name=self.name)
-        if error is None:
+        if error is None and clear:
             rows.update(cycle_ok_at=Now(), cycle_failures=0, cycle_error="")
+        elif error is None:
+            rows.update(cycle_ok_at=Now())
         else:
             rows.update(
                 cycle_failed_at=Now(),

@@ -59,7 +59,8 @@ def job_ids_visible(user: Any, ids: Iterable[int]) -> set[int]:
     )
 
 
-# A daemon that failed this many cycles in a row, with none completed since, is "failing".
+# A daemon that failed this many cycles with no failure-free minute between them (the
+# daemon's `CycleReports` clears the count only then) is "failing".
 FAILING_AFTER = 3
 
 
@@ -67,8 +68,9 @@ FAILING_AFTER = 3
 class SchedulerHealth:
     """How the scheduler daemon is doing, from its lease row.
 
-    `status`: "ok" (a cycle completed lately), "failing" (its last FAILING_AFTER cycles or more
-    failed: `error` says why), "stale" (no cycle completed within `stale_after`: the daemon
+    `status`: "ok" (a cycle completed lately), "failing" (FAILING_AFTER cycles or more failed,
+    with completed ones between them or not, and no failure-free minute since: `error` says
+    why), "stale" (no cycle completed within `stale_after`: the daemon
     is stopped, hung or cannot reach the database) or "not running" (never led)."""
 
     status: str

@@ -17,6 +17,9 @@ from scheduler.leader import Lease
 
 # Seconds of the daemon's clock between two reports of completed cycles (`CycleReports`).
 REPORT_EVERY_S = 5.0
+# Seconds of the daemon's clock without a failed cycle before the failures counted for
+# /healthz are cleared (`CycleReports`).
+FAILURES_KEPT_S = 60.0
 
 
 @dataclass
@@ -97,19 +100,29 @@ class _Phase:
 class CycleReports:
     """How the cycles go, recorded in the lease row (`Lease.record_cycle`) for /healthz and
     the platform admins: every failure, and a completed cycle after a failure or once every
-    REPORT_EVERY_S of the daemon's clock. A database that is down cannot take the report;
-    /healthz then says so itself."""
+    REPORT_EVERY_S of the daemon's clock. The failures counted there are cleared only by a
+    cycle that completes FAILURES_KEPT_S after the last failure: cycles that fail now and
+    then, with completed ones between them, add up (a completed cycle that cleared them
+    at once kept /healthz at "ok" through a failure every few cycles). A database that is
+    down cannot take the report; /healthz then says so itself."""
 
     def __init__(self, lease: Lease, clock: Clock) -> None:
         self.lease, self.clock = lease, clock
         self._failing, self._reported_at = False, float("-inf")
+        self._failed_at = float("-inf")
+        self._counted = False  # the row counts failures that no report has cleared yet
 
     def __call__(self, error: str | None) -> None:
         now = self.clock.now()
-        if error is None and not self._failing and now - self._reported_at < REPORT_EVERY_S:
+        if error is not None:
+            self._failed_at = now
+        clear = error is None and now - self._failed_at >= FAILURES_KEPT_S
+        due = self._failing or (clear and self._counted)
+        if error is None and not due and now - self._reported_at < REPORT_EVERY_S:
             return
         try:
-            self.lease.record_cycle(error)
+            self.lease.record_cycle(error, clear=clear)
         except DatabaseError:
             return
         self._failing, self._reported_at = error is not None, now
+        self._counted = error is not None or (self._counted and not clear)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 import scheduler.daemon.loop as daemon_module
 from scheduler.backends.base import BackendError
+from scheduler.daemon.phases import FAILURES_KEPT_S
 from scheduler.models import Job, JobState, SchedulerLease
 from scheduler.selectors import queue_depth
 from tests.daemon.conftest import Env
@@ -66,10 +67,12 @@ def test_healthz_says_failing_when_every_cycle_fails(tenv: Env, monkeypatch: Any
     assert detail["failures"] == 3 and "offset-naive" in detail["error"]
     assert detail["epoch"] == SchedulerLease.objects.get().epoch >= 1
     assert "scheduler_detail" not in healthz(env.org.users["alice"])
-    # one completed cycle clears it
+    # completed cycles clear it once a minute has passed without a failure
     monkeypatch.undo()
     daemon.stop.clear()
     env.run(daemon, seconds=1)
+    assert healthz()["scheduler"] == "failing"
+    env.run(daemon, seconds=FAILURES_KEPT_S)
     assert healthz()["scheduler"] == "ok"
 
 
@@ -126,7 +129,7 @@ def test_platform_admins_see_leader_epoch_and_last_cycle_on_a_healthy_scheduler(
     section = home_scheduler_section(env.org.users["pat"])
     assert "Scheduler ok" in section and "sched-a" in section
     assert f'id="home-scheduler-epoch">{epoch}<' in section
-    assert "completed" in section and 'id="home-scheduler-failures">0 in a row' in section
+    assert "completed" in section and 'id="home-scheduler-failures">0 recently' in section
 
 
 def test_platform_admins_see_the_queue_depth_by_status(env: Env) -> None:
@@ -141,3 +144,29 @@ def test_platform_admins_see_the_queue_depth_by_status(env: Env) -> None:
     for number, label in [(2, "queued"), (1, "not tried yet"), (1, "waiting with a reason"),
                           (1, "waiting for approval")]:  # fmt: skip
         assert f"<b>{number}</b><span>{label}</span>" in stats, (number, label)
+
+
+def test_healthz_says_failing_when_cycles_fail_between_completed_ones(
+    tenv: Env, monkeypatch: Any
+) -> None:
+    """Issue 34, item 23: a demo load whose submission was refused failed every cycle it
+    ran in, with completed cycles between; each completed one cleared the count, so eight
+    failed cycles left /healthz at "ok"."""
+    env = tenv
+    calls = {"n": 0}
+
+    def refused_every_other_cycle(_daemon: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] % 2:
+            raise ValueError("demo load: user cap 0")
+
+    daemon = env.daemon(on_cycle=refused_every_other_cycle)
+    daemon._loop(StopAfter(daemon, 6))  # fail, complete, fail, complete, fail, complete
+    assert calls["n"] == 6
+    body = healthz()
+    assert (body["status"], body["scheduler"]) == ("degraded", "failing")
+    assert healthz(env.org.users["pat"])["scheduler_detail"]["failures"] == 3
+    # a minute of completed cycles clears it
+    daemon.on_cycle = None
+    env.run(daemon, seconds=FAILURES_KEPT_S, cycles=2)
+    assert healthz()["scheduler"] == "ok"
