@@ -10,8 +10,9 @@
 - When it ends, in any final state (`reservations_release`): the reservation is given back.
   `reservations_sweep` (beat) releases those of jobs already final, should a hook be missed.
 
-The projected cost is the estimate's high end (the dearest allowed flavor for the maximum
-runtime); a job without a maximum runtime may run to the month's end at that price.
+The projected cost is the estimate's high end, the worst case (the dearest allowed flavor,
+the most replicas, (retry limit + 1) attempts of the maximum runtime); a job without a
+maximum runtime may run to the month's end at that price.
 """
 
 from __future__ import annotations
@@ -48,24 +49,26 @@ clock: Callable[[], datetime] = timezone.now
 
 @dataclass(frozen=True)
 class Projection:
-    """What a job may cost from `at`: money (to the cent) and GPU-hours."""
+    """What a job may cost from `at`, at worst: money (to the cent) and GPU-hours."""
 
     estimate: CostEstimate
     money: Decimal
     gpu_hours: Decimal
-    runtime_s: int  # the maximum runtime, or the seconds to the month's end
+    runtime_s: int  # every attempt's maximum runtime together, or the seconds to month end
 
     def in_unit(self, unit: str) -> Decimal:
         return self.gpu_hours if unit == BudgetUnit.GPU_HOURS else self.money
 
 
 def job_projection(job: Any, *, at: datetime) -> Projection:
+    """The job's worst case (`CostEstimate.high`): (retry limit + 1) attempts of its maximum
+    runtime at its most replicas; a job without a maximum runtime runs to the month's end."""
     estimate = job_cost_estimate(job, at=at)
-    runtime = job.max_runtime_s
+    runtime = estimate.high_runtime_s
     if runtime is None:
         runtime = int((month_end(month_start(at)) - at).total_seconds())
     money = estimate.high if estimate.high is not None else estimate.cost_for(runtime)
-    gpus = Decimal(job.replicas * job.gpu_milli_per_replica) / 1000
+    gpus = Decimal(estimate.replicas_max * job.gpu_milli_per_replica) / 1000
     gpu_hours = (gpus * runtime / 3600).quantize(Decimal("0.000001"))
     return Projection(estimate, money, gpu_hours, runtime)
 
@@ -115,7 +118,9 @@ def cost_rule_matches(job: Any, projection: Projection) -> list[RuleMatch]:
         if high is None:
             reason = f"has no maximum runtime, so its cost is unbounded {by}"
         elif high > (policy.threshold or 0):
-            reason = f"may cost up to {projection.estimate.currency} {high:,.2f} {by}"
+            attempts = projection.estimate.attempts_max
+            over = f" over {attempts} attempts" if attempts > 1 else ""
+            reason = f"may cost up to {projection.estimate.currency} {high:,.2f}{over} {by}"
         else:
             continue
         matches.append(RuleMatch(policy.pk, policy.rule, reason))

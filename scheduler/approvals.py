@@ -38,11 +38,30 @@ def job_runtime_s(job: Job) -> int | None:
     return job.max_runtime_s
 
 
+def job_attempts_max(job: Job) -> int:
+    """The most attempts the job may make: its retry limit + 1. Each attempt gets a fresh
+    maximum runtime (the daemon requeues a failed attempt while retries are left), so this
+    multiplies the most it may use and cost."""
+    retry = (job.spec or {}).get("retry") if isinstance(job.spec, dict) else None
+    return int((retry or {}).get("limit") or 0) + 1
+
+
+def job_replicas_max(job: Job) -> int:
+    """The most replicas the job may run at once: an inference job may scale up to its
+    `max_replicas`; every other job runs its `replicas`."""
+    spec = job.spec if isinstance(job.spec, dict) else {}
+    return max(job.replicas, int(spec.get("max_replicas") or 0))
+
+
 def job_estimated_gpu_hours(job: Job) -> float | None:
-    """replicas x GPUs x max runtime / 3600: the most the job may use; None when its runtime
-    is unbounded."""
+    """The most GPU-hours the job may use, the worst case: (retry limit + 1) attempts x the
+    maximum runtime x the most replicas x the GPUs of one / 3600; None when its runtime is
+    unbounded."""
     runtime = job_runtime_s(job)
-    return None if runtime is None else job_gpu_milli(job) / 1000 * runtime / 3600
+    if runtime is None:
+        return None
+    gpus = job_replicas_max(job) * job.gpu_milli_per_replica / 1000
+    return gpus * runtime * job_attempts_max(job) / 3600
 
 
 def job_borrows(job: Job, *, lock: bool = True) -> bool:

@@ -75,7 +75,7 @@ def _job_reason(
         if est_gpu_hours is None:
             return f"has no runtime limit, so its GPU-hours are unbounded {by}"
         if est_gpu_hours > limit:
-            return f"may use {est_gpu_hours:.4g} GPU-hours by its max runtime {by}"
+            return f"may use up to {est_gpu_hours:.4g} GPU-hours (every attempt) {by}"
     pc = policy.priority_class
     if rule == ApprovalRule.PRIORITY_AT_LEAST and pc is not None and priority_value >= pc.value:
         return f"has priority {priority_value} {by}"

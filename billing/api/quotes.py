@@ -39,11 +39,27 @@ class FlavorPriceOut(serializers.Serializer):
 class EstimateOut(serializers.Serializer):
     currency = serializers.CharField()
     low = serializers.CharField(allow_null=True, help_text=MONEY_HELP)
-    high = serializers.CharField(allow_null=True, help_text=MONEY_HELP)
-    per_hour_low = serializers.CharField()
-    per_hour_high = serializers.CharField()
+    high = serializers.CharField(
+        allow_null=True, help_text="The worst case (worst_case_cost). " + MONEY_HELP
+    )
+    per_hour_low = serializers.CharField(help_text="Cheapest flavor, submitted replicas.")
+    per_hour_high = serializers.CharField(help_text="Dearest flavor, most replicas.")
     low_runtime_s = serializers.IntegerField(allow_null=True)
-    high_runtime_s = serializers.IntegerField(allow_null=True)
+    high_runtime_s = serializers.IntegerField(
+        allow_null=True, help_text="Every attempt's maximum runtime together."
+    )
+    attempts_max = serializers.IntegerField(
+        help_text="The most attempts: retry.limit + 1, each with a fresh max_runtime_s."
+    )
+    replicas_max = serializers.IntegerField(
+        help_text="The most replicas (an inference job's max_replicas)."
+    )
+    worst_case_cost = serializers.CharField(
+        allow_null=True,
+        help_text="attempts_max x max_runtime_s on the dearest flavor at replicas_max: what "
+        "budgets reserve and cost rules judge. " + MONEY_HELP,
+    )
+    worst_case_note = serializers.CharField(help_text="The worst case in a sentence.")
     flavors = FlavorPriceOut(many=True)
     unpriced_flavors = serializers.ListField(child=serializers.CharField())
 

@@ -72,13 +72,15 @@ def test_quote_shows_cost_approval_and_budget_and_submits_nothing(
     response = web_for("alice").post(reverse("portal:job-new"), body, **headers)
     assert response.status_code == 200
     page = text(response.content.decode())
-    # 2 replicas x 4 GPUs x 2.50 = 20.00 an hour; 3 hours = 60.00 on the only flavor.
+    # 2 replicas x 4 GPUs x 2.50 = 20.00 an hour; 3 hours = 60.00 on the only flavor, for
+    # one attempt; the form's training default of one retry makes the worst case 2 x 60.00.
     assert "Nothing was submitted" in page
-    assert re.search(r"[A-Z]{3} 60\.00 to [A-Z]{3} 60\.00", page), page
+    assert re.search(r"[A-Z]{3} 60\.00 to [A-Z]{3} 120\.00", page), page
     assert "20.00 an hour" in page
+    assert "2 attempts (retry limit 1 + 1) of up to 10800 s" in page
     assert "Approval needed" in page and "GPUs" in page
-    # Budget left: 1000 - 0 before; 1000 - 60 after.
-    assert "1000.00 of 1000.00" in page and "940.00 after this job" in page
+    # Budget left: 1000 - 0 before; 1000 - 120 after (the worst case is reserved).
+    assert "1000.00 of 1000.00" in page and "880.00 after this job" in page
     assert rows() == before
     # The form keeps what was typed, so that Submit sends the same job.
     assert 'value="bert-pretrain"' in response.content.decode()
