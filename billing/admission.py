@@ -4,7 +4,9 @@
   rule ("estimated cost over N"), and the policy of every budget over the job's tenant and
   its ancestors that the job would take past 100 % (or that is there already): `notify`
   lets it through (the 100 % alert goes out when it is reserved), `approval` sends it to
-  approval with the budget figures, `best-effort` moves it to the best-effort class.
+  approval with the budget figures, `best-effort` moves it to the best-effort class, `hard`
+  refuses it (`BudgetRefused`, a 409 naming the budget, its spend and the job's worst case).
+- At approval (billing/approving.py): the budgets are judged again, at that moment.
 - When the job enters the queue (`reservation_make`: at submit without approval, or at the
   approval): its projected cost is reserved, one row per job.
 - When it ends, in any final state (`reservations_release`): the reservation is given back.
@@ -36,6 +38,7 @@ from billing.budgets import (
 )
 from billing.estimates import CostEstimate, job_cost_estimate
 from billing.models import Budget, BudgetPolicy, BudgetReservation, BudgetUnit
+from common.errors import ConflictError
 from scheduler.admission import Verdict
 from scheduler.models import FINAL_STATES
 from tenants.approval_rules import RuleMatch, policies_applying, policy_describe
@@ -73,12 +76,18 @@ def job_projection(job: Any, *, at: datetime) -> Projection:
     return Projection(estimate, money, gpu_hours, runtime)
 
 
+class BudgetRefused(ConflictError):
+    """A job a `hard` budget refuses (409): it names the budget, its spend and the job's
+    projected (worst-case) cost."""
+
+
 @dataclass(frozen=True)
 class BudgetBreach:
     """A budget the job would take to 100 % or beyond: its position with the job counted."""
 
     position: BudgetPosition  # committed includes the job's projected cost
     slug: str
+    projected: Decimal = Decimal(0)  # the job's worst case, in the budget's unit
 
     @property
     def reason(self) -> str:
@@ -88,6 +97,18 @@ class BudgetBreach:
         return (
             f"would take {self.slug}'s budget for {p.month:%Y-%m} to {p.percent_text} % "
             f"({p.figure(used)} of {limit})"
+        )
+
+    def refusal(self, when: str) -> str:
+        """Why a hard budget refuses the job, e.g. at "submit"."""
+        p = self.position
+        committed = p.committed - self.projected
+        return (
+            f"Refused at {when}: {self.slug}'s budget for {p.month:%Y-%m} (budget {p.budget_id}) "
+            f"is hard: {p.figure(p.spent)} spent and {p.figure(committed)} committed of "
+            f"{p.figure(p.limit)}, and this job may cost up to {p.figure(self.projected)} "
+            f"(its worst case), which {self.reason}. Nothing was created; ask for less (a "
+            "shorter max_runtime_s, fewer retries or replicas) or for a higher limit."
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -103,7 +124,7 @@ def budget_breaches(job: Any, projection: Projection, *, at: datetime) -> list[B
         after = position_of(budget, extra=extra)
         used_before = after.spent + after.committed - extra
         if used_before >= budget.limit or after.spent + after.committed > budget.limit:
-            found.append(BudgetBreach(after, budget.tenant.slug))
+            found.append(BudgetBreach(after, budget.tenant.slug, extra))
     return found
 
 
@@ -154,8 +175,11 @@ def budget_admission_check(job: Any, *, lock: bool = True) -> Verdict:
     projection = job_projection(job, at=now)
     if lock:
         budgets_lock(job.tenant, at=now)
-    approvals = cost_rule_matches(job, projection)
     breaches = budget_breaches(job, projection, at=now)
+    hard = next((b for b in breaches if b.position.policy == BudgetPolicy.HARD), None)
+    if hard is not None:
+        raise BudgetRefused(hard.refusal("submit"))
+    approvals = cost_rule_matches(job, projection)
     payload: dict[str, Any] = {}
     if approvals or breaches:
         payload["estimated_cost"] = projection.estimate.as_json()

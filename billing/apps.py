@@ -20,13 +20,15 @@ class BillingConfig(AppConfig):
         # SQLite drops a table's triggers when a migration rebuilds it: put them back.
         post_migrate.connect(_ensure_triggers, sender=self, dispatch_uid="gantry-billing-triggers")
         # Budgets and cost rules at admission (the scheduler may not import billing).
-        from billing import admission
+        from billing import admission, approving
         from scheduler.admission import (
             register_admission_check,
+            register_approving_check,
             register_on_admitted,
             register_on_final,
         )
 
         register_admission_check(admission.budget_admission_check)
+        register_approving_check(approving.budget_approving_check)
         register_on_admitted(admission.reservation_make)
         register_on_final(admission.reservations_release)

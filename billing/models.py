@@ -328,6 +328,7 @@ class BudgetPolicy(models.TextChoices):
     NOTIFY = "notify", "queue it and send the 100 % alert"
     APPROVAL = "approval", "send it to approval, with the budget figures"
     BEST_EFFORT = "best-effort", "run it at the best-effort priority class"
+    HARD = "hard", "refuse it, at submit and at approval"
 
 
 class Budget(models.Model):

@@ -7,6 +7,10 @@ decide about jobs at submit. So billing registers here at start-up (BillingConfi
   or move the job to another priority class (with the reason);
 - an admitted hook, called inside the transaction that puts a job in the queue: at submit
   when no approval is needed, or when its approval is granted;
+- an approving check, called inside the transaction that approves a job, before it is
+  queued: it judges again what may have changed since submit (budgets: other jobs admitted
+  meanwhile). It may refuse the approval (a DomainError: the decision rolls back and the
+  request stays pending) or move the job to another priority class (a Verdict);
 - a final hook, called inside the transaction that moves jobs to a final state (every path:
   `scheduler.transitions.transition`, for one job or many), with their ids.
 Hooks run in the caller's transaction, so what they write commits or rolls back with it;
@@ -37,10 +41,13 @@ class Verdict:
 # check reads so that jobs submitted together are judged one after another; a quote passes
 # False (it decides nothing and must not wait for a submit).
 AdmissionCheck = Callable[..., Verdict]
+# (job about to be queued, its approval request) -> verdict; raises to refuse the approval.
+ApprovingCheck = Callable[[Any, Any], Verdict]
 AdmittedHook = Callable[[Any], object]  # (job now queued); the result is ignored
 FinalHook = Callable[[Sequence[int]], object]  # (ids of jobs now final); result ignored
 
 _checks: list[AdmissionCheck] = []
+_approving: list[ApprovingCheck] = []
 _admitted: list[AdmittedHook] = []
 _final: list[FinalHook] = []
 
@@ -54,6 +61,10 @@ def register_admission_check(fn: AdmissionCheck) -> None:
     _add(_checks, fn)
 
 
+def register_approving_check(fn: ApprovingCheck) -> None:
+    _add(_approving, fn)
+
+
 def register_on_admitted(fn: AdmittedHook) -> None:
     _add(_admitted, fn)
 
@@ -64,6 +75,10 @@ def register_on_final(fn: FinalHook) -> None:
 
 def admission_verdicts(job: Any, *, lock: bool = True) -> list[Verdict]:
     return [check(job, lock=lock) for check in _checks]
+
+
+def approving_verdicts(job: Any, request: Any) -> list[Verdict]:
+    return [check(job, request) for check in _approving]
 
 
 def job_admitted(job: Any) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from common.errors import ConflictError
-from scheduler.admission import job_admitted
-from scheduler.models import Job, JobState
+from scheduler.admission import Verdict, approving_verdicts, job_admitted
+from scheduler.models import Job, JobEvent, JobState
 from scheduler.quota_usage import usage_by_tenant
 from scheduler.transitions import job_transition
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
@@ -151,6 +151,8 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
     who = actor.get_username() if actor is not None else "the system"
     note = f": {request.comment}" if request.comment else ""
     if outcome == ApprovalState.APPROVED:
+        # Judged again now (budgets may have filled since submit); may refuse (raises).
+        _class_move(job, approving_verdicts(job, request))
         # No reason given: the one the job waited with is cleared in the same write.
         job_transition(
             job=job,
@@ -174,6 +176,20 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
             data={"approval": request.pk},
             reason=reason,
         )
+
+
+def _class_move(job: Job, verdicts: list[Verdict]) -> None:
+    """Apply an approving check's move to another priority class (a budget's best-effort
+    policy), with its event, before the job is queued."""
+    moved = next((v for v in verdicts if v.priority_class is not None), None)
+    if moved is None or moved.priority_class is None:
+        return
+    job.priority_class = moved.priority_class
+    job.spec = {**job.spec, "priority_class": moved.priority_class.name}
+    Job.objects.filter(pk=job.pk).update(priority_class=job.priority_class, spec=job.spec)
+    JobEvent.objects.create(
+        job=job, kind="priority_class", to_state=job.state, message=moved.reason
+    )
 
 
 def register() -> None:
