@@ -113,7 +113,7 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
         held.drop()
         held = None
     if held is None or held.key != key or held.state is None or held.ledger is None:
-        state = ClusterState(snapshot.nodes)
+        state = ClusterState(snapshot.nodes, profile.cpu_only_share)
         flavors = set(state.flavor_names) | {f for t in snapshot.tenants for f in t.quotas}
         ledger = QuotaLedger(snapshot.tenants, sorted(flavors))
         before: dict[str, RunningJob] = {}

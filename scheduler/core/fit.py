@@ -41,6 +41,7 @@ class Misfit:
     flavor: str
     need: int = 0
     most: int = 0
+    cpu_only: bool = False  # a request without GPUs, held to a GPU node's CPU-only share
 
     @property
     def message(self) -> str:
@@ -51,16 +52,17 @@ class Misfit:
                 f"all {self.flavor} nodes together hold {self.most} of the {self.need} "
                 "replicas that must run at once"
             )
-        return f"no {self.flavor} node has " + _NEEDS[self.field].format(
-            need=self.need, most=self.most
-        )
+        need, most = _NEEDS[self.field].format(need=self.need, most=self.most).split("; ")
+        kept = " for jobs without GPUs (the rest is kept for GPU jobs)" if self.cpu_only else ""
+        return f"no {self.flavor} node has {need}{kept}; {most}"
 
 
 class Capacity:
     """What each node holds when empty. ``dev_mem[node, device]`` is a device's memory, 0
-    where there is no device (or, for ``today``, an unhealthy one)."""
+    where there is no device (or, for ``today``, an unhealthy one). ``cpu_only_cpu`` and
+    ``cpu_only_mem``: what jobs without GPUs may hold there (``cpu_only_room``)."""
 
-    def __init__(self, nodes: Sequence[Node], *, today: bool) -> None:
+    def __init__(self, nodes: Sequence[Node], *, today: bool, cpu_only_share: float = 1.0) -> None:
         width = max((len(node.devices) for node in nodes), default=1) or 1
         self.dev_mem = np.zeros((len(nodes), width), dtype=np.int64)
         for i, node in enumerate(nodes):
@@ -70,6 +72,21 @@ class Capacity:
         self.cpu = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
         self.mem = np.array([n.memory_mib for n in nodes], dtype=np.int64)
         self.rdma = np.array([n.rdma for n in nodes], dtype=np.int64)
+        self.cpu_only_cpu, self.cpu_only_mem = cpu_only_room(nodes, cpu_only_share)
+
+
+def cpu_only_room(nodes: Sequence[Node], share: float) -> tuple[IntArray, IntArray]:
+    """The CPU and memory that jobs without GPUs may hold on each node, all of them
+    together: on a node with GPUs, ``share`` of its CPU and of its memory (rounded down);
+    the rest is kept for jobs with GPUs, so CPU-only jobs can never leave its GPUs without
+    the CPU and memory to use them. On a node without GPUs, everything."""
+    cpu = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
+    mem = np.array([n.memory_mib for n in nodes], dtype=np.int64)
+    if share >= 1:
+        return cpu, mem
+    has_gpus = np.array([bool(n.devices) for n in nodes], dtype=np.bool_)
+    kept = np.floor(cpu * share).astype(np.int64), np.floor(mem * share).astype(np.int64)
+    return np.where(has_gpus, kept[0], cpu), np.where(has_gpus, kept[1], mem)
 
 
 def misfit(
@@ -92,13 +109,17 @@ def misfit(
             kth = np.sort(cap.dev_mem[nodes], axis=1)[:, -per_node]
             return Misfit("gpu_memory_mib", flavor, res.gpu_memory_mib, int(kth.max()))
         nodes = ok
-    for name, need, have in (
-        ("cpu_milli", res.cpu_milli, cap.cpu),
-        ("memory_mib", res.memory_mib, cap.mem),
-        ("rdma", res.rdma, cap.rdma),
+    cpu_only = res.gpu_milli == 0
+    cpu, mem = (cap.cpu_only_cpu, cap.cpu_only_mem) if cpu_only else (cap.cpu, cap.mem)
+    for name, need, have, whole in (
+        ("cpu_milli", res.cpu_milli, cpu, cap.cpu),
+        ("memory_mib", res.memory_mib, mem, cap.mem),
+        ("rdma", res.rdma, cap.rdma, cap.rdma),
     ):
         if need and not (ok := nodes & (have >= need)).any():
-            return Misfit(name, flavor, need, int(have[nodes].max()))
+            # held back by the share kept for GPU jobs, not by the nodes' size: say so
+            kept = bool((nodes & (whole >= need)).any())
+            return Misfit(name, flavor, need, int(have[nodes].max()), kept)
         nodes = ok if need else nodes
     held = int(_replicas_per_node(cap, res, k, share, fitting)[nodes].sum())
     return Misfit("replicas", flavor, gang, held) if held < gang else None
@@ -117,7 +138,8 @@ def _replicas_per_node(
         if res.gpu_memory_mib:
             per_device = np.minimum(per_device, cap.dev_mem // res.gpu_memory_mib)
         slots = np.minimum(slots, np.where(cap.dev_mem > 0, per_device, 0).sum(axis=1))
-    for need, have in ((res.cpu_milli, cap.cpu), (res.memory_mib, cap.mem), (res.rdma, cap.rdma)):
+    cpu, mem = (cap.cpu_only_cpu, cap.cpu_only_mem) if res.gpu_milli == 0 else (cap.cpu, cap.mem)
+    for need, have in ((res.cpu_milli, cpu), (res.memory_mib, mem), (res.rdma, cap.rdma)):
         if need:
             slots = np.minimum(slots, have // need)
     return slots

@@ -2,8 +2,9 @@
 
 Filters (one numpy pass over the nodes per replica): flavor, pools, node health and cordon,
 taints (static, cached per cycle); then free whole GPUs on one node, or one device with the
-share and its GPU memory free; CPU, memory, RDMA. Reserved devices are invisible to jobs
-that would delay the reservation (``avoid_reserved``).
+share and its GPU memory free; CPU, memory, RDMA, and for a job without GPUs the part of
+a node's CPU and memory such jobs may hold (``ClusterState.cpu_only_cpu``). Reserved devices
+are invisible to jobs that would delay the reservation (``avoid_reserved``).
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ class Placer:
             mask = mask & (avail >= res.whole_gpus)
         elif res.is_shared:
             mask = mask & self._device_mask(job, avoid_reserved).any(axis=1)
+        else:  # no GPU: within what a node leaves to jobs without GPUs
+            if res.cpu_milli:
+                mask = mask & (state.cpu_only_cpu >= res.cpu_milli)
+            if res.memory_mib:
+                mask = mask & (state.cpu_only_mem >= res.memory_mib)
         if res.cpu_milli:
             mask = mask & (state.cpu_free >= res.cpu_milli)
         if res.memory_mib:
@@ -250,7 +256,9 @@ class Placer:
             return bool(avail >= res.whole_gpus)
         if res.is_shared:
             return bool(self._device_row(i, job, avoid_reserved).any())
-        return True
+        return bool(
+            res.cpu_milli <= state.cpu_only_cpu[i] and res.memory_mib <= state.cpu_only_mem[i]
+        )
 
     def _device_row(self, i: int, job: JobRequest, avoid_reserved: bool) -> BoolArray:
         state, res = self.state, job.resources

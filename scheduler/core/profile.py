@@ -13,7 +13,7 @@ manner of kube-scheduler's ``KubeSchedulerConfiguration``: a header, then the pr
     preemption: {min_runtime_s: 300, critical_overrides_min_runtime: true,
                  ping_pong_guard_s: 900, reclaim_any_priority: true, max_candidates: 256}
     backfill: {enabled: true, unknown_runtime_s: 86400}
-    placement: {max_scored_nodes: 128, fragmentation_step_milli: 100}
+    placement: {max_scored_nodes: 128, fragmentation_step_milli: 100, cpu_only_share: 0.125}
 
 ``Profile.from_document`` checks the header and the rest; ``Profile.from_dict`` the profile
 alone. Every key but the header is optional and defaults as in ``Profile``. Unknown keys,
@@ -26,7 +26,9 @@ guarantee goes to the reclaimer, not back to a higher-priority borrower.
 ``max_scored_nodes`` bounds how many feasible nodes are scored per replica (as
 kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order.
 ``fragmentation_step_milli`` is how coarsely ``FragmentationScore`` compares the fragmentation
-a placement adds (see ``scoring``).
+a placement adds (see ``scoring``). ``cpu_only_share`` is the most of a GPU node's CPU and
+of its memory that jobs without GPUs may hold there, all together (``fit.cpu_only_room``):
+the rest is kept for jobs with GPUs, so CPU-only jobs cannot strand its GPUs (1: no limit).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Profile:
     unknown_runtime_s: float = 86_400.0
     max_scored_nodes: int = 128
     fragmentation_step_milli: float = 100.0
+    cpu_only_share: float = 0.125
 
     @classmethod
     def from_document(cls, document: Any) -> Profile:
@@ -150,6 +153,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "placement": {
         "max_scored_nodes": ("max_scored_nodes", "count"),
         "fragmentation_step_milli": ("fragmentation_step_milli", "pos"),
+        "cpu_only_share": ("cpu_only_share", "unit"),
     },
 }
 _RULES = {"pos": "> 0", "nonneg": ">= 0", "unit": "between 0 and 1"}

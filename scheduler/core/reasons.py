@@ -66,10 +66,16 @@ def capacity(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:
         return _shared(ctx, job, flavor, static)
     if res.whole_gpus:
         return _whole(ctx, job, flavor, static)
+    kept = (
+        f" for jobs without GPUs, which may hold {state.cpu_only_share:.1%} of a node's CPU "
+        "and memory (the rest is kept for its GPUs)"
+        if state.cpu_only_share < 1
+        else ""
+    )
     return WaitReason(
         job.id,
         WaitCode.CAPACITY,
-        f"no {flavor} node has {res.cpu_milli} mCPU and {res.memory_mib} MiB memory free",
+        f"no {flavor} node has {res.cpu_milli} mCPU and {res.memory_mib} MiB memory free{kept}",
     )
 
 

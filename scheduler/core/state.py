@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.core.fit import Capacity, Misfit, misfit
+from scheduler.core.fit import Capacity, Misfit, cpu_only_room, misfit
 from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Resources, Taint, Toleration
 
 IntArray = npt.NDArray[np.int64]
@@ -40,10 +40,16 @@ def _tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -
 
 
 class ClusterState:
-    """Free capacity per node and device, after the snapshot's running allocations."""
+    """Free capacity per node and device, after the snapshot's running allocations.
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    ``cpu_only_cpu`` and ``cpu_only_mem``: what jobs without GPUs may still take on each
+    node, beside its free CPU and memory: on a node with GPUs they together hold at most
+    ``cpu_only_share`` of its CPU and memory (``fit.cpu_only_room``), so they cannot strand
+    its GPUs. A replica without device shares is such a job's."""
+
+    def __init__(self, nodes: Sequence[Node], cpu_only_share: float = 1.0) -> None:
         self.nodes = tuple(nodes)
+        self.cpu_only_share = cpu_only_share
         self.index = {node.name: i for i, node in enumerate(nodes)}
         n, d = len(nodes), max((len(node.devices) for node in nodes), default=1) or 1
         self.max_devices = d
@@ -64,6 +70,7 @@ class ClusterState:
         self.cpu_free = np.array([node.cpu_milli for node in nodes], dtype=np.int64)
         self.mem_free = np.array([node.memory_mib for node in nodes], dtype=np.int64)
         self.rdma_free = np.array([node.rdma for node in nodes], dtype=np.int64)
+        self.cpu_only_cpu, self.cpu_only_mem = cpu_only_room(self.nodes, cpu_only_share)
         self.reserved = np.zeros((n, d), dtype=np.bool_)
         self.whole_free = np.zeros(n, dtype=np.int64)
         self.reserved_whole_free = np.zeros(n, dtype=np.int64)
@@ -142,6 +149,11 @@ class ClusterState:
             self.mem_free[i] -= sign * mem
         if rdma:
             self.rdma_free[i] -= sign * rdma
+        if not shares:  # a job without GPUs: out of the share it may hold
+            if cpu:
+                self.cpu_only_cpu[i] -= sign * cpu
+            if mem:
+                self.cpu_only_mem[i] -= sign * mem
         self._unsigned.add(i)
         self.dirty.add(i)
         if moved:
@@ -238,7 +250,9 @@ class ClusterState:
         key = (res, gang, flavor, pools, tolerations)
         if key not in self._misfits:
             if self._capacity is None:
-                self._capacity = Capacity(self.nodes, today=True)
+                self._capacity = Capacity(
+                    self.nodes, today=True, cpu_only_share=self.cpu_only_share
+                )
             if len(self._misfits) >= 4096:  # a state kept across cycles sees many shapes
                 self._misfits.clear()
             mask = self.static_mask(flavor, pools, tolerations)

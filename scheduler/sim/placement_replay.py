@@ -3,11 +3,14 @@
 The openb protocol (place requests one at a time, no departures, skip what fits nowhere)
 needs no queue, quota or clock, only the placer and its scoring plugins. The fragmentation
 mix is learned online: each request is observed when it arrives, before it is placed.
+CPU-only pods take a GPU node's CPU and memory as the protocol (and FGD's paper) does,
+without the profile's ``cpu_only_share`` kept for jobs with GPUs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from scheduler.core import Profile
 from scheduler.core.cycle import build_context
@@ -26,7 +29,7 @@ def replay_placements(
     """For each (resources, allowed flavors), in order: (node, flavor) where it was placed,
     or None when it fit nowhere. Placements stay (no departures)."""
     snapshot = Snapshot(0.0, tuple(nodes), (_ANYONE,), (_UNCHARGED,))
-    ctx = build_context(snapshot, profile)
+    ctx = build_context(snapshot, replace(profile, cpu_only_share=1.0))
     scorers = [s for s, _ in ctx.placer.scorers if isinstance(s, FragmentationScore)]
     every_flavor = tuple(ctx.state.flavor_names)
     for k, (resources, flavors) in enumerate(requests):
