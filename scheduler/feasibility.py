@@ -10,7 +10,9 @@ The inventory may grow (a cluster autoscaler, nodes still to join): with
 ``GANTRY_REFUSE_BEYOND_INVENTORY`` off, only quotas refuse, and a job no node holds is
 queued; the engine's wait reason then says that nothing in the cluster can hold it today.
 With no node known at all (a scheduler that has not yet listed the cluster), the inventory
-is not judged either.
+is not judged either. A job without GPUs is judged against the part of a GPU node's CPU and
+memory such jobs may hold (`placement.cpu_only_share` of the profile the leading daemon
+recorded, else the built-in default; docs/engine.md, "Jobs without GPUs").
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import numpy as np
 from django.conf import settings
 from rest_framework.exceptions import ValidationError
 
+from scheduler.core import Profile, ProfileError
 from scheduler.core.fit import Capacity, Misfit, closest, describe, misfit
 from scheduler.core.quota import QuotaLedger, gpus
 from scheduler.core.types import Device, Resources
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Quota as CoreQuota
 from scheduler.core.types import Tenant as CoreTenant
-from scheduler.models import GpuDevice, Job, Node
+from scheduler.models import GpuDevice, Job, Node, SchedulingProfileRecord
 from tenants.models import JobType, Quota, ResourceFlavor, Tenant
 
 RESOURCE_FIELDS = {
@@ -62,7 +65,8 @@ def job_check_fits(*, job: Job, spec: dict[str, Any]) -> None:
     judge_nodes = bool(nodes) and settings.GANTRY_REFUSE_BEYOND_INVENTORY
     if not flavors or (not judge_nodes and not job.priority_class.counts_against_quota):
         return
-    capacity = Capacity(nodes, today=False)
+    share = _cpu_only_share() if judge_nodes and not res.gpu_milli else 1.0
+    capacity = Capacity(nodes, today=False, cpu_only_share=share)
     flavor_of = np.array([n.flavor for n in nodes], dtype=object)
     misfits: list[Misfit] = []
     short: dict[str, list[str]] = defaultdict(list)
@@ -76,6 +80,15 @@ def job_check_fits(*, job: Job, spec: dict[str, Any]) -> None:
             return  # this flavor may run it
         short[_quota_field(job, spec, why[0])].append(why[1])
     raise ValidationError(_errors(misfits, short, spec))
+
+
+def _cpu_only_share() -> float:
+    """What jobs without GPUs may hold of a GPU node, as the profile in force says."""
+    document = SchedulingProfileRecord.objects.filter(pk=1).values_list("document", flat=True)
+    try:
+        return Profile.from_document(document.first() or Profile().to_document()).cpu_only_share
+    except ProfileError:  # recorded by another version of the code
+        return Profile().cpu_only_share
 
 
 def _inventory(pools: tuple[str, ...]) -> list[CoreNode]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from scheduler.models import GpuDevice, Job, Node
+from scheduler.core import Profile
+from scheduler.models import GpuDevice, Job, Node, SchedulingProfileRecord
 from scheduler.services import job_submit
 from tenants.models import Quota
 from tests import factories as f
@@ -190,3 +192,29 @@ def test_api_answers_400_naming_the_field(org: Org, inventory: None, client_for:
     (message,) = response.json()["errors"]["spec"]["resources"]["gpus"]
     assert "no A100-40GB or H100-80GB node has 16 GPUs; the most on one node is 8" in message
     assert Job.objects.count() == 0
+
+
+def test_a_job_without_gpus_beyond_a_gpu_nodes_cpu_only_share_is_refused(
+    org: Org, inventory: None
+) -> None:
+    # Issue 34, item 17: jobs without GPUs hold at most 1/8 of a GPU node's CPU and memory
+    # (the default profile): 8 of the 64 cores here, so 40 cores can never run.
+    errors = refused(
+        org, replicas=1, flavors=[], resources={"gpus": 0, "cpu_milli": 40_000, "memory_mib": 1024}
+    )
+    (message,) = errors["resources"]["cpu_milli"]
+    assert "node has 40000 mCPU for jobs without GPUs (the rest is kept for GPU jobs)" in message
+    assert "the most is 8000" in message
+
+
+def test_the_cpu_only_share_is_the_leading_daemons_profile(org: Org, inventory: None) -> None:
+    # the daemon recorded a profile that lets jobs without GPUs take half a GPU node
+    document = Profile.from_dict({"placement": {"cpu_only_share": 0.5}}).to_document()
+    SchedulingProfileRecord.objects.create(
+        name="half", sha256="0" * 64, document=document, loaded_at=timezone.now()
+    )
+    errors = refused(org, replicas=1, flavors=[], resources={"gpus": 0, "cpu_milli": 32_001})
+    assert "the most is 32000" in errors["resources"]["cpu_milli"][0]
+    spec = job_spec(replicas=1, flavors=[], resources={"gpus": 0, "cpu_milli": 32_000})
+    job, _ = job_submit(user=org.users["alice"], project=org.proj_alpha, payload=spec)
+    assert job.state == "queued"
