@@ -84,6 +84,7 @@ def months_close_due(*, now: datetime) -> list[Statement]:
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:
     if start != floor_hour(start) or end != floor_hour(end) or end <= start:
         raise ValidationError({"period": ["whole hours (UTC), the end after the start."]})
+    _check_metered_range(start, end, now)
     first = Allocation.objects.aggregate(first=Min("started_at"))["first"]
     hour = max(start, floor_hour(first)) if first is not None else end
     metered = set(
@@ -100,6 +101,21 @@ def _check_period(start: datetime, end: datetime, now: datetime) -> None:
             f"the period up to {end:%Y-%m-%dT%H:%M:%SZ} is not metered completely yet"
             + (f" (first hour missing: {missing:%Y-%m-%dT%H:%M:%SZ})." if missing else ".")
         )
+
+
+def _check_metered_range(start: datetime, end: datetime, now: datetime) -> None:
+    """A period is closed only within the installation's metered range: from its first
+    metered hour to the current month. A month before it (`0001-01`) would close an empty
+    statement nobody can correct; one after the current month has no usage yet."""
+    first = MeteringPeriod.objects.aggregate(first=Min("start"))["first"]
+    if first is None:
+        raise DomainError("nothing has been metered yet: there is no period to close.")
+    if end <= first:
+        raise DomainError(
+            f"the period ends before the first metered hour ({first:%Y-%m-%dT%H:%M:%SZ})."
+        )
+    if start > now:
+        raise DomainError(f"the period starts after now ({now:%Y-%m-%dT%H:%M:%SZ}).")
 
 
 def statement_close(

@@ -215,6 +215,7 @@ REST_FRAMEWORK = {
         "agent": os.environ.get("GANTRY_THROTTLE_AGENT", "60/min"),
     },
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.api.negotiation.StrictContentNegotiation",
+    "DEFAULT_METADATA_CLASS": "common.api.metadata.DescriptiveMetadata",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from billing.closing import month_bounds
 from billing.costs import MAX_WINDOW
 from billing.models import IdlePolicy, LineKind, Statement, StatementLine
 from billing.rating import QUANTITY_PLACES
@@ -225,6 +226,13 @@ class StatementCloseIn(StrictInputSerializer):
         help_text="YYYY-MM (UTC).",
         error_messages={"invalid": "a month as YYYY-MM, such as 2031-01."},
     )
+
+    def validate_month(self, value: str) -> str:
+        try:
+            month_bounds(value)
+        except ValueError as exc:  # year 0000, or a month whose end is past year 9999
+            raise serializers.ValidationError("a month from 0001-01 to 9999-11.") from exc
+        return value
 
 
 class StatementAdjustIn(StrictInputSerializer):

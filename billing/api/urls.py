@@ -1,9 +1,9 @@
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
 from billing.api import budgets, costs, exports, quotes, views
+from common.api.routers import IdRouter
 
-router = SimpleRouter()
+router = IdRouter()
 router.register("rate-cards", views.RateCardViewSet, basename="ratecard")
 router.register("budgets", budgets.BudgetViewSet, basename="budget")
 router.register("statements", costs.StatementViewSet, basename="statement")

@@ -3,7 +3,8 @@
 - Integers are integers (`?depth=0.5` is refused, where a decimal field took it), and fit in
   64 bits (`?tenant=2**70` is refused, where SQLite failed to bind it).
 - Booleans are `true` or `false` (`?ready=null` is refused, where it meant "any").
-- A parameter sent empty (`?created_before=`) is refused, where it meant "no filter".
+- A parameter sent empty (`?created_before=`) is refused, where it meant "no filter"; the
+  schema says so (`minLength: 1`, common/api/schema.py).
 - A foreign key is filtered by id over the list the user may already see: an id that does not
   exist and one the user may not see give the same empty page. A choice of visible rows would
   answer 400 for the first and an empty page for the second, telling ids apart (an oracle).

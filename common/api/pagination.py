@@ -19,7 +19,7 @@ class StrictPageNumberPagination(PageNumberPagination):
             return int(self.page_size or 50)
         if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE_SIZE:
             raise ValidationError(
-                {"page_size": f"must be an integer from 1 to {MAX_PAGE_SIZE}, got {raw[:20]!r}."}
+                {"page_size": [f"must be an integer from 1 to {MAX_PAGE_SIZE}, got {raw[:20]!r}."]}
             )
         return int(raw)
 

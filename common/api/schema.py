@@ -1,4 +1,5 @@
-"""What the OpenAPI schema says beyond the serializers: the error answers of every operation.
+"""What the OpenAPI schema says beyond the serializers: the error answers of every operation,
+that request bodies take no undeclared field, and that no query value may be sent empty.
 
 drf-spectacular documents the success answers it can infer. Every operation can also answer
 with the one error shape (`common.api.errors`): 400 for bad input (bodies and query values),
@@ -6,6 +7,11 @@ with the one error shape (`common.api.errors`): 400 for bad input (bodies and qu
 writes 409, 413 and 415.
 This post-processing hook adds them, so that the schema and the server stay in step
 (tests/api/test_schema_fuzz.py checks every answer against it).
+
+Every input serializer refuses a field it does not declare (`common.api.serializers`), so each
+object a request body reaches is `additionalProperties: false`; every query value sent empty is
+refused (`common.api.filters`, and the serializers' `allow_blank=False`), so each string query
+parameter is `minLength: 1`.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ WRITES = {"post", "put", "patch", "delete"}
 def add_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
     """drf-spectacular POSTPROCESSING_HOOKS entry."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    close_request_bodies(result)
+    refuse_empty_query_values(result)
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path in result.get("paths", {}).values():
         for method, operation in path.items():
@@ -65,3 +73,50 @@ def add_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                     answer.setdefault("content", error)
                     answer.setdefault("headers", RETRY_AFTER)
     return result
+
+
+def _operations(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        operation
+        for path in result.get("paths", {}).values()
+        for operation in path.values()
+        if isinstance(operation, dict) and "responses" in operation
+    ]
+
+
+def close_request_bodies(result: dict[str, Any]) -> None:
+    """`additionalProperties: false` on every object schema a request body reaches (through
+    `$ref`, properties and array items), the request components included; an object that
+    says what its extra keys hold (a map such as `node_labels`) keeps that."""
+    components = result.get("components", {}).get("schemas", {})
+    seen: set[int] = set()
+    stack = [
+        media["schema"]
+        for operation in _operations(result)
+        for media in operation.get("requestBody", {}).get("content", {}).values()
+        if "schema" in media
+    ]
+    while stack:
+        schema = stack.pop()
+        if not isinstance(schema, dict) or id(schema) in seen:
+            continue
+        seen.add(id(schema))
+        if "$ref" in schema:
+            stack.append(components.get(schema["$ref"].rsplit("/", 1)[-1]))
+            continue
+        if "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+        stack.extend(schema.get("properties", {}).values())
+        stack.extend(schema.get(key) for key in ("items", "additionalProperties"))
+        stack.extend(schema.get("allOf", []) + schema.get("oneOf", []) + schema.get("anyOf", []))
+
+
+def refuse_empty_query_values(result: dict[str, Any]) -> None:
+    for operation in _operations(result):
+        for parameter in operation.get("parameters", []):
+            if parameter.get("in") != "query":
+                continue
+            schema = parameter.get("schema", {})
+            schema = schema.get("items", schema)
+            if schema.get("type") == "string" and "enum" not in schema:
+                schema.setdefault("minLength", 1)

@@ -117,7 +117,7 @@ class AuditFilter(StrictFilterSet):
         model = AuditEntry
         fields = ["actor", "action", "tenant", "target_type", "target_id"]
 
-    def filter_subtree(self, queryset: Any, name: str, value: Any) -> Any:
+    def filter_subtree(self, queryset: Any, name: str, value: int) -> Any:
         path = Tenant.objects.filter(pk=int(value)).values_list("path", flat=True).first()
         if path is None:
             return queryset.none()

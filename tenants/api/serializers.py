@@ -24,6 +24,9 @@ from tenants.models import (
     TenantKind,
 )
 
+# A priority class's value: Kubernetes' bound for user-defined classes (one billion).
+PRIORITY_BOUND = 10**9
+
 
 @extend_schema_field(OpenApiTypes.INT)
 class VisibleTenantField(serializers.PrimaryKeyRelatedField):
@@ -182,7 +185,20 @@ class MembershipUpdateIn(StrictInputSerializer):
 # --- flavors -----------------------------------------------------------------------------
 
 
+@extend_schema_field({"type": "array", "items": {"type": "string", "maxLength": 32}})
+class MigProfilesField(serializers.JSONField):
+    """A JSON list of MIG profile names, checked by `FlavorSerializer`; documented as such."""
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class NodeLabelsField(serializers.JSONField):
+    """A JSON object of label name -> value, checked by `FlavorSerializer`."""
+
+
 class FlavorSerializer(serializers.ModelSerializer):
+    mig_profiles = MigProfilesField(required=False)
+    node_labels = NodeLabelsField(required=False)
+
     class Meta:
         model = ResourceFlavor
         fields = [
@@ -275,6 +291,8 @@ class PriorityClassSerializer(serializers.ModelSerializer):
             "counts_against_quota",
             "description",
         ]
+        # The same range in the schema on every database, where the column's would differ.
+        extra_kwargs = {"value": {"min_value": -PRIORITY_BOUND, "max_value": PRIORITY_BOUND}}
 
 
 class PriorityDefaultOut(serializers.ModelSerializer):

@@ -1,9 +1,9 @@
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
+from common.api.routers import IdRouter
 from tenants.api import governance, views
 
-router = SimpleRouter()
+router = IdRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
 router.register("projects", views.ProjectViewSet, basename="project")
 router.register("memberships", views.MembershipViewSet, basename="membership")

@@ -67,7 +67,8 @@ class TenantViewSet(ReadWriteViewSet):
         data = self.read_input(s.TenantUpdateIn, partial=True)
         return self.respond(services.tenant_update(user=request.user, tenant=tenant, **data))
 
-    @extend_schema(request=None, responses=s.IdleRuleOut, methods=["GET", "DELETE"])
+    @extend_schema(request=None, responses=s.IdleRuleOut, methods=["GET"])
+    @extend_schema(request=None, responses={204: None}, methods=["DELETE"])
     @extend_schema(request=s.IdleRuleIn, responses=s.IdleRuleOut, methods=["PUT"])
     @action(
         detail=True, methods=["get", "put", "delete"], url_path="idle-rule", url_name="idlerule"
@@ -87,6 +88,7 @@ class TenantViewSet(ReadWriteViewSet):
             )
         elif request.method == "DELETE":
             idle_rules.idle_rule_delete(user=request.user, tenant=tenant)
+            return Response(status=status.HTTP_204_NO_CONTENT)  # GET tells the rule now in force
         return Response(s.IdleRuleOut(idle_rules.idle_rule_view(tenant)).data)
 
     @extend_schema(request=None, responses=s.AllowedRegistriesOut, methods=["GET"])

@@ -22,6 +22,7 @@ from billing.closing import statement_close
 from billing.metering import meter_usage
 from billing.models import Budget, CostExport, Statement
 from billing.rates import RatePrices, rate_card_add
+from common.api.routers import ID_PATTERN
 from scheduler.models import Job, JobState
 from scheduler.services import job_submit
 from tenants import approval_policies
@@ -83,7 +84,7 @@ def api_routes() -> list[Route]:
         if not template.startswith("api/v1/"):
             continue
         clean = (
-            template.replace("(?P<pk>[^/.]+)", "<pk>")
+            template.replace(f"(?P<pk>{ID_PATTERN})", "<pk>")
             .replace("^", "")
             .replace("$", "")
             .replace("\\Z", "")

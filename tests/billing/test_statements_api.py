@@ -109,12 +109,42 @@ def test_finance_closes_a_month_once(org: Org, client_for: Any, monkeypatch: Any
     assert "organisation" in team.json()["errors"]
 
 
-def test_a_month_not_metered_is_a_400(org: Org, client_for: Any) -> None:
+def test_a_month_not_metered_is_a_400(org: Org, client_for: Any, monkeypatch: Any) -> None:
     cluster(org)
+    monkeypatch.setattr(timezone, "now", lambda: at(24 * 60))  # March 2031: February is over
     body = {"organisation": org.acme.pk, "month": "2031-02"}
     response = client_for("pat").post("/api/v1/statements/close/", body, format="json")
     assert response.status_code == 400
     assert "not metered completely" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("month", "message"),
+    [
+        ("0000-01", "month"),  # no year 0: was a 500
+        ("9999-12", "month"),  # its end is in year 10000: was a 500
+        ("0001-01", "before the first metered hour"),  # closed an empty statement
+        ("2030-12", "before the first metered hour"),
+        ("2099-01", "starts after now"),
+    ],
+)
+def test_a_month_outside_the_metered_range_is_a_400(
+    org: Org, client_for: Any, month: str, message: str
+) -> None:
+    cluster(org)  # metered from T0, 2031-01-01
+    body = {"organisation": org.acme.pk, "month": month}
+    response = client_for("pat").post("/api/v1/statements/close/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert message in str(response.json())
+    assert not Statement.objects.exists()
+
+
+def test_nothing_closes_before_anything_was_metered(org: Org, client_for: Any) -> None:
+    body = {"organisation": org.acme.pk, "month": "2020-01"}
+    response = client_for("pat").post("/api/v1/statements/close/", body, format="json")
+    assert response.status_code == 400
+    assert "nothing has been metered yet" in response.json()["detail"]
+    assert not Statement.objects.exists()
 
 
 def test_the_idle_policy_read_by_finance_set_by_platform_admins(org: Org, client_for: Any) -> None:

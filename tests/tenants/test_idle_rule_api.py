@@ -68,7 +68,9 @@ def test_admins_set_and_remove_the_rule_audited(org: Org, client_for: Any, admin
     entry = AuditEntry.objects.get(action="tenant.idle_rule.set")
     assert (entry.actor_name, entry.tenant_id, entry.before) == (admin, org.alpha.pk, None)
     assert entry.after == {"threshold_pct": 10.0, "duration_s": 1200, "action": "notify_and_stop"}
-    body = client.delete(url(org)).json()
+    removed = client.delete(url(org))
+    assert (removed.status_code, removed.content) == (204, b"")  # as documented (issue 34)
+    body = client.get(url(org)).json()
     assert body["own"] is None and body["effective"]["origin"] == "default"
     assert AuditEntry.objects.filter(action="tenant.idle_rule.delete").count() == 1
 

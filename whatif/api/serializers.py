@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.api.serializers import StrictInputSerializer
+from tenants.api.serializers import PRIORITY_BOUND
 from whatif.models import MAX_WINDOW_DAYS, WhatIf
 from whatif.present import results_for
 
@@ -35,7 +36,9 @@ class ChangeIn(StrictInputSerializer):
         help_text="One user's cap.",
     )
     name = serializers.CharField(required=False, max_length=63, help_text="A priority class.")
-    value = serializers.IntegerField(required=False, min_value=-(10**9), max_value=10**9)
+    value = serializers.IntegerField(
+        required=False, min_value=-PRIORITY_BOUND, max_value=PRIORITY_BOUND
+    )
 
     QUOTA = {
         "tenant",
@@ -96,9 +99,12 @@ class WhatIfProgressOut(serializers.Serializer):
 
 
 class WhatIfOut(serializers.ModelSerializer):
-    scope = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    # null: the whole platform (scope); a run not replaying a quota request (approval_request).
+    scope = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True, allow_null=True)
     requested_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
-    approval_request = serializers.PrimaryKeyRelatedField[Any](source="approval", read_only=True)
+    approval_request = serializers.PrimaryKeyRelatedField[Any](
+        source="approval", read_only=True, allow_null=True
+    )
     progress = serializers.SerializerMethodField()
     results = serializers.SerializerMethodField()
 

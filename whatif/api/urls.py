@@ -1,8 +1,7 @@
-from rest_framework.routers import SimpleRouter
-
+from common.api.routers import IdRouter
 from whatif.api import views
 
-router = SimpleRouter()
+router = IdRouter()
 router.register("what-ifs", views.WhatIfViewSet, basename="whatif")
 
 urlpatterns = router.urls

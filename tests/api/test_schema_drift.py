@@ -1,0 +1,125 @@
+"""The API takes what its schema says and no more, and answers as it says (issue 34, items
+18, 21 and 22): OPTIONS without a 500, duplicate JSON keys and non-canonical ids refused,
+bounded priority values, a 204 where one is documented, the error shape everywhere, and a
+schema that states what the server refuses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from scheduler.models import Job
+from tenants.models import IdleRule, PriorityClass, ResourceFlavor
+from tests.conftest import Org, job_spec
+from whatif.models import WhatIf
+
+SCHEMA: list[dict[str, Any]] = []
+
+
+def schema(client: Any) -> dict[str, Any]:
+    if not SCHEMA:
+        SCHEMA.append(yaml.safe_load(client.get("/api/v1/schema/").content))
+    return SCHEMA[0]
+
+
+def post_raw(client: Any, url: str, body: str) -> Any:
+    return client.generic("POST", url, data=body, content_type="application/json")
+
+
+def test_options_on_a_view_without_a_queryset_answers(org: Org, client_for: Any) -> None:
+    response = client_for("pat").options(f"/api/v1/billing-policies/{org.acme.pk}/")
+    assert response.status_code == 200, response.content
+    assert set(response["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD", "PUT", "OPTIONS"}
+    assert "actions" not in response.json()
+
+
+def test_a_duplicate_json_key_is_400_naming_it(org: Org, client_for: Any) -> None:
+    spec = json.dumps(job_spec())
+    body = f'{{"project": {org.proj_alpha.pk}, "project": {org.proj_bravo.pk}, "spec": {spec}}}'
+    response = post_raw(client_for("alice"), "/api/v1/jobs/", body)
+    assert response.status_code == 400
+    assert "'project' more than once" in response.json()["detail"]
+    nested = f'{{"project": {org.proj_alpha.pk}, "spec": {spec[:-1]}, "name": "x"}}}}'
+    response = post_raw(client_for("alice"), "/api/v1/jobs/", nested)
+    assert "'name' more than once" in response.json()["detail"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("raw", ["+{pk}", "0{pk}", "{pk}.0", " {pk}", "-{pk}", "0"])
+def test_an_id_in_a_path_is_canonical_decimal(org: Org, client_for: Any, raw: str) -> None:
+    client = client_for("pat")
+    pk = org.alpha.pk
+    assert client.get(f"/api/v1/tenants/{pk}/").status_code == 200
+    response = client.get(f"/api/v1/tenants/{raw.format(pk=pk)}/")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63), 10**9 + 1, -(10**9) - 1])
+def test_a_priority_value_out_of_range_is_400(org: Org, client_for: Any, value: int) -> None:
+    body = {"name": "huge", "value": value}
+    response = client_for("pat").post("/api/v1/priority-classes/", body, format="json")
+    assert response.status_code == 400
+    assert "value" in response.json()["errors"]
+    assert not PriorityClass.objects.filter(name="huge").exists()
+
+
+def test_the_schema_bounds_priority_values(org: Org, client_for: Any) -> None:
+    value = schema(client_for("pat"))["components"]["schemas"]["PriorityClassRequest"]
+    bounds = value["properties"]["value"]
+    assert (bounds["minimum"], bounds["maximum"]) == (-(10**9), 10**9)
+
+
+def test_deleting_an_idle_rule_is_the_documented_204(org: Org, client_for: Any) -> None:
+    IdleRule.objects.create(tenant=org.alpha, threshold_pct=3)
+    client = client_for("pat")
+    response = client.delete(f"/api/v1/tenants/{org.alpha.pk}/idle-rule/")
+    assert (response.status_code, response.content) == (204, b"")
+    documented = schema(client)["paths"]["/api/v1/tenants/{id}/idle-rule/"]["delete"]
+    assert "204" in documented["responses"] and "200" not in documented["responses"]
+
+
+def test_a_bad_page_size_answers_the_error_shape(org: Org, client_for: Any) -> None:
+    response = client_for("alice").get("/api/v1/jobs/?page_size=0")
+    assert response.status_code == 400
+    assert response.json()["errors"]["page_size"] == ["must be an integer from 1 to 200, got '0'."]
+
+
+def test_request_bodies_refuse_undeclared_fields_in_the_schema(org: Org, client_for: Any) -> None:
+    components = schema(client_for("pat"))["components"]["schemas"]
+    requests = {name: c for name, c in components.items() if name.endswith("Request")}
+    assert requests and all(c["additionalProperties"] is False for c in requests.values())
+    # A map keeps what its values are.
+    labels = components["FlavorRequest"]["properties"]["node_labels"]
+    assert labels == {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+def test_flavor_lists_and_maps_are_typed_and_not_nullable(org: Org, client_for: Any) -> None:
+    client = client_for("pat")
+    properties = schema(client)["components"]["schemas"]["FlavorRequest"]["properties"]
+    assert properties["mig_profiles"] == {
+        "type": "array",
+        "items": {"type": "string", "maxLength": 32},
+    }
+    body = {"name": "B200-192GB", "resource_name": "nvidia.com/gpu", "mig_profiles": None}
+    response = client.post("/api/v1/flavors/", body, format="json")
+    assert "mig_profiles" in response.json()["errors"]
+    assert not ResourceFlavor.objects.filter(name="B200-192GB").exists()
+
+
+def test_empty_query_values_are_refused_as_the_schema_says(org: Org, client_for: Any) -> None:
+    client = client_for("alice")
+    assert "name" in client.get("/api/v1/jobs/?name=").json()["errors"]
+    parameters = schema(client)["paths"]["/api/v1/jobs/"]["get"]["parameters"]
+    name = next(p for p in parameters if p["name"] == "name")
+    assert name["schema"]["minLength"] == 1
+
+
+def test_a_what_if_s_nullable_fields_are_documented_nullable(org: Org, client_for: Any) -> None:
+    out = schema(client_for("pat"))["components"]["schemas"]["WhatIfOut"]["properties"]
+    assert out["approval_request"]["nullable"] is True
+    assert out["scope"]["nullable"] is True
+    assert not WhatIf.objects.exists()
