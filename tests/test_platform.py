@@ -376,15 +376,52 @@ def test_scheduler_rbac() -> None:
     assert _pod_spec(deployment)["serviceAccountName"] == "gantry-scheduler"
 
 
-def test_the_web_may_read_job_pods_logs() -> None:
-    """The job page, the logs API and `gantry logs` read pods/log from the web process."""
-    binding = _one("ClusterRoleBinding", "gantry-app-reader")
+def test_the_web_may_read_job_pods_logs_in_project_namespaces_only() -> None:
+    """The job page, the logs API and `gantry logs` read pods/log from the web process: through
+    the RoleBinding the daemon makes in each project namespace, never cluster-wide (issue 34)."""
+    (binding,) = [d for d in _docs("RoleBinding") if d["roleRef"]["name"] == "gantry-app-reader"]
+    assert binding["metadata"]["namespace"] == "team-a-vision"  # the project's template
     role = _one("ClusterRole", binding["roleRef"]["name"])
     assert _rules_allow(role["rules"], "", "pods/log", "get")
-    assert {"kind": "ServiceAccount", "name": "gantry-app", "namespace": NAMESPACE} in (
-        binding["subjects"]
-    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gantry-app", "namespace": NAMESPACE}
+    ]
+    cluster_wide = [b["metadata"]["name"] for b in _docs("ClusterRoleBinding")]
+    assert not [b for b in cluster_wide if _one("ClusterRole", b) is role], cluster_wide
     assert _pod_spec(_one("Deployment", "gantry-web"))["serviceAccountName"] == "gantry-app"
+
+
+def test_the_tenant_template_is_what_the_daemon_creates() -> None:
+    """templates/tenant-namespace.yaml shows an operator what each project namespace holds;
+    the daemon renders the same NetworkPolicies and RoleBinding (kubernetes_namespace)."""
+    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.backends.kubernetes_namespace import (
+        render_log_reader_binding,
+        render_network_policies,
+    )
+
+    config = KubernetesConfig()
+    rendered = [*render_network_policies("team-a-vision", config)]
+    rendered.append(render_log_reader_binding("team-a-vision", config))
+    template = [
+        doc
+        for path, _, doc in MANIFESTS
+        if path.endswith("tenant-namespace.yaml") and doc["kind"] != "Namespace"
+    ]
+    assert template == rendered
+
+
+def test_worker_and_beat_hold_no_kubernetes_token() -> None:
+    """They never call the Kubernetes API (logs and TokenReviews are the web's): an account
+    without rights, and no token mounted (issue 34)."""
+    for name in ("gantry-worker", "gantry-beat"):
+        pod = _pod_spec(_one("Deployment", name))
+        assert pod["serviceAccountName"] == "gantry-worker", name
+        assert pod["automountServiceAccountToken"] is False, name
+    bound = {
+        s["name"] for b in _docs("ClusterRoleBinding") + _docs("RoleBinding") for s in b["subjects"]
+    }
+    assert "gantry-worker" not in bound
 
 
 def test_only_the_scheduler_may_change_the_cluster() -> None:
@@ -392,7 +429,10 @@ def test_only_the_scheduler_may_change_the_cluster() -> None:
     for binding in _docs("ClusterRoleBinding") + _docs("RoleBinding"):
         role = _one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
         if role["metadata"]["name"] != "gantry-scheduler":
-            granted = {v for r in role["rules"] for v in r["verbs"]}
+            # A TokenReview is a question to the API server (who holds this token?), not a write.
+            granted = {
+                v for r in role["rules"] if r["resources"] != ["tokenreviews"] for v in r["verbs"]
+            }
             assert not granted & writes, f"{role['metadata']['name']} may write: {granted}"
 
 

@@ -43,6 +43,7 @@ from scheduler.backends.base import (
 )
 from scheduler.backends.kubernetes_config import KubernetesConfig
 from scheduler.backends.kubernetes_inventory import node_info
+from scheduler.backends.kubernetes_namespace import NamespaceContents
 from scheduler.backends.kubernetes_render import (
     LABEL_MANAGED,
     is_adoptable,
@@ -116,7 +117,7 @@ def api_client_from_environment() -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-class KubernetesBackend:
+class KubernetesBackend(NamespaceContents):
     """ClusterBackend over a Kubernetes apiserver. Thread-safe as the client is."""
 
     def __init__(
@@ -130,6 +131,9 @@ class KubernetesBackend:
     ) -> None:
         self.api_client = api_client or api_client_from_environment()
         self.core = client.CoreV1Api(self.api_client)
+        # A project namespace's NetworkPolicies and the web's log RoleBinding there.
+        self.networking = client.NetworkingV1Api(self.api_client)
+        self.rbac = client.RbacAuthorizationV1Api(self.api_client)
         self.config = config or KubernetesConfig.from_env()
         self.policy = policy or RetryPolicy()
         self._sleep, self._rand = sleep, rand
@@ -365,11 +369,14 @@ class KubernetesBackend:
                     f"{LABEL_MANAGED}=gantry label); a platform admin assigns it by adding "
                     "that label and the Pod Security labels"
                 )
+            # Made before Gantry shipped its policies, or assigned by an admin.
+            self._provision_namespace(name)
         self._own_namespaces.add(name)
 
     @_protocol_errors
     def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
-        """Create a project's namespace (restricted PSS) unless it exists."""
+        """Create a project's namespace (restricted PSS) unless it exists, and what it holds
+        besides pods (`_provision_namespace`)."""
         body = {
             "apiVersion": "v1",
             "kind": "Namespace",
@@ -383,6 +390,7 @@ class KubernetesBackend:
         except ApiException as exc:
             if exc.status != CONFLICT:
                 raise
+        self._provision_namespace(name)
 
     @_protocol_errors
     def record_event(

@@ -7,6 +7,7 @@ GPU Feature Discovery) and HAMi for GPU sharing. `KubernetesConfig.from_env()` r
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -18,6 +19,18 @@ DEFAULT_NPU_RESOURCES: Mapping[str, tuple[str, int]] = {
     "huawei.com/Ascend910": ("Ascend-910B", 65536),
     "huawei.com/Ascend310P": ("Ascend-310P", 24576),
 }
+
+# RFC 1918, shared address space (RFC 6598), link-local (the metadata address), IPv6 unique
+# local and link-local: where pods, Services, nodes and cloud internals live.
+PRIVATE_RANGES = (
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "169.254.0.0/16",
+    "fc00::/7",
+    "fe80::/10",
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,17 @@ class KubernetesConfig:
     # Seconds for one API request (connect + read); a hung apiserver becomes a BackendError.
     request_timeout_s: float = 10.0
     page_size: int = 500
+    # A project namespace's NetworkPolicies (kubernetes_namespace): the cluster DNS its pods
+    # may reach, and where else they may connect (the internet, less the private and
+    # link-local ranges: other tenants, Gantry itself, the cloud metadata address).
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: Mapping[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
+    egress_cidrs: tuple[str, ...] = ("0.0.0.0/0", "::/0")
+    egress_except: tuple[str, ...] = PRIVATE_RANGES
+    # The web's pods/log grant, bound in each project namespace (platform/k8s/02-rbac.yaml).
+    platform_namespace: str = "gantry-system"
+    log_reader_account: str = "gantry-app"
+    log_reader_role: str = "gantry-app-reader"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KubernetesConfig:
@@ -56,6 +80,7 @@ class KubernetesConfig:
             "GANTRY_K8S_SHARE_MEMORY_RESOURCE": "share_memory_resource",
             "GANTRY_K8S_SHARE_CORES_RESOURCE": "share_cores_resource",
             "GANTRY_K8S_GPU_TAINT_KEY": "gpu_taint_key",
+            "GANTRY_K8S_DNS_NAMESPACE": "dns_namespace",
         }
         numbers = {
             "GANTRY_K8S_RUN_AS_USER": "run_as_user",
@@ -70,6 +95,15 @@ class KubernetesConfig:
             changes["request_timeout_s"] = float(env["GANTRY_K8S_REQUEST_TIMEOUT_S"])
         if env.get("GANTRY_K8S_FLAVOR_OVERRIDES"):
             changes["flavor_overrides"] = _str_map(env["GANTRY_K8S_FLAVOR_OVERRIDES"])
+        if env.get("GANTRY_K8S_DNS_POD_LABELS"):
+            changes["dns_pod_labels"] = _str_map(env["GANTRY_K8S_DNS_POD_LABELS"])
+        # Set but empty: no egress beyond the namespace and DNS.
+        for name, attr in (
+            ("GANTRY_K8S_EGRESS_CIDRS", "egress_cidrs"),
+            ("GANTRY_K8S_EGRESS_EXCEPT", "egress_except"),
+        ):
+            if name in env:
+                changes[attr] = _cidrs(name, env[name])
         if env.get("GANTRY_K8S_NPU_RESOURCES"):
             raw = json.loads(env["GANTRY_K8S_NPU_RESOURCES"])
             changes["npu_resources"] = {k: (str(v[0]), int(v[1])) for k, v in raw.items()}
@@ -82,3 +116,14 @@ def _str_map(text: str) -> dict[str, str]:
         return {str(k): str(v) for k, v in json.loads(text).items()}
     pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
     return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _cidrs(name: str, text: str) -> tuple[str, ...]:
+    """Comma-separated networks; ValueError naming the variable for one that does not parse."""
+    found = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            found.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError as exc:
+            raise ValueError(f"{name}: {item!r} is not a network ({exc})") from exc
+    return tuple(found)

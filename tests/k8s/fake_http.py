@@ -20,9 +20,12 @@ if TYPE_CHECKING:
 
 # -- routing -------------------------------------------------------------------------------------
 
-_COLLECTION = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
+# The core group, and the groups of a project namespace's NetworkPolicies and RoleBinding.
+_PREFIX = r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1)/"
+_COLLECTION = re.compile(_PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
 _ITEM = re.compile(
-    r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
+    _PREFIX
+    + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
 )
 
 _LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")

@@ -10,7 +10,7 @@ from typing import Any
 
 Obj = dict[str, Any]
 CLUSTER_SCOPED = {"nodes", "namespaces"}
-NAMESPACED = {"pods", "services", "events"}
+NAMESPACED = {"pods", "services", "events", "networkpolicies", "rolebindings"}
 
 
 class ApiError(Exception):

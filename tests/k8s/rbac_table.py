@@ -16,10 +16,12 @@ from typing import NamedTuple
 
 NAMESPACE = "gantry-system"
 SCHEDULER = "gantry-scheduler"  # the scheduler daemon
-APP = "gantry-app"  # web, worker and beat
+APP = "gantry-app"  # the web
+WORKER = "gantry-worker"  # worker and beat: they never call the Kubernetes API
 AGENT = "gantry-node-agent"  # the node agent (reports over Gantry's API, not Kubernetes')
 MIGRATE = "gantry-migrate"  # the migrate job
-ACCOUNTS = (SCHEDULER, APP, AGENT, MIGRATE)
+ACCOUNTS = (SCHEDULER, APP, WORKER, AGENT, MIGRATE)
+LOG_READER = "gantry-app-reader"  # the ClusterRole the daemon binds in each project namespace
 
 # A project's namespace (where job pods live) and the cluster's own: a cluster-wide grant
 # reaches both, a missing one neither.
@@ -31,13 +33,23 @@ class Permission(NamedTuple):
     group: str  # "" is the core group
     resource: str  # "pods/log" for a subresource
     verb: str
+    name: str = ""  # one object only (a rule's resourceNames); "" for any
 
     def __str__(self) -> str:
-        return f"{self.verb} {self.group or 'core'}/{self.resource}"
+        named = f" {self.name}" if self.name else ""
+        return f"{self.verb} {self.group or 'core'}/{self.resource}{named}"
 
 
-def _perms(group: str, resource: str, *verbs: str) -> set[Permission]:
-    return {Permission(group, resource, verb) for verb in verbs}
+def _perms(group: str, resource: str, *verbs: str, name: str = "") -> set[Permission]:
+    return {Permission(group, resource, verb, name) for verb in verbs}
+
+
+RBAC = "rbac.authorization.k8s.io"
+# The web's log RoleBinding in a project namespace: creating one that names a ClusterRole takes
+# `bind` on that role (the API server's escalation check), granted for this role only.
+_LOG_BINDING = _perms(RBAC, "rolebindings", "create") | _perms(
+    RBAC, "clusterroles", "bind", name=LOG_READER
+)
 
 
 # The Kubernetes client methods the backend calls (scheduler/backends/kubernetes*.py), each with
@@ -56,13 +68,16 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "read_namespace": _perms("", "namespaces", "get"),
     "create_namespace": _perms("", "namespaces", "create"),
     "create_namespaced_event": _perms("", "events", "create"),
+    "create_namespaced_network_policy": _perms("networking.k8s.io", "networkpolicies", "create"),
+    "create_namespaced_role_binding": _LOG_BINDING,
 }
 # The backend's methods the web process calls (the LogSource protocol: job logs); the daemon
 # calls every other one.
 WEB_METHODS = frozenset({"read_log", "follow_log"})
 
 # What each account MUST be able to do, cluster-wide (project namespaces are made at run time,
-# so a namespaced Role cannot follow them). Exactly this: the roles grant nothing more.
+# so a namespaced Role cannot follow them), but for PROJECT_ONLY. Exactly this: the roles grant
+# nothing more.
 MUST: dict[str, set[Permission]] = {
     SCHEDULER: (
         _perms("", "pods", "create", "get", "list", "watch", "delete")
@@ -71,11 +86,17 @@ MUST: dict[str, set[Permission]] = {
         | _perms("", "services", "create")
         | _perms("", "namespaces", "get", "create")
         | _perms("", "events", "create")
+        | _perms("networking.k8s.io", "networkpolicies", "create")
+        | _LOG_BINDING
     ),
-    APP: _perms("", "pods/log", "get"),
+    APP: _perms("", "pods/log", "get") | _perms("authentication.k8s.io", "tokenreviews", "create"),
+    WORKER: set(),
     AGENT: set(),
     MIGRATE: set(),
 }
+# Held in project namespaces only, through the RoleBinding the daemon creates with each one:
+# not in Gantry's own namespace, nor in kube-system.
+PROJECT_ONLY: dict[str, set[Permission]] = {APP: _perms("", "pods/log", "get")}
 
 # What no Gantry account may do: read secrets, run commands in or talk to pods, remove or
 # rewrite nodes, namespaces and workloads, mint tokens, impersonate, or grant itself more.
@@ -112,8 +133,11 @@ _NOBODY: set[Permission] = (
 # MUST NOT: the common list, and per account what it could be tempted to hold but does not need
 # (the scheduler's writes it never makes; reads the web process does not do).
 MUST_NOT: dict[str, set[Permission]] = {
-    SCHEDULER: _NOBODY
+    # Its rolebindings create is MUST (the log binding; 04-admission.yaml holds it to that).
+    SCHEDULER: (_NOBODY - _perms(RBAC, "rolebindings", "create"))
     | _perms("", "pods/log", "get")
+    | _perms(RBAC, "roles", "bind", name=LOG_READER)
+    | _perms("networking.k8s.io", "networkpolicies", "delete", "patch", "update")
     | _perms("", "services", "delete", "update", "patch", "list")
     | _perms("", "namespaces", "list", "watch")
     | _perms("", "events", "patch", "delete")
@@ -125,6 +149,10 @@ MUST_NOT: dict[str, set[Permission]] = {
     | _perms("", "namespaces", "get", "list", "create")
     | _perms("", "services", "create")
     | _perms("", "events", "list", "create"),
+    WORKER: _NOBODY
+    | _perms("", "pods/log", "get")
+    | _perms("", "pods", "get", "list")
+    | _perms("authentication.k8s.io", "tokenreviews", "create"),
     AGENT: _NOBODY
     | _perms("", "pods", "get", "list", "watch")
     | _perms("", "pods/log", "get")
@@ -145,16 +173,21 @@ CLUSTER_SCOPED = frozenset(
         "clusterrolebindings",
         "certificatesigningrequests",
         "validatingwebhookconfigurations",
+        "tokenreviews",
     }
 )
 
 
-def namespaces_of(permission: Permission) -> tuple[str | None, ...]:
-    """Where a row is checked: cluster-wide, or in a project's namespace, Gantry's own and the
-    cluster's (kube-system)."""
+def namespaces_of(
+    permission: Permission, account: str = "", project: str = TENANT_NS
+) -> tuple[str | None, ...]:
+    """Where a MUST row is checked: cluster-wide, or in a project's namespace, Gantry's own and
+    the cluster's (kube-system); a PROJECT_ONLY row in the project's namespace alone."""
     if permission.resource in CLUSTER_SCOPED:
         return (None,)
-    return (TENANT_NS, NAMESPACE, OTHER_NS)
+    if permission in PROJECT_ONLY.get(account, ()):
+        return (project,)
+    return (project, NAMESPACE, OTHER_NS)
 
 
 def username(account: str) -> str:

@@ -1,7 +1,7 @@
 """RBAC of platform/k8s/02-rbac.yaml: each account may do what Gantry needs, and nothing more.
 
-The table (tests/k8s/rbac_table.py) says what the scheduler daemon, the web app (web, worker,
-beat), the node agent and the migrate job must and must not do. Checked four ways:
+The table (tests/k8s/rbac_table.py) says what the scheduler daemon, the web, the worker and beat,
+the node agent and the migrate job must and must not do. Checked four ways:
 - offline: every client method the backend calls maps to the table's rows, and the rows to those
   methods (a new call without its grant, or a grant no call needs, fails here first); the roles
   the manifest binds to each account grant exactly the table's MUST;
@@ -42,7 +42,10 @@ from tests.k8s.rbac_table import (
     MUST,
     MUST_NOT,
     NAMESPACE,
+    OTHER_NS,
+    PROJECT_ONLY,
     SCHEDULER,
+    WORKER,
     Permission,
     namespaces_of,
     username,
@@ -61,8 +64,30 @@ from tests.k8s.real_plane import WAIT_S, RealPlane
 
 BACKENDS = ROOT / "scheduler" / "backends"
 RBAC = ROOT / "platform" / "k8s" / "02-rbac.yaml"
+TENANT_TEMPLATE = "tenant-namespace.yaml"  # the log RoleBinding the daemon makes in a project
+# The backend's clients (attributes of KubernetesBackend) and their classes.
+CLIENTS = {"core": "CoreV1Api", "networking": "NetworkingV1Api", "rbac": "RbacAuthorizationV1Api"}
 BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
 PROBE_POD = "rbac-log-probe"
+# Unbound, and admitted by Pod Security `restricted` (a project namespace enforces it).
+PROBE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": PROBE_POD},
+    "spec": {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "main",
+                "image": "gantry:0.1.0",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+    },
+}
 
 
 # -- offline: the table against the code and the manifest -----------------------------------
@@ -77,14 +102,15 @@ def _log_source_methods() -> set[str]:
 
 @dataclass(frozen=True)
 class ClientUse:
-    method: str  # the CoreV1Api method
+    method: str  # the client method (of CoreV1Api, NetworkingV1Api, RbacAuthorizationV1Api)
     caller: str  # the backend's method it is used in (outermost)
     where: str
 
 
 def client_uses(files: list[Path]) -> list[ClientUse]:
-    """Every `self.core.<method>` the Kubernetes backend calls or hands on (watches pass the
-    list method itself), with the backend method it sits in."""
+    """Every `self.core.<method>` (or `self.networking`, `self.rbac`) the Kubernetes backend
+    calls or hands on (watches pass the list method itself), with the backend method it sits
+    in."""
     uses: list[ClientUse] = []
     for path in files:
         tree = ast.parse(path.read_text())
@@ -98,7 +124,7 @@ def client_uses(files: list[Path]) -> list[ClientUse]:
                     if (
                         isinstance(node, ast.Attribute)
                         and isinstance(node.value, ast.Attribute)
-                        and node.value.attr == "core"
+                        and node.value.attr in CLIENTS
                         and isinstance(node.value.value, ast.Name)
                         and node.value.value.id == "self"
                     ):
@@ -126,10 +152,10 @@ def _backend_files() -> list[Path]:
     return sorted(BACKENDS.glob("kubernetes*.py"))
 
 
-def test_the_backend_calls_only_the_core_api() -> None:
-    """The table's methods are CoreV1Api's: a call through another API class (AppsV1Api,
-    PolicyV1Api for evictions...) needs its rows first."""
-    assert _api_classes(_backend_files()) == {"CoreV1Api"}
+def test_the_backend_calls_only_the_api_classes_the_table_knows() -> None:
+    """The table's methods are those of the backend's three clients: a call through another API
+    class (AppsV1Api, PolicyV1Api for evictions...) needs its rows first."""
+    assert _api_classes(_backend_files()) == set(CLIENTS.values())
 
 
 def test_every_client_method_the_backend_calls_has_its_row_in_the_rbac_table() -> None:
@@ -167,13 +193,13 @@ def test_must_and_must_not_never_overlap() -> None:
 def _expand(rules: list[dict[str, Any]]) -> set[Permission]:
     granted = set()
     for rule in rules:
-        assert not rule.get("resourceNames"), f"a rule by resource name: {rule}"
         assert not rule.get("nonResourceURLs"), f"a rule on non-resource URLs: {rule}"
         for group in rule.get("apiGroups", ()):
             for resource in rule.get("resources", ()):
                 for verb in rule.get("verbs", ()):
                     assert "*" not in (group, resource, verb), f"a wildcard: {rule}"
-                    granted.add(Permission(group, resource, verb))
+                    for name in rule.get("resourceNames") or [""]:
+                        granted.add(Permission(group, resource, verb, name))
     return granted
 
 
@@ -184,7 +210,9 @@ def _difference(granted: set[Permission], wanted: set[Permission]) -> str:
 
 
 def test_the_manifest_grants_each_account_exactly_its_must() -> None:
-    docs = [m.doc for m in manifests(RBAC.name)]
+    """02-rbac.yaml's bindings, and the one the daemon makes in each project namespace (the
+    template holds the same: tests/test_platform.py)."""
+    docs = [m.doc for m in manifests(RBAC.name, TENANT_TEMPLATE)]
     roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"].endswith("Role")}
     granted: dict[str, set[Permission]] = {account: set() for account in ACCOUNTS}
     for binding in (d for d in docs if d["kind"].endswith("RoleBinding")):
@@ -192,6 +220,8 @@ def test_the_manifest_grants_each_account_exactly_its_must() -> None:
         for subject in binding["subjects"]:
             assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE
             granted[subject["name"]] |= _expand(role["rules"])
+    for binding in (d for d in docs if d["kind"] == "RoleBinding"):
+        assert binding["metadata"]["namespace"] != NAMESPACE, "no grant in Gantry's namespace"
     for account in ACCOUNTS:
         assert granted[account] == MUST[account], f"{account}: " + _difference(
             granted[account], MUST[account]
@@ -207,6 +237,7 @@ class Accounts:
     clients: dict[str, client.ApiClient]  # each account's own token, and the baseline's
     scratch: str  # a namespace the scheduler's token creates
     probe: str  # a namespace with an unbound pod, made by the admin
+    project: str  # a project namespace made by the backend (its log RoleBinding), with a pod
 
 
 @pytest.fixture(scope="module")
@@ -226,23 +257,19 @@ def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
         account: client_with_token(api, token_for(api, NAMESPACE, account))
         for account in (*ACCOUNTS, BASELINE)
     }
-    scratch, probe = (f"gantry-rbac-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    scratch, probe, project = (f"gantry-rbac-{uuid.uuid4().hex[:8]}" for _ in range(3))
     assert (
         request(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": probe}}).status == 201
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": PROBE_POD},
-        "spec": {"containers": [{"name": "main", "image": "gantry:0.1.0"}]},
-    }
-    created = request(api, "POST", f"/api/v1/namespaces/{probe}/pods", body=pod)
-    assert created.status == 201, created
-    yield Accounts(api, clients, scratch, probe)
+    _backend(api)[0].ensure_namespace(project)
+    for namespace in (probe, project):
+        created = request(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=PROBE)
+        assert created.status == 201, created
+    yield Accounts(api, clients, scratch, probe, project)
     for held in clients.values():
         held.close()
     request(api, "DELETE", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{BASELINE}")
-    for namespace in (scratch, probe):
+    for namespace in (scratch, probe, project):
         request(api, "DELETE", f"/api/v1/namespaces/{namespace}")
 
 
@@ -268,6 +295,8 @@ def _access_review(
 ) -> bool:
     resource, _, subresource = permission.resource.partition("/")
     attributes = {"group": permission.group, "resource": resource, "verb": permission.verb}
+    if permission.name:
+        attributes["name"] = permission.name
     if subresource:
         attributes["subresource"] = subresource
     if ns is not None:
@@ -297,7 +326,7 @@ def test_subject_access_review_allows_every_must(accounts: Accounts, account: st
     refused = [
         f"{permission} in {ns or 'the cluster'}"
         for permission in sorted(MUST[account])
-        for ns in namespaces_of(permission)
+        for ns in namespaces_of(permission, account, accounts.project)
         if not _access_review(accounts.api, username(account), permission, ns)
     ]
     assert not refused, f"{account} may not: {refused}"
@@ -309,10 +338,25 @@ def test_subject_access_review_denies_every_must_not(accounts: Accounts, account
     allowed = [
         f"{permission} in {ns or 'the cluster'}"
         for permission in sorted(MUST_NOT[account])
-        for ns in namespaces_of(permission)
+        for ns in namespaces_of(permission, account, accounts.project)
         if _access_review(accounts.api, username(account), permission, ns)
     ]
     assert not allowed, f"{account} may: {allowed}"
+
+
+@pytest.mark.kubernetes
+def test_project_only_grants_stop_at_the_project_namespaces(accounts: Accounts) -> None:
+    """The web reads job logs in a project's namespace only: not Gantry's own pods' logs (its
+    secrets in the environment of a crash), not kube-system's, not a namespace Gantry did not
+    make."""
+    allowed = [
+        f"{account}: {permission} in {ns}"
+        for account, permissions in PROJECT_ONLY.items()
+        for permission in sorted(permissions)
+        for ns in (NAMESPACE, OTHER_NS, accounts.probe)
+        if _access_review(accounts.api, username(account), permission, ns)
+    ]
+    assert not allowed, allowed
 
 
 def _rules_of(api: client.ApiClient, namespace: str) -> set[Permission]:
@@ -329,11 +373,12 @@ def _rules_of(api: client.ApiClient, namespace: str) -> set[Permission]:
     assert answer.status == 201, answer
     rules = answer.body["status"]["resourceRules"]
     return {
-        Permission(group, resource, verb)
+        Permission(group, resource, verb, name)
         for rule in rules
         for group in rule.get("apiGroups", ())
         for resource in rule.get("resources", ())
         for verb in rule.get("verbs", ())
+        for name in rule.get("resourceNames") or [""]
     }
 
 
@@ -341,13 +386,14 @@ def _rules_of(api: client.ApiClient, namespace: str) -> set[Permission]:
 @pytest.mark.parametrize("account", ACCOUNTS)
 def test_each_account_holds_nothing_beyond_its_must(accounts: Accounts, account: str) -> None:
     """What the server says the account's token may do, less what any service account may
-    do, is exactly MUST: in a project's namespace and in kube-system alike."""
-    for namespace in ("team-a-vision", "kube-system"):
+    do, is exactly MUST: in a project's namespace; in kube-system, less PROJECT_ONLY."""
+    for namespace in (accounts.project, "kube-system"):
         baseline = _rules_of(accounts.clients[BASELINE], namespace)
         held = _rules_of(accounts.clients[account], namespace) - baseline
-        assert held == MUST[account], f"{account} in {namespace}: " + _difference(
-            held, MUST[account]
-        )
+        wanted = MUST[account]
+        if namespace == "kube-system":
+            wanted = wanted - PROJECT_ONLY.get(account, set())
+        assert held == wanted, f"{account} in {namespace}: " + _difference(held, wanted)
 
 
 # -- real calls with each account's own token -----------------------------------------------
@@ -409,19 +455,23 @@ def test_the_scheduler_creates_a_namespace_and_lists_pods_but_reads_no_secret(
 
 @pytest.mark.kubernetes
 def test_the_web_app_reads_a_pods_log_but_cannot_list_pods(accounts: Accounts) -> None:
-    """pods/log is authorized and read (empty: the pod has no node yet), while listing or
-    reading the pods themselves is refused."""
-    namespace = accounts.probe
+    """pods/log in a project's namespace is authorized and read (empty: the pod has no node
+    yet), while listing or reading the pods themselves is refused, and so is a log of a
+    namespace Gantry did not make."""
+    namespace = accounts.project
     web = accounts.clients[APP]
     log = request(web, "GET", f"/api/v1/namespaces/{namespace}/pods/{PROBE_POD}/log")
     assert log.status in (200, 204), log
+    _forbidden(
+        request(web, "GET", f"/api/v1/namespaces/{accounts.probe}/pods/{PROBE_POD}/log"), APP
+    )
     _forbidden(request(web, "GET", f"/api/v1/namespaces/{namespace}/pods"), APP)
     _forbidden(request(web, "GET", f"/api/v1/namespaces/{namespace}/pods/{PROBE_POD}"), APP)
     _forbidden(request(web, "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/gantry-secrets"), APP)
 
 
 @pytest.mark.kubernetes
-@pytest.mark.parametrize("account", [AGENT, MIGRATE])
+@pytest.mark.parametrize("account", [WORKER, AGENT, MIGRATE])
 def test_the_agent_and_migrate_job_may_do_nothing(accounts: Accounts, account: str) -> None:
     """They mount no token (automountServiceAccountToken: false); one made for them anyway
     authenticates and can do nothing with the cluster."""
@@ -432,10 +482,17 @@ def test_the_agent_and_migrate_job_may_do_nothing(accounts: Accounts, account: s
 
 
 def test_agent_and_migrate_mount_no_token() -> None:
+    """Nor do the worker and beat: they never call the Kubernetes API. (The agent's token is a
+    projected one of its own audience, for Gantry's API only: tests/k8s/test_agent_token_real.)"""
     docs = {(m.doc["kind"], m.doc["metadata"]["name"]): m.doc for m in manifests()}
-    for account in (AGENT, MIGRATE):
+    for account in (WORKER, AGENT, MIGRATE):
         assert docs[("ServiceAccount", account)].get("automountServiceAccountToken") is False
-    for kind, name in (("DaemonSet", "gantry-node-agent"), ("Job", "gantry-migrate")):
+    for kind, name in (
+        ("DaemonSet", "gantry-node-agent"),
+        ("Job", "gantry-migrate"),
+        ("Deployment", "gantry-worker"),
+        ("Deployment", "gantry-beat"),
+    ):
         spec = docs[(kind, name)]["spec"]["template"]["spec"]
         assert spec["automountServiceAccountToken"] is False, name
 
@@ -456,11 +513,17 @@ class Recording:
 
 
 def _backend(api: client.ApiClient) -> tuple[KubernetesBackend, Recording]:
+    """The backend with `api`'s credentials; the Recording notes the methods it takes of each
+    of its clients."""
     backend = KubernetesBackend(
         api, KubernetesConfig(request_timeout_s=10.0), policy=RetryPolicy(attempts=1)
     )
     recording = Recording(backend.core)
     backend.core = recording  # type: ignore[assignment]
+    for attribute in ("networking", "rbac"):
+        wrapped = Recording(getattr(backend, attribute))
+        wrapped.used = recording.used
+        setattr(backend, attribute, wrapped)
     return backend, recording
 
 
@@ -531,7 +594,7 @@ def test_the_web_app_reads_logs_through_the_backend_and_nothing_else(
 ) -> None:
     backend, recording = _backend(accounts.clients[APP])
     target = LogTarget(
-        namespace=accounts.probe,
+        namespace=accounts.project,
         pod=PROBE_POD,
         job_id=1,
         attempt=0,
@@ -647,3 +710,52 @@ def test_the_scheduler_only_cordons_nodes(
         accounts.api, "PATCH", path, body={"metadata": {"labels": {"x": "y"}}}, content_type=merge
     )
     assert admin.status == 200, admin
+
+
+def _log_binding(subject: str = APP, role: str = "gantry-app-reader") -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "rbac-probe-binding"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": NAMESPACE}],
+    }
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_binds_the_log_reader_only_to_the_web_in_gantrys_namespaces(
+    accounts: Accounts, policies: None
+) -> None:
+    """Its rolebindings create is cluster-wide: RBAC keeps it to the log reader's role (bind on
+    that ClusterRole alone), the admission policies to the web's account and to Gantry's
+    namespaces, so it cannot hand job logs, or more, to a tenant's account."""
+    scheduler = accounts.clients[SCHEDULER]
+    dry = [("dryRun", "All")]
+
+    def bind(namespace: str, body: dict[str, Any]) -> Answer:
+        path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
+        return request(scheduler, "POST", path, body=body, query=dry)
+
+    assert bind(accounts.project, _log_binding()).status == 201
+    _refused_by_policy(
+        bind(accounts.project, _log_binding(subject="default")), "gantry-scheduler-log-binding"
+    )
+    _refused_by_policy(bind(OTHER_NS, _log_binding()), "gantry-scheduler-namespaces")
+    # Refused twice over: by the policy, and by RBAC's escalation check (bind on this role only).
+    escalation = bind(accounts.project, _log_binding(role="gantry-scheduler"))
+    _refused_by_policy(escalation, "gantry-scheduler-log-binding")
+    assert not _access_review(
+        accounts.api,
+        username(SCHEDULER),
+        Permission("rbac.authorization.k8s.io", "clusterroles", "bind", "gantry-scheduler"),
+        None,
+    )
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "rbac-probe-allow-all"},
+        "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]},
+    }
+    path = f"/apis/networking.k8s.io/v1/namespaces/{OTHER_NS}/networkpolicies"
+    created = request(scheduler, "POST", path, body=policy, query=dry)
+    _refused_by_policy(created, "gantry-scheduler-namespaces")
