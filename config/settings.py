@@ -304,6 +304,16 @@ GANTRY_BASE_URL = os.environ.get("GANTRY_BASE_URL", "http://127.0.0.1:8000")
 
 # Cluster backend for the scheduler daemon: "simulated" (embedded default) or "kubernetes".
 GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
+# Node agents on Kubernetes report with their pod's projected service-account token, verified
+# by a TokenReview (scheduler/agent_auth.py): on by default with the Kubernetes backend.
+GANTRY_AGENT_TOKEN_REVIEW = env_bool(
+    "GANTRY_AGENT_TOKEN_REVIEW", GANTRY_CLUSTER_BACKEND == "kubernetes"
+)
+GANTRY_AGENT_TOKEN_AUDIENCE = os.environ.get("GANTRY_AGENT_TOKEN_AUDIENCE", "gantry-agent")
+GANTRY_AGENT_SERVICE_ACCOUNT = os.environ.get(
+    "GANTRY_AGENT_SERVICE_ACCOUNT", "system:serviceaccount:gantry-system:gantry-node-agent"
+)
+GANTRY_AGENT_TOKEN_CACHE_S = float(os.environ.get("GANTRY_AGENT_TOKEN_CACHE_S", "60"))
 # Seed the demo organisation at container start (`seed_demo --if-enabled`); `make run` always does.
 GANTRY_SEED_DEMO = env_bool("GANTRY_SEED_DEMO")
 GANTRY_SCHEDULER_INTERVAL_S = float(os.environ.get("GANTRY_SCHEDULER_INTERVAL_S", "2"))
