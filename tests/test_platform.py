@@ -560,29 +560,28 @@ def test_workload_environment() -> None:
         if "node-agent" in name:
             # GPU nodes get no database credentials: only the agent's own API token.
             assert refs == {("configMapRef", "gantry-config")}, name
-            # Its own node's token (issue 17, point 5): the file named after the node.
+            # A credential the pod cannot choose (issue 34, item 6): its projected
+            # service-account token, for Gantry's audience, which the web verifies.
             env = {e["name"]: e for e in container["env"]}
-            assert "GANTRY_AGENT_TOKEN" not in env, "one token for every node"
-            path = env["GANTRY_AGENT_TOKEN_FILE"]["value"]
-            assert path.endswith("/$(NODE_NAME)"), path
-            names = [e["name"] for e in container["env"]]
-            assert names.index("NODE_NAME") < names.index("GANTRY_AGENT_TOKEN_FILE"), name
+            assert not {"GANTRY_AGENT_TOKEN", "GANTRY_AGENT_TOKEN_FILE"} & set(env), name
+            path = env["GANTRY_AGENT_SA_TOKEN_FILE"]["value"]
             (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"])]
-            volumes = {
-                v["name"]: v for v in _pod_spec(_one("DaemonSet", "gantry-node-agent"))["volumes"]
-            }
-            assert volumes[mount["name"]]["secret"]["secretName"] == "gantry-node-agent"
+            pod = _pod_spec(_one("DaemonSet", "gantry-node-agent"))
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            (source,) = volumes[mount["name"]]["projected"]["sources"]
+            token = source["serviceAccountToken"]
+            assert token["audience"] == "gantry-agent"
+            assert path == f"{mount['mountPath']}/{token['path']}"
+            assert token["expirationSeconds"] <= 3600
+            assert not any("secret" in v for v in pod["volumes"]), "no Secret of node tokens"
             continue
         assert refs == {("configMapRef", "gantry-config"), ("secretRef", "gantry-secrets")}, name
 
 
-def test_the_example_node_agent_secret_holds_a_token_per_node() -> None:
-    """Each agent reads the key named after its node (GANTRY_AGENT_TOKEN_FILE ends in
-    /$(NODE_NAME), above): the example shows node-named keys, not the one `token` key of
-    before per-node tokens, which no agent would ever read."""
-    keys = set(_one("Secret", "gantry-node-agent")["stringData"])
-    assert keys and all(re.fullmatch(r"gpu-node-\d+", key) for key in keys), keys
-    assert "--from-literal=token=" not in (K8S / "examples" / "secret.example.yaml").read_text()
+def test_no_secret_of_node_agent_tokens_is_shipped() -> None:
+    """Every agent pod mounted the whole Secret of per-node tokens (issue 34, item 6): on
+    Kubernetes the agents need none."""
+    assert not [d for d in _docs("Secret") if d["metadata"]["name"] == "gantry-node-agent"]
 
 
 def test_config_names_the_ingress_as_a_trusted_proxy() -> None:

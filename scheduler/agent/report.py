@@ -54,16 +54,18 @@ def report_url(base: str) -> str:
 
 
 def post_report(
-    url: str, token: str, report: dict[str, Any], timeout_s: float = 10.0
+    url: str, token: str, report: dict[str, Any], timeout_s: float = 10.0, scheme: str = "Token"
 ) -> tuple[int, Any]:
     """POST the report; returns the HTTP status and the answer's JSON (None when there is
     none: an error status, or a body that is not JSON). The answer names the pods holding the
-    node's devices (scheduler/agent/exporter.py). Raises OSError (URLError) when unreachable."""
+    node's devices (scheduler/agent/exporter.py). Raises OSError (URLError) when unreachable.
+    `scheme`: "Token" for a token of `manage.py node_agent_token`, "Bearer" for the pod's
+    service-account token (scheduler/agent_auth.py)."""
     request = urllib.request.Request(  # noqa: S310 - the scheme is checked in report_url
         report_url(url),
         data=json.dumps(report).encode(),
         method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Token {token}"},
+        headers={"Content-Type": "application/json", "Authorization": f"{scheme} {token}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310

@@ -3,9 +3,11 @@ platform admins, and the node agent's GPU report.
 
 Who sees nodes: platform admins, finance and tenant admins (the inventory holds no tenant
 data); members get an empty list and 404 on details. Actions: platform admins only.
-`POST /api/v1/nodes/report/`: the token of a node's agent (`manage.py node_agent_token NODE`),
-for that node only, or a platform admin for any; readings only for the devices the cluster
-lists.
+`POST /api/v1/nodes/report/`: a node's agent, for that node only, or a platform admin for any;
+readings only for the devices the cluster lists. On Kubernetes the agent sends its pod's
+projected service-account token (`Bearer`), which the API server vouches for and which names
+the pod's node (scheduler/agent_auth.py); elsewhere the token of `manage.py node_agent_token
+NODE`.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from common.api.serializers import StrictInputSerializer
 from common.api.throttles import AgentThrottle
 from scheduler import nodes as services
+from scheduler.agent_auth import AgentTokenAuthentication
 from scheduler.holders import node_device_holders
 from scheduler.models import GpuDevice, Node, XidEvent
 from scheduler.node_selectors import node_xid_history, xids_since
@@ -244,6 +248,12 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         detail=False,
         methods=["post"],
         permission_classes=[IsAuthenticated],
+        # The agent's service-account token on Kubernetes; this route only, so that the token
+        # of a GPU node's pod opens nothing else.
+        authentication_classes=[
+            *api_settings.DEFAULT_AUTHENTICATION_CLASSES,
+            AgentTokenAuthentication,
+        ],
         # Counted per agent (per node) alone, so that a cluster's agents never share a limit.
         throttle_classes=[AgentThrottle],
     )

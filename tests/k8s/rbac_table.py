@@ -71,6 +71,11 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "create_namespaced_network_policy": _perms("networking.k8s.io", "networkpolicies", "create"),
     "create_namespaced_role_binding": _LOG_BINDING,
 }
+# The client methods the web calls outside the backend: the node agent's TokenReview
+# (scheduler/agent_auth.py).
+WEB_CLIENT_METHODS: dict[str, set[Permission]] = {
+    "create_token_review": _perms("authentication.k8s.io", "tokenreviews", "create"),
+}
 # The backend's methods the web process calls (the LogSource protocol: job logs); the daemon
 # calls every other one.
 WEB_METHODS = frozenset({"read_log", "follow_log"})

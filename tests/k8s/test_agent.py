@@ -369,6 +369,24 @@ def test_command_reads_its_nodes_token_from_a_file_at_every_report(
     ]
 
 
+def test_command_sends_the_pods_service_account_token_as_bearer_at_every_report(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """On Kubernetes the DaemonSet mounts the pod's projected token (issue 34, item 6), which
+    the kubelet rotates: read at every report, sent as Bearer for the web's TokenReview."""
+    monkeypatch.setattr(nvml_module, "load_pynvml", NoDriver)
+    token_file = tmp_path / "token"
+    for token in ("eyJ.first.sig", "eyJ.rotated.sig"):
+        token_file.write_text(token)
+        call_command("run_node_agent", "--once", "--url", receiver.url,
+                     "--service-account-token-file", str(token_file), "--node", "gpu-7",
+                     stdout=StringIO())  # fmt: skip
+    assert [headers["Authorization"] for _, headers, _ in receiver.posts] == [
+        "Bearer eyJ.first.sig",
+        "Bearer eyJ.rotated.sig",
+    ]
+
+
 def test_command_refuses_a_missing_token_file(tmp_path: Any) -> None:
     with pytest.raises(CommandError, match="cannot read the token file"):
         call_command("run_node_agent", "--once", "--url", "http://x",

@@ -45,6 +45,7 @@ from tests.k8s.rbac_table import (
     OTHER_NS,
     PROJECT_ONLY,
     SCHEDULER,
+    WEB_CLIENT_METHODS,
     WORKER,
     Permission,
     namespaces_of,
@@ -170,8 +171,24 @@ def test_every_client_method_the_backend_calls_has_its_row_in_the_rbac_table() -
     needs: dict[str, set[Permission]] = {SCHEDULER: set(), APP: set()}
     for use in uses:
         needs[APP if use.caller in web else SCHEDULER] |= CLIENT_METHODS[use.method]
+    web_calls = _agent_auth_calls()
+    assert web_calls == set(WEB_CLIENT_METHODS), web_calls
+    for method in web_calls:
+        needs[APP] |= WEB_CLIENT_METHODS[method]
     assert needs[SCHEDULER] == MUST[SCHEDULER], _difference(needs[SCHEDULER], MUST[SCHEDULER])
     assert needs[APP] == MUST[APP], _difference(needs[APP], MUST[APP])
+
+
+def _agent_auth_calls() -> set[str]:
+    """The client methods scheduler/agent_auth.py calls (`self.api.<method>`)."""
+    tree = ast.parse((ROOT / "scheduler" / "agent_auth.py").read_text())
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "api"
+    }
 
 
 def test_the_drift_check_sees_a_new_client_call(tmp_path: Path) -> None:

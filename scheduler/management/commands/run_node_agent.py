@@ -1,10 +1,16 @@
 """`manage.py run_node_agent`: report this node's GPUs (NVML) to Gantry, every --interval s.
 
 Runs as the node-agent DaemonSet (platform/k8s/30-node-agent.yaml). NODE_NAME comes from the
-downward API; the URL from --url or GANTRY_AGENT_URL; the token, which `manage.py
-node_agent_token NODE` made for this node only, from --token or GANTRY_AGENT_TOKEN, or from the
-file --token-file or GANTRY_AGENT_TOKEN_FILE (read at every report, so a rotated token is
-picked up without a restart). With --metrics-port (or GANTRY_AGENT_METRICS_PORT) it also serves
+downward API; the URL from --url or GANTRY_AGENT_URL. The credential, read at every report (so
+a rotated one is picked up without a restart):
+- on Kubernetes, the pod's projected service-account token, from the file
+  --service-account-token-file or GANTRY_AGENT_SA_TOKEN_FILE, sent as `Bearer`: the kubelet
+  mints and rotates it for this pod on this node, and the web asks the API server which node
+  that is (scheduler/agent_auth.py);
+- elsewhere (the simulated and embedded installs, nodes outside Kubernetes), the token that
+  `manage.py node_agent_token NODE` made for this node only, from --token or
+  GANTRY_AGENT_TOKEN, or from the file --token-file or GANTRY_AGENT_TOKEN_FILE.
+With --metrics-port (or GANTRY_AGENT_METRICS_PORT) it also serves
 `/metrics` on that port under dcgm-exporter's names, each device labelled with the pod that
 holds it, as Gantry answers each report (scheduler/agent/exporter.py, docs/metrics.md).
 Without a GPU or driver it says so once and reports an empty GPU list, so a misconfigured node
@@ -44,6 +50,11 @@ class Command(BaseCommand):
             default=os.environ.get("GANTRY_AGENT_TOKEN_FILE", ""),
             help="A file holding the token (instead of --token).",
         )
+        parser.add_argument(
+            "--service-account-token-file",
+            default=os.environ.get("GANTRY_AGENT_SA_TOKEN_FILE", ""),
+            help="The pod's projected service-account token (Kubernetes; sent as Bearer).",
+        )
         parser.add_argument("--interval", type=float, default=30.0, help="Seconds between reports.")
         parser.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname())
         parser.add_argument(
@@ -54,10 +65,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["url"] and not (options["token"] or options["token_file"]):
-            raise CommandError("--url needs --token or --token-file (or GANTRY_AGENT_TOKEN[_FILE])")
-        if options["token_file"]:
-            _read_token(options["token_file"])  # fail at start, not at the first report
+        credentials = ("token", "token_file", "service_account_token_file")
+        if options["url"] and not any(options[name] for name in credentials):
+            raise CommandError(
+                "--url needs --service-account-token-file, --token or --token-file "
+                "(or GANTRY_AGENT_SA_TOKEN_FILE, GANTRY_AGENT_TOKEN[_FILE])"
+            )
+        for path in (options["service_account_token_file"], options["token_file"]):
+            if path:
+                _read_token(path)  # fail at start, not at the first report
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
         if not 0 <= options["metrics_port"] <= 65535:
@@ -98,10 +114,8 @@ class Command(BaseCommand):
         if not options["url"]:
             return True
         try:
-            token = (
-                _read_token(options["token_file"]) if options["token_file"] else options["token"]
-            )
-            status, answer = post_report(options["url"], token, report)
+            scheme, token = _credential(options)
+            status, answer = post_report(options["url"], token, report, scheme=scheme)
         except (OSError, ValueError, CommandError) as exc:
             logger.warning("report to %s failed: %s", options["url"], exc)
             return False
@@ -110,6 +124,15 @@ class Command(BaseCommand):
             return False
         exporter.set_holders(holders_from(answer))
         return True
+
+
+def _credential(options: dict[str, Any]) -> tuple[str, str]:
+    """(scheme, token): the service-account token first, then a node_agent_token one."""
+    if options.get("service_account_token_file"):
+        return "Bearer", _read_token(options["service_account_token_file"])
+    if options.get("token_file"):
+        return "Token", _read_token(options["token_file"])
+    return "Token", str(options.get("token") or "")
 
 
 def _read_token(path: str) -> str:
