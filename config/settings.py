@@ -453,6 +453,11 @@ if not GANTRY_XID_RETENTION_DAYS > 0:
     raise RuntimeError(
         f"GANTRY_XID_RETENTION_DAYS: {GANTRY_XID_RETENTION_DAYS} is not a positive number of days"
     )
+# An agent's XIDs as history rows (scheduler/xid_ingest.py): a repeat of a (GPU, code) within
+# GANTRY_XID_COALESCE_S of its row adds to that row's count; at most GANTRY_XID_ROWS_PER_MINUTE
+# new rows per node in any minute (fatal codes first), so an XID storm cannot flood the table.
+GANTRY_XID_COALESCE_S = float(os.environ.get("GANTRY_XID_COALESCE_S", "60"))
+GANTRY_XID_ROWS_PER_MINUTE = int(os.environ.get("GANTRY_XID_ROWS_PER_MINUTE", "64"))
 # The idle rule where no tenant up the tree sets one (tenants.IdleRule): a job whose devices
 # all stay under the threshold (%) for the duration (s) is idle; the action is notify,
 # notify_and_stop (also stop interactive jobs) or nothing.
