@@ -42,10 +42,10 @@ def _not_ready_q() -> Q:
 
 
 def xids_since(since: datetime) -> Any:
-    """The node's XIDs seen since `since`, as a subquery to annotate nodes with (a join
-    would multiply the device counts beside it)."""
+    """The node's XIDs seen since `since` (each row's coalesced `count`), as a subquery to
+    annotate nodes with (a join would multiply the device counts beside it)."""
     recent = XidEvent.objects.filter(node=OuterRef("pk"), seen_at__gte=since)
-    count = recent.order_by().values("node").annotate(n=Count("pk")).values("n")
+    count = recent.order_by().values("node").annotate(n=Sum("count")).values("n")
     return Coalesce(Subquery(count, output_field=IntegerField()), 0)
 
 

@@ -22,8 +22,9 @@ from django.utils import timezone
 from common.errors import ConflictError
 from scheduler.agent.xids import FATAL_XIDS
 from scheduler.backends.base import NodeInfo
-from scheduler.models import GpuDevice, Node, NodeAgent, XidEvent
+from scheduler.models import GpuDevice, Node, NodeAgent
 from scheduler.utilization import DeviceReading, samples_ingest
+from scheduler.xid_ingest import xids_record
 from tenants import access
 
 log = logging.getLogger("gantry.nodes")
@@ -260,26 +261,6 @@ def _verdict(gpu: dict[str, Any]) -> tuple[bool, str]:
     return True, ""
 
 
-def _xid_events(
-    devices: dict[int, GpuDevice], gpus: list[dict[str, Any]], now: datetime
-) -> list[XidEvent]:
-    """The report's XIDs as history rows, once per device and code: the agent drains NVML's
-    event set between reports, so a report's XIDs are new events, but one report may name a
-    code twice (an XID storm)."""
-    return [
-        XidEvent(
-            node_id=devices[gpu["index"]].node_id,
-            device=devices[gpu["index"]],
-            uuid=gpu["uuid"] or devices[gpu["index"]].uuid,
-            code=code,
-            fatal=code in FATAL_XIDS,
-            seen_at=now,
-        )
-        for gpu in gpus
-        for code in dict.fromkeys(gpu.get("xid_errors") or [])
-    ]
-
-
 def _samples_due(
     devices: dict[int, GpuDevice], gpus: list[dict[str, Any]], now: datetime
 ) -> list[DeviceReading]:
@@ -313,7 +294,7 @@ def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[st
     uncorrected ECC error or the agent's own verdict, and stays so until an admin heals it
     (a healthy reading does not clear it: XIDs are one-off events). The readings are also
     kept as utilization samples (one insert for the report; `_samples_due`), and the XIDs as
-    the devices' XID history (one insert; `_xid_events`)."""
+    the devices' XID history, bounded and coalesced (scheduler/xid_ingest.py)."""
     require_reporter(user, node.name)
     now = timezone.now()
     devices = {d.index: d for d in GpuDevice.objects.select_for_update().filter(node=node)}
@@ -333,7 +314,7 @@ def gpu_report(*, user: Any, node: Node, driver_version: str, gpus: list[dict[st
             device.healthy, device.health_reason = False, reason
         device.save()
     samples_ingest(readings, at=now, flavors={d.id: d.model for d in devices.values()})
-    XidEvent.objects.bulk_create(_xid_events(devices, gpus, now))
+    xids_record(node.pk, devices, gpus, now)
     Node.objects.filter(pk=node.pk).update(driver_version=driver_version, last_report_at=now)
     if GpuDevice.objects.filter(node=node, healthy=False).count() != sick_before:
         _touch([node.pk])

@@ -6,11 +6,13 @@ from django.db import models
 
 
 class XidEvent(models.Model):
-    """One XID one device reported. XIDs are one-off events the agent drains from NVML's event
-    set between two reports, so each report's XIDs are new events (a repeat in a later report
-    is another event), kept once per device and report. `seen_at` is when the report arrived:
-    NVML's event set does not time its events. `uuid` is the device's as reported then (a
-    replaced board keeps its index). Kept GANTRY_XID_RETENTION_DAYS (scheduler/rollups.py)."""
+    """One XID one device reported, `count` times. XIDs are one-off events the agent drains from
+    NVML's event set between two reports, so each report's XIDs are new events; a repeat of
+    the device's code within GANTRY_XID_COALESCE_S of its row adds to the row's `count`, and a
+    node writes at most GANTRY_XID_ROWS_PER_MINUTE rows a minute (scheduler/xid_ingest.py).
+    `seen_at` is when the first report arrived: NVML's event set does not time its events.
+    `uuid` is the device's as reported then (a replaced board keeps its index). Kept
+    GANTRY_XID_RETENTION_DAYS (scheduler/rollups.py)."""
 
     node = models.ForeignKey("scheduler.Node", on_delete=models.CASCADE, related_name="xid_events")
     device = models.ForeignKey(
@@ -20,6 +22,9 @@ class XidEvent(models.Model):
     code = models.PositiveIntegerField()
     fatal = models.BooleanField()
     seen_at = models.DateTimeField()
+    count = models.PositiveIntegerField(
+        default=1, help_text="Reports of this code on this device coalesced into the row."
+    )
 
     class Meta:
         ordering = ["-seen_at", "-id"]

@@ -97,7 +97,7 @@ class XidOut(serializers.ModelSerializer):
 
     class Meta:
         model = XidEvent
-        fields = ["seen_at", "gpu", "uuid", "code", "meaning", "fatal"]
+        fields = ["seen_at", "gpu", "uuid", "code", "meaning", "fatal", "count"]
 
 
 class NodeDetailOut(NodeOut):

@@ -44,9 +44,13 @@ def test_every_reported_xid_is_kept_once_per_device_and_report(node: Node) -> No
     client = agent_client("gpu-a")
     response = post(client, body("gpu-a", reading(0, [13, 13, 79]), reading(1, [31])))
     assert response.status_code == 200, response.json()
-    # A later report of the same XIDs is new events (XIDs are drained from NVML's event set).
+    # A later report of the same XIDs is new events (XIDs are drained from NVML's event set),
+    # counted on the row of the first within GANTRY_XID_COALESCE_S (issue 34, item 8).
     assert post(client, body("gpu-a", reading(0, [13]), reading(1))).status_code == 200
-    assert history(node) == [(0, 13, False), (0, 79, True), (1, 31, False), (0, 13, False)]
+    # Written fatal codes first (the minute's budget goes to them: test_xid_bounds).
+    assert history(node) == [(0, 79, True), (0, 13, False), (1, 31, False)]
+    counts = XidEvent.objects.order_by("id").values_list("code", "count")
+    assert list(counts) == [(79, 1), (13, 2), (31, 1)]
     uuids = set(XidEvent.objects.values_list("uuid", flat=True))
     assert uuids == {"GPU-0", "GPU-1"}  # as the agent reported them
     # The device's own field still holds the latest report only.
@@ -116,3 +120,9 @@ def test_node_api_detail_shows_the_xid_history_and_the_list_counts_the_last_day(
     assert detail["xid_history"][0]["meaning"] == "GPU has fallen off the bus"
     listed = api.get("/api/v1/nodes/").json()["results"]
     assert [(n["name"], n["xids_24h"]) for n in listed] == [("gpu-a", 2)]
+    # A coalesced row counts every report it holds.
+    XidEvent.objects.filter(code=13).update(count=5)
+    listed = api.get("/api/v1/nodes/").json()["results"]
+    assert [(n["name"], n["xids_24h"]) for n in listed] == [("gpu-a", 6)]
+    detail = api.get(f"/api/v1/nodes/{node.pk}/").json()
+    assert [x["count"] for x in detail["xid_history"]] == [1, 5, 1]
