@@ -82,13 +82,14 @@ class KubernetesTokenReviewer:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        body = {
+        body: Any = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
             "spec": {"token": token, "audiences": [audience]},
         }
         try:
-            response = self.api.create_token_review(
+            # The raw urllib3 response (_preload_content=False), typed by the client as a model.
+            response: Any = self.api.create_token_review(
                 body, _preload_content=False, _request_timeout=self.timeout_s
             )
             try:

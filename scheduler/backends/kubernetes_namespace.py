@@ -55,7 +55,7 @@ def egress_blocks(cidrs: tuple[str, ...], excepted: tuple[str, ...]) -> list[dic
     blocks = []
     for cidr in cidrs:
         network = ipaddress.ip_network(cidr, strict=False)
-        inside = []
+        inside: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
         for text in (*excepted, *METADATA_ADDRESSES):
             hole = ipaddress.ip_network(text, strict=False)
             if hole.version != network.version or not hole.subnet_of(network):  # type: ignore[arg-type]
