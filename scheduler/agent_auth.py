@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import APIException, AuthenticationFailed
 from rest_framework.request import Request
@@ -246,3 +247,19 @@ class ReviewPending(APIException):
     status_code = 503
     default_detail = "The node agent's token could not be verified now; try again."
     default_code = "token_review_unavailable"
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """The schema's name for AgentTokenAuthentication (the report route only)."""
+
+    target_class = AgentTokenAuthentication
+    name = "nodeAgentServiceAccountToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": "A node agent pod's projected service-account token (audience "
+            "gantry-agent), verified with a TokenReview; reports for the pod's node only.",
+        }
