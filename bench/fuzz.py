@@ -1,26 +1,30 @@
-"""Schemathesis against the served OpenAPI schema, as every persona, on a longer budget.
+"""Schemathesis against the served OpenAPI schema, as every persona, every check, every phase.
 
-    python -m bench.fuzz --examples 100 --json out.json
-        [--negative 20] [--stateful 50] [--seed N] [--personas member,anonymous]
-        [--url postgres://...]
+    python -m bench.fuzz --examples 20 --json out.json
+        [--phases examples,coverage,fuzzing,stateful] [--debug both|on|off] [--seed N]
+        [--personas member,anonymous] [--url postgres://...]
 
 Builds a fresh database (`--url`: PostgreSQL, or `sqlite:////tmp/fuzz.sqlite3` for the
-embedded default, whose types differ: SQLite cannot bind an integer past 64 bits), the test
-organisation (tests/conftest.py) with the personas below and a little of
-everything (`populate`), and then, for each persona in turn, generates `--examples` requests
-per operation (and `--negative` requests with invalid data) from `/api/v1/schema/`, then
-`--stateful` sequences of calls chained by the links schemathesis infers, sends them
-in-process through the WSGI application and checks every answer: no 5xx, a status code the
-schema documents, the declared content type, a body that matches the declared schema; invalid
-data refused with a 4xx; and for the anonymous visitor, no operation that needs credentials
-answers anything but 401 or 403.
+embedded default), the test organisation (tests/conftest.py) with the personas below and an
+object of every kind (`populate`: jobs and their events, approval requests, what-if runs,
+metered usage, a closed statement with an adjustment, budgets, cost exports, policies), and
+then, for each persona in turn, runs schemathesis's engine (the CLI's `st run`) in process
+through the WSGI application: the examples, coverage (boundary values, every undocumented
+method OPTIONS included, missing and malformed parameters), fuzzing and stateful phases,
+valid and invalid data, with every check the installed schemathesis has (no 5xx, documented
+status codes, content types, headers and bodies, invalid data refused and valid accepted,
+`Allow` on 405 and OPTIONS, auth ignored, a deleted resource gone, ...), plus our own: an
+anonymous request to an operation that needs credentials answers 401 or 403.
+`--debug both` (the default) runs it all twice, with DEBUG off as deployed and on as
+`make run` serves it.
 
-Random, not derandomized: the seed is printed and written to the JSON, and `--seed` replays a
-run. The personas share the one database, in the order below, so a replay must keep the order.
-The JSON reports per persona: operations, requests, 5xx, other failures, and each failing case
-as a curl line (against http://localhost, the WSGI application's host).
+`--seed` replays a run (the default is a random seed, printed and written to the JSON); the
+personas share the one database, in the order below, so a replay keeps the order. The JSON
+has per DEBUG value and persona: operations, requests, 5xx, other failures, engine errors,
+and each failing request as a curl line (against http://localhost, the WSGI application's
+host).
 
-tests/api/test_schema_fuzz.py runs the same `fuzz_persona` on a small derandomized budget.
+tests/api/test_schema_fuzz.py runs the same `fuzz_persona` on a small deterministic budget.
 """
 
 from __future__ import annotations
@@ -31,16 +35,24 @@ import importlib
 import json
 import os
 import random
+import threading
 import time
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.fuzz_checks import refused_without_credentials, valid_data_accepted
+
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench_fuzz"
 BASE_URL = "http://localhost"
 STEPS = 6  # calls per stateful sequence at most
+PHASES = ("examples", "coverage", "fuzzing", "stateful")
+# Registered with schemathesis on import; every run applies them.
+CHECKS = (refused_without_credentials, valid_data_accepted)
+# Every method the schema may leave out of a path: the coverage phase sends each one the path
+# does not document and expects 405 with `Allow` (OPTIONS: an answer whose `Allow` matches).
+UNEXPECTED = ["get", "put", "post", "delete", "options", "patch", "trace"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class Tally:
     server_errors: int = 0
     other_failures: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the engine's own (a schema it cannot use)
+    seconds: float = 0.0
 
 
 def populate(org: Any) -> None:
@@ -93,6 +107,40 @@ def populate(org: Any) -> None:
     # A policy without a priority class sends the next job to approval: a request not decided.
     policy_set(user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=0)
     job_submit(user=org.users["alice"], project=org.proj_alpha, payload={**spec, "name": "big"})
+    _populate_every_kind(org)
+
+
+def _populate_every_kind(org: Any) -> None:
+    """What the isolation walk gives every team (jobs, events, priority defaults, quota
+    requests, audit entries, what-if runs, metered usage, budgets, cost exports, a closed
+    statement), an adjustment on the statement, and a what-if run that failed."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.closing import statement_adjust
+    from whatif.models import WhatIf, WhatIfState
+
+    walk = _tests("api.test_isolation_walk")
+    walk.populate(org)
+    statement = walk.populate_billing(org)
+    statement_adjust(
+        user=org.users["carol"],
+        statement=statement,
+        tenant=org.alpha,
+        amount=Decimal("-1.50"),
+        reason="a faulty node",
+    )
+    now = timezone.now()
+    WhatIf.objects.create(
+        requested_by=org.users["tina"],
+        scope=org.alpha,
+        state=WhatIfState.FAILED,
+        error="the replay failed",
+        created_at=now,
+        expires_at=now + timedelta(days=7),
+    )
 
 
 def _tests(module: str) -> Any:
@@ -120,178 +168,159 @@ def generous_rates(rest_framework: dict[str, Any]) -> dict[str, Any]:
 
 
 def served_schema() -> Any:
-    import schemathesis
+    """The raw OpenAPI document the API serves (loaded once: every persona fuzzes it)."""
+    from django.test import Client
+
+    response = Client(HTTP_HOST="localhost").get("/api/v1/schema/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200, response.content[:300]
+    return json.loads(response.content)
+
+
+def engine_config(
+    *,
+    headers: dict[str, str],
+    examples: int,
+    phases: Sequence[str] = PHASES,
+    seed: int | None = None,
+    steps: int = STEPS,
+) -> Any:
+    """Schemathesis's configuration for one persona: every check (each one the installed
+    version has, `max_response_time` aside: it needs a limit, and timing is not what this
+    measures; `positive_data_acceptance` as `valid_data_accepted`; ours in bench.fuzz_checks),
+    the given phases, valid and invalid data (`mode: all`), `examples` cases per
+    operation and phase, every undocumented method in the coverage phase (OPTIONS and TRACE
+    included). `seed` None: deterministic, the same requests on every run. One worker: the
+    engine's thread is the only one that touches the database besides the caller's."""
+    from schemathesis.config import SchemathesisConfig
+
+    data: dict[str, Any] = {
+        "workers": 1,
+        "continue-on-failure": True,
+        "suppress-health-check": ["all"],
+        "cache": {"enabled": False},  # nothing written under .schemathesis/
+        # The token as the schema's `tokenAuth` scheme, not a plain header: the `ignored_auth`
+        # check then knows which credential to leave out or spoil.
+        "auth": {"openapi": {"tokenAuth": {"api_key": headers["Authorization"]}}}
+        if "Authorization" in headers
+        else {},
+        "checks": {"enabled": True, "positive_data_acceptance": {"enabled": False}},
+        "phases": {
+            **{phase: {"enabled": phase in phases} for phase in PHASES},
+            "coverage": {"enabled": "coverage" in phases, "unexpected-methods": UNEXPECTED},
+            "stateful": {"enabled": "stateful" in phases, "max-steps": steps},
+        },
+        "generation": {
+            "mode": "all",
+            "max-examples": examples,
+            "deterministic": seed is None,
+            "database": "none",
+            "no-shrink": True,
+        },
+    }
+    if seed is not None:
+        data["seed"] = seed
+    return SchemathesisConfig.from_dict(data)
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[str]:
+    """The WSGI application on a local port, in a thread of its own, as `make run` serves it:
+    schemathesis's engine then calls it over HTTP as its CLI does. The thread reads the
+    database through its own connection, so it sees committed rows only."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
     from django.core.wsgi import get_wsgi_application
+    from django.db import connections
 
-    return schemathesis.openapi.from_wsgi("/api/v1/schema/", get_wsgi_application())
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
 
+    server = make_server("127.0.0.1", 0, get_wsgi_application(), handler_class=Quiet)
 
-def refused_without_credentials(ctx: Any, response: Any, case: Any) -> bool | None:
-    """An operation whose schema asks for credentials answers a valid request without any
-    with 401 or 403, never with data nor with a 400 that shows the request was read. An
-    invalid one may also meet a 4xx from before authentication (a path that matches no
-    route is 404), never a success."""
-    from schemathesis.core.failures import Failure
+    def serve() -> None:
+        try:
+            server.serve_forever(poll_interval=0.05)
+        finally:
+            connections.close_all()  # this thread's, before the database goes away
 
-    if response.request.headers.get("Authorization") or {} in _security(case):
-        return None
-    negative = case.meta is not None and case.meta.generation.mode.is_negative
-    refused = response.status_code >= 400 if negative else response.status_code in (401, 403)
-    if not refused:
-        raise Failure(
-            operation=case.operation.label,
-            title="Answered without credentials",
-            message=f"{response.status_code} to a request without credentials; expected 401 or 403",
-        )
-    return True
-
-
-def _security(case: Any) -> list[dict[str, Any]]:
-    definition = case.operation.definition.raw
-    # No `security` on the operation and none at the top level: anyone may call it.
-    return definition.get("security", case.operation.schema.raw_schema.get("security", [{}]))
-
-
-def checks_for(persona: Persona, *, negative: bool) -> list[Callable[..., Any]]:
-    from schemathesis.checks import not_a_server_error
-    from schemathesis.specs.openapi.checks import (
-        content_type_conformance,
-        negative_data_rejection,
-        response_schema_conformance,
-        status_code_conformance,
-    )
-
-    checks: list[Callable[..., Any]] = [
-        not_a_server_error,
-        status_code_conformance,
-        content_type_conformance,
-        response_schema_conformance,
-    ]
-    if negative:
-        checks.append(negative_data_rejection)
-    if persona.username is None:
-        checks.append(refused_without_credentials)
-    return checks
+    thread = threading.Thread(target=serve, name="fuzz-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
 
 
 def fuzz_persona(
-    schema: Any,
+    raw_schema: dict[str, Any],
     *,
+    base_url: str,
     persona: Persona,
     headers: dict[str, str],
     examples: int,
-    negative: int = 0,
-    stateful: int = 0,
+    phases: Sequence[str] = PHASES,
     seed: int | None = None,
+    steps: int = STEPS,
 ) -> Tally:
-    """`examples` valid and `negative` invalid requests per operation, then `stateful`
-    sequences of linked calls, each answer checked.
-    `seed` None: derandomized (the same requests on every run); otherwise random from `seed`,
-    each operation from its own seed derived from it, so that one operation replays alone."""
-    from schemathesis import GenerationMode
+    """Run schemathesis's engine over every operation as `persona` against `base_url`
+    (`serving()`), and count what it sent and what failed."""
+    import schemathesis
+    from schemathesis.engine import events
 
+    config = engine_config(
+        headers=headers, examples=examples, phases=phases, seed=seed, steps=steps
+    )
+    config.projects.default.update(base_url=base_url)
+    schema = schemathesis.openapi.from_dict(raw_schema, config=config)
     tally = Tally(persona=persona.label)
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        tally.operations += 1
-        for mode, budget in (
-            (GenerationMode.POSITIVE, examples),
-            (GenerationMode.NEGATIVE, negative),
-        ):
-            if budget:
-                _fuzz_operation(operation, persona, headers, mode, budget, seed, tally)
-    if stateful:
-        _fuzz_stateful(schema, persona, headers, stateful, tally)
+    started = time.perf_counter()
+    labels: set[str] = set()
+    for event in schemathesis.engine.from_schema(schema).execute():
+        if isinstance(event, events.ScenarioFinished):
+            _record(tally, event.phase.value, event.recorder, headers)
+            labels.add(event.recorder.label)
+        elif isinstance(event, events.NonFatalError):
+            tally.errors.append(f"{event.label}: {event.info.message[:300]}")
+        elif isinstance(event, events.FatalError):
+            tally.errors.append(repr(event.exception)[:300])
+    tally.operations = len({label for label in labels if label.split(" ")[0].isupper()})
+    tally.seconds = round(time.perf_counter() - started, 1)
     return tally
 
 
-def _settings(budget: int, *, derandomize: bool, **extra: Any) -> Any:
-    """No shrinking: every failing request is recorded as it was sent, and the run goes on."""
-    from hypothesis import HealthCheck, Phase, settings
-
-    return settings(
-        max_examples=budget,
-        deadline=None,
-        derandomize=derandomize,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-        **extra,
-    )
-
-
-def _fuzz_operation(
-    operation: Any,
-    persona: Persona,
-    headers: dict[str, str],
-    mode: Any,
-    budget: int,
-    seed: int | None,
-    tally: Tally,
-) -> None:
-    import hypothesis
-    from hypothesis import given
-
-    checks = checks_for(persona, negative=mode.is_negative)
-
-    @_settings(budget, derandomize=seed is None)
-    @given(case=operation.as_strategy(generation_mode=mode))
-    def call(case: Any) -> None:
-        _check(tally, mode.value, case, case.call(headers=headers), checks, headers)
-
-    if seed is not None:
-        call = hypothesis.seed(seed ^ zlib.crc32(f"{operation.label} {mode.value}".encode()))(call)
-    with contextlib.suppress(hypothesis.errors.Unsatisfiable):
-        call()  # Unsatisfiable: nothing to negate in this operation (no parameters, no body)
-
-
-def _fuzz_stateful(
-    schema: Any, persona: Persona, headers: dict[str, str], scenarios: int, tally: Tally
-) -> None:
-    """Sequences of calls chained by the links schemathesis infers from the schema (a job's id
-    from `POST /jobs/` or `GET /jobs/` into `GET /jobs/{id}/`, `cancel`, ...), so that details
-    and actions meet rows that exist. Derandomized even in the benchmark: a state machine run
-    this way takes no seed."""
-    checks = checks_for(persona, negative=False)
-
-    class Machine(schema.as_state_machine()):  # type: ignore[misc]
-        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
-            return {"headers": headers}
-
-        def validate_response(self, response: Any, case: Any, *_: Any, **__: Any) -> None:
-            _check(tally, "stateful", case, response, checks, headers)
-
-    Machine.run(settings=_settings(scenarios, derandomize=True, stateful_step_count=STEPS))
-
-
-def _check(
-    tally: Tally,
-    mode: str,
-    case: Any,
-    response: Any,
-    checks: list[Callable[..., Any]],
-    headers: dict[str, str],
-) -> None:
-    """Count the request; record it as a failure, reproducibly, if a check fails."""
-    from schemathesis.core.failures import FailureGroup
-
-    tally.requests += 1
-    try:
-        case.validate_response(response, checks=checks, headers=headers)
-    except FailureGroup as group:
-        if response.status_code >= 500:
+def _record(tally: Tally, phase: str, recorder: Any, headers: dict[str, str]) -> None:
+    """Count each request; record each failing one, reproducibly (a curl line)."""
+    for interaction in recorder.interactions.values():
+        tally.requests += 1
+        if interaction.response is not None and interaction.response.status_code >= 500:
             tally.server_errors += 1
-        else:
+    for case_id, checks in recorder.checks.items():
+        failed = [check for check in checks if check.failure_info is not None]
+        if not failed:
+            continue
+        interaction = recorder.interactions.get(case_id)
+        response = interaction.response if interaction is not None else None
+        status = response.status_code if response is not None else 0
+        if status < 500:
             tally.other_failures += 1
+        case = recorder.cases[case_id].value
         tally.failures.append(
             {
                 "operation": case.operation.label,
-                "mode": mode,
-                "status": response.status_code,
-                "checks": sorted({failure.title for failure in group.exceptions}),
-                "message": "; ".join(f.message[:300] for f in group.exceptions),
+                "phase": phase,
+                "status": status,
+                "checks": sorted({check.name for check in failed}),
+                "message": "; ".join(
+                    check.failure_info.failure.title
+                    + ": "
+                    + check.failure_info.failure.message[:300]
+                    for check in failed
+                ),
                 "curl": case.as_curl_command(headers=headers, base_url=BASE_URL),
-                "body": response.text[:500],
+                "body": response.content[:500].decode(errors="replace") if response else "",
             }
         )
 
@@ -300,8 +329,8 @@ def run(
     url: str,
     *,
     examples: int,
-    negative: int,
-    stateful: int,
+    phases: Sequence[str],
+    debug: Sequence[bool],
     seed: int,
     personas: Sequence[Persona],
 ) -> dict[str, Any]:
@@ -319,67 +348,65 @@ def run(
         call_command("migrate", verbosity=0)
     else:
         fresh_database(url)
-    return run_here(
-        examples=examples, negative=negative, stateful=stateful, seed=seed, personas=personas
-    )
+    return run_here(examples=examples, phases=phases, debug=debug, seed=seed, personas=personas)
 
 
 def run_here(
     *,
     examples: int,
-    negative: int,
-    stateful: int,
-    seed: int,
+    phases: Sequence[str] | dict[str, Sequence[str]] = PHASES,
+    default_phases: Sequence[str] = PHASES,
+    debug: Sequence[bool] = (False, True),
+    seed: int | None = None,
     personas: Sequence[Persona] = PERSONAS,
 ) -> dict[str, Any]:
-    """On the database Django is set up with (the benchmark's fresh one, or a test's)."""
+    """On the database Django is set up with (the benchmark's fresh one, or a test's, whose
+    rows the engine's thread must see: committed, a transactional test). `phases`: for every
+    persona, or per persona label (the others get `default_phases`)."""
     from django.conf import settings
-    from django.test import override_settings
-
-    with override_settings(REST_FRAMEWORK=generous_rates(settings.REST_FRAMEWORK)):
-        return _run_personas(
-            examples=examples, negative=negative, stateful=stateful, seed=seed, personas=personas
-        )
-
-
-def _run_personas(
-    *, examples: int, negative: int, stateful: int, seed: int, personas: Sequence[Persona]
-) -> dict[str, Any]:
     from django.core.cache import cache
+    from django.test import override_settings
 
     org = _tests("conftest").build_org()
     populate(org)
-    schema = served_schema()
+    raw = served_schema()
     started = time.perf_counter()
-    tallies = []
-    for persona in personas:
-        cache.clear()  # throttles and login guards count per persona, from zero
-        tallies.append(
-            fuzz_persona(
-                schema,
-                persona=persona,
-                headers=credentials(org, persona),
-                examples=examples,
-                negative=negative,
-                stateful=stateful,
-                seed=seed,
-            )
-        )
+    runs: dict[str, Any] = {}
+    rest_framework = generous_rates(settings.REST_FRAMEWORK)
+    for value in debug:
+        tallies = {}
+        with override_settings(DEBUG=value, REST_FRAMEWORK=rest_framework), serving() as url:
+            for persona in personas:
+                cache.clear()  # throttles and login guards count per persona, from zero
+                tally = fuzz_persona(
+                    raw,
+                    base_url=url,
+                    persona=persona,
+                    headers=credentials(org, persona),
+                    examples=examples,
+                    phases=(
+                        phases.get(persona.label, default_phases)
+                        if isinstance(phases, dict)
+                        else phases
+                    ),
+                    seed=seed,
+                )
+                tallies[persona.label] = asdict(tally)
+        runs["debug-on" if value else "debug-off"] = tallies
     return {
         "seed": seed,
         "examples": examples,
-        "negative": negative,
-        "stateful": stateful,
+        "phases": phases if isinstance(phases, dict) else list(phases),
         "seconds": round(time.perf_counter() - started, 1),
-        "personas": {tally.persona: asdict(tally) for tally in tallies},
+        "runs": runs,
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Fuzz the API as every persona")
-    parser.add_argument("--examples", type=int, default=100, help="valid requests per operation")
-    parser.add_argument("--negative", type=int, default=20, help="invalid requests per operation")
-    parser.add_argument("--stateful", type=int, default=50, help="sequences of linked calls")
+    parser.add_argument("--examples", type=int, default=20, help="cases per operation and phase")
+    parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--debug", choices=["both", "on", "off"], default="both")
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
     parser.add_argument("--personas", default="", help="comma-separated labels (default: all)")
     parser.add_argument("--url", default=os.environ.get("GANTRY_BENCH_URL", DEFAULT_URL))
@@ -388,23 +415,27 @@ def main(argv: list[str] | None = None) -> None:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"seed {seed}", flush=True)
     wanted = set(filter(None, args.personas.split(",")))
-    personas = [p for p in PERSONAS if not wanted or p.label in wanted]
     result = run(
         args.url,
         examples=args.examples,
-        negative=args.negative,
-        stateful=args.stateful,
+        phases=[phase for phase in args.phases.split(",") if phase],
+        debug={"both": (False, True), "on": (True,), "off": (False,)}[args.debug],
         seed=seed,
-        personas=personas,
+        personas=[p for p in PERSONAS if not wanted or p.label in wanted],
     )
-    for label, tally in result["personas"].items():
-        print(
-            f"{label:18} operations {tally['operations']:4} requests {tally['requests']:6} "
-            f"5xx {tally['server_errors']:4} other failures {tally['other_failures']:4}"
-        )
-        for failure in tally["failures"]:
-            print(f"  {failure['status']} {failure['operation']} {failure['checks']}")
-            print(f"    {failure['curl']}")
+    for run_name, tallies in result["runs"].items():
+        for label, tally in tallies.items():
+            print(
+                f"{run_name:9} {label:18} operations {tally['operations']:4} "
+                f"requests {tally['requests']:6} 5xx {tally['server_errors']:4} "
+                f"other failures {tally['other_failures']:4} errors {len(tally['errors'])}"
+            )
+            for failure in tally["failures"]:
+                print(f"  {failure['status']} {failure['operation']} {failure['checks']}")
+                print(f"    {failure['message'][:300]}")
+                print(f"    {failure['curl'][:400]}")
+            for error in tally["errors"]:
+                print(f"  error: {error}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -1,9 +1,10 @@
 """URL wiring: the REST API under /api/v1/, its schema and docs, health, the portal."""
 
-from django.urls import URLPattern, URLResolver, include, path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from common.api.auth import GuardedObtainAuthToken
+from common.api.errors import not_found
 from scheduler.metrics import metrics_view
 from scheduler.views import healthz
 from tenants.api.views import MeView
@@ -24,6 +25,9 @@ handler404 = "common.api.errors.not_found"
 
 urlpatterns = [
     path("api/v1/", include(api_v1)),
+    # The rest of /api/ as a route of its own, so that its 404 is JSON whatever DEBUG says
+    # (Django's DEBUG page, which lists every route, replaces handler404 when DEBUG is on).
+    re_path(r"^api/", not_found, name="api-not-found"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     # The portal, including login (with brute-force slowing) and logout.

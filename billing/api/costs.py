@@ -23,12 +23,17 @@ from billing.closing import month_bounds, statement_adjust, statement_close
 from billing.policies import billing_policy_set
 from billing.statements import roll_up
 from common.api.filters import IntegerFilter, StrictFilterSet
+from common.api.pagination import MAX_PAGE_SIZE
 from tenants import access
 from tenants.models import Project, Tenant
 
 PAGE_PARAMETERS = [
-    OpenApiParameter("page", int, description="Page number, from 1."),
-    OpenApiParameter("page_size", int, description="Rows per page, 1 to 200."),
+    OpenApiParameter("page", {"type": "integer", "minimum": 1}, description="Page number."),
+    OpenApiParameter(
+        "page_size",
+        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE},
+        description=f"Rows per page, 1 to {MAX_PAGE_SIZE}.",
+    ),
 ]
 
 

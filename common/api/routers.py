@@ -14,6 +14,7 @@ from typing import Any
 from rest_framework.routers import SimpleRouter
 
 ID_PATTERN = r"[1-9][0-9]{0,17}"
+MAX_ID = 10**18 - 1
 
 
 class IdRouter(SimpleRouter):

@@ -11,12 +11,16 @@ This post-processing hook adds them, so that the schema and the server stay in s
 Every input serializer refuses a field it does not declare (`common.api.serializers`), so each
 object a request body reaches is `additionalProperties: false`; every query value sent empty is
 refused (`common.api.filters`, and the serializers' `allow_blank=False`), so each string query
-parameter is `minLength: 1`.
+parameter is `minLength: 1` (and a string in a body that may not be blank has a non-space,
+as DRF trims before it checks), an integer one within 64 bits; an id in a path is routed only
+in canonical decimal (`common.api.routers`), so it is bounded as routed.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from common.api.routers import MAX_ID
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -59,6 +63,7 @@ def add_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     close_request_bodies(result)
     refuse_empty_query_values(result)
+    bound_path_ids(result)
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path in result.get("paths", {}).values():
         for method, operation in path.items():
@@ -106,6 +111,9 @@ def close_request_bodies(result: dict[str, Any]) -> None:
             continue
         if "properties" in schema:
             schema.setdefault("additionalProperties", False)
+        if schema.get("type") == "string" and schema.get("minLength", 0) >= 1:
+            # DRF trims a string before it checks it is not blank: " " is blank.
+            schema.setdefault("pattern", r"\S")
         stack.extend(schema.get("properties", {}).values())
         stack.extend(schema.get(key) for key in ("items", "additionalProperties"))
         stack.extend(schema.get("allOf", []) + schema.get("oneOf", []) + schema.get("anyOf", []))
@@ -120,3 +128,19 @@ def refuse_empty_query_values(result: dict[str, Any]) -> None:
             schema = schema.get("items", schema)
             if schema.get("type") == "string" and "enum" not in schema:
                 schema.setdefault("minLength", 1)
+            elif schema.get("type") == "integer" and "maximum" not in schema:
+                # What a database column holds (common.api.filters.BoundedIntegerField).
+                schema.setdefault("minimum", -(2**63))
+                schema["maximum"] = 2**63 - 1
+
+
+def bound_path_ids(result: dict[str, Any]) -> None:
+    """An id in a path is what `common.api.routers.ID_PATTERN` routes: 1 to 10**18 - 1."""
+    for path in result.get("paths", {}).values():
+        for operation in path.values():
+            if not isinstance(operation, dict):
+                continue
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                if parameter.get("in") == "path" and schema.get("type") == "integer":
+                    schema.update(minimum=1, maximum=MAX_ID)

@@ -31,6 +31,14 @@ def type_error(field: serializers.Field, value: Any) -> str | None:
     """Why `value` is the wrong JSON type for `field`, or None when it is the right one."""
     if value is None:
         return None  # the field's own allow_null decides
+    if isinstance(field, serializers.SlugRelatedField):  # a name: `0` is not the name "0"
+        if not isinstance(value, str):
+            return f"must be a string, got {_kind(value)}."
+        return "must not be empty." if value == "" else None
+    if isinstance(field, serializers.PrimaryKeyRelatedField):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be a whole number, got {_kind(value)}."
+        return None
     if isinstance(field, serializers.RelatedField):
         if value == "":
             return "must not be empty."

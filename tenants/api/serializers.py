@@ -53,9 +53,16 @@ class TenantCreateIn(StrictInputSerializer):
     kind = serializers.ChoiceField(choices=TenantKind.choices, default=TenantKind.TEAM)
 
 
+# The https URLs the model's URLValidator takes, as a pattern the schema can state: DNS labels
+# (letters, digits, inner hyphens), a TLD of letters, an optional port and path.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+WEBHOOK_URL = rf"^(https://({_LABEL}\.)+[A-Za-z]{{2,63}}(:[0-9]{{1,5}})?(/[^\s]*)?)?\Z"
+
+
 class TenantUpdateIn(StrictInputSerializer):
     name = serializers.CharField(max_length=120)
-    webhook_url = serializers.CharField(
+    webhook_url = serializers.RegexField(
+        WEBHOOK_URL,
         max_length=500,
         allow_blank=True,
         help_text='https URL the tenant\'s notifications are posted to as {"text": ...} '

@@ -169,9 +169,11 @@ class MembershipViewSet(ReadWriteViewSet):
     @extend_schema(request=s.MembershipUpdateIn, responses=s.MembershipOut)
     def partial_update(self, request: Request, pk: str) -> Response:
         membership = self.get_object()
-        data = self.read_input(s.MembershipUpdateIn)
+        data = self.read_input(s.MembershipUpdateIn, partial=True)
+        # A PATCH without `role` (as its schema allows) sets the role it has: checked, audited.
+        role = data.get("role", membership.role)
         membership = services.membership_set(
-            user=request.user, tenant=membership.tenant, member=membership.user, role=data["role"]
+            user=request.user, tenant=membership.tenant, member=membership.user, role=role
         )
         return self.respond(membership)
 

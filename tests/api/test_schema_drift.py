@@ -123,3 +123,72 @@ def test_a_what_if_s_nullable_fields_are_documented_nullable(org: Org, client_fo
     assert out["approval_request"]["nullable"] is True
     assert out["scope"]["nullable"] is True
     assert not WhatIf.objects.exists()
+
+
+def test_a_name_given_as_a_number_is_400(org: Org, client_for: Any) -> None:
+    """Found by bench.fuzz: `"priority_class": 0` was read as the name "0"."""
+    body = {"tenant": org.alpha.pk, "job_type": "batch", "priority_class": 0}
+    response = client_for("pat").post("/api/v1/priority-defaults/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"]["priority_class"] == ["must be a string, got a number."]
+
+
+def test_path_ids_are_bounded_in_the_schema_as_routed(org: Org, client_for: Any) -> None:
+    paths = schema(client_for("pat"))["paths"]
+    for path in ("/api/v1/jobs/{id}/", "/api/v1/billing-policies/{id}/"):
+        (id_,) = [p for p in paths[path]["get"]["parameters"] if p["in"] == "path"]
+        assert id_["schema"] in (
+            {"type": "string", "pattern": "^[1-9][0-9]{0,17}$"},  # the route's own pattern
+            {"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
+        ), path
+
+
+def test_a_membership_patch_without_a_role_keeps_it(org: Org, client_for: Any) -> None:
+    """Found by bench.fuzz: the PATCH's schema makes `role` optional, the server required it."""
+    membership = org.alpha.memberships.get(user=org.users["alice"])
+    url = f"/api/v1/memberships/{membership.pk}/"
+    response = client_for("tina").patch(url, {}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["role"] == membership.role
+    assert client_for("alice").patch(url, {}, format="json").status_code == 403
+
+
+def test_a_what_if_change_is_documented_per_kind(org: Org, client_for: Any) -> None:
+    """Found by bench.fuzz: one flat object called `{"kind": "quota"}` valid; the server
+    wants the fields of its kind and no other."""
+    components = schema(client_for("pat"))["components"]["schemas"]
+    quota, klass = components["WhatIfInRequest"]["properties"]["changes"]["items"]["oneOf"]
+    assert quota["required"] == ["kind", "tenant", "flavor"]
+    assert klass["required"] == ["kind", "name", "value"]
+    body = {"changes": [{"kind": "quota", "name": "x"}]}
+    response = client_for("pat").post("/api/v1/what-ifs/", body, format="json")
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/api/v1/tenants/+1/", "/api/v1/nope/", "/api/v2/"])
+def test_an_api_path_matching_no_route_is_json_with_debug_on(
+    org: Org, client_for: Any, settings: Any, path: str
+) -> None:
+    """Found by bench.fuzz with DEBUG on (as `make run` serves): Django's HTML debug 404,
+    which lists every route, replaced the API's JSON 404."""
+    settings.DEBUG = True
+    response = client_for("pat").get(path)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+
+
+def test_what_the_server_trims_or_bounds_the_schema_states(org: Org, client_for: Any) -> None:
+    """Found by bench.fuzz: " " was a valid name by the schema (DRF trims it to blank), an
+    integer filter past 64 bits valid, any string a valid webhook URL."""
+    document = schema(client_for("pat"))
+    project = document["components"]["schemas"]["ProjectCreateInRequest"]["properties"]["slug"]
+    assert project["pattern"] and project["minLength"] == 1
+    parameters = document["paths"]["/api/v1/approval-requests/"]["get"]["parameters"]
+    tenant = next(p for p in parameters if p["name"] == "tenant")
+    assert tenant["schema"]["maximum"] == 2**63 - 1
+    url = document["components"]["schemas"]["PatchedTenantUpdateInRequest"]["properties"]
+    assert url["webhook_url"]["oneOf"][0]["pattern"].startswith("^(https://")
+    response = client_for("pat").patch(
+        f"/api/v1/tenants/{org.alpha.pk}/", {"webhook_url": "0" * 40}, format="json"
+    )
+    assert "webhook_url" in response.json()["errors"]

@@ -66,6 +66,52 @@ class ChangeIn(StrictInputSerializer):
         return attrs
 
 
+def _milli(nullable: bool = False) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "maximum": MAX_MILLI, "nullable": nullable}
+
+
+def _name(description: str) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": 63, "description": description}
+
+
+# What `ChangeIn.validate` enforces, as the schema's own words: the fields of each kind, and
+# no other (a flat object of every field would call `{"kind": "quota"}` valid).
+CHANGE_SCHEMA = {
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": ["quota"]},
+                "tenant": _name("A tenant's slug."),
+                "flavor": _name("A flavor's name."),
+                "guaranteed_milli": _milli(),
+                "limit_milli": _milli(),
+                "lend_limit_milli": _milli(nullable=True),
+                "weight": {"type": "number", "minimum": 0.001, "maximum": 99999},
+                "user_limit_milli": {**_milli(nullable=True), "description": "One user's cap."},
+            },
+            "required": ["kind", "tenant", "flavor"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": ["priority_class"]},
+                "name": _name("A priority class."),
+                "value": {"type": "integer", "minimum": -PRIORITY_BOUND, "maximum": PRIORITY_BOUND},
+            },
+            "required": ["kind", "name", "value"],
+            "additionalProperties": False,
+        },
+    ]
+}
+
+
+@extend_schema_field({"type": "array", "items": CHANGE_SCHEMA, "maxItems": 50})
+class ChangesField(serializers.ListField):
+    pass
+
+
 class WhatIfIn(StrictInputSerializer):
     scope = serializers.IntegerField(
         required=False,
@@ -75,7 +121,7 @@ class WhatIfIn(StrictInputSerializer):
         "(platform admins).",
     )
     window_days = serializers.IntegerField(default=14, min_value=1, max_value=MAX_WINDOW_DAYS)
-    changes = serializers.ListField(child=ChangeIn(), required=False, max_length=50)
+    changes = ChangesField(child=ChangeIn(), required=False, max_length=50)
     approval_request = serializers.IntegerField(
         required=False,
         min_value=1,
