@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from billing.metering import HOUR, floor_hour
+from billing.metering import HOUR, floor_hour, meter_caught_up
 from billing.models import LineKind, MeteringPeriod, Statement, StatementLine
 from billing.statements import DraftLine, organisation_lines
 from common.errors import DomainError
@@ -56,17 +56,23 @@ def months_close_due(*, now: datetime) -> list[Statement]:
     start, end = previous_month(now)
     if now < end + timedelta(hours=settings.GANTRY_BILLING_CLOSE_AFTER_H):
         return []
+    done = set(
+        Statement.objects.filter(period_start=start, period_end=end).values_list(
+            "organisation_id", flat=True
+        )
+    )
+    due = [o for o in Tenant.objects.filter(parent__isnull=True).order_by("pk") if o.pk not in done]
+    if not due:
+        return []
+    # Everything due first, however many hours (a metering run stops after a week of them).
+    meter_caught_up(now=now, progress=_log_progress)
     try:
         _check_period(start, end, now)
     except DomainError as waiting:
         logger.info("month from %s not closed yet: %s", f"{start:%Y-%m}", waiting)
         return []
     closed = []
-    for organisation in Tenant.objects.filter(parent__isnull=True).order_by("pk"):
-        if Statement.objects.filter(
-            organisation=organisation, period_start=start, period_end=end
-        ).exists():
-            continue
+    for organisation in due:
         try:
             statement = statement_close(
                 user=None, organisation=organisation, start=start, end=end, now=now
@@ -79,6 +85,10 @@ def months_close_due(*, now: datetime) -> list[Statement]:
         )
         closed.append(statement)
     return closed
+
+
+def _log_progress(done: int, due: int) -> None:
+    logger.info("metering before the close: %s of %s hour(s) due metered", done, due)
 
 
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:

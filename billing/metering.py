@@ -52,9 +52,9 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def hours_due(now: datetime, limit: int = MAX_HOURS_PER_RUN) -> list[datetime]:
+def hours_due(now: datetime, limit: int | None = MAX_HOURS_PER_RUN) -> list[datetime]:
     """Closed hours not metered yet, oldest first: from the first allocation's hour to the
-    last hour that ended at least the metering delay before `now`."""
+    last hour that ended at least the metering delay before `now` (at most `limit`)."""
     until = floor_hour(now - timedelta(seconds=settings.GANTRY_METERING_DELAY_S))
     first = Allocation.objects.aggregate(first=Min("started_at"))["first"]
     if first is None:
@@ -66,7 +66,7 @@ def hours_due(now: datetime, limit: int = MAX_HOURS_PER_RUN) -> list[datetime]:
         )
     )
     due: list[datetime] = []
-    while hour < until and len(due) < limit:
+    while hour < until and (limit is None or len(due) < limit):
         if hour not in done:
             due.append(hour)
         hour += HOUR
@@ -92,6 +92,27 @@ def meter_usage(*, now: datetime, fault: Fault | None = None) -> int:
         # Once per run, also when an hour failed: the hours committed before it moved spend.
         spend.alerts_queue()
     return metered
+
+
+Progress = Callable[[int, int], None]
+
+
+def meter_caught_up(*, now: datetime, progress: Progress | None = None) -> int:
+    """Meter every closed hour due, however many (`meter_usage` runs until none is left):
+    what closing a month needs. `progress(done, due)` after each run of up to
+    MAX_HOURS_PER_RUN hours. Stops early when a run meters nothing (another run holds the
+    hours left; the caller's check that the period is metered then says what is missing).
+    Returns the hours metered."""
+    due = len(hours_due(now, limit=None))
+    done = 0
+    while due > done:
+        metered = meter_usage(now=now)
+        done += metered
+        if progress is not None:
+            progress(done, due)
+        if not metered:
+            break
+    return done
 
 
 def _windows(hours: list[datetime]) -> list[list[datetime]]:

@@ -9,13 +9,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from billing.closing import month_bounds, statement_close
-from billing.metering import meter_usage
+from billing.metering import meter_caught_up
 from common.errors import DomainError
 from tenants.models import Tenant
 
 
 class Command(BaseCommand):
-    help = "Meter what is due, then close the statements of a month (YYYY-MM, UTC)."
+    help = "Meter everything due, then close the statements of a month (YYYY-MM, UTC)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("month", help="The month to close, e.g. 2031-01.")
@@ -29,7 +29,8 @@ class Command(BaseCommand):
         now = parse_datetime(options["now"]) if options["now"] else datetime.now(UTC)
         if now is None or now.tzinfo is None:
             raise CommandError("--now: give an ISO 8601 instant with its zone, e.g. ...Z")
-        meter_usage(now=now)
+        # Everything due, however long since the last run (a run meters at most a week).
+        meter_caught_up(now=now, progress=self._progress)
         for organisation in Tenant.objects.filter(parent__isnull=True):
             try:
                 statement = statement_close(
@@ -39,3 +40,6 @@ class Command(BaseCommand):
                 raise CommandError(f"{organisation.slug}: {error}") from None
             lines = statement.lines.count()
             self.stdout.write(f"{organisation.slug}: statement {statement.pk}, {lines} line(s)")
+
+    def _progress(self, done: int, due: int) -> None:
+        self.stdout.write(f"metered {done} of {due} hour(s) due")
