@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GANTRY_VAR_DIR", BASE_DIR / "var"))
@@ -277,6 +278,23 @@ else:
             (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
+# Queues: `celery` for the short periodic work (metering, roll-ups, expiries), `notifications`
+# for one outbox message per task, `reports` for what-if replays and finance exports. Each
+# long task has Celery time limits; a worker started without -Q consumes all three, and one
+# started with -Q (a dedicated pool) only those it names: a slow receiver or a long replay
+# then never waits in front of metering. A worker takes one message ahead per process, so a
+# long replay does not keep others' messages waiting behind it.
+GANTRY_CELERY_QUEUES = ("celery", "notifications", "reports")
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name) for name in GANTRY_CELERY_QUEUES
+]
+CELERY_TASK_ROUTES = {
+    "tenants.tasks.notification_send": {"queue": "notifications"},
+    "whatif.tasks.whatif_run": {"queue": "reports"},
+    "billing.tasks.cost_export_run": {"queue": "reports"},
+}
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
@@ -481,7 +499,12 @@ CELERY_BEAT_SCHEDULE.update(
 # GANTRY_NOTIFY_MAX_ATTEMPTS times; at most GANTRY_NOTIFY_MAX_PENDING wait per tenant and
 # channel (older ones are dropped). The job's owner is emailed for the job events named in
 # GANTRY_NOTIFY_EMAIL_EVENTS (comma-separated: started, finished, failed, preempted).
+# One webhook delivery's whole time, lookup, connection, post and answer together
+# (tenants/webhooks.py), not a timeout per socket read.
 GANTRY_NOTIFY_TIMEOUT_S = float(os.environ.get("GANTRY_NOTIFY_TIMEOUT_S", "10"))
+# Webhooks post only to public addresses; on: also to private, loopback and link-local ones
+# (receivers on an on-premises network, the tests' local servers). Never in a shared cluster.
+GANTRY_WEBHOOK_ALLOW_PRIVATE = env_bool("GANTRY_WEBHOOK_ALLOW_PRIVATE")
 GANTRY_NOTIFY_BACKOFF_S = float(os.environ.get("GANTRY_NOTIFY_BACKOFF_S", "30"))
 GANTRY_NOTIFY_BACKOFF_MAX_S = float(os.environ.get("GANTRY_NOTIFY_BACKOFF_MAX_S", "3600"))
 GANTRY_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("GANTRY_NOTIFY_MAX_ATTEMPTS", "8"))

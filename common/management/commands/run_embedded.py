@@ -20,7 +20,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-WORKER_OPTIONS = ("--loglevel=INFO", "--concurrency=2", "--pool=threads")
+# Every queue of config/settings.py's GANTRY_CELERY_QUEUES (notifications, reports beside the
+# default). The thread pool has no Celery time limits: the webhook's deadline and the runs'
+# own time limits (whatif/runs.py, billing/export_runs.py) bound the tasks here.
+WORKER_OPTIONS = (
+    "--loglevel=INFO",
+    "--concurrency=2",
+    "--pool=threads",
+    "--queues=celery,notifications,reports",
+)
 
 
 def commands(host: str, port: int, var_dir: str) -> dict[str, list[str]]:
