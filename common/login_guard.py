@@ -1,12 +1,20 @@
 """Slow down password guessing, on the portal's login and the API's token endpoint alike.
 
-Failures are counted in the cache per (username, client address) and per client address alone.
-Past `PER_ACCOUNT` failures for one account from one address, or `PER_ADDRESS` failures from
-one address over any accounts (spraying), that address is refused for `WINDOW_S` seconds from
-the last failure, even with the right password: a correct guess during a lockout teaches the
-attacker nothing. A success clears the account counter and counts for nothing else, so a
-script that logs in often is never locked out. Every failure and refusal is logged with the
-username and the address.
+Three counters, in the cache, shared by both surfaces:
+- per (username, client address): past `PER_ACCOUNT` failures, that address is refused for
+  that account for `WINDOW_S` seconds from the last failure;
+- per client address over any accounts (spraying): past `PER_ADDRESS`, the address is refused;
+- per account, whatever the address: past `ACCOUNT_FREE` failures, every further attempt for
+  the account waits for a delay that doubles with each failure from `BACKOFF_BASE_S` up to
+  `BACKOFF_CAP_S` after the last one, and one attempt at a time takes the slot that opens. The
+  client address is what a client may fake (a trusted proxy's X-Forwarded-For, many hosts), so
+  this counter is what bounds guessing: one try per `BACKOFF_CAP_S` per account at most. It
+  slows down, it never bans: the account's owner waits at most `BACKOFF_CAP_S` for a slot.
+
+A refusal applies even to the right password (a correct guess during a lockout teaches the
+attacker nothing) and is not counted as a failure. A success clears the account's counters,
+so a script that logs in often is never slowed down. Every failure and refusal is logged with
+the username and the address.
 
 The client address is the direct peer's, unless that peer is one of the trusted proxies of
 `GANTRY_TRUSTED_PROXIES` (the one place they are configured); see `client_address`.
@@ -24,7 +32,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import math
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
@@ -34,6 +45,15 @@ from django.http import HttpRequest
 PER_ACCOUNT = 5
 PER_ADDRESS = 30
 WINDOW_S = 15 * 60
+# The account-wide backoff: ACCOUNT_FREE failures (a user's own typos) cost nothing; then the
+# delay doubles from BACKOFF_BASE_S to BACKOFF_CAP_S (2, 4, ... 256, then 300 s). An account's
+# failures are forgotten ACCOUNT_MEMORY_S after the last one. A claimed slot whose attempt never
+# reported back (a crashed request) opens again after CLAIM_S.
+ACCOUNT_FREE = 10
+BACKOFF_BASE_S = 2.0
+BACKOFF_CAP_S = 300.0
+ACCOUNT_MEMORY_S = 24 * 3600
+CLAIM_S = 10
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -92,29 +112,89 @@ def _key(*parts: str) -> str:
     return f"login-fail:{digest}"
 
 
+def clock() -> float:
+    """The account backoff's clock (seconds); tests replace it to pass a delay without sleeping."""
+    return time.time()
+
+
 def _keys(username: str, address: str) -> tuple[str, str]:
-    return _key("account", username.strip().lower(), address), _key("address", address)
+    return _key("account", _account(username), address), _key("address", address)
+
+
+def _account(username: str) -> str:
+    return username.strip().lower()
+
+
+def _account_keys(username: str) -> tuple[str, str]:
+    """(failures of the account from anywhere, the time before which it is refused)."""
+    return _key("account-any", _account(username)), _key("account-until", _account(username))
+
+
+def backoff_s(failures: int) -> float:
+    """How long an account with `failures` failures in a row waits after the last one."""
+    if failures < ACCOUNT_FREE:
+        return 0.0
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(failures - ACCOUNT_FREE, 32))
 
 
 def _log(surface: str) -> logging.Logger:
     return logging.getLogger(f"gantry.{surface.lower()}.login")
 
 
-def is_locked(username: str, address: str) -> bool:
+@dataclass(frozen=True)
+class Refusal:
+    """Why an attempt is refused before its password is checked, and for how long."""
+
+    wait_s: int
+    account_wide: bool  # the account's backoff, not this address's lock
+
+    def message(self, attempts: str = "logins") -> str:
+        where = "" if self.account_wide else " from your address"
+        wait = f"{self.wait_s} seconds" if self.wait_s < 120 else f"{self.wait_s // 60} minutes"
+        return f"Too many failed {attempts} for this account{where}. Wait {wait}, then try again."
+
+
+def refusal(username: str, address: str) -> Refusal | None:
+    """Whether an attempt for `username` from `address` is refused now (None: go ahead).
+
+    Called once per attempt, before the password is checked: when the account's backoff has
+    passed, this attempt takes the slot that opened, and concurrent attempts are refused until
+    it reports its outcome (`record_failure`, `record_success`)."""
     account_key, address_key = _keys(username, address)
-    counts = cache.get_many([account_key, address_key])
-    return counts.get(account_key, 0) >= PER_ACCOUNT or counts.get(address_key, 0) >= PER_ADDRESS
+    until_key = _account_keys(username)[1]
+    values = cache.get_many([account_key, address_key, until_key])
+    if values.get(account_key, 0) >= PER_ACCOUNT or values.get(address_key, 0) >= PER_ADDRESS:
+        return Refusal(wait_s=WINDOW_S, account_wide=False)
+    until = values.get(until_key)
+    if until is None:
+        return None
+    now = clock()
+    if now < until:
+        return Refusal(wait_s=max(1, math.ceil(until - now)), account_wide=True)
+    if cache.add(_key("account-slot", _account(username), repr(until)), 1, CLAIM_S):
+        return None
+    return Refusal(wait_s=1, account_wide=True)  # another attempt holds the slot
+
+
+def _incr(key: str, timeout: float) -> int:
+    # add() then incr() keeps the counter atomic on Redis; touch() restarts the window.
+    cache.add(key, 0, timeout)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, timeout)
+        count = 1
+    cache.touch(key, timeout)
+    return int(count)
 
 
 def record_failure(username: str, address: str, *, surface: str = "portal") -> None:
     for key in _keys(username, address):
-        # add() then incr() keeps the counter atomic on Redis; touch() restarts the window.
-        cache.add(key, 0, WINDOW_S)
-        try:
-            cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, WINDOW_S)
-        cache.touch(key, WINDOW_S)
+        _incr(key, WINDOW_S)
+    any_key, until_key = _account_keys(username)
+    delay = backoff_s(_incr(any_key, ACCOUNT_MEMORY_S))
+    if delay:
+        cache.set(until_key, clock() + delay, ACCOUNT_MEMORY_S)
     _log(surface).warning("failed %s login for %r from %s", surface, username[:150], address)
 
 
@@ -125,4 +205,4 @@ def record_refusal(username: str, address: str, *, surface: str = "portal") -> N
 
 
 def record_success(username: str, address: str) -> None:
-    cache.delete(_keys(username, address)[0])
+    cache.delete_many([_keys(username, address)[0], *_account_keys(username)])

@@ -214,6 +214,9 @@ REST_FRAMEWORK = {
         "anon": os.environ.get("GANTRY_THROTTLE_ANON", "60/min"),
         "submit": os.environ.get("GANTRY_THROTTLE_SUBMIT", "120/min"),
         "agent": os.environ.get("GANTRY_THROTTLE_AGENT", "60/min"),
+        # Attempts at the token endpoint per client address (the login guard's counters bound
+        # guessing per account; this bounds one client's attempts over every account).
+        "login": os.environ.get("GANTRY_THROTTLE_LOGIN", "20/min"),
     },
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.api.negotiation.StrictContentNegotiation",
     "DEFAULT_METADATA_CLASS": "common.api.metadata.DescriptiveMetadata",
@@ -352,10 +355,11 @@ GANTRY_REFUSE_BEYOND_INVENTORY = env_bool("GANTRY_REFUSE_BEYOND_INVENTORY", defa
 
 # Bearer token a Prometheus scraper sends to /metrics (platform admins may read it too).
 GANTRY_METRICS_TOKEN = os.environ.get("GANTRY_METRICS_TOKEN", "")
-# The reverse proxies (ingress controller, load balancer) in front of the web server, as
-# addresses or networks. Only a request whose direct peer is one of them has its X-Forwarded-For
-# read, for the client address that the login guard counts failures by (common/login_guard.py);
-# without it every client behind a proxy would share the proxy's counter.
+# The reverse proxies in front of the web server (the ingress controller's addresses only, never
+# a pod or node network that other workloads share), as addresses or networks. Only a request
+# whose direct peer is one of them has its X-Forwarded-For read, for the client address that the
+# login guard and the anonymous throttles count by (common/login_guard.py); any peer listed may
+# claim any client address. Guessing one account is bounded whatever the address.
 GANTRY_TRUSTED_PROXIES = env_list("GANTRY_TRUSTED_PROXIES")
 for _proxy in GANTRY_TRUSTED_PROXIES:
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import ipaddress
 import json
 import re
 import shlex
@@ -52,6 +51,7 @@ SETTINGS_ENV = {
     "GANTRY_SCHEDULER_INTERVAL_S",
     "GANTRY_SEED_DEMO",
     "GANTRY_TRUSTED_PROXIES",
+    "GANTRY_BASE_URL",
 }
 # Set for the process rather than for the settings: a writable HOME on a read-only filesystem.
 PROCESS_ENV = {"HOME"}
@@ -584,11 +584,19 @@ def test_no_secret_of_node_agent_tokens_is_shipped() -> None:
     assert not [d for d in _docs("Secret") if d["metadata"]["name"] == "gantry-node-agent"]
 
 
-def test_config_names_the_ingress_as_a_trusted_proxy() -> None:
-    """Behind an ingress without trusted proxies, every user shares one login-failure counter
-    (issue 17): the shipped configuration lists networks, one each, that parse."""
-    proxies = _one("ConfigMap", "gantry-config")["data"]["GANTRY_TRUSTED_PROXIES"].split(",")
-    assert proxies and all(ipaddress.ip_network(p.strip(), strict=False) for p in proxies)
+def test_config_trusts_no_proxy_until_the_ingress_is_named() -> None:
+    """Any peer listed in GANTRY_TRUSTED_PROXIES may claim any client address: the shipped
+    10.0.0.0/8 (the pod network) let any pod rotate X-Forwarded-For past the login guard
+    (issue 34, item 2). Shipped empty, and the comment says to list the ingress only."""
+    config = _one("ConfigMap", "gantry-config")["data"]
+    assert config["GANTRY_TRUSTED_PROXIES"] == ""
+    text = (K8S / "03-config.yaml").read_text()
+    assert "ingress controller's addresses only" in text
+
+
+def test_config_names_the_base_url() -> None:
+    """The links in emails need the portal's public address (issue 34, item 8)."""
+    assert _one("ConfigMap", "gantry-config")["data"]["GANTRY_BASE_URL"].startswith("https://")
 
 
 def test_examples_and_templates_are_not_applied() -> None:

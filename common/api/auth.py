@@ -1,9 +1,11 @@
 """`POST /api/v1/auth/token/`: a token for a username and password, behind the login guard.
 
 The same guard as the portal's login (`common.login_guard`): failures counted per account and
-address and per address, refused with 429 past either limit even for the right password, and
-logged with the username and the address. Successful logins count for nothing. The view
-authenticates nobody: a token or session sent along does not lift the guard.
+address, per address, and per account from anywhere (a backoff no client address changes),
+refused with 429 and Retry-After past any limit even for the right password, and logged with
+the username and the address. Successful logins count for nothing. On top of the guard, a rate
+limit per client address (`LoginThrottle`, GANTRY_THROTTLE_LOGIN). The view authenticates
+nobody: a token or session sent along does not lift the guard.
 """
 
 from __future__ import annotations
@@ -23,25 +25,24 @@ from rest_framework.response import Response
 from common import login_guard
 from common.api.parsers import BoundedJSONParser
 from common.api.serializers import refuse_loose_input
-
-LOCKED_DETAIL = (
-    "Too many failed logins for this account from your address. "
-    f"Wait {login_guard.WINDOW_S // 60} minutes, then try again."
-)
+from common.api.throttles import LoginThrottle
 
 TokenOut = inline_serializer("TokenOut", {"token": serializers.CharField()})
 
 
 class GuardedObtainAuthToken(ObtainAuthToken):
     authentication_classes: list[Any] = []
-    throttle_classes: list[Any] = []
+    throttle_classes = [LoginThrottle]
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
 
     @extend_schema(
         request=AuthTokenSerializer,
         responses={
             200: TokenOut,
-            429: OpenApiResponse(description="Too many failed logins from this address."),
+            429: OpenApiResponse(
+                description="Too many failed logins for this account or from this address, "
+                "or too many attempts: wait Retry-After seconds."
+            ),
         },
         auth=[],
     )
@@ -54,13 +55,14 @@ class GuardedObtainAuthToken(ObtainAuthToken):
         raw = request.data.get("username", "")
         username = raw[:150] if isinstance(raw, str) else ""
         address = login_guard.client_address(request._request)
-        if login_guard.is_locked(username, address):
+        refusal = login_guard.refusal(username, address)
+        if refusal is not None:
             # Refused before the password is checked, so a lockout cannot confirm a guess.
             login_guard.record_refusal(username, address, surface="API")
             return Response(
-                {"detail": LOCKED_DETAIL},
+                {"detail": refusal.message()},
                 status=status.HTTP_429_TOO_MANY_REQUESTS,
-                headers={"Retry-After": str(login_guard.WINDOW_S)},
+                headers={"Retry-After": str(refusal.wait_s)},
             )
         serializer = self.get_serializer(data=request.data)
         if not serializer.is_valid():

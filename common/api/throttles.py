@@ -8,7 +8,9 @@ is the user's token, and the user's window still binds it). Anonymous requests c
 client address (`anon`; `common.login_guard.client_address`, which trusts X-Forwarded-For
 only from the configured proxies). Submissions count once more, per user (`submit`), and a
 node agent's GPU reports count per agent account, that is per node (`agent`), apart from
-everything else, so a cluster's agents never spend one another's allowance. The rates are
+everything else, so a cluster's agents never spend one another's allowance. The token
+endpoint's attempts count per client address (`login`), next to the login guard's failure
+counters (common/login_guard.py), successful or not. The rates are
 settings (GANTRY_THROTTLE_*, README) in DRF's form "N/period".
 
 The counts live in the `throttle` cache (config/settings.py): Redis when REDIS_URL is set,
@@ -111,3 +113,12 @@ class AgentThrottle(GantryThrottle):
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         return self.keyed(f"u{request.user.pk}") if request.user.is_authenticated else None
+
+
+class LoginThrottle(GantryThrottle):
+    """Attempts at `POST /api/v1/auth/token/`, per client address, whatever their outcome."""
+
+    scope = "login"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        return self.keyed(login_guard.client_address(request._request))

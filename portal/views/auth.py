@@ -9,11 +9,6 @@ from django.http import HttpRequest, HttpResponse
 
 from common import login_guard
 
-LOCKED_MESSAGE = (
-    "Too many failed sign-ins for this account from your address. "
-    f"Wait {login_guard.WINDOW_S // 60} minutes, then try again."
-)
-
 
 class PortalLoginView(auth_views.LoginView):
     """Django's login (which rotates the session key on success) behind a failure counter."""
@@ -24,12 +19,15 @@ class PortalLoginView(auth_views.LoginView):
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         username = str(request.POST.get("username", ""))[:150]
         address = login_guard.client_address(request)
-        if login_guard.is_locked(username, address):
+        refusal = login_guard.refusal(username, address)
+        if refusal is not None:
             # Refuse before checking the password, so a lockout cannot confirm a guess.
             login_guard.record_refusal(username, address)
             form = self.get_form_class()(request, initial={"username": username})
-            context = self.get_context_data(form=form, locked_message=LOCKED_MESSAGE)
-            return self.render_to_response(context, status=429)
+            context = self.get_context_data(form=form, locked_message=refusal.message("sign-ins"))
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(refusal.wait_s)
+            return response
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form: Any) -> HttpResponse:

@@ -1,4 +1,5 @@
-"""Password guessing on `POST /api/v1/auth/token/` (issue 17, points 3, 11, 12, 13).
+"""Password guessing on `POST /api/v1/auth/token/` (issue 17, points 3, 11, 12, 13; issue 34,
+item 2: a backoff per account that no client address changes, and a rate limit).
 
 The token endpoint runs behind the portal's guard (`common.login_guard`): failures counted per
 account and address and per address, a refusal even for the right password, successes free,
@@ -30,6 +31,18 @@ def _clear_cache() -> Iterator[None]:
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture
+def _unthrottled(settings: Any) -> None:
+    """The login guard alone: the token endpoint's rate limit (its own test) out of the way."""
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {
+            **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"],
+            "login": "10000/min",
+        },
+    }
 
 
 def token_login(client: Client, username: str, password: str, **headers: str) -> Any:
@@ -64,6 +77,7 @@ def test_successful_token_logins_are_not_counted(org: Org) -> None:
         assert token_login(client, "alice", PASSWORD).status_code == 200
 
 
+@pytest.mark.usefixtures("_unthrottled")
 def test_spraying_many_accounts_through_the_api_is_refused(org: Org) -> None:
     client = Client(REMOTE_ADDR="10.1.1.1")
     for number in range(login_guard.PER_ADDRESS):
@@ -143,3 +157,88 @@ def test_client_address_reads_forwarded_for_only_from_trusted_proxies(
     settings.GANTRY_TRUSTED_PROXIES = trusted
     request = RequestFactory().get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=forwarded)
     assert login_guard.client_address(request) == expected
+
+
+# --- issue 34, item 2: the account's backoff, whatever the client address -------------------
+
+
+@pytest.fixture
+def now(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The guard's clock, moved by the test: `now[0] += 60`."""
+    moment = [1_800_000_000.0]
+    monkeypatch.setattr(login_guard, "clock", lambda: moment[0])
+    return moment
+
+
+def rotating_guesses(username: str, count: int) -> list[int]:
+    """The issue's attack: from a trusted proxy (the pod network once trusted), each wrong
+    password with a fresh X-Forwarded-For, so no address counter ever fills."""
+    ingress = Client(REMOTE_ADDR="10.2.0.5")
+    return [
+        token_login(
+            ingress, username, f"guess-{n}", x_forwarded_for=f"198.18.{n // 250}.{n % 250 + 1}"
+        ).status_code
+        for n in range(count)
+    ]
+
+
+@pytest.mark.usefixtures("_unthrottled")
+def test_rotating_forwarded_for_does_not_escape_the_account_backoff(
+    org: Org, settings: Any, now: list[float]
+) -> None:
+    settings.GANTRY_TRUSTED_PROXIES = ["10.0.0.0/8"]
+    codes = rotating_guesses("alice", 40)
+    # ACCOUNT_FREE (10) failures are answered 400; then the account waits 2 s (the clock
+    # stands still), so the 30 other guesses are refused unchecked.
+    assert codes == [400] * login_guard.ACCOUNT_FREE + [429] * (40 - login_guard.ACCOUNT_FREE)
+    right = token_login(
+        Client(REMOTE_ADDR="10.2.0.5"), "alice", PASSWORD, x_forwarded_for="198.51.100.20"
+    )
+    assert right.status_code == 429
+    assert "Too many failed logins for this account." in right.json()["detail"]
+    assert int(right["Retry-After"]) == 2  # BACKOFF_BASE_S after the 10th failure
+    assert not Token.objects.filter(user=org.users["alice"]).exists()
+    # another account is not slowed down
+    assert token_login(Client(), "tina", PASSWORD).status_code == 200
+
+
+@pytest.mark.usefixtures("_unthrottled")
+def test_the_account_backoff_doubles_up_to_its_cap_then_lets_the_owner_in(
+    org: Org, now: list[float]
+) -> None:
+    client = Client()
+    for n in range(login_guard.ACCOUNT_FREE + 12):
+        refused = token_login(client, "alice", "wrong", x_forwarded_for="x")  # not trusted
+        if refused.status_code == 429:
+            now[0] += int(refused["Retry-After"])  # an attacker waiting out each delay
+            refused = token_login(Client(REMOTE_ADDR=f"192.0.2.{n}"), "alice", "wrong")
+        assert refused.status_code == 400, n
+    # Delays after the 10th failure: 2, 4, ..., 256, then the cap: 300 s, never longer.
+    wait = token_login(Client(REMOTE_ADDR="198.51.100.9"), "alice", PASSWORD)
+    assert wait.status_code == 429 and int(wait["Retry-After"]) == login_guard.BACKOFF_CAP_S
+    now[0] += login_guard.BACKOFF_CAP_S
+    owner = token_login(Client(REMOTE_ADDR="198.51.100.9"), "alice", PASSWORD)
+    assert owner.status_code == 200 and "token" in owner.json()
+    # a success clears the backoff: the next typo is a plain 400
+    assert token_login(Client(REMOTE_ADDR="198.51.100.9"), "alice", "typo").status_code == 400
+
+
+@pytest.mark.usefixtures("_unthrottled")
+def test_one_attempt_at_a_time_takes_the_slot_that_opens(
+    org: Org, settings: Any, now: list[float]
+) -> None:
+    settings.GANTRY_TRUSTED_PROXIES = ["10.0.0.0/8"]
+    assert rotating_guesses("alice", login_guard.ACCOUNT_FREE) == [400] * login_guard.ACCOUNT_FREE
+    now[0] += login_guard.BACKOFF_BASE_S
+    # The slot is taken by the first attempt through the guard (its outcome not yet known):
+    # a concurrent one is refused, so parallel requests do not multiply the guesses.
+    assert login_guard.refusal("alice", "192.0.2.1") is None
+    concurrent = login_guard.refusal("alice", "192.0.2.2")
+    assert concurrent is not None and concurrent.account_wide
+
+
+def test_the_token_endpoint_is_rate_limited_per_address(org: Org) -> None:
+    client = Client(REMOTE_ADDR="192.0.2.60")
+    codes = [token_login(client, "alice", PASSWORD).status_code for _ in range(21)]
+    assert codes == [200] * 20 + [429]  # GANTRY_THROTTLE_LOGIN: 20/min
+    assert token_login(Client(REMOTE_ADDR="192.0.2.61"), "alice", PASSWORD).status_code == 200
