@@ -178,18 +178,23 @@ class CostTable:
             self.by,
             f"charged_{self.currency}",
             f"showback_{self.currency}",
-            "gpu_hours",
+            "gpu_hours_used",
+            "gpu_hours_idle_reserved",
         ]
 
-    def cells(self, row: CostRow) -> tuple[str, str, Decimal, Decimal, Decimal]:
-        """(key, name, charged, showback, GPU-hours); text escaped."""
-        key = "" if row.key is None else csv_safe(row.key)
+    def cells(
+        self, row: CostRow, text: Callable[[Any], str] = csv_safe
+    ) -> tuple[str, str, Decimal, Decimal, Decimal, Decimal]:
+        """(key, name, charged, showback, GPU-hours used, idle reserved GPU-hours); text
+        through `text` (CSV: escaped against formulas)."""
+        key = "" if row.key is None else text(row.key)
         return (
             key,
-            csv_safe(row.name),
+            text(row.name),
             _money(row.charged),
             _money(row.showback),
-            _hours(row.gpu_hours),
+            _hours(row.gpu_hours_used),
+            _hours(row.gpu_hours_idle_reserved),
         )
 
     def csv_rows(self) -> Iterator[list[Any]]:
@@ -201,8 +206,15 @@ class CostTable:
         start, end = (_utc(moment) for moment in self.window)
         return [start, end, "", *self.total_cells()]
 
-    def total_cells(self) -> tuple[str, Decimal, Decimal, Decimal]:
-        return "Total", self.total.charged, self.total.showback, _hours(self.total.gpu_hours)
+    def total_cells(self) -> tuple[str, Decimal, Decimal, Decimal, Decimal]:
+        total = self.total
+        used, idle = _hours(total.gpu_hours_used), _hours(total.gpu_hours_idle_reserved)
+        return "Total", total.charged, total.showback, used, idle
+
+
+def _as_typed(value: Any) -> str:
+    """A name as it was typed ("" for none): XLSX keeps it in a text cell, no escaping."""
+    return "" if value is None else str(value)
 
 
 # --- XLSX -----------------------------------------------------------------------------------
@@ -214,7 +226,11 @@ HOURS_FORMAT = "0.000000"
 def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = None) -> int:
     """The table as one sheet: a bold header, typed cells (dates, amounts with the currency's
     number format, GPU-hours as numbers), and a bold totals row of values (not formulas: the
-    figure is the cost API's total, readable without recalculation)."""
+    figure is the cost API's total, readable without recalculation).
+
+    Names are text cells holding the name as typed: no CSV apostrophe, and never a formula
+    (openpyxl makes a string starting with `=` a formula unless the cell is typed text; the
+    quote prefix keeps a spreadsheet from reading it as one when the cell is edited)."""
     book = Workbook(write_only=True)
     sheet = book.create_sheet(title="Costs")
     money = f'#,##0.00 "{table.currency}"'
@@ -228,28 +244,37 @@ def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = Non
             made.font = font
         return made
 
+    def text(value: str) -> Any:
+        made = cell(value)
+        made.data_type = "s"
+        if value != csv_safe(value):  # would be read as a formula
+            made.quotePrefix = True
+        return made
+
     header = ["From (UTC)", "To (UTC)", f"{table.by} id", table.by, "Charged", "Showback"]
-    sheet.append([cell(title, font=bold) for title in [*header, "GPU-hours"]])
+    titles = [*header, "GPU-hours used", "Idle reserved GPU-hours"]
+    sheet.append([cell(title, font=bold) for title in titles])
     # openpyxl refuses aware datetimes: the window in UTC, said so in the header.
     start, end = (moment.astimezone(UTC).replace(tzinfo=None) for moment in table.window)
     total = len(table.rows)
     if progress is not None:
         progress(0, total)
     for written, row in enumerate(table.rows, start=1):
-        key, name, charged, showback, hours = table.cells(row)
+        key, name, charged, showback, used, idle = table.cells(row, _as_typed)
         sheet.append(
             [
                 cell(start, DATE_FORMAT),
                 cell(end, DATE_FORMAT),
-                cell(int(key) if key.isdigit() else key),
-                cell(name),
+                cell(row.key) if isinstance(row.key, int) else text(key),
+                text(name),
                 cell(charged, money),
                 cell(showback, money),
-                cell(hours, HOURS_FORMAT),
+                cell(used, HOURS_FORMAT),
+                cell(idle, HOURS_FORMAT),
             ]
         )
         _report(progress, written, total)
-    label, charged, showback, hours = table.total_cells()
+    label, charged, showback, used, idle = table.total_cells()
     sheet.append(
         [
             cell(start, DATE_FORMAT, bold),
@@ -258,7 +283,8 @@ def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = Non
             cell(label, font=bold),
             cell(charged, money, bold),
             cell(showback, money, bold),
-            cell(hours, HOURS_FORMAT, bold),
+            cell(used, HOURS_FORMAT, bold),
+            cell(idle, HOURS_FORMAT, bold),
         ]
     )
     book.save(out)

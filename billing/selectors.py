@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from billing.costs import CostLine, organisation_costs
-from billing.models import BillingPolicy, Statement, StatementLine, UsageRecord
+from billing.models import BillingPolicy, LineKind, Statement, StatementLine, UsageRecord
 from billing.statements import SplitsMemo
 from tenants import access
 from tenants.models import Project, Role, Tenant, TenantKind
@@ -134,7 +134,36 @@ class CostRow:
     name: str | None
     charged: Decimal = Decimal("0.00")
     showback: Decimal = Decimal("0.00")
+    # Every line's GPU-hours (the cost API's `gpu_hours`), and apart: those jobs held (used,
+    # preempted, failed) and idle reserved capacity (charged or showback). Allocated-but-idle
+    # showback is GPU time jobs held, counted in `gpu_hours_used` already.
     gpu_hours: Fraction = field(default_factory=Fraction)
+    gpu_hours_used: Fraction = field(default_factory=Fraction)
+    gpu_hours_idle_reserved: Fraction = field(default_factory=Fraction)
+
+
+JOB_KINDS = frozenset({LineKind.USED, LineKind.PREEMPTED, LineKind.FAILED})
+
+
+class _Hours:
+    """A row's exact GPU-hour sums (`_add`), all lines and per kind of line."""
+
+    def __init__(self) -> None:
+        self.all: dict[int, int] = {}
+        self.used: dict[int, int] = {}
+        self.idle_reserved: dict[int, int] = {}
+
+    def add(self, line: CostLine) -> None:
+        _add(self.all, line.gpu_hours)
+        if line.kind in JOB_KINDS:
+            _add(self.used, line.gpu_hours)
+        elif line.kind == LineKind.IDLE_RESERVED:
+            _add(self.idle_reserved, line.gpu_hours)
+
+    def fill(self, row: CostRow) -> None:
+        row.gpu_hours = _sum(self.all)
+        row.gpu_hours_used = _sum(self.used)
+        row.gpu_hours_idle_reserved = _sum(self.idle_reserved)
 
 
 def _nearest(kind: str, tenants: dict[int, Tenant]) -> dict[int, int | None]:
@@ -166,33 +195,33 @@ def aggregate(lines: Iterable[CostLine], by: str) -> list[CostRow]:
         names = {}
         key_of = lambda line: getattr(line, by) or None  # noqa: E731
     rows: dict[Any, CostRow] = {}
-    hours: dict[Any, dict[int, int]] = {}
+    hours: dict[Any, _Hours] = {}
     for line in lines:
         key = key_of(line)
         row = rows.get(key)
         if row is None:
             row = rows[key] = CostRow(key, names.get(key, key) if key is not None else None)
-            hours[key] = {}
+            hours[key] = _Hours()
         if line.charged:
             row.charged += line.amount
         else:
             row.showback += line.amount
-        _add(hours[key], line.gpu_hours)
+        hours[key].add(line)
     for key, row in rows.items():
-        row.gpu_hours = _sum(hours[key])
+        hours[key].fill(row)
     return sorted(rows.values(), key=lambda r: (-r.charged, -r.showback, str(r.name)))
 
 
 def totals(lines: Iterable[CostLine]) -> CostRow:
     total = CostRow(None, None)
-    hours: dict[int, int] = {}
+    hours = _Hours()
     for line in lines:
         if line.charged:
             total.charged += line.amount
         else:
             total.showback += line.amount
-        _add(hours, line.gpu_hours)
-    total.gpu_hours = _sum(hours)
+        hours.add(line)
+    hours.fill(total)
     return total
 
 

@@ -120,7 +120,13 @@ class CostRowOut(serializers.Serializer):
     name = serializers.CharField(allow_null=True)
     charged = serializers.CharField(help_text="Charged amount, a decimal string.")
     showback = serializers.CharField(help_text="Shown, not charged (idle capacity policy).")
-    gpu_hours = serializers.CharField()
+    gpu_hours = serializers.CharField(help_text="Every line's GPU-hours, of every kind.")
+    gpu_hours_used = serializers.CharField(
+        help_text="GPU-hours jobs held (used, preempted, failed)"
+    )
+    gpu_hours_idle_reserved = serializers.CharField(
+        help_text="GPU-hours of idle reserved capacity (charged or showback)."
+    )
 
     def to_representation(self, row: Any) -> dict[str, Any]:
         return {
@@ -128,14 +134,25 @@ class CostRowOut(serializers.Serializer):
             "name": row.name,
             "charged": str(row.charged),
             "showback": str(row.showback),
-            "gpu_hours": hours(row.gpu_hours),
+            **hour_figures(row),
         }
+
+
+def hour_figures(row: Any) -> dict[str, str]:
+    """A cost row's GPU-hour figures as the API shows them."""
+    return {
+        "gpu_hours": hours(row.gpu_hours),
+        "gpu_hours_used": hours(row.gpu_hours_used),
+        "gpu_hours_idle_reserved": hours(row.gpu_hours_idle_reserved),
+    }
 
 
 class CostTotalOut(serializers.Serializer):
     charged = serializers.CharField()
     showback = serializers.CharField()
     gpu_hours = serializers.CharField()
+    gpu_hours_used = serializers.CharField()
+    gpu_hours_idle_reserved = serializers.CharField()
 
 
 class CostPageOut(serializers.Serializer):

@@ -67,7 +67,7 @@ class CostListView(generics.GenericAPIView):
             total={
                 "charged": str(total.charged),
                 "showback": str(total.showback),
-                "gpu_hours": s.hours(total.gpu_hours),
+                **s.hour_figures(total),
             },
         )
         return response

@@ -93,7 +93,8 @@ def test_csv_rows_are_the_cost_api_rows_cell_by_cell(org: Org, client_for: Any, 
         by,
         f"charged_{api['currency']}",
         f"showback_{api['currency']}",
-        "gpu_hours",
+        "gpu_hours_used",
+        "gpu_hours_idle_reserved",
     ]
     assert len(rows) == len(api["results"]) > 0
     for row, expected in zip(rows, api["results"], strict=True):
@@ -104,16 +105,35 @@ def test_csv_rows_are_the_cost_api_rows_cell_by_cell(org: Org, client_for: Any, 
             expected["name"] or "",
             expected["charged"],
             expected["showback"],
-            expected["gpu_hours"],
+            expected["gpu_hours_used"],
+            expected["gpu_hours_idle_reserved"],
         ]
     # The totals row: the cost API's total, and the sum of the rows above it.
     assert total[3:] == [
         "Total",
         api["total"]["charged"],
         api["total"]["showback"],
-        api["total"]["gpu_hours"],
+        api["total"]["gpu_hours_used"],
+        api["total"]["gpu_hours_idle_reserved"],
     ]
     assert sum(Decimal(r[4]) for r in rows) == Decimal(total[4])
+
+
+def test_gpu_hours_used_and_idle_reserved_are_separate_columns(org: Org, client_for: Any) -> None:
+    cluster(org)
+    client = client_for("carol")
+    *_, total = csv_rows(body(download(client, "csv", by="team")))
+    # Jobs held, hours 0-3 (test_statements' cluster): alice 1 GPU for 3 h + a quarter of one
+    # for 1 h (3.25), bob half a GPU for 1 h (0.5, preempted), chris 1 GPU for 1 h (failed):
+    # 4.75 GPU-hours used. Idle reserved capacity is its own column, never added to it.
+    used, idle = Decimal(total[-2]), Decimal(total[-1])
+    assert used == Decimal("4.75")
+    idle_lines = api_costs(client, by="team", kind="idle-reserved")["total"]
+    assert idle == Decimal(idle_lines["gpu_hours"]) > 0
+    assert used + idle == Decimal(api_costs(client, by="team")["total"]["gpu_hours"])
+    sheet = openpyxl.load_workbook(io.BytesIO(body(download(client, "xlsx", by="team")))).active
+    *_, last = list(sheet.iter_rows(values_only=True))
+    assert (Decimal(str(last[-2])), Decimal(str(last[-1]))) == (used, idle)
 
 
 # --- XLSX ---------------------------------------------------------------------------------
@@ -137,11 +157,12 @@ def test_xlsx_cells_are_typed_and_the_totals_row_adds_up(
         by,
         "Charged",
         "Showback",
-        "GPU-hours",
+        "GPU-hours used",
+        "Idle reserved GPU-hours",
     ]
     assert len(rows) == len(api["results"]) > 0
     for row, expected in zip(rows, api["results"], strict=True):
-        start, end, key, name, charged, showback, hours = row
+        start, end, key, name, charged, showback, used, idle = row
         assert (start.value, end.value) == (datetime(2031, 1, 31, 20), datetime(2031, 2, 1))
         assert start.is_date and end.is_date
         assert key_text(key.value) == key_text(expected["key"])
@@ -150,8 +171,9 @@ def test_xlsx_cells_are_typed_and_the_totals_row_adds_up(
             assert cell.data_type == "n" and isinstance(cell.value, int | float)
             assert Decimal(str(cell.value)) == Decimal(expected[figure])
             assert api["currency"] in cell.number_format
-        assert hours.data_type == "n"
-        assert Decimal(str(hours.value)) == Decimal(expected["gpu_hours"])
+        for cell, figure in [(used, "gpu_hours_used"), (idle, "gpu_hours_idle_reserved")]:
+            assert cell.data_type == "n"
+            assert Decimal(str(cell.value)) == Decimal(expected[figure])
     assert total[3].value == "Total"
     assert Decimal(str(total[4].value)) == Decimal(api["total"]["charged"])
     assert Decimal(str(total[4].value)) == sum(Decimal(str(r[4].value)) for r in rows)
@@ -173,7 +195,7 @@ def hostile_names(org: Org) -> None:
 
 
 @pytest.mark.parametrize(("by", "hostile"), [("project", HOSTILE_PROJECT), ("user", HOSTILE_USER)])
-def test_formula_prefixed_names_come_out_escaped_in_csv_and_xlsx(
+def test_formula_prefixed_names_are_escaped_in_csv_and_typed_text_in_xlsx(
     org: Org, client_for: Any, by: str, hostile: str
 ) -> None:
     cluster(org)
@@ -181,11 +203,27 @@ def test_formula_prefixed_names_come_out_escaped_in_csv_and_xlsx(
     client = client_for("carol")
     names = [r[3] for r in csv_rows(body(download(client, "csv", by=by)))[1:-1]]
     assert "'" + hostile in names and hostile not in names
+    # XLSX: the name as typed, in a text cell (never a formula), no apostrophe added.
     sheet = openpyxl.load_workbook(io.BytesIO(body(download(client, "xlsx", by=by)))).active
     cells = [row[3] for row in sheet.iter_rows(min_row=2)]
-    escaped = [c for c in cells if c.value == "'" + hostile]
-    assert escaped and escaped[0].data_type == "s"
+    [typed] = [c for c in cells if c.value == hostile]
+    assert typed.data_type == "s" and typed.quotePrefix
+    assert not [c for c in cells if c.value == "'" + hostile]
     assert all(c.data_type != "f" for row in sheet.iter_rows() for c in row)
+
+
+@pytest.mark.parametrize("name", ["+1+1", "=1+1", "-1", "@A1", "plain"])
+def test_an_xlsx_name_reads_back_as_typed_in_a_text_cell(
+    org: Org, client_for: Any, name: str
+) -> None:
+    cluster(org)
+    Project.objects.filter(pk=org.proj_alpha.pk).update(slug=name)
+    client = client_for("carol")
+    sheet = openpyxl.load_workbook(io.BytesIO(body(download(client, "xlsx", by="project")))).active
+    [cell] = [row[3] for row in sheet.iter_rows(min_row=2) if row[2].value == org.proj_alpha.pk]
+    assert (cell.value, cell.data_type) == (name, "s")
+    csv_names = [r[3] for r in csv_rows(body(download(client, "csv", by="project")))]
+    assert (name if name == "plain" else "'" + name) in csv_names
 
 
 def test_focus_text_cells_are_escaped_too(org: Org, client_for: Any) -> None:
