@@ -1,8 +1,13 @@
 """Writes on budgets: create, change the limit or the policy, delete. Audited.
 
-Who: finance and platform admins for every tenant; a tenant admin for the tenants of their
-subtree (`access.can_manage_tenant`). A tenant the user cannot see never reaches here (the
-API reads it through the visible tenants: a 400 naming the field, or a 404 for a budget).
+Who: a budget is set from above, as quotas are: by finance and platform admins, or by the
+admins of the tenant or of an ancestor, and it records where it was set from (`set_at`: the
+highest tenant of the chain the writer administers; None for finance and platform admins).
+It is changed or deleted only from there or above (`access.can_write_rule`), so a team
+admin may set budgets of their own on their team (every budget over a job applies, so one
+more only adds a limit) but never raise or delete one set from above. A tenant the user
+cannot see never reaches here (the API reads it through the visible tenants: a 400 naming
+the field, or a 404 for a budget).
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from billing.budgets import CENT, THRESHOLDS, position_of
@@ -21,20 +25,18 @@ from tenants import access
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import Tenant
 
-AUDIT_FIELDS = ["tenant", "month", "unit", "limit", "policy"]
+AUDIT_FIELDS = ["tenant", "month", "unit", "limit", "policy", "set_at"]
 
 
-def can_manage_budget(user: Any, tenant: Tenant) -> bool:
-    grants = access.grants_for(user)
-    return grants.sees_everything or access.can_manage_tenant(user, tenant)
+def can_manage_budget(user: Any, budget: Budget) -> bool:
+    """Whether `user` may change or delete `budget` (see the module's docstring)."""
+    return access.can_write_rule(user, budget.set_at, finance=True)
 
 
-def _require(user: Any, tenant: Tenant) -> None:
-    if not can_manage_budget(user, tenant):
-        raise PermissionDenied(
-            f"Budgets of '{tenant.slug}' are set by its admins (or an ancestor's), finance "
-            "and platform admins."
-        )
+def _require(user: Any, budget: Budget) -> None:
+    access.require_write_rule(
+        user, budget.set_at, f"The budget of '{budget.tenant.slug}'", finance=True
+    )
 
 
 def _snapshot(budget: Budget) -> dict[str, Any]:
@@ -47,7 +49,7 @@ def budget_create(
     *, user: Any, tenant: Tenant, month: datetime, unit: str, limit: Decimal, policy: str
 ) -> Budget:
     """A ConflictError when the tenant has a budget for the month already."""
-    _require(user, tenant)
+    set_at = access.rule_origin(user, tenant, finance=True)
     try:
         with transaction.atomic():
             budget = Budget.objects.create(
@@ -57,6 +59,7 @@ def budget_create(
                 limit=limit.quantize(CENT),
                 policy=policy,
                 created_by=user,
+                set_at=set_at,
             )
     except IntegrityError:
         raise ConflictError(
@@ -79,8 +82,8 @@ def budget_update(
 ) -> Budget:
     """Change the limit and/or the policy. Alerts of thresholds the new limit puts out of
     reach are forgotten, so that they go out again if the budget reaches them later."""
-    _require(user, budget.tenant)
     budget = Budget.objects.select_for_update().select_related("tenant").get(pk=budget.pk)
+    _require(user, budget)
     before = _snapshot(budget)
     if limit is not None:
         budget.limit = limit.quantize(CENT)
@@ -104,7 +107,7 @@ def budget_update(
 
 @transaction.atomic
 def budget_delete(*, user: Any, budget: Budget) -> None:
-    _require(user, budget.tenant)
+    _require(user, budget)
     before = _snapshot(budget)
     audit_record(
         actor=user,

@@ -346,6 +346,12 @@ class Budget(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Where it was set from: the tenant whose admins set it (the budget's or an ancestor);
+    # None: finance or a platform admin. Changed or deleted only from there or above
+    # (tenants.access.can_write_rule).
+    set_at = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -479,3 +485,13 @@ class CostExport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.format} export {self.pk} of {self.owner_id} ({self.state})"
+
+
+# The books' seals, metering's mark, proposed adjustments and usage checks (their module).
+from billing.books import (  # noqa: E402, F401
+    AdjustmentProposal,
+    MeteringMark,
+    ProposalState,
+    StatementSeal,
+    UsageCheck,
+)

@@ -115,6 +115,62 @@ def can_set_quota(user: Any, tenant: Tenant) -> bool:
     )
 
 
+# --- rules set from above: budgets, approval (and cost) policies, idle rules ---------------
+#
+# A rule on a tenant records where it was set from (`set_at`): the tenant whose admins set it
+# (the highest of the tenant's chain, itself included, where the writer is an admin), or None
+# for platform admins (and finance, for budgets). It is changed or removed only from there or
+# above, so a team admin may add rules of their own on their team but never loosen or remove
+# one set from above; every rule of every level applies (budgets, approval policies), and an
+# idle rule of a team's own may only be stricter (tenants/idle_rules.py).
+
+
+def rule_origin(user: Any, tenant: Tenant, *, finance: bool = False) -> Tenant | None:
+    """Where a rule `user` writes on `tenant` is set from: None for platform admins (and for
+    finance where `finance`), else the highest tenant of `tenant`'s chain (itself included)
+    that `user` is an admin of. PermissionDenied when they administer none of it."""
+    grants = grants_for(user)
+    if grants.platform_admin or (finance and grants.finance):
+        return None
+    paths = [
+        path
+        for path, role in grants.roles_by_path.items()
+        if role == Role.ADMIN and tenant.path.startswith(path)
+    ]
+    if not paths:
+        raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+    highest = min(paths, key=len)
+    return Tenant.objects.get(pk=int(highest.strip("/").split("/")[-1]))
+
+
+def can_write_rule(user: Any, set_at: Tenant | None, *, finance: bool = False) -> bool:
+    """Whether `user` may change or remove a rule set from `set_at` (None: by a platform
+    admin or finance): platform admins (and finance where `finance`) always; others when
+    they are admins of `set_at` or of a tenant above it."""
+    grants = grants_for(user)
+    if grants.platform_admin or (finance and grants.finance):
+        return True
+    return set_at is not None and grants.role_on(set_at) == Role.ADMIN
+
+
+def set_from_text(set_at: Tenant | None, *, finance: bool = False) -> str:
+    """'team-alpha's admins' or 'finance or a platform admin', for messages."""
+    if set_at is None:
+        return "finance or a platform admin" if finance else "a platform admin"
+    return f"the admins of '{set_at.slug}'"
+
+
+def require_write_rule(
+    user: Any, set_at: Tenant | None, what: str, *, finance: bool = False
+) -> None:
+    """PermissionDenied (403) unless `user` may change or remove `what`, set from `set_at`."""
+    if not can_write_rule(user, set_at, finance=finance):
+        raise PermissionDenied(
+            f"{what} was set by {set_from_text(set_at, finance=finance)}: only they (or those "
+            "above them) may change or remove it. You may add a stricter rule of your own."
+        )
+
+
 def access_tenant(user: Any, tenant_id: Any, *, manage: bool = False) -> Tenant:
     tenant = _get_or_404(tenants_visible(user), tenant_id)
     if manage and not can_manage_tenant(user, tenant):

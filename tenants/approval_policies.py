@@ -1,5 +1,9 @@
 """Approval policies: rules on a tenant that send its subtree's jobs and quota requests to
-approvers. Written by admins of the tenant (or above); every change is audited."""
+approvers (the cost rule among them). Created by admins of the tenant (or above) and platform
+admins, recording where they were set from (`set_at`); changed, deactivated or removed only
+from there or above (`access.can_write_rule`), so a team admin may add policies of their own
+(every policy over a job applies: one more is only stricter) but never loosen one set from
+above. Every change is audited."""
 
 from __future__ import annotations
 
@@ -17,6 +21,11 @@ from tenants.models import ApprovalPolicy, PriorityClass, Tenant
 def require_manage(user: Any, tenant: Tenant) -> None:
     if not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+
+
+def _require_write(user: Any, policy: ApprovalPolicy) -> None:
+    what = f"Policy {policy.pk} of '{policy.tenant.slug}'"
+    access.require_write_rule(user, policy.set_at, what)
 
 
 def _decimal(value: Any) -> Decimal | None:
@@ -42,15 +51,18 @@ def policy_set(
     description: str = "",
     policy: ApprovalPolicy | None = None,
 ) -> ApprovalPolicy:
-    """Create a policy on `tenant`, or replace the settings of `policy` (which stays there)."""
-    require_manage(user, tenant)
+    """Create a policy on `tenant`, or replace the settings of `policy` (which stays there,
+    set from where it was)."""
     before = None
     if policy is None:
-        policy = ApprovalPolicy(tenant=tenant)
+        set_at = access.rule_origin(user, tenant)
+        policy = ApprovalPolicy(tenant=tenant, created_by=user, set_at=set_at)
     else:
+        require_manage(user, tenant)
         policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
         if policy.tenant_id != tenant.pk:
             raise ValidationError({"tenant": ["a policy cannot move to another tenant."]})
+        _require_write(user, policy)
         before = audit_snapshot(policy)
     policy.rule, policy.threshold = rule, _decimal(threshold)
     policy.priority_class = priority_class
@@ -95,6 +107,7 @@ def _check_policy_arguments(policy: ApprovalPolicy) -> None:
 @transaction.atomic
 def policy_delete(*, user: Any, policy: ApprovalPolicy) -> None:
     require_manage(user, policy.tenant)
+    _require_write(user, policy)
     before = audit_snapshot(policy)
     target = ("tenants.approvalpolicy", policy.pk)
     policy.delete()

@@ -36,6 +36,11 @@ class Tenant(TimeStampedModel):
     webhook_url = models.URLField(
         max_length=500, blank=True, default="", validators=[URLValidator(schemes=["https"])]
     )
+    # Signs every webhook post (tenants/webhooks.py): made when the webhook is set, shown once
+    # then and at each rotation, never in a read; kept as is because signing needs it.
+    webhook_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
+    # Not a column: the secret `tenant_update` made in this request, for its answer alone.
+    webhook_secret_new: str | None = None
     # Registry hosts or host/path prefixes its subtree's images may come from; empty: the list
     # above applies (tenants/registries.py).
     allowed_registries = models.JSONField(default=list, blank=True)
@@ -271,6 +276,14 @@ class ApprovalPolicy(TimeStampedModel):
     applies_to_quota = models.BooleanField(default=False)
     active = models.BooleanField(default=True)
     description = models.CharField(max_length=200, blank=True, validators=[validate_display_text])
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Where it was set from: the tenant whose admins set it (the policy's or an ancestor);
+    # None: a platform admin. Changed or removed only from there or above.
+    set_at = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["tenant_id", "id"]
@@ -438,6 +451,15 @@ class IdleRule(TimeStampedModel):
     threshold_pct = models.FloatField(default=5.0)
     duration_s = models.PositiveIntegerField(default=1800)
     action = models.CharField(max_length=16, choices=IdleAction.choices, default=IdleAction.NOTIFY)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Where it was set from: the tenant whose admins set it (the rule's or an ancestor);
+    # None: a platform admin. A rule of the tenant's own (set_at = tenant) may only be
+    # stricter than the one in force above it (tenants/idle_rules.py).
+    set_at = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         constraints = [

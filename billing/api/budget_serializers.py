@@ -76,5 +76,11 @@ class BudgetItemOut(serializers.Serializer[Any]):
     limit = serializers.CharField()
     policy = serializers.ChoiceField(choices=BudgetPolicy.choices)
     position = BudgetFiguresOut()
+    set_at = serializers.IntegerField(
+        allow_null=True,
+        help_text="The tenant whose admins set it (the budget's or an ancestor); null: finance "
+        "or a platform admin. Only they, or those above, change or delete it.",
+    )
+    set_by = serializers.CharField(allow_null=True, help_text="Who created it.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

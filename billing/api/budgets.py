@@ -46,6 +46,8 @@ def budget_out(budget: Budget, position: BudgetPosition) -> dict[str, Any]:
         "limit": f"{budget.limit:f}",
         "policy": budget.policy,
         "position": {k: figures[k] for k in ("spent", "committed", "remaining", "percent")},
+        "set_at": budget.set_at_id,
+        "set_by": budget.created_by.get_username() if budget.created_by else None,
         "created_at": budget.created_at,
         "updated_at": budget.updated_at,
     }
@@ -58,7 +60,9 @@ class BudgetViewSet(
     filterset_class = BudgetFilter
 
     def get_queryset(self) -> QuerySet[Budget]:
-        budgets = Budget.objects.select_related("tenant").order_by("-month", "tenant__path")
+        budgets = Budget.objects.select_related("tenant", "created_by").order_by(
+            "-month", "tenant__path"
+        )
         return access.visible_by_tenant(self.request.user, budgets)
 
     def list(self, request: Request) -> Response:

@@ -57,13 +57,17 @@ def tenant_notifications(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _page(request, tenant, idle_form=form)
     data = form.cleaned_data
-    idle_rules.idle_rule_set(
-        user=request.user,
-        tenant=tenant,
-        threshold_pct=data["threshold_pct"],
-        duration_s=data["duration_minutes"] * 60,
-        action=data["action"],
-    )
+    try:
+        idle_rules.idle_rule_set(
+            user=request.user,
+            tenant=tenant,
+            threshold_pct=data["threshold_pct"],
+            duration_s=data["duration_minutes"] * 60,
+            action=data["action"],
+        )
+    except ValidationError as exc:  # a team's own rule looser than the one above it
+        form.add_error(None, exc)
+        return _page(request, tenant, idle_form=form)
     messages.success(request, f"The idle rule of {tenant.slug} is saved.")
     return redirect("portal:tenant-notifications", pk=tenant.pk)
 

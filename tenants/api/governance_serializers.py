@@ -30,6 +30,13 @@ class ApprovalPolicyOut(serializers.ModelSerializer):
         slug_field="name", read_only=True, allow_null=True
     )
     summary = serializers.SerializerMethodField()
+    set_at = serializers.IntegerField(
+        source="set_at_id",
+        allow_null=True,
+        read_only=True,
+        help_text="The tenant whose admins set it (the policy's or an ancestor); null: a "
+        "platform admin. Only they, or those above, change, deactivate or delete it.",
+    )
 
     class Meta:
         model = ApprovalPolicy
@@ -45,6 +52,7 @@ class ApprovalPolicyOut(serializers.ModelSerializer):
             "active",
             "description",
             "summary",
+            "set_at",
             "created_at",
             "updated_at",
         ]

@@ -164,7 +164,7 @@ def test_members_read_their_teams_budget_and_nothing_else(org: Org, client_for: 
 def test_update_changes_the_limit_and_policy_audited_and_forgets_unreached_alerts(
     org: Org, client_for: Any
 ) -> None:
-    alpha = budget(org.alpha, "100")
+    alpha = budget(org.alpha, "100", set_at=org.alpha)  # set by team-alpha's admins
     BudgetSpend.objects.create(tenant=org.alpha, month=FEB, amount=Decimal(90))
     for threshold in (50, 80):
         BudgetAlert.objects.create(budget=alpha, threshold=threshold, percent=90, created_at=FEB)
@@ -187,7 +187,7 @@ def test_update_changes_the_limit_and_policy_audited_and_forgets_unreached_alert
 
 
 def test_delete_is_audited(org: Org, client_for: Any) -> None:
-    alpha = budget(org.alpha)
+    alpha = budget(org.alpha, set_at=org.alpha)  # set by team-alpha's admins
     assert client_for("alice").delete(f"{URL}{alpha.pk}/").status_code == 403
     assert client_for("tina").delete(f"{URL}{alpha.pk}/").status_code == 204
     assert not Budget.objects.exists()

@@ -51,10 +51,15 @@ def test_an_admin_sets_the_rule_and_a_bad_value_is_a_400_on_the_field(
     assert bad.status_code == 400
     assert bad.content.decode().count('class="errors"') == 3
     assert not IdleRule.objects.exists()
-    good = {"threshold_pct": "12.5", "duration_minutes": "45", "action": "notify_and_stop"}
+    # Looser than the rule in force above (the defaults: 5 %, 30 minutes): refused.
+    looser = {"threshold_pct": "12.5", "duration_minutes": "45", "action": "notify_and_stop"}
+    refused = tina.post(page(org), looser)
+    assert refused.status_code == 400 and "must be at most 30" in refused.content.decode()
+    assert not IdleRule.objects.exists()
+    good = {"threshold_pct": "12.5", "duration_minutes": "25", "action": "notify_and_stop"}
     assert tina.post(page(org), good).status_code == 302
     rule = IdleRule.objects.get(tenant=org.alpha)
-    assert (rule.threshold_pct, rule.duration_s, rule.action) == (12.5, 2700, "notify_and_stop")
+    assert (rule.threshold_pct, rule.duration_s, rule.action) == (12.5, 1500, "notify_and_stop")
     assert "This is team-alpha's own rule" in tina.get(page(org)).content.decode()
     assert tina.post(page(org, "tenant-idle-rule-delete")).status_code == 302
     assert not IdleRule.objects.exists()
@@ -63,7 +68,7 @@ def test_an_admin_sets_the_rule_and_a_bad_value_is_a_400_on_the_field(
 def test_an_admin_sees_the_health_without_the_secret_and_a_test_only_queues(
     org: Org, web_for: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def never(url: str, body: bytes) -> None:
+    def never(url: str, body: bytes, headers: Any = None) -> None:
         raise AssertionError("the webhook was called inside the request")
 
     monkeypatch.setattr(outbox, "webhook_transport", never)

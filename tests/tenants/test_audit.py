@@ -260,8 +260,8 @@ CASES = [
         ),
         {"threshold": 8.0},
         {"threshold": 16.0},
-        setup=lambda org: ApprovalPolicy.objects.create(
-            tenant=org.alpha, rule="gpus_over", threshold=8
+        setup=lambda org: ApprovalPolicy.objects.create(  # tina's own: she may change it
+            tenant=org.alpha, rule="gpus_over", threshold=8, set_at=org.alpha
         ),
     ),
     Case(
@@ -271,7 +271,9 @@ CASES = [
         lambda org, p: policy_delete(user=user(org, "tina"), policy=p),
         {"rule": "borrowing"},
         None,
-        setup=lambda org: ApprovalPolicy.objects.create(tenant=org.alpha, rule="borrowing"),
+        setup=lambda org: ApprovalPolicy.objects.create(
+            tenant=org.alpha, rule="borrowing", set_at=org.alpha
+        ),
     ),
     Case(
         "quota.request",
