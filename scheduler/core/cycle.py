@@ -16,7 +16,7 @@ from scheduler.core.context import CycleContext, Held
 from scheduler.core.facts import Facts, JobFacts, Mix, Shape
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
-from scheduler.core.preemption import QUOTA_SHORT, Plan, select_victims, work_lost_gpu_s
+from scheduler.core.preemption import QUOTA_SHORT, Plan, Waiting, select_victims, work_lost_gpu_s
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.scoring import FragmentationScore, GpuFit, Scorer, TopologyScore
@@ -287,6 +287,8 @@ def _admit_and_place(
         if isinstance(plan, Plan):
             _record_preemption(ctx, out, job, flavor, plan)
             return None
+        if isinstance(plan, Waiting):
+            reason = reasons.cheaper_victims(reason, plan.at, ctx.now)
         short = short and plan == QUOTA_SHORT
     if short and floor_key is not None:
         out.floors[floor_key] = min(milli, out.floors.get(floor_key, milli))

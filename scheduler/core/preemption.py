@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.core.context import BEST_EFFORT_GROUP, CycleContext
-from scheduler.core.types import MILLI_PER_GPU, JobRequest, ReplicaAssignment, RunningJob
+from scheduler.core.types import (
+    MILLI_PER_GPU,
+    JobRequest,
+    PriorityClass,
+    ReplicaAssignment,
+    RunningJob,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +36,7 @@ class Candidate:
     assignments: tuple[ReplicaAssignment, ...]
     elastic_only: bool
     reclaim: bool
-    rank: tuple[int, int, float, float, str]
+    rank: tuple[int, int, float, int, float, str]  # tier, value, lost, milli, -start, id
 
     @property
     def tenant(self) -> str:
@@ -63,22 +69,122 @@ def work_lost_gpu_s(
 QUOTA_SHORT = "quota short"
 
 
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """No victims now: a cheaper set, some of it still inside its minimum runtime, may
+    give way at ``at`` (within the profile's ``wait_for_cheaper_s``)."""
+
+    at: float
+    victims: tuple[str, ...]
+
+
 def select_victims(
     ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...], avoid_reserved: bool
-) -> Plan | str | None:
+) -> Plan | Waiting | str | None:
     """Find victims and place ``job`` in their room; on success state and ledger hold the
-    job and no longer hold the victims. On failure nothing changed: None, or QUOTA_SHORT
-    when stopping every candidate would still leave the job's quota short.
+    job and no longer hold the victims. On failure nothing changed: None, QUOTA_SHORT
+    when stopping every candidate would still leave the job's quota short, or Waiting when
+    a cheaper set of victims is seconds from eligible (the job waits for it).
 
-    Two paths: only quota is short (the gang fits on the nodes as they are): the cheapest
-    victims that make quota fit, without placement trials; otherwise cheapest first until
-    the gang fits on the tentative state. Both then put back every victim the job can do
-    without (kueue's minimal set)."""
-    candidates = eligible_candidates(ctx, job, flavor)
-    if not candidates:
+    The search runs over the eligible candidates and those that leave their minimum
+    runtime within ``wait_for_cheaper_s``; when its plan needs one of the latter, the
+    eligible candidates alone are searched too, and their plan is taken now only if it
+    does no more harm (``harm``)."""
+    listed = listed_candidates(ctx, job, flavor)
+    candidates = [c for c, at in listed if at <= ctx.now]
+    soon = {id(c): at for c, at in listed if at > ctx.now}
+    if not listed:
         short = ctx.quota_verdict(job, flavor, job.resources.gpu_milli * len(replicas))
         if short is not None:  # nothing to stop: quota stays short on either path
             return QUOTA_SHORT
+    borrow = {c.tenant: ctx.ledger.borrowing(c.tenant, flavor) for c, _ in listed if c.reclaim}
+    if not soon:
+        return _best(ctx, job, flavor, replicas, avoid_reserved, candidates, borrow)
+    mark = ctx.mark()
+    later = _best(ctx, job, flavor, replicas, avoid_reserved, [c for c, _ in listed], borrow)
+    if not isinstance(later, Plan):
+        return _best(ctx, job, flavor, replicas, avoid_reserved, candidates, borrow)
+    waits = [soon[id(v)] for v in later.victims if id(v) in soon]
+    if not waits:
+        return later
+    ctx.rollback(mark)
+    now = _best(ctx, job, flavor, replicas, avoid_reserved, candidates, borrow)
+    if isinstance(now, Plan):
+        if harm(now.victims, borrow) <= harm(later.victims, borrow):
+            return now
+        ctx.rollback(mark)
+    return Waiting(max(waits), tuple(v.running.job.id for v in later.victims))
+
+
+# How many single victims, each doing less harm than the search's set, are tried instead.
+SINGLE_TRIALS = 16
+
+
+def _best(
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    replicas: tuple[int, ...],
+    avoid_reserved: bool,
+    candidates: list[Candidate],
+    borrow: dict[str, int],
+) -> Plan | str | None:
+    """``_search``'s plan, or one victim alone that does less harm and is enough: taking
+    the cheapest first can pass over a job that frees the room by itself (one node's
+    worth) for two on another node, or take from a tenant down to its guarantee first."""
+    mark = ctx.mark()
+    plan = _search(ctx, job, flavor, replicas, avoid_reserved, candidates)
+    if not isinstance(plan, Plan) or (len(plan.victims) == 1 and not harm(plan.victims, borrow)[0]):
+        return plan
+    worst = harm(plan.victims, borrow)
+    better = sorted((h, i) for i, c in enumerate(candidates) if (h := harm((c,), borrow)) < worst)[
+        :SINGLE_TRIALS
+    ]
+    if not better:
+        return plan
+    ctx.rollback(mark)
+    for _, i in better:
+        cand = candidates[i]
+        trial = ctx.mark()
+        if _take(ctx, cand, flavor) and _fits(ctx, job, flavor, replicas, avoid_reserved):
+            placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid_reserved)
+            assert placed is not None  # _fits just proved it on this very state
+            return Plan((cand,), placed)
+        ctx.rollback(trial)
+    for victim in plan.victims:  # none better: the search's plan, as it left the state
+        _release(ctx, victim, -1)
+    ctx.hold(job, flavor, plan.assignments, +1)
+    return plan
+
+
+def harm(victims: tuple[Candidate, ...], borrowing: dict[str, int]) -> tuple[float, ...]:
+    """How much a victim set costs, compared in order: milli-GPU its tenants fall below
+    their guarantees (reclaims only, from each tenant's ``borrowing`` before: a same-tenant
+    or best-effort victim's tenant keeps its share), the highest (tier, class value) taken,
+    GPU-seconds of work lost, milli-GPU stopped, victims."""
+    taken: dict[str, int] = {}
+    for v in victims:
+        if v.reclaim:
+            taken[v.tenant] = taken.get(v.tenant, 0) + sum(a.gpu_milli for a in v.assignments)
+    breach = sum(max(0, milli - borrowing.get(t, 0)) for t, milli in taken.items())
+    top = max((v.rank[:2] for v in victims), default=(0, 0))
+    lost = sum(v.rank[2] for v in victims)
+    milli = sum(v.rank[3] for v in victims)
+    return (breach, *top, lost, milli, len(victims))
+
+
+def _search(
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    replicas: tuple[int, ...],
+    avoid_reserved: bool,
+    candidates: list[Candidate],
+) -> Plan | str | None:
+    """Two paths: only quota is short (the gang fits on the nodes as they are): the cheapest
+    victims that make quota fit, without placement trials; otherwise cheapest first until
+    the gang fits on the tentative state. Both then put back every victim the job can do
+    without (kueue's minimal set)."""
     if _room_now(ctx, job, flavor, replicas, avoid_reserved):
         return _for_quota(ctx, job, flavor, replicas, avoid_reserved, candidates)
     candidates = candidates[: ctx.profile.max_preemption_candidates]
@@ -237,10 +343,18 @@ def _release(ctx: CycleContext, cand: Candidate, sign: int) -> None:
     ctx.hold(cand.running.job, cand.running.flavor, cand.assignments, sign)
 
 
-def eligible_candidates(ctx: CycleContext, job: JobRequest, flavor: str) -> list[Candidate]:
-    """Victim candidates for ``job`` on ``flavor``, cheapest first. Only the groups that may
-    give way are visited: the job's tenant, best-effort jobs, and (when the job reclaims its
-    guarantee) tenants that borrow; on a full cluster the rest are most jobs."""
+def listed_candidates(
+    ctx: CycleContext, job: JobRequest, flavor: str
+) -> list[tuple[Candidate, float]]:
+    """Victim candidates for ``job`` on ``flavor``, cheapest first, each with when it may
+    give way: now, or (kept when within ``wait_for_cheaper_s``) when it leaves its minimum
+    runtime. Only the groups that may give way are visited: the job's tenant, best-effort
+    jobs, and (when the job reclaims its guarantee) tenants that borrow; on a full cluster
+    the rest are most jobs.
+
+    Cheapest first: elastic extras, best-effort jobs, then the others by how far taking the
+    candidate alone would put its tenant below its guarantee (a reclaim: a borrower's job
+    that fits in what it borrows goes first), class value, work lost, GPUs, youngest."""
     pc = ctx.priority_class(job)
     if not (pc.may_preempt and pc.counts_against_quota):
         return []
@@ -248,42 +362,53 @@ def eligible_candidates(ctx: CycleContext, job: JobRequest, flavor: str) -> list
         job.tenant, flavor, job.resources.gpu_milli * job.gang_size
     )
     groups = [job.tenant, BEST_EFFORT_GROUP]
+    borrow: dict[str, int] = {}
     if reclaim_ok:
-        groups += [
-            t for t in ctx.ledger.tenants if t != job.tenant and ctx.ledger.borrowing(t, flavor) > 0
-        ]
-    out: list[Candidate] = []
+        for t in ctx.ledger.tenants:
+            if t != job.tenant and (b := ctx.ledger.borrowing(t, flavor)) > 0:
+                groups.append(t)
+                borrow[t] = b
+    horizon = ctx.now + ctx.profile.wait_for_cheaper_s
+    keyed: list[tuple[tuple[object, ...], Candidate, float]] = []
     for tenant in groups:
         for running in ctx.live_by.get((flavor, tenant), {}).values():
-            if running.job.id not in ctx.fresh:
-                out.extend(_candidates_of(ctx, job, running, reclaim_ok))
-    out.sort(key=lambda c: c.rank)
-    return out
+            if running.job.id in ctx.fresh:
+                continue
+            for cand, at in _candidates_of(ctx, job, running, reclaim_ok):
+                if at > horizon:
+                    continue
+                breach = max(0, cand.rank[3] - borrow.get(cand.tenant, 0)) if cand.reclaim else 0
+                keyed.append(((cand.rank[0], breach, *cand.rank[1:]), cand, at))
+    keyed.sort(key=lambda k: k[0])
+    return [(cand, at) for _, cand, at in keyed]
 
 
 def _candidates_of(
     ctx: CycleContext, job: JobRequest, running: RunningJob, reclaim_ok: bool
-) -> list[Candidate]:
+) -> list[tuple[Candidate, float]]:
     victim = running.job
     if job.id in running.displaced and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
         return []
     same_tenant = victim.tenant == job.tenant
     if not any(a.elastic for a in running.assignments):
         relation = _relation(ctx, job, running)
-        if relation is None or not _outside_min_runtime(ctx, job, running):
+        if relation is None:
             return []
         if relation[1] and not reclaim_ok:
             return []
-        return [_candidate(ctx, running, running.assignments, relation[0], reclaim=relation[1])]
+        at = _eligible_at(ctx, job, running)
+        cand = _candidate(ctx, running, running.assignments, relation[0], reclaim=relation[1])
+        return [(cand, at)]
     extras = tuple(a for a in running.assignments if a.elastic)
     core = tuple(a for a in running.assignments if not a.elastic)
-    out: list[Candidate] = []
+    out: list[tuple[Candidate, float]] = []
     if extras and (same_tenant or reclaim_ok):
-        out.append(_candidate(ctx, running, extras, 0, reclaim=not same_tenant))
+        out.append((_candidate(ctx, running, extras, 0, reclaim=not same_tenant), ctx.now))
     relation = _relation(ctx, job, running)
-    if core and relation is not None and _outside_min_runtime(ctx, job, running):
-        out.append(_candidate(ctx, running, core, relation[0], reclaim=relation[1]))
-    return [c for c in out if not c.reclaim or reclaim_ok]
+    if core and relation is not None:
+        cand = _candidate(ctx, running, core, relation[0], reclaim=relation[1])
+        out.append((cand, _eligible_at(ctx, job, running)))
+    return [(c, at) for c, at in out if not c.reclaim or reclaim_ok]
 
 
 def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[int, bool] | None:
@@ -294,10 +419,25 @@ def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[
     if not theirs.counts_against_quota:
         return (1, False)
     if running.job.tenant == job.tenant:
-        return (2, False) if theirs.value < mine.value else None
+        if theirs.value >= mine.value or _too_large(ctx, job, mine, running):
+            return None
+        return (2, False)
     if ctx.profile.reclaim_any_priority or theirs.value < mine.value:
         return (2, True)
     return None
+
+
+def _too_large(
+    ctx: CycleContext, job: JobRequest, mine: PriorityClass, running: RunningJob
+) -> bool:
+    """Within a tenant, a job preempts by priority only jobs of at most
+    ``within_tenant_gpu_ratio`` times the GPUs it asks for (0: no bound), unless its class
+    is critical: a small inference job does not evict its team's large training job."""
+    ratio = ctx.profile.within_tenant_gpu_ratio
+    if not ratio or mine.critical:
+        return False
+    held = sum(a.gpu_milli for a in running.assignments if not a.elastic)
+    return held > ratio * job.resources.gpu_milli * job.gang_size
 
 
 def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) -> float | None:
@@ -323,10 +463,13 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
     return max(start, ctx.now)
 
 
-def _outside_min_runtime(ctx: CycleContext, job: JobRequest, running: RunningJob) -> bool:
-    if not running.started or ctx.now - running.started_at >= ctx.profile.min_runtime_s:
-        return True
-    return ctx.priority_class(job).critical and ctx.profile.critical_overrides_min_runtime
+def _eligible_at(ctx: CycleContext, job: JobRequest, running: RunningJob) -> float:
+    """When ``running`` leaves its minimum runtime for ``job`` (now or earlier: it has)."""
+    if not running.started or (
+        ctx.priority_class(job).critical and ctx.profile.critical_overrides_min_runtime
+    ):
+        return ctx.now
+    return running.started_at + ctx.profile.min_runtime_s
 
 
 def _candidate(
@@ -343,6 +486,7 @@ def _candidate(
     if cached is None or cached.running is not running:
         lost = work_lost_gpu_s(running, assignments, ctx.now)
         value = ctx.priority_class(running.job).value
-        rank = (tier, value, lost, -running.started_at, running.job.id)
+        milli = sum(a.gpu_milli for a in assignments)
+        rank = (tier, value, lost, milli, -running.started_at, running.job.id)
         cached = ctx.candidates[key] = Candidate(running, assignments, tier == 0, reclaim, rank)
     return cached

@@ -11,7 +11,8 @@ manner of kube-scheduler's ``KubeSchedulerConfiguration``: a header, then the pr
     fair_share: {half_life_s: 86400, history_weight: 0.5}
     aging: {per_hour: 10, max_boost: 1000}
     preemption: {min_runtime_s: 300, critical_overrides_min_runtime: true,
-                 ping_pong_guard_s: 900, reclaim_any_priority: true, max_candidates: 256}
+                 ping_pong_guard_s: 900, reclaim_any_priority: true, max_candidates: 256,
+                 wait_for_cheaper_s: 30, within_tenant_gpu_ratio: 4}
     backfill: {enabled: true, unknown_runtime_s: 86400}
     placement: {max_scored_nodes: 128, fragmentation_step_milli: 100, cpu_only_share: 0.125}
 
@@ -29,6 +30,11 @@ kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order
 a placement adds (see ``scoring``). ``cpu_only_share`` is the most of a GPU node's CPU and
 of its memory that jobs without GPUs may hold there, all together (``fit.cpu_only_room``):
 the rest is kept for jobs with GPUs, so CPU-only jobs cannot strand its GPUs (1: no limit).
+``wait_for_cheaper_s``: a preemptor waits up to this long for a cheaper victim about to leave
+its minimum runtime rather than take a costlier one now (0: never waits).
+``within_tenant_gpu_ratio``: inside its own tenant, a job preempts by priority only jobs
+holding at most this many times the GPUs it asks for, unless its class is critical (0: no
+bound), so a small inference job does not evict its team's large training job.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class Profile:
     ping_pong_guard_s: float = 900.0
     reclaim_any_priority: bool = True
     max_preemption_candidates: int = 256
+    wait_for_cheaper_s: float = 30.0
+    within_tenant_gpu_ratio: float = 4.0
     backfill: bool = True
     unknown_runtime_s: float = 86_400.0
     max_scored_nodes: int = 128
@@ -145,6 +153,8 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "ping_pong_guard_s": ("ping_pong_guard_s", "nonneg"),
         "reclaim_any_priority": ("reclaim_any_priority", "bool"),
         "max_candidates": ("max_preemption_candidates", "count"),
+        "wait_for_cheaper_s": ("wait_for_cheaper_s", "nonneg"),
+        "within_tenant_gpu_ratio": ("within_tenant_gpu_ratio", "nonneg"),
     },
     "backfill": {
         "enabled": ("backfill", "bool"),

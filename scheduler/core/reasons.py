@@ -31,6 +31,17 @@ def reservation(job: JobRequest, held: Reservation, now: float) -> WaitReason:
     )
 
 
+def cheaper_victims(reason: WaitReason, at: float, now: float) -> WaitReason:
+    """``reason``, and that a preemption is planned once cheaper victims may give way."""
+    wait = max(0.0, at - now)
+    return WaitReason(
+        reason.job_id,
+        reason.code,
+        f"{reason.message}; preemption planned in {wait:.0f} s, when the cheapest victims "
+        "leave their minimum runtime",
+    )
+
+
 def invalid(job: JobRequest, why: str) -> WaitReason:
     return WaitReason(job.id, WaitCode.INVALID, f"invalid job: {why}")
 
