@@ -54,7 +54,11 @@ def default_rule() -> Rule:
     )
 
 
-ACTION_RANK = {IdleAction.NOTHING: 0, IdleAction.NOTIFY: 1, IdleAction.NOTIFY_AND_STOP: 2}
+ACTION_RANK: dict[str, int] = {
+    IdleAction.NOTHING: 0,
+    IdleAction.NOTIFY: 1,
+    IdleAction.NOTIFY_AND_STOP: 2,
+}
 
 
 def stricter(above: Rule, own: Rule) -> Rule:
