@@ -32,3 +32,8 @@ class BillingConfig(AppConfig):
         register_approving_check(approving.budget_approving_check)
         register_on_admitted(admission.reservation_make)
         register_on_final(admission.reservations_release)
+        # The reconciliation of allocations against usage records, on /metrics.
+        from billing.usage_check import usage_check_families
+        from scheduler.metrics import register_families
+
+        register_families(usage_check_families)

@@ -19,7 +19,7 @@ from django.db.models import Min
 from django.utils import timezone
 
 from billing.metering import HOUR, floor_hour, meter_caught_up
-from billing.models import LineKind, MeteringPeriod, Statement, StatementLine
+from billing.models import LineKind, MeteringPeriod, Statement, StatementLine, StatementSeal
 from billing.statements import DraftLine, organisation_lines
 from common.errors import DomainError
 from scheduler.models import Allocation
@@ -162,6 +162,8 @@ def statement_close(
                 closed_by=user,
             )
             StatementLine.objects.bulk_create((_row(statement, d) for d in drafts), batch_size=2000)
+            # Last: from here on the database takes no line of it but an adjustment.
+            StatementSeal.objects.create(statement=statement, sealed_at=now)
             audit_record(
                 actor=user,
                 action="statement.close",

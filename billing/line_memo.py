@@ -2,8 +2,8 @@
 rated from, so that cost pages do not rate the open month again at every request.
 
 `statements.organisation_lines` is a function of what it reads: the usage, capacity and
-guarantee records of the metered hours (written once, with the hour's MeteringPeriod row,
-and never changed), the rate cards in force, the organisation's billing policy, the hourly
+guarantee records of the metered hours (written with the hour's MeteringPeriod row, never
+changed; late usage adds records to an hour, and to its count: billing/late_usage.py), the rate cards in force, the organisation's billing policy, the hourly
 utilization roll-ups of its jobs, and the job events that end an attempt (an attempt's
 usage is used, preempted or failed by how it ended: billing/attempts.py). It also reads the
 tenant tree, which no service moves (a tenant's path is set once, at its creation), and the
@@ -55,7 +55,7 @@ K = TypeVar("K")  # what the cache keeps: plain values, pickled
 _RECLASSIFY = [state for state, kind in ENDING.items() if kind != UsageKind.USED]
 
 # Raise it when the rating makes other lines from the same inputs: older entries are ignored.
-VERSION = 1
+VERSION = 2
 # Each metered hour makes a new key, so an entry is dead within the hour on a running
 # cluster: two hours bound what dead entries hold (a month's lines of a large organisation
 # are megabytes), and a quiet one is rated again after that.
@@ -105,8 +105,10 @@ def reconciliation_key(start: datetime, end: datetime) -> str | None:
 
 
 def _periods(start: datetime, end: datetime) -> dict[str, Any]:
+    # `records`: late usage (billing/late_usage.py) adds records to hours metered already,
+    # and their counts with them.
     return MeteringPeriod.objects.filter(start__gte=start, start__lt=end).aggregate(
-        n=Count("id"), last=Max("id"), until=Max("end")
+        n=Count("id"), last=Max("id"), until=Max("end"), records=Sum("records")
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, JSONField, Min, Model, Q, Sum
+from django.db.models import Field, JSONField, Min, Model, Q, QuerySet, Sum
 
 from billing.budgets import SpendRun, spend_metered
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
@@ -80,9 +80,14 @@ WINDOW_HOURS = 24
 
 def meter_usage(*, now: datetime, fault: Fault | None = None) -> int:
     """Meter every closed hour that is due; the number of hours this run metered."""
+    # Imported here: late usage builds on this module's reading and writing of records.
+    from billing.late_usage import late_usage_meter
+
     metered = 0
     spend = SpendRun()
     try:
+        # First, what was written since the last run into hours metered before it.
+        late_usage_meter(now=now, spend=spend)
         for hours in _windows(hours_due(now)):
             window = Window(hours[0], hours[-1] + HOUR)
             metered += sum(
@@ -150,8 +155,10 @@ def meter_hour(
             held = window.overlapping(start, end)
             step("read")
             # 3. write
-            records = [r for r in (_record(period, h, start, end) for h in held) if r.end > r.start]
-            _write_records(records)
+            records = [
+                r for r in (record_of(period, h, start, end) for h in held) if r.end > r.start
+            ]
+            write_records(records)
             _record_guarantees_and_capacity(period, window)
             # After the hour is written, in its transaction:
             spend_metered(period, records, spend)
@@ -232,10 +239,17 @@ class Window:
 
 
 def _overlapping(start: datetime, end: datetime) -> list[Held]:
+    return held_rows(
+        Allocation.objects.filter(started_at__lt=end).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=start)
+        )
+    )
+
+
+def held_rows(allocations: QuerySet[Allocation]) -> list[Held]:
+    """`allocations` as metering reads them, by id."""
     rows = (
-        Allocation.objects.filter(started_at__lt=end)
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-        .annotate(device_milli=Sum("devices__milli"))
+        allocations.annotate(device_milli=Sum("devices__milli"))
         .order_by("id")
         .values_list(
             "id",
@@ -257,7 +271,7 @@ def _overlapping(start: datetime, end: datetime) -> list[Held]:
     return [Held(*row) for row in rows]
 
 
-def _record(period: MeteringPeriod, held: Held, start: datetime, end: datetime) -> Record:
+def record_of(period: MeteringPeriod, held: Held, start: datetime, end: datetime) -> Record:
     held_from = max(held.started_at, start)
     held_to = end if held.ended_at is None else min(held.ended_at, end)
     return Record(
@@ -284,7 +298,7 @@ def _record(period: MeteringPeriod, held: Held, start: datetime, end: datetime) 
 COLUMNS = Record._fields
 
 
-def _write_records(rows: list[Record]) -> None:
+def write_records(rows: list[Record]) -> None:
     """Insert the hour's records: COPY on PostgreSQL (the bulk of metering's writes),
     bulk_create elsewhere. Either way in the hour's transaction, and the unique
     (allocation, period) refuses a second record of an allocation in the hour."""

@@ -18,6 +18,7 @@ from billing.budget_alerts import (
 from billing.closing import months_close_due
 from billing.costs import open_month_rated
 from billing.metering import meter_usage
+from billing.usage_check import usage_check
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,14 @@ def meter_closed_hours() -> int:
     if metered:
         open_month_rated()
     return metered
+
+
+@shared_task
+def usage_reconcile() -> int:
+    """Celery beat: reconcile the allocations against the usage records (billing/
+    usage_check.py); logs an error and shows the gaps on /metrics when usage went unmetered.
+    The number of gaps."""
+    return usage_check(now=timezone.now()).gaps
 
 
 @shared_task

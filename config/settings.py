@@ -309,6 +309,8 @@ CELERY_BEAT_SCHEDULE = {
     "billing-meter": {"task": "billing.tasks.meter_closed_hours", "schedule": 3600.0},
     # Closes the previous month for every organisation once it is metered and the grace over.
     "billing-close-month": {"task": "billing.tasks.close_previous_month", "schedule": 3600.0},
+    # Allocations against usage records: an error and a gauge on /metrics for any gap.
+    "billing-usage-reconcile": {"task": "billing.tasks.usage_reconcile", "schedule": 3600.0},
     # Gives back the budget reservations of jobs already final and sends lost budget alerts.
     "billing-budget-sweep": {"task": "billing.tasks.budget_sweep", "schedule": 600.0},
 }

@@ -10,7 +10,7 @@ A scrape costs a fixed number of queries whatever the size of the cluster (a tes
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -32,8 +32,20 @@ from scheduler.metrics_tally import job_event_tallies
 from scheduler.models import GpuDevice, Job, JobState, Node, SchedulerLease
 
 
+# Families of the apps above the scheduler (billing's reconciliation), registered at their
+# start-up: the scheduler may not import them.
+_REGISTERED: list[Callable[[], Iterable[Any]]] = []
+
+
+def register_families(source: Callable[[], Iterable[Any]]) -> None:
+    if source not in _REGISTERED:
+        _REGISTERED.append(source)
+
+
 class GantryCollector(Collector):
     def collect(self) -> Iterator[Any]:
+        for source in _REGISTERED:
+            yield from source()
         yield self._jobs()
         yield self._demand()
         yield from self._devices()
@@ -139,15 +151,15 @@ def scrape_allowed(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
     if expected and header.startswith("Bearer "):
         return hmac.compare_digest(header.removeprefix("Bearer ").encode(), expected.encode())
-    from rest_framework.authentication import TokenAuthentication
     from rest_framework.exceptions import AuthenticationFailed
 
+    from common.api.tokens import ExpiringTokenAuthentication
     from tenants.access import grants_for
 
     user: Any = request.user if request.user.is_authenticated else None
     if user is None and header.startswith("Token "):
         try:
-            found = TokenAuthentication().authenticate(request)  # type: ignore[arg-type]
+            found = ExpiringTokenAuthentication().authenticate(request)  # type: ignore[arg-type]
         except AuthenticationFailed:
             found = None
         user = found[0] if found else None

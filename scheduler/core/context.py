@@ -69,6 +69,7 @@ class CycleContext:
     fresh: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
     guarded: set[str] = field(default_factory=set)  # jobs a running job displaced (ping-pong)
+    displaced_tenant: dict[str, str] | None = None  # their tenants, when first needed
     shrunk: set[str] = field(default_factory=set)  # elastic jobs that gave way: no regrowth now
     # live jobs by (flavor, tenant), best-effort ones under (flavor, BEST_EFFORT_GROUP):
     # victim search looks only at the groups that may give way

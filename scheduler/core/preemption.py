@@ -10,10 +10,11 @@ Who may be a victim of job J (tenant T, class C), all on the flavor J tries:
 
 Never a non-preemptible class, never a job inside the profile's minimum runtime (unless C is
 critical and the profile lets critical override; a job whose pods have not started has no
-work to protect and may give way at once), never a job that preempted J itself less
-than ``ping_pong_guard_s`` ago (no ping-pong). Candidates are taken cheapest first (extras,
-best-effort, lowest priority, least work lost since start or checkpoint) until J fits, then
-each is put back if J still fits without it (kueue's minimal set).
+work to protect and may give way at once), never a job that preempted J itself, or that
+reclaimed from J's tenant, less than ``ping_pong_guard_s`` ago (no ping-pong). The victim set
+is the one of least harm (``harm``; docs/engine.md, "The harm rule"): candidates are taken
+cheapest first until J fits, each is put back if J still fits without it (kueue's minimal
+set), and single victims of less harm are tried instead.
 """
 
 from __future__ import annotations
@@ -387,8 +388,11 @@ def _candidates_of(
     ctx: CycleContext, job: JobRequest, running: RunningJob, reclaim_ok: bool
 ) -> list[tuple[Candidate, float]]:
     victim = running.job
-    if job.id in running.displaced and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
-        return []
+    if running.displaced and ctx.now - running.started_at < ctx.profile.ping_pong_guard_s:
+        if job.id in running.displaced:
+            return []
+        if victim.tenant != job.tenant and job.tenant in _displaced_tenants(ctx, running):
+            return []  # it reclaimed from the job's tenant: not reclaimed back within the guard
     same_tenant = victim.tenant == job.tenant
     if not any(a.elastic for a in running.assignments):
         relation = _relation(ctx, job, running)
@@ -409,6 +413,16 @@ def _candidates_of(
         cand = _candidate(ctx, running, core, relation[0], reclaim=relation[1])
         out.append((cand, _eligible_at(ctx, job, running)))
     return [(c, at) for c, at in out if not c.reclaim or reclaim_ok]
+
+
+def _displaced_tenants(ctx: CycleContext, running: RunningJob) -> set[str]:
+    """The tenants of the jobs ``running`` displaced (those still pending or running)."""
+    if ctx.displaced_tenant is None:
+        ctx.displaced_tenant = {
+            j.id: j.tenant for j in ctx.snapshot.pending if j.id in ctx.guarded
+        } | {r.job.id: r.job.tenant for r in ctx.snapshot.running if r.job.id in ctx.guarded}
+    known = ctx.displaced_tenant
+    return {known[j] for j in running.displaced if j in known}
 
 
 def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[int, bool] | None:
@@ -458,7 +472,9 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
     start = running.started_at
     if not (pc.critical and ctx.profile.critical_overrides_min_runtime):
         start += ctx.profile.min_runtime_s
-    if job.id in running.displaced:
+    if job.id in running.displaced or (
+        relation[1] and running.displaced and job.tenant in _displaced_tenants(ctx, running)
+    ):
         start = max(start, running.started_at + ctx.profile.ping_pong_guard_s)
     return max(start, ctx.now)
 

@@ -52,17 +52,14 @@ def closed_statements_removed_after(transactional_db: Any) -> Iterator[None]:
     closed statements frozen refuse on SQLite (PostgreSQL truncates): remove them here, the
     triggers lifted for the moment and put back (billing/triggers.py)."""
     yield
-    from billing.models import Statement, StatementLine
-    from billing.triggers import TABLES, ensure_triggers
+    from billing.models import AdjustmentProposal, Statement, StatementLine, StatementSeal
+    from billing.triggers import lifted
 
-    with connection.cursor() as cursor:
-        for table in TABLES:
-            for name in (f"{table}_frozen", f"{table}_frozen_update", f"{table}_frozen_delete"):
-                on = f" ON {table}" if connection.vendor == "postgresql" else ""
-                cursor.execute(f"DROP TRIGGER IF EXISTS {name}{on}")
-    StatementLine.objects.all().delete()
-    Statement.objects.all().delete()
-    ensure_triggers(connection)
+    with lifted(connection):
+        AdjustmentProposal.objects.all().delete()
+        StatementSeal.objects.all().delete()
+        StatementLine.objects.all().delete()
+        Statement.objects.all().delete()
 
 
 @pytest.mark.usefixtures("closed_statements_removed_after")

@@ -218,8 +218,9 @@ def _queries_of_a_scrape() -> int:
 
 # jobs, demand, devices, nodes, the lease, pending, quota (3), fragmentation (2): 11; the
 # job-event counters (scheduler/metrics_tally.py): 5, and 2 more when events settle into the
-# totals; the savepoint of the test's transaction around them: 2.
-SCRAPE_QUERIES = 11 + 5 + 2
+# totals; the savepoint of the test's transaction around them: 2; billing's last usage
+# check (billing/usage_check.py): 1.
+SCRAPE_QUERIES = 11 + 5 + 2 + 1
 SETTLING = 2
 
 

@@ -243,3 +243,46 @@ def _borrowers_only(snap: Snapshot, gone: set[str]) -> bool:
     """Whether every team of ``gone`` borrows (reclaim may take only from borrowers)."""
     teams = {r.job.tenant for r in snap.running if r.job.id in gone}
     return all(_usage(snap, t) > _guarantee(snap, t) for t in teams)
+
+
+# -- no livelock (issue 35, scenario 1) ----------------------------------------------------
+
+
+def after_the_notebook_reclaimed(now: float) -> Snapshot:
+    """After an A100 node failed, nlp's requeued 1-GPU notebook reclaimed from vision (it
+    displaced vision-1) and is binding on a2; nlp also runs 8 GPUs on a1, so by the ledger
+    (which still counts the failed node's capacity in the guarantees) nlp now borrows 1 and
+    vision's other requeued 8-GPU job, within its guarantee, may reclaim."""
+    tenants = make_tenants(("nlp", 8, 16), ("vision", 8, 16), flavor="A100")
+    nlp_big = make_running(make_job("nlp-big", "nlp", gpus=8), ("a1", range(8)), flavor="A100")
+    notebook = make_running(
+        make_job("notebook", "nlp", gpus=1, kind=JobKind.INTERACTIVE),
+        ("a2", [0]),
+        flavor="A100",
+        started_at=now - 10.0,
+        displaced=["vision-1"],
+    )
+    notebook = replace(notebook, started=False)  # placed, its pod not started yet
+    pending = [  # vision-1, just requeued, backs off a while
+        make_job("vision-1", "vision", gpus=8, attempt=1, not_before=now + 60.0),
+        make_job("vision-2", "vision", gpus=8, attempt=1),
+    ]
+    nodes = [make_node("a1", model="A100"), make_node("a2", model="A100")]
+    return snapshot(nodes, pending, [nlp_big, notebook], tenants=tenants, now=now)
+
+
+def test_a_job_that_reclaimed_is_not_reclaimed_back_by_its_victims_tenant_within_the_guard():
+    # Before: vision-2 (not the job the notebook displaced) took the notebook back at once
+    # (not started: no work lost, the cheapest victim), the notebook then reclaimed from
+    # vision again, and so on. Now vision reclaims from nlp's large job or waits.
+    result = run_cycle(after_the_notebook_reclaimed(1000.0), PROFILE)
+    assert "notebook" not in victims(result)
+    later = run_cycle(after_the_notebook_reclaimed(1000.0 + 10.0), PROFILE)
+    assert "notebook" not in victims(later)
+    # past the guard, the notebook is an ordinary candidate again
+    snap = after_the_notebook_reclaimed(1000.0)
+    aged = replace(
+        snap,
+        running=(snap.running[0], replace(snap.running[1], started_at=1000.0 - 901.0)),
+    )
+    assert victims(run_cycle(aged, PROFILE)) == {"notebook"}
