@@ -1,6 +1,7 @@
 """URL wiring: the REST API under /api/v1/, its schema and docs, health, the portal."""
 
 from django.urls import URLPattern, URLResolver, include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from common.api.auth import GuardedObtainAuthToken
@@ -27,7 +28,8 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     # The rest of /api/ as a route of its own, so that its 404 is JSON whatever DEBUG says
     # (Django's DEBUG page, which lists every route, replaces handler404 when DEBUG is on).
-    re_path(r"^api/", not_found, name="api-not-found"),
+    # CSRF-exempt as every API view is (DRF's): a POST answers the 404, not Django's HTML 403.
+    re_path(r"^api/", csrf_exempt(not_found), name="api-not-found"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     # The portal, including login (with brute-force slowing) and logout.

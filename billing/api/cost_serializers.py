@@ -103,10 +103,14 @@ class WindowIn(serializers.Serializer):
 
 class CostQueryIn(WindowIn):
     by = serializers.ChoiceField(DIMENSIONS, default="team", help_text="Aggregate by this.")
+    # Ids a database column holds: SQLite cannot bind a larger one (as common.api.filters).
     tenant = serializers.IntegerField(
-        required=False, min_value=1, help_text="Only this tenant and its subtree."
+        required=False,
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="Only this tenant and its subtree.",
     )
-    project = serializers.IntegerField(required=False, min_value=1)
+    project = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
     flavor = serializers.CharField(required=False, max_length=63)
     kind = serializers.ChoiceField(LineKind.choices, required=False)
 

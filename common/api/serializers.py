@@ -54,7 +54,13 @@ def type_error(field: serializers.Field, value: Any) -> str | None:
             return f"must be a number, got {_kind(value)}."
         return None
     if isinstance(field, serializers.CharField | serializers.ChoiceField):
-        return None if isinstance(value, str) else f"must be a string, got {_kind(value)}."
+        if not isinstance(value, str):
+            return f"must be a string, got {_kind(value)}."
+        # The schema's maxLength counts what was sent; DRF counts it after trimming spaces.
+        limit = getattr(field, "max_length", None)
+        if limit is not None and len(value) > limit:
+            return f"Ensure this field has no more than {limit} characters."
+        return None
     return None
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from scheduler.models import Job
 from tenants.models import IdleRule, PriorityClass, ResourceFlavor
+from tests import factories as f
 from tests.conftest import Org, job_spec
 from whatif.models import WhatIf
 
@@ -192,3 +193,34 @@ def test_what_the_server_trims_or_bounds_the_schema_states(org: Org, client_for:
         f"/api/v1/tenants/{org.alpha.pk}/", {"webhook_url": "0" * 40}, format="json"
     )
     assert "webhook_url" in response.json()["errors"]
+
+
+def test_a_post_to_an_api_path_matching_no_route_is_a_json_404(org: Org) -> None:
+    """Found by bench.fuzz: the catch-all route took CSRF checks, and answered a POST with
+    Django's HTML 403."""
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    response = client.post("/api/v1/nodes/%C2%84/cordon/", {}, content_type="application/json")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+
+
+def test_a_string_longer_than_its_max_length_is_400_even_with_trailing_spaces(
+    org: Org, client_for: Any
+) -> None:
+    """Found by bench.fuzz: DRF trimmed the spaces before it counted, so a reason of 300
+    characters and 10 spaces passed a maxLength of 300."""
+    node = f.NodeFactory(name="n-long")
+    body = {"reason": "x" * 300 + "\u00a0" * 10}
+    response = client_for("pat").post(f"/api/v1/nodes/{node.pk}/cordon/", body, format="json")
+    assert response.status_code == 400
+    assert "reason" in response.json()["errors"]
+    node.refresh_from_db()
+    assert not node.cordoned
+
+
+def test_a_cost_filter_past_64_bits_is_400(org: Org, client_for: Any) -> None:
+    response = client_for("alice").get(f"/api/v1/costs/?tenant={2**63}")
+    assert response.status_code == 400
+    assert "tenant" in response.json()["errors"]
