@@ -75,6 +75,11 @@ urlpatterns = [
     path("tenants/<int:pk>/registries/", tenant_registries, name="tenant-registries"),
     path("tenants/<int:pk>/notifications/webhook/", notify.tenant_webhook, name="tenant-webhook"),
     path(
+        "tenants/<int:pk>/notifications/webhook/secret/",
+        notify.tenant_webhook_secret,
+        name="tenant-webhook-secret",
+    ),
+    path(
         "tenants/<int:pk>/notifications/webhook/test/",
         notify.tenant_webhook_test,
         name="tenant-webhook-test",

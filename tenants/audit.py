@@ -19,6 +19,9 @@ from tenants.models import AuditEntry, Tenant
 
 # Bookkeeping columns that change on every save and say nothing about the change itself.
 SKIPPED_FIELDS = frozenset({"created_at", "updated_at"})
+# Secrets that the audit log, read by every admin up the tree, must never hold.
+SECRET_FIELDS = frozenset({"webhook_secret"})
+LEFT_OUT = SKIPPED_FIELDS | SECRET_FIELDS
 
 
 def audit_snapshot(obj: models.Model | None, fields: Iterable[str] | None = None) -> Any:
@@ -31,7 +34,7 @@ def audit_snapshot(obj: models.Model | None, fields: Iterable[str] | None = None
     wanted = set(fields) if fields is not None else None
     data: dict[str, Any] = {}
     for field in obj._meta.concrete_fields:
-        if field.name in SKIPPED_FIELDS or (wanted is not None and field.name not in wanted):
+        if field.name in LEFT_OUT or (wanted is not None and field.name not in wanted):
             continue
         value = field.value_from_object(obj)
         # Decimals as numbers, so a value reads the same before (from the database, Decimal)

@@ -2,24 +2,31 @@
 
 Writers call `notifications_add` inside the transaction of the change they report: a few
 cheap inserts, never a network call, so a request or a scheduling cycle never waits on a
-webhook. `outbox_deliver` (Celery: a task kicked on commit, and the beat sweep) sends what is
-due, one row at a time under its row lock: a success marks it sent; a failure counts an
-attempt and sets the next one `GANTRY_NOTIFY_BACKOFF_S * 2**(attempts-1)` later (capped at
-`GANTRY_NOTIFY_BACKOFF_MAX_S`), and after `GANTRY_NOTIFY_MAX_ATTEMPTS` the row is failed.
+webhook. Delivery is two steps (Celery: `notifications_deliver`, a task kicked on commit and
+the beat sweep, then one `notification_send` task per message on the `notifications` queue):
+
+1. `outbox_claim` trims and purges, then claims every row due (at most `limit`): a
+   compare-and-swap on its attempt count that also moves its next attempt to where a failure
+   would put it (`GANTRY_NOTIFY_BACKOFF_S * 2**(attempts-1)`, capped at
+   `GANTRY_NOTIFY_BACKOFF_MAX_S`), so the next sweep does not claim it again;
+2. `notification_send` sends one claimed row outside any transaction and records the outcome:
+   a success marks it sent; a failure keeps a reason and, after `GANTRY_NOTIFY_MAX_ATTEMPTS`,
+   fails the row. One slow receiver thus holds one task for at most its deadline
+   (tenants/webhooks.py), never the messages of other tenants behind it.
+
 An unreachable webhook therefore costs one attempt per row per backoff step, and at most
 `GANTRY_NOTIFY_MAX_PENDING` rows per tenant and channel wait: older ones are dropped
 (counted, shown to the tenant's admins) by `outbox_trim`.
 
 A webhook row belongs to the nearest tenant up the tree that has a `webhook_url`: a team
-without one reports to its department's. The URL is read when delivering, so a corrected URL
-serves the rows still waiting.
+without one reports to its department's. The URL and the signing secret are read when
+delivering, so a corrected URL serves the rows still waiting.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,6 +39,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from tenants import webhooks
 from tenants.models import (
     Notification,
     NotificationChannel,
@@ -42,21 +50,16 @@ from tenants.models import (
 
 log = logging.getLogger("gantry.notifications")
 
-# (url, JSON body) -> None; raises OSError (urllib's errors are OSErrors) when the post
-# failed. Tests replace it.
-Transport = Callable[[str, bytes], None]
+# (url, JSON body, headers) -> None; raises DeliveryFailed, WebhookRefused or OSError when
+# the post failed. Tests replace it.
+Transport = Callable[[str, bytes, Mapping[str, str]], None]
+webhook_transport: Transport = webhooks.post
 
-
-def _post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(  # noqa: S310 - the URL is validated https
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    timeout = settings.GANTRY_NOTIFY_TIMEOUT_S
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-        response.read()
-
-
-webhook_transport: Transport = _post
+# What the tenant's admins read of a failed webhook delivery, whatever failed: a refused
+# connection, a TLS error, a timeout and an error status read the same, so that the webhook
+# tells nothing about what listens where (the detail is in the worker's log).
+FAILED_REASON = "delivery failed: the receiver did not answer with 2xx in time"
+REFUSED_REASON = "delivery refused: the webhook's host is not a public address"
 
 
 @dataclass(frozen=True)
@@ -190,60 +193,85 @@ class Delivery:
     purged: int = 0
 
 
-def outbox_deliver(*, now: datetime, limit: int = 500) -> Delivery:
-    """Trim and purge, then try every row due at `now` (at most `limit`), each in its own
-    transaction.
-    Idempotent and safe to run twice at once: a row is locked while it is sent, and a
-    second delivery skips locked rows and finds sent ones no longer pending."""
+def outbox_claim(*, now: datetime, limit: int = 500) -> tuple[Delivery, list[tuple[int, int]]]:
+    """Trim and purge, then claim the rows due at `now` (at most `limit`): (row, attempt)
+    pairs for `notification_send`. Safe to run twice at once: a row is claimed by one."""
     result = Delivery(dropped=outbox_trim(), purged=outbox_purge(now=now))
     due = Notification.objects.filter(
         state=NotificationState.PENDING, next_attempt_at__lte=now
     ).order_by("next_attempt_at", "id")
-    for row_id in list(due.values_list("id", flat=True)[:limit]):
-        outcome = _deliver_one(row_id, now)
+    rows = list(due.values_list("id", "attempts")[:limit])
+    claimed = []
+    for row_id, attempts in rows:
+        # The claim moves the next attempt to where a failure would put it: a second sweep
+        # finds it not due, no transaction stays open across the network call (SQLite's
+        # writers, PostgreSQL's locks), and a task lost or killed while sending leaves it
+        # due again later (at least once).
+        mine = Notification.objects.filter(
+            pk=row_id, state=NotificationState.PENDING, attempts=attempts
+        )
+        attempt = attempts + 1
+        if mine.update(
+            attempts=attempt, last_attempt_at=now, next_attempt_at=now + backoff(attempt)
+        ):
+            claimed.append((row_id, attempt))
+    return result, claimed
+
+
+def outbox_deliver(*, now: datetime, limit: int = 500) -> Delivery:
+    """Claim what is due and send it here, one row after another: for tests and tools. The
+    worker sends each claimed row in its own task (tenants.tasks.notifications_deliver)."""
+    result, claimed = outbox_claim(now=now, limit=limit)
+    for row_id, attempt in claimed:
+        outcome = notification_send(row_id, attempt, now=now)
         if outcome is not None:
             setattr(result, outcome, getattr(result, outcome) + 1)
     return result
 
 
-def _deliver_one(row_id: int, now: datetime) -> str | None:
-    """Claim the row, send it outside any transaction, record the outcome.
-
-    The claim is a compare-and-swap on its attempt count that also moves its next attempt to
-    where a failure would put it: a second delivery finds it claimed (not due) and skips it,
-    no transaction stays open across the network call (SQLite's writers, PostgreSQL's
-    locks), and a worker killed while sending leaves it due again later (at least once)."""
+def notification_send(row_id: int, attempt: int, *, now: datetime) -> str | None:
+    """Send one claimed row and record the outcome: "sent", "retrying" or "failed"; None when
+    the row is no longer this claim's (sent, or claimed again after a lost message)."""
     row = (
         Notification.objects.select_related("tenant")
-        .filter(pk=row_id, state=NotificationState.PENDING, next_attempt_at__lte=now)
+        .filter(pk=row_id, state=NotificationState.PENDING, attempts=attempt)
         .first()
     )
-    if row is None:  # sent, or claimed by another delivery
+    if row is None:
         return None
-    attempts = row.attempts + 1
-    mine = Notification.objects.filter(
-        pk=row.pk, state=NotificationState.PENDING, attempts=row.attempts
-    )
-    claimed = mine.update(
-        attempts=attempts, last_attempt_at=now, next_attempt_at=now + backoff(attempts)
-    )
-    if not claimed:
-        return None
+    mine = Notification.objects.filter(pk=row_id, state=NotificationState.PENDING, attempts=attempt)
     try:
-        _send(row)
-    except (OSError, ValueError) as error:
-        given_up = attempts >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS
-        failure: dict[str, Any] = {"last_error": f"{type(error).__name__}: {error}"[:500]}
-        failure |= {"last_error_at": now}
+        _send(row, now)
+    except (webhooks.DeliveryFailed, webhooks.WebhookRefused, OSError, ValueError) as error:
+        given_up = attempt >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS
+        failure: dict[str, Any] = {"last_error": _reason(row, error), "last_error_at": now}
         if given_up:
             failure["state"] = NotificationState.FAILED
-        Notification.objects.filter(pk=row.pk).update(**failure)
+        mine.update(**failure)
         return "failed" if given_up else "retrying"
-    Notification.objects.filter(pk=row.pk).update(state=NotificationState.SENT, sent_at=now)
+    mine.update(state=NotificationState.SENT, sent_at=now)
     return "sent"
 
 
-def _send(row: Notification) -> None:
+def _reason(row: Notification, error: Exception) -> str:
+    """What is kept (and shown) of a failure; the detail of a webhook's goes to the log."""
+    if row.channel == NotificationChannel.EMAIL:
+        return f"{type(error).__name__}: {error}"[:500]
+    log.warning(
+        "webhook delivery %s of tenant %s failed: %s: %s",
+        row.pk,
+        row.tenant_id,
+        type(error).__name__,
+        error,
+    )
+    if isinstance(error, webhooks.WebhookRefused):
+        return REFUSED_REASON
+    if isinstance(error, ValueError):  # no webhook any more: nothing to hide
+        return str(error)[:500]
+    return FAILED_REASON
+
+
+def _send(row: Notification, now: datetime) -> None:
     if row.channel == NotificationChannel.EMAIL:
         subject = row.subject or f"[Gantry] {row.kind}"
         send_mail(subject, row.payload["text"] + "\n", None, [row.recipient])
@@ -251,7 +279,15 @@ def _send(row: Notification) -> None:
     url = row.tenant.webhook_url
     if not url:
         raise ValueError("the tenant has no webhook any more")
-    webhook_transport(url, json.dumps(row.payload).encode())
+    body = json.dumps(row.payload).encode()
+    headers = {
+        webhooks.SIGNATURE_HEADER: webhooks.signature(
+            row.tenant.webhook_secret, int(now.timestamp()), body
+        ),
+        "X-Gantry-Event": row.kind,
+        "X-Gantry-Delivery": str(row.pk),
+    }
+    webhook_transport(url, body, headers)
 
 
 # --- what the tenant's admins see ---------------------------------------------------------

@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from common.text import is_system_namespace
-from tenants import access
+from tenants import access, webhooks
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import (
     Membership,
@@ -64,7 +64,10 @@ def tenant_create(*, user: Any, parent: Tenant | None, slug: str, name: str, kin
 def tenant_update(
     *, user: Any, tenant: Tenant, name: str | None = None, webhook_url: str | None = None
 ) -> Tenant:
-    """Rename the tenant, or set (empty: remove) the https webhook its budget alerts go to."""
+    """Rename the tenant, or set (empty: remove) the https webhook its notifications go to,
+    which must be a public host (tenants/webhooks.py). A webhook set where there was none gets
+    a signing secret: `tenant.webhook_secret_new` holds it for this answer alone (None when
+    none was made)."""
     if not access.can_manage_tenant(user, tenant):
         raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
     before = _tenant_audited(tenant)
@@ -73,6 +76,18 @@ def tenant_update(
     if webhook_url is not None:
         tenant.webhook_url = webhook_url
     _full_clean(tenant)
+    if webhook_url:
+        try:
+            webhooks.url_check(webhook_url)
+        except webhooks.WebhookRefused as refused:
+            raise ValidationError({"webhook_url": [str(refused)]}) from None
+    # A webhook gets its signing secret when it is set, and loses it when removed; a new URL
+    # keeps the secret its receiver already verifies with.
+    tenant.webhook_secret_new = None
+    if not tenant.webhook_url:
+        tenant.webhook_secret = ""
+    elif not tenant.webhook_secret:
+        tenant.webhook_secret = tenant.webhook_secret_new = webhooks.secret_new()
     tenant.save()
     audit_record(
         actor=user,
@@ -91,6 +106,27 @@ def _tenant_audited(tenant: Tenant) -> Any:
     snapshot = audit_snapshot(tenant)
     snapshot["webhook_url"] = redact_url(tenant.webhook_url)
     return snapshot
+
+
+@transaction.atomic
+def webhook_secret_rotate(*, user: Any, tenant: Tenant) -> str:
+    """Replace the tenant's webhook signing secret; the new one is returned this once. The
+    old one stops signing at once (rotate the receiver's copy right after)."""
+    if not access.can_manage_tenant(user, tenant):
+        raise PermissionDenied(f"You are not an admin of tenant '{tenant.slug}'.")
+    if not tenant.webhook_url:
+        raise ValidationError({"webhook_url": ["This tenant has no webhook to sign for."]})
+    tenant.webhook_secret = webhooks.secret_new()
+    tenant.save(update_fields=["webhook_secret", "updated_at"])
+    audit_record(
+        actor=user,
+        action="tenant.webhook_secret_rotate",
+        tenant=tenant,
+        target=tenant,
+        before=None,
+        after={"webhook_url": redact_url(tenant.webhook_url)},
+    )
+    return tenant.webhook_secret
 
 
 @transaction.atomic

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from tenants.approvals import approval_expire_due
 from tenants.notifications import approval_notification_ids_unsent, approval_notification_send
-from tenants.outbox import outbox_deliver
+from tenants.outbox import notification_send as outbox_send
+from tenants.outbox import outbox_claim
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
@@ -31,6 +33,23 @@ def approvals_expire() -> int:
 
 @shared_task
 def notifications_deliver() -> dict[str, int]:
-    """Kicked when notifications are written, and Celery beat: send what is due in the
-    outbox (tenants/outbox.py). Idempotent; two at once skip each other's rows."""
-    return vars(outbox_deliver(now=timezone.now()))
+    """Kicked when notifications are written, and Celery beat: claim what is due in the
+    outbox (tenants/outbox.py) and queue one `notification_send` per row. Idempotent; two at
+    once claim different rows. A broker that fails midway leaves the rest claimed: they are
+    due again after their backoff."""
+    result, claimed = outbox_claim(now=timezone.now())
+    for row_id, attempt in claimed:
+        notification_send.delay(row_id, attempt)
+    return vars(result)
+
+
+# One message per task, on the `notifications` queue (config/settings.py CELERY_TASK_ROUTES):
+# a webhook post ends within GANTRY_NOTIFY_TIMEOUT_S by itself (tenants/webhooks.py); the
+# limits stop an email server, or anything else, that holds the task longer.
+@shared_task(
+    soft_time_limit=settings.GANTRY_NOTIFY_TIMEOUT_S + 5,
+    time_limit=settings.GANTRY_NOTIFY_TIMEOUT_S + 15,
+)
+def notification_send(row_id: int, attempt: int) -> str | None:
+    """Send one claimed notification and record the outcome (a duplicate does nothing)."""
+    return outbox_send(row_id, attempt, now=timezone.now())

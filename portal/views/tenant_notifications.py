@@ -26,6 +26,7 @@ def _page(
     tenant: Tenant,
     idle_form: IdleRuleForm | None = None,
     webhook_form: WebhookForm | None = None,
+    new_secret: str | None = None,
 ) -> HttpResponse:
     view = idle_rules.idle_rule_view(tenant)
     can_manage = access.can_manage_tenant(request.user, tenant)
@@ -39,6 +40,8 @@ def _page(
             "health": outbox.webhook_health(tenant),
             "webhook_shown": outbox.redact_url(tenant.webhook_url),
             "webhook_form": webhook_form or WebhookForm(),
+            # Shown in this answer alone (never redirected through the session or a cookie).
+            "new_secret": new_secret,
         }
     bad = (idle_form is not None and idle_form.errors) or (
         webhook_form is not None and webhook_form.errors
@@ -98,8 +101,23 @@ def tenant_webhook(request: HttpRequest, pk: int) -> HttpResponse:
     if form.errors:
         tenant.refresh_from_db()
         return _page(request, tenant, webhook_form=form)
+    if tenant.webhook_secret_new:  # a new webhook: its signing secret, this once
+        return _page(request, tenant, new_secret=tenant.webhook_secret_new)
     messages.success(request, f"The webhook of {tenant.slug} is saved.")
     return redirect("portal:tenant-notifications", pk=tenant.pk)
+
+
+@login_required
+@require_POST
+def tenant_webhook_secret(request: HttpRequest, pk: int) -> HttpResponse:
+    """Rotate the webhook's signing secret and show the new one, this once."""
+    tenant = access.access_tenant(request.user, pk)
+    try:
+        secret = services.webhook_secret_rotate(user=request.user, tenant=tenant)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("portal:tenant-notifications", pk=tenant.pk)
+    return _page(request, tenant, new_secret=secret)
 
 
 @login_required

@@ -66,7 +66,28 @@ class TenantUpdateIn(StrictInputSerializer):
         max_length=500,
         allow_blank=True,
         help_text='https URL the tenant\'s notifications are posted to as {"text": ...} '
-        "(Slack, Teams; docs/notifications.md); empty removes it.",
+        "(Slack, Teams; docs/notifications.md), on a public host; empty removes it. Setting "
+        "one where there was none answers its signing secret, once.",
+    )
+
+
+class TenantUpdateOut(TenantOut):
+    webhook_secret = serializers.CharField(
+        source="webhook_secret_new",
+        allow_null=True,
+        read_only=True,
+        help_text="The webhook's new signing secret, shown this once: set when this request "
+        "gave the tenant a webhook where it had none; null otherwise. Receivers verify the "
+        "X-Gantry-Signature header with it (docs/notifications.md).",
+    )
+
+    class Meta(TenantOut.Meta):
+        fields = [*TenantOut.Meta.fields, "webhook_secret"]
+
+
+class WebhookSecretOut(serializers.Serializer):
+    secret = serializers.CharField(
+        help_text="The new signing secret, shown this once; the old one no longer signs."
     )
 
 

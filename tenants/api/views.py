@@ -61,11 +61,12 @@ class TenantViewSet(ReadWriteViewSet):
         tenant = services.tenant_create(user=request.user, **data)
         return self.respond(tenant, status.HTTP_201_CREATED)
 
-    @extend_schema(request=s.TenantUpdateIn, responses=s.TenantOut)
+    @extend_schema(request=s.TenantUpdateIn, responses=s.TenantUpdateOut)
     def partial_update(self, request: Request, pk: str) -> Response:
         tenant = self.get_object()
         data = self.read_input(s.TenantUpdateIn, partial=True)
-        return self.respond(services.tenant_update(user=request.user, tenant=tenant, **data))
+        tenant = services.tenant_update(user=request.user, tenant=tenant, **data)
+        return Response(s.TenantUpdateOut(tenant, context={"request": request}).data)
 
     @extend_schema(request=None, responses=s.IdleRuleOut, methods=["GET"])
     @extend_schema(request=None, responses={204: None}, methods=["DELETE"])
@@ -119,6 +120,15 @@ class TenantViewSet(ReadWriteViewSet):
         if not manages:
             health = replace(health, url=outbox.redact_url(health.url))
         return Response(s.WebhookHealthOut(health).data)
+
+    @extend_schema(request=None, responses=s.WebhookSecretOut)
+    @action(detail=True, methods=["post"], url_path="webhook/secret", url_name="webhooksecret")
+    def webhook_secret(self, request: Request, pk: str) -> Response:
+        """Rotate the webhook's signing secret: the new one is answered this once."""
+        tenant = self.get_object()
+        refuse_any_body(request.data)
+        secret = services.webhook_secret_rotate(user=request.user, tenant=tenant)
+        return Response(s.WebhookSecretOut({"secret": secret}).data)
 
     @extend_schema(request=None, responses={202: s.WebhookTestOut})
     @action(detail=True, methods=["post"], url_path="webhook/test", url_name="webhooktest")

@@ -163,6 +163,9 @@ WRITES: dict[tuple[str, str], Write] = {
     ("tenant-webhooktest", "POST"): Write(
         "tina", lambda o: (f"/api/v1/tenants/{_webhook(o.alpha).pk}/webhook/test/", {}), ok=(202,)
     ),
+    ("tenant-webhooksecret", "POST"): Write(
+        "tina", lambda o: (f"/api/v1/tenants/{_webhook(o.alpha).pk}/webhook/secret/", {})
+    ),
     ("tenant-registries", "PUT"): Write(
         "dana",
         lambda o: (

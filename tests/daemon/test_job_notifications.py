@@ -22,7 +22,7 @@ from tests.daemon.conftest import Env, low_priority_cluster
 def hooked(env: Env, monkeypatch: pytest.MonkeyPatch) -> Env:
     Tenant.objects.filter(pk=env.org.alpha.pk).update(webhook_url="https://hooks.example.com/a")
 
-    def never(url: str, body: bytes) -> None:
+    def never(url: str, body: bytes, headers: Any = None) -> None:
         raise AssertionError("the daemon called the webhook")
 
     monkeypatch.setattr(outbox, "webhook_transport", never)

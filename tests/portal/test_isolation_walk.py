@@ -190,6 +190,7 @@ ROUTES: dict[str, list[Case]] = {
         Case(kwargs=_tenant, body=lambda w, t: {"webhook_url": "https://intruder.example.com/h"})
     ],
     "tenant-webhook-test": [Case(kwargs=_tenant, body=lambda w, t: {})],
+    "tenant-webhook-secret": [Case(kwargs=_tenant, body=lambda w, t: {})],
     "tenant-policy-delete": [
         Case(
             kwargs=lambda t, o: {"pk": t.tenant.pk, "policy_pk": t.policy.pk}, body=lambda w, t: {}

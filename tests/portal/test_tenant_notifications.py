@@ -76,12 +76,20 @@ def test_an_admin_sees_the_health_without_the_secret_and_a_test_only_queues(
     refused = tina.post(page(org, "tenant-webhook"), {"webhook_url": "http://x.example.com/h"})
     assert refused.status_code == 400
     assert Tenant.objects.get(pk=org.alpha.pk).webhook_url == ""  # https only
-    assert tina.post(page(org, "tenant-webhook"), {"webhook_url": SECRET}).status_code == 302
+    saved = tina.post(page(org, "tenant-webhook"), {"webhook_url": SECRET})
+    signing = Tenant.objects.get(pk=org.alpha.pk).webhook_secret
+    # A new webhook's signing secret is shown in that answer alone, as is a rotated one.
+    assert saved.status_code == 200 and signing and signing in saved.content.decode()
+    assert web_for("alice").post(page(org, "tenant-webhook-secret")).status_code == 403
+    rotated = tina.post(page(org, "tenant-webhook-secret"))
+    new = Tenant.objects.get(pk=org.alpha.pk).webhook_secret
+    assert rotated.status_code == 200 and new != signing and new in rotated.content.decode()
     assert tina.post(page(org, "tenant-webhook-test")).status_code == 302
     [row] = Notification.objects.all()
     assert (row.kind, row.state) == ("test", NotificationState.PENDING)
     text = tina.get(page(org)).content.decode()
     assert "https://hooks.slack.com/…" in text and "XXXXsecretXXXX" not in text
+    assert new not in text
     assert '<td id="webhook-undelivered">1</td>' in text
 
 
