@@ -17,7 +17,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from common.errors import ConflictError, DomainError
+from common.errors import ConflictError, DomainError, RateLimitedError
 
 log = logging.getLogger("gantry.api")
 # SQLSTATEs of a server going away or not yet accepting connections: 57P01 admin_shutdown,
@@ -45,6 +45,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         )
         exc = exceptions.ValidationError(errors)
+    elif isinstance(exc, RateLimitedError):
+        return Response(
+            {"detail": str(exc)},
+            status=status.HTTP_429_TOO_MANY_REQUESTS,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
     elif isinstance(exc, ConflictError):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     elif isinstance(exc, DomainError):
