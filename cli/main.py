@@ -226,7 +226,11 @@ QUEUE_LINES = ["position", "ahead", "starts", "starts_in"]
 
 def queue_lines(queue: dict[str, Any]) -> dict[str, str]:
     """The queue sub-resource as four lines: position, the jobs ahead, the start range, and
-    the same in words from the server's time ("in about 25 min (p90 1 h 10 min)")."""
+    the same in words from the server's time ("in about 25 min (p90 1 h 10 min)"). A job
+    queued since the scheduler's last pass has no position yet: its note says so."""
+    if queue["position_cluster"] is None:
+        note = queue.get("position_note") or "not placed in the queue yet"
+        return {"position": note, "ahead": "-", "starts": "not estimated yet", "starts_in": ""}
     ahead = f"{queue['ahead_count']} job(s)"
     listed = ", ".join(f"#{a['id']}" for a in queue["ahead"])
     if listed:

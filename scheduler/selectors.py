@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
 from scheduler.leader import LEASE_NAME
@@ -164,6 +164,13 @@ class QueuePosition:
     def ahead_unlisted(self) -> int:
         """Jobs ahead the viewer may see beyond those listed in `ahead`."""
         return self.ahead_visible - len(self.ahead)
+
+
+def queue_refreshed_at() -> datetime | None:
+    """When the daemon last worked the queue's positions out (None: never, or no job was
+    queued then): a queued job without a position that was queued before it lies outside
+    the daemon's window; one queued after it waits for the next refresh."""
+    return JobQueueEstimate.objects.aggregate(at=Max("computed_at"))["at"]
 
 
 def job_queue_position(user: Any, job: Job) -> QueuePosition | None:

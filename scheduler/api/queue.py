@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduler import selectors
-from scheduler.models import Job
+from scheduler.models import Job, JobState
 from scheduler.reason_text import ReasonReader
 
 
@@ -30,7 +31,14 @@ class JobQueueOut(serializers.Serializer):
 
     job = serializers.IntegerField()
     state = serializers.CharField()
-    waiting = serializers.BooleanField(help_text="Queued, with a position from the scheduler.")
+    waiting = serializers.BooleanField(
+        help_text="Queued (waiting to start), as soon as it is queued or requeued; its "
+        "positions are null until the scheduler has placed it in its order (`position_note`)."
+    )
+    position_note = serializers.CharField(
+        allow_null=True,
+        help_text="Why a waiting job has no position yet; null when it has one or does not wait.",
+    )
     position_tenant = serializers.IntegerField(
         allow_null=True, help_text="1 = next of its team's jobs, in the scheduler's order."
     )
@@ -68,15 +76,35 @@ def server_now() -> datetime:
     return timezone.now()
 
 
+def position_note(job: Job) -> str:
+    """Why a queued job has no stored position: queued (or requeued) since the daemon last
+    worked the positions out, or outside the window of jobs it considers at once."""
+    refreshed = selectors.queue_refreshed_at()
+    if refreshed is None or job.queued_at is None or job.queued_at >= refreshed:
+        every = round(settings.GANTRY_ETA_EVERY_S)
+        return (
+            "Queued; the scheduler places it in its order at its next pass "
+            f"(every {every} s), with an expected start."
+        )
+    return (
+        "Queued behind the jobs the scheduler considers at once: it has no position until "
+        "jobs ahead of it start."
+    )
+
+
 def queue_data(user: Any, job: Job) -> dict[str, Any]:
     position = selectors.job_queue_position(user, job)
     reason = ReasonReader(user, [job.reason]).text(job.reason)
     data: dict[str, Any] = {"job": job.pk, "state": job.state, "reason": reason, "ahead": []}
     data["now"] = server_now()
     if position is None:
+        # A queued job waits from the moment it is queued, stored position or not (after a
+        # requeue the daemon stores one at its next refresh).
         keys = ["position_tenant", "position_cluster", "ahead_count", "ahead_visible"]
         keys += ["ahead_hidden", "eta_p50", "eta_p90", "estimated_at", "computed_at"]
-        return {**data, "waiting": False, **dict.fromkeys(keys)}
+        queued = job.state == JobState.QUEUED
+        note = position_note(job) if queued else None
+        return {**data, "waiting": queued, "position_note": note, **dict.fromkeys(keys)}
     ahead = [
         {
             "id": other.pk,
@@ -89,6 +117,7 @@ def queue_data(user: Any, job: Job) -> dict[str, Any]:
     return {
         **data,
         "waiting": True,
+        "position_note": None,
         "ahead": ahead,
         "position_tenant": position.position_tenant,
         "position_cluster": position.position_cluster,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -59,3 +60,38 @@ def test_another_teams_job_queue_is_not_found(org: Org, client_for: Any) -> None
     queue = small_queue(org, timezone.now())
     response = client_for("alice").get(f"/api/v1/jobs/{queue.bravo.pk}/queue/")
     assert response.status_code == 404
+
+
+def test_a_requeued_job_waits_at_once_with_a_note_until_it_has_a_position(
+    org: Org, client_for: Any
+) -> None:
+    # second was requeued after the daemon's last refresh (its pods stopping, or the
+    # refresh not due yet): the daemon dropped its row, but it waits from the moment it is
+    # queued, and says when it gets a position.
+    now = timezone.now()
+    queue = small_queue(org, now - timedelta(seconds=10))
+    JobQueueEstimate.objects.filter(job=queue.second).delete()
+    queue.second.queued_at = now
+    queue.second.save(update_fields=["queued_at"])
+    body = client_for("alice").get(f"/api/v1/jobs/{queue.second.pk}/queue/").json()
+    assert body["waiting"] is True
+    assert body["position_cluster"] is None and body["eta_p50"] is None
+    assert "next pass (every 30 s)" in body["position_note"]
+
+
+def test_a_queued_job_outside_the_daemons_window_says_so(org: Org, client_for: Any) -> None:
+    # queued before the last refresh, yet not placed by it: beyond the daemon's window
+    now = timezone.now()
+    queue = small_queue(org, now)
+    JobQueueEstimate.objects.filter(job=queue.second).delete()
+    queue.second.queued_at = now - timedelta(minutes=5)
+    queue.second.save(update_fields=["queued_at"])
+    body = client_for("alice").get(f"/api/v1/jobs/{queue.second.pk}/queue/").json()
+    assert body["waiting"] is True
+    assert "no position until jobs ahead of it start" in body["position_note"]
+
+
+def test_a_placed_job_has_no_note(org: Org, client_for: Any) -> None:
+    queue = small_queue(org, timezone.now())
+    body = client_for("alice").get(f"/api/v1/jobs/{queue.second.pk}/queue/").json()
+    assert body["position_note"] is None

@@ -97,3 +97,19 @@ def test_starts_in_words(p50: str, p90: str | None, words: str) -> None:
 def test_no_words_without_an_estimate() -> None:
     assert when.starts_in({**queue_answer(NOW, None, None), "estimated_at": None}) == ""
     assert when.starts_in(queue_answer(NOW, None, None)) == ""
+
+
+def test_a_waiting_job_without_a_position_shows_its_note() -> None:
+    # the API's answer for a job requeued since the scheduler's last pass
+    from cli.main import queue_lines
+
+    note = "Queued; the scheduler places it in its order at its next pass (every 30 s)."
+    unplaced = ["position_cluster", "position_tenant", "ahead_count", "ahead_visible"]
+    unplaced += ["ahead_hidden", "eta_p50", "eta_p90", "estimated_at"]
+    answer = {"waiting": True, "ahead": [], "position_note": note, **dict.fromkeys(unplaced)}
+    assert queue_lines(answer) == {
+        "position": note,
+        "ahead": "-",
+        "starts": "not estimated yet",
+        "starts_in": "",
+    }
