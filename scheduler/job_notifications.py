@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
 from django.urls import reverse
+from django.utils import timezone
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.models import Job, JobState
-from tenants.models import NotificationKind, Tenant
+from tenants.models import Notification, NotificationKind, NotificationState, Tenant
 from tenants.outbox import Event, notifications_add, webhook_owners
 
 # The state a job enters -> the notification it makes.
@@ -121,7 +122,62 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
                 emails=(owner,) if mailed else (),
             )
         )
-    return len(notifications_add(events, kick=False, owners=owners))
+    events = _coalesce_preempted(events, jobs)
+    made = notifications_add(events, kick=False, owners=owners)
+    preempted = [n.pk for n in made if n.kind == NotificationKind.PREEMPTED]
+    if preempted:  # held a while, so that more preemptions of the job join it
+        Notification.objects.filter(pk__in=preempted).update(
+            next_attempt_at=timezone.now() + timedelta(seconds=coalesce_s())
+        )
+    return len(made)
+
+
+def coalesce_s() -> float:
+    """How long a job's preempted notification waits for more of the job's preemptions to
+    join it, as one message with a count (GANTRY_NOTIFY_COALESCE_S)."""
+    return float(getattr(settings, "GANTRY_NOTIFY_COALESCE_S", 60.0))
+
+
+def _coalesce_preempted(events: list[Event], jobs: dict[int, dict[str, Any]]) -> list[Event]:
+    """`events`, less the preemptions that join a job's preempted notification still held
+    (never tried, not yet due): that row's count goes up and its text says so. A row a
+    delivery claims meanwhile is left as it is (compare-and-swap on its attempts) and the
+    event gets its own row."""
+    counts: dict[int, int] = {}
+    for event in events:
+        if event.kind == NotificationKind.PREEMPTED:
+            counts[event.fields["job"]] = counts.get(event.fields["job"], 0) + 1
+    if not counts:
+        return events
+    held = Notification.objects.filter(
+        kind=NotificationKind.PREEMPTED,
+        state=NotificationState.PENDING,
+        attempts=0,
+        next_attempt_at__gt=timezone.now(),
+        payload__gantry__job__in=list(counts),
+    )
+    joined: set[int] = set()
+    for row in held:
+        job_id = row.payload["gantry"]["job"]
+        job = jobs[job_id]
+        count = int(row.payload["gantry"].get("count", 1)) + counts[job_id]
+        text = (
+            f"Job {job['name']} (#{job_id}) in '{job['tenant__slug']}' was preempted {count} "
+            f"times in a row: {row.payload['gantry'].get('message') or 'preempted.'} "
+            f"{job_link(job_id)}"
+        )
+        payload = {"text": text, "gantry": {**row.payload["gantry"], "count": count}}
+        subject = f"[Gantry] job {job['name']} was preempted {count} times"[:200]
+        mine = Notification.objects.filter(pk=row.pk, state=NotificationState.PENDING, attempts=0)
+        if mine.update(payload=payload, subject=subject):
+            joined.add(job_id)
+    if not joined:
+        return events
+    return [
+        e
+        for e in events
+        if not (e.kind == NotificationKind.PREEMPTED and e.fields["job"] in joined)
+    ]
 
 
 def idle_events_notify(acted: Sequence[tuple[int, datetime]]) -> int:

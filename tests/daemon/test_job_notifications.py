@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from scheduler.job_notifications import job_events_notify, job_link
 from scheduler.models import Job
@@ -101,3 +102,32 @@ def test_events_nobody_receives_cost_one_query(env: Env, settings: Any) -> None:
         assert job_events_notify([(job.pk, "state", "running", "succeeded", "")]) == 0
     assert len(finished.captured_queries) == 2  # the webhook check and the jobs with an address
     assert not Notification.objects.exists()
+
+
+def test_preemptions_of_the_same_job_are_one_message_with_a_count(
+    hooked: Env, settings: Any
+) -> None:
+    # Issue 35: a livelock preempted a job 21 times in 44 s and its owner got 21 emails. A
+    # preempted notification is held GANTRY_NOTIFY_COALESCE_S; more preemptions of the job
+    # meanwhile join it.
+    settings.GANTRY_NOTIFY_COALESCE_S = 60.0
+    job = hooked.submit()
+    other = hooked.submit()
+    row = (job.pk, "preempted", "running", "preempted", "Preempted: team-alpha reclaims.")
+    for _ in range(3):
+        job_events_notify([row])
+    job_events_notify([(other.pk, "preempted", "running", "preempted", "")])
+    webhook = Notification.objects.filter(payload__gantry__job=job.pk)
+    assert sorted(webhook.values_list("channel", flat=True)) == ["email", "webhook"]
+    for n in webhook:
+        assert n.payload["gantry"]["count"] == 3
+        assert "was preempted 3 times" in n.payload["text"]
+        assert n.subject == f"[Gantry] job {job.name} was preempted 3 times"
+    assert Notification.objects.filter(payload__gantry__job=other.pk).count() == 2
+    # Held: not due before the window ends, then delivered as one message each.
+    now = timezone.now()
+    assert outbox.outbox_claim(now=now)[1] == []
+    # Once it has been tried, a new preemption is a new message.
+    Notification.objects.filter(payload__gantry__job=job.pk).update(attempts=1)
+    job_events_notify([row])
+    assert Notification.objects.filter(payload__gantry__job=job.pk).count() == 4
