@@ -517,6 +517,9 @@ GANTRY_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("GANTRY_NOTIFY_MAX_ATTEMPTS", "8
 GANTRY_NOTIFY_MAX_PENDING = int(os.environ.get("GANTRY_NOTIFY_MAX_PENDING", "200"))
 # Sent, failed and dropped notifications are deleted this many days after they were written.
 GANTRY_NOTIFY_RETENTION_DAYS = float(os.environ.get("GANTRY_NOTIFY_RETENTION_DAYS", "30"))
+# A job's preempted notification waits this long for more preemptions of the job to join it
+# (one message with a count, scheduler/job_notifications.py).
+GANTRY_NOTIFY_COALESCE_S = float(os.environ.get("GANTRY_NOTIFY_COALESCE_S", "60"))
 GANTRY_NOTIFY_EMAIL_EVENTS = frozenset(
     part.strip()
     for part in os.environ.get("GANTRY_NOTIFY_EMAIL_EVENTS", "finished,failed,preempted").split(",")
