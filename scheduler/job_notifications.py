@@ -135,7 +135,7 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
 def coalesce_s() -> float:
     """How long a job's preempted notification waits for more of the job's preemptions to
     join it, as one message with a count (GANTRY_NOTIFY_COALESCE_S)."""
-    return float(getattr(settings, "GANTRY_NOTIFY_COALESCE_S", 60.0))
+    return float(settings.GANTRY_NOTIFY_COALESCE_S)
 
 
 def _coalesce_preempted(events: list[Event], jobs: dict[int, dict[str, Any]]) -> list[Event]:
