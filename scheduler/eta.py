@@ -2,13 +2,16 @@
 
 After a cycle, at most every GANTRY_ETA_EVERY_S of the daemon's clock (`EtaRefresher`):
 
-1. snapshot: the queue and what runs, read afresh (after the cycle's own writes);
+1. snapshot: the queue and what runs, read afresh (after the cycle's own writes), as
+   planned (`as_planned`): jobs being preempted or requeued give their devices back now,
+   and the requeued ones wait in the queue;
 2. order: the engine's own order of the queue (`core.queue_order`), giving each job its
    position in the cluster and in its team;
 3. estimate: the first GANTRY_ETA_MAX_JOBS jobs of that order replayed in `scheduler.sim`
-   with runtimes from their max corrected by the history of similar finished jobs
-   (`sim.runtimes`), within GANTRY_ETA_BUDGET_S of wall time; a replay that runs out stops
-   where it is, and the jobs it did not settle keep their previous estimates;
+   (whose engine plans the reclaims and preemptions to come) with runtimes learned from
+   the history of similar finished jobs, bounded by their max (`sim.runtimes`), within
+   GANTRY_ETA_BUDGET_S of wall time; a replay that runs out stops where it is, and the
+   jobs it did not settle keep their previous estimates;
 4. store: one `JobQueueEstimate` row per queued job, in one transaction that also drops the
    rows of jobs no longer queued.
 
@@ -24,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,7 +41,7 @@ from scheduler.daemon.snapshot import build_snapshot
 from scheduler.daemon.translate import core_job_id
 from scheduler.leader import LeaseLost
 from scheduler.models import Job, JobQueueEstimate, JobState
-from scheduler.sim.runtimes import Groups, RuntimeModel, estimate_queue, groups_of
+from scheduler.sim.runtimes import Finished, Groups, RuntimeModel, estimate_queue, groups_of
 
 log = logging.getLogger("gantry.eta")
 
@@ -83,23 +86,26 @@ def _dt(at: float | None) -> datetime | None:
 
 def job_groups(row: Mapping[str, Any]) -> Groups:
     size = row["replicas"] * row["gpu_milli_per_replica"]
-    return groups_of(row["project_id"], row["tenant_id"], row["job_type"], size)
+    user = row.get("submitted_by_id")
+    return groups_of(row["project_id"], row["tenant_id"], row["job_type"], size, user)
 
 
 def runtime_history(now: datetime, unbounded_runtime_s: float) -> RuntimeModel:
-    """Ratios actual / max runtime of the jobs that finished lately (succeeded or failed:
-    either way their devices came back then; a cancel says nothing about the work)."""
+    """How long the jobs that finished lately ran, against their max when they declared
+    one (succeeded or failed: either way their devices came back then; a cancel says
+    nothing about the work). Finished jobs only: a waiting or running job's own runtime is
+    never read."""
     rows = (
         Job.objects.filter(
             state__in=[JobState.SUCCEEDED, JobState.FAILED],
             finished_at__gte=now - timedelta(days=HISTORY_DAYS),
             started_at__isnull=False,
-            max_runtime_s__gt=0,
         )
         .order_by("-finished_at")
         .values(
             "project_id",
             "tenant_id",
+            "submitted_by_id",
             "job_type",
             "replicas",
             "gpu_milli_per_replica",
@@ -111,9 +117,9 @@ def runtime_history(now: datetime, unbounded_runtime_s: float) -> RuntimeModel:
     return RuntimeModel(map(_sample, rows), unbounded_runtime_s=unbounded_runtime_s)
 
 
-def _sample(row: Mapping[str, Any]) -> tuple[Groups, float]:
+def _sample(row: Mapping[str, Any]) -> Finished:
     ran: timedelta = row["finished_at"] - row["started_at"]
-    return job_groups(row), ran.total_seconds() / row["max_runtime_s"]
+    return Finished(job_groups(row), ran.total_seconds(), row["max_runtime_s"] or None)
 
 
 def refresh_estimates(
@@ -133,7 +139,7 @@ def refresh_estimates(
     deadline = monotonic() + config.budget_s
     # 2. order and positions, 3. estimates of the head of the queue, on a budget
     found = estimate_queue(
-        snapshot,
+        as_planned(snapshot, rows),
         profile,
         model,
         groups,
@@ -143,6 +149,30 @@ def refresh_estimates(
     # 4. store
     _store(found.positions, found.ranges, _dt(snapshot.now) or datetime.now(tz=UTC), fence)
     return Refreshed(len(found.positions), len(found.ranges), found.stopped, found.capped)
+
+
+# A job holding devices in one of these states runs (or is about to); in any other it is
+# giving them back: preempted or requeued (its pods stopping), or ended.
+LIVE = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING})
+
+
+def as_planned(snapshot: Snapshot, rows: Mapping[int, Mapping[str, Any]]) -> Snapshot:
+    """The snapshot as the daemon has already decided it: a job that holds devices but no
+    longer runs gives them back now in the replay (a preemption or reclaim under way), and
+    one requeued waits in the queue again, so that it has its position and estimate from
+    the first refresh after its requeue rather than once its pods are gone."""
+    state = {core_job_id(key): row["state"] for key, row in rows.items()}
+    leaving = [r for r in snapshot.running if state.get(r.job.id, JobState.RUNNING) not in LIVE]
+    if not leaving:
+        return snapshot
+    queued = {job.id for job in snapshot.pending}
+    back = [r.job for r in leaving if state[r.job.id] == JobState.QUEUED and r.job.id not in queued]
+    gone = {r.job.id for r in leaving}
+    return replace(
+        snapshot,
+        running=tuple(r for r in snapshot.running if r.job.id not in gone),
+        pending=(*snapshot.pending, *back),
+    )
 
 
 def _store(

@@ -1,13 +1,22 @@
 """Expected runtimes from the history of similar jobs, and start ranges built on them.
 
 A job's declared max runtime is an upper bound; most jobs end well before it. The history
-of finished jobs gives, per group of similar jobs, the ratio actual / max runtime: its
-median and 90th percentile scale a waiting or running job's max into the runtime it will
-likely take (p50) and one it will rarely exceed (p90). Groups go from narrow to wide
-(``groups_of``: the same project, job type and size; the same project and type; the same
-team and type; the same type); the narrowest with at least ``min_samples`` finished jobs
-speaks. Without history the max itself is used (or the submitter's estimate for the p50);
-a job without a max runs ``unbounded_runtime_s`` in the replay, a documented horizon.
+of finished jobs (``Finished``: its groups, how long it ran, its max) gives, per group of
+similar jobs, the ratio actual / max runtime, and the runtime itself in seconds. Groups go
+from narrow to wide (``groups_of``: the same user, project, job type and size; the same
+user, project and type; the same project, type and size; the same project and type; the
+same team and type; the same type; every job); the narrowest with at least ``min_samples``
+finished jobs speaks:
+
+- a job with a max: its max times the group's median and 90th percentile ratio (a ratio
+  travels between jobs that declare different maxima), never beyond the max;
+- a job without a max: the group's median and 90th percentile runtime in seconds.
+
+A running job that has already run ``elapsed_s`` is judged on the finished jobs of its group
+that ran at least as long (a job past most of its group's runtimes is about to end, or is
+one of the long ones: its p90 is the longest such run, or its max). Without any history the
+max is used (or the submitter's estimate for the p50); a job without a max and without
+history runs ``unbounded_runtime_s``, a documented horizon.
 
 ``estimate_start_ranges`` replays the present twice through ``estimate_starts_within``: with
 every job at its p50 runtime (the p50 start) and at its p90 runtime (the p90 start).
@@ -17,6 +26,7 @@ and what ``bench.eta`` measures.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -28,28 +38,52 @@ from scheduler.sim.estimate import StartEstimates, estimate_starts_within
 
 Groups = tuple[Hashable, ...]  # narrowest first
 
-# A group needs this many finished jobs before its ratios replace a wider group's: fewer
+# A group needs this many finished jobs before its figures replace a wider group's: fewer
 # would let one unusual run set everybody's estimate.
 MIN_SAMPLES = 5
 
 
-def groups_of(project: Hashable, tenant: Hashable, job_type: str, gpu_milli: int) -> Groups:
-    """The groups a job belongs to, narrowest first: (project, type, total milli-GPU),
-    (project, type), (team, type), (type)."""
+def groups_of(
+    project: Hashable, tenant: Hashable, job_type: str, gpu_milli: int, user: Hashable = None
+) -> Groups:
+    """The groups a job belongs to, narrowest first: (user, project, type, total milli-GPU),
+    (user, project, type), (project, type, size), (project, type), (team, type), (type),
+    every job. Without a user the user's groups are left out."""
+    mine: Groups = ()
+    if user is not None:
+        mine = (
+            ("user-project-type-size", user, project, job_type, gpu_milli),
+            ("user-project-type", user, project, job_type),
+        )
     return (
+        *mine,
         ("project-type-size", project, job_type, gpu_milli),
         ("project-type", project, job_type),
         ("tenant-type", tenant, job_type),
         ("type", job_type),
+        ("all",),
     )
 
 
 def quantile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between the closest ranks of sorted ``values`` (non-empty)."""
     ordered = sorted(values)
+    return _quantile_sorted(ordered, q)
+
+
+def _quantile_sorted(ordered: Sequence[float], q: float) -> float:
     at = q * (len(ordered) - 1)
     low, high = math.floor(at), math.ceil(at)
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """One finished job of the history: its groups, how long it ran, its declared max."""
+
+    groups: Groups
+    ran_s: float
+    max_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,41 +93,69 @@ class Runtime:
 
 
 class RuntimeModel:
-    """Ratios actual / max runtime per group, from ``samples`` of (groups, ratio)."""
+    """Runtimes per group, learned from ``samples`` of finished jobs only (``Finished``)."""
 
     def __init__(
         self,
-        samples: Iterable[tuple[Groups, float]],
+        samples: Iterable[Finished],
         *,
         min_samples: int = MIN_SAMPLES,
         unbounded_runtime_s: float = 4 * 3600.0,
     ) -> None:
-        by_group: dict[Hashable, list[float]] = defaultdict(list)
-        for groups, ratio in samples:
-            clipped = min(1.0, max(0.0, ratio))  # a job is stopped at its max
-            for group in groups:
-                by_group[group].append(clipped)
-        self.ratios = {
-            group: (quantile(values, 0.5), quantile(values, 0.9))
-            for group, values in by_group.items()
-            if len(values) >= min_samples
-        }
+        ratios: dict[Hashable, list[float]] = defaultdict(list)
+        seconds: dict[Hashable, list[float]] = defaultdict(list)
+        for sample in samples:
+            ran = max(0.0, sample.ran_s)
+            if sample.max_s:
+                ran = min(ran, sample.max_s)  # a job is stopped at its max
+            for group in sample.groups:
+                seconds[group].append(ran)
+                if sample.max_s:
+                    ratios[group].append(ran / sample.max_s)
+        self.min_samples = min_samples
+        self.ratios = {g: sorted(v) for g, v in ratios.items() if len(v) >= min_samples}
+        self.seconds = {g: sorted(v) for g, v in seconds.items() if len(v) >= min_samples}
         self.unbounded_runtime_s = unbounded_runtime_s
 
     def ratio(self, groups: Groups) -> tuple[float, float] | None:
-        """(median, p90) of the narrowest group with enough history; None without any."""
-        return next((self.ratios[g] for g in groups if g in self.ratios), None)
+        """(median, p90) ratio of the narrowest group with enough history; None without."""
+        found = next((self.ratios[g] for g in groups if g in self.ratios), None)
+        if found is None:
+            return None
+        return _quantile_sorted(found, 0.5), _quantile_sorted(found, 0.9)
 
-    def runtime(self, job: JobRequest, groups: Groups) -> Runtime:
+    def runtime(self, job: JobRequest, groups: Groups, elapsed_s: float = 0.0) -> Runtime:
+        """p50 and p90 runtime of ``job`` (from its start), which has run ``elapsed_s`` so
+        far (0 when it waits): 0 <= p50 <= p90, and both within its max when it has one."""
+        elapsed = max(0.0, elapsed_s)
         if job.max_runtime_s is None:
-            guess = job.estimated_runtime_s or self.unbounded_runtime_s
-            return Runtime(guess, max(guess, self.unbounded_runtime_s))
+            return self._unbounded(job, groups, elapsed)
         bound = float(job.max_runtime_s)
-        ratios = self.ratio(groups)
+        ratios = next((self.ratios[g] for g in groups if g in self.ratios), None)
         if ratios is not None:
-            return Runtime(bound * ratios[0], bound * ratios[1])
+            p50, p90 = _beyond(ratios, min(1.0, elapsed / bound) if bound else 1.0, 1.0)
+            return Runtime(bound * p50, bound * p90)
         p50 = min(bound, job.estimated_runtime_s) if job.estimated_runtime_s else bound
-        return Runtime(p50, bound)
+        return Runtime(min(bound, max(p50, elapsed)), bound)
+
+    def _unbounded(self, job: JobRequest, groups: Groups, elapsed: float) -> Runtime:
+        runs = next((self.seconds[g] for g in groups if g in self.seconds), None)
+        if runs is not None:
+            p50, p90 = _beyond(runs, elapsed, max(runs[-1], elapsed))
+            return Runtime(p50, p90)
+        guess = job.estimated_runtime_s or self.unbounded_runtime_s
+        guess = max(guess, elapsed)
+        return Runtime(guess, max(guess, self.unbounded_runtime_s))
+
+
+def _beyond(ordered: Sequence[float], elapsed: float, ceiling: float) -> tuple[float, float]:
+    """(median, p90) of the sorted ``ordered`` values at least ``elapsed``: what is left of
+    a group's distribution once a job has run that long. Past every value: it ends now at
+    the p50 and at ``ceiling`` at the p90 (the max, or the longest run seen)."""
+    tail = ordered[bisect.bisect_left(ordered, elapsed) :]
+    if not tail:
+        return elapsed, max(elapsed, ceiling)
+    return _quantile_sorted(tail, 0.5), _quantile_sorted(tail, 0.9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +193,10 @@ def estimate_start_ranges(
     it says stop, the replay under way and any after it end. When every job's p50 and p90
     runtimes are the same (no history, no max runtimes), the replays would be the same
     (a replay is deterministic): it runs once."""
-    jobs = [*snapshot.pending, *(r.job for r in snapshot.running)]
-    runtimes = {job.id: model.runtime(job, groups.get(job.id, ())) for job in jobs}
+    runtimes = {job.id: model.runtime(job, groups.get(job.id, ())) for job in snapshot.pending}
+    for r in snapshot.running:
+        elapsed = snapshot.now - r.started_at
+        runtimes[r.job.id] = model.runtime(r.job, groups.get(r.job.id, ()), elapsed)
     default = model.unbounded_runtime_s
     p50 = estimate_starts_within(
         snapshot,

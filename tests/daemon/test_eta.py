@@ -147,6 +147,44 @@ def test_without_history_the_estimate_is_the_max(one_node: Env) -> None:
     assert estimate.eta_p50 == estimate.eta_p90 == started + timedelta(seconds=4000)
 
 
+def test_a_job_without_a_max_runs_as_long_as_similar_jobs_did(one_node: Env) -> None:
+    # Similar jobs without a max ran 600 s: the runner (no max either) is expected to end
+    # then, not after GANTRY_ETA_UNBOUNDED_RUNTIME_S (4 h here), which is for no history.
+    env = one_node
+    _history(env, 5, ran_s=600, max_s=None)
+    runner = env.submit(resources={"gpus": 8})
+    waiting = env.submit(resources={"gpus": 8})
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    started = Allocation.objects.get(job=runner).started_at
+    estimate = JobQueueEstimate.objects.get(job=waiting)
+    assert estimate.eta_p50 == estimate.eta_p90 == started + timedelta(seconds=600)
+
+
+def test_a_requeued_job_still_holding_devices_waits_and_gives_them_back(one_node: Env) -> None:
+    # The runner was preempted (or lost its node): queued again, its pods still stopping,
+    # so it holds the node's 8 GPUs. The refresh plans what the daemon decided: the devices
+    # come back now (not after the runner's 4000 s max) and the runner waits in the queue
+    # with a position and an estimate, like any queued job.
+    env = one_node
+    runner = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    waiting = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    daemon.estimates = EtaRefresher(SETTINGS)
+    env.run(daemon)
+    env.clock.advance(60)
+    Job.objects.filter(pk=runner.pk).update(state=JobState.QUEUED, queued_at=_dt(env.clock()))
+    assert Allocation.objects.filter(job=runner, ended_at__isnull=True).exists()
+    _refresh(env, SETTINGS)
+    rows = {e.job_id: e for e in JobQueueEstimate.objects.all()}
+    assert set(rows) == {runner.pk, waiting.pk}
+    first, second = sorted(rows.values(), key=lambda e: e.position_cluster)
+    assert first.eta_p50 == _dt(env.clock())
+    # the second waits for the first's 4000 s max (no history)
+    assert second.eta_p50 == _dt(env.clock() + 4000)
+
+
 def test_history_is_read_again_after_its_interval(one_node: Env) -> None:
     # Runtimes come from the history read at most every `history_every_s` of the daemon's
     # clock (bench.eta shortens it): jobs that finish in between count from the next read.

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduler.sim.runtimes import (
+    Finished,
     RuntimeModel,
     estimate_start_ranges,
     groups_of,
@@ -17,8 +20,16 @@ from tests.scheduler.core.builders import BEST_FIT, make_job, make_node, make_ru
 NARROW = groups_of("proj", "team-a", "training", 8000)
 SAME_TYPE_OTHER_SIZE = groups_of("proj", "team-a", "training", 1000)
 OTHER_PROJECT = groups_of("other", "team-b", "training", 8000)
+OTHER_TYPE = groups_of("other", "team-b", "inference", 500)
+ALICE = groups_of("proj", "team-a", "training", 8000, user="alice")
+BOB = groups_of("proj", "team-a", "training", 8000, user="bob")
 # actual / max: median 0.4; p90 at rank 0.9 * 4 = 3.6: 0.4 + (0.9 - 0.4) * 0.6 = 0.7
 RATIOS = [0.1, 0.4, 0.4, 0.4, 0.9]
+
+
+def ran(groups, ratios, max_s=1000.0):
+    """Finished jobs of ``groups`` that ran ``ratios`` of ``max_s``."""
+    return [Finished(groups, r * max_s, max_s) for r in ratios]
 
 
 def test_quantile_interpolates_between_ranks():
@@ -30,34 +41,57 @@ def test_quantile_interpolates_between_ranks():
     ("samples", "groups", "max_s", "estimate", "expected"),
     [
         # the same project, type and size: max 1000 s -> 400 s (p50), 700 s (p90)
-        pytest.param([(NARROW, r) for r in RATIOS], NARROW, 1000, None, (400, 700), id="narrow"),
+        pytest.param(ran(NARROW, RATIOS), NARROW, 1000, None, (400, 700), id="narrow"),
+        # ratios travel between maxima: history at max 100 s, the job declares 1000 s
+        pytest.param(ran(NARROW, RATIOS, 100), NARROW, 1000, None, (400, 700), id="ratio"),
         # only another size of the same project and type: the wider group speaks
-        pytest.param(
-            [(SAME_TYPE_OTHER_SIZE, r) for r in RATIOS], NARROW, 1000, None, (400, 700), id="wider"
-        ),
+        pytest.param(ran(SAME_TYPE_OTHER_SIZE, RATIOS), NARROW, 1000, None, (400, 700), id="wider"),
         # 4 narrow samples (too few) at 0.9, 5 of another size at RATIOS: project-type has
         # all 9: sorted 0.1 0.4 0.4 0.4 0.9 0.9 0.9 0.9 0.9 -> median 0.9, p90 0.9
         pytest.param(
-            [(NARROW, 0.9)] * 4 + [(SAME_TYPE_OTHER_SIZE, r) for r in RATIOS],
+            ran(NARROW, [0.9] * 4) + ran(SAME_TYPE_OTHER_SIZE, RATIOS),
             NARROW,
             1000,
             None,
             (900, 900),
             id="too-few-narrow",
         ),
-        # other projects of the type only: the type's own group (the widest)
+        # other projects of the type only: the type's own group
+        pytest.param(ran(OTHER_PROJECT, RATIOS), NARROW, 1000, None, (400, 700), id="type"),
+        # only other types: every finished job (the widest group) rather than the max
+        pytest.param(ran(OTHER_TYPE, RATIOS), NARROW, 1000, None, (400, 700), id="all-jobs"),
+        # the user's own runs outweigh the project's: alice's at 0.1, bob's at 0.9
         pytest.param(
-            [(OTHER_PROJECT, r) for r in RATIOS], NARROW, 1000, None, (400, 700), id="type"
+            ran(ALICE, [0.1] * 5) + ran(BOB, [0.9] * 5), ALICE, 1000, None, (100, 100), id="user"
+        ),
+        # a new user of the project: the project's runs, alice's and bob's together
+        # (0.1 x5, 0.9 x5: median 0.5, p90 at rank 8.1 = 0.9)
+        pytest.param(
+            ran(ALICE, [0.1] * 5) + ran(BOB, [0.9] * 5),
+            groups_of("proj", "team-a", "training", 8000, user="carol"),
+            1000,
+            None,
+            (500, 900),
+            id="new-user",
         ),
         # no history: the max; a submitter's estimate for the p50
         pytest.param([], NARROW, 1000, None, (1000, 1000), id="no-history"),
         pytest.param([], NARROW, 1000, 250, (250, 1000), id="estimate"),
-        # no max: the documented horizon (unbounded_runtime_s = 5000 here)
+        # no max: the group's runtimes in seconds (of jobs with or without a max)
+        pytest.param(ran(NARROW, RATIOS), NARROW, None, None, (400, 700), id="unbounded"),
         pytest.param(
-            [(NARROW, r) for r in RATIOS], NARROW, None, None, (5000, 5000), id="unbounded"
+            [Finished(NARROW, s) for s in (100, 400, 400, 400, 900)],
+            NARROW,
+            None,
+            None,
+            (400, 700),
+            id="unbounded-history",
         ),
+        # no max and no history: the documented horizon (unbounded_runtime_s = 5000 here)
+        pytest.param([], NARROW, None, None, (5000, 5000), id="unbounded-no-history"),
+        pytest.param([], NARROW, None, 600, (600, 5000), id="unbounded-estimate"),
         # a run over its max (stopped a little late) counts as the max
-        pytest.param([(NARROW, 1.5)] * 5, NARROW, 1000, None, (1000, 1000), id="clipped"),
+        pytest.param(ran(NARROW, [1.5] * 5), NARROW, 1000, None, (1000, 1000), id="clipped"),
     ],
 )
 def test_history_corrects_the_max(samples, groups, max_s, estimate, expected):
@@ -69,6 +103,53 @@ def test_history_corrects_the_max(samples, groups, max_s, estimate, expected):
     assert (runtime.p50_s, runtime.p90_s) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    ("elapsed", "max_s", "expected"),
+    [
+        # not started: the whole group (0.1 0.4 0.4 0.4 0.9)
+        pytest.param(0, 1000, (400, 700), id="waiting"),
+        # ran 300 s: only the runs that lasted that long (0.4 0.4 0.4 0.9): median 0.4,
+        # p90 at rank 2.7: 0.4 + 0.5 * 0.7 = 0.75
+        pytest.param(300, 1000, (400, 750), id="past-the-short-runs"),
+        # ran 500 s: only 0.9 is left
+        pytest.param(500, 1000, (900, 900), id="a-long-one"),
+        # ran past every run seen: ends now at the p50, at its max at the p90
+        pytest.param(950, 1000, (950, 1000), id="past-them-all"),
+        pytest.param(1200, 1000, (1000, 1000), id="past-its-max"),
+        # no max: the same in seconds, the longest run seen the p90 past them all
+        pytest.param(300, None, (400, 750), id="unbounded"),
+        pytest.param(950, None, (950, 950), id="unbounded-past-them-all"),
+    ],
+)
+def test_a_running_job_is_judged_on_the_runs_that_lasted_as_long(elapsed, max_s, expected):
+    model = RuntimeModel(ran(NARROW, RATIOS))
+    runtime = model.runtime(make_job("j", runtime=max_s), NARROW, elapsed_s=elapsed)
+    assert (runtime.p50_s, runtime.p90_s) == pytest.approx(expected)
+
+
+finished = st.builds(
+    Finished,
+    st.sampled_from([NARROW, SAME_TYPE_OTHER_SIZE, OTHER_PROJECT, OTHER_TYPE, ALICE, BOB]),
+    st.floats(0, 1e6),
+    st.one_of(st.none(), st.floats(1, 1e5)),
+)
+
+
+@given(
+    samples=st.lists(finished, max_size=40),
+    groups=st.sampled_from([NARROW, OTHER_TYPE, ALICE, groups_of("x", "y", "z", 1)]),
+    max_s=st.one_of(st.none(), st.floats(1, 1e5)),
+    estimate=st.one_of(st.none(), st.floats(1, 1e6)),
+    elapsed=st.floats(0, 2e5),
+)
+def test_p50_within_p90_within_the_max(samples, groups, max_s, estimate, elapsed):
+    job = replace(make_job("j", runtime=max_s), estimated_runtime_s=estimate)
+    runtime = RuntimeModel(samples, min_samples=3).runtime(job, groups, elapsed_s=elapsed)
+    assert 0 <= runtime.p50_s <= runtime.p90_s
+    if max_s is not None:
+        assert runtime.p90_s <= max_s * (1 + 1e-9)
+
+
 def _waiting_behind_one_runner():
     # r (8 GPUs, max 1000 s) started at 0 on the only node; a (8 GPUs) waits for it.
     running = [make_running(make_job("r", gpus=8, runtime=1000), ("n1", range(8)))]
@@ -78,7 +159,7 @@ def _waiting_behind_one_runner():
 
 def test_start_range_from_history():
     # r's group ended at 0.4 (median) and 0.7 (p90) of its max: a starts at 400 .. 700.
-    model = RuntimeModel([(NARROW, r) for r in RATIOS])
+    model = RuntimeModel(ran(NARROW, RATIOS))
     ranges = estimate_start_ranges(
         _waiting_behind_one_runner(), BEST_FIT, model, {"r": NARROW, "a": NARROW}
     )
@@ -115,6 +196,6 @@ def test_equal_p50_and_p90_runtimes_are_replayed_once(monkeypatch):
     once = estimate_start_ranges(_waiting_behind_one_runner(), BEST_FIT, RuntimeModel([]), {})
     assert len(replays) == 1 and once.p90 is once.p50
     assert once.ranges() == {"a": (1000.0, 1000.0)}
-    model = RuntimeModel([(NARROW, r) for r in RATIOS])
+    model = RuntimeModel(ran(NARROW, RATIOS))
     estimate_start_ranges(_waiting_behind_one_runner(), BEST_FIT, model, {"r": NARROW})
     assert len(replays) == 3
