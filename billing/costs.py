@@ -10,9 +10,10 @@ those hours would freeze. tests/billing/test_costs_api.py checks both to the cen
 
 Statement lines carry no job type or priority class; each line's parts do
 (`statements.split_lines`: its rounded amount apportioned over its job types and classes by
-the largest remainder method), frozen with it at the close (`StatementLine.split`), so any
-aggregation adds up to the statement. A line closed before the parts were kept counts as
-one part without a job type or class.
+the largest remainder method), frozen with it at the close (`StatementLine.split`: job
+type, class, amount, GPU-hours and, since it is kept, the part's exact quantity in the line's
+unit), so any aggregation adds up to the statement. A line closed before the parts were
+kept counts as one part without a job type or class.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class CostLine:
     amount: Decimal
     gpu_hours: Fraction
     charged: bool = True
+    # The exact quantity in the resource's unit (rating.UNITS: GPU-, core-, GiB-hours; none
+    # for adjustments) and the unit price billed (the rate card's x the class's multiplier x
+    # (1 - the borrowed discount, for borrowed capacity)), the statement line's.
+    quantity: Fraction = Fraction(0)
+    rate: Decimal = Decimal(0)
 
 
 def organisation_costs(
@@ -90,13 +96,23 @@ def _kept(line: CostLine) -> line_memo.Row:
         line.gpu_hours.numerator,
         line.gpu_hours.denominator,
         line.charged,
+        line.quantity.numerator,
+        line.quantity.denominator,
+        str(line.rate),
     )
 
 
 def _unkept(rows: list[line_memo.Row]) -> tuple[CostLine, ...]:
     return tuple(
-        CostLine(*head, Decimal(amount), Fraction(numerator, denominator), charged)  # type: ignore[arg-type, call-arg]
-        for *head, amount, numerator, denominator, charged in rows
+        CostLine(
+            *head,  # type: ignore[arg-type, call-arg]
+            Decimal(amount),
+            Fraction(numerator, denominator),
+            charged,
+            Fraction(q_numerator, q_denominator),
+            Decimal(rate),
+        )
+        for *head, amount, numerator, denominator, charged, q_numerator, q_denominator, rate in rows
     )
 
 
@@ -163,6 +179,8 @@ def _costs(organisation: Tenant, draft: DraftLine) -> Iterator[CostLine]:
             part.amount,
             part.gpu_hours,
             draft.charged,
+            part.quantity,
+            line.rate,
         )
 
 
@@ -176,6 +194,7 @@ def _frozen(organisation: Tenant, statement: Statement) -> Iterator[CostLine]:
         resource,
         kind,
         quantity,
+        rate,
         amount,
         charged,
         split,
@@ -187,12 +206,13 @@ def _frozen(organisation: Tenant, statement: Statement) -> Iterator[CostLine]:
         "resource",
         "kind",
         "quantity",
+        "rate",
         "amount",
         "charged",
         "split",
     ):
         parts = split or [["", "", str(amount), str(quantity if resource == "gpu" else 0)]]
-        for job_type, priority_class, part_amount, gpu_hours in parts:
+        for job_type, priority_class, part_amount, gpu_hours, *kept in parts:
             yield CostLine(
                 organisation.pk,
                 tenant,
@@ -206,4 +226,20 @@ def _frozen(organisation: Tenant, statement: Statement) -> Iterator[CostLine]:
                 Decimal(part_amount),
                 Fraction(gpu_hours),
                 charged,
+                _part_quantity(kept, resource, gpu_hours, quantity, part_amount, amount),
+                rate,
             )
+
+
+def _part_quantity(
+    kept: list[str], resource: str, gpu_hours: str, quantity: Decimal, part: str, whole: Decimal
+) -> Fraction:
+    """A frozen part's exact quantity: kept with it (its fifth value); for a part closed
+    before that, its GPU-hours (exact), or the line's quantity apportioned by amount."""
+    if kept:
+        return Fraction(kept[0])
+    if resource == "gpu":
+        return Fraction(gpu_hours)
+    if not whole:
+        return Fraction(quantity)
+    return Fraction(quantity) * Fraction(part) / Fraction(whole)

@@ -12,16 +12,14 @@ Every text cell goes through `common.text.csv_safe`, the audit export's helper: 
 starts with = + - @ (or a tab or carriage return) is written with a leading apostrophe, so
 that no spreadsheet runs it as a formula. Numbers stay numbers.
 
-FOCUS: the FinOps Open Cost and Usage Specification's column names and meanings (docs/billing.md
-"Exports" maps each one); one row per cost line. Columns Gantry adds start with `x_`, as
-FOCUS asks of custom columns.
+FOCUS (billing/focus.py): the FinOps Open Cost and Usage Specification 1.0, one row per cost
+line and billing month (docs/billing.md "The FOCUS columns" maps each column).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -29,15 +27,13 @@ from fractions import Fraction
 from typing import IO, Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.styles import Font
 
-from billing.models import LineKind
-from billing.rating import QUANTITY_PLACES, UNITS
+from billing import focus
+from billing.rating import QUANTITY_PLACES
 from billing.selectors import (
-    CostLine,
     CostRow,
     aggregate,
     cost_lines_visible,
@@ -45,7 +41,6 @@ from billing.selectors import (
     totals,
 )
 from common.text import csv_safe
-from tenants.models import Project, Tenant
 
 FORMATS = ("csv", "xlsx", "focus")
 CONTENT_TYPES = {
@@ -57,7 +52,6 @@ EXTENSIONS = {"csv": "csv", "xlsx": "xlsx", "focus": "focus.csv"}
 # The progress callback hears about every this many rows (and the last one): often enough
 # for a progress bar, rarely enough that saving the count costs little beside the rows.
 PROGRESS_EVERY = 500
-FOCUS_VERSION = "1.0"
 
 Progress = Callable[[int, int], None]
 
@@ -79,10 +73,16 @@ def export_write(
     DomainError when a flavor used has no rate (as the cost API)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}")
+    if fmt == "focus":
+        # Rated per billing month: each row stands in one (billing/focus.py).
+        months = [
+            (lo, hi, cost_lines_visible(user, lo, hi, line_filter_for(query)))
+            for lo, hi in focus.billing_months(query["from"], query["to"])
+        ]
+        count = sum(len(lines) for _, _, lines in months)
+        return write_csv(list(focus.COLUMNS), focus.rows(months), out, count, progress)
     lines = cost_lines_visible(user, query["from"], query["to"], line_filter_for(query))
     window = (query["from"], query["to"])
-    if fmt == "focus":
-        return write_csv(focus_header(), focus_rows(lines, window), out, len(lines), progress)
     rows = aggregate(lines, query["by"])
     table = CostTable(query["by"], window, rows, totals(lines))
     if fmt == "csv":
@@ -289,140 +289,6 @@ def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = Non
     )
     book.save(out)
     return total
-
-
-# --- FOCUS ----------------------------------------------------------------------------------
-
-FOCUS_COLUMNS = (
-    "BilledCost",
-    "BillingAccountId",
-    "BillingAccountName",
-    "BillingCurrency",
-    "BillingPeriodEnd",
-    "BillingPeriodStart",
-    "ChargeCategory",
-    "ChargeClass",
-    "ChargeDescription",
-    "ChargeFrequency",
-    "ChargePeriodEnd",
-    "ChargePeriodStart",
-    "ConsumedQuantity",
-    "ConsumedUnit",
-    "ContractedCost",
-    "ContractedUnitPrice",
-    "EffectiveCost",
-    "InvoiceIssuerName",
-    "ListCost",
-    "ListUnitPrice",
-    "PricingCategory",
-    "PricingQuantity",
-    "PricingUnit",
-    "ProviderName",
-    "PublisherName",
-    "ResourceId",
-    "ResourceName",
-    "ResourceType",
-    "ServiceCategory",
-    "ServiceName",
-    "SkuId",
-    "SubAccountId",
-    "SubAccountName",
-    "Tags",
-    "x_Kind",
-    "x_ShowbackCost",
-)
-FOCUS_PROVIDER = "Gantry"
-FOCUS_SERVICE = "Gantry GPU compute"
-
-
-def focus_header() -> list[str]:
-    return list(FOCUS_COLUMNS)
-
-
-class _Names:
-    """Slugs and usernames of the ids cost lines carry, read once per export."""
-
-    def __init__(self) -> None:
-        self.tenants = dict(Tenant.objects.values_list("id", "slug"))
-        self.projects = dict(Project.objects.values_list("id", "slug"))
-        self.users = dict(get_user_model().objects.values_list("id", "username"))
-
-
-def focus_rows(lines: Iterable[CostLine], window: tuple[datetime, datetime]) -> Iterator[list[Any]]:
-    """One FOCUS row per cost line, in the order of FOCUS_COLUMNS."""
-    names = _Names()
-    start, end = (_utc(moment) for moment in window)
-    currency = settings.GANTRY_BILLING_CURRENCY
-    for line in lines:
-        row = focus_row(line, names, start, end, currency)
-        yield [row[column] for column in FOCUS_COLUMNS]
-
-
-def focus_row(line: CostLine, names: _Names, start: str, end: str, currency: str) -> dict[str, Any]:
-    """A cost line as FOCUS columns. Showback (idle reserved capacity shown, not charged)
-    is billed nothing: BilledCost 0, its amount in x_ShowbackCost. Gantry has no commitments
-    nor negotiated prices, and cost lines do not carry their list price: ListCost,
-    ContractedCost and EffectiveCost equal BilledCost, as FOCUS asks when the unit price is
-    null. Quantities: cost lines carry GPU-hours only, so CPU and memory lines leave
-    ConsumedQuantity and PricingQuantity empty (their units are filled)."""
-    usage = line.kind != LineKind.ADJUSTMENT
-    billed = _money(line.amount) if line.charged else Decimal("0.00")
-    unit = UNITS[line.resource][0] if usage and line.resource in UNITS else ""
-    quantity: Decimal | str = _hours(line.gpu_hours) if usage and line.resource == "gpu" else ""
-    project = names.projects.get(line.project) if line.project is not None else None
-    user = names.users.get(line.user) if line.user is not None else None
-    tenant = names.tenants.get(line.tenant, str(line.tenant))
-    tags = {
-        "tenant": tenant,
-        "project": project,
-        "user": user,
-        "job_type": line.job_type or None,
-        "priority_class": line.priority_class or None,
-        "kind": line.kind,
-    }
-    if usage:
-        what = f"{unit}s of {line.flavor}, {line.kind}" if line.flavor else line.kind
-        description = what + ("" if line.charged else " (showback, not charged)")
-    else:
-        description = "adjustment of a closed statement"
-    return {
-        "BilledCost": billed,
-        "BillingAccountId": str(line.organisation),
-        "BillingAccountName": csv_safe(names.tenants.get(line.organisation, "")),
-        "BillingCurrency": currency,
-        "BillingPeriodEnd": end,
-        "BillingPeriodStart": start,
-        "ChargeCategory": "Usage" if usage else "Adjustment",
-        "ChargeClass": "" if usage else "Correction",
-        "ChargeDescription": csv_safe(description),
-        "ChargeFrequency": "Usage-Based" if usage else "One-Time",
-        "ChargePeriodEnd": end,
-        "ChargePeriodStart": start,
-        "ConsumedQuantity": quantity,
-        "ConsumedUnit": unit,
-        "ContractedCost": billed,
-        "ContractedUnitPrice": "",
-        "EffectiveCost": billed,
-        "InvoiceIssuerName": FOCUS_PROVIDER,
-        "ListCost": billed,
-        "ListUnitPrice": "",
-        "PricingCategory": "Standard" if usage else "",
-        "PricingQuantity": quantity,
-        "PricingUnit": unit,
-        "ProviderName": FOCUS_PROVIDER,
-        "PublisherName": FOCUS_PROVIDER,
-        "ResourceId": f"project/{line.project}" if project else f"tenant/{line.tenant}",
-        "ResourceName": csv_safe(project or tenant),
-        "ResourceType": "Project" if project else "Tenant",
-        "ServiceCategory": "Compute",
-        "ServiceName": FOCUS_SERVICE,
-        "SkuId": csv_safe(f"{line.flavor}/{line.resource}") if line.flavor else "",
-        "SubAccountId": str(line.tenant),
-        "SubAccountName": csv_safe(tenant),
-        "Tags": csv_safe(json.dumps({k: v for k, v in tags.items() if v}, sort_keys=True)),
-        "x_Kind": line.kind,
-        "x_ShowbackCost": Decimal("0.00") if line.charged else _money(line.amount),
-    }
 
 
 # --- queries kept for later (the Celery path) -----------------------------------------------

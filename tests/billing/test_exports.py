@@ -237,7 +237,7 @@ def test_focus_text_cells_are_escaped_too(org: Org, client_for: Any) -> None:
             assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
             assert not cell.startswith("-") or Decimal(cell) < 0, cell  # only negative numbers
     tags = [json.loads(row[header.index("Tags")]) for row in rows]
-    assert {t.get("user") for t in tags} >= {HOSTILE_USER}  # the JSON keeps the real name
+    assert {t.get("gantry/user") for t in tags} >= {HOSTILE_USER}  # the JSON keeps the real name
 
 
 def test_the_audit_exports_and_the_cost_exports_share_one_escaping_helper() -> None:
@@ -313,12 +313,19 @@ def test_focus_billed_cost_adds_up_to_the_closed_statement(org: Org, client_for:
     assert billed == statement_total[org.acme.pk].charged
     assert billed == Decimal(api_costs(client)["total"]["charged"])
     for row in focus:
-        assert row["EffectiveCost"] == row["ListCost"] == row["BilledCost"]
+        assert row["EffectiveCost"] == row["BilledCost"]
+        # No multiplier nor borrowing in this cluster: the list price is the price billed.
+        assert row["ListCost"] == row["BilledCost"]
         assert (row["ChargePeriodStart"], row["ChargePeriodEnd"]) == (WINDOW["from"], WINDOW["to"])
+        assert (row["BillingPeriodStart"], row["BillingPeriodEnd"]) == (
+            "2031-01-01T00:00:00Z",
+            "2031-02-01T00:00:00Z",
+        )
         assert row["BillingCurrency"] == api_costs(client)["currency"]
         assert row["BillingAccountName"] == "acme"
         tags = json.loads(row["Tags"])
-        assert tags["kind"] == row["x_Kind"] and tags["tenant"] == row["SubAccountName"]
+        assert tags["gantry/kind"] == row["x_Kind"]
+        assert tags["gantry/tenant"] == row["SubAccountName"]
     [adjustment] = [r for r in focus if r["x_Kind"] == "adjustment"]
     assert (adjustment["ChargeCategory"], adjustment["ChargeClass"]) == ("Adjustment", "Correction")
     assert (adjustment["BilledCost"], adjustment["ConsumedQuantity"]) == ("-2.00", "")
@@ -334,11 +341,14 @@ def test_focus_billed_cost_adds_up_to_the_closed_statement(org: Org, client_for:
         ("2.250000", "4.50"),
     ]
     assert {(r["ConsumedUnit"], r["PricingUnit"], r["ChargeCategory"]) for r in alice} == {
-        ("GPU-hour", "GPU-hour", "Usage")
+        ("GPU-Hours", "GPU-Hours", "Usage")
     }
     tags = json.loads(alice[0]["Tags"])
-    assert set(tags) == {"tenant", "project", "user", "job_type", "priority_class", "kind"}
-    assert (tags["tenant"], tags["project"]) == ("team-alpha", "proj-alpha")
+    assert set(tags) == {
+        f"gantry/{key}"
+        for key in ["tenant", "project", "user", "job_type", "priority_class", "kind"]
+    }
+    assert (tags["gantry/tenant"], tags["gantry/project"]) == ("team-alpha", "proj-alpha")
 
 
 def test_showback_is_billed_nothing_in_focus(org: Org, client_for: Any) -> None:
