@@ -3,6 +3,7 @@ seconds' wait for a cheaper one (issue 35); over random clusters, by hypothesis.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -187,7 +188,7 @@ def _placed_without_victims(snap: Snapshot, gone: set[str]) -> bool:
     return placement is not None and not placement.victims
 
 
-def _usage(snap: Snapshot, tenant: str, gone: set[str] = frozenset()) -> int:
+def _usage(snap: Snapshot, tenant: str, gone: Collection[str] = ()) -> int:
     return sum(r.gpu_milli for r in snap.running if r.job.tenant == tenant and r.job.id not in gone)
 
 
