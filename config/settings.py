@@ -60,6 +60,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: the API's error shape under /api/ whatever DEBUG says, and DEBUG's technical pages
+    # for loopback clients only (common/middleware.py).
+    "common.middleware.ErrorPagesMiddleware",
     "common.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -190,7 +193,8 @@ if DEBUG:
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        # DRF's tokens, refused once older than GANTRY_TOKEN_LIFETIME_DAYS (common/api/tokens.py).
+        "common.api.tokens.ExpiringTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["scheduler.api.permissions.PeopleOnly"],
     "DEFAULT_PARSER_CLASSES": ["common.api.parsers.BoundedJSONParser"],
@@ -355,6 +359,13 @@ GANTRY_SCHEDULER_STALE_AFTER_S = float(os.environ.get("GANTRY_SCHEDULER_STALE_AF
 # says that nothing in the cluster can hold them today. Quotas refuse either way.
 GANTRY_REFUSE_BEYOND_INVENTORY = env_bool("GANTRY_REFUSE_BEYOND_INVENTORY", default=True)
 
+# A person's API token is refused (401) this many days after it was issued; `gantry login`
+# or POST /api/v1/auth/token/ then issues a new one, POST /api/v1/auth/token/rotate/ before.
+GANTRY_TOKEN_LIFETIME_DAYS = float(os.environ.get("GANTRY_TOKEN_LIFETIME_DAYS", "30"))
+if not GANTRY_TOKEN_LIFETIME_DAYS > 0:
+    raise RuntimeError(
+        f"GANTRY_TOKEN_LIFETIME_DAYS: {GANTRY_TOKEN_LIFETIME_DAYS} is not a positive number of days"
+    )
 # Bearer token a Prometheus scraper sends to /metrics (platform admins may read it too).
 GANTRY_METRICS_TOKEN = os.environ.get("GANTRY_METRICS_TOKEN", "")
 # The reverse proxies in front of the web server (the ingress controller's addresses only, never

@@ -4,7 +4,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from common.api.auth import GuardedObtainAuthToken
+from common.api.auth import GuardedObtainAuthToken, RotateToken
 from common.api.errors import not_found
 from scheduler.metrics import metrics_view
 from scheduler.views import healthz
@@ -17,6 +17,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("whatif.api.urls")),
     path("me/", MeView.as_view(), name="me"),
     path("auth/token/", GuardedObtainAuthToken.as_view(), name="api-token"),
+    path("auth/token/rotate/", RotateToken.as_view(), name="api-token-rotate"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

@@ -31,7 +31,6 @@ from scheduler.metrics_queue import (
 from scheduler.metrics_tally import job_event_tallies
 from scheduler.models import GpuDevice, Job, JobState, Node, SchedulerLease
 
-
 # Families of the apps above the scheduler (billing's reconciliation), registered at their
 # start-up: the scheduler may not import them.
 _REGISTERED: list[Callable[[], Iterable[Any]]] = []

@@ -17,17 +17,21 @@ from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from common import login_guard
 from common.api.parsers import BoundedJSONParser
 from common.api.serializers import refuse_loose_input
 from common.api.throttles import LoginThrottle
+from common.api.tokens import token_expires, token_for_login, token_rotate
 
-TokenOut = inline_serializer("TokenOut", {"token": serializers.CharField()})
+TokenOut = inline_serializer(
+    "TokenOut", {"token": serializers.CharField(), "expires": serializers.DateTimeField()}
+)
 
 
 class GuardedObtainAuthToken(ObtainAuthToken):
@@ -70,5 +74,23 @@ class GuardedObtainAuthToken(ObtainAuthToken):
             raise ValidationError(serializer.errors)
         user = serializer.validated_data["user"]
         login_guard.record_success(user.get_username(), address)
-        token, _ = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key})
+        token = token_for_login(user=user)
+        return Response({"token": token.key, "expires": token_expires(token)})
+
+
+class RotateToken(APIView):
+    """`POST /api/v1/auth/token/rotate/`, sent with the token to replace: a fresh token (with a
+    full lifetime), and the one sent is revoked at once."""
+
+    parser_classes = [BoundedJSONParser]
+
+    @extend_schema(request=None, responses={200: TokenOut})
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if request.data:  # it takes nothing: a field sent is a 400 naming it
+            refuse_loose_input(serializers.Serializer(), request.data)
+        if not isinstance(request.auth, Token):
+            raise PermissionDenied(
+                "Only a token can be rotated: send it as `Authorization: Token <key>`."
+            )
+        token = token_rotate(token=request.auth)
+        return Response({"token": token.key, "expires": token_expires(token)})

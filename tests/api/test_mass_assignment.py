@@ -83,6 +83,14 @@ def _month_metered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(timezone, "now", lambda: at(3))
 
 
+def _login_unthrottled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each refused body is an attempt at the token endpoint: its rate limit (20 a minute per
+    address, tests/api/test_token_login.py) out of the way."""
+    from common.api.throttles import LoginThrottle
+
+    monkeypatch.setattr(LoginThrottle, "get_rate", lambda self: "100000/min")
+
+
 def _pending_request(org: Org) -> ApprovalRequest:
     """A job of alice's that waits for team-alpha's approval."""
     approval_policies.policy_set(
@@ -344,7 +352,13 @@ WRITES: dict[tuple[str, str], Write] = {
         ),
     ),
     ("api-token", "POST"): Write(
-        "anonymous", lambda o: ("/api/v1/auth/token/", {"username": "alice", "password": "pw"})
+        "anonymous",
+        lambda o: ("/api/v1/auth/token/", {"username": "alice", "password": "pw"}),
+        clock=lambda monkeypatch: _login_unthrottled(monkeypatch),
+    ),
+    # A session has no token to rotate (403); rotation itself: tests/api/test_token_expiry.py.
+    ("api-token-rotate", "POST"): Write(
+        "alice", lambda o: ("/api/v1/auth/token/rotate/", {}), ok=(403,)
     ),
 }
 
