@@ -3,8 +3,9 @@ rated from, so that cost pages do not rate the open month again at every request
 
 `statements.organisation_lines` is a function of what it reads: the usage, capacity and
 guarantee records of the metered hours (written with the hour's MeteringPeriod row, never
-changed; late usage adds records to an hour, and to its count: billing/late_usage.py), the rate cards in force, the organisation's billing policy, the hourly
-utilization roll-ups of its jobs, and the job events that end an attempt (an attempt's
+changed; late usage adds records to an hour, and to its count: billing/late_usage.py), the
+rate cards in force, the organisation's billing policy, the hourly utilization roll-ups of
+its jobs, and the job events that end an attempt (an attempt's
 usage is used, preempted or failed by how it ended: billing/attempts.py). It also reads the
 tenant tree, which no service moves (a tenant's path is set once, at its creation), and the
 GPU inventory, which only tells it which devices to read sums of (a device that ever held a

@@ -21,7 +21,7 @@ from django.utils import timezone
 from billing.models import MeteringPeriod, RateCard, RateMultiplier
 from tenants import access
 from tenants.audit import audit_record, audit_snapshot
-from tenants.models import PriorityClass, ResourceFlavor
+from tenants.models import FormerFlavorName, PriorityClass, ResourceFlavor
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,13 @@ class RatePrices:
     borrowed_discount: Decimal = Decimal(0)
     # priority class -> multiplier; classes left out cost x1.
     multipliers: dict[PriorityClass, Decimal] = field(default_factory=dict)
+
+
+def flavor_renames() -> dict[str, str]:
+    """Former flavor name -> the flavor's name now (tenants.FormerFlavorName). Usage, closed
+    lines and allocations keep the name of their time; prices and cost reads follow the
+    flavor, not its name."""
+    return dict(FormerFlavorName.objects.values_list("name", "flavor__name"))
 
 
 def metered_until() -> datetime | None:

@@ -10,8 +10,8 @@ Who sees which costs (issue 18):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -23,6 +23,7 @@ from django.http import Http404
 
 from billing.costs import CostLine, organisation_costs
 from billing.models import BillingPolicy, LineKind, Statement, StatementLine, UsageRecord
+from billing.rates import flavor_renames
 from billing.statements import SplitsMemo
 from tenants import access
 from tenants.models import Project, Role, Tenant, TenantKind
@@ -120,12 +121,20 @@ def cost_lines_visible(
     visible = line_visibility(user)
     if splits is None:
         splits = {}  # the cluster's splits, computed once for every organisation
+    renames = flavor_renames()
     return [
         line
         for organisation in sorted(organisations, key=lambda o: o.pk)
-        for line in organisation_costs(organisation, start, end, splits=splits)
+        for line in _renamed(organisation_costs(organisation, start, end, splits=splits), renames)
         if visible(line, paths) and lines_filter.keeps(line, paths)
     ]
+
+
+def _renamed(lines: Iterable[CostLine], renames: dict[str, str]) -> Iterator[CostLine]:
+    """Lines recorded under a flavor's former name (closed lines, idle capacity) under its
+    name now: a line follows its flavor, and a filter by the flavor finds it."""
+    for line in lines:
+        yield replace(line, flavor=renames[line.flavor]) if line.flavor in renames else line
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -31,6 +31,7 @@ from billing.models import (
     RateCard,
     UsageRecord,
 )
+from billing.rates import flavor_renames
 from billing.splits import SplitKey, hour_splits
 from common.errors import DomainError
 from tenants.models import Tenant
@@ -133,8 +134,13 @@ def _merged(key: rating.LineKey, parts: list[rating.Line]) -> tuple[rating.Line,
 
 
 def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
+    """The versions in force in [start, end), under their flavor's name and under each of
+    its former names (what was recorded before a rename is the flavor's: rates.flavor_renames)."""
     cards = RateCard.objects.filter(valid_from__lt=end).exclude(valid_to__lte=start)
-    return [
+    former: dict[str, list[str]] = defaultdict(list)
+    for old, new in flavor_renames().items():
+        former[new].append(old)
+    rates = [
         rating.Rate(
             card.flavor.name,
             card.valid_from,
@@ -147,6 +153,7 @@ def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
         )
         for card in cards.select_related("flavor").prefetch_related("multipliers__priority_class")
     ]
+    return rates + [replace(r, flavor=old) for r in rates for old in former.get(r.flavor, ())]
 
 
 def price_at(rates: list[rating.Rate], flavor: str, hour: datetime) -> rating.Rate:
@@ -261,10 +268,13 @@ def usage_lines(
         return []
     in_force = [{rate.flavor: rate for rate in rates if rate.covers(lo)} for lo, _ in parts]
     missing: tuple[datetime, str] | None = None
+    renames = flavor_renames()
     for part, tenant, project, user, job_type, klass, flavor, borrowed, ending, *sums in _summed(
         organisation, parts
     ):
         gpu, cpu, memory, first, since = sums
+        # Usage recorded under a former name is the flavor's: one line under its name now.
+        flavor = renames.get(flavor, flavor)
         rate = in_force[part].get(flavor)
         if rate is None:
             missing = min(missing or (since, flavor), (since, flavor))

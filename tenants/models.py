@@ -147,6 +147,24 @@ class ResourceFlavor(TimeStampedModel):
         return self.name
 
 
+class FormerFlavorName(models.Model):
+    """A name a flavor had before it was renamed. What was recorded under it (allocations,
+    usage records, closed statement lines keep the name of their time) still belongs to the
+    flavor: billing prices and shows it as the flavor's (billing/rates.py,
+    `flavor_renames`). A name stays its flavor's: no other flavor may take it."""
+
+    name = models.CharField(max_length=63, unique=True)
+    flavor = models.ForeignKey(
+        ResourceFlavor, on_delete=models.CASCADE, related_name="former_names"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (now {self.flavor_id})"
+
+
 class Quota(TimeStampedModel):
     """Per tenant x flavor, in milli-GPU (1000 = one device).
 

@@ -17,6 +17,7 @@ from common.text import is_system_namespace
 from tenants import access, webhooks
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import (
+    FormerFlavorName,
     Membership,
     Notification,
     PriorityClass,
@@ -281,7 +282,24 @@ def _platform_object_save(*, user: Any, obj: Any, action: str) -> Any:
 
 @transaction.atomic
 def flavor_save(*, user: Any, flavor: ResourceFlavor) -> ResourceFlavor:
-    return _platform_object_save(user=user, obj=flavor, action="flavor.save")
+    """Create or change a flavor. A rename keeps the old name as the flavor's former name
+    (`FormerFlavorName`): what was recorded under it stays the flavor's; no other flavor
+    may take it."""
+    before = (
+        ResourceFlavor.objects.filter(pk=flavor.pk).values_list("name", flat=True).first()
+        if flavor.pk
+        else None
+    )
+    taken = FormerFlavorName.objects.filter(name=flavor.name).exclude(flavor_id=flavor.pk)
+    if taken.exists():
+        raise ValidationError(
+            {"name": ["a former name of another flavor: what was recorded under it is that one's."]}
+        )
+    saved = _platform_object_save(user=user, obj=flavor, action="flavor.save")
+    if before is not None and before != saved.name:
+        FormerFlavorName.objects.update_or_create(name=before, defaults={"flavor": saved})
+        FormerFlavorName.objects.filter(name=saved.name, flavor=saved).delete()
+    return saved
 
 
 @transaction.atomic
