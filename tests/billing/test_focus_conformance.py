@@ -6,7 +6,8 @@ presence, type and format, nullability and allowed values, and the relations bet
 lies in the billing period, which is a calendar month in UTC, a billing period's billed cost
 is its invoice's...), on an export of two billing months that holds every kind of line: GPU,
 CPU and memory, a priority class's multiplier, the borrowed discount, a preempted attempt,
-idle reserved capacity as showback, a closed statement with an adjustment.
+idle reserved capacity and allocated-but-idle time as showback, a closed statement with an
+adjustment.
 Specification: github.com/FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec, tag v1.0,
 specification/columns/ and specification/attributes/.
 """
@@ -33,9 +34,11 @@ from billing.models import BillingPolicy, Statement
 from billing.rates import RatePrices, rate_card_add
 from billing.statements import roll_up
 from scheduler.models import JobEvent, JobState
+from scheduler.rollups import LAG, rollup_run
 from tenants.models import Quota
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, job_for, make_node
+from tests.billing.test_idle_usage import feed
 from tests.billing.test_statements import GUARANTEES
 from tests.conftest import Org
 
@@ -270,7 +273,8 @@ def every_kind(org: Org) -> None:
     hours closed and adjusted.
 
     H100: 2.00 a GPU-hour, then 2.50 from hour 2; 0.10 a core-hour, 0.01 a GiB-hour, `high`
-    x1.2, borrowed capacity 25 % off. Idle reserved capacity is showback."""
+    x1.2, borrowed capacity 25 % off. Idle reserved capacity is showback, and so is the half
+    hour alice's GPU idled (allocated but idle)."""
     pat = org.users["pat"]
     for slug, gpus in {**GUARANTEES, "acme": 4}.items():
         Quota.objects.filter(tenant__slug=slug, flavor=org.h100).update(
@@ -299,6 +303,9 @@ def every_kind(org: Org) -> None:
         org, "chris", project=org.proj_charlie, priority_class=f.priority("best-effort")
     )
     hold(chris, n1, 4, 5, [1000], first_device=2)  # borrowed, February's first hour
+    feed(alice, 0, 30, 2.0)  # alice's GPU idle for hour 0's first 30 minutes: showback
+    while rollup_run(now=at(6) + LAG):
+        pass
     assert meter_usage(now=at(7)) == 6
     statement = statement_close(user=pat, organisation=org.acme, start=T0, end=at(4), now=at(7))
     statement_adjust(
@@ -337,6 +344,7 @@ def test_the_month_has_every_kind_of_line(exported: tuple[list[str], list[Row]])
         ("used", "GiB-Hours", False),
         ("preempted", "GPU-Hours", False),
         ("idle-reserved", "GPU-Hours", True),  # showback
+        ("allocated-idle", "GPU-Hours", True),
         ("adjustment", None, False),
     } <= seen
     tags = [json.loads(r["Tags"] or "{}") for r in rows]
@@ -415,7 +423,7 @@ def test_cpu_and_memory_rows_carry_their_quantities(
 def test_showback_and_adjustments(exported: tuple[list[str], list[Row]]) -> None:
     _, rows = exported
     for row in rows:
-        if row["x_Kind"] == "idle-reserved":  # showback: billed nothing, priced at list
+        if row["x_Kind"] in ("idle-reserved", "allocated-idle"):  # showback: billed nothing
             assert row["BilledCost"] == row["EffectiveCost"] == "0.00"
             assert Decimal(row["ListCost"] or 0) == Decimal(row["x_ShowbackCost"] or 0) > 0
     adjustment = _one(rows, x_Kind="adjustment")
