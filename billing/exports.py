@@ -1,4 +1,4 @@
-"""Finance exports: the cost API's figures as CSV, XLSX, and FOCUS-style CSV.
+"""Finance exports: the cost API's figures as CSV, XLSX, and FOCUS 1.0 CSV.
 
 The rows come from the cost API's own source (`selectors.cost_lines_visible`, `aggregate`,
 `totals`), so an export adds up to what the API says for the same query, to the cent, and
@@ -8,9 +8,10 @@ Writers stream: each row goes to `out` as it is made (CSV through a text wrapper
 through openpyxl's write-only mode, which keeps its sheet in a temporary file until the
 archive is written), so the writer's memory does not grow with the number of rows.
 
-Every text cell goes through `common.text.csv_safe`, the audit export's helper: a name that
-starts with = + - @ (or a tab or carriage return) is written with a leading apostrophe, so
-that no spreadsheet runs it as a formula. Numbers stay numbers.
+Every text cell of a CSV goes through `common.text.csv_safe`, the audit export's helper: a
+name that starts with = + - @ (or a tab or carriage return) is written with a leading
+apostrophe, so that no spreadsheet runs it as a formula. XLSX keeps names as typed, in text
+cells that are never formulas (`write_xlsx`). Numbers stay numbers.
 
 FOCUS (billing/focus.py): the FinOps Open Cost and Usage Specification 1.0, one row per cost
 line and billing month (docs/billing.md "The FOCUS columns" maps each column).
