@@ -113,3 +113,25 @@ def _generic_page(request: HttpRequest, status: int) -> HttpResponse:
     if status == 400:
         return defaults.bad_request(request, SuspiciousOperation())
     return defaults.server_error(request)
+
+
+class ContentSecurityPolicyMiddleware:
+    """`Content-Security-Policy: settings.GANTRY_CSP` on every HTML answer.
+
+    The portal loads its scripts (htmx, portal.js, plotly.js, charts.js) and styles from its own
+    static files, with no inline script: data for the charts comes in `json_script` blocks,
+    which are not run. Styles may be inline (`style-src 'unsafe-inline'`): the templates' style
+    attributes, and the `<style>` elements htmx, plotly.js and Swagger UI write. The API's docs
+    page serves its start-up script as a file of its own (SpectacularSwaggerSplitView).
+    A response that sets its own policy keeps it.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        policy = settings.GANTRY_CSP
+        if policy and response.get("Content-Type", "").startswith("text/html"):
+            response.headers.setdefault("Content-Security-Policy", policy)
+        return response

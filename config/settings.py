@@ -64,6 +64,7 @@ MIDDLEWARE = [
     # for loopback clients only (common/middleware.py).
     "common.middleware.ErrorPagesMiddleware",
     "common.middleware.BodySizeLimitMiddleware",
+    "common.middleware.ContentSecurityPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -383,6 +384,14 @@ for _proxy in GANTRY_TRUSTED_PROXIES:
             "10.0.0.0/8 (it lists the proxies in front of Gantry, not their number)"
         ) from None
 
+# Every HTML answer's Content-Security-Policy (common/middleware.py): the portal's scripts and
+# styles are its own static files; styles may also be inline (style attributes; the <style>
+# elements of htmx, plotly.js and Swagger UI); images may be data: URIs (Swagger UI's icons).
+GANTRY_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
+)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the portal's HTMX requests read it to send X-CSRFToken
 X_FRAME_OPTIONS = "DENY"
