@@ -246,3 +246,27 @@ def test_grafana_is_provisioned_with_the_dashboard() -> None:
     assert (COMPOSE.parent / source / DASHBOARD.name).resolve() == DASHBOARD.resolve()
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == f"{folder}/{DASHBOARD.name}"
+
+
+def test_grafana_has_no_default_password() -> None:
+    """Grafana shipped admin/admin (issue 34, item 8): the password comes from .env only, and
+    the container refuses to start without it, or with `admin`."""
+    import subprocess
+
+    grafana = _compose()["services"]["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "${GRAFANA_ADMIN_PASSWORD:-}"
+    shell, flag, script = grafana["entrypoint"]
+    assert (shell, flag) == ("/bin/sh", "-c") and script.endswith("exec /run.sh")
+    # The check as the container runs it (compose turns $$ into $), with /run.sh a stand-in.
+    check = script.replace("$$", "$").replace("exec /run.sh", "echo started")
+    for password, started in [("", False), ("admin", False), ("s3cret-Pw", True)]:
+        run = subprocess.run(  # noqa: S603 - our own script
+            ["/bin/sh", "-c", check],
+            env={"GF_SECURITY_ADMIN_PASSWORD": password},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (run.returncode == 0 and run.stdout == "started\n") == started, (password, run)
+        if not started:
+            assert "set GRAFANA_ADMIN_PASSWORD" in run.stderr
