@@ -9,7 +9,10 @@ Three processes share one database:
   durations, and refreshes the queue's estimates by its own path (`scheduler.eta`'s
   `EtaRefresher` after a cycle, every GANTRY_ETA_EVERY_S within GANTRY_ETA_BUDGET_S);
 - the recorder polls `JobQueueEstimate` every `poll_s`: the daemon keeps only the latest
-  estimate of each job, so every (job, estimated_at) pair seen is recorded once.
+  estimate of each job, so every (job, estimated_at) pair seen is recorded once. When it sees
+  a refresh it also makes the naive estimate (`bench.eta.NAIVE`: every job runs its
+  declared max) of the queue as it stands then, read by `build_snapshot` (fair share from
+  no usage history: the daemon's decayed usage is its own), for `baseline`.
 
 A job's actual start is its first `admitted` event (as bench.kueue_e2e measures admission).
 The daemon also notes, after each refresh, which jobs it estimated then (ids only, from the
@@ -27,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.eta import Estimate, score, workload
+from bench.eta import NAIVE, Estimate, scored, workload
 from bench.kueue_baseline import CLASSES, NODES_PER_COHORT
 from bench.kueue_e2e import CLASSES as E2E_CLASSES
 from bench.kueue_e2e import scenario_teams
@@ -84,9 +87,10 @@ def plan(
     return sorted(out, key=lambda item: item[0])
 
 
-def recorder(out: Path, poll_s: float, stop: Any) -> None:
+def recorder(out: Path, poll_s: float, stop: Any, profile: Profile, max_jobs: int) -> None:
     """The recording process: every `poll_s`, the rows of refreshes it has not seen
-    (`computed_at` moved), each (job, estimated_at) kept once. Written to `out` at the end."""
+    (`computed_at` moved), each (job, estimated_at) kept once, and after each refresh seen
+    the naive estimate of the queue then. Written to `out` at the end."""
     from django.db import connection
 
     from bench.daemon_setup import forget_inherited_connections
@@ -94,6 +98,7 @@ def recorder(out: Path, poll_s: float, stop: Any) -> None:
 
     forget_inherited_connections()
     seen: dict[tuple[int, float], tuple[float | None, float | None]] = {}
+    naive: list[list[Any]] = []
     refreshes: set[float] = set()
     last = None
     while True:
@@ -101,6 +106,7 @@ def recorder(out: Path, poll_s: float, stop: Any) -> None:
         rows = JobQueueEstimate.objects.all()
         if last is not None:
             rows = rows.filter(computed_at__gt=last)
+        before = len(refreshes)
         for job_id, computed, estimated, p50, p90 in rows.values_list(
             "job_id", "computed_at", "estimated_at", "eta_p50", "eta_p90"
         ):
@@ -108,12 +114,27 @@ def recorder(out: Path, poll_s: float, stop: Any) -> None:
             last = computed if last is None or computed > last else last
             if estimated is not None:
                 seen.setdefault((job_id, estimated.timestamp()), (_stamp(p50), _stamp(p90)))
+        if len(refreshes) > before and not ending:
+            naive += _naive(profile, max_jobs)
         if ending:
             break
         time.sleep(poll_s)
     connection.close()
     records = [[job, at, p50, p90] for (job, at), (p50, p90) in seen.items()]
-    out.write_text(json.dumps({"estimates": records, "refreshes_seen": len(refreshes)}))
+    out.write_text(
+        json.dumps({"estimates": records, "naive": naive, "refreshes_seen": len(refreshes)})
+    )
+
+
+def _naive(profile: Profile, max_jobs: int) -> list[list[Any]]:
+    """The naive estimates of the queue as it stands now: [job, at, p50, p90] each."""
+    from scheduler.daemon.snapshot import build_snapshot
+    from scheduler.sim.runtimes import estimate_queue
+
+    now = time.time()
+    snapshot = build_snapshot(now, decayed={}, max_pending=100_000, per_queue=0).snapshot
+    found = estimate_queue(snapshot, profile, NAIVE, {}, max_jobs=max_jobs)
+    return [[job, now, p50, p90] for job, (p50, p90) in found.ranges.items()]
 
 
 def _stamp(at: datetime | None) -> float | None:
@@ -198,7 +219,9 @@ def run(
     recorded = workdir / "estimates.json"
     start = time.time()
     submitting = fork.Process(target=submitter, args=(jobs, 0.05, start), daemon=True)
-    recording = fork.Process(target=recorder, args=(recorded, poll_s, stop), daemon=True)
+    recording = fork.Process(
+        target=recorder, args=(recorded, poll_s, stop, profile, max_jobs), daemon=True
+    )
     submitting.start()
     recording.start()
     try:
@@ -209,9 +232,11 @@ def run(
         recording.join()
     seen = json.loads(recorded.read_text())
     estimates = [Estimate(str(job), at, p50, p90) for job, at, p50, p90 in seen["estimates"]]
+    naive = [Estimate(str(job), at, p50, p90) for job, at, p50, p90 in seen["naive"]]
     recorded_keys = {(int(e.job), e.at) for e in estimates}
     return _figures(
         estimates,
+        naive,
         jobs=len(jobs),
         wall_s=time.time() - start,
         cycles=cycles,
@@ -231,6 +256,7 @@ def _unfinished() -> bool:
 
 def _figures(
     estimates: list[Estimate],
+    naive: list[Estimate],
     *,
     jobs: int,
     wall_s: float,
@@ -251,7 +277,7 @@ def _figures(
     estimated_jobs = {e.job for e in estimates}
     waits = [at - created[job] for job, at in starts.items() if at is not None]
     walls = [r["ms"] / 1000 for r in refreshes]
-    return score(estimates, starts) | {
+    return scored(estimates, naive, starts) | {
         "jobs": jobs,
         "jobs_started": len(started),
         "jobs_estimated": len(estimated_jobs),
