@@ -6,6 +6,7 @@ import logging
 from datetime import datetime
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from billing import export_runs
@@ -49,7 +50,13 @@ def close_previous_month() -> int:
     return len(months_close_due(now=timezone.now()))
 
 
-@shared_task
+# On the `reports` queue (config/settings.py CELERY_TASK_ROUTES). The soft limit ends the
+# export failed, saying so; the hard one kills one stuck where the soft one cannot reach (the
+# sweep then fails it).
+@shared_task(
+    soft_time_limit=settings.GANTRY_EXPORT_TIME_LIMIT_S,
+    time_limit=settings.GANTRY_EXPORT_TIME_LIMIT_S + 30,
+)
 def cost_export_run(export_id: int) -> bool:
     """Write a queued finance export's file (billing/export_runs.py); a second delivery of
     the same message finds it claimed and does nothing."""

@@ -451,6 +451,14 @@ GANTRY_ETA_UNBOUNDED_RUNTIME_S = float(os.environ.get("GANTRY_ETA_UNBOUNDED_RUNT
 GANTRY_WHATIF_MAX_JOBS = int(os.environ.get("GANTRY_WHATIF_MAX_JOBS", "5000"))
 GANTRY_WHATIF_DEFAULT_RUNTIME_S = float(os.environ.get("GANTRY_WHATIF_DEFAULT_RUNTIME_S", "3600"))
 GANTRY_WHATIF_RETENTION_DAYS = float(os.environ.get("GANTRY_WHATIF_RETENTION_DAYS", "90"))
+# Each person has one run queued or running at a time, and each scope (a tenant, or the whole
+# platform) this many runs a sliding day; a replay stops (failed) after this many seconds.
+GANTRY_WHATIF_RUNS_PER_DAY = int(os.environ.get("GANTRY_WHATIF_RUNS_PER_DAY", "20"))
+GANTRY_WHATIF_TIME_LIMIT_S = float(os.environ.get("GANTRY_WHATIF_TIME_LIMIT_S", "600"))
+if GANTRY_WHATIF_RUNS_PER_DAY < 1 or not GANTRY_WHATIF_TIME_LIMIT_S > 0:
+    raise RuntimeError(
+        "GANTRY_WHATIF_RUNS_PER_DAY must be 1 or more and GANTRY_WHATIF_TIME_LIMIT_S positive"
+    )
 if GANTRY_WHATIF_MAX_JOBS < 1 or not GANTRY_WHATIF_RETENTION_DAYS > 0:
     raise RuntimeError(
         "GANTRY_WHATIF_MAX_JOBS must be 1 or more and GANTRY_WHATIF_RETENTION_DAYS positive"
@@ -477,6 +485,14 @@ GANTRY_EXPORT_RETENTION_H = float(os.environ.get("GANTRY_EXPORT_RETENTION_H", "2
 if not GANTRY_EXPORT_RETENTION_H > 0:
     raise RuntimeError(
         f"GANTRY_EXPORT_RETENTION_H: {GANTRY_EXPORT_RETENTION_H} is not a positive number of hours"
+    )
+# Each person has one export queued or running at a time and this many a sliding day; an
+# export stops (failed) after this many seconds.
+GANTRY_EXPORT_RUNS_PER_DAY = int(os.environ.get("GANTRY_EXPORT_RUNS_PER_DAY", "50"))
+GANTRY_EXPORT_TIME_LIMIT_S = float(os.environ.get("GANTRY_EXPORT_TIME_LIMIT_S", "900"))
+if GANTRY_EXPORT_RUNS_PER_DAY < 1 or not GANTRY_EXPORT_TIME_LIMIT_S > 0:
+    raise RuntimeError(
+        "GANTRY_EXPORT_RUNS_PER_DAY must be 1 or more and GANTRY_EXPORT_TIME_LIMIT_S positive"
     )
 CELERY_BEAT_SCHEDULE["billing-exports-expire"] = {
     "task": "billing.tasks.cost_exports_expire",

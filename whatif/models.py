@@ -51,6 +51,13 @@ class WhatIf(models.Model):
                 name="whatif_window_days_range",
             ),
             models.CheckConstraint(condition=Q(progress__lte=100), name="whatif_progress_pct"),
+            # One run queued or running per person (whatif/runs.py's allowance, kept here
+            # against two starts at once).
+            models.UniqueConstraint(
+                fields=["requested_by"],
+                condition=Q(state__in=["queued", "running"]),
+                name="whatif_one_active_per_person",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -6,6 +6,13 @@ running, a compare-and-swap, so a second delivery does nothing), replays, and re
 results or the error. Progress is written from inside the replay, at most once every
 `every_cycles` cycles and only when the percentage moved.
 
+What one person may start is bounded (common/run_limits.py): one run queued or running at a
+time per person (also a constraint of the table), and GANTRY_WHATIF_RUNS_PER_DAY a day per
+scope (a tenant, or the whole platform). A run has GANTRY_WHATIF_TIME_LIMIT_S: the task's
+Celery time limits, and the same limit checked by the replay's progress writer (the embedded
+worker's thread pool has no Celery time limits); a run past it ends failed, saying so, and
+one whose worker was killed is failed by the sweep.
+
 Who sees a run: platform admins and finance all (finance starts none: a 403); a tenant
 admin the runs scoped to their subtree (runs linked to a quota request are scoped to the
 parent of the requesting tenant, where its deciders are admins). Members and approvers
@@ -19,12 +26,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from common.errors import RateLimitedError
+from common.run_limits import BUSY_RETRY_S, runs_allowed
 from tenants import access
 from tenants.approvals import can_decide
 from tenants.models import ApprovalKind, ApprovalRequest, Role, Tenant
@@ -35,8 +45,22 @@ from whatif.replay import replay
 logger = logging.getLogger(__name__)
 
 
+ACTIVE = (WhatIfState.QUEUED, WhatIfState.RUNNING)
+
+
 def retention() -> timedelta:
     return timedelta(days=settings.GANTRY_WHATIF_RETENTION_DAYS)
+
+
+def time_limit() -> timedelta:
+    return timedelta(seconds=settings.GANTRY_WHATIF_TIME_LIMIT_S)
+
+
+def time_limit_message() -> str:
+    return (
+        f"stopped: the replay ran past its time limit of {time_limit().total_seconds():.0f} s; "
+        "replay fewer days or a smaller scope."
+    )
 
 
 # --- who -----------------------------------------------------------------------------------
@@ -165,15 +189,37 @@ def _create(
     now: datetime,
     approval: ApprovalRequest | None = None,
 ) -> WhatIf:
-    run = WhatIf.objects.create(
-        requested_by=user,
-        scope=scope,
-        window_days=window_days,
-        changes=changes,
-        approval=approval,
-        created_at=now,
-        expires_at=now + retention(),
-    )
+    """Record a run within the allowances (RateLimitedError past them) and queue it."""
+    with transaction.atomic():
+        if scope is not None:  # one start at a time per scope, for its day's count
+            Tenant.objects.select_for_update().filter(pk=scope.pk).first()
+        _fail_stale(now, WhatIf.objects.filter(requested_by=user))
+        runs_allowed(
+            active=WhatIf.objects.filter(requested_by=user, state__in=ACTIVE),
+            started=WhatIf.objects.filter(scope=scope)
+            if scope is not None
+            else WhatIf.objects.filter(scope__isnull=True),
+            per_day=settings.GANTRY_WHATIF_RUNS_PER_DAY,
+            now=now,
+            noun="what-if run",
+            whose=f"{scope.slug}'s" if scope is not None else "The platform-wide runs'",
+        )
+        try:
+            with transaction.atomic():
+                run = WhatIf.objects.create(
+                    requested_by=user,
+                    scope=scope,
+                    window_days=window_days,
+                    changes=changes,
+                    approval=approval,
+                    created_at=now,
+                    expires_at=now + retention(),
+                )
+        except IntegrityError:  # a start of the same person's at the same moment won
+            raise RateLimitedError(
+                "Your other what-if run is queued or running; one at a time.",
+                retry_after_s=BUSY_RETRY_S,
+            ) from None
     transaction.on_commit(lambda: enqueue(run.pk))
     return run
 
@@ -195,15 +241,29 @@ def enqueue(whatif_id: int) -> None:
 # --- run -----------------------------------------------------------------------------------
 
 
+class RunTimeLimit(Exception):
+    """The run went past its time limit (checked where its progress is written)."""
+
+
 class ProgressWriter:
     """Writes a running what-if's progress: only when the percentage moved (the replay tells
-    it every `every_cycles` cycles), so a long replay costs a bounded number of writes."""
+    it every `every_cycles` cycles), so a long replay costs a bounded number of writes. Past
+    `deadline` (by `clock`) it raises RunTimeLimit, which ends the replay."""
 
-    def __init__(self, whatif_id: int) -> None:
+    def __init__(
+        self,
+        whatif_id: int,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        deadline: datetime | None = None,
+    ) -> None:
         self.whatif_id, self.last = whatif_id, -1
+        self.clock, self.deadline = clock, deadline
         self.written: list[tuple[int, str]] = []
 
     def __call__(self, percent: int, stage: str) -> None:
+        if self.clock is not None and self.deadline is not None and self.clock() > self.deadline:
+            raise RunTimeLimit(stage)
         if percent == self.last:
             return
         self.last = percent
@@ -220,14 +280,16 @@ def whatif_run(
     every_cycles: int = 50,
     writer: ProgressWriter | None = None,
 ) -> bool:
-    """Replay a queued run. False when there is nothing to do: gone, or claimed already."""
+    """Replay a queued run. False when there is nothing to do: gone, or claimed already. A
+    run past its time limit (the task's soft limit, or the writer's deadline) ends failed."""
+    started = clock()
     claimed = WhatIf.objects.filter(pk=whatif_id, state=WhatIfState.QUEUED).update(
-        state=WhatIfState.RUNNING, started_at=clock()
+        state=WhatIfState.RUNNING, started_at=started
     )
     if not claimed:
         return False
     run = WhatIf.objects.get(pk=whatif_id)
-    writer = writer or ProgressWriter(whatif_id)
+    writer = writer or ProgressWriter(whatif_id, clock=clock, deadline=started + time_limit())
     try:
         results = replay(
             changes=run.changes,
@@ -236,6 +298,10 @@ def whatif_run(
             progress=writer,
             every_cycles=every_cycles,
         )
+    except (SoftTimeLimitExceeded, RunTimeLimit):
+        logger.warning("what-if %s ran past its time limit", whatif_id)
+        _finish(whatif_id, clock(), state=WhatIfState.FAILED, error=time_limit_message())
+        return True
     except Exception as problem:  # the run records why; the worker goes on
         logger.exception("what-if %s failed", whatif_id)
         _finish(
@@ -261,16 +327,37 @@ def _finish(whatif_id: int, now: datetime, **fields: Any) -> None:
 STALE_AFTER = timedelta(hours=6)
 
 
-def whatifs_expire(*, now: datetime) -> int:
-    """Mark the runs gone stale failed, and delete the runs past their retention; the number
-    deleted. Safe to run twice at once: both are single conditional statements."""
-    stale = Q(state=WhatIfState.QUEUED) | Q(state=WhatIfState.RUNNING)
-    WhatIf.objects.filter(stale, created_at__lte=now - STALE_AFTER).update(
+# A running replay is given this long past its time limit (the task's hard limit, a slow
+# last write) before the sweep calls its worker lost.
+LIMIT_GRACE = timedelta(minutes=2)
+
+
+def _fail_stale(now: datetime, runs: QuerySet[WhatIf]) -> None:
+    """Fail the runs among `runs` that can no longer finish: queued or running STALE_AFTER
+    after they were asked for, or running past their time limit (a worker killed by the hard
+    limit, or lost, never says so)."""
+    lost = runs.filter(state__in=ACTIVE, created_at__lte=now - STALE_AFTER)
+    lost.update(
         state=WhatIfState.FAILED,
         error="the replay stopped without a result (its worker or its message was lost); "
         "start it again.",
         finished_at=now,
         expires_at=now + retention(),
     )
+    overdue = runs.filter(
+        state=WhatIfState.RUNNING, started_at__lte=now - time_limit() - LIMIT_GRACE
+    )
+    overdue.update(
+        state=WhatIfState.FAILED,
+        error=time_limit_message(),
+        finished_at=now,
+        expires_at=now + retention(),
+    )
+
+
+def whatifs_expire(*, now: datetime) -> int:
+    """Mark the runs gone stale failed, and delete the runs past their retention; the number
+    deleted. Safe to run twice at once: each is a single conditional statement."""
+    _fail_stale(now, WhatIf.objects.all())
     deleted, _ = WhatIf.objects.filter(expires_at__lte=now).delete()
     return deleted

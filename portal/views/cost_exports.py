@@ -25,6 +25,7 @@ from billing.api.export_serializers import ExportQueryIn
 from billing.exports import CONTENT_TYPES
 from billing.models import ExportFormat
 from billing.selectors import DIMENSIONS
+from common.errors import RateLimitedError
 from portal.decorators import login_required
 from tenants import access
 
@@ -74,22 +75,34 @@ def cost_export_new(request: HttpRequest) -> HttpResponse:
         raise PermissionDenied("Exports are for finance, platform admins and tenant admins.")
     query = ExportQueryIn(data=fields)
     if not query.is_valid():
-        context = {
-            **section_context(request.user, None),
-            "export_form": {"format": "xlsx", "by": "team", **fields},
-            "export_errors": {
-                name: " ".join(str(m) for m in messages) for name, messages in query.errors.items()
-            },
-            "top_id": fields.get("tenant"),
+        errors = {
+            name: " ".join(str(m) for m in messages) for name, messages in query.errors.items()
         }
-        return render(request, "portal/costs/export_form.html", context, status=400)
+        return _form_again(request, fields, errors, status=400)
     data = dict(query.validated_data)
     fmt = data.pop("format")
-    export_runs.cost_export_start(user=request.user, fmt=fmt, query=data, now=timezone.now())
+    try:
+        export_runs.cost_export_start(user=request.user, fmt=fmt, query=data, now=timezone.now())
+    except RateLimitedError as refused:  # one at a time, and an allowance a day
+        response = _form_again(request, fields, {"not now": str(refused)}, status=429)
+        response["Retry-After"] = str(refused.retry_after_s)
+        return response
     url = reverse("portal:costs")
     if "tenant" in fields:
         url += f"?tenant={fields['tenant']}"
     return redirect(url + "#cost-exports")
+
+
+def _form_again(
+    request: HttpRequest, fields: dict[str, Any], errors: dict[str, str], *, status: int
+) -> HttpResponse:
+    context = {
+        **section_context(request.user, None),
+        "export_form": {"format": "xlsx", "by": "team", **fields},
+        "export_errors": errors,
+        "top_id": fields.get("tenant"),
+    }
+    return render(request, "portal/costs/export_form.html", context, status=status)
 
 
 @login_required

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from common.errors import RateLimitedError
 from portal.decorators import login_required
 from portal.whatif_charts import wait_figure
 from tenants import access
@@ -87,6 +89,10 @@ def whatif_new(request: HttpRequest) -> HttpResponse:
             run = runs.whatif_start(user=request.user, now=timezone.now(), **body)
         except ValidationError as problem:
             errors = {k: " ".join(v) for k, v in problem.message_dict.items()}
+        except RateLimitedError as refused:  # one at a time, and an allowance a day
+            response = _page(request, form, {"not now": str(refused)}, status=429)
+            response["Retry-After"] = str(refused.retry_after_s)
+            return response
         else:
             return redirect("portal:whatif-detail", pk=run.pk)
     return _page(request, form, errors, status=400)
@@ -195,7 +201,11 @@ def approval_whatif(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("Not found.") from None
     if not runs.may_replay_approval(request.user, approval):
         raise PermissionDenied("Only those who may decide this quota request replay it.")
-    run = runs.whatif_for_approval(
-        user=request.user, request=approval, window_days=14, now=timezone.now()
-    )
+    try:
+        run = runs.whatif_for_approval(
+            user=request.user, request=approval, window_days=14, now=timezone.now()
+        )
+    except RateLimitedError as refused:
+        messages.error(request, str(refused))
+        return redirect("portal:approvals")
     return redirect("portal:whatif-detail", pk=run.pk)

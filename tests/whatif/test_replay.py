@@ -168,8 +168,9 @@ def test_the_list_filters_by_state_scope_and_quota_request(org: Org, client_for:
 def test_runs_left_queued_or_running_by_a_lost_worker_end_failed(org: Org) -> None:
     now = timezone.now()
     runs_by_state = {}
-    for state, hours in [("running", 7), ("queued", 7), ("running", 1)]:
-        run = kept_run(org.users["pat"], org.research, ["team-alpha"])
+    # Three people's: one run queued or running per person.
+    for who, state, hours in [("pat", "running", 7), ("dana", "queued", 7), ("tina", "running", 1)]:
+        run = kept_run(org.users[who], org.research, ["team-alpha"])
         WhatIf.objects.filter(pk=run.pk).update(
             state=state, results=None, created_at=now - timedelta(hours=hours)
         )
