@@ -98,11 +98,20 @@ def cmd_login(args: argparse.Namespace, client: Client, out: TextIO) -> None:
     password = os.environ.get("GANTRY_PASSWORD") or getpass.getpass("Password: ")
     url = args.url or client.url
     anonymous = Client(url=url, retries=client.retries)
-    token = anonymous.post(
+    answer = anonymous.post(
         "/api/v1/auth/token/", {"username": args.username, "password": password}
-    )["token"]
-    path = save_config(url, token)
+    )
+    path = save_config(url, answer["token"])
     out.write(f"Logged in to {url} as {args.username}; token saved in {path}\n")
+    if isinstance(answer.get("expires"), str):
+        out.write(f"The token expires {answer['expires']} (`gantry rotate-token` renews it)\n")
+
+
+def cmd_rotate_token(args: argparse.Namespace, client: Client, out: TextIO) -> None:
+    """A fresh token (a full lifetime) in place of the saved one, which stops working."""
+    answer = client.post("/api/v1/auth/token/rotate/")
+    path = save_config(client.url, answer["token"])
+    out.write(f"New token saved in {path}; it expires {answer['expires']}\n")
 
 
 def cmd_whoami(args: argparse.Namespace, client: Client, out: TextIO) -> None:
@@ -271,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("username")
     login.add_argument("--url", help=f"server URL (default $GANTRY_URL or {DEFAULT_URL})")
     login.set_defaults(func=cmd_login)
+    sub.add_parser(
+        "rotate-token", help="replace your saved token with a fresh one (the old one stops)"
+    ).set_defaults(func=cmd_rotate_token)
     sub.add_parser("whoami", help="your user and roles").set_defaults(func=cmd_whoami)
     sub.add_parser("projects", help="projects you can see").set_defaults(func=cmd_projects)
     quotas = sub.add_parser("quotas", help="quotas you can see")
@@ -321,6 +333,8 @@ def main(
         args.func(args, client, out)
     except ApiError as exc:
         err.write(exc.describe() + "\n")
+        if exc.status == 401 and "expired" in str(exc.body):
+            err.write("gantry: your token expired; run `gantry login USERNAME` for a new one\n")
         return 1
     except UsageError as exc:
         err.write(f"gantry: {exc}\n")

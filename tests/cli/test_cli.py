@@ -176,3 +176,24 @@ def test_table_output_strips_terminal_escapes() -> None:
 def test_error_paths_are_flattened() -> None:
     errors = {"spec": {"resources": {"gpus": ["bad"]}, "name": ["worse"]}}
     assert list(_flatten(errors)) == [("spec.resources.gpus", "bad"), ("spec.name", "worse")]
+
+
+def test_an_expired_token_says_so_and_rotation_renews_it(logged_in: Any, org: Org) -> None:
+    """Tokens expire (issue 34, item 8): the CLI says so and how to get a new one;
+    `gantry rotate-token` saves a fresh one and the old one stops working."""
+    import datetime as dt
+
+    from django.utils import timezone
+    from rest_framework.authtoken.models import Token
+
+    old = Token.objects.get(user=org.users["alice"]).key
+    assert logged_in("rotate-token")[0] == 0
+    assert Token.objects.get(user=org.users["alice"]).key != old
+    assert logged_in("whoami")[0] == 0  # with the new token saved
+    Token.objects.filter(user=org.users["alice"]).update(
+        created=timezone.now() - dt.timedelta(days=31)
+    )
+    code, _, err = logged_in("whoami")
+    assert code == 1
+    assert "HTTP 401: This API token expired on" in err
+    assert "run `gantry login USERNAME` for a new one" in err
