@@ -71,8 +71,9 @@ def quantile(values: Sequence[float], q: float) -> float:
     return _quantile_sorted(ordered, q)
 
 
-def _quantile_sorted(ordered: Sequence[float], q: float) -> float:
-    at = q * (len(ordered) - 1)
+def _quantile_sorted(ordered: Sequence[float], q: float, first: int = 0) -> float:
+    """``quantile`` of the already sorted ``ordered[first:]`` (non-empty), without a copy."""
+    at = first + q * (len(ordered) - 1 - first)
     low, high = math.floor(at), math.ceil(at)
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
@@ -117,13 +118,6 @@ class RuntimeModel:
         self.seconds = {g: sorted(v) for g, v in seconds.items() if len(v) >= min_samples}
         self.unbounded_runtime_s = unbounded_runtime_s
 
-    def ratio(self, groups: Groups) -> tuple[float, float] | None:
-        """(median, p90) ratio of the narrowest group with enough history; None without."""
-        found = next((self.ratios[g] for g in groups if g in self.ratios), None)
-        if found is None:
-            return None
-        return _quantile_sorted(found, 0.5), _quantile_sorted(found, 0.9)
-
     def runtime(self, job: JobRequest, groups: Groups, elapsed_s: float = 0.0) -> Runtime:
         """p50 and p90 runtime of ``job`` (from its start), which has run ``elapsed_s`` so
         far (0 when it waits): 0 <= p50 <= p90, and both within its max when it has one."""
@@ -152,10 +146,10 @@ def _beyond(ordered: Sequence[float], elapsed: float, ceiling: float) -> tuple[f
     """(median, p90) of the sorted ``ordered`` values at least ``elapsed``: what is left of
     a group's distribution once a job has run that long. Past every value: it ends now at
     the p50 and at ``ceiling`` at the p90 (the max, or the longest run seen)."""
-    tail = ordered[bisect.bisect_left(ordered, elapsed) :]
-    if not tail:
+    first = bisect.bisect_left(ordered, elapsed)
+    if first == len(ordered):
         return elapsed, max(elapsed, ceiling)
-    return _quantile_sorted(tail, 0.5), _quantile_sorted(tail, 0.9)
+    return _quantile_sorted(ordered, 0.5, first), _quantile_sorted(ordered, 0.9, first)
 
 
 @dataclass(frozen=True, slots=True)
