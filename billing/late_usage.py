@@ -50,7 +50,7 @@ from billing.models import (
 )
 from billing.rates import metered_until
 from billing.statements import rates_between
-from common.errors import DomainError
+from common.errors import ConflictError
 from scheduler.models import Allocation
 from tenants import access
 from tenants.models import Tenant
@@ -203,7 +203,7 @@ def proposal_accept(
     access.require_books_keeper(user)
     locked = AdjustmentProposal.objects.select_for_update().get(pk=proposal.pk)
     if locked.state != ProposalState.PENDING:
-        raise DomainError(f"proposal {locked.pk} is {locked.state} already.")
+        raise ConflictError(f"proposal {locked.pk} is {locked.state} already.")
     line = statement_adjust(
         user=user,
         statement=locked.statement,

@@ -15,7 +15,7 @@ from rest_framework import serializers
 
 from billing.closing import month_bounds
 from billing.costs import MAX_WINDOW
-from billing.models import IdlePolicy, LineKind, Statement, StatementLine
+from billing.models import AdjustmentProposal, IdlePolicy, LineKind, Statement, StatementLine
 from billing.rating import QUANTITY_PLACES
 from billing.selectors import DIMENSIONS
 from common.api.serializers import StrictInputSerializer
@@ -265,6 +265,32 @@ class StatementAdjustIn(StrictInputSerializer):
         error_messages={"invalid": 'a decimal string in cents, such as "-12.50".'},
     )
     reason = serializers.CharField(max_length=500, help_text="Why: required.")
+
+
+class AdjustmentProposalOut(serializers.ModelSerializer):
+    job = serializers.IntegerField(source="allocation.job_id", read_only=True)
+    amount = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = AdjustmentProposal
+        fields = [
+            "id",
+            "statement",
+            "allocation",
+            "job",
+            "tenant",
+            "project",
+            "amount",
+            "reason",
+            "state",
+            "created_at",
+            "line",
+        ]
+        read_only_fields = fields
+
+
+class ProposalAcceptIn(StrictInputSerializer):
+    proposal = serializers.IntegerField(min_value=1, help_text="A pending proposal's id.")
 
 
 class BillingPolicyOut(serializers.Serializer):

@@ -17,7 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import selectors
+from billing import late_usage, selectors
 from billing.api import cost_serializers as s
 from billing.closing import month_bounds, statement_adjust, statement_close
 from billing.policies import billing_policy_set
@@ -168,6 +168,37 @@ class StatementViewSet(
             reason=data["reason"],
         )
         return Response(s.StatementLineOut(line).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=s.AdjustmentProposalOut(many=True))
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def proposals(self, request: Request, pk: str) -> Response:
+        """The pending adjustments metering proposes for usage recorded after the close
+        (billing/late_usage.py). Finance and platform admins."""
+        statement = self.get_object()
+        rows = late_usage.proposals_pending(request.user).filter(statement=statement)
+        page = self.paginate_queryset(rows.order_by("id"))  # type: ignore[arg-type]
+        return self.get_paginated_response(s.AdjustmentProposalOut(page, many=True).data)
+
+    @extend_schema(request=s.ProposalAcceptIn, responses={201: s.StatementLineOut})
+    @action(
+        detail=True,
+        methods=["post"],
+        filter_backends=[],
+        url_path="accept-proposal",
+        url_name="accept",
+    )
+    def accept_proposal(self, request: Request, pk: str) -> Response:
+        """Accept a pending proposal: its adjustment line is appended to the statement by the
+        adjustment service (as `adjust`, with the proposal's amount and reason)."""
+        statement = self.get_object()
+        access.require_books_keeper(request.user)
+        body = s.ProposalAcceptIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        proposal = statement.proposals.filter(pk=body.validated_data["proposal"]).first()
+        if proposal is None:
+            raise ValidationError({"proposal": ["no such proposal on this statement."]})
+        accepted = late_usage.proposal_accept(user=request.user, proposal=proposal)
+        return Response(s.StatementLineOut(accepted.line).data, status=status.HTTP_201_CREATED)
 
 
 class BillingPolicyViewSet(viewsets.GenericViewSet[Any]):

@@ -144,6 +144,26 @@ def _closed_statement(org: Org) -> Any:
     return populate_billing(org)
 
 
+def _proposal(org: Org) -> tuple[str, dict[str, Any]]:
+    """A pending adjustment proposal on the closed statement (billing/late_usage.py)."""
+    from billing.models import AdjustmentProposal
+    from scheduler.models import Allocation
+
+    statement = _closed_statement(org)
+    allocation = Allocation.objects.filter(job__project=org.proj_alpha).first()
+    assert allocation is not None
+    proposal = AdjustmentProposal.objects.create(
+        statement=statement,
+        allocation=allocation,
+        tenant=org.alpha,
+        project=org.proj_alpha,
+        amount=Decimal("1.00"),
+        reason="usage recorded late",
+        created_at=at(5),
+    )
+    return f"/api/v1/statements/{statement.pk}/accept-proposal/", {"proposal": proposal.pk}
+
+
 def _job(org: Org) -> Job:
     return f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"])
 
@@ -333,6 +353,7 @@ WRITES: dict[tuple[str, str], Write] = {
             {"tenant": o.charlie.pk, "amount": "-2.00", "reason": "a faulty node"},
         ),
     ),
+    ("statement-accept", "POST"): Write("carol", _proposal),
     ("billingpolicy-detail", "PUT"): Write(
         "pat", lambda o: (f"/api/v1/billing-policies/{o.acme.pk}/", {"idle_policy": "spread"})
     ),

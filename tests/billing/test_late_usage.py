@@ -118,3 +118,34 @@ def test_the_reconciliation_is_scheduled_and_on_metrics(
     response = Client(headers={"Authorization": f"Bearer {TOKEN}"}).get("/metrics")
     assert response.status_code == 200
     assert "gantry_billing_usage_gaps 4.0" in response.content.decode()
+
+
+def test_finance_accepts_a_proposal_through_the_api(org: Org, client_for: Any) -> None:
+    cluster(org)
+    statement = statement_close(
+        user=org.users["pat"], organisation=org.acme, start=T0, end=at(4), now=at(5)
+    )
+    late = _late_jobs(org)
+    meter_usage(now=at(5) + timedelta(minutes=1))
+    carol = client_for("carol")
+    url = f"/api/v1/statements/{statement.pk}/"
+    listed = carol.get(url + "proposals/").json()["results"]
+    assert {(p["job"], p["amount"], p["state"]) for p in listed} == {
+        (late[0].pk, "8.00", "pending"),
+        (late[1].pk, "1.00", "pending"),
+    }
+    first = next(p["id"] for p in listed if p["job"] == late[0].pk)
+    # A member of the organisation reads the statement but neither lists nor accepts.
+    alice = client_for("alice")
+    assert alice.get(url + "proposals/").status_code == 403
+    assert (
+        alice.post(url + "accept-proposal/", {"proposal": first}, format="json").status_code == 403
+    )
+    accepted = carol.post(url + "accept-proposal/", {"proposal": first}, format="json")
+    assert accepted.status_code == 201, accepted.json()
+    assert (accepted.json()["kind"], accepted.json()["amount"]) == ("adjustment", "8.00")
+    again = carol.post(url + "accept-proposal/", {"proposal": first}, format="json")
+    assert again.status_code == 409
+    assert [p["job"] for p in carol.get(url + "proposals/").json()["results"]] == [late[1].pk]
+    unknown = carol.post(url + "accept-proposal/", {"proposal": 10**6}, format="json")
+    assert unknown.status_code == 400 and "proposal" in str(unknown.json())
