@@ -27,6 +27,7 @@ here, and the reconciliation (billing/usage_check.py) reports it.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
@@ -71,7 +72,7 @@ def late_usage_meter(*, now: datetime, spend: SpendRun | None = None) -> int:
         late = held_rows(
             Allocation.objects.filter(id__gt=mark.allocation_id, id__lte=top, started_at__lt=until)
         )
-    records = _missing(late, until) if late else {}
+    records = _missing(late) if late else {}
     # 3. write
     with transaction.atomic():
         written = 0
@@ -85,26 +86,27 @@ def late_usage_meter(*, now: datetime, spend: SpendRun | None = None) -> int:
     return written
 
 
-def _missing(late: list[Held], until: datetime | None) -> dict[MeteringPeriod, list[Record]]:
+def _missing(late: list[Held]) -> dict[MeteringPeriod, list[Record]]:
     """The records `late` lacks in the metered hours, per hour."""
     first = min(h.started_at for h in late)
     periods = list(MeteringPeriod.objects.filter(start__gte=_hour(first)).order_by("start"))
+    starts = [period.start for period in periods]
     done = set(
         UsageRecord.objects.filter(allocation_id__in=[h.id for h in late]).values_list(
             "allocation_id", "period_id"
         )
     )
     out: dict[MeteringPeriod, list[Record]] = defaultdict(list)
-    for period in periods:
-        for held in late:
+    for held in late:
+        # The metered hours it overlaps: from the hour it started in to the one it ended in.
+        lo = bisect_left(starts, _hour(held.started_at))
+        hi = len(starts) if held.ended_at is None else bisect_left(starts, held.ended_at)
+        for period in periods[lo:hi]:
             if (held.id, period.pk) in done:
                 continue
-            if held.started_at < period.end and (
-                held.ended_at is None or held.ended_at > period.start
-            ):
-                record = record_of(period, held, period.start, period.end)
-                if record.end > record.start:
-                    out[period].append(record)
+            record = record_of(period, held, period.start, period.end)
+            if record.end > record.start:
+                out[period].append(record)
     return out
 
 
