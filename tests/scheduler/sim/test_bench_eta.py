@@ -18,6 +18,33 @@ def test_bench_eta_smoke(tmp_path: Path) -> None:
     assert result["median_abs_error_s"] is not None and result["median_abs_error_s"] >= 0
     assert result["p90_abs_error_s"] >= result["median_abs_error_s"]
     assert 0 <= result["coverage"] <= 1
+    # the naive estimator's figures beside, at the same moments
+    baseline = result["baseline"]
+    assert baseline["estimates"] == result["estimates"]
+    assert {"median_abs_error_rel", "within_60s_share", "coverage"} <= set(baseline)
+    assert 0 <= result["within_60s_share"] <= 1 and result["median_abs_error_rel"] >= 0
+
+
+def test_relative_error_and_short_waits_worked_example() -> None:
+    # a: estimated at 0 to start at 100, started at 150: error 50 over a wait of 150 (1/3);
+    # b: estimated at 0 to start at 900, started at 700: error 200 over 700 (2/7), a short
+    # wait (under 600 s? no: 700) so not counted in within_60s;
+    # c: estimated at 10 to start at 10.5, started at 10.2: error 0.3 over a wait of 0.2,
+    # counted as 1 s: 0.3. Relative errors 0.3, 2/7 = 0.2857, 1/3: median 0.3.
+    # Short waits: a (150 s, error 50 <= 60: right) and c (right): 2 of 2.
+    estimates = [
+        eta.Estimate("a", 0.0, 100.0, 200.0),
+        eta.Estimate("b", 0.0, 900.0, 950.0),
+        eta.Estimate("c", 10.0, 10.5, 11.0),
+    ]
+    starts = {"a": 150.0, "b": 700.0, "c": 10.2}
+    scored = eta.score(estimates, starts)
+    assert scored["median_abs_error_rel"] == 0.3
+    assert scored["within_60s_share"] == 1.0
+    # against a naive estimator that put a at 300 (error 150 > 60): 1 of 2 short waits
+    naive = [eta.Estimate("a", 0.0, 300.0, 300.0), *estimates[1:]]
+    both = eta.scored(estimates, naive, starts)
+    assert both["within_60s_share"] == 1.0 and both["baseline"]["within_60s_share"] == 0.5
 
 
 def test_score_worked_example() -> None:
@@ -51,6 +78,9 @@ DAEMON_KEYS = {
     "refreshes",
     "trace",
     "host",
+    "median_abs_error_rel",
+    "within_60s_share",
+    "baseline",
 }
 
 
