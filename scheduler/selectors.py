@@ -173,6 +173,25 @@ def queue_refreshed_at() -> datetime | None:
     return JobQueueEstimate.objects.aggregate(at=Max("computed_at"))["at"]
 
 
+def job_queue_note(job: Job) -> str | None:
+    """Why a queued job has no stored position yet (None when it is not queued): queued or
+    requeued since the daemon last worked the positions out, or outside the window of jobs
+    it considers at once. Shown where the position would be (API, portal, CLI)."""
+    if job.state != JobState.QUEUED:
+        return None
+    refreshed = queue_refreshed_at()
+    if refreshed is None or job.queued_at is None or job.queued_at >= refreshed:
+        every = round(settings.GANTRY_ETA_EVERY_S)
+        return (
+            "Queued; the scheduler places it in its order at its next pass "
+            f"(every {every} s), with an expected start."
+        )
+    return (
+        "Queued behind the jobs the scheduler considers at once: it has no position until "
+        "jobs ahead of it start."
+    )
+
+
 def job_queue_position(user: Any, job: Job) -> QueuePosition | None:
     """The position of `job` (which `user` may see) as the daemon last stored it; None when
     the job does not wait in the queue or has not been placed in it yet."""

@@ -31,6 +31,7 @@ from scheduler.selectors import (
     access_job,
     job_event_list,
     job_list_visible,
+    job_queue_note,
     job_queue_position,
     may_read_job_logs,
 )
@@ -165,6 +166,7 @@ def _status_context(request: HttpRequest, job: Any) -> dict[str, Any]:
         "reason": reader.text(job.reason),
         "events": shown,
         "queue": queue,
+        "queue_note": job_queue_note(job) if queue is None else None,
         "starts_in": _starts_in(queue, timezone.now()) if queue is not None else "",
     }
 

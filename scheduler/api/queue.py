@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -76,22 +75,6 @@ def server_now() -> datetime:
     return timezone.now()
 
 
-def position_note(job: Job) -> str:
-    """Why a queued job has no stored position: queued (or requeued) since the daemon last
-    worked the positions out, or outside the window of jobs it considers at once."""
-    refreshed = selectors.queue_refreshed_at()
-    if refreshed is None or job.queued_at is None or job.queued_at >= refreshed:
-        every = round(settings.GANTRY_ETA_EVERY_S)
-        return (
-            "Queued; the scheduler places it in its order at its next pass "
-            f"(every {every} s), with an expected start."
-        )
-    return (
-        "Queued behind the jobs the scheduler considers at once: it has no position until "
-        "jobs ahead of it start."
-    )
-
-
 def queue_data(user: Any, job: Job) -> dict[str, Any]:
     position = selectors.job_queue_position(user, job)
     reason = ReasonReader(user, [job.reason]).text(job.reason)
@@ -102,9 +85,9 @@ def queue_data(user: Any, job: Job) -> dict[str, Any]:
         # requeue the daemon stores one at its next refresh).
         keys = ["position_tenant", "position_cluster", "ahead_count", "ahead_visible"]
         keys += ["ahead_hidden", "eta_p50", "eta_p90", "estimated_at", "computed_at"]
-        queued = job.state == JobState.QUEUED
-        note = position_note(job) if queued else None
-        return {**data, "waiting": queued, "position_note": note, **dict.fromkeys(keys)}
+        note = selectors.job_queue_note(job)
+        waiting = job.state == JobState.QUEUED
+        return {**data, "waiting": waiting, "position_note": note, **dict.fromkeys(keys)}
     ahead = [
         {
             "id": other.pk,

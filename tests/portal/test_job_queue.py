@@ -66,3 +66,15 @@ def test_a_job_not_estimated_yet_says_so(org: Org, web_for: Any) -> None:
 )
 def test_in_about(seconds: float, text: str) -> None:
     assert in_about(seconds) == text
+
+
+def test_a_requeued_job_says_when_it_gets_a_position(org: Org, web_for: Any) -> None:
+    # requeued after the daemon's last refresh: no stored position yet, but its page says
+    # it waits and when it is placed, rather than nothing
+    now = timezone.now()
+    queue = small_queue(org, now - timedelta(seconds=10))
+    JobQueueEstimate.objects.filter(job=queue.second).delete()
+    queue.second.queued_at = now
+    queue.second.save(update_fields=["queued_at"])
+    html = web_for("alice").get(reverse("portal:job-status", args=[queue.second.pk])).content
+    assert "next pass (every 30 s)" in _text(html.decode())
