@@ -28,12 +28,15 @@ job is recorded.
 Kueue's jobs declare no max runtime and all of a class take the same time; here each job
 declares a max of twice its class's duration and takes a seeded random part of it
 (triangular between 0.1 and 1 of the max, mode 0.3), so the history has something to
-correct. Jobs are grouped as the daemon groups them: project and team = the job's team,
-type = its class, size = its GPUs.
+correct. Jobs are grouped as the daemon groups them: user, project and team = the job's
+team, type = its class, size = its GPUs.
 
 Reports the median and p90 absolute error of the p50 estimate against the actual start
-(seconds), and the share of estimates whose actual start fell inside p50..p90 (JSON keys
-``estimates``, ``median_abs_error_s``, ``p90_abs_error_s``, ``coverage``).
+(seconds), the median of that error over the wait still ahead, the share of estimates of
+waits under 10 minutes within a minute, and the share of estimates whose actual start fell
+inside p50..p90 (JSON keys ``estimates``, ``median_abs_error_s``, ``p90_abs_error_s``,
+``median_abs_error_rel``, ``within_60s_share``, ``coverage``), and under ``baseline`` the
+same figures for the naive estimates (``NAIVE``) made at the same moments.
 """
 
 from __future__ import annotations
