@@ -20,8 +20,8 @@ from billing import costs, line_memo
 from billing.costs import CostLine, organisation_costs
 from billing.metering import meter_usage
 from billing.models import IdlePolicy, RateCard
-from billing.triggers import lifted
 from billing.policies import billing_policy_set
+from billing.triggers import lifted
 from scheduler.models import JobEvent, JobState
 from scheduler.rollups import LAG, rollup_run
 from tests.billing.builders import T0, at, hold, job_for

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 _PREFIX = r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1)/"
 _COLLECTION = re.compile(_PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
 _ITEM = re.compile(
-    _PREFIX
-    + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
+    _PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"
 )
 
 _LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
