@@ -48,6 +48,10 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench_fuzz"
 BASE_URL = "http://localhost"
 STEPS = 6  # calls per stateful sequence at most
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
+# Operations that spend the caller's own credential: after `rotate` the persona's token is
+# gone and every later request is refused, so an authenticated persona does not fuzz them
+# (the anonymous visitor does; tests/api/test_token_expiry.py covers what they do).
+SPENDS_CREDENTIALS = ("/api/v1/auth/token/rotate/",)
 # Registered with schemathesis on import; every run applies them.
 CHECKS = (refused_without_credentials, valid_data_accepted)
 # Every method the schema may leave out of a path: the coverage phase sends each one the path
@@ -81,6 +85,7 @@ class Tally:
     persona: str
     operations: int = 0
     requests: int = 0
+    successes: int = 0  # 2xx: a persona refused everywhere (a spent token) fuzzes nothing
     server_errors: int = 0
     other_failures: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
@@ -203,6 +208,9 @@ def engine_config(
         "auth": {"openapi": {"tokenAuth": {"api_key": headers["Authorization"]}}}
         if "Authorization" in headers
         else {},
+        "operations": [{"include-path": path, "enabled": False} for path in SPENDS_CREDENTIALS]
+        if "Authorization" in headers
+        else [],
         "checks": {"enabled": True, "positive_data_acceptance": {"enabled": False}},
         "phases": {
             **{phase: {"enabled": phase in phases} for phase in PHASES},
@@ -295,8 +303,9 @@ def _record(tally: Tally, phase: str, recorder: Any, headers: dict[str, str]) ->
     """Count each request; record each failing one, reproducibly (a curl line)."""
     for interaction in recorder.interactions.values():
         tally.requests += 1
-        if interaction.response is not None and interaction.response.status_code >= 500:
-            tally.server_errors += 1
+        status = interaction.response.status_code if interaction.response is not None else 0
+        tally.successes += 200 <= status < 300
+        tally.server_errors += status >= 500
     for case_id, checks in recorder.checks.items():
         failed = [check for check in checks if check.failure_info is not None]
         if not failed:
@@ -427,7 +436,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, tally in tallies.items():
             print(
                 f"{run_name:9} {label:18} operations {tally['operations']:4} "
-                f"requests {tally['requests']:6} 5xx {tally['server_errors']:4} "
+                f"requests {tally['requests']:6} 2xx {tally['successes']:5} "
+                f"5xx {tally['server_errors']:4} "
                 f"other failures {tally['other_failures']:4} errors {len(tally['errors'])}"
             )
             for failure in tally["failures"]:
