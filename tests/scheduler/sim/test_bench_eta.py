@@ -89,10 +89,13 @@ def test_bench_eta_through_the_daemon_records_every_estimate(
 ) -> None:
     # The daemon, the submitter and the recorder are processes of their own on one database:
     # a transactional one, so that they see each other's rows.
+    # A generous budget: on a loaded host (the suite's two workers) a refresh cut off at 1 s
+    # records nothing, and the figures would be empty.
     out = tmp_path / "out.json"
     eta.main(
         ["--fraction", "0.02", "--stretch", "2", "--every", "0.5", "--history-every", "1",
-         "--poll", "0.05", "--interval", "0.5", "--database-url", "", "--json", str(out)]
+         "--poll", "0.05", "--interval", "0.5", "--budget", "10", "--database-url", "",
+         "--json", str(out)]
     )  # fmt: skip
     result = json.loads(out.read_text())
     assert set(result) >= DAEMON_KEYS
