@@ -12,6 +12,7 @@ import psycopg
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from django.views.defaults import page_not_found
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -76,5 +77,17 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     """`handler404`: a path under /api/ that matches no route (`/api/v1/jobs/abc/`) answers
     the API's error shape, as a route's own 404 does; the portal keeps its HTML page."""
     if request.path.startswith("/api/"):
+        if not request.path.endswith("/") and _routed(f"{request.path_info}/"):
+            # APPEND_SLASH never redirects here (this route takes the rest of /api/), and a
+            # client does not repeat a POST's body after a redirect anyway: name the route.
+            detail = f"Not found: API paths end with '/'; did you mean {request.path}/ ?"
+            return JsonResponse({"detail": detail}, status=404)
         return JsonResponse({"detail": "Not found."}, status=404)
     return page_not_found(request, exception or Http404())
+
+
+def _routed(path: str) -> bool:
+    try:
+        return resolve(path).url_name != "api-not-found"
+    except Resolver404:
+        return False

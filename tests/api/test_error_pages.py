@@ -61,3 +61,15 @@ def test_a_disallowed_host_shows_no_settings_to_remote_clients(db: Any, settings
     remote = client(**REMOTE).get("/", HTTP_HOST="evil.example")
     assert remote.status_code == 400
     assert "DEBUG = True" not in remote.content.decode()
+
+
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "no-debug"])
+def test_a_path_without_its_trailing_slash_is_a_json_404_that_names_the_route(
+    db: Any, settings: Any, debug: bool
+) -> None:
+    # A POST without its slash reached the catch-all 404 with no hint of the route it meant.
+    settings.DEBUG = debug
+    response = client().post("/api/v1/test-get-only", {"a": 1})
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert "/api/v1/test-get-only/" in response.json()["detail"]
