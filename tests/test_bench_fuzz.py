@@ -1,36 +1,41 @@
-"""bench/fuzz.py on a tiny budget: one random example per operation as the anonymous visitor,
-and its JSON's keys. No finding is asserted here: tests/api/test_schema_fuzz.py does that."""
+"""bench/fuzz.py on a tiny budget: one fuzzed case per operation as the anonymous visitor, DEBUG
+off, and its JSON's shape. No finding is asserted here: tests/api/test_schema_fuzz.py does that
+for every persona."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from bench.fuzz import PERSONAS, run_here
-from tests.api.test_schema_fuzz import wsgi_in_the_test_transaction
+from tests.api.test_schema_fuzz import closed_statements_removed_after
 
-__all__ = ["wsgi_in_the_test_transaction"]
-
-pytestmark = pytest.mark.django_db
+__all__ = ["closed_statements_removed_after"]
 
 
-@pytest.mark.usefixtures("wsgi_in_the_test_transaction")
-def test_the_fuzz_benchmark_reports_each_persona(db: Any) -> None:
+@pytest.mark.usefixtures("closed_statements_removed_after")
+def test_the_fuzz_benchmark_reports_each_persona() -> None:
     anonymous = next(persona for persona in PERSONAS if persona.username is None)
     result = json.loads(
-        json.dumps(run_here(examples=1, negative=0, stateful=1, seed=7, personas=[anonymous]))
+        json.dumps(
+            run_here(examples=1, phases=("fuzzing",), debug=(False,), seed=7, personas=[anonymous])
+        )
     )
-    assert set(result) == {"seed", "examples", "negative", "stateful", "seconds", "personas"}
-    assert result["seed"] == 7
-    tally = result["personas"]["anonymous"]
+    assert set(result) == {"seed", "examples", "phases", "seconds", "runs"}
+    assert result["seed"] == 7 and result["phases"] == ["fuzzing"]
+    assert set(result["runs"]) == {"debug-off"}
+    tally = result["runs"]["debug-off"]["anonymous"]
     assert set(tally) == {
         "persona",
         "operations",
         "requests",
+        "successes",
         "server_errors",
         "other_failures",
         "failures",
+        "errors",
+        "seconds",
     }
     assert tally["requests"] >= tally["operations"] > 0
+    assert tally["server_errors"] == 0 and not tally["errors"], tally

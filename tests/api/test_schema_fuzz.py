@@ -49,17 +49,16 @@ def report(result: dict[str, Any]) -> list[str]:
 @pytest.fixture
 def closed_statements_removed_after(transactional_db: Any) -> Iterator[None]:
     """The flush after a transactional test deletes every row, which the triggers that keep
-    closed statements frozen refuse on SQLite (PostgreSQL truncates): remove them here, the
-    triggers lifted for the moment and put back (billing/triggers.py)."""
+    the books (closed statements, rate versions that priced metered hours) refuse on SQLite
+    (PostgreSQL truncates): empty the tables here, the triggers lifted for the moment and put
+    back (billing/triggers.py)."""
     yield
-    from billing.models import AdjustmentProposal, Statement, StatementLine, StatementSeal
+    from django.core.management import call_command
+
     from billing.triggers import lifted
 
     with lifted(connection):
-        AdjustmentProposal.objects.all().delete()
-        StatementSeal.objects.all().delete()
-        StatementLine.objects.all().delete()
-        Statement.objects.all().delete()
+        call_command("flush", verbosity=0, interactive=False, inhibit_post_migrate=True)
 
 
 @pytest.mark.usefixtures("closed_statements_removed_after")
