@@ -16,6 +16,7 @@ from scheduler.core.context import CycleContext, Held
 from scheduler.core.facts import Facts, JobFacts, Mix, Shape
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
+from scheduler.core.plans import cause_of, describe, plan_later
 from scheduler.core.preemption import QUOTA_SHORT, Plan, Waiting, select_victims, work_lost_gpu_s
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger
@@ -26,6 +27,7 @@ from scheduler.core.types import (
     CycleResult,
     JobRequest,
     Placement,
+    PlannedPreemption,
     Preemption,
     ReplicaAssignment,
     Reservation,
@@ -246,7 +248,7 @@ def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     key = None if guarded else (facts.request, ends_before_reservation(ctx, job))
     cached = out.memo.get(key) if key is not None else None
     if cached is not None:
-        out.waiting.append(WaitReason(job.id, cached.code, cached.message))
+        out.waiting.append(replace(cached, job_id=job.id))
         return
     reservations_before = len(out.reservations)
     reason = _admit_and_place(ctx, job, facts, _floor_key(facts, guarded), out)
@@ -282,18 +284,27 @@ def _admit_and_place(
         return None
     reason, capacity_flavor = _why_waiting(ctx, job, flavors, gang)
     short = bool(flavors)
+    avoid = not ends_before_reservation(ctx, job)
+    planned: PlannedPreemption | None = None
     for flavor in flavors:
-        plan = select_victims(ctx, job, flavor, gang, not ends_before_reservation(ctx, job))
+        plan = select_victims(ctx, job, flavor, gang, avoid)
         if isinstance(plan, Plan):
             _record_preemption(ctx, out, job, flavor, plan)
             return None
-        if isinstance(plan, Waiting):
-            reason = reasons.cheaper_victims(reason, plan.at, ctx.now)
+        if isinstance(plan, Waiting) and planned is None:
+            planned = describe(job, flavor, plan.at, plan.chosen)
         short = short and plan == QUOTA_SHORT
     if short and floor_key is not None:
         out.floors[floor_key] = min(milli, out.floors.get(floor_key, milli))
+    # 4b. No victims now: the preemption planned for when some leave their minimum runtime.
+    for flavor in flavors if planned is None else ():
+        planned = plan_later(ctx, job, flavor, gang, avoid)
+        if planned is not None:
+            break
+    if planned is not None:
+        reason = reasons.planned(reason, planned, ctx.now)
     if capacity_flavor and ctx.profile.backfill and ctx.reservation is None:
-        return _reserve(ctx, job, capacity_flavor, gang, out) or reason
+        return _reserve(ctx, job, capacity_flavor, gang, out, planned) or reason
     return reason
 
 
@@ -335,8 +346,16 @@ def _capacity_reason(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitRea
 
 
 def _reserve(
-    ctx: CycleContext, job: JobRequest, flavor: str, gang: tuple[int, ...], out: _Decisions
+    ctx: CycleContext,
+    job: JobRequest,
+    flavor: str,
+    gang: tuple[int, ...],
+    out: _Decisions,
+    planned: PlannedPreemption | None,
 ) -> WaitReason | None:
+    """Reserve devices for the blocked head job. Its reason says what the reservation waits
+    for: a planned preemption (``planned``, when it comes no later than the reservation's
+    start) is named as such, not as "devices reserved" alone."""
     held = reserve(ctx, job, flavor, gang)
     if held is None:
         return None
@@ -344,6 +363,9 @@ def _reserve(
     out.reservations.append(held)
     out.memo.clear()
     base = reasons.capacity(ctx, job, flavor)
+    if planned is not None and planned.at <= held.start_at:
+        told = reasons.planned(base, planned, ctx.now)
+        return replace(told, message=f"{told.message}; devices reserved for it")
     minutes = max(0.0, held.start_at - ctx.now) / 60
     return replace(base, message=f"{base.message}; devices reserved, expected in {minutes:.0f} min")
 
@@ -414,6 +436,7 @@ def _record_preemption(
                 whole,
                 _why(ctx, job, victim.running, victim.reclaim, victim.elastic_only),
                 work_lost_gpu_s(running, victim.assignments, ctx.now),
+                cause_of(victim),
             )
         )
         if whole:

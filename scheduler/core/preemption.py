@@ -77,6 +77,7 @@ class Waiting:
 
     at: float
     victims: tuple[str, ...]
+    chosen: tuple[Candidate, ...] = ()  # the victims as candidates, for the reason
 
 
 def select_victims(
@@ -114,7 +115,7 @@ def select_victims(
         if harm(now.victims, borrow) <= harm(later.victims, borrow):
             return now
         ctx.rollback(mark)
-    return Waiting(max(waits), tuple(v.running.job.id for v in later.victims))
+    return Waiting(max(waits), tuple(v.running.job.id for v in later.victims), later.victims)
 
 
 # How many single victims, each doing less harm than the search's set, are tried instead.
@@ -345,13 +346,14 @@ def _release(ctx: CycleContext, cand: Candidate, sign: int) -> None:
 
 
 def listed_candidates(
-    ctx: CycleContext, job: JobRequest, flavor: str
+    ctx: CycleContext, job: JobRequest, flavor: str, horizon: float | None = None
 ) -> list[tuple[Candidate, float]]:
     """Victim candidates for ``job`` on ``flavor``, cheapest first, each with when it may
     give way: now, or (kept when within ``wait_for_cheaper_s``) when it leaves its minimum
     runtime. Only the groups that may give way are visited: the job's tenant, best-effort
     jobs, and (when the job reclaims its guarantee) tenants that borrow; on a full cluster
-    the rest are most jobs.
+    the rest are most jobs. ``horizon``: the latest time kept (by default now plus
+    ``wait_for_cheaper_s``; ``plans.plan_later`` looks further).
 
     Cheapest first: elastic extras, best-effort jobs, then the others by how far taking the
     candidate alone would put its tenant below its guarantee (a reclaim: a borrower's job
@@ -369,7 +371,8 @@ def listed_candidates(
             if t != job.tenant and (b := ctx.ledger.borrowing(t, flavor)) > 0:
                 groups.append(t)
                 borrow[t] = b
-    horizon = ctx.now + ctx.profile.wait_for_cheaper_s
+    if horizon is None:
+        horizon = ctx.now + ctx.profile.wait_for_cheaper_s
     keyed: list[tuple[tuple[object, ...], Candidate, float]] = []
     for tenant in groups:
         for running in ctx.live_by.get((flavor, tenant), {}).values():

@@ -7,7 +7,15 @@ import numpy as np
 from scheduler.core.context import CycleContext
 from scheduler.core.fit import Misfit, describe
 from scheduler.core.quota import QuotaVerdict, gpus
-from scheduler.core.types import MILLI_PER_GPU, JobRequest, Reservation, WaitCode, WaitReason
+from scheduler.core.types import (
+    MILLI_PER_GPU,
+    JobRequest,
+    PlannedPreemption,
+    PreemptionCause,
+    Reservation,
+    WaitCode,
+    WaitReason,
+)
 
 
 def backoff(job: JobRequest, now: float) -> WaitReason:
@@ -31,15 +39,48 @@ def reservation(job: JobRequest, held: Reservation, now: float) -> WaitReason:
     )
 
 
-def cheaper_victims(reason: WaitReason, at: float, now: float) -> WaitReason:
-    """``reason``, and that a preemption is planned once cheaper victims may give way."""
-    wait = max(0.0, at - now)
-    return WaitReason(
-        reason.job_id,
-        reason.code,
-        f"{reason.message}; preemption planned in {wait:.0f} s, when the cheapest victims "
-        "leave their minimum runtime",
+def planned(reason: WaitReason, plan: PlannedPreemption, now: float) -> WaitReason:
+    """``reason``, and the preemption planned for the job: whose jobs, how many GPUs, when.
+    Another tenant is named only as "reclaims its guarantee from <slug>", the phrase
+    ``reason_text`` looks for to hide slugs from those who may not know them; victims are
+    counted, not named."""
+    return WaitReason(reason.job_id, reason.code, f"{reason.message}; {plan_text(plan, now)}", plan)
+
+
+def plan_text(plan: PlannedPreemption, now: float) -> str:
+    """ "assist reclaims its guarantee from search (6 L40S lent): preemption planned in
+    about 2 min, when its job leaves its minimum runtime"; "will preempt 1 job of lower
+    priority (2 H100): preemption planned in 40 s, when it leaves its minimum runtime"."""
+    count = len(plan.victims)
+    jobs = "1 job" if count == 1 else f"{count} jobs"
+    planned_in = f"preemption planned {in_time(plan.at - now)}"
+    if plan.cause == PreemptionCause.RECLAIM:
+        lenders = " and ".join(plan.tenants)
+        leave = "its job leaves its" if count == 1 else f"their {count} jobs leave their"
+        return (
+            f"{plan.tenant} reclaims its guarantee from {lenders} ({gpus(plan.milli)} "
+            f"{plan.flavor} lent): {planned_in}, when {leave} minimum runtime"
+        )
+    victims = {
+        PreemptionCause.PRIORITY: f"{jobs} of lower priority",
+        PreemptionCause.BEST_EFFORT: f"{jobs} of best-effort class",
+        PreemptionCause.ELASTIC: f"elastic replicas of {jobs}",
+    }[plan.cause]
+    leave = "it leaves its" if count == 1 else "they leave their"
+    return (
+        f"will preempt {victims} ({gpus(plan.milli)} {plan.flavor}): {planned_in}, "
+        f"when {leave} minimum runtime"
     )
+
+
+def in_time(seconds: float) -> str:
+    """ "in 40 s", "in about 2 min", "in about 3 h": whole units, never "1 minutes"."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"in {seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"in about {seconds / 60:.0f} min"
+    return f"in about {seconds / 3600:.0f} h"
 
 
 def invalid(job: JobRequest, why: str) -> WaitReason:

@@ -285,6 +285,7 @@ class Preemption:
     whole_job: bool
     reason: str
     work_lost_gpu_s: float
+    cause: PreemptionCause | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,11 +298,37 @@ class Reservation:
     devices: tuple[tuple[str, int], ...]
 
 
+class PreemptionCause(StrEnum):
+    """Why a victim gives way: what a history and a reason say of it."""
+
+    RECLAIM = "reclaim"  # another tenant's borrowed GPUs go back to their lender
+    PRIORITY = "priority"  # a job of the same tenant and a lower class
+    BEST_EFFORT = "best_effort"  # a best-effort job, of anyone
+    ELASTIC = "elastic"  # inference replicas above their minimum
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPreemption:
+    """A preemption the engine means to make for a waiting job, once ``victims`` may give
+    way at ``at`` (they leave their minimum runtime). ``tenant``: the job's; ``tenants``:
+    the victims' tenants other than the job's own (those a reclaim takes back from);
+    ``milli``: what the victims hold."""
+
+    at: float
+    tenant: str
+    flavor: str
+    cause: PreemptionCause
+    victims: tuple[str, ...]
+    tenants: tuple[str, ...]
+    milli: int
+
+
 @dataclass(frozen=True, slots=True)
 class WaitReason:
     job_id: str
     code: WaitCode
     message: str
+    plan: PlannedPreemption | None = None
 
 
 @dataclass(frozen=True, slots=True)

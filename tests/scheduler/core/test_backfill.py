@@ -123,7 +123,13 @@ def test_reclaim_waiting_for_min_runtime_expects_the_victims_remaining_min_runti
     result = cycle(replace(snap, now=NOW), profile)
     assert [held.start_at for held in result.reservations] == [1060.0]
     reason = result.reason_for("a")
-    assert reason is not None and reason.message.endswith("devices reserved, expected in 1 min")
+    # The reservation waits for a reclaim: the reason says so (issue 35), not "devices
+    # reserved" alone.
+    assert reason is not None and reason.message.endswith(
+        "team-a reclaims its guarantee from team-b (8 H100 lent): preemption planned in 60 s, "
+        "when its job leaves its minimum runtime; devices reserved for it"
+    )
+    assert reason.plan is not None and (reason.plan.at, reason.plan.victims) == (1060.0, ("b1",))
 
 
 def test_reservation_waits_for_the_natural_end_of_a_job_it_may_not_preempt():
