@@ -4,6 +4,10 @@ group; this process forwards one SIGTERM to each group when it is told to stop (
 SIGTERM) or when one of them dies, waits `--grace` seconds for them to finish their work,
 then kills what is left.
 
+The links in emails (approvals, job events, idle rules) name the portal by GANTRY_BASE_URL;
+when it is not set, the children get the address this command serves on (`base_url`), so
+`make run PORT=8200` mails links to port 8200, not to the settings' default.
+
 A shell trap (`trap 'kill 0' EXIT INT TERM`) did this before: its `kill 0` signalled the
 shell itself, which ran the trap again, thousands of times, and left the scheduler hanging.
 """
@@ -11,8 +15,10 @@ shell itself, which ran the trap again, thousands of times, and left the schedul
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +56,28 @@ def commands(host: str, port: int, var_dir: str) -> dict[str, list[str]]:
     }
 
 
+def base_url(host: str, port: int) -> str:
+    """The portal's address as a browser on this machine or the network reaches it: a
+    wildcard address (0.0.0.0, ::) is no address to visit, so the machine's name stands for
+    it; an IPv6 address is bracketed."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return f"http://{host}:{port}"
+    if address.is_unspecified:
+        return f"http://{socket.getfqdn()}:{port}"
+    return f"http://[{host}]:{port}" if address.version == 6 else f"http://{host}:{port}"
+
+
+def child_env(host: str, port: int) -> dict[str, str]:
+    """The children's environment: this one's, with GANTRY_BASE_URL set to where the web
+    server listens unless the operator set it (behind a proxy, the address users reach)."""
+    env = dict(os.environ)
+    if not env.get("GANTRY_BASE_URL"):
+        env["GANTRY_BASE_URL"] = base_url(host, port)
+    return env
+
+
 class Command(BaseCommand):
     help = "Run the web server, a Celery worker with beat and the scheduler daemon together."
 
@@ -65,8 +93,9 @@ class Command(BaseCommand):
             raise CommandError("--grace must be 0 or more")
         from django.conf import settings
 
+        env = child_env(options["host"], options["port"])
         started = {
-            name: subprocess.Popen(argv, start_new_session=True)  # noqa: S603 - our argv
+            name: subprocess.Popen(argv, start_new_session=True, env=env)  # noqa: S603 - our argv
             for name, argv in commands(
                 options["host"], options["port"], str(settings.VAR_DIR)
             ).items()
