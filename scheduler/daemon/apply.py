@@ -20,13 +20,14 @@ from django.db import IntegrityError, transaction
 from scheduler.backends.base import PodRequest
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.daemon.cache import SnapshotCache
+from scheduler.daemon.history import preemptor_rows, reason_shape, wait_data, write_wait_events
 from scheduler.daemon.snapshot import Built
 from scheduler.daemon.store import insert_allocations, set_reasons
 from scheduler.daemon.translate import Decisions, decisions, job_pk, pod_request
 from scheduler.leader import Lease
 from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, Job, JobState
-from scheduler.transitions import Change, transition
+from scheduler.transitions import Change, insert_events, transition
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -45,6 +46,8 @@ class Plan:
     preempted: int = 0
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
     reasons: dict[int, str] = field(default_factory=dict)  # job id -> changed reason to write
+    # job id -> (reason, event data) of the reasons whose shape changed: history events
+    history: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
     def taken_milli(self) -> int:
         """Milli-GPU the allocations written in this cycle hold."""
@@ -106,6 +109,12 @@ def apply_decisions(
     # Reasons are written after the pods are bound (`write_reasons`), in their own
     # transaction: hundreds of them must not delay the placed jobs' start.
     plan.reasons = {j: waiting[j][:500] for j in changed}
+    told = dict(chosen.waiting)
+    plan.history = {
+        j: (text, wait_data(told[j], now, built.snapshot.now) if j in told else {})
+        for j, text in plan.reasons.items()
+        if reason_shape(text) != reason_shape(current[j])
+    }
     if not (chosen.preemptions or placed):
         return plan  # nothing to write here: no transaction
     written: dict[int, int] = {}
@@ -127,6 +136,7 @@ def write_reasons(plan: Plan, lease: Lease, cache: SnapshotCache) -> None:
     written: dict[int, int] = {}
     with lease.writing():
         set_reasons(plan.reasons, written)
+        write_wait_events(plan.history)
     for job_id, version in written.items():
         cache.remember({job_id: version}, {"reason": plan.reasons[job_id]})
 
@@ -161,13 +171,19 @@ def _preempt(built: Built, chosen: Decisions, plan: Plan, now: datetime) -> None
         if done
         else []
     )
+    caused = [(job_id, p) for job_id, p in whole if job_id in done]
     for job_id, p in chosen.preemptions:
         if not p.whole_job:
-            stopping += list(
+            shrinking = list(
                 Allocation.objects.filter(
                     job_id=job_id, replica__in=p.replicas, ended_at__isnull=True
                 )
             )
+            if any(a.end_reason != "preempted" for a in shrinking):  # not chosen before
+                caused.append((job_id, p))
+            stopping += shrinking
+    # The preemptors' histories: what each caused (a victim chosen again is not told again).
+    insert_events(preemptor_rows(caused, {job_pk(r.job.id): r for r in built.snapshot.running}))
     for allocation in stopping:
         allocation.end_reason = "preempted"
         plan.deletions.append((allocation.namespace, allocation.pod_name, 30))
