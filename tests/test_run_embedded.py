@@ -155,6 +155,8 @@ def journey(platform: Platform) -> None:
     assert download.status == 200 and "charged_EUR" in header, download.brief
     mail = f"[Gantry] job journey (#{job['id']}): approved"
     wait_for("the approval's email", lambda: mail in platform.output() or None, within_s=30)
+    # Its link is the port `make run` serves on (a free one here), not the settings' default.
+    assert f"See it at {platform.base}/jobs/{job['id']}/" in platform.output()
     assert platform.server_errors() == []
 
 
