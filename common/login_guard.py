@@ -42,6 +42,8 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
+from common.words import counted, minutes
+
 PER_ACCOUNT = 5
 PER_ADDRESS = 30
 WINDOW_S = 15 * 60
@@ -150,7 +152,7 @@ class Refusal:
 
     def message(self, attempts: str = "logins") -> str:
         where = "" if self.account_wide else " from your address"
-        wait = f"{self.wait_s} seconds" if self.wait_s < 120 else f"{self.wait_s // 60} minutes"
+        wait = counted(self.wait_s, "second") if self.wait_s < 120 else minutes(self.wait_s)
         return f"Too many failed {attempts} for this account{where}. Wait {wait}, then try again."
 
 

@@ -23,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 
 from common.errors import ConflictError
+from common.words import minutes
 from scheduler.job_notifications import idle_events_notify
 from scheduler.models import Job, JobIdle, JobState, RollupWatermark, UtilizationSample
 from scheduler.transitions import job_transition
@@ -178,10 +179,9 @@ def idle_job_stop(*, job_id: int, rule: Rule) -> bool:
     job = Job.objects.select_related("tenant").filter(pk=job_id).first()
     if job is None or job.job_type != JobType.INTERACTIVE or job.state != JobState.RUNNING:
         return False
-    minutes = round(rule.duration_s / 60)
     message = (
         f"Stopped: every GPU of this job stayed under {rule.threshold_pct:g} % utilization for "
-        f"{minutes} minutes (the idle rule of its team)."
+        f"{minutes(rule.duration_s)} (the idle rule of its team)."
     )
     try:
         with transaction.atomic():

@@ -10,6 +10,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
 
+from common.words import minutes
 from scheduler.idle import rule_for_tenants
 from scheduler.models import Job, JobIdle
 from tenants.models import IdleAction, JobType, Membership, Role
@@ -26,11 +27,10 @@ def _recipients(job: Job) -> list[str]:
 def _message(job: Job, episode: datetime) -> tuple[str, str]:
     rule = rule_for_tenants([job.tenant_id])[job.tenant_id]
     link = settings.GANTRY_BASE_URL.rstrip("/") + reverse("portal:job-detail", args=[job.pk])
-    minutes = round(rule.duration_s / 60)
     lines = [
         f"Job {job.name} (#{job.pk}) in '{job.tenant.slug}' holds GPUs that have stayed under "
         f"{rule.threshold_pct:g} % utilization since {episode:%Y-%m-%d %H:%M} UTC "
-        f"({minutes} minutes or more).",
+        f"({minutes(rule.duration_s)} or more).",
     ]
     if rule.action == IdleAction.NOTIFY_AND_STOP and job.job_type == JobType.INTERACTIVE:
         lines.append("Interactive jobs are stopped when idle this long: this one was stopped.")

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count
 
+from common.words import counted
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
 from scheduler.daemon.apply import Plan
 from scheduler.daemon.cache import SnapshotCache
@@ -148,8 +149,8 @@ def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime, attempts_max:
                     (S.ADMITTED,),
                     S.FAILED,
                     kind=BIND_FAILED,
-                    message=f"Failed: its pods could not be bound ({tries} tries): {why}",
-                    reason=f"bind failed {tries} times: {why}",
+                    message=f"Failed: its pods could not be bound ({counted(tries, 'try')}): {why}",
+                    reason=f"bind failed {counted(tries, 'time')}: {why}",
                 )
             )
             continue
@@ -162,7 +163,7 @@ def _requeue_failed_binds(plan: Plan, out: Outcome, now: datetime, attempts_max:
                 new_attempt=True,
                 not_before=now + timedelta(seconds=delay),
                 kind=BIND_FAILED,
-                message=f"Bind failed ({tries} of {attempts_max} tries), back to the queue: {why}",
+                message=f"Bind failed (try {tries} of {attempts_max}), back to the queue: {why}",
                 reason=f"bind failed ({why}); retrying in {delay} s",
             )
         )

@@ -43,6 +43,13 @@ def test_a_member_reads_the_rule_in_force_but_no_form_and_no_webhook(
     assert Tenant.objects.get(pk=org.alpha.pk).webhook_url == SECRET
 
 
+def test_a_one_minute_rule_reads_1_minute(org: Org, web_for: Any) -> None:
+    """Issue 35: the page said "1 minutes"."""
+    IdleRule.objects.create(tenant=org.alpha, threshold_pct=5, duration_s=60)
+    text = web_for("alice").get(page(org)).content.decode()
+    assert "<b>1 minute</b>" in text and "1 minutes" not in text
+
+
 def test_an_admin_sets_the_rule_and_a_bad_value_is_a_400_on_the_field(
     org: Org, web_for: Any
 ) -> None:

@@ -135,6 +135,25 @@ def test_the_email_goes_to_the_owner_and_the_admins_above_once_per_episode(
     assert "under 5 % utilization" in message.body
 
 
+def test_a_one_minute_rule_says_1_minute_in_the_email_and_the_event(
+    org: Org, queued: list[Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    """Issue 35: "(1 minutes or more)" and "for 1 minutes"."""
+    IdleRule.objects.create(
+        tenant=org.alpha, threshold_pct=5, duration_s=60, action=IdleAction.NOTIFY_AND_STOP
+    )
+    cluster = Cluster(org)
+    notebook, devices = cluster.job("interactive")
+    cluster.feed(devices, 0, 1.5, 0.0)
+    scan(1.5, django_capture_on_commit_callbacks)
+    [(job_id, episode)] = queued
+    assert idle_notification_send(job_id, datetime.fromisoformat(episode)) is True
+    [message] = mail.outbox
+    assert "(1 minute or more)" in message.body, message.body
+    event = JobEvent.objects.get(job=notebook, kind="idle_stopped")
+    assert "utilization for 1 minute (the idle rule" in event.message, event.message
+
+
 def test_notify_and_stop_stops_interactive_jobs_only(
     org: Org, queued: list[Any], django_capture_on_commit_callbacks: Any
 ) -> None:
