@@ -5,6 +5,12 @@ dashboards move. Runs inside the daemon process, on the daemon's clock; submits 
 It runs after each cycle (the daemon's `on_cycle`), so what it raises fails the cycle: a
 submission the installation refuses (a per-user cap of 0, a flavor renamed or removed, a
 project its user left) is skipped and said once per template and reason, at warning.
+
+Its jobs stay under the demo's approval policies (scheduler/demo.py's POLICIES): each
+declares a maximum runtime (product's policy sends jobs without one, or over 48 hours, to its
+approvers), none asks for more than NLP's 16 GPUs or runs at `critical`. A policy an admin
+adds may still catch some; then a template waits while its last job waits for approval, so
+the approvers' inbox holds at most one request per template, however long the demo runs.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from scheduler.services import job_submit
 from tenants.models import Project
 
 log = logging.getLogger("gantry.demo")
+
+# The maximum runtime a template's jobs declare: twice their longest simulated run (a
+# preempted job's next attempt gets a fresh maximum), far under the demo's 48-hour policy.
+MAX_RUNTIME_FACTOR = 2
 
 # submitter, project, name, type, replicas, gpus, flavor, (min, max) duration s, extra spec
 Template = tuple[str, str, str, str, int, int, str, tuple[int, int], dict[str, Any]]
@@ -87,6 +97,7 @@ class DemoLoad:
         self.rng = random.Random(seed)  # noqa: S311 - demo data
         self.next_at = clock()
         self.count = 0
+        self.awaiting: dict[str, int] = {}  # template -> its job that waits for approval
 
     def tick(self, *_args: Any) -> None:
         now = self.clock()
@@ -97,6 +108,8 @@ class DemoLoad:
             return
         template = self.rng.choice(self.templates)
         user_name, project_slug, name, kind, replicas, gpus, flavor, span, extra = template
+        if self._awaits_approval(name):
+            return
         user = get_user_model().objects.filter(username=user_name).first()
         project = Project.objects.filter(slug=project_slug).first()
         if user is None or project is None:
@@ -111,6 +124,7 @@ class DemoLoad:
             "resources": {"gpus": gpus, "cpu_milli": 4000 * gpus, "memory_mib": 16384 * gpus},
             "flavors": [flavor],
             "simulation": {"duration_s": self.rng.randint(*span), "fail": self.rng.random() < 0.05},
+            "max_runtime_s": MAX_RUNTIME_FACTOR * span[1],
             **extra,
         }
         try:
@@ -118,7 +132,19 @@ class DemoLoad:
         except REFUSED as refusal:
             self._refused(name, user_name, refusal)
             return
+        if job.state == JobState.PENDING_APPROVAL:
+            self.awaiting[name] = job.pk
         log.info("demo load: %s submitted %s", user_name, job)
+
+    def _awaits_approval(self, template: str) -> bool:
+        """Whether the template's last job still waits for approval (then it submits none)."""
+        job_id = self.awaiting.get(template)
+        if job_id is None:
+            return False
+        if Job.objects.filter(pk=job_id, state=JobState.PENDING_APPROVAL).exists():
+            return True
+        del self.awaiting[template]
+        return False
 
     def _refused(self, template: str, user_name: str, refusal: Exception) -> None:
         """Say a refusal once per template and reason; later ones at debug."""
