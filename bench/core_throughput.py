@@ -95,10 +95,17 @@ def measure(
 
 
 def measure_warm(
-    nodes: int, pods: int, pending: int, seed: int = 1, profile: Profile | None = None
+    nodes: int,
+    pods: int,
+    pending: int,
+    seed: int = 1,
+    profile: Profile | None = None,
+    now: float = 7200.0,
 ) -> dict[str, object]:
-    """A warm cycle: the cold cycle's placements run; ``pending`` new jobs arrive, half of
-    them of a higher class, so the cycle preempts (within tenants, and reclaims)."""
+    """A warm cycle: the cold cycle's placements run (started at 0); ``pending`` new jobs
+    arrive, half of them of a higher class, so the cycle preempts (within tenants, and
+    reclaims). ``now`` inside the minimum runtime: nothing may be preempted yet, and the
+    jobs that could preempt later are told their planned preemption (``plans.plan_later``)."""
     profile = profile or Profile()
     cold = build_snapshot(nodes, pods, seed)
     classes = (PriorityClass("normal", 100), PriorityClass("high", 200))
@@ -115,7 +122,7 @@ def measure_warm(
         )
         for i, j in enumerate(cold.pending[:pending])
     )
-    warm = replace(cold, now=7200.0, running=running, pending=new)
+    warm = replace(cold, now=now, running=running, pending=new)
     start, cpu_start = time.perf_counter(), time.process_time()
     result = run_cycle(warm, profile)
     return {
@@ -123,6 +130,7 @@ def measure_warm(
         "pending": len(new),
         "placed": len(result.placements),
         "preemptions": len(result.preemptions),
+        "planned": sum(1 for w in result.waiting if w.plan is not None),
         "cycle_s": round(time.perf_counter() - start, 3),
         "cycle_cpu_s": round(time.process_time() - cpu_start, 3),
     }
@@ -140,13 +148,19 @@ def main() -> None:
         default=0,
         help="also time a warm cycle with this many new jobs (preemption-heavy)",
     )
+    parser.add_argument(
+        "--warm-now",
+        type=float,
+        default=7200.0,
+        help="the warm cycle's time; below the minimum runtime (300) it plans, not preempts",
+    )
     add_profile_argument(parser, "default")
     args = parser.parse_args()
     loaded, used = announced(args.profile)
     figures = measure(args.nodes, args.pods, args.seed, loaded.profile)
     if args.warm_pending:
         figures["warm"] = measure_warm(
-            args.nodes, args.pods, args.warm_pending, args.seed, loaded.profile
+            args.nodes, args.pods, args.warm_pending, args.seed, loaded.profile, args.warm_now
         )
     figures["profile"] = used
     print(json.dumps(figures, indent=2))
