@@ -415,7 +415,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # A refused request (PermissionDenied) is a warning line, not a traceback; a 5xx keeps its.
+    "filters": {"refusals": {"()": "common.log_filters.RefusalWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django.request": {"filters": ["refusals"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("GANTRY_LOG_LEVEL", "INFO")},
 }
 
