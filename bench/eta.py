@@ -53,8 +53,10 @@ from pathlib import Path
 from bench.bench_profile import add_profile_argument, announced
 from bench.kueue_baseline import CLASSES, TEAMS_PER_COHORT, cluster
 from scheduler.core import Profile
-from scheduler.core.types import JobRequest, Resources
+from scheduler.core.types import JobRequest, Resources, Snapshot
 from scheduler.sim import SimConfig, Simulation, WorkloadJob
+from scheduler.sim.calibration import Calibration, EstimateLog
+from scheduler.sim.engine import StartState
 from scheduler.sim.runtimes import (
     Finished,
     Groups,
@@ -69,15 +71,37 @@ from scheduler.sim.runtimes import (
 NAIVE = RuntimeModel([])
 
 
-def workload(cohorts: int, fraction: float, seed: int, stretch: float = 1.0) -> list[WorkloadJob]:
+# How a job's runtime is drawn (``--runtimes``), as a share of its declared max:
+# - "independent": each job at random (triangular between 0.1 and 1, mode 0.3), whatever its
+#   team or class: no history can predict one job better than the whole spread;
+# - "recurring": each (team, class) has a typical share drawn once from that distribution,
+#   and each of its jobs runs that share times a lognormal factor (sigma RECURRING_SIGMA),
+#   within 0.05 and 1. The ML-cluster trace studies (Philly, Jeon et al. ATC'19; Helios, Hu
+#   et al. SC'21; Alibaba PAI, Weng et al. NSDI'22) find most jobs recurring, with the past
+#   runs of the same user and job predicting the duration; the spread is this bench's
+#   assumption, not a figure from them.
+RUNTIMES = ("independent", "recurring")
+RECURRING_SIGMA = 0.2
+
+
+def workload(
+    cohorts: int,
+    fraction: float,
+    seed: int,
+    stretch: float = 1.0,
+    runtimes: str = "independent",
+) -> list[WorkloadJob]:
     """The Kueue arrivals (``fraction`` of each class's jobs per team), each job declaring
-    twice its class's duration as its max and taking a random part of it; arrivals and
-    durations times ``stretch``."""
+    twice its class's duration as its max and taking a part of it drawn as ``runtimes``
+    says (``RUNTIMES``); arrivals and durations times ``stretch``."""
+    assert runtimes in RUNTIMES, runtimes
     rng = random.Random(seed)
     jobs = []
     teams = [f"cohort-{c}-team-{t}" for c in range(cohorts) for t in range(TEAMS_PER_COHORT)]
     for team in teams:
         for name, (count, gpus, replicas, duration, interval, _) in CLASSES.items():
+            # drawn only for "recurring": the independent trace stays the one measured before
+            typical = rng.triangular(0.1, 1.0, 0.3) if runtimes == "recurring" else 0.0
             for i in range(max(1, round(count * fraction))):
                 declared = 2 * duration * stretch
                 request = JobRequest(
@@ -89,7 +113,11 @@ def workload(cohorts: int, fraction: float, seed: int, stretch: float = 1.0) -> 
                     user=team,
                     max_runtime_s=declared,
                 )
-                ran = declared * rng.triangular(0.1, 1.0, 0.3)
+                if runtimes == "recurring":
+                    share = typical * rng.lognormvariate(0.0, RECURRING_SIGMA)
+                    ran = declared * min(1.0, max(0.05, share))
+                else:
+                    ran = declared * rng.triangular(0.1, 1.0, 0.3)
                 jobs.append(WorkloadJob(request, round(i * interval * stretch, 6), ran))
     return jobs
 
@@ -110,11 +138,23 @@ class Estimate:
 class EstimatingReplay(Simulation):
     """The replay, estimating its own present before a cycle once every ``every_s``."""
 
-    def __init__(self, *args: object, every_s: float, max_jobs: int, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        every_s: float,
+        max_jobs: int,
+        oracle: str = "",
+        calibrate: bool = False,
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.every_s, self.max_jobs = every_s, max_jobs
+        self.every_s, self.max_jobs, self.oracle = every_s, max_jobs, oracle
         self.estimated_at = -self.every_s
         self.estimates: list[Estimate] = []
+        # The estimator's own record (the daemon's EtaRefresher keeps one the same way); the
+        # replay's estimates before correction are kept too, for `uncalibrated`.
+        self.log = EstimateLog(Calibration(floor_s=every_s)) if calibrate else None
+        self.raw: list[Estimate] = []
         self.naive: list[Estimate] = []
         self.estimate_wall_s: list[float] = []
 
@@ -135,13 +175,63 @@ class EstimatingReplay(Simulation):
         )
         jobs = [*snapshot.pending, *(r.job for r in snapshot.running)]
         groups = {j.id: group(j) for j in jobs}
-        found = estimate_queue(snapshot, self.profile, model, groups, max_jobs=self.max_jobs)
-        for job_id, (p50, p90) in found.ranges.items():
+        if self.oracle:
+            ranges = self._oracle(snapshot)
+        else:
+            found = estimate_queue(snapshot, self.profile, model, groups, max_jobs=self.max_jobs)
+            ranges = found.ranges
+        if self.log is not None:
+            ranges = self._calibrated(ranges, groups)
+        for job_id, (p50, p90) in ranges.items():
             self.estimates.append(Estimate(job_id, self.now, p50, p90))
         self.estimate_wall_s.append(time.perf_counter() - started)
         naive = estimate_queue(snapshot, self.profile, NAIVE, {}, max_jobs=self.max_jobs)
         for job_id, (p50, p90) in naive.ranges.items():
             self.naive.append(Estimate(job_id, self.now, p50, p90))
+
+    def _calibrated(
+        self, ranges: dict[str, tuple[float | None, float | None]], groups: dict[str, Groups]
+    ) -> dict[str, tuple[float | None, float | None]]:
+        """Settle the record with the jobs started since (their first start), keep the
+        replay's ranges in it, and return them corrected by it."""
+        assert self.log is not None
+        started = {j: self.tracks[j].first_start for j in self.log.waiting}
+        self.log.settle({j: at for j, at in started.items() if at is not None})
+        self.log.record(self.now, ranges, groups)
+        self.raw += [Estimate(j, self.now, p50, p90) for j, (p50, p90) in ranges.items()]
+        adjust = self.log.calibration.adjust
+        return {j: adjust(groups.get(j, ()), self.now, *r) for j, r in ranges.items()}
+
+    def _oracle(self, snapshot: Snapshot) -> dict[str, tuple[float | None, float | None]]:
+        """The estimates of an estimator that knows what the replay will do (``ORACLES``):
+        every job's true runtime (what is left of it), and with "all" the jobs still to
+        arrive as well. What error is left is the other causes' share."""
+        left = {t.request.id: t.spec.duration_s - t.done_s for t in self.tracks.values()}
+        now = snapshot.now
+        work = [
+            WorkloadJob(j, now, left[j.id], submitted_at=j.submitted_at) for j in snapshot.pending
+        ]
+        if self.oracle == "all":
+            work += [
+                t.spec
+                for t in self.tracks.values()
+                if t.state == "pending" and t.request.id not in self.pending
+            ]
+        ends = {r.job.id: r.started_at + left[r.job.id] for r in snapshot.running}
+        start = StartState(now, snapshot.running, ends, snapshot.decayed_usage)
+        waiting = {j.id for j in snapshot.pending}
+
+        def settled() -> bool:  # every waiting job started: the rest is of no interest
+            return all(replay.tracks[j].first_start is not None for j in waiting)
+
+        replay = Simulation(work, self.cluster, self.profile, (), self.config, start, settled)
+        replay.replay()
+        return {j: (replay.tracks[j].first_start,) * 2 for j in waiting}
+
+
+# Estimators that know the future, to split the error by cause (``--oracle``): "runtimes"
+# knows every job's runtime, "all" also the arrivals to come.
+ORACLES = ("runtimes", "all")
 
 
 # An estimate's error is judged against the wait still ahead of the job when it was made;
@@ -210,8 +300,11 @@ def run(
     max_jobs: int,
     seed: int,
     stretch: float = 1.0,
+    runtimes: str = "independent",
+    oracle: str = "",
+    calibrate: bool = False,
 ) -> dict[str, object]:
-    jobs = workload(cohorts, fraction, seed, stretch)
+    jobs = workload(cohorts, fraction, seed, stretch, runtimes)
     replay = EstimatingReplay(
         jobs,
         cluster(cohorts),
@@ -220,31 +313,41 @@ def run(
         SimConfig(tick_s=1.0),
         every_s=every_s,
         max_jobs=max_jobs,
+        oracle=oracle,
+        calibrate=calibrate,
     )
     report = replay.run()
     starts = {j.id: j.first_start_s for j in report.jobs}
     waits = [j.first_start_s - j.arrival_s for j in report.jobs if j.first_start_s is not None]
     walls = replay.estimate_wall_s
-    return scored(replay.estimates, replay.naive, starts) | {
-        "jobs": len(jobs),
-        "jobs_estimated": len({e.job for e in replay.estimates}),
-        "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
-        "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
-        "refreshes": len(walls),
-        "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
-        "refresh_wall_max_s": round(max(walls), 4) if walls else None,
-        "makespan_s": round(report.makespan_s, 2),
-        "trace": {
-            "scenario": "kueue_baseline",
-            "cohorts": cohorts,
-            "fraction": fraction,
-            "stretch": stretch,
-            "seed": seed,
-            "every_s": every_s,
-            "max_jobs": max_jobs,
-            "driven_by": "scheduler.sim (virtual time)",
-        },
-    }
+    raw = {"uncalibrated": score(replay.raw, starts)} if calibrate else {}
+    return (
+        scored(replay.estimates, replay.naive, starts)
+        | raw
+        | {
+            "jobs": len(jobs),
+            "jobs_estimated": len({e.job for e in replay.estimates}),
+            "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
+            "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
+            "refreshes": len(walls),
+            "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
+            "refresh_wall_max_s": round(max(walls), 4) if walls else None,
+            "makespan_s": round(report.makespan_s, 2),
+            "trace": {
+                "scenario": "kueue_baseline",
+                "cohorts": cohorts,
+                "fraction": fraction,
+                "stretch": stretch,
+                "seed": seed,
+                "runtimes": runtimes,
+                "oracle": oracle or None,
+                "calibrated": calibrate,
+                "every_s": every_s,
+                "max_jobs": max_jobs,
+                "driven_by": "scheduler.sim (virtual time)",
+            },
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -272,6 +375,26 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--max-jobs", type=int, default=2000, help="GANTRY_ETA_MAX_JOBS")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--runtimes",
+        choices=RUNTIMES,
+        default="independent",
+        help="how each job's runtime is drawn (see RUNTIMES)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="correct the replay's ranges by the estimator's own record, as the daemon "
+        "does (scheduler.sim.calibration); engine-only, the replay's own figures are "
+        "under 'uncalibrated' (an --oracle is never corrected)",
+    )
+    parser.add_argument(
+        "--oracle",
+        choices=ORACLES,
+        help="engine-only: estimate knowing the true runtimes ('runtimes') and the arrivals "
+        "to come ('all'), to split the error by cause",
+    )
     daemon = parser.add_argument_group("through the daemon")
     daemon.add_argument("--budget", type=float, default=1.0, help="GANTRY_ETA_BUDGET_S")
     daemon.add_argument(
@@ -285,6 +408,16 @@ def main(argv: list[str] | None = None) -> None:
         default="postgres://postgres@127.0.0.1:5432/gantry_eta",
         help="PostgreSQL database, dropped and created afresh; '' for the database Django is "
         "already set up on (it must hold no jobs)",
+    )
+    demo = parser.add_argument_group("the demo load through the daemon (--demo)")
+    demo.add_argument(
+        "--demo",
+        action="store_true",
+        help="the demo organisation, cluster and load generator instead of the trace",
+    )
+    demo.add_argument("--minutes", type=float, default=10.0, help="how long the load runs")
+    demo.add_argument(
+        "--speed", type=float, default=10.0, help="the demo's durations and period divided by"
     )
     add_profile_argument(parser, "no-min-runtime")
     args = parser.parse_args(argv)
@@ -301,7 +434,12 @@ def main(argv: list[str] | None = None) -> None:
             max_jobs=args.max_jobs,
             seed=args.seed,
             stretch=stretch,
+            runtimes=args.runtimes,
+            oracle=args.oracle or "",
+            calibrate=args.calibrate and not args.oracle,
         )
+    elif args.demo:
+        out = run_demo(args, loaded.profile, every_s=args.every or 1.0)
     else:
         stretch, every = args.stretch or 10.0, args.every or 1.0
         out = run_daemon(args, loaded.profile, stretch=stretch, every_s=every)
@@ -317,6 +455,44 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> dict[str, object]:
+    """The demo mode (bench.eta_demo) on a fresh PostgreSQL database."""
+    from bench import eta_demo
+    from bench.daemon_setup import fresh_database
+
+    if args.database_url:
+        fresh_database(args.database_url)
+    with tempfile.TemporaryDirectory(prefix="bench-eta-demo-") as workdir:
+        out: dict[str, object] = eta_demo.run(
+            profile,
+            minutes=args.minutes,
+            speed=args.speed,
+            seed=args.seed,
+            every_s=every_s,
+            budget_s=args.budget,
+            max_jobs=args.max_jobs,
+            history_every_s=args.history_every,
+            poll_s=args.poll,
+            interval_s=args.interval,
+            calibrate=args.calibrate,
+            workdir=Path(workdir),
+        )
+    return out | {
+        "trace": {
+            "scenario": "demo load (scheduler.backends.simulated.load)",
+            "minutes": args.minutes,
+            "speed": args.speed,
+            "seed": args.seed,
+            "calibrated": args.calibrate,
+            "every_s": every_s,
+            "budget_s": args.budget,
+            "history_every_s": args.history_every,
+            "max_jobs": args.max_jobs,
+            "driven_by": "scheduler daemon on the demo's simulated cluster (wall-clock time)",
+        }
+    }
 
 
 def run_daemon(
@@ -335,6 +511,8 @@ def run_daemon(
             fraction=args.fraction,
             stretch=stretch,
             seed=args.seed,
+            runtimes=args.runtimes,
+            calibrate=args.calibrate,
             every_s=every_s,
             budget_s=args.budget,
             max_jobs=args.max_jobs,
@@ -351,6 +529,8 @@ def run_daemon(
             "fraction": args.fraction,
             "stretch": stretch,
             "seed": args.seed,
+            "runtimes": args.runtimes,
+            "calibrated": args.calibrate,
             "every_s": every_s,
             "budget_s": args.budget,
             "history_every_s": args.history_every,

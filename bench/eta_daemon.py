@@ -65,12 +65,13 @@ def plan(
     fraction: float,
     stretch: float,
     seed: int,
+    runtimes: str = "independent",
 ) -> list[tuple[float, dict[str, Any]]]:
     """(arrival s, spec for `job_rows`) of the engine mode's trace, in arrival order. The
     declared max is whole seconds (the column's unit): rounded up, with the actual runtime
     scaled to keep its share of it."""
     out = []
-    for job in workload(cohorts, fraction, seed, stretch):
+    for job in workload(cohorts, fraction, seed, stretch, runtimes):
         request = job.request
         declared = max(1, -int(-(request.max_runtime_s or 1.0) // 1))
         share = job.duration_s / (request.max_runtime_s or 1.0)
@@ -148,6 +149,8 @@ def run(
     fraction: float,
     stretch: float,
     seed: int,
+    runtimes: str = "independent",
+    calibrate: bool = True,
     every_s: float,
     budget_s: float,
     max_jobs: int,
@@ -171,11 +174,21 @@ def run(
     from scheduler.models import JobQueueEstimate
 
     org, classes = setup(cohorts)
-    jobs = plan(org, classes, cohorts=cohorts, fraction=fraction, stretch=stretch, seed=seed)
+    jobs = plan(
+        org,
+        classes,
+        cohorts=cohorts,
+        fraction=fraction,
+        stretch=stretch,
+        seed=seed,
+        runtimes=runtimes,
+    )
     backend = SimulatedCluster(
         make_nodes(NODES_PER_COHORT * cohorts, FLAVOR, 8), start_delay_s=0.0, grace_cap_s=0.0
     )
-    config = EtaSettings(every_s, budget_s, max_jobs, settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S)
+    config = EtaSettings(
+        every_s, budget_s, max_jobs, settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S, calibrate
+    )
     estimated: set[tuple[int, float]] = set()  # (job, estimated_at) per the daemon's refreshes
     refreshes: list[dict[str, Any]] = []
     cycles = 0

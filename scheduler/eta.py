@@ -24,7 +24,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import astuple, dataclass, field, replace
@@ -33,14 +33,16 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Min
 
 from scheduler import eta_worker
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
 from scheduler.daemon.snapshot import build_snapshot
-from scheduler.daemon.translate import core_job_id
+from scheduler.daemon.translate import core_job_id, job_pk
 from scheduler.leader import LeaseLost
-from scheduler.models import Job, JobQueueEstimate, JobState
+from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
+from scheduler.sim.calibration import Calibration, EstimateLog
 from scheduler.sim.runtimes import Finished, Groups, RuntimeModel, estimate_queue, groups_of
 
 log = logging.getLogger("gantry.eta")
@@ -58,6 +60,9 @@ class EtaSettings:
     budget_s: float
     max_jobs: int
     unbounded_runtime_s: float
+    # Correct the replay's ranges by the record of past estimates (`sim.calibration`);
+    # bench.eta turns it off to measure the replay alone.
+    calibrate: bool = True
 
     @classmethod
     def from_settings(cls) -> EtaSettings:
@@ -131,10 +136,13 @@ def refresh_estimates(
     *,
     monotonic: Callable[[], float] = time.monotonic,
     fence: Callable[[], None] = lambda: None,
+    record: EstimateLog | None = None,
 ) -> Refreshed:
     """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
     its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one); `fence` is
-    called inside the writing transaction (the daemon's `Lease.fence`)."""
+    called inside the writing transaction (the daemon's `Lease.fence`); `record`, the
+    estimator's own record (`sim.calibration`), keeps the replay's ranges and corrects
+    them (the caller settles it with the starts since its last refresh)."""
     groups = {core_job_id(key): job_groups(row) for key, row in rows.items()}
     deadline = monotonic() + config.budget_s
     # 2. order and positions, 3. estimates of the head of the queue, on a budget
@@ -146,9 +154,32 @@ def refresh_estimates(
         max_jobs=config.max_jobs,
         stop=lambda: monotonic() >= deadline,
     )
+    ranges = found.ranges
+    if record is not None:  # 3b. corrected by the record of past estimates
+        record.record(snapshot.now, ranges, groups)
+        adjust = record.calibration.adjust
+        ranges = {job: adjust(groups.get(job, ()), snapshot.now, *r) for job, r in ranges.items()}
     # 4. store
-    _store(found.positions, found.ranges, _dt(snapshot.now) or datetime.now(tz=UTC), fence)
+    _store(found.positions, ranges, _dt(snapshot.now) or datetime.now(tz=UTC), fence)
     return Refreshed(len(found.positions), len(found.ranges), found.stopped, found.capped)
+
+
+def settle_record(record: EstimateLog, waiting: Iterable[str]) -> int:
+    """Turn the recorded estimates of jobs no longer `waiting` (core ids) into pairs: those
+    that started, at their first allocation's start (the admission); the others (cancelled,
+    or started and requeued before this read) are forgotten. Returns the pairs made."""
+    still = set(waiting)
+    gone = [job for job in record.waiting if job not in still]
+    if not gone:
+        return 0
+    firsts = (
+        Allocation.objects.filter(job_id__any=[job_pk(job) for job in gone])
+        .values("job_id")
+        .annotate(at=Min("started_at"))
+    )
+    starts = {core_job_id(row["job_id"]): row["at"].timestamp() for row in firsts}
+    record.forget(job for job in gone if job not in starts)
+    return record.settle(starts)
 
 
 # A job holding devices in one of these states runs (or is about to); in any other it is
@@ -263,6 +294,9 @@ class EtaRefresher:
     refreshed_at: float = float("-inf")
     model: RuntimeModel | None = None
     model_at: float = float("-inf")
+    # The estimator's own record (`sim.calibration`), kept between refreshes as the
+    # history is; its scale is the refresh period (an estimate is no finer than that).
+    record: EstimateLog | None = None
     last: Refreshed | None = None
     _pool: ProcessPoolExecutor | None = None
     _running: Future[tuple[Refreshed | None, str]] | None = None
@@ -302,6 +336,9 @@ class EtaRefresher:
                 max_pending=asked.max_pending,
                 per_queue=asked.per_queue,
             )
+            record = self._record()
+            if record is not None:
+                settle_record(record, (job.id for job in built.snapshot.pending))
             self.last = refresh_estimates(
                 built.snapshot,
                 built.jobs,
@@ -310,6 +347,7 @@ class EtaRefresher:
                 self.config,
                 monotonic=self.monotonic,
                 fence=asked.fence,
+                record=record,
             )
         except (DatabaseError, LeaseLost):
             raise
@@ -371,6 +409,11 @@ class EtaRefresher:
         pool, self._pool, self._running = self._pool, None, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+    def _record(self) -> EstimateLog | None:
+        if self.record is None and self.config.calibrate:
+            self.record = EstimateLog(Calibration(floor_s=max(1.0, self.config.every_s)))
+        return self.record
 
     def _model(self, now: float) -> RuntimeModel:
         if self.model is None or now - self.model_at >= self.history_every_s:

@@ -24,6 +24,7 @@ from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
 from scheduler.services import job_cancel
+from scheduler.sim.calibration import Calibration, EstimateLog, corrected, score
 from tests import factories as f
 from tests.daemon.conftest import LOOP_WATCHDOG_S, Env, expire_leases, make_env, watched
 
@@ -515,3 +516,51 @@ def test_the_daemons_loop_refreshes_in_the_background_on_postgresql_only(
     daemon.run()
     assert started == ([True] if connection.vendor == "postgresql" else [])
     assert daemon.estimates._pool is None
+
+
+@pytest.mark.parametrize("calibrated", [True, False], ids=["with-record", "without"])
+def test_estimates_are_corrected_by_the_record_of_past_starts(
+    one_node: Env, calibrated: bool
+) -> None:
+    # No history: the runner is expected to run its 4000 s max and `first` to start then.
+    # It is cancelled a second later and `first` starts a second after that, before the
+    # next refresh: the record pairs the one estimate of `first` (a wait of 4000 s) with
+    # the 2 s it waited. `second`, then waiting behind `first` (max 4000 s, no history), is
+    # estimated by the replay at first's start + 4000 s and moved by that score: the record
+    # learnt that this kind of job starts far sooner than the max says.
+    env = one_node
+    runner = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    first = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    daemon = env.daemon()
+    record = EstimateLog(Calibration(floor_s=30.0, min_pairs=1)) if calibrated else None
+    daemon.estimates = EtaRefresher(SETTINGS, record=record)
+    env.run(daemon)
+    made_at = env.clock()
+    predicted = JobQueueEstimate.objects.get(job=first).eta_p50
+    assert predicted is not None
+    job_cancel(user=env.org.users["alice"], job=runner, reason="")
+    second = env.submit(resources={"gpus": 8}, max_runtime_s=4000)
+    for _ in range(10):  # the runner stops and first is admitted; no refresh due meanwhile
+        env.run(daemon, seconds=1)
+        if Allocation.objects.filter(job=first).exists():
+            break
+    started = Allocation.objects.get(job=first).started_at
+    env.run(daemon, seconds=30)  # the refresh
+    estimate = JobQueueEstimate.objects.get(job=second)
+    assert estimate.estimated_at == _dt(env.clock()) and estimate.eta_p50 is not None
+    replay = started + timedelta(seconds=4000)  # first runs its max, then second starts
+    if not calibrated:
+        assert estimate.eta_p50 == replay
+        return
+    # first waited a few seconds (the cycles of the stop): with 3 s, the score is
+    # (3 - 4000) / (4000 + 30) = -0.992, and the replay's wait of second, w = 4000 - 30 s
+    # at the refresh, is moved to w - 0.992 * (w + 30) = 3 s
+    waited = started.timestamp() - made_at
+    assert 0 < waited < 10 and predicted == _dt(made_at + 4000)
+    residual = score(made_at, predicted.timestamp(), started.timestamp(), 30.0)
+    assert residual == pytest.approx((waited - 4000) / 4030)
+    now = env.clock()
+    assert estimate.eta_p50.timestamp() == pytest.approx(
+        corrected(now, replay.timestamp(), residual, 30.0), abs=1e-3
+    )
+    assert estimate.eta_p50 < _dt(now + 10)

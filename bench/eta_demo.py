@@ -1,0 +1,151 @@
+"""`python -m bench.eta --demo`: the estimates against the actual starts on the demo load.
+
+The demo organisation (`scheduler.demo.seed_demo`: acme's teams, quotas, users, projects and
+approval policies) on the demo's simulated cluster (`inventory.demo_nodes`), fed by the demo's
+own load generator (`DemoLoad`, after every cycle as `run_scheduler` runs it), scheduled by the
+daemon on wall-clock time with its estimates refreshed by its own path (`EtaRefresher`), for
+`minutes`; the recorder of bench.eta_daemon records every estimate and the naive baseline.
+
+The demo's jobs run minutes (30 s to 15 min); `speed` divides their durations, their max
+runtimes and the generator's period (at 10, the default, a pretraining of 4-15 min runs 24-90
+s), as `--stretch` scales the Kueue trace. The seeded jobs of `seed_demo` (600 s runs of an
+hour-long scale) are cancelled first: the load alone is measured. A job's runtime is drawn
+uniformly within its template's range, so the template (user, project, type) predicts it no
+better than that range.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from pathlib import Path
+from typing import Any
+
+from scheduler.core import Profile
+
+DEMO_EVERY_S = 15.0  # run_scheduler's --demo-every
+
+
+def scaled_templates(speed: float) -> list[Any]:
+    """The demo load's templates with their durations divided by `speed` (whole seconds,
+    at least 1: the spec's unit)."""
+    from scheduler.backends.simulated.load import TEMPLATES
+
+    out = []
+    for user, project, name, kind, replicas, gpus, flavor, (low, high), extra in TEMPLATES:
+        span = (max(1, round(low / speed)), max(1, round(high / speed)))
+        out.append((user, project, name, kind, replicas, gpus, flavor, span, extra))
+    return out
+
+
+def run(
+    profile: Profile,
+    *,
+    minutes: float,
+    speed: float,
+    seed: int,
+    every_s: float,
+    budget_s: float,
+    max_jobs: int,
+    history_every_s: float,
+    poll_s: float,
+    interval_s: float,
+    calibrate: bool,
+    workdir: Path,
+) -> dict[str, Any]:
+    """The demo load through the daemon on the database Django is set up on (it must be
+    empty). Returns bench.eta_daemon's figures."""
+    from django.conf import settings
+    from django.db import connections
+
+    from bench.eta import Estimate
+    from bench.eta_daemon import _figures, recorder
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import demo_nodes
+    from scheduler.backends.simulated.load import DemoLoad
+    from scheduler.daemon.loop import Daemon
+    from scheduler.demo import seed_demo
+    from scheduler.eta import EtaRefresher, EtaSettings
+    from scheduler.leader import Lease
+    from scheduler.models import FINAL_STATES, Job, JobQueueEstimate
+    from scheduler.services import job_cancel
+
+    seed_demo()
+    for job in Job.objects.exclude(state__in=FINAL_STATES):
+        job_cancel(user=job.submitted_by, job=job, reason="bench.eta --demo: the load alone")
+    backend = SimulatedCluster(demo_nodes(), start_delay_s=0.0, grace_cap_s=0.0)
+    load = DemoLoad(
+        time.time, every_s=DEMO_EVERY_S / speed, seed=seed, templates=scaled_templates(speed)
+    )
+    config = EtaSettings(
+        every_s, budget_s, max_jobs, settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S, calibrate
+    )
+    refreshes: list[dict[str, Any]] = []
+    estimated: set[tuple[int, float]] = set()  # (job, estimated_at) per the daemon's refreshes
+    cycles = 0
+    start = time.time()
+
+    def on_cycle(d: Daemon) -> None:
+        nonlocal cycles
+        cycles += 1
+        load.tick(d)
+        if d.last is not None and "estimates" in d.last.phases_ms and d.estimates.last:
+            at = d.estimates.refreshed_at
+            if not refreshes or refreshes[-1]["at"] != at:
+                done = d.estimates.last
+                refreshes.append(
+                    {"at": at, "ms": d.last.phases_ms["estimates"], "stopped": done.stopped}
+                )
+                for job_id, stamp in JobQueueEstimate.objects.values_list("job_id", "estimated_at"):
+                    if stamp is not None:
+                        estimated.add((job_id, stamp.timestamp()))
+        if time.time() - start >= minutes * 60:
+            d.stop.set()
+
+    daemon = Daemon(
+        backend,
+        lease=Lease(ttl_s=60),
+        profile=profile,
+        interval_s=interval_s,
+        max_pending=100_000,
+        per_queue=0,
+        sync_every_s=min(1.0, interval_s),
+        on_cycle=on_cycle,
+    )
+    daemon.estimates = EtaRefresher(config=config, history_every_s=history_every_s)
+    daemon.lease.acquire()
+    daemon.sync_nodes(force=True)
+    connections.close_all()  # the forked recorder opens its own
+    stop = multiprocessing.get_context("fork").Event()
+    recorded = workdir / "estimates.json"
+    recording = multiprocessing.get_context("fork").Process(
+        target=recorder, args=(recorded, poll_s, stop, profile, max_jobs), daemon=True
+    )
+    recording.start()
+    try:
+        daemon.run()
+    finally:
+        stop.set()
+        recording.join()
+    seen = json.loads(recorded.read_text())
+    estimates = [Estimate(str(job), at, p50, p90) for job, at, p50, p90 in seen["estimates"]]
+    naive = [Estimate(str(job), at, p50, p90) for job, at, p50, p90 in seen["naive"]]
+    submitted = Job.objects.filter(created_at__gte=_dt(start)).count()
+    load_figures = {"submitted_by_load": load.count, "speed": speed, "minutes": minutes}
+    return load_figures | _figures(
+        estimates,
+        naive,
+        jobs=submitted,
+        wall_s=time.time() - start,
+        cycles=cycles,
+        refreshes=refreshes,
+        refreshes_seen=seen["refreshes_seen"],
+        unrecorded=len(estimated - {(int(e.job), e.at) for e in estimates}),
+    )
+
+
+def _dt(at: float) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(at, tz=UTC)

@@ -1,0 +1,152 @@
+"""Start ranges corrected by the estimator's own record: conformal-style calibration.
+
+The replay (``sim.runtimes``) is right about what it models and blind to the rest: jobs that
+arrive after the estimate and go ahead, the daemon's admission lag (a job starts at the
+cycle after its devices came back, not at that instant), runtimes that the history gets
+wrong. Each of these bends the estimates of a kind of job the same way again and again. So
+every estimate is kept until its job starts (``EstimateLog``), and the pair (estimate,
+actual start) then becomes a score (``score``): the error of the predicted wait over that
+wait plus ``floor_s``, a scale-free residual that a tiny predicted wait cannot blow up. A new
+estimate's p50 is moved by the median of the p50's scores of its group, its p90 by the 90th
+percentile of the p90's (conformalized quantile regression, Romano et al. 2019, on the
+replay's two starts): were the future like the recorded past, the actual start would fall
+before the p50 half of the time and before the p90 nine times in ten, which is what a
+p50 .. p90 range promises.
+
+Groups are the runtime groups (``runtimes.groups_of``), the narrowest with ``min_pairs``
+pairs speaking; each keeps its latest ``window`` pairs, so the correction follows a load that
+changes. Only settled pairs count (the job started): an estimate never learns from its own
+job's future. Pure: times are the caller's clock, nothing is read.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from scheduler.sim.runtimes import Groups, quantile
+
+# Fewer pairs than this and a group's quantiles are noise (the 90th percentile of 20 pairs
+# is the second largest): a wider group speaks.
+MIN_PAIRS = 20
+# Pairs kept per group, newest: the correction follows the load of the last few hundred starts.
+WINDOW = 400
+
+
+def score(made_at: float, predicted: float, actual: float, floor_s: float) -> float:
+    """How far the actual start fell from the predicted one, over the predicted wait plus
+    ``floor_s`` (> 0): 0 on time, > 0 late, -1 at most for a predicted wait of 0 s."""
+    wait = max(0.0, predicted - made_at)
+    return (actual - made_at - wait) / (wait + floor_s)
+
+
+def corrected(made_at: float, predicted: float, residual: float, floor_s: float) -> float:
+    """The start ``predicted`` at ``made_at`` moved by a ``score``: the inverse of `score`,
+    never before ``made_at``."""
+    wait = max(0.0, predicted - made_at)
+    return made_at + max(0.0, wait + residual * (wait + floor_s))
+
+
+@dataclass(slots=True)
+class Calibration:
+    """The settled pairs' scores per group, for the p50 and for the p90."""
+
+    floor_s: float
+    min_pairs: int = MIN_PAIRS
+    window: int = WINDOW
+    p50: dict[Hashable, deque[float]] = field(default_factory=dict)
+    p90: dict[Hashable, deque[float]] = field(default_factory=dict)
+
+    def observe(
+        self, groups: Groups, made_at: float, p50: float, p90: float, actual: float
+    ) -> None:
+        """One settled pair: an estimate made at ``made_at`` of a job that started at ``actual``."""
+        for scores, predicted in ((self.p50, p50), (self.p90, p90)):
+            residual = score(made_at, predicted, actual, self.floor_s)
+            for group in groups:
+                scores.setdefault(group, deque(maxlen=self.window)).append(residual)
+
+    def adjust(
+        self, groups: Groups, made_at: float, p50: float | None, p90: float | None
+    ) -> tuple[float | None, float | None]:
+        """The replay's (p50, p90) starts, made at ``made_at``, corrected by the narrowest of
+        ``groups`` with enough pairs (unchanged without one); p90 never before p50. None
+        (not within the horizon) stays None."""
+        early = self._moved(self.p50, groups, made_at, p50, 0.5)
+        late = self._moved(self.p90, groups, made_at, p90, 0.9)
+        if early is not None and late is not None:
+            late = max(early, late)
+        return early, late
+
+    def _moved(
+        self,
+        scores: Mapping[Hashable, deque[float]],
+        groups: Groups,
+        made_at: float,
+        predicted: float | None,
+        q: float,
+    ) -> float | None:
+        if predicted is None:
+            return None
+        found = next((scores[g] for g in groups if len(scores.get(g, ())) >= self.min_pairs), None)
+        if found is None:
+            return predicted
+        return corrected(made_at, predicted, quantile(list(found), q), self.floor_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Outstanding:
+    """An estimate (the replay's, before correction) waiting for its job to start."""
+
+    groups: Groups
+    made_at: float
+    p50: float
+    p90: float
+
+
+# Estimates kept per waiting job at most: past it every other one is dropped, so a job that
+# waits for days keeps estimates from its whole wait in bounded memory.
+MAX_PER_JOB = 64
+
+
+@dataclass(slots=True)
+class EstimateLog:
+    """The estimates of jobs still waiting, until their start turns them into pairs: every
+    estimate, as the figures of bench.eta count them, up to ``max_per_job`` per job (then
+    thinned, every other one dropped)."""
+
+    calibration: Calibration
+    max_per_job: int = MAX_PER_JOB
+    waiting: dict[str, list[Outstanding]] = field(default_factory=dict)
+
+    def record(
+        self,
+        made_at: float,
+        ranges: Mapping[str, tuple[float | None, float | None]],
+        groups: Mapping[str, Groups],
+    ) -> None:
+        """The replay's ranges made at ``made_at`` (those beyond the horizon are not kept)."""
+        for job_id, (p50, p90) in ranges.items():
+            if p50 is None or p90 is None:
+                continue
+            kept = self.waiting.setdefault(job_id, [])
+            if len(kept) >= self.max_per_job:
+                kept[:] = kept[1::2]
+            kept.append(Outstanding(groups.get(job_id, ()), made_at, p50, p90))
+
+    def settle(self, starts: Mapping[str, float]) -> int:
+        """Jobs that started (job id -> start): their estimates become pairs; returns how
+        many pairs. A start before an estimate (a stale read) is not a pair."""
+        pairs = 0
+        for job_id, actual in starts.items():
+            for e in self.waiting.pop(job_id, ()):
+                if actual >= e.made_at:
+                    self.calibration.observe(e.groups, e.made_at, e.p50, e.p90, actual)
+                    pairs += 1
+        return pairs
+
+    def forget(self, job_ids: Iterable[str]) -> None:
+        """Jobs that left the queue without starting (cancelled): no pair."""
+        for job_id in job_ids:
+            self.waiting.pop(job_id, None)
