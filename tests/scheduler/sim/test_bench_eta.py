@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bench import eta
 from scheduler.sim.runtimes import quantile
@@ -107,3 +110,64 @@ def test_bench_eta_through_the_daemon_records_every_estimate(
     assert result["estimates"] > 0 and result["jobs_estimated"] > 0
     assert result["jobs_estimated"] + result["started_never_estimated"] == result["jobs_started"]
     assert 0 <= result["coverage"] <= 1
+
+
+def _shares(runtimes: str) -> dict[tuple[str, str], list[float]]:
+    """Each (team, class)'s runtimes as shares of their max, in the trace of `runtimes`."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for job in eta.workload(1, 0.2, seed=3, runtimes=runtimes):
+        request = job.request
+        assert request.max_runtime_s is not None
+        share = job.duration_s / request.max_runtime_s
+        assert 0 < share <= 1
+        out.setdefault((request.tenant, request.priority_class), []).append(share)
+    return out
+
+
+def _spread(values: list[float]) -> float:
+    return quantile(values, 0.9) - quantile(values, 0.1)
+
+
+@pytest.mark.parametrize(("runtimes", "recurring"), [("recurring", True), ("independent", False)])
+def test_recurring_runtimes_differ_between_groups_more_than_within(
+    runtimes: str, recurring: bool
+) -> None:
+    # "recurring": each (team, class) has its typical share and its jobs stay near it, so
+    # the typical spread within a group (p10..p90) is smaller than that of the groups'
+    # medians; "independent": every job at random, the groups' medians close together.
+    groups = _shares(runtimes)
+    within = quantile([_spread(v) for v in groups.values()], 0.5)
+    between = _spread([quantile(v, 0.5) for v in groups.values()])
+    assert (within < between) is recurring
+
+
+def test_the_independent_trace_is_the_one_measured_before() -> None:
+    # The option draws nothing more for "independent": its runtimes come from the same
+    # random stream as before the option existed (each job one triangular draw, in order).
+    rng = random.Random(1)
+    jobs = eta.workload(1, 0.2, seed=1)
+    for job in jobs:
+        assert job.request.max_runtime_s is not None
+        assert job.duration_s == job.request.max_runtime_s * rng.triangular(0.1, 1.0, 0.3)
+
+
+def test_an_oracle_of_runtimes_and_arrivals_is_exact(tmp_path: Path) -> None:
+    # The replay is the engine itself: told every runtime and every arrival to come, its
+    # estimates are the actual starts, so what error the learned estimator has is the
+    # runtimes' and the arrivals' (bench.eta --oracle splits it so).
+    out = tmp_path / "out.json"
+    eta.main(["--engine-only", "--fraction", "0.05", "--every", "1", "--oracle", "all",
+              "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["estimates"] > 0
+    assert result["median_abs_error_s"] == 0 and result["median_abs_error_rel"] == 0
+    assert result["trace"]["calibrated"] is False  # an oracle is never corrected
+
+
+def test_calibrated_figures_carry_the_replays_own_beside(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    eta.main(["--engine-only", "--fraction", "0.05", "--every", "1", "--runtimes", "recurring",
+              "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["trace"]["calibrated"] is True
+    assert result["uncalibrated"]["estimates"] == result["estimates"] > 0
