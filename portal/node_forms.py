@@ -13,7 +13,11 @@ ACTIONS = [
     ("drain", "Drain"),
     ("uncordon", "Uncordon"),
     ("heal", "Heal"),
+    # The simulated cluster only (portal/views/nodes.py refuses them elsewhere).
+    ("fail", "Simulate failure"),
+    ("recover", "Recover"),
 ]
+SIMULATED_ONLY = {"fail", "recover"}
 
 
 class NodeFilterForm(forms.Form):

@@ -1,6 +1,7 @@
 """The Nodes pages, for platform admins (everyone else gets a 404): the inventory, one node
 with its devices and what runs there, and cordon, drain, uncordon and heal through the same
-services as the node API (scheduler/nodes.py), audited there."""
+services as the node API (scheduler/nodes.py), audited there. On the simulated cluster, a
+simulated failure and its recovery too (`POST /api/v1/nodes/{id}/fail/` and the opposite)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.errors import DomainError
 from portal.decorators import login_required
-from portal.node_forms import NodeActionForm, NodeFilterForm
+from portal.node_forms import SIMULATED_ONLY, NodeActionForm, NodeFilterForm
 from scheduler import nodes as services
 from scheduler.models import Node
 from scheduler.node_selectors import (
@@ -73,9 +74,14 @@ def node_list(request: HttpRequest) -> HttpResponse:
     return render(request, "portal/nodes/list.html", context, status=400 if invalid else 200)
 
 
+def _simulated() -> bool:
+    return bool(settings.GANTRY_CLUSTER_BACKEND == "simulated")
+
+
 def _detail_context(node: Node) -> dict[str, Any]:
     detail = node_detail_data(node)
     return {
+        "simulated": _simulated(),
         "node": node,
         "detail": detail,
         "mig_layout": node_mig_layout(node),
@@ -101,6 +107,15 @@ def _act(user: Any, node: Node, action: str, reason: str) -> str:
     if action == "drain":
         services.node_drain(user=user, node=node, reason=reason)
         return f"Node {node.name} draining: the scheduler stops its jobs on its next cycle."
+    if action == "fail":
+        services.node_set_failed(user=user, node=node, failed=True)
+        return (
+            f"Node {node.name} failed (simulated): its pods are lost and the scheduler "
+            "requeues its jobs on its next cycle."
+        )
+    if action == "recover":
+        services.node_set_failed(user=user, node=node, failed=False)
+        return f"Node {node.name} recovered (simulated): it reports Ready again."
     if action == "uncordon":
         services.node_uncordon(user=user, node=node)
         return f"Node {node.name} uncordoned: it takes new jobs again."
@@ -117,6 +132,9 @@ def node_action(request: HttpRequest, pk: int) -> HttpResponse:
         context = {**_detail_context(node), "form": form}
         return render(request, "portal/nodes/detail.html", context, status=400)
     data = form.cleaned_data
+    if data["action"] in SIMULATED_ONLY and not _simulated():
+        messages.error(request, "Node failures are simulated only on the simulated cluster.")
+        return redirect("portal:node-detail", pk=node.pk)
     if data["action"] == "drain" and not data["confirm"]:
         context = {**_detail_context(node), "form": form}
         return render(request, "portal/nodes/confirm_drain.html", context)

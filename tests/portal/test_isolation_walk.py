@@ -118,6 +118,7 @@ ROUTES: dict[str, list[Case]] = {
     "node-action": [
         Case(kwargs=_node, body=lambda w, t: {"action": "drain", "confirm": "on"}),
         Case(kwargs=_node, body=lambda w, t: {"action": "heal"}),
+        Case(kwargs=_node, body=lambda w, t: {"action": "fail"}),
     ],
     "jobs": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-rows": [Case(query=lambda t: {"project": t.queued.project_id})],
