@@ -110,7 +110,14 @@ class JobSubmitForm(forms.Form):
     replicas = forms.IntegerField(min_value=1, initial=1, help_text="All replicas start together.")
     min_replicas = forms.IntegerField(required=False, min_value=1)
     max_replicas = forms.IntegerField(required=False, min_value=1)
-    gpus = forms.IntegerField(label="GPUs per replica", min_value=0, initial=1)
+    # Blank when a GPU share or a MIG slice is asked instead (`clean`).
+    gpus = forms.IntegerField(
+        label="GPUs per replica",
+        min_value=0,
+        initial=1,
+        required=False,
+        help_text="Blank with a GPU share or MIG profile.",
+    )
     gpu_milli = forms.IntegerField(
         label="GPU share (milli)", required=False, help_text="Instead of GPUs: 500 = half a GPU."
     )
@@ -154,6 +161,17 @@ class JobSubmitForm(forms.Form):
         if job_type in TYPE_DEFAULTS:
             self.initial.update({"job_type": job_type, **TYPE_DEFAULTS[job_type]})
 
+    def clean(self) -> dict[str, Any]:
+        """Whole GPUs, or instead a share of one (gpu_milli, with its GPU memory) or a MIG
+        slice: "GPUs per replica" is needed only when neither is given."""
+        data = super().clean() or self.cleaned_data
+        alternative = data.get("gpu_milli") is not None or data.get("mig_profile")
+        if data.get("gpus") is None and not alternative and "gpus" not in self.errors:
+            self.add_error(
+                "gpus", "give the GPUs per replica (0 for none), or a GPU share or MIG profile."
+            )
+        return data
+
     def clean_command(self) -> list[str]:
         try:
             return shlex.split(self.cleaned_data["command"])
@@ -193,7 +211,9 @@ class JobSubmitForm(forms.Form):
         if "retry_limit" in data:
             payload["retry"] = {"limit": data["retry_limit"]}
         resources: dict[str, Any] = {
-            key: data[key] for key in ("gpus", "cpu_milli", "memory_mib") if key in data
+            key: data[key]
+            for key in ("gpus", "cpu_milli", "memory_mib")
+            if data.get(key) is not None
         }
         payload["resources"] = resources
         for key in ("gpu_milli", "gpu_memory_mib"):

@@ -16,7 +16,10 @@
   }
 
   // Job form: defaults per job type, inference-only fields, the team's default priority.
+  // Run on load and again on the form the Quote button's answer swaps in (once per form).
   function setupJobForm(form) {
+    if (form.dataset.enhanced) return;
+    form.dataset.enhanced = "true";
     var typeDefaults = readJson("type-defaults");
     var priorityDefaults = readJson("priority-defaults");
     var type = form.elements["job_type"];
@@ -61,6 +64,8 @@
     }
   }, true);
   document.addEventListener("htmx:afterSettle", function () {
+    var form = document.getElementById("job-form");
+    if (form) setupJobForm(form);
     document.querySelectorAll(".log").forEach(function (pane) {
       if (pane.dataset.pinned !== "false") pane.scrollTop = pane.scrollHeight;
     });
