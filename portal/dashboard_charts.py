@@ -31,7 +31,21 @@ def _layout(title: str, unit: str, **extra: Any) -> dict[str, Any]:
 
 
 def _line(name: str, x: list[Any], y: list[Any], **extra: Any) -> go.Scatter:
-    return go.Scatter(name=name, x=x, y=y, mode="lines", **extra)
+    return go.Scatter(name=name, x=x, y=y, mode=_mode(x, y), **extra)
+
+
+def _mode(x: list[Any], y: list[Any]) -> str:
+    """A line needs two points: a series of one window (a new cluster's first, or one
+    between gaps) or with all its points at one time would draw nothing, so those get
+    markers as well."""
+    if len(set(x)) < 2:
+        return "lines+markers"
+    for i, value in enumerate(y):
+        before = i > 0 and y[i - 1] is not None
+        after = i + 1 < len(y) and y[i + 1] is not None
+        if value is not None and not (before or after):
+            return "lines+markers"
+    return "lines"
 
 
 def _figure(traces: list[Any], layout: dict[str, Any]) -> Any:
