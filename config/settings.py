@@ -310,8 +310,6 @@ CELERY_TIMEZONE = "UTC"
 # (docs/faults.md 10).
 CELERY_BEAT_SCHEDULE = {
     "approvals-expire": {"task": "tenants.tasks.approvals_expire", "schedule": 300.0},
-    # Each run meters every closed hour not metered yet, so a late or missed run catches up.
-    "billing-meter": {"task": "billing.tasks.meter_closed_hours", "schedule": 3600.0},
     # Closes the previous month for every organisation once it is metered and the grace over.
     "billing-close-month": {"task": "billing.tasks.close_previous_month", "schedule": 3600.0},
     # Allocations against usage records: an error and a gauge on /metrics for any gap.
@@ -478,6 +476,15 @@ except ValueError as _error:
 # Metering meters an hour this long after it ended, so that the daemon's last writes about it
 # (an allocation ended a few seconds late) are in before its usage is fixed for good.
 GANTRY_METERING_DELAY_S = float(os.environ.get("GANTRY_METERING_DELAY_S", "300"))
+# Each run meters every closed hour not metered yet, so a late or missed run catches up. It
+# runs hourly at the minute each hour becomes due (minute 5 for 300 s), so the portal can say
+# when costs appear (billing/metering_schedule.py).
+from billing.metering_schedule import metering_beat_schedule  # noqa: E402
+
+CELERY_BEAT_SCHEDULE["billing-meter"] = {
+    "task": "billing.tasks.meter_closed_hours",
+    "schedule": metering_beat_schedule(GANTRY_METERING_DELAY_S),
+}
 # The month is closed automatically this many hours after it ended (and once it is metered
 # completely): time for finance to look before the statements are frozen.
 GANTRY_BILLING_CLOSE_AFTER_H = float(os.environ.get("GANTRY_BILLING_CLOSE_AFTER_H", "24"))

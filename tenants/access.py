@@ -201,6 +201,20 @@ def can_submit(user: Any, project: Project) -> bool:
     return grants.platform_admin or grants.role_on(project.tenant) is not None
 
 
+def may_submit_somewhere(user: Any) -> bool:
+    """Whether a "Submit a job" button is shown: `can_submit`'s rule without a project
+    (a role on some team, or platform admin); finance alone may not."""
+    grants = grants_for(user)
+    return grants.platform_admin or bool(grants.roles_by_path)
+
+
+def may_see_costs(user: Any) -> bool:
+    """The Costs page: finance and platform admins (everything), tenant admins (their
+    subtrees)."""
+    grants = grants_for(user)
+    return grants.sees_everything or Role.ADMIN in grants.roles_by_path.values()
+
+
 # --- helpers -----------------------------------------------------------------------------
 
 

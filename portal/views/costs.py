@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET
 from billing.api.cost_serializers import next_month
 from billing.burn_down import burn_downs
 from billing.cost_charts import cost_charts, visible_month_lines
+from billing.metering_schedule import metering_times
 from billing.reconcile import cluster_reconciliation_kept
 from billing.selectors import tenant_costs
 from billing.statements import SplitsMemo
@@ -31,15 +32,27 @@ from portal.views.cost_exports import section_context
 from tenants import access
 
 
+def clock() -> datetime:
+    """Now, read through this name so that tests can set it."""
+    return datetime.now(UTC)
+
+
 def _month(text: str | None) -> tuple[datetime | None, str | None]:
     """ "2031-01" -> its first instant (UTC); the current month when left out."""
     if not text:
-        now = datetime.now(UTC)
+        now = clock()
         return datetime(now.year, now.month, 1, tzinfo=UTC), None
     try:
         return datetime.strptime(text, "%Y-%m").replace(tzinfo=UTC), None
     except ValueError:
         return None, f"{text[:20]!r} is not a month (YYYY-MM)."
+
+
+def _metering_if_current(start: datetime) -> Any:
+    """When the next metering runs, for the month still being metered (an empty chart of
+    it then says when costs appear); None for a month already past or still to come."""
+    now = clock()
+    return metering_times(now) if (start.year, start.month) == (now.year, now.month) else None
 
 
 @login_required
@@ -49,7 +62,7 @@ def costs(request: HttpRequest) -> HttpResponse:
     tenant_id = request.GET.get("tenant")
     top = access.access_tenant(user, tenant_id) if tenant_id else None
     grants = access.grants_for(user)
-    if not (grants.sees_everything or "admin" in grants.roles_by_path.values()):
+    if not access.may_see_costs(user):
         raise PermissionDenied("Costs are for finance, platform admins and tenant admins.")
     start, error = _month(request.GET.get("month"))
     context: dict[str, Any] = {
@@ -71,6 +84,7 @@ def costs(request: HttpRequest) -> HttpResponse:
                 user, start, end, top, lines=month_lines[start]
             )
             context["charts"] = cost_charts(settings.GANTRY_BILLING_CURRENCY, month_lines)
+            context["metering"] = _metering_if_current(start)
             context["figures"] = figures(context["charts"])
             context["burn_downs"] = drawn_burn_downs(burn_downs(user, start, top))
             if grants.sees_everything:

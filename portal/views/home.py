@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from billing.burn_down import burn_downs
 from billing.cost_charts import cost_charts, visible_month_lines
+from billing.metering_schedule import metering_times
 from common.errors import DomainError
 from portal import selectors
 from portal.charts import drawn_burn_downs, figures
@@ -64,6 +65,7 @@ def _finance_section(user: Any, now: datetime) -> dict[str, Any]:
     else:
         section["charts"], section["figures"] = charts, figures(charts)
         section["burn_downs"] = drawn_burn_downs(burn_downs(user, now))
+        section["metering"] = metering_times(now)
     return section
 
 
