@@ -21,6 +21,7 @@ job's future. Pure: times are the caller's clock, nothing is read.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,12 @@ def score(made_at: float, predicted: float, actual: float, floor_s: float) -> fl
     ``floor_s`` (> 0): 0 on time, > 0 late, -1 at most for a predicted wait of 0 s."""
     wait = max(0.0, predicted - made_at)
     return (actual - made_at - wait) / (wait + floor_s)
+
+
+def wait_bucket(wait: float, floor_s: float) -> int:
+    """The scale of a predicted wait, in doublings of ``floor_s``: 0 under ``floor_s`` (the
+    job starts at the next refresh or so), 1 under 3 x, 2 under 7 x, and so on."""
+    return int(math.log2(1.0 + max(0.0, wait) / floor_s))
 
 
 def corrected(made_at: float, predicted: float, residual: float, floor_s: float) -> float:
@@ -64,8 +71,15 @@ class Calibration:
         """One settled pair: an estimate made at ``made_at`` of a job that started at ``actual``."""
         for scores, predicted in ((self.p50, p50), (self.p90, p90)):
             residual = score(made_at, predicted, actual, self.floor_s)
-            for group in groups:
-                scores.setdefault(group, deque(maxlen=self.window)).append(residual)
+            for cell in self._cells(groups, predicted - made_at):
+                scores.setdefault(cell, deque(maxlen=self.window)).append(residual)
+
+    def _cells(self, groups: Groups, wait: float) -> list[Hashable]:
+        """Each group split by the predicted wait's scale (``wait_bucket``): a job the replay
+        starts at once is right far more often than one it expects in an hour, and a
+        correction learnt on the latter would move the former off its mark."""
+        bucket = wait_bucket(wait, self.floor_s)
+        return [(group, bucket) for group in groups]
 
     def adjust(
         self, groups: Groups, made_at: float, p50: float | None, p90: float | None
@@ -89,7 +103,8 @@ class Calibration:
     ) -> float | None:
         if predicted is None:
             return None
-        found = next((scores[g] for g in groups if len(scores.get(g, ())) >= self.min_pairs), None)
+        cells = self._cells(groups, predicted - made_at)
+        found = next((scores[c] for c in cells if len(scores.get(c, ())) >= self.min_pairs), None)
         if found is None:
             return predicted
         return corrected(made_at, predicted, quantile(list(found), q), self.floor_s)

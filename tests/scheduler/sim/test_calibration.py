@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.sim.calibration import Calibration, EstimateLog, corrected, score
+from scheduler.sim.calibration import Calibration, EstimateLog, corrected, score, wait_bucket
 
 SMALL = (("tenant-type", "a", "small"), ("type", "small"), ("all",))
 LARGE = (("tenant-type", "a", "large"), ("type", "large"), ("all",))
@@ -31,6 +31,14 @@ def test_score(
     assert corrected(made_at, predicted, expected, floor) == pytest.approx(actual)
 
 
+@pytest.mark.parametrize(
+    ("wait", "bucket"), [(0.0, 0), (9.9, 0), (10.0, 1), (29.9, 1), (30.0, 2), (70.0, 3)]
+)
+def test_wait_bucket_doubles(wait: float, bucket: int) -> None:
+    # floor 10: under 10 s, 10 to 30, 30 to 70, 70 to 150 ... (log2(1 + wait / 10))
+    assert wait_bucket(wait, 10.0) == bucket
+
+
 def test_corrected_never_before_the_estimate() -> None:
     # a wait of 10 s moved by -2 (twice its scale early): clipped at the estimate's time
     assert corrected(100.0, 110.0, -2.0, 2.0) == 100.0
@@ -47,12 +55,12 @@ def _calibration(pairs: list[tuple[float, float]], groups: tuple = SMALL) -> Cal
 def test_a_group_always_late_by_half_is_moved_later() -> None:
     # Five estimates of small jobs predicted a 90 s wait and waited 140, 145, 150, 155, 160 s:
     # scores (140 - 90) / (90 + 10) = 0.5 .. 0.7, median 0.6, p90 at rank 3.6 -> 0.68.
-    # A new estimate at t=1000 of a 40 s wait: p50 1000 + 40 + 0.6 * 50 = 1070,
-    # p90 (its replay's 60 s) 1000 + 60 + 0.68 * 70 = 1107.6.
+    # A new estimate at t=1000 of an 80 s wait (the same scale: 7-15 floors):
+    # p50 1000 + 80 + 0.6 * 90 = 1134, p90 (its replay's 100 s) 1000 + 100 + 0.68 * 110.
     calibration = _calibration([(90.0, a) for a in (140.0, 145.0, 150.0, 155.0, 160.0)])
-    p50, p90 = calibration.adjust(SMALL, 1000.0, 1040.0, 1060.0)
-    assert p50 == pytest.approx(1070.0)
-    assert p90 == pytest.approx(1107.6)
+    p50, p90 = calibration.adjust(SMALL, 1000.0, 1080.0, 1100.0)
+    assert p50 == pytest.approx(1134.0)
+    assert p90 == pytest.approx(1174.8)
 
 
 def test_a_group_without_enough_pairs_is_left_as_the_replay_said() -> None:
@@ -66,19 +74,29 @@ def test_the_narrowest_group_with_enough_pairs_speaks() -> None:
     calibration = _calibration([(90.0, 190.0)] * 5)
     for _ in range(5):
         calibration.observe(LARGE, 0.0, 90.0, 90.0, 90.0)
-    assert calibration.adjust(LARGE, 0.0, 40.0, 40.0) == (40.0, 40.0)
-    assert calibration.adjust(SMALL, 0.0, 40.0, 40.0) == (90.0, 90.0)
+    # (a wait of 80 s: 80 + 1 * (80 + 10) = 170)
+    assert calibration.adjust(LARGE, 0.0, 80.0, 80.0) == (80.0, 80.0)
+    assert calibration.adjust(SMALL, 0.0, 80.0, 80.0) == (170.0, 170.0)
     # a job of team b's small jobs has no group of its own yet: ("type", "small") speaks
     other = (("tenant-type", "b", "small"), ("type", "small"), ("all",))
-    assert calibration.adjust(other, 0.0, 40.0, 40.0) == (90.0, 90.0)
+    assert calibration.adjust(other, 0.0, 80.0, 80.0) == (170.0, 170.0)
+
+
+def test_a_job_due_at_once_is_not_moved_by_the_record_of_long_waits() -> None:
+    # The record holds 90 s waits that came late; a job the replay starts now (a wait
+    # under the 10 s floor) is of another scale: nothing in its cell, left as it is.
+    calibration = _calibration([(90.0, 190.0)] * 5)
+    assert calibration.adjust(SMALL, 0.0, 0.0, 5.0) == (0.0, 5.0)
 
 
 def test_the_p90_is_never_before_the_p50() -> None:
-    # p50 scores 1 (late), p90 scores -0.5: the p50 moves to 90, the p90 to 20 -> raised to 90
+    # p50 scores (90 - 40) / 50 = 1 (late), p90 scores (90 - 200) / 210 = -0.52: a new
+    # (40, 150) moves its p50 to 40 + 1 * 50 = 90 and its p90 to 150 - 0.52 * 160 = 66
+    # -> raised to 90
     calibration = Calibration(floor_s=10.0, min_pairs=5)
     for _ in range(5):
-        calibration.observe(SMALL, 0.0, 40.0, 200.0, 90.0)  # p90 score (90-200)/210 < 0
-    p50, p90 = calibration.adjust(SMALL, 0.0, 40.0, 40.0)
+        calibration.observe(SMALL, 0.0, 40.0, 200.0, 90.0)
+    p50, p90 = calibration.adjust(SMALL, 0.0, 40.0, 150.0)
     assert p50 == pytest.approx(90.0)
     assert p90 == p50
 
@@ -93,7 +111,8 @@ def test_only_the_latest_window_of_pairs_counts() -> None:
     calibration = Calibration(floor_s=10.0, min_pairs=5, window=5)
     for actual in [190.0] * 5 + [90.0] * 5:
         calibration.observe(SMALL, 0.0, 90.0, 90.0, actual)
-    assert calibration.adjust(SMALL, 0.0, 40.0, 40.0) == (40.0, 40.0)
+    # (all ten: median score 0.5, and 80 would move to 125)
+    assert calibration.adjust(SMALL, 0.0, 80.0, 80.0) == (80.0, 80.0)
 
 
 def test_the_log_turns_estimates_into_pairs_when_the_job_starts() -> None:
@@ -104,11 +123,12 @@ def test_the_log_turns_estimates_into_pairs_when_the_job_starts() -> None:
     log.record(10.0, {"j1": (50.0, 50.0), "j3": (None, None)}, groups)
     assert set(log.waiting) == {"j1", "j2"}  # one beyond the horizon is not kept
     log.forget(["j2"])
-    # j1 started at 100: scores (100 - 50) / 60 and (90 - 40) / 50 -> 5/6 and 1
+    # j1 started at 100: scores (100 - 50) / 60 and (90 - 40) / 50 -> 5/6 and 1, median
+    # 11/12; a new wait of 45 s (the same scale) moves to 45 + 11/12 * 55
     assert log.settle({"j1": 100.0}) == 2
     assert log.waiting == {}
-    p50, _ = log.calibration.adjust(SMALL, 0.0, 0.0, 0.0)
-    assert p50 == pytest.approx((5 / 6 + 1) / 2 * 10.0)
+    p50, _ = log.calibration.adjust(SMALL, 0.0, 45.0, 45.0)
+    assert p50 == pytest.approx(45.0 + 11 / 12 * 55.0)
 
 
 def test_a_start_before_an_estimate_is_no_pair() -> None:
