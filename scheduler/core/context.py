@@ -69,6 +69,8 @@ class CycleContext:
     fresh: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
     guarded: set[str] = field(default_factory=set)  # jobs a running job displaced (ping-pong)
+    # job -> (flavor, assignments) held for it until its turn (core.nomination)
+    nominated: dict[str, tuple[str, tuple[ReplicaAssignment, ...]]] = field(default_factory=dict)
     displaced_tenant: dict[str, str] | None = None  # their tenants, when first needed
     shrunk: set[str] = field(default_factory=set)  # elastic jobs that gave way: no regrowth now
     # live jobs by (flavor, tenant), best-effort ones under (flavor, BEST_EFFORT_GROUP):

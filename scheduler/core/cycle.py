@@ -14,6 +14,7 @@ from scheduler.core import reasons
 from scheduler.core.backfill import ends_before_reservation, hold_reservation, reserve
 from scheduler.core.context import CycleContext, Held
 from scheduler.core.facts import Facts, JobFacts, Mix, Shape
+from scheduler.core.nomination import hold_nominated, release
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
 from scheduler.core.plans import cause_of, describe, plan_later
@@ -76,8 +77,9 @@ def run_cycle(
     result is the same with or without it."""
     phase = on_phase or (lambda _name: None)
     try:
-        phase("snapshot")  # 1. tentative state and ledger from what runs
+        phase("snapshot")  # 1. tentative state and ledger from what runs, less the nominated
         ctx = build_context(snapshot, profile, held)
+        hold_nominated(ctx, snapshot.nominated)
         phase("order")  # 2. priority, fair share, age
         queue = _queue(ctx)
         phase("schedule")  # 3. admit, place, 4. preempt, 5. backfill: per job, best first
@@ -236,6 +238,9 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
 
 def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     """Admit and place one job, preempting or reserving as needed; or record its reason."""
+    if release(ctx, job):  # the room held for it is free again, for it first
+        out.memo.clear()
+        out.floors.clear()
     facts = ctx.facts.of(ctx, job)
     if facts.invalid:
         out.waiting.append(reasons.invalid(job, facts.invalid))

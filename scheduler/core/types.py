@@ -253,7 +253,7 @@ class RunningJob:
 class Snapshot:
     """Everything one cycle may look at. ``decayed_usage`` is each tenant's historical
     GPU usage in milli-GPU-seconds, decayed with the profile's half-life
-    (see ``order.decay_usage``)."""
+    (see ``order.decay_usage``). ``nominated``: see ``core.nomination``."""
 
     now: float
     nodes: tuple[Node, ...]
@@ -262,6 +262,9 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     pending: tuple[JobRequest, ...] = ()
     decayed_usage: Mapping[str, float] = field(default_factory=dict)
+    # The placements the last cycle made for pending jobs that wait for their victims'
+    # pods to stop: the room those free is held for them (``core.nomination``).
+    nominated: tuple[Placement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

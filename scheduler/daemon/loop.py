@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -39,7 +39,7 @@ from django.db import (
 from scheduler.backends.base import BackendError, ClusterBackend, EventClock, PodWatching
 from scheduler.core import Profile, run_cycle
 from scheduler.core.context import Held
-from scheduler.core.types import JobKind
+from scheduler.core.types import JobKind, Placement
 from scheduler.daemon.apply import apply_decisions, write_reasons
 from scheduler.daemon.autoscaling import autoscale
 from scheduler.daemon.bind import bind_plan, commit_binds
@@ -48,6 +48,7 @@ from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.nodes import sync_nodes
+from scheduler.daemon.nominations import waiting_placements
 from scheduler.daemon.phases import (
     CycleReports,
     CycleStats,
@@ -113,6 +114,7 @@ class Daemon:
         self.nodes = NodeMemory()
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles
+        self.nominated: tuple[Placement, ...] = ()  # the last cycle's placements that wait
         self.reconciler = Reconciler(self.nodes, self.limits)
         self.synced = Every(sync_every_s)
         self.reasons = Every(reasons_every_s)
@@ -162,6 +164,7 @@ class Daemon:
                 self.keeper.mark_renewed()
                 self.cache = SnapshotCache()  # nothing read under another leader is kept
                 self.held = Held()
+                self.nominated = ()
                 self.fair_share.inherit(self.lease.inherited)
                 self.sync_nodes(force=True)
             # A few times per TTL, not every cycle: a lost lease is also caught by the fence
@@ -281,7 +284,8 @@ class Daemon:
             )
             stats.considered = len(built.pending_ids)
         with phase("decide"):
-            result = run_cycle(built.snapshot, self.profile, held=self.held)
+            snapshot = replace(built.snapshot, nominated=self.nominated)
+            result = run_cycle(snapshot, self.profile, held=self.held)
         self.keeper.keep()  # a long decide must not let the lease lapse under our writes
         with phase("apply"):
             plan = apply_decisions(
@@ -293,6 +297,8 @@ class Daemon:
                 reasons_due=self.reasons.due(self.clock()),
             )
             stats.placed, stats.preempted = len(plan.claimed), plan.preempted
+            # Their room is held for them next cycle: no victim is re-admitted into it.
+            self.nominated = waiting_placements(result, built.pending_ids, plan.claimed)
             free = self.held.free_milli()  # what runs leaves, less what this cycle took
             stats.gpu_left = None if free is None else max(0, free - plan.taken_milli())
         self.hook("claimed")
