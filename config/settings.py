@@ -550,7 +550,7 @@ CELERY_BEAT_SCHEDULE.update(
 # is retried after GANTRY_NOTIFY_BACKOFF_S, doubling up to GANTRY_NOTIFY_BACKOFF_MAX_S, at most
 # GANTRY_NOTIFY_MAX_ATTEMPTS times; at most GANTRY_NOTIFY_MAX_PENDING wait per tenant and
 # channel (older ones are dropped). The job's owner is emailed for the job events named in
-# GANTRY_NOTIFY_EMAIL_EVENTS (comma-separated: started, finished, failed, preempted).
+# GANTRY_NOTIFY_EMAIL_EVENTS (comma-separated: started, finished, failed, preempted, requeued).
 # One webhook delivery's whole time, lookup, connection, post and answer together
 # (tenants/webhooks.py), not a timeout per socket read.
 GANTRY_NOTIFY_TIMEOUT_S = float(os.environ.get("GANTRY_NOTIFY_TIMEOUT_S", "10"))
@@ -568,12 +568,14 @@ GANTRY_NOTIFY_RETENTION_DAYS = float(os.environ.get("GANTRY_NOTIFY_RETENTION_DAY
 GANTRY_NOTIFY_COALESCE_S = float(os.environ.get("GANTRY_NOTIFY_COALESCE_S", "60"))
 GANTRY_NOTIFY_EMAIL_EVENTS = frozenset(
     part.strip()
-    for part in os.environ.get("GANTRY_NOTIFY_EMAIL_EVENTS", "finished,failed,preempted").split(",")
+    for part in os.environ.get(
+        "GANTRY_NOTIFY_EMAIL_EVENTS", "finished,failed,preempted,requeued"
+    ).split(",")
     if part.strip()
 )
-if not {"started", "finished", "failed", "preempted"} >= GANTRY_NOTIFY_EMAIL_EVENTS:
+if not {"started", "finished", "failed", "preempted", "requeued"} >= GANTRY_NOTIFY_EMAIL_EVENTS:
     raise RuntimeError(
-        "GANTRY_NOTIFY_EMAIL_EVENTS: only started, finished, failed and preempted, "
+        "GANTRY_NOTIFY_EMAIL_EVENTS: only started, finished, failed, preempted and requeued, "
         f"not {sorted(GANTRY_NOTIFY_EMAIL_EVENTS)}"
     )
 if GANTRY_NOTIFY_MAX_ATTEMPTS < 1 or GANTRY_NOTIFY_MAX_PENDING < 1:

@@ -1,5 +1,9 @@
 """Job events for the notification outbox (tenants/outbox.py): started, finished, failed,
-preempted, idle.
+preempted, requeued (an attempt lost its node), idle.
+
+What a notification says of other jobs and tenants is what the job's tenant's members may
+read in the portal (`reason_text.text_for_members`): its owner's email and its tenant's
+webhook leave the portal, and a preemption's message names the preemptor and its team.
 
 `job_events_notify` is called where job events are written (`scheduler.transitions`, for
 every state change), inside their transaction, so a notification exists if and only if the
@@ -10,6 +14,7 @@ otherwise; it never talks to the network or the broker (the beat sweep delivers)
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +25,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from common.compiled import fetch_by_ids, fetch_compiled
+from common.words import counted
 from scheduler.models import Job, JobState
+from scheduler.reason_text import text_for_members
 from tenants.models import Notification, NotificationKind, NotificationState, Tenant
 from tenants.outbox import Event, notifications_add, webhook_owners
 
@@ -36,7 +43,14 @@ VERBS = {
     NotificationKind.FINISHED: "finished",
     NotificationKind.FAILED: "failed",
     NotificationKind.PREEMPTED: "was preempted",
+    NotificationKind.REQUEUED: "lost its node and was requeued",
 }
+# An attempt that failed because its node was lost goes back to the queue (`judge`'s
+# `_failure_change`): not a state of its own, so told by the event's kind and data.
+NODE_LOST = "NodeLost"
+# The state word an event's message opens with, which the notification's verb already says
+# ("was preempted: Preempted: ...", "finished: Succeeded.", "started: Running: ...").
+_SAID = re.compile(r"^(?:Running|Succeeded|Failed|Preempted|Stopped)(?:: |\.$)")
 
 
 # A job id that no real job has, reversed once: the page's URL for any job is this one with
@@ -60,7 +74,40 @@ def _notable_jobs(hooked: bool, ids: list[int]) -> QuerySet[Job, Any]:
     jobs = Job.objects.filter(id__any=ids)
     if not hooked:  # only the owners with an email address receive anything
         jobs = jobs.exclude(submitted_by__email="")
-    return jobs.values("id", "name", "tenant_id", "tenant__slug", "submitted_by__email", "attempt")
+    return jobs.values(
+        "id", "name", "tenant_id", "tenant__slug", "tenant__path", "submitted_by__email", "attempt"
+    )
+
+
+def notable_kind(row: Sequence[Any]) -> NotificationKind | None:
+    """The notification an event row (job id, kind, from, to, message, data) makes, if any."""
+    kind = NOTABLE.get(row[3])
+    if kind is None and row[1] == "attempt_failed" and row[3] == JobState.QUEUED:
+        return NotificationKind.REQUEUED if _data(row).get("reason") == NODE_LOST else None
+    return kind
+
+
+def _data(row: Sequence[Any]) -> dict[str, Any]:
+    return (row[5] if len(row) > 5 else None) or {}
+
+
+def notice_detail(
+    kind: NotificationKind, message: str, data: dict[str, Any], job: dict[str, Any]
+) -> str:
+    """An event's message as a notification carries it: without the state word its verb
+    already says; a requeue's in its own words (which node, which retry); and, for the
+    messages that name other jobs or teams (a preemption's), only what the job's tenant's
+    members may read."""
+    if kind == NotificationKind.REQUEUED:
+        retries = data.get("retries_max")
+        of = f" of {retries}" if retries is not None else ""
+        lost = data.get("detail") or "node lost"
+        return f"{lost}; back in the queue for retry {job['attempt']}{of}."
+    detail = _SAID.sub("", message)
+    if detail and kind == NotificationKind.PREEMPTED:
+        tenant = Tenant(pk=job["tenant_id"], slug=job["tenant__slug"], path=job["tenant__path"])
+        detail = text_for_members(detail, tenant)
+    return detail
 
 
 def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
@@ -70,7 +117,7 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
     Only the events someone receives are made: a webhook up the tenant's tree, or the
     owner's email for the kinds that are mailed. Without any webhook configured, only the
     jobs whose owner has an email address are read, and only for the mailed kinds."""
-    notable = [(r[0], NOTABLE[r[3]], r[4]) for r in rows if r[3] in NOTABLE]
+    notable = [(r[0], kind, r[4], _data(r)) for r in rows if (kind := notable_kind(r))]
     if not notable:
         return 0
     emailed = settings.GANTRY_NOTIFY_EMAIL_EVENTS
@@ -95,7 +142,7 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
         return 0
     owners = webhook_owners({j["tenant_id"] for j in jobs.values()}) if hooked else {}
     events = []
-    for job_id, kind, message in notable:
+    for job_id, kind, said, data in notable:
         job = jobs.get(job_id)
         if job is None:
             continue
@@ -103,6 +150,7 @@ def job_events_notify(rows: Iterable[Sequence[Any]]) -> int:
         mailed = bool(owner) and kind in emailed
         if not mailed and job["tenant_id"] not in owners:
             continue
+        message = notice_detail(kind, said, data, job)
         text = f"Job {job['name']} (#{job_id}) in '{job['tenant__slug']}' {VERBS[kind]}"
         text += f": {message}" if message else "."
         events.append(
@@ -161,13 +209,14 @@ def _coalesce_preempted(events: list[Event], jobs: dict[int, dict[str, Any]]) ->
         job_id = row.payload["gantry"]["job"]
         job = jobs[job_id]
         count = int(row.payload["gantry"].get("count", 1)) + counts[job_id]
+        times = counted(count, "time")
         text = (
-            f"Job {job['name']} (#{job_id}) in '{job['tenant__slug']}' was preempted {count} "
-            f"times in a row: {row.payload['gantry'].get('message') or 'preempted.'} "
+            f"Job {job['name']} (#{job_id}) in '{job['tenant__slug']}' was preempted {times} "
+            f"in a row: {row.payload['gantry'].get('message') or 'preempted.'} "
             f"{job_link(job_id)}"
         )
         payload = {"text": text, "gantry": {**row.payload["gantry"], "count": count}}
-        subject = f"[Gantry] job {job['name']} was preempted {count} times"[:200]
+        subject = f"[Gantry] job {job['name']} was preempted {times}"[:200]
         mine = Notification.objects.filter(pk=row.pk, state=NotificationState.PENDING, attempts=0)
         if mine.update(payload=payload, subject=subject):
             joined.add(job_id)

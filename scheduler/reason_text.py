@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from scheduler.models import Job
 from scheduler.selectors import job_ids_visible
 from tenants import access
 from tenants.models import Tenant
@@ -65,6 +66,25 @@ def hidden_tenants(user: Any) -> re.Pattern[str] | None:
     known: set[int] = set()
     for tenant in access.tenants_visible(user).only("id", "path"):
         known.update(tenant.ancestor_ids())
+    return _slugs_except(known)
+
+
+def text_for_members(text: str, tenant: Tenant) -> str:
+    """`text` as any member of `tenant` may read it in the portal: the ids of jobs outside
+    its subtree become "a job of another team", the slugs of tenants neither above nor below
+    it "another team". For messages that leave the portal (a job's notifications go to its
+    owner and to its tenant's webhook, whose readers are the tenant's members): a query
+    for the jobs it names, if any, and two for the tenants."""
+    ids = mentioned_ids([text])
+    if ids:
+        inside = Job.objects.filter(pk__in=ids, tenant__path__startswith=tenant.path)
+        text = redact(text, set(inside.values_list("pk", flat=True)))
+    below = Tenant.objects.filter(path__startswith=tenant.path).values_list("pk", flat=True)
+    hidden = _slugs_except({*tenant.ancestor_ids(), *below})
+    return hidden.sub(ANOTHER_TENANT, text) if hidden is not None else text
+
+
+def _slugs_except(known: set[int]) -> re.Pattern[str] | None:
     hidden = list(Tenant.objects.exclude(pk__in=known).values_list("slug", flat=True))
     if not hidden:
         return None

@@ -501,6 +501,7 @@ class NotificationKind(models.TextChoices):
     FINISHED = "finished"
     FAILED = "failed"
     PREEMPTED = "preempted"
+    REQUEUED = "requeued"  # an attempt lost its node; the job waits for its next attempt
     IDLE = "idle"
     BUDGET_ALERT = "budget_alert"
     TEST = "test"  # a tenant admin's test of the webhook

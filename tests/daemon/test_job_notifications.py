@@ -1,6 +1,7 @@
 """Job events in the notification outbox (issue 20): the daemon's apply path writes exactly one
-row per notable event (started, finished, failed, preempted) in the transaction of the
-transition, and calls no webhook while it cycles."""
+row per notable event (started, finished, failed, preempted, requeued after a lost node) in
+the transaction of the transition, and calls no webhook while it cycles. What they say of
+other teams is what the job's team may read (issue 35)."""
 
 from __future__ import annotations
 
@@ -131,3 +132,77 @@ def test_preemptions_of_the_same_job_are_one_message_with_a_count(
     Notification.objects.filter(payload__gantry__job=job.pk).update(attempts=1)
     job_events_notify([row])
     assert Notification.objects.filter(payload__gantry__job=job.pk).count() == 4
+
+
+def texts(job: Job) -> dict[str, str]:
+    """The job's outbox rows by channel: the webhook's text, the email's subject and body."""
+    rows = Notification.objects.filter(payload__gantry__job=job.pk).order_by("id")
+    return {n.channel: f"{n.subject}\n{n.payload['text']}" for n in rows}
+
+
+# engine's message (`cycle._why`), what alpha's members may read of it; `{bravo}`/`{alpha}`:
+# a job of team-bravo / team-alpha
+PREEMPTION_MESSAGES = [
+    (
+        "Preempted: team-bravo reclaims its guarantee from team-alpha, which borrows.",
+        "another team reclaims its guarantee from team-alpha, which borrows.",
+    ),
+    (
+        "Preempted: best-effort job gives way to job {bravo}.",
+        "best-effort job gives way to a job of another team.",
+    ),
+    (
+        "Preempted: job {bravo} of higher priority in team-bravo.",
+        "a job of another team of higher priority in another team.",
+    ),
+    (
+        "Preempted: job {alpha} of higher priority in team-alpha.",
+        "job {alpha} of higher priority in team-alpha.",
+    ),
+    (
+        "Stopped: node h100-1 is being drained (drained).",
+        "node h100-1 is being drained (drained).",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    PREEMPTION_MESSAGES,
+    ids=["reclaim-by-another-team", "preemptor-of-another-team", "priority-names-both",
+         "preemptor-of-the-same-team", "drain"],
+)  # fmt: skip
+def test_the_preemption_notification_names_only_what_the_owners_team_may_see(
+    hooked: Env, message: str, shown: str
+) -> None:
+    """Issue 35: the preemption email named the other team and its job to the victim's
+    owner, which the portal hides ("a job of another team"); and it said "was preempted:
+    Preempted: ..."."""
+    env = hooked
+    job, mine, theirs = env.submit(), env.submit(), env.submit("bob-bravo")
+    ids = {"alpha": mine.pk, "bravo": theirs.pk}
+    job_events_notify([(job.pk, "preempted", "running", "preempted", message.format(**ids))])
+    said = f"Job {job.name} (#{job.pk}) in 'team-alpha' was preempted: {shown.format(**ids)}"
+    for channel, text in texts(job).items():
+        assert said in text, (channel, text)
+        assert "team-bravo" not in text and f"job {theirs.pk}" not in text
+        assert "Preempted:" not in text and "Stopped:" not in text
+
+
+@pytest.mark.parametrize(
+    ("to_state", "message", "said"),
+    [
+        ("running", "Running: all pods started.", "started: all pods started."),
+        ("succeeded", "Succeeded.", "finished."),
+        ("failed", "Failed: OOMKilled: a container ran out of memory.",
+         "failed: OOMKilled: a container ran out of memory."),
+    ],
+    ids=["started", "finished", "failed"],
+)  # fmt: skip
+def test_a_notification_does_not_repeat_the_state_its_verb_says(
+    hooked: Env, to_state: str, message: str, said: str
+) -> None:
+    job = hooked.submit()
+    job_events_notify([(job.pk, "state", "binding", to_state, message)])
+    text = Notification.objects.get(payload__gantry__job=job.pk, channel="webhook").payload["text"]
+    assert f"in 'team-alpha' {said} http" in text, text
