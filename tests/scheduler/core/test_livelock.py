@@ -59,10 +59,10 @@ class Replay:
                 nominated=nominated,
             )
             result = run_cycle(snap, PROFILE)
-            for p in result.preemptions:
-                if p.job_id in self.running and p.job_id not in stopping:
-                    stopping.add(p.job_id)
-                    self.preempted[p.job_id] += 1
+            for stop in result.preemptions:
+                if stop.job_id in self.running and stop.job_id not in stopping:
+                    stopping.add(stop.job_id)
+                    self.preempted[stop.job_id] += 1
             held = {
                 (a.node, s.device)
                 for v in stopping
