@@ -17,16 +17,18 @@ still waiting, so one whose job was placed, left, or was not placed again lapses
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from scheduler.core.context import CycleContext
 from scheduler.core.types import JobRequest, Placement, ReplicaAssignment
 
 
-def hold_nominated(ctx: CycleContext, nominated: Iterable[Placement]) -> None:
+def hold_nominated(ctx: CycleContext, nominated: Sequence[Placement]) -> None:
     """Hold, for each pending job named in ``nominated`` (its first nomination), the devices
     of its placement that are free now and their quota. Devices its victims still hold are
     not free: nobody else can take them either."""
+    if not nominated:  # most cycles: no pass over a queue of thousands
+        return
     pending = {job.id: job for job in ctx.snapshot.pending if job.id not in ctx.live}
     for placement in nominated:
         job = pending.get(placement.job_id)
