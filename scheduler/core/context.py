@@ -20,6 +20,7 @@ from scheduler.core.quota import QuotaLedger, QuotaVerdict
 from scheduler.core.state import ClusterState
 from scheduler.core.types import (
     JobRequest,
+    Placement,
     PriorityClass,
     ReplicaAssignment,
     Reservation,
@@ -69,8 +70,10 @@ class CycleContext:
     fresh: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
     guarded: set[str] = field(default_factory=set)  # jobs a running job displaced (ping-pong)
-    # job -> (flavor, assignments) held for it until its turn (core.nomination)
-    nominated: dict[str, tuple[str, tuple[ReplicaAssignment, ...]]] = field(default_factory=dict)
+    # job -> its nomination and the part of it held until its turn (core.nomination)
+    nominated: dict[str, tuple[Placement, tuple[ReplicaAssignment, ...]]] = field(
+        default_factory=dict
+    )
     displaced_tenant: dict[str, str] | None = None  # their tenants, when first needed
     shrunk: set[str] = field(default_factory=set)  # elastic jobs that gave way: no regrowth now
     # live jobs by (flavor, tenant), best-effort ones under (flavor, BEST_EFFORT_GROUP):

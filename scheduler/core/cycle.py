@@ -14,7 +14,7 @@ from scheduler.core import reasons
 from scheduler.core.backfill import ends_before_reservation, hold_reservation, reserve
 from scheduler.core.context import CycleContext, Held
 from scheduler.core.facts import Facts, JobFacts, Mix, Shape
-from scheduler.core.nomination import hold_nominated, release
+from scheduler.core.nomination import hold_nominated, release, retake
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
 from scheduler.core.plans import cause_of, describe, plan_later
@@ -238,6 +238,10 @@ def _queue(ctx: CycleContext) -> Iterator[JobRequest]:
 
 def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     """Admit and place one job, preempting or reserving as needed; or record its reason."""
+    retaken = retake(ctx, job)  # its victims still stop: the same plan, not a new search
+    if retaken is not None:
+        _record_preemption(ctx, out, job, *retaken)
+        return
     if release(ctx, job):  # the room held for it is free again, for it first
         out.memo.clear()
         out.floors.clear()

@@ -13,6 +13,11 @@ turn comes (``release``) and is placed as usual, most often right there.
 
 A nomination lives one cycle: the caller passes the placements of the cycle before that are
 still waiting, so one whose job was placed, left, or was not placed again lapses by itself.
+While the victims it waits for still run (their pods are going), the job takes the same plan
+again (``retake``) instead of searching anew: a victim inside its minimum runtime would
+otherwise protect itself while it stops, the plan would lapse, and the room with it; or a
+cheaper victim would be taken besides. The caller names only victims that are really
+stopping (a victim the daemon could not preempt is searched for again).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from scheduler.core.context import CycleContext
+from scheduler.core.preemption import Candidate, Plan
 from scheduler.core.types import JobRequest, Placement, ReplicaAssignment
 
 
@@ -35,9 +41,37 @@ def hold_nominated(ctx: CycleContext, nominated: Sequence[Placement]) -> None:
         if job is None or job.id in ctx.nominated:
             continue
         free = tuple(a for a in _free_part(ctx, placement.assignments) if a.shares)
-        if free:
-            ctx.hold(job, placement.flavor, free, +1)
-            ctx.nominated[job.id] = (placement.flavor, free)
+        ctx.hold(job, placement.flavor, free, +1)
+        ctx.nominated[job.id] = (placement, free)
+
+
+def retake(ctx: CycleContext, job: JobRequest) -> tuple[str, Plan] | None:
+    """The flavor and plan of ``job``'s nomination again, when victims it waits for still
+    run: state and ledger then hold the job and no longer hold those victims, as after a
+    victim search. None (nothing changed) when none of them runs or the room is no longer
+    whole."""
+    held = ctx.nominated.get(job.id)
+    if held is None:
+        return None
+    placement = held[0]
+    running = [ctx.live[v] for v in placement.victims if v in ctx.live]
+    if not running:
+        return None
+    mark = ctx.mark()
+    release(ctx, job)
+    for r in running:
+        ctx.hold(r.job, r.flavor, r.assignments, -1)
+    whole = tuple(_free_part(ctx, placement.assignments))
+    if whole != placement.assignments:  # taken meanwhile: search as usual
+        ctx.rollback(mark)
+        ctx.nominated[job.id] = held
+        return None
+    ctx.hold(job, placement.flavor, placement.assignments, +1)
+    victims = tuple(
+        Candidate(r, r.assignments, False, r.job.tenant != job.tenant, (0, 0, 0.0, 0, 0.0, ""))
+        for r in running
+    )
+    return placement.flavor, Plan(victims, placement.assignments)
 
 
 def release(ctx: CycleContext, job: JobRequest) -> bool:
@@ -45,7 +79,7 @@ def release(ctx: CycleContext, job: JobRequest) -> bool:
     held = ctx.nominated.pop(job.id, None)
     if held is None:
         return False
-    ctx.hold(job, held[0], held[1], -1)
+    ctx.hold(job, held[0].flavor, held[1], -1)
     return True
 
 

@@ -48,7 +48,7 @@ from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.nodes import sync_nodes
-from scheduler.daemon.nominations import waiting_placements
+from scheduler.daemon.nominations import still_waiting, waiting_placements
 from scheduler.daemon.phases import (
     CycleReports,
     CycleStats,
@@ -284,7 +284,8 @@ class Daemon:
             )
             stats.considered = len(built.pending_ids)
         with phase("decide"):
-            snapshot = replace(built.snapshot, nominated=self.nominated)
+            nominated = still_waiting(self.nominated, built)
+            snapshot = replace(built.snapshot, nominated=nominated)
             result = run_cycle(snapshot, self.profile, held=self.held)
         self.keeper.keep()  # a long decide must not let the lease lapse under our writes
         with phase("apply"):

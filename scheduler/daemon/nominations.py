@@ -6,6 +6,11 @@ engine holds the room of such placements for their jobs (`Snapshot.nominated`, s
 `scheduler.core.nomination`), so a victim back in the queue is not re-admitted into room it
 would lose at once. Kept in memory by the leading daemon only: a new leader starts without
 them, and at worst the first preemption after a failover is decided twice.
+
+The engine takes a nomination's plan again while the victims it names still run
+(`core.nomination.retake`): so it is handed on only while each of them that still holds
+devices is really stopping (preempted); one the daemon could not preempt (its row was
+locked) is left to a new search.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from scheduler.core.types import CycleResult, Placement
+from scheduler.daemon.snapshot import Built
 from scheduler.daemon.translate import job_pk
+from scheduler.models import JobState
 
 
 def waiting_placements(
@@ -24,4 +31,20 @@ def waiting_placements(
     pending = set(pending_ids)
     return tuple(
         p for p in result.placements if (pk := job_pk(p.job_id)) in pending and pk not in claimed
+    )
+
+
+def still_waiting(nominated: Iterable[Placement], built: Built) -> tuple[Placement, ...]:
+    """The nominations whose jobs are still queued and whose victims that still hold
+    devices are all stopping, as ``built`` (this cycle's snapshot and rows) shows them."""
+    pending = set(built.pending_ids)
+    holding = {job_pk(r.job.id) for r in built.snapshot.running}
+    return tuple(
+        p
+        for p in nominated
+        if job_pk(p.job_id) in pending
+        and all(
+            pk not in holding or built.jobs[pk]["state"] == JobState.PREEMPTED
+            for pk in map(job_pk, p.victims)
+        )
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,17 +39,21 @@ class Replay:
     tenants: tuple[Tenant, ...]
     running: dict[str, RunningJob]
     pending: dict[str, JobRequest]
+    stop_cycles: int = 1  # how many cycles later a victim's pods are gone
     preempted: Counter[str] = field(default_factory=Counter)
 
     def run(self, cycles: int, now: float = 10_000.0) -> None:
-        stopping: set[str] = set()
+        stopping: dict[str, int] = {}  # victim -> cycles until its pods are gone
         nominated: tuple[Placement, ...] = ()
         for _ in range(cycles):
             now += 2.0
-            for job_id in stopping:  # the victims' pods are gone: back to the queue
+            for job_id, left in list(stopping.items()):
+                if left > 1:
+                    stopping[job_id] = left - 1
+                    continue
+                del stopping[job_id]  # its pods are gone: back to the queue
                 job = self.running.pop(job_id).job
                 self.pending[job_id] = replace(job, attempt=job.attempt + 1)
-            stopping = set()
             snap = Snapshot(
                 now,
                 tuple(self.nodes),
@@ -61,7 +66,7 @@ class Replay:
             result = run_cycle(snap, PROFILE)
             for stop in result.preemptions:
                 if stop.job_id in self.running and stop.job_id not in stopping:
-                    stopping.add(stop.job_id)
+                    stopping[stop.job_id] = self.stop_cycles
                     self.preempted[stop.job_id] += 1
             held = {
                 (a.node, s.device)
@@ -69,6 +74,11 @@ class Replay:
                 for a in self.running[v].assignments
                 for s in a.shares
             }
+            # Pods bound a cycle ago start; a victim stopping counts as started too, as the
+            # daemon reads it (preempted is neither admitted nor binding).
+            for job_id, r in list(self.running.items()):
+                if not r.started:
+                    self.running[job_id] = replace(r, started=True, started_at=now)
             waiting: list[Placement] = []
             for p in result.placements:
                 uses = {(a.node, s.device) for a in p.assignments for s in a.shares}
@@ -78,7 +88,6 @@ class Replay:
                     waiting.append(p)
                     continue
                 job = self.pending.pop(p.job_id)
-                # started at once: a job bound a cycle ago is as exposed as this
                 self.running[job.id] = RunningJob(
                     job, p.flavor, p.assignments, now, displaced=p.victims, started=False
                 )
@@ -108,11 +117,14 @@ def after_failure() -> Replay:
     )
 
 
-def test_the_room_a_reclaim_frees_is_held_for_the_job_that_reclaimed_it() -> None:
-    replay = after_failure()
-    replay.run(cycles=10)
+@pytest.mark.parametrize("stop_cycles", [1, 3], ids=["pods-gone-next-cycle", "pods-take-3"])
+def test_the_room_a_reclaim_frees_is_held_for_the_job_that_reclaimed_it(stop_cycles: int) -> None:
+    replay = replace(after_failure(), stop_cycles=stop_cycles)
+    replay.run(cycles=12)
     # 4 GPUs reclaimed from vision's 8: one preemption; on bf40e3b, 5 in 10 cycles (every
-    # other cycle vision's job was admitted again and reclaimed again).
+    # other cycle vision's job was admitted again and reclaimed again). When the victim's
+    # pods take 3 cycles, its preemptor keeps its plan meanwhile (the victim, started a
+    # cycle ago, is inside its minimum runtime): without that the plan and the hold lapsed.
     assert replay.preempted == Counter({"vision-8": 1})
     assert "search-4" in replay.running and "vision-8" in replay.pending
 
@@ -189,7 +201,8 @@ def failed_clusters(draw: st.DrawFn) -> Replay:
         if any(a.node == dead for a in r.assignments):
             del running[job_id]
             pending[job_id] = replace(r.job, attempt=1)
-    return Replay([n for n in nodes if n.name != dead], tenants, running, pending)
+    stop_cycles = draw(st.integers(1, 3))
+    return Replay([n for n in nodes if n.name != dead], tenants, running, pending, stop_cycles)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,3 +213,36 @@ def test_after_a_node_failure_no_job_is_preempted_twice(replay: Replay) -> None:
     # kind find jobs preempted every other cycle.
     replay.run(cycles=30)
     assert max(replay.preempted.values(), default=0) <= 1, replay.preempted
+
+
+def test_a_preemptor_keeps_its_plan_while_a_victim_admitted_a_cycle_ago_stops() -> None:
+    # nlp borrows a free node (8 GPUs on 4 guaranteed) for nlp-6; the next cycle vision's
+    # 1-GPU job, within its guarantee, reclaims it before it started. Its pods take 3 cycles
+    # to go: meanwhile nlp-6 counts as started and inside its minimum runtime, so a new
+    # search finds no victim, the plan and its hold lapsed, and when the node was free nlp-6
+    # (first in order) took it again: reclaimed every 4 cycles (3 times in 12).
+    tenants = make_tenants(("nlp", 4, None), ("vision", 8, 16), ("search", 4, 24))
+    on_n0 = [
+        (make_job("vision-3", "vision", 4, priority="high", submitted_at=3), [0, 1, 2, 3]),
+        (make_job("search-8", "search", 1, priority="high", submitted_at=8), [4]),
+        (make_job("vision-4", "vision", 1, priority="high", submitted_at=4), [5]),
+        (make_job("vision-5", "vision", 2, submitted_at=5), [6, 7]),
+    ]
+    queue = [
+        make_job("vision-0", "vision", 4, replicas=2, priority="low", submitted_at=0),
+        make_job("vision-1", "vision", 8, submitted_at=1),
+        make_job("vision-2", "vision", 1, priority="low", submitted_at=2),
+        make_job("nlp-6", "nlp", 8, submitted_at=6),
+        make_job("vision-7", "vision", 1, submitted_at=7),
+        make_job("nlp-9", "nlp", 4, replicas=2, priority="low", submitted_at=9),
+        make_job("notebook", "nlp", 1, submitted_at=100),
+    ]
+    replay = Replay(
+        [make_node("n0"), make_node("n2")],
+        tenants,
+        {job.id: make_running(job, ("n0", devices)) for job, devices in on_n0},
+        {job.id: job for job in queue},
+        stop_cycles=3,
+    )
+    replay.run(cycles=12)
+    assert replay.preempted == Counter({"nlp-6": 1})
