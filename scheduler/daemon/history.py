@@ -158,10 +158,11 @@ def requeue_standing(jobs: Sequence[Mapping[str, Any]]) -> dict[int, str]:
             created_at__gt=job["created_at"],
         ).count()
         if later:
-            jobs_word = "1 job" if later == 1 else f"{later} jobs"
+            counted = "1 job" if later == 1 else f"{later} jobs"
+            verb = "stands" if later == 1 else "stand"
             out[job["id"]] = (
-                f"its place counts from its requeue, so {jobs_word} of its team and class "
-                "submitted after it stand ahead of it"
+                f"its place counts from its requeue, so {counted} of its team and class "
+                f"submitted after it {verb} ahead of it"
             )
         else:
             out[job["id"]] = (

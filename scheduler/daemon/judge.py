@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Count
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
+from scheduler.daemon.history import requeue_standing
 from scheduler.daemon.rows import holds_allocation
 from scheduler.daemon.store import release
 from scheduler.models import (
@@ -300,16 +301,29 @@ def requeue_preempted(now: datetime, among: Sequence[int] | None = None) -> int:
     preempted = Job.objects.filter(state=S.PREEMPTED)
     if among is not None:
         preempted = preempted.filter(id__any=among)
-    ids = list(preempted.exclude(holds_allocation()).values_list("id", "reason"))
+    rows = list(
+        preempted.exclude(holds_allocation()).values(
+            "id", "reason", "tenant_id", "priority_class_id", "created_at"
+        )
+    )
+    # Where each stands once requeued, in its history and its reason (until the next
+    # refresh of the reasons replaces it).
+    standing = requeue_standing(rows)
     changes = [
         Change(
-            i,
+            r["id"],
             (S.PREEMPTED,),
             S.QUEUED,
             new_attempt=True,
-            reason=r,
-            message="Back in the queue after preemption.",
+            reason=f"requeued after preemption: {standing[r['id']]}",
+            message=f"Back in the queue after preemption ({_why(r)}): {standing[r['id']]}.",
+            data={"requeued_after": "preemption"},
         )
-        for i, r in ids
+        for r in rows
     ]
     return len(transition(changes, now).done)
+
+
+def _why(preempted: Mapping[str, Any]) -> str:
+    """The preemption's cause, as the preempted job's reason says it."""
+    return str(preempted["reason"]).removeprefix("preempted: ")

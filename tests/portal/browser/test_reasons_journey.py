@@ -1,6 +1,7 @@
 """Issue 35, item 5, in the browser: a lender whose borrower is inside its minimum runtime
 reads the planned reclaim and when, not a bare quota line; the job's history keeps that
-reason once and then the preemption it caused, another team's name hidden throughout. The
+reason once and then the preemption it caused, another team's name hidden throughout; the
+job preempted says, once requeued, where it stands. The
 daemon runs in the test on the simulated cluster, against the test's database (SQLite in the
 embedded default's pass)."""
 
@@ -48,3 +49,21 @@ def test_a_lender_reads_the_planned_reclaim_and_the_history_keeps_it(page_for: A
     expect(alice.locator("#job-status")).not_to_contain_text("team-bravo")
     expect(alice.locator(f'a[href="/jobs/{victim.pk}/"]')).to_have_count(0)
     shoot(alice, "job-reclaimed-history")
+
+
+def test_the_preempted_job_says_where_it_stands_once_requeued(page_for: Any) -> None:
+    env = make_env()
+    daemon, borrowed, _, _ = lender_waits(env)
+    env.run(daemon, seconds=30, cycles=12)
+    env.run(daemon, seconds=2, cycles=6)
+    [victim] = [j for j in borrowed if JobEvent.objects.filter(job=j, kind="preempted").exists()]
+    bob = page_for("bob-bravo")
+    bob.goto(f"/jobs/{victim.pk}/")
+    history = bob.locator("ol.timeline")
+    expect(history).to_contain_text(
+        "Back in the queue after preemption (another team reclaims its guarantee from "
+        "team-bravo, which borrows): its place counts from its requeue, so 1 job of its team "
+        "and class submitted after it stands ahead of it."
+    )
+    expect(bob.locator("#job-status")).not_to_contain_text("team-alpha")
+    shoot(bob, "job-requeued-standing")
