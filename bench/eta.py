@@ -199,8 +199,8 @@ class EstimatingReplay(Simulation):
         self.log.settle({j: at for j, at in started.items() if at is not None})
         self.log.record(self.now, ranges, groups)
         self.raw += [Estimate(j, self.now, p50, p90) for j, (p50, p90) in ranges.items()]
-        adjust = self.log.calibration.adjust
-        return {j: adjust(groups.get(j, ()), self.now, *r) for j, r in ranges.items()}
+        adjust, waiting = self.log.calibration.adjust, self.log.waiting_scores(self.now)
+        return {j: adjust(groups.get(j, ()), self.now, *r, waiting) for j, r in ranges.items()}
 
     def _oracle(self, snapshot: Snapshot) -> dict[str, tuple[float | None, float | None]]:
         """The estimates of an estimator that knows what the replay will do (``ORACLES``):
@@ -384,10 +384,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--calibrate",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="correct the replay's ranges by the estimator's own record, as the daemon "
-        "does (scheduler.sim.calibration); engine-only, the replay's own figures are "
-        "under 'uncalibrated' (an --oracle is never corrected)",
+        default=False,
+        help="correct the replay's ranges by the estimator's own record "
+        "(scheduler.sim.calibration, EtaSettings.calibrate); engine-only, the replay's own "
+        "figures are then under 'uncalibrated' (an --oracle is never corrected)",
     )
     parser.add_argument(
         "--oracle",

@@ -60,9 +60,10 @@ class EtaSettings:
     budget_s: float
     max_jobs: int
     unbounded_runtime_s: float
-    # Correct the replay's ranges by the record of past estimates (`sim.calibration`);
-    # bench.eta turns it off to measure the replay alone.
-    calibrate: bool = True
+    # Correct the replay's ranges by the record of past estimates (`sim.calibration`). Off
+    # by default: on bench.eta's trace, whose load comes in one burst and drains, the record
+    # of one phase misleads the next (docs/queue-estimates.md, "Accuracy").
+    calibrate: bool = False
 
     @classmethod
     def from_settings(cls) -> EtaSettings:
@@ -157,8 +158,10 @@ def refresh_estimates(
     ranges = found.ranges
     if record is not None:  # 3b. corrected by the record of past estimates
         record.record(snapshot.now, ranges, groups)
-        adjust = record.calibration.adjust
-        ranges = {job: adjust(groups.get(job, ()), snapshot.now, *r) for job, r in ranges.items()}
+        adjust, waiting = record.calibration.adjust, record.waiting_scores(snapshot.now)
+        ranges = {
+            job: adjust(groups.get(job, ()), snapshot.now, *r, waiting) for job, r in ranges.items()
+        }
     # 4. store
     _store(found.positions, ranges, _dt(snapshot.now) or datetime.now(tz=UTC), fence)
     return Refreshed(len(found.positions), len(found.ranges), found.stopped, found.capped)

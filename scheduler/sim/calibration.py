@@ -82,32 +82,66 @@ class Calibration:
         return [(group, bucket) for group in groups]
 
     def adjust(
-        self, groups: Groups, made_at: float, p50: float | None, p90: float | None
+        self,
+        groups: Groups,
+        made_at: float,
+        p50: float | None,
+        p90: float | None,
+        waiting: Waiting | None = None,
     ) -> tuple[float | None, float | None]:
         """The replay's (p50, p90) starts, made at ``made_at``, corrected by the narrowest of
         ``groups`` with enough pairs (unchanged without one); p90 never before p50. None
-        (not within the horizon) stays None."""
-        early = self._moved(self.p50, groups, made_at, p50, 0.5)
-        late = self._moved(self.p90, groups, made_at, p90, 0.9)
+        (not within the horizon) stays None. ``waiting``: the lower bounds of the jobs still
+        waiting (``EstimateLog.waiting_scores``), counted with the settled pairs."""
+        early = self._moved(0, groups, made_at, p50, waiting)
+        late = self._moved(1, groups, made_at, p90, waiting)
         if early is not None and late is not None:
             late = max(early, late)
         return early, late
 
     def _moved(
         self,
-        scores: Mapping[Hashable, deque[float]],
+        which: int,
         groups: Groups,
         made_at: float,
         predicted: float | None,
-        q: float,
+        waiting: Waiting | None,
     ) -> float | None:
         if predicted is None:
             return None
-        cells = self._cells(groups, predicted - made_at)
-        found = next((scores[c] for c in cells if len(scores.get(c, ())) >= self.min_pairs), None)
-        if found is None:
-            return predicted
-        return corrected(made_at, predicted, quantile(list(found), q), self.floor_s)
+        waiting = waiting or Waiting({}, {})
+        scores = (self.p50, self.p90)[which]
+        for cell in self._cells(groups, predicted - made_at):
+            settled = scores.get(cell, ())
+            if len(settled) + len(waiting.scores[which].get(cell, ())) >= self.min_pairs:
+                residual = waiting.quantile(which, cell, settled)
+                return corrected(made_at, predicted, residual, self.floor_s)
+        return predicted
+
+
+@dataclass(slots=True)
+class Waiting:
+    """Lower bounds of the scores of the estimates whose job still waits (a job waiting now
+    starts no earlier than now), per cell, for the p50 ([0]) and the p90 ([1]). Without them
+    the record would know only the jobs that started, the quick ones first: in a queue that
+    grows, its corrections would say "sooner" while the slow ones still wait. The quantiles
+    of each cell are computed once per refresh."""
+
+    p50: dict[Hashable, list[float]]
+    p90: dict[Hashable, list[float]]
+    _memo: dict[tuple[int, Hashable], float] = field(default_factory=dict)
+
+    @property
+    def scores(self) -> tuple[dict[Hashable, list[float]], dict[Hashable, list[float]]]:
+        return self.p50, self.p90
+
+    def quantile(self, which: int, cell: Hashable, settled: Iterable[float]) -> float:
+        """The median (p50) or 90th percentile (p90) of a cell's settled scores and these."""
+        key = (which, cell)
+        if key not in self._memo:
+            pool = [*settled, *self.scores[which].get(cell, ())]
+            self._memo[key] = quantile(pool, (0.5, 0.9)[which])
+        return self._memo[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +157,11 @@ class Outstanding:
 # Estimates kept per waiting job at most: past it every other one is dropped, so a job that
 # waits for days keeps estimates from its whole wait in bounded memory.
 MAX_PER_JOB = 64
+
+
+# Estimates of each waiting job whose lower bounds count (``waiting_scores``): the latest,
+# so that a refresh's work stays in proportion to the queue.
+CENSORED_PER_JOB = 8
 
 
 @dataclass(slots=True)
@@ -160,6 +199,21 @@ class EstimateLog:
                     self.calibration.observe(e.groups, e.made_at, e.p50, e.p90, actual)
                     pairs += 1
         return pairs
+
+    def waiting_scores(self, now: float, latest: int = CENSORED_PER_JOB) -> Waiting:
+        """``Waiting`` at ``now``: for the latest ``latest`` estimates of each job still
+        waiting, the score it would have were the job starting now (its least)."""
+        out = Waiting({}, {})
+        calibration = self.calibration
+        for kept in self.waiting.values():
+            for e in kept[-latest:]:
+                if e.made_at >= now:
+                    continue
+                for scores, predicted in zip(out.scores, (e.p50, e.p90), strict=True):
+                    bound = score(e.made_at, predicted, now, calibration.floor_s)
+                    for cell in calibration._cells(e.groups, predicted - e.made_at):
+                        scores.setdefault(cell, []).append(bound)
+        return out
 
     def forget(self, job_ids: Iterable[str]) -> None:
         """Jobs that left the queue without starting (cancelled): no pair."""

@@ -167,7 +167,7 @@ def test_an_oracle_of_runtimes_and_arrivals_is_exact(tmp_path: Path) -> None:
 def test_calibrated_figures_carry_the_replays_own_beside(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     eta.main(["--engine-only", "--fraction", "0.05", "--every", "1", "--runtimes", "recurring",
-              "--json", str(out)])  # fmt: skip
+              "--calibrate", "--json", str(out)])  # fmt: skip
     result = json.loads(out.read_text())
     assert result["trace"]["calibrated"] is True
     assert result["uncalibrated"]["estimates"] == result["estimates"] > 0

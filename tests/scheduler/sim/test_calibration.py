@@ -146,3 +146,22 @@ def test_a_long_wait_keeps_estimates_from_all_of_it_in_bounded_memory() -> None:
     kept = [e.made_at for e in log.waiting["j"]]
     # at 4 the list [0,1,2,3] thins to [1,3], then 4, 5; at 6 [1,3,4,5] -> [3,5] ...
     assert len(kept) <= 4 and kept[-1] == 9.0 and kept == sorted(kept)
+
+
+def test_jobs_still_waiting_count_as_starting_now_at_the_soonest() -> None:
+    # j1 was estimated at 0 to start at 10 and still waits at 100: its score is at least
+    # (100 - 10) / (10 + 10) = 4.5. The settled pairs alone (j2, on time: 0) would leave a
+    # new 10 s wait as it is; with j1's bound the median of (0, 4.5) is 2.25: 10 + 2.25 * 20.
+    log = EstimateLog(Calibration(floor_s=10.0, min_pairs=2))
+    log.record(0.0, {"j1": (10.0, 10.0), "j2": (10.0, 10.0)}, {"j1": SMALL, "j2": SMALL})
+    log.settle({"j2": 10.0})
+    adjust = log.calibration.adjust
+    assert adjust(SMALL, 100.0, 110.0, 110.0) == (110.0, 110.0)  # 1 pair of 2 needed
+    waiting = log.waiting_scores(100.0)
+    p50, p90 = adjust(SMALL, 100.0, 110.0, 110.0, waiting)
+    assert p50 == pytest.approx(100.0 + 10.0 + 2.25 * 20.0)
+    # p90: rank 0.9 between 0 and 4.5 -> 4.05
+    assert p90 == pytest.approx(100.0 + 10.0 + 4.05 * 20.0)
+    # an estimate made now says nothing yet
+    log.record(100.0, {"j3": (100.0, 100.0)}, {"j3": SMALL})
+    assert log.waiting_scores(100.0).p50 == waiting.p50
