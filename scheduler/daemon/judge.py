@@ -254,6 +254,11 @@ def _failure_change(
     if reason not in FINAL and (infra or failures < limit):
         delay = 0 if infra else min(3600, backoff * 2**failures)
         tries = "" if infra else f" (retry {failures + 1} of {limit})"
+        data: dict[str, Any] = {"reason": str(reason)}
+        if reason == F.NODE_LOST:  # what the owner's "requeued" notification says
+            data["detail"] = detail
+            if infra:
+                data["retries_max"] = INFRA_ATTEMPTS - 1
         return Change(
             job["id"],
             (S.BINDING, S.RUNNING),
@@ -263,7 +268,7 @@ def _failure_change(
             kind="attempt_failed",
             message=f"Attempt {job['attempt']} failed: {why}; retrying in {delay} s{tries}.",
             reason=f"attempt {job['attempt']} failed: {why}; retry in {delay} s",
-            data={"reason": str(reason)},
+            data=data,
         )
     return Change(
         job["id"],

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler.job_notifications import job_events_notify, job_link
-from scheduler.models import Job
+from scheduler.models import Allocation, Job
 from tenants import outbox
 from tenants.models import Notification, NotificationChannel, Tenant
 from tests.daemon.conftest import Env, low_priority_cluster
@@ -138,6 +138,32 @@ def texts(job: Job) -> dict[str, str]:
     """The job's outbox rows by channel: the webhook's text, the email's subject and body."""
     rows = Notification.objects.filter(payload__gantry__job=job.pk).order_by("id")
     return {n.channel: f"{n.subject}\n{n.payload['text']}" for n in rows}
+
+
+def test_a_job_that_loses_its_node_tells_its_owner_it_was_requeued(hooked: Env) -> None:
+    """Issue 35: a node failure requeued jobs silently; their owners learnt of it from the
+    attempt counter. The owner is mailed and the tenant's webhook told which node, and
+    which retry the job waits for."""
+    env = hooked
+    job = env.submit(simulation={"duration_s": 10_000})
+    daemon = env.daemon()
+    env.run(daemon, seconds=2, cycles=2)
+    node = Allocation.objects.get(job=job, ended_at__isnull=True).node.name
+    env.backend.fail_node(node)
+    env.run(daemon)
+    job.refresh_from_db()
+    assert job.attempt == 1
+    assert sent(job) == ["started", "requeued"]
+    assert sent(job, NotificationChannel.EMAIL) == ["requeued"]
+    said = (
+        f"Job {job.name} (#{job.pk}) in 'team-alpha' lost its node and was requeued: node "
+        f"{node} is NotReady or gone; back in the queue for retry 1 of 9."
+    )
+    for text in texts(job).values():
+        assert said in text, text
+    email = Notification.objects.get(payload__gantry__job=job.pk, channel="email")
+    assert email.recipient == "alice@example.com"
+    assert email.subject == f"[Gantry] job {job.name} lost its node and was requeued"
 
 
 # engine's message (`cycle._why`), what alpha's members may read of it; `{bravo}`/`{alpha}`:
