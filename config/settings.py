@@ -122,7 +122,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # plan cannot use the partial indexes on `state` (`state = $1`), and PostgreSQL may keep
     # one chosen while the table was small as it grows (a scan of every job ever run). The
     # daemon's own sessions let PostgreSQL weigh a generic plan instead, for the few
-    # statements it runs every cycle (`scheduler.leader.DAEMON_PLAN_CACHE_MODE`). Turn
+    # statements it runs every cycle (`scheduler.daemon.leader.DAEMON_PLAN_CACHE_MODE`). Turn
     # both off behind a pooler that rejects the extended protocol's binds or cannot keep
     # prepared statements.
     binding = env_bool("GANTRY_DB_SERVER_SIDE_BINDING", default=True)
@@ -333,7 +333,7 @@ GANTRY_BASE_URL = os.environ.get("GANTRY_BASE_URL", "http://127.0.0.1:8000")
 # Cluster backend for the scheduler daemon: "simulated" (embedded default) or "kubernetes".
 GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
 # Node agents on Kubernetes report with their pod's projected service-account token, verified
-# by a TokenReview (scheduler/agent_auth.py): on by default with the Kubernetes backend.
+# by a TokenReview (scheduler/nodes/agent_auth.py): on by default with the Kubernetes backend.
 GANTRY_AGENT_TOKEN_REVIEW = env_bool(
     "GANTRY_AGENT_TOKEN_REVIEW", GANTRY_CLUSTER_BACKEND == "kubernetes"
 )
@@ -428,8 +428,8 @@ GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600
 # A stopping pod on a node NotReady or gone this long counts as gone, as Kubernetes' pod
 # garbage collector treats the pods of lost nodes: it is force-deleted and its devices released.
 GANTRY_NODE_LOST_GRACE_S = float(os.environ.get("GANTRY_NODE_LOST_GRACE_S", "300"))
-# The scheduler daemon's own PostgreSQL sessions (scheduler/leader.py): a leader frozen inside
-# a write transaction (SIGSTOP, a hung host) is cut off by the server after the first, so it
+# The scheduler daemon's own PostgreSQL sessions (scheduler/daemon/leader.py): a leader frozen
+# inside a write transaction (SIGSTOP, a hung host) is cut off by the server after the first, so it
 # cannot hold the lease row's lock, and with it every standby, for as long as it is frozen.
 GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(
     os.environ.get("GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS", "5000")
@@ -438,9 +438,9 @@ GANTRY_DAEMON_STATEMENT_TIMEOUT_MS = int(
     os.environ.get("GANTRY_DAEMON_STATEMENT_TIMEOUT_MS", "15000")
 )
 GANTRY_DAEMON_LOCK_TIMEOUT_MS = int(os.environ.get("GANTRY_DAEMON_LOCK_TIMEOUT_MS", "2000"))
-# Queue positions and start estimates (scheduler/eta.py, docs/queue-estimates.md): the leading
-# daemon refreshes them after a cycle at most this often, replaying at most this many queued
-# jobs within this much wall time; a job without a max runtime runs this long in the replay.
+# Queue positions and start estimates (scheduler/estimates/refresh.py, docs/queue-estimates.md):
+# the leading daemon refreshes them after a cycle at most this often, replaying at most this many
+# queued jobs within this much wall time; a job without a max runtime runs this long in the replay.
 GANTRY_ETA_EVERY_S = float(os.environ.get("GANTRY_ETA_EVERY_S", "30"))
 GANTRY_ETA_BUDGET_S = float(os.environ.get("GANTRY_ETA_BUDGET_S", "2"))
 GANTRY_ETA_MAX_JOBS = int(os.environ.get("GANTRY_ETA_MAX_JOBS", "2000"))
@@ -513,7 +513,7 @@ if not GANTRY_XID_RETENTION_DAYS > 0:
     raise RuntimeError(
         f"GANTRY_XID_RETENTION_DAYS: {GANTRY_XID_RETENTION_DAYS} is not a positive number of days"
     )
-# An agent's XIDs as history rows (scheduler/xid_ingest.py): a repeat of a (GPU, code) within
+# An agent's XIDs as history rows (scheduler/nodes/xids.py): a repeat of a (GPU, code) within
 # GANTRY_XID_COALESCE_S of its row adds to that row's count; at most GANTRY_XID_ROWS_PER_MINUTE
 # new rows per node in any minute (fatal codes first), so an XID storm cannot flood the table.
 GANTRY_XID_COALESCE_S = float(os.environ.get("GANTRY_XID_COALESCE_S", "60"))
@@ -554,7 +554,7 @@ GANTRY_NOTIFY_MAX_PENDING = int(os.environ.get("GANTRY_NOTIFY_MAX_PENDING", "200
 # Sent, failed and dropped notifications are deleted this many days after they were written.
 GANTRY_NOTIFY_RETENTION_DAYS = float(os.environ.get("GANTRY_NOTIFY_RETENTION_DAYS", "30"))
 # A job's preempted notification waits this long for more preemptions of the job to join it
-# (one message with a count, scheduler/job_notifications.py).
+# (one message with a count, scheduler/jobs/notifications.py).
 GANTRY_NOTIFY_COALESCE_S = float(os.environ.get("GANTRY_NOTIFY_COALESCE_S", "60"))
 GANTRY_NOTIFY_EMAIL_EVENTS = frozenset(
     part.strip()

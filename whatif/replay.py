@@ -25,11 +25,11 @@ from django.db.models import Exists, OuterRef, Q
 from scheduler.core import Profile
 from scheduler.core.types import PriorityClass, Quota
 from scheduler.core.types import Tenant as CoreTenant
-from scheduler.daemon.rows import ROW_FIELDS
-from scheduler.daemon.translate import job_request, load_nodes
 from scheduler.models import Allocation, Job, JobState
-from scheduler.profiles import built_in, read_profile
+from scheduler.profiles.files import built_in, read_profile
 from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
+from scheduler.snapshot.rows import ROW_FIELDS
+from scheduler.snapshot.translate import job_request, load_nodes
 from tenants.models import PriorityClass as PriorityClassRow
 from tenants.models import Quota as QuotaRow
 from tenants.models import Tenant
@@ -192,8 +192,9 @@ def _organisation_rows() -> OrgRows:
 def organisation(
     rows: OrgRows, changes: Sequence[Mapping[str, Any]]
 ) -> tuple[tuple[CoreTenant, ...], tuple[PriorityClass, ...]]:
-    """The engine's tenants and classes as `scheduler.daemon.translate` builds them, with `changes`
-    applied on top (a tenant's fair-share weight is the largest of its quotas' weights)."""
+    """The engine's tenants and classes as `scheduler.snapshot.translate` builds them, with
+    `changes` applied on top (a tenant's fair-share weight is the largest of its quotas'
+    weights)."""
     quotas = {(q["tenant__slug"], q["flavor__name"]): dict(q) for q in rows.quotas}
     values = {c["name"]: c["value"] for c in rows.classes}
     for change in changes:

@@ -13,11 +13,11 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from billing.closing import month_bounds
-from billing.costs import MAX_WINDOW
+from billing.costs.lines import MAX_WINDOW
 from billing.models import AdjustmentProposal, IdlePolicy, LineKind, Statement, StatementLine
-from billing.rating import QUANTITY_PLACES
+from billing.rates.rating import QUANTITY_PLACES
 from billing.selectors import DIMENSIONS
+from billing.statements.closing import month_bounds
 from common.api.serializers import StrictInputSerializer
 
 

@@ -19,11 +19,11 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from billing.api.cost_serializers import next_month
-from billing.burn_down import burn_downs
-from billing.cost_charts import cost_charts, visible_month_lines
-from billing.reconcile import cluster_reconciliation_kept
+from billing.budgets.burn_down import burn_downs
+from billing.costs.charts import cost_charts, visible_month_lines
 from billing.selectors import tenant_costs
-from billing.statements import SplitsMemo
+from billing.statements.reconciliation import cluster_reconciliation_kept
+from billing.statements.rollup import SplitsMemo
 from common.errors import DomainError
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required

@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from billing.forecast import tenant_cost_scope, tenant_spend_forecast
+from billing.budgets.forecast import tenant_cost_scope, tenant_spend_forecast
 from common.errors import ConflictError
 from portal import selectors
 from portal.decorators import login_required

@@ -2,7 +2,7 @@
 -> apply -> bind -> commit -> starts -> reasons -> statistics -> samples -> estimates, in small
 steps.
 
-One instance leads (the lease in `scheduler.leader`); the others stand by and take over when
+One instance leads (the lease in `scheduler.daemon.leader`); the others stand by and take over when
 the lease expires. Every write is fenced by the lease epoch. `step()` runs one cycle and
 returns whether it did work; `run()` waits between steps on LISTEN/NOTIFY (PostgreSQL) or
 polling. Time is injectable (`clock`, `sleep`) so tests never wait on the wall clock.
@@ -43,9 +43,9 @@ from scheduler.core.types import JobKind
 from scheduler.daemon.apply import apply_decisions, write_reasons
 from scheduler.daemon.autoscaling import autoscale
 from scheduler.daemon.bind import bind_plan, commit_binds
-from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
+from scheduler.daemon.leader import Lease, LeaseLost, daemon_sessions
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.nodes import sync_nodes
 from scheduler.daemon.phases import (
@@ -63,13 +63,13 @@ from scheduler.daemon.reconcile import (
     write_starts,
 )
 from scheduler.daemon.samples import sample_devices
-from scheduler.daemon.snapshot import build_snapshot
 from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
 from scheduler.daemon.upkeep import Statistics
 from scheduler.daemon.wakeup import Waiter
-from scheduler.eta import EtaRefresher
-from scheduler.leader import Lease, LeaseLost, daemon_sessions
-from scheduler.profiles import ProfileWatch
+from scheduler.estimates.refresh import EtaRefresher
+from scheduler.profiles.files import ProfileWatch
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.cache import SnapshotCache
 
 log = logging.getLogger("gantry.daemon")
 

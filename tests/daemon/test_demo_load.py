@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from scheduler.backends.simulated.load import DemoLoad, Template
+from scheduler.demo.load import DemoLoad, Template
 from scheduler.models import Job
 from tenants.models import Quota
 from tests.daemon.conftest import Env

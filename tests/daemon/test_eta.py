@@ -1,4 +1,5 @@
-"""Queue positions and start estimates, refreshed by the leading daemon (scheduler/eta.py)."""
+"""Queue positions and start estimates, refreshed by the leading daemon
+(scheduler/estimates/refresh.py)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,17 @@ import pytest
 from django.db import connection
 
 from scheduler.core import queue_order, run_cycle
+from scheduler.daemon.leader import LeaseLost
 from scheduler.daemon.loop import Daemon
-from scheduler.daemon.snapshot import build_snapshot
-from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_history
-from scheduler.leader import LeaseLost
+from scheduler.estimates.refresh import (
+    EtaRefresher,
+    EtaSettings,
+    refresh_estimates,
+    runtime_history,
+)
+from scheduler.jobs.services import job_cancel
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
-from scheduler.services import job_cancel
+from scheduler.snapshot.build import build_snapshot
 from tests import factories as f
 from tests.daemon.conftest import LOOP_WATCHDOG_S, Env, expire_leases, make_env, watched
 
@@ -275,7 +281,7 @@ def test_a_bug_in_the_estimates_does_not_stop_scheduling(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("scheduler.eta.refresh_estimates", broken)
+    monkeypatch.setattr("scheduler.estimates.refresh.refresh_estimates", broken)
     job = env.submit()
     daemon = env.daemon()
     env.run(daemon)
@@ -407,7 +413,7 @@ import os, sys, time
 def main():
     import django
     django.setup()
-    from scheduler.eta import EtaRefresher
+    from scheduler.estimates.refresh import EtaRefresher
     refresher = EtaRefresher()
     refresher.start_background()
     print(refresher._pool.submit(os.getpid).result(60), flush=True)

@@ -6,7 +6,7 @@ training."""
 from __future__ import annotations
 
 from scheduler.models import Allocation, JobEvent
-from scheduler.nodes import node_set_failed
+from scheduler.nodes.services import node_set_failed
 from tests.daemon.conftest import Env
 
 

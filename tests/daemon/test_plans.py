@@ -1,5 +1,5 @@
 """The daemon's sessions let PostgreSQL keep a generic plan of a statement it prepared
-(`scheduler.leader.DAEMON_PLAN_CACHE_MODE`), where the web's plan every execution for its
+(`scheduler.daemon.leader.DAEMON_PLAN_CACHE_MODE`), where the web's plan every execution for its
 values. The daemon's statements that read through a partial index name what they filter on
 in their text, so a generic plan can use the index too; a statement that passes a state as
 a value keeps plans for its values on a table with a history."""
@@ -14,10 +14,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduler.daemon.queue import _heads_sql
-from scheduler.daemon.snapshot import _displaced_sql
-from scheduler.leader import daemon_sessions
+from scheduler.daemon.leader import daemon_sessions
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
+from scheduler.snapshot.build import _displaced_sql
+from scheduler.snapshot.queue import _heads_sql
 from tests.factories import JobEventFactory, JobFactory, row_columns
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql("prepared statements and plans")]
