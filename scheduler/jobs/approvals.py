@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from common.errors import ConflictError
-from scheduler.jobs.hooks import Verdict, approving_verdicts, job_enqueued
+from scheduler.jobs.enqueue import job_enqueue
+from scheduler.jobs.hooks import Verdict, approving_verdicts
 from scheduler.jobs.transitions import job_transition
 from scheduler.models import Job, JobEvent, JobState
 from scheduler.quota_usage import usage_by_tenant
@@ -154,15 +155,13 @@ def job_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) ->
         # Judged again now (budgets may have filled since submit); may refuse (raises).
         _class_move(job, approving_verdicts(job, request))
         # No reason given: the one the job waited with is cleared in the same write.
-        job_transition(
-            job=job,
-            to_state=JobState.QUEUED,
+        job_enqueue(
+            job,
             actor=actor,
             kind="approved",
             message=f"Approved by {who}{note}",
             data={"approval": request.pk},
         )
-        job_enqueued(job)
     elif outcome in (ApprovalState.REJECTED, ApprovalState.EXPIRED):
         reason = (
             "approval expired" if outcome == ApprovalState.EXPIRED else f"rejected by {who}{note}"

@@ -1,12 +1,13 @@
-"""What other apps add to a job's admission, and hear when jobs end.
+"""What other apps add to a job's submit and approval, and hear when jobs enter the queue or end.
 
 The scheduler may not import billing (the import-linter layers), yet budgets and cost rules
 decide about jobs at submit. So billing registers here at start-up (BillingConfig.ready):
-- an admission check, called by `job_submit` inside its transaction before the job is
+- a submit check, called by `job_submit` inside its transaction before the job is
   saved: it may ask for approval (RuleMatch reasons, and figures for the request's payload)
   or move the job to another priority class (with the reason);
-- an admitted hook, called inside the transaction that puts a job in the queue: at submit
-  when no approval is needed, or when its approval is granted;
+- an enqueued hook, called inside the transaction that puts a job in the queue
+  (`scheduler.jobs.enqueue`, the one way in): at submit when no approval is needed, or when
+  its approval is granted (not when the daemon requeues it: "admitted" is the daemon's claim);
 - an approving check, called inside the transaction that approves a job, before it is
   queued: it judges again what may have changed since submit (budgets: other jobs admitted
   meanwhile). It may refuse the approval (a DomainError: the decision rolls back and the
@@ -48,7 +49,7 @@ FinalHook = Callable[[Sequence[int]], object]  # (ids of jobs now final); result
 
 _checks: list[SubmitCheck] = []
 _approving: list[ApprovingCheck] = []
-_admitted: list[EnqueuedHook] = []
+_enqueued: list[EnqueuedHook] = []
 _final: list[FinalHook] = []
 
 
@@ -66,7 +67,7 @@ def register_approving_check(fn: ApprovingCheck) -> None:
 
 
 def register_on_enqueued(fn: EnqueuedHook) -> None:
-    _add(_admitted, fn)
+    _add(_enqueued, fn)
 
 
 def register_on_final(fn: FinalHook) -> None:
@@ -82,7 +83,7 @@ def approving_verdicts(job: Any, request: Any) -> list[Verdict]:
 
 
 def job_enqueued(job: Any) -> None:
-    for hook in _admitted:
+    for hook in _enqueued:
         hook(job)
 
 

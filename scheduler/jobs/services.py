@@ -9,13 +9,13 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
 from scheduler.jobs.approvals import job_approval_matches, job_approval_payload
+from scheduler.jobs.enqueue import job_enqueue
 from scheduler.jobs.feasibility import job_check_fits
-from scheduler.jobs.hooks import Verdict, job_enqueued, submit_verdicts
+from scheduler.jobs.hooks import Verdict, submit_verdicts
 from scheduler.jobs.spec import JobSpecSerializer
 from scheduler.jobs.transitions import job_transition
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
@@ -165,23 +165,23 @@ def job_submit(
             # its queued jobs, so jobs submitted together are judged one after another.
             judged = job_judge(job)
             approval, verdicts, moved = judged.approval, judged.verdicts, judged.moved
+            submitted = f"Submitted by {user.get_username()} to project {project.slug}."
             if approval:
                 job.state = JobState.PENDING_APPROVAL
                 reasons = "; ".join(m.reason for m in approval)
                 job.reason = f"waiting for approval: {reasons}"[:500]
+                job.save()
+                JobEvent.objects.create(
+                    job=job,
+                    kind="submitted",
+                    to_state=job.state,
+                    actor=user,
+                    message=f"{submitted} It is {job.reason}.",
+                )
             else:
-                job.queued_at = timezone.now()
                 if moved is not None:
                     job.reason = moved.reason[:500]
-            job.save()
-            JobEvent.objects.create(
-                job=job,
-                kind="submitted",
-                to_state=job.state,
-                actor=user,
-                message=f"Submitted by {user.get_username()} to project {project.slug}."
-                + (f" It is {job.reason}." if approval else ""),
-            )
+                job_enqueue(job, actor=user, kind="submitted", message=submitted)
             if moved is not None:
                 JobEvent.objects.create(
                     job=job, kind="priority_class", to_state=job.state, message=moved.reason
@@ -198,8 +198,6 @@ def job_submit(
                     payload=payload,
                     rules=approval,
                 )
-            else:
-                job_enqueued(job)
             audit_record(
                 actor=user,
                 action="job.submit",
