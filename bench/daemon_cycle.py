@@ -50,8 +50,8 @@ def measure(
     from bench.kueue_e2e import FLAVOR, setup
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
 
     org, classes = setup()
     queued = queue_all(org, classes, per_team)

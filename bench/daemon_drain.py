@@ -57,9 +57,9 @@ def drain(
     from bench.kueue_e2e import FLAVOR
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
-    from scheduler.daemon.leader import Lease, daemon_sessions
     from scheduler.daemon.loop import Daemon
     from scheduler.daemon.phases import collector_for_the_loop
+    from scheduler.leader import Lease, daemon_sessions
     from scheduler.models import Job
 
     jobs = queue(per_team)

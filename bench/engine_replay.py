@@ -291,7 +291,7 @@ def build_snapshots(
     each cycle's snapshot and decisions in canonical form."""
     from bench.daemon_drain import queue
     from bench.kueue_e2e import FLAVOR
-    from scheduler.daemon.leader import Lease
+    from scheduler.leader import Lease
 
     simulated = ("scheduler.backends.simulated.cluster", "scheduler.backends.simulated")
     cluster_class = _first("SimulatedCluster", simulated)

@@ -165,9 +165,9 @@ def run(
     from bench.kueue_e2e import submitter
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
     from scheduler.estimates.refresh import EtaRefresher, EtaSettings
+    from scheduler.leader import Lease
     from scheduler.models import JobQueueEstimate
 
     org, classes = setup(cohorts)

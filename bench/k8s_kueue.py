@@ -891,8 +891,8 @@ def run_gantry(
     from bench.kueue_e2e import setup
     from scheduler.backends.kubernetes.backend import KubernetesBackend
     from scheduler.backends.kubernetes.config import KubernetesConfig
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
     from scheduler.models import Allocation, Job, JobEvent
 
     org, classes = setup()

@@ -408,8 +408,8 @@ def run_gantry(
     from bench.daemon_setup import job_rows
     from scheduler.backends.kubernetes.backend import KubernetesBackend
     from scheduler.backends.kubernetes.config import KubernetesConfig
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
     from scheduler.models import Job
 
     team, priority = gantry_setup(pods, flavor)

@@ -151,8 +151,8 @@ def run(
 
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
 
     org, classes = setup()
     plan = arrivals(org, classes)

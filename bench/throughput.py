@@ -119,8 +119,8 @@ def bare_writes(job_ids: list[int], pods: int) -> float:
 def run(nodes: int, pods: int, batch: int, seed: int, profile: Profile) -> dict[str, Any]:
     from django.utils import timezone
 
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
     from scheduler.models import Job, JobEvent
 
     backend, job_ids = setup(nodes, pods, seed)

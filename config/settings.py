@@ -122,7 +122,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # plan cannot use the partial indexes on `state` (`state = $1`), and PostgreSQL may keep
     # one chosen while the table was small as it grows (a scan of every job ever run). The
     # daemon's own sessions let PostgreSQL weigh a generic plan instead, for the few
-    # statements it runs every cycle (`scheduler.daemon.leader.DAEMON_PLAN_CACHE_MODE`). Turn
+    # statements it runs every cycle (`scheduler.leader.DAEMON_PLAN_CACHE_MODE`). Turn
     # both off behind a pooler that rejects the extended protocol's binds or cannot keep
     # prepared statements.
     binding = env_bool("GANTRY_DB_SERVER_SIDE_BINDING", default=True)
@@ -428,7 +428,7 @@ GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600
 # A stopping pod on a node NotReady or gone this long counts as gone, as Kubernetes' pod
 # garbage collector treats the pods of lost nodes: it is force-deleted and its devices released.
 GANTRY_NODE_LOST_GRACE_S = float(os.environ.get("GANTRY_NODE_LOST_GRACE_S", "300"))
-# The scheduler daemon's own PostgreSQL sessions (scheduler/daemon/leader.py): a leader frozen
+# The scheduler daemon's own PostgreSQL sessions (scheduler/leader.py): a leader frozen
 # inside a write transaction (SIGSTOP, a hung host) is cut off by the server after the first, so it
 # cannot hold the lease row's lock, and with it every standby, for as long as it is frozen.
 GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(

@@ -19,10 +19,10 @@ from django.db import IntegrityError, transaction
 
 from scheduler.backends.base import PodRequest
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.store import insert_allocations, set_reasons
 from scheduler.jobs.lifecycle import HOLDING_STATES
 from scheduler.jobs.transitions import Change, transition
+from scheduler.leader import Lease
 from scheduler.models import Allocation, Job, JobState
 from scheduler.snapshot.build import Built
 from scheduler.snapshot.cache import SnapshotCache

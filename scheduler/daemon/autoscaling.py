@@ -7,7 +7,7 @@ import logging
 import math
 
 from scheduler.backends.base import InferenceLoad
-from scheduler.daemon.leader import Lease
+from scheduler.leader import Lease
 from scheduler.models import (
     Allocation,
     Job,

@@ -14,10 +14,10 @@ from django.db.models import Count
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
 from scheduler.daemon.apply import Plan
 from scheduler.daemon.cluster import Cluster
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.state import Hook, Limits
 from scheduler.daemon.store import mark_bound, release
 from scheduler.jobs.transitions import Change, transition
+from scheduler.leader import Lease
 from scheduler.models import (
     Job,
     JobEvent,

@@ -1,6 +1,6 @@
 """Leadership as the cycle uses it: when to renew the lease, and the fence before every write
 to the cluster. The lease itself (the row, its epoch, the database fence) is
-`scheduler.daemon.leader.Lease`."""
+`scheduler.leader.Lease`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.daemon.leader import Lease, LeaseLost
 from scheduler.daemon.state import Clock
+from scheduler.leader import Lease, LeaseLost
 
 
 class LeaseKeeper:

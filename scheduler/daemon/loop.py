@@ -2,7 +2,7 @@
 -> apply -> bind -> commit -> starts -> reasons -> statistics -> samples -> estimates, in small
 steps.
 
-One instance leads (the lease in `scheduler.daemon.leader`); the others stand by and take over when
+One instance leads (the lease in `scheduler.leader`); the others stand by and take over when
 the lease expires. Every write is fenced by the lease epoch. `step()` runs one cycle and
 returns whether it did work; `run()` waits between steps on LISTEN/NOTIFY (PostgreSQL) or
 polling. Time is injectable (`clock`, `sleep`) so tests never wait on the wall clock.
@@ -45,7 +45,6 @@ from scheduler.daemon.autoscaling import autoscale
 from scheduler.daemon.bind import bind_plan, commit_binds
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
-from scheduler.daemon.leader import Lease, LeaseLost, daemon_sessions
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.nodes import sync_nodes
 from scheduler.daemon.phases import (
@@ -67,6 +66,7 @@ from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
 from scheduler.daemon.upkeep import Statistics
 from scheduler.daemon.wakeup import Waiter
 from scheduler.estimates.refresh import EtaRefresher
+from scheduler.leader import Lease, LeaseLost, daemon_sessions
 from scheduler.profiles.files import ProfileWatch
 from scheduler.snapshot.build import build_snapshot
 from scheduler.snapshot.cache import SnapshotCache

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError
 
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.state import Clock
+from scheduler.leader import Lease
 
 # Seconds of the daemon's clock between two reports of completed cycles (`CycleReports`).
 REPORT_EVERY_S = 5.0

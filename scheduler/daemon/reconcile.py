@@ -39,10 +39,10 @@ from scheduler.daemon.judge import (
     release_lost_claims,
     requeue_preempted,
 )
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
 from scheduler.daemon.store import release
 from scheduler.jobs.transitions import Change, job_timestamps, transition
+from scheduler.leader import Lease
 from scheduler.models import (
     FINAL_STATES,
     Allocation,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from scheduler.backends.base import UtilizationSource
-from scheduler.daemon.leader import Lease
+from scheduler.leader import Lease
 from scheduler.models import GpuDevice
 from scheduler.telemetry.samples import DeviceReading, samples_ingest
 

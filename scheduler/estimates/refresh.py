@@ -36,8 +36,8 @@ from django.db import DatabaseError, connection, transaction
 
 from scheduler.core import Profile
 from scheduler.core.types import Snapshot
-from scheduler.daemon.leader import LeaseLost
 from scheduler.estimates import worker as eta_worker
+from scheduler.leader import LeaseLost
 from scheduler.models import Job, JobQueueEstimate, JobState
 from scheduler.sim.runtimes import Finished, Groups, RuntimeModel, estimate_queue, groups_of
 from scheduler.snapshot.build import build_snapshot

@@ -37,8 +37,8 @@ def start(
     from django.db import connections
 
     connections["default"].settings_dict.update(database)
-    from scheduler.daemon.leader import daemon_sessions_for_life
     from scheduler.estimates.refresh import EtaRefresher, EtaSettings
+    from scheduler.leader import daemon_sessions_for_life
 
     daemon_sessions_for_life()
     _worker["refresher"] = EtaRefresher(EtaSettings(*config), history_every_s=history_every_s)
@@ -60,7 +60,7 @@ def refresh(asked: Any) -> tuple[Any, str]:
     was not made ("" when it was): a database error or a lost lease."""
     from django.db import DatabaseError, connections
 
-    from scheduler.daemon.leader import LeaseLost
+    from scheduler.leader import LeaseLost
 
     try:
         return _worker["refresher"]._refresh(asked), ""

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
-from scheduler.daemon.leader import LEASE_NAME
+from scheduler.leader import LEASE_NAME
 from scheduler.models import Job, JobEvent, JobQueueEstimate, JobState, SchedulerLease
 from tenants import access
 

@@ -199,11 +199,18 @@ def verify_agent_token(token: str, *, cache: VerdictCache | None = None) -> Agen
     return identity
 
 
+def agent_username(node: str) -> str:
+    """`node-agent:<node>`, shortened with a digest when the node name is long (usernames
+    hold 150 characters)."""
+    name = f"node-agent:{node}"
+    if len(name) <= 150:
+        return name
+    return f"node-agent:{node[:100]}~{hashlib.sha256(node.encode()).hexdigest()[:16]}"
+
+
 def agent_account(node: str) -> Any:
     """The NodeAgent account of `node` (made on its agent's first verified report): what the
     report endpoint and its throttle know an agent by."""
-    from scheduler.management.commands.node_agent_token import agent_username
-
     found = NodeAgent.objects.select_related("user").filter(node_name=node).first()
     if found is not None:
         return found.user

@@ -239,7 +239,7 @@ DISPLACED_LOOKBACK_S = 6 * 3600
 @functools.cache
 def _displaced_sql() -> str:
     # The kind in the text, not a value: a plan made for any value (the daemon's sessions
-    # may keep one, `scheduler.daemon.leader.DAEMON_PLAN_CACHE_MODE`) could not use the partial
+    # may keep one, `scheduler.leader.DAEMON_PLAN_CACHE_MODE`) could not use the partial
     # index of failures and preemptions by time (jobevent_failures_at).
     return (
         f"SELECT id, at, job_id, data FROM {JobEvent._meta.db_table}"  # noqa: S608 - our names

@@ -22,7 +22,7 @@ S = JobState
 
 
 # The state is in the text, not a value: a plan made for any value (the generic plan that
-# the daemon's sessions may keep, `scheduler.daemon.leader.DAEMON_PLAN_CACHE_MODE`) could not use
+# the daemon's sessions may keep, `scheduler.leader.DAEMON_PLAN_CACHE_MODE`) could not use
 # the partial index of queued jobs (job_queue_heads) and would read every queued job.
 HEADS_SQL = (
     "SELECT h.id, h.version, h.place FROM {tenant} t CROSS JOIN {pclass} pc CROSS JOIN LATERAL ("

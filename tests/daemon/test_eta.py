@@ -19,7 +19,6 @@ import pytest
 from django.db import connection
 
 from scheduler.core import queue_order, run_cycle
-from scheduler.daemon.leader import LeaseLost
 from scheduler.daemon.loop import Daemon
 from scheduler.estimates.refresh import (
     EtaRefresher,
@@ -28,6 +27,7 @@ from scheduler.estimates.refresh import (
     runtime_history,
 )
 from scheduler.jobs.services import job_cancel
+from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
 from scheduler.snapshot.build import build_snapshot
 from tests import factories as f

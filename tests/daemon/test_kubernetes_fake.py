@@ -13,9 +13,9 @@ import yaml
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
-from scheduler.daemon.leader import Lease, LeaseLost
 from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_submit
+from scheduler.leader import Lease, LeaseLost
 from scheduler.models import Allocation, Job
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock

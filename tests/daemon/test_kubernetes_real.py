@@ -31,9 +31,9 @@ from devcluster.plane import ControlPlane
 from scheduler.backends.kubernetes.backend import KubernetesBackend, api_client_from_environment
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.kubernetes.render import LABEL_ATTEMPT, LABEL_JOB
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_submit
+from scheduler.leader import Lease
 from scheduler.models import Allocation, GpuDevice, Job, JobEvent
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock, Killed, expire_leases

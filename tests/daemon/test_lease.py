@@ -1,4 +1,4 @@
-"""The lease (`scheduler.daemon.lease`, `scheduler.daemon.leader`): renewed a few times per TTL; a
+"""The lease (`scheduler.daemon.lease`, `scheduler.leader`): renewed a few times per TTL; a
 leader's writes fenced by it; kept through the whole cycle (every phase that writes renews
 it first once a third of the TTL has passed, the phases after the binds included).
 
@@ -20,8 +20,8 @@ import pytest
 from django.db import connection
 
 import scheduler.daemon.loop as loop
-from scheduler.daemon.leader import LeaseLost, configure_session, session_settings
 from scheduler.daemon.loop import Daemon
+from scheduler.leader import LeaseLost, configure_session, session_settings
 from scheduler.models import SchedulerLease
 from tests.daemon.conftest import Env, assert_consistent, expire_leases
 from tests.daemon.test_faults import pg

@@ -11,8 +11,8 @@ from typing import Any
 def test_the_daemon_loop_watches_the_backends_pods(env: Any) -> None:
     """`Daemon.run` starts the backend's pod watch (when it has one), waits on its event,
     and closes the watch when it stops."""
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
 
     calls: list[str] = []
 
@@ -71,8 +71,8 @@ def test_the_daemon_waits_until_just_after_the_backends_next_pod_event(env: Any)
     """Between cycles the daemon sleeps until the simulated cluster's next pod event and a
     hair more (so the event has happened when reconcile looks): 2 ms, not 10, since every
     wait for a pod's end holds its GPUs idle that much longer."""
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
 
     env.submit(simulation={"duration_s": 5})
     daemon = Daemon(env.backend, lease=Lease("timing", ttl_s=30), clock=env.clock, interval_s=30)
@@ -89,9 +89,9 @@ def test_the_daemon_loop_runs_with_a_collector_for_many_short_lived_objects(env:
     young collections are rarer; both are restored when it returns."""
     import gc
 
-    from scheduler.daemon.leader import Lease
     from scheduler.daemon.loop import Daemon
     from scheduler.daemon.phases import GC_THRESHOLDS
+    from scheduler.leader import Lease
 
     before = gc.get_threshold()
     seen: list[tuple[tuple[int, ...], int]] = []

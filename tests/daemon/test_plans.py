@@ -1,5 +1,5 @@
 """The daemon's sessions let PostgreSQL keep a generic plan of a statement it prepared
-(`scheduler.daemon.leader.DAEMON_PLAN_CACHE_MODE`), where the web's plan every execution for its
+(`scheduler.leader.DAEMON_PLAN_CACHE_MODE`), where the web's plan every execution for its
 values. The daemon's statements that read through a partial index name what they filter on
 in their text, so a generic plan can use the index too; a statement that passes a state as
 a value keeps plans for its values on a table with a history."""
@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduler.daemon.leader import daemon_sessions
+from scheduler.leader import daemon_sessions
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
 from scheduler.snapshot.build import _displaced_sql
 from scheduler.snapshot.queue import _heads_sql

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.daemon.leader import LeaseLost
 from scheduler.daemon.samples import sample_devices
+from scheduler.leader import LeaseLost
 from scheduler.models import GpuDevice, Job, UtilizationSample
 from tests.daemon.conftest import Env, expire_leases
 

@@ -12,9 +12,9 @@ from scheduler.backends.simulated.cluster import SimulatedCluster
 from scheduler.backends.simulated.inventory import make_nodes
 from scheduler.core.cycle import build_context
 from scheduler.core.quota import running_claims, subtree_usage
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_submit
+from scheduler.leader import Lease
 from scheduler.metrics.cluster_queues import quota_families
 from scheduler.models import Allocation, Job, JobState
 from scheduler.quota_usage import quota_rows, usage_by_tenant

@@ -22,8 +22,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.core import ProfileError
-from scheduler.daemon.leader import Lease
 from scheduler.daemon.loop import Daemon
+from scheduler.leader import Lease
 from scheduler.metrics.cycles import CycleMetrics
 from scheduler.profiles.files import ProfileWatch
 from scheduler.profiles.record import profile_record_loaded, profile_record_refused
