@@ -14,7 +14,7 @@ from scheduler.jobs.enqueue import job_enqueue
 from scheduler.jobs.hooks import Verdict, approving_verdicts
 from scheduler.jobs.transitions import job_transition
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.quota_usage import usage_by_tenant
+from scheduler.snapshot.quota_usage import usage_by_tenant
 from tenants.approval_rules import RuleMatch, job_matches, policies_applying
 from tenants.approvals import register_subject_handler
 from tenants.models import (
@@ -69,8 +69,8 @@ def job_borrows(job: Job, *, lock: bool = True) -> bool:
     """Would the job take its team beyond the guarantee of every flavor it may run on?
 
     Usage is the team's subtree's, as the engine charges it and the portal shows it
-    (`scheduler.quota_usage.usage_by_tenant`): the GPUs its jobs hold, on the flavor of each
-    allocation, and its jobs that claim GPUs without holding any yet (queued, preempted:
+    (`scheduler.snapshot.quota_usage.usage_by_tenant`): the GPUs its jobs hold, on the flavor of
+    each allocation, and its jobs that claim GPUs without holding any yet (queued, preempted:
     `CLAIMING_STATES`) against each flavor they allow. Jobs waiting for their own approval
     do not count (their borrowing is decided with them).
 

@@ -23,12 +23,10 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
-from scheduler.core.quota import QuotaLedger
-from scheduler.core.types import MILLI_PER_GPU
+from scheduler.core.units import MILLI_PER_GPU
 from scheduler.metrics.tally import WAIT_BUCKETS_S, Tallies
 from scheduler.models import JobState
-from scheduler.quota_usage import held_claims
-from scheduler.snapshot.translate import load_tenants
+from scheduler.snapshot.quota_usage import charged_ledger
 from tenants.models import Tenant
 
 S = JobState
@@ -148,14 +146,8 @@ def quota_families() -> Iterator[GaugeMetricFamily]:
     classes that count against quota, as the engine charges them), its effective guarantee
     (nominal quota), borrowing limit (limit - guarantee) and what it borrows (usage beyond
     the guarantee). Three queries: tenants, quotas, active allocations."""
-    tenants, _slugs = load_tenants()
-    parents = {t.name: t.parent or "" for t in tenants}
-    charged = held_claims(key="job__tenant__slug")
-    flavors = {f for t in tenants for f in t.quotas} | {flavor for _, flavor, _ in charged}
-    ledger = QuotaLedger(tenants, sorted(flavors))
-    for slug, flavor, milli in charged:
-        if slug in ledger.tenants:
-            ledger.charge(slug, "", flavor, milli or 0)
+    ledger, flavors = charged_ledger()
+    parents = {t.name: t.parent or "" for t in ledger.tenants.values()}
     names = {
         "usage": ("gantry_cluster_queue_resource_usage", "GPUs in use by the tenant's subtree."),
         "nominal": ("gantry_cluster_queue_nominal_quota", "The tenant's effective guarantee."),

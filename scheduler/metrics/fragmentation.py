@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 
-from scheduler.core.types import MILLI_PER_GPU
+from scheduler.core.units import MILLI_PER_GPU
 from scheduler.models import GpuDevice, Job, JobState
 
 WHOLE = MILLI_PER_GPU

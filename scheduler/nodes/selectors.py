@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from scheduler.agent.xids import xid_meaning
-from scheduler.core.types import LABEL_NVLINK_DOMAIN
+from scheduler.core.units import LABEL_NVLINK_DOMAIN
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Node, XidEvent
 from tenants import access
 

@@ -121,6 +121,39 @@ def load_tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
     return tenants, slugs
 
 
+Organisation = tuple[tuple[CoreTenant, ...], tuple[PriorityClass, ...]]
+
+
+def tenants_from_quotas(
+    tenant_rows: Iterable[Mapping[str, Any]], quotas: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> tuple[CoreTenant, ...]:
+    """The engine's tenants from tenant rows (`id`, `slug`, `parent_id`) and quota rows by
+    (tenant slug, flavor), as a what-if proposes them: a tenant's fair-share weight is the
+    largest of its quotas' weights, its per-user caps those its quotas set."""
+    per_tenant: dict[str, dict[str, Quota]] = defaultdict(dict)
+    weights: dict[str, float] = {}
+    caps: dict[str, dict[str, int]] = defaultdict(dict)
+    for (slug, flavor), q in quotas.items():
+        per_tenant[slug][flavor] = Quota(
+            q["guaranteed_milli"], q["limit_milli"], q.get("lend_limit_milli")
+        )
+        weights[slug] = max(weights.get(slug, 0.0), float(q["weight"]))
+        if q.get("user_limit_milli") is not None:
+            caps[slug][flavor] = q["user_limit_milli"]
+    rows = list(tenant_rows)
+    parents = {r["id"]: r["slug"] for r in rows}
+    return tuple(
+        CoreTenant(
+            r["slug"],
+            parents.get(r["parent_id"]),
+            per_tenant.get(r["slug"], {}),
+            weights.get(r["slug"], 1.0),
+            caps.get(r["slug"], {}),
+        )
+        for r in rows
+    )
+
+
 def job_request(
     row: Mapping[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
 ) -> JobRequest:

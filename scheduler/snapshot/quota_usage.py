@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Q, Sum
 
-from scheduler.core.quota import subtree_usage
+from scheduler.core.quota import QuotaLedger, subtree_usage
 from scheduler.models import Allocation, Job, JobState
+from scheduler.snapshot.translate import load_tenants
 from tenants.models import Quota, ResourceFlavor, Tenant
 
 
@@ -141,3 +142,17 @@ def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
         )
         for q in sorted(quotas, key=lambda q: (q.tenant.path, q.flavor.name))
     ]
+
+
+def charged_ledger() -> tuple[QuotaLedger, list[str]]:
+    """The engine's quota ledger over every tenant and flavor (the flavors any quota names or
+    any allocation holds, sorted), charged with what is held now (`held_claims`) as a cycle
+    would charge it. Three queries: tenants, quotas, allocations."""
+    tenants, _slugs = load_tenants()
+    charged = held_claims(key="job__tenant__slug")
+    flavors = {f for t in tenants for f in t.quotas} | {flavor for _, flavor, _ in charged}
+    ledger = QuotaLedger(tenants, sorted(flavors))
+    for slug, flavor, milli in charged:
+        if slug in ledger.tenants:
+            ledger.charge(slug, "", flavor, milli or 0)
+    return ledger, sorted(flavors)
