@@ -19,7 +19,7 @@ from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
 from scheduler.jobs.selectors import job_list_visible, queue_depth, scheduler_health
-from scheduler.quota_usage import quota_rows
+from scheduler.snapshot.quota_usage import quota_rows
 from tenants import access
 from tenants.models import TenantKind
 

@@ -20,7 +20,7 @@ from portal import selectors
 from portal.decorators import login_required
 from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
 from portal.templatetags.portal_tags import gpus
-from scheduler.quota_usage import quota_rows
+from scheduler.snapshot.quota_usage import quota_rows
 from tenants import access, approvals, services
 from tenants.approval_policies import policy_delete, policy_set
 from tenants.approval_rules import policy_describe
