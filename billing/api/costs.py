@@ -20,8 +20,9 @@ from rest_framework.response import Response
 from billing import selectors
 from billing.api import cost_serializers as s
 from billing.metering import late as late_usage
+from billing.periods import month_bounds
 from billing.policies import billing_policy_set
-from billing.statements.closing import month_bounds, statement_adjust, statement_close
+from billing.statements.closing import statement_adjust, statement_close
 from billing.statements.rollup import roll_up
 from common.api.filters import IntegerFilter, StrictFilterSet
 from common.api.pagination import MAX_PAGE_SIZE

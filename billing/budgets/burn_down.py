@@ -23,8 +23,9 @@ from typing import Any
 
 from django.db.models import Q
 
-from billing.budgets.spend import BudgetPosition, month_end, month_start, positions_of
+from billing.budgets.spend import BudgetPosition, positions_of
 from billing.models import Budget, BudgetUnit, UsageRecord
+from billing.periods import month_end, month_start
 from billing.rates import rating
 from billing.rates.cards import metered_until
 from billing.selectors import organisations_visible, rolled_up_tenants

@@ -26,8 +26,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from billing.budgets.spend import month_end, month_start, subtree_committed, subtree_spent
+from billing.budgets.spend import subtree_committed, subtree_spent
 from billing.models import BudgetUnit, MeteringPeriod, UsageRecord
+from billing.periods import month_end, month_start
 from billing.rates import rating
 from billing.statements.rollup import rates_between
 from tenants import access

@@ -35,6 +35,7 @@ from billing.models import (
     RateCard,
     UsageRecord,
 )
+from billing.periods import month_end, month_start
 from billing.rates import rating
 from scheduler.models import FINAL_STATES
 from tenants.models import Tenant
@@ -46,15 +47,6 @@ TENTH = Decimal("0.1")
 EXACT = Decimal("0.000001")
 ZERO = Decimal(0)
 THRESHOLDS = (50, 80, 100)
-
-
-def month_start(at: datetime) -> datetime:
-    """The first instant (UTC) of the month `at` falls in."""
-    return at.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def month_end(month: datetime) -> datetime:
-    return month.replace(year=month.year + month.month // 12, month=month.month % 12 + 1)
 
 
 @dataclass(frozen=True)

@@ -16,32 +16,19 @@ every chart and table of the page.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from billing.costs.lines import CostLine
 from billing.models import LineKind
+from billing.periods import month_end, month_starts
 from billing.selectors import CostRow, LineFilter, aggregate, cost_lines_visible
 from billing.statements.rollup import SplitsMemo
 from common.errors import DomainError
 from tenants.models import Tenant
 
 CHART_MONTHS = 6
-
-
-def month_starts(last: datetime, count: int) -> list[datetime]:
-    """The first instants of the `count` months ending with `last`'s, oldest first."""
-    year, month = last.year, last.month
-    starts = []
-    for _ in range(count):
-        starts.append(datetime(year, month, 1, tzinfo=UTC))
-        year, month = (year, month - 1) if month > 1 else (year - 1, 12)
-    return starts[::-1]
-
-
-def month_end(start: datetime) -> datetime:
-    return datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing.budgets.spend import month_end, month_start
 from billing.models import Statement, StatementLine
+from billing.periods import month_end, month_start
 from billing.rates.cards import metered_until
 from billing.statements import line_memo
 from billing.statements.rollup import DraftLine, SplitsMemo, organisation_lines

@@ -27,10 +27,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from billing.budgets.spend import month_end, month_start
 from billing.costs.lines import CostLine
 from billing.models import LineKind
-from billing.rates.rating import QUANTITY_PLACES, Rate, round_cents
+from billing.periods import month_end, month_start
+from billing.rates.rating import Rate, round_cents
+from billing.rates.rating import quantity as _quantity
 from billing.statements.rollup import rates_between
 from common.text import csv_safe
 from tenants.models import Project, Tenant
@@ -160,10 +161,6 @@ def _money(value: Decimal) -> Decimal:
 def _price(value: Decimal) -> str:
     """A unit price in FOCUS's numeric format: plain digits, no exponent, no trailing zeros."""
     return format((value + 0).normalize(), "f")
-
-
-def _quantity(value: Fraction) -> Decimal:
-    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(QUANTITY_PLACES)
 
 
 def focus_row(line: CostLine, period: Period, names: Names, currency: str) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Any
 from django.db import connection
 from prometheus_client.core import GaugeMetricFamily
 
-from billing.budgets.spend import month_start
 from billing.models import UsageCheck
+from billing.periods import month_start
 
 logger = logging.getLogger(__name__)
 

@@ -98,8 +98,12 @@ class Line:
 
     @property
     def quantity(self) -> Decimal:
-        shown = Decimal(self.exact.numerator) / Decimal(self.exact.denominator)
-        return shown.quantize(QUANTITY_PLACES)
+        return quantity(self.exact)
+
+
+def quantity(value: Fraction) -> Decimal:
+    """An exact quantity as statements, exports and pages show it: six decimal places."""
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(QUANTITY_PLACES)
 
 
 def round_cents(value: Fraction) -> Decimal:

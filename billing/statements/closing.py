@@ -8,7 +8,7 @@ concurrent close finds it (waiting on PostgreSQL for the first to commit) and re
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from billing.metering.hourly import HOUR, floor_hour, meter_caught_up
 from billing.models import LineKind, MeteringPeriod, Statement, StatementLine, StatementSeal
+from billing.periods import previous_month
 from billing.statements.rollup import DraftLine, organisation_lines
 from common.errors import DomainError
 from scheduler.models import Allocation
@@ -28,21 +29,6 @@ from tenants.audit import audit_record
 from tenants.models import Project, Tenant
 
 logger = logging.getLogger(__name__)
-
-
-def month_bounds(text: str) -> tuple[datetime, datetime]:
-    """ "2031-01" -> (2031-01-01T00:00Z, 2031-02-01T00:00Z); ValueError when malformed."""
-    year, month = (int(part) for part in text.split("-", 1))
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
-    return start, end
-
-
-def previous_month(now: datetime) -> tuple[datetime, datetime]:
-    """The bounds of the month (UTC) before the one `now` is in."""
-    end = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    start = (end - timedelta(days=1)).replace(day=1)
-    return start, end
 
 
 def months_close_due(*, now: datetime) -> list[Statement]:

@@ -19,11 +19,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from billing.api.cost_serializers import next_month
 from billing.api.export_serializers import ExportQueryIn
 from billing.exports import runs as export_runs
 from billing.exports.formats import CONTENT_TYPES
 from billing.models import ExportFormat
+from billing.periods import next_month
 from billing.selectors import DIMENSIONS
 from common.errors import RateLimitedError
 from portal.decorators import login_required

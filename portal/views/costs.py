@@ -18,9 +18,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from billing.api.cost_serializers import next_month
 from billing.budgets.burn_down import burn_downs
 from billing.costs.charts import cost_charts, visible_month_lines
+from billing.periods import next_month
 from billing.selectors import tenant_costs
 from billing.statements.reconciliation import cluster_reconciliation_kept
 from billing.statements.rollup import SplitsMemo

@@ -13,8 +13,9 @@ from django.core.management import call_command
 
 from billing.metering.hourly import MAX_HOURS_PER_RUN, hours_due, meter_usage
 from billing.models import Statement
+from billing.periods import previous_month
 from billing.rates.cards import RatePrices, rate_card_add
-from billing.statements.closing import months_close_due, previous_month
+from billing.statements.closing import months_close_due
 from tenants.models import AuditEntry
 from tests.billing.builders import hold, job_for, make_node
 from tests.billing.test_statements import cluster

@@ -17,8 +17,8 @@ from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
 from scheduler.metrics.cluster_queues import quota_families
 from scheduler.models import Allocation, Job, JobState
-from scheduler.snapshot.quota_usage import quota_rows, usage_by_tenant
 from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.quota_usage import quota_rows, usage_by_tenant
 from tenants.models import ApprovalPolicy, Quota, Tenant
 from tests import factories as f
 from tests.conftest import Org, job_spec

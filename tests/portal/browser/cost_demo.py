@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from billing.costs.charts import month_starts
 from billing.metering.hourly import meter_hour
 from billing.models import Budget, BudgetUnit
+from billing.periods import month_starts
 from billing.rates.cards import RatePrices, rate_card_add
 from scheduler.demo.seed import seed_demo
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
