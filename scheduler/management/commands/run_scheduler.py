@@ -37,7 +37,7 @@ def make_backend(kind: str, nodes_csv: Path | None) -> Any:
         nodes = nodes_from_openb_csv(nodes_csv) if nodes_csv else demo_nodes()
         if not settings.GANTRY_SIM_STATE_FILE:
             return SimulatedCluster(nodes)
-        from scheduler.backends.simulated.store import PersistentCluster
+        from scheduler.backends.simulated.statefile import PersistentCluster
 
         # Its pods outlive this process, as a real cluster's do: a restarted (or standby)
         # scheduler finds them running.
