@@ -14,6 +14,10 @@ from billing.models.budgets import BudgetUnit as BudgetUnit
 from billing.models.exports import CostExport as CostExport
 from billing.models.exports import ExportFormat as ExportFormat
 from billing.models.exports import ExportState as ExportState
+from billing.models.metering import CapacityRecord as CapacityRecord
+from billing.models.metering import GuaranteeRecord as GuaranteeRecord
+from billing.models.metering import MeteringPeriod as MeteringPeriod
+from billing.models.metering import UsageRecord as UsageRecord
 from billing.models.rates import RateCard as RateCard
 from billing.models.rates import RateMultiplier as RateMultiplier
 from billing.models.rates import price as price
@@ -22,7 +26,3 @@ from billing.models.statements import IdlePolicy as IdlePolicy
 from billing.models.statements import LineKind as LineKind
 from billing.models.statements import Statement as Statement
 from billing.models.statements import StatementLine as StatementLine
-from billing.models.usage import CapacityRecord as CapacityRecord
-from billing.models.usage import GuaranteeRecord as GuaranteeRecord
-from billing.models.usage import MeteringPeriod as MeteringPeriod
-from billing.models.usage import UsageRecord as UsageRecord

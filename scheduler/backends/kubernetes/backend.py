@@ -51,8 +51,8 @@ from scheduler.backends.kubernetes.render import (
     render_pod,
     render_service,
 )
-from scheduler.backends.kubernetes.retry import call_with_retry, describe
 from scheduler.backends.kubernetes.status import pod_status
+from scheduler.backends.kubernetes.transient import call_with_retry, describe
 from scheduler.backends.kubernetes.watch import ListWatcher
 from scheduler.backends.retry import RetryPolicy, WriteFence
 

@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from scheduler.backends.base import BackendError
-from scheduler.backends.kubernetes.retry import as_backend_error
+from scheduler.backends.kubernetes.transient import as_backend_error
 from scheduler.backends.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
