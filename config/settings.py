@@ -106,7 +106,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Bound every statement so a stuck lock or query never hangs a request or the daemon.
     # No JIT: Gantry's queries are short, and the planner's over-estimates of the queue
     # queries crossed jit_above_cost, compiling code for longer than the query ran, each cycle
-    # (bench/results.md, kueue_e2e, 2026-12-02 13:18-14:05).
+    # (bench/history.md, kueue_e2e, 2026-12-02 13:18-14:05).
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={os.environ.get('GANTRY_DB_LOCK_TIMEOUT_MS', '5000')}"
         f" -c statement_timeout={os.environ.get('GANTRY_DB_STATEMENT_TIMEOUT_MS', '30000')}"
@@ -114,7 +114,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
     # Parameters bound by the server (psycopg's Cursor, not ClientCursor): values go apart
     # from the SQL text instead of being quoted into it in Python, which cost the daemon
-    # CPU (its id arrays above all; bench/results.md, kueue_e2e, 2026-12-03 13:41-16:40).
+    # CPU (its id arrays above all; bench/history.md, kueue_e2e, 2026-12-03 13:41-16:40).
     # And a statement run five times on a connection is prepared (psycopg's
     # prepare_threshold; Django's default is never): the daemon runs the same statements
     # every cycle, which PostgreSQL then does not parse again (bench/results.md,
