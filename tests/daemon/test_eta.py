@@ -453,7 +453,7 @@ def test_the_worker_ends_when_the_daemon_is_killed(tmp_path: Any) -> None:
 
 _WORKER_OF_A_DEAD_DAEMON = """
 import time
-from scheduler import eta_worker
+from scheduler.estimates import worker as eta_worker
 
 eta_worker.start({dead}, "config.settings", {{}}, (30.0, 2.0, 100, 14400.0), 600.0)
 time.sleep(600)
