@@ -1,5 +1,5 @@
 """The benchmarks' scheduling profiles: files under `bench/profiles/`, loaded as the daemon
-loads its own (`scheduler.profiles.read_profile`), and named in every benchmark's output."""
+loads its own (`scheduler.profiles.files.read_profile`), and named in every benchmark's output."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scheduler.profiles import LoadedProfile, read_profile
+from scheduler.profiles.files import LoadedProfile, read_profile
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 

@@ -7,21 +7,21 @@ postgres://postgres@127.0.0.1:5432/bench_billing; it is dropped and created): tw
 organisations of departments, teams, projects and users; H100, A100 and L4 nodes of 8 GPUs
 with different prices; guarantees on teams and departments; whole-GPU, multi-GPU, two-replica
 and fractional (250 and 500 milli) jobs; preempted, failed-and-retried and failed attempts
-with the job events billing reads to classify them (billing/attempts.py); a rate change in
+with the job events billing reads to classify them (billing/metering/attempts.py); a rate change in
 the middle of the period, on the hour; nodes cordoned and a device unhealthy for part of it.
 The rows are written with bulk inserts, not through the scheduler, and depend only on
 `--seed`. The period starts 2031-04-01 (a 30-day month: `--days 30` is the month of April).
 
 Then it times, in this process:
-- `meter_s`: billing.metering.meter_usage over every hour of the period (in three runs: the
+- `meter_s`: billing.metering.hourly.meter_usage over every hour of the period (in three runs: the
   nodes are cordoned between the first and the second, since metering reads the inventory
   as it is when it meters an hour);
-- `close_s`: billing.closing.statement_close of the period for every organisation;
-- `export_s`: one XLSX export of the period through billing.exports.export_write, as a
-  finance user (null when billing/exports.py is not there).
+- `close_s`: billing.statements.closing.statement_close of the period for every organisation;
+- `export_s`: one XLSX export of the period through billing.exports.formats.export_write, as a
+  finance user (null when billing/exports/formats.py is not there).
 and reports `lines` (statement lines), `reconciled` (both identities to the cent:
-billing/reconcile.py), the peak RSS of the measuring process and how much it grew while
-measuring. The build runs in a child process, so that its memory is not the measurement's.
+billing/statements/reconciliation.py), the peak RSS of the measuring process and how much it grew
+while measuring. The build runs in a child process, so that its memory is not the measurement's.
 
 PostgreSQL only: the benchmark drops and creates its database. The build and the measures
 themselves use the ORM only; tests/billing/test_bench_billing.py runs them on the test
@@ -510,7 +510,7 @@ def meter(month: Month) -> float:
     first and the second and bringing them back after; the seconds spent metering."""
     from django.conf import settings
 
-    from billing.metering import meter_usage
+    from billing.metering.hourly import meter_usage
     from scheduler.models import GpuDevice, Node
 
     delay = timedelta(seconds=settings.GANTRY_METERING_DELAY_S + 60)
@@ -530,7 +530,7 @@ def meter(month: Month) -> float:
 def close(month: Month) -> tuple[float, list[Any]]:
     from django.contrib.auth import get_user_model
 
-    from billing.closing import statement_close
+    from billing.statements.closing import statement_close
     from tenants.models import Tenant
 
     finance = get_user_model().objects.get(username="finance")
@@ -550,9 +550,9 @@ def close(month: Month) -> tuple[float, list[Any]]:
 
 def export(month: Month, out: Path) -> tuple[float | None, int | None]:
     """One XLSX export of the period by the finest aggregation, as finance; (None, None)
-    while billing/exports.py is not there."""
+    while billing/exports/formats.py is not there."""
     try:
-        from billing.exports import export_write  # type: ignore[import-not-found,unused-ignore]
+        from billing.exports.formats import export_write  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None, None
     from django.contrib.auth import get_user_model
@@ -568,8 +568,8 @@ def export(month: Month, out: Path) -> tuple[float | None, int | None]:
 def reconciled(month: Month, statements: list[Any]) -> dict[str, bool]:
     """Both identities to the cent: every statement's lines add up to its root's total, and
     the cluster's four parts add up to its capacity cost, per flavor."""
-    from billing.reconcile import cluster_reconciliation
-    from billing.statements import roll_up
+    from billing.statements.reconciliation import cluster_reconciliation
+    from billing.statements.rollup import roll_up
 
     leaves = True
     for statement in statements:

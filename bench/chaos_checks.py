@@ -15,7 +15,7 @@ held (`PROMISES`); `jobs` and `not_settled` describe the run:
 - `double_allocations`: the instants a device's shares summed over 1,000 milli;
 - `quota_breaches`: the instants a tenant's subtree held more of a flavor than its quota's
   limit, or a user of the tenant more than its cap per user (usage as the engine charges
-  it: `scheduler.quota_usage.held_claims`);
+  it: `scheduler.snapshot.quota_usage.held_claims`);
 - `open_ended_allocations`: allocations that ended (their job final, their attempt
   superseded, or marked to stop) and have no `ended_at`, or ended and still hold a share
   (the device was never given back);

@@ -72,7 +72,7 @@ class Run:
     def open_cluster(self) -> None:
         """The simulated cluster's shared state, as the schedulers see it (faults go there)."""
         from scheduler.backends.simulated.inventory import nodes_from_openb_csv
-        from scheduler.backends.simulated.state import PersistentCluster
+        from scheduler.backends.simulated.statefile import PersistentCluster
 
         self.cluster = PersistentCluster(nodes_from_openb_csv(self.nodes_csv), self.state_file)
 

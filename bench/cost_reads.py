@@ -11,7 +11,7 @@ each request, as at the end of a month not closed yet. Then, as a finance user, 
 client in this process (no web server), and reports per route the median CPU seconds of this
 process, the median wall seconds (the database's time included), the queries of one request
 and the status: `cold`, with the kept lines forgotten before each request (the rating a
-memo miss does: billing/line_memo.py), and `warm`, with them kept. A loaded host inflates
+memo miss does: billing/statements/line_memo.py), and `warm`, with them kept. A loaded host inflates
 both: give the load average with the figures.
 """
 
@@ -40,14 +40,14 @@ def routes(month: Month) -> list[str]:
 
 def measure(month: Month, repeat: int) -> dict[str, Any]:
     """Each route's figures, as a finance user (every organisation, the cluster's page):
-    `cold`, the kept lines forgotten before each request (billing/line_memo.py), so the
+    `cold`, the kept lines forgotten before each request (billing/statements/line_memo.py), so the
     request rates the open month, as the first reader after a change does; `warm`, the lines
     kept, as every other reader finds them."""
     from django.contrib.auth import get_user_model
     from django.core.cache import cache
     from django.test import Client
 
-    from billing import line_memo
+    from billing.statements import line_memo
     from tenants.models import PlatformRole, PlatformRoleName
 
     user, _ = get_user_model().objects.get_or_create(username="bench-finance")

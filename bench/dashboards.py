@@ -18,8 +18,8 @@ Builds a fresh PostgreSQL database with `--gpus` devices (two flavors, nodes of 
   preemption events, their idle totals, and the queue's 5-minute snapshots.
 
 Then times each dashboard's data (the selectors the portal's views call,
-scheduler/dashboards.py) `--repeat` times per range and reports the 95th percentile, in ms,
-per dashboard (cluster, tenant, job) at its slowest range. The JSON says what was ingested.
+scheduler/telemetry/dashboards.py) `--repeat` times per range and reports the 95th percentile, in
+ms, per dashboard (cluster, tenant, job) at its slowest range. The JSON says what was ingested.
 """
 
 from __future__ import annotations
@@ -478,7 +478,7 @@ def _snapshots(since: datetime, until: datetime, tenants: list[int], seed: int) 
 def ingest(built: dict[str, Any], now: datetime, interval: float) -> tuple[int, float]:
     """The raw hours through `samples_ingest`, one call per node per round. Returns the
     samples written and the seconds spent in the calls."""
-    from scheduler.utilization import DeviceReading, samples_ingest
+    from scheduler.telemetry.samples import DeviceReading, samples_ingest
 
     samples, elapsed = 0, 0.0
     at, util, flavors = built["raw_start"], built["util"], built["flavors"]
@@ -501,7 +501,7 @@ def ingest(built: dict[str, Any], now: datetime, interval: float) -> tuple[int, 
 
 
 def roll_up(now: datetime) -> float:
-    from scheduler.rollups import LAG, rollup_run
+    from scheduler.telemetry.rollups import LAG, rollup_run
 
     began = time.perf_counter()
     while rollup_run(now=now + LAG):
@@ -521,9 +521,14 @@ def p95_ms(call: Any, repeat: int) -> float:
 def timings(built: dict[str, Any], now: datetime, repeat: int) -> dict[str, dict[str, float]]:
     """p95 ms per dashboard and range: the selectors the views call, as a view calls them
     (the job's page reads its whole life)."""
-    from scheduler.dashboards import RANGES, cluster_dashboard, tenant_dashboard, window_for
-    from scheduler.job_dashboard import job_utilization
     from scheduler.models import Job
+    from scheduler.telemetry.dashboards import (
+        RANGES,
+        cluster_dashboard,
+        tenant_dashboard,
+        window_for,
+    )
+    from scheduler.telemetry.job_dashboard import job_utilization
 
     department = built["org"]["research"][0]
     job = Job.objects.get(pk=built["long_job"])
@@ -543,7 +548,7 @@ def run_here(
     from django.db import connection
     from django.utils import timezone
 
-    from scheduler.rollups import floor_to
+    from scheduler.telemetry.rollups import floor_to
 
     now = floor_to(timezone.now(), HOUR)
     began = time.perf_counter()

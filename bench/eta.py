@@ -12,7 +12,7 @@ fifth of each class's jobs of one cohort (600 jobs), arrivals and durations stre
 
 By default the trace goes through the real daemon on the simulated cluster, on wall-clock
 time (bench.eta_daemon): a submitter process inserts the jobs at their arrival times, the
-daemon refreshes the estimates by its own path (``scheduler.eta``, every ``--every`` =
+daemon refreshes the estimates by its own path (``scheduler.estimates.refresh``, every ``--every`` =
 GANTRY_ETA_EVERY_S, within ``--budget`` = GANTRY_ETA_BUDGET_S, the runtime history re-read
 every ``--history-every``), and a recorder process polls the estimates table, recording every
 estimate made for every job while it waited. Stretched x10 the default trace runs in about
@@ -20,8 +20,8 @@ three minutes; ``--stretch 1`` jobs last tenths of a second, shorter than a refr
 
 ``--engine-only`` replays on virtual time through ``scheduler.sim`` instead, for traces too
 long for wall-clock time (default stretch 1, ``--every`` 2 virtual s). The estimator is the
-daemon's own (``scheduler.sim.runtimes.estimate_queue``, which ``scheduler.eta`` stores):
-every ``--every`` virtual seconds the replay's present (its snapshot) is estimated with
+daemon's own (``scheduler.sim.runtimes.estimate_queue``, which ``scheduler.estimates.refresh``
+stores): every ``--every`` virtual seconds the replay's present (its snapshot) is estimated with
 runtimes from the history of the jobs finished so far, and every estimate of every waiting
 job is recorded.
 
@@ -481,7 +481,7 @@ def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> d
         )
     return out | {
         "trace": {
-            "scenario": "demo load (scheduler.backends.simulated.load)",
+            "scenario": "demo load (scheduler.demo.load)",
             "minutes": args.minutes,
             "speed": args.speed,
             "seed": args.seed,

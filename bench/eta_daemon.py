@@ -6,7 +6,7 @@ Three processes share one database:
 - the submitter inserts each job as a queued row at its arrival time (bench.kueue_e2e's,
   without `job_submit`'s per-request validation), with its declared max runtime;
 - the daemon (this process) schedules, runs the jobs on the simulated cluster for their
-  durations, and refreshes the queue's estimates by its own path (`scheduler.eta`'s
+  durations, and refreshes the queue's estimates by its own path (`scheduler.estimates.refresh`'s
   `EtaRefresher` after a cycle, every GANTRY_ETA_EVERY_S within GANTRY_ETA_BUDGET_S);
 - the recorder polls `JobQueueEstimate` every `poll_s`: the daemon keeps only the latest
   estimate of each job, so every (job, estimated_at) pair seen is recorded once. When it sees
@@ -129,8 +129,8 @@ def recorder(out: Path, poll_s: float, stop: Any, profile: Profile, max_jobs: in
 
 def _naive(profile: Profile, max_jobs: int) -> list[list[Any]]:
     """The naive estimates of the queue as it stands now: [job, at, p50, p90] each."""
-    from scheduler.daemon.snapshot import build_snapshot
     from scheduler.sim.runtimes import estimate_queue
+    from scheduler.snapshot.build import build_snapshot
 
     now = time.time()
     snapshot = build_snapshot(now, decayed={}, max_pending=100_000, per_queue=0).snapshot
@@ -169,7 +169,7 @@ def run(
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import make_nodes
     from scheduler.daemon.loop import Daemon
-    from scheduler.eta import EtaRefresher, EtaSettings
+    from scheduler.estimates.refresh import EtaRefresher, EtaSettings
     from scheduler.leader import Lease
     from scheduler.models import JobQueueEstimate
 

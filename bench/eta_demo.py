@@ -1,6 +1,6 @@
 """`python -m bench.eta --demo`: the estimates against the actual starts on the demo load.
 
-The demo organisation (`scheduler.demo.seed_demo`: acme's teams, quotas, users, projects and
+The demo organisation (`scheduler.demo.seed.seed_demo`: acme's teams, quotas, users, projects and
 approval policies) on the demo's simulated cluster (`inventory.demo_nodes`), fed by the demo's
 own load generator (`DemoLoad`, after every cycle as `run_scheduler` runs it), scheduled by the
 daemon on wall-clock time with its estimates refreshed by its own path (`EtaRefresher`), for
@@ -30,7 +30,7 @@ DEMO_EVERY_S = 15.0  # run_scheduler's --demo-every
 def scaled_templates(speed: float) -> list[Any]:
     """The demo load's templates with their durations divided by `speed` (whole seconds,
     at least 1: the spec's unit)."""
-    from scheduler.backends.simulated.load import TEMPLATES
+    from scheduler.demo.load import TEMPLATES
 
     out = []
     for user, project, name, kind, replicas, gpus, flavor, (low, high), extra in TEMPLATES:
@@ -63,13 +63,13 @@ def run(
     from bench.eta_daemon import _figures, recorder
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import demo_nodes
-    from scheduler.backends.simulated.load import DemoLoad
     from scheduler.daemon.loop import Daemon
-    from scheduler.demo import seed_demo
-    from scheduler.eta import EtaRefresher, EtaSettings
+    from scheduler.demo.load import DemoLoad
+    from scheduler.demo.seed import seed_demo
+    from scheduler.estimates.refresh import EtaRefresher, EtaSettings
+    from scheduler.jobs.services import job_cancel
     from scheduler.leader import Lease
     from scheduler.models import FINAL_STATES, Job, JobQueueEstimate
-    from scheduler.services import job_cancel
 
     seed_demo()
     for job in Job.objects.exclude(state__in=FINAL_STATES):

@@ -96,8 +96,8 @@ class Tally:
 def populate(org: Any) -> None:
     """The personas the isolation walks add (tests/isolation_personas.py), and a little of
     everything, so that lists and details answer with real rows."""
+    from scheduler.jobs.services import job_submit
     from scheduler.models import GpuDevice
-    from scheduler.services import job_submit
     from tenants.approval_policies import policy_set
 
     f, job_spec = _tests("factories"), _tests("conftest").job_spec
@@ -124,7 +124,7 @@ def _populate_every_kind(org: Any) -> None:
 
     from django.utils import timezone
 
-    from billing.closing import statement_adjust
+    from billing.statements.closing import statement_adjust
     from whatif.models import WhatIf, WhatIfState
 
     walk = _tests("api.test_isolation_walk")

@@ -889,8 +889,8 @@ def run_gantry(
 
     from bench.bench_profile import bench_profile
     from bench.kueue_e2e import setup
-    from scheduler.backends.kubernetes import KubernetesBackend
-    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
+    from scheduler.backends.kubernetes.config import KubernetesConfig
     from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
     from scheduler.models import Allocation, Job, JobEvent

@@ -285,8 +285,8 @@ def delete_pods(api: Any, namespace: str, deadline_s: float = 600.0) -> None:
 def kube_pod(index: int) -> dict[str, Any]:
     """Pod `index` as Gantry renders a one-GPU job's pod, for the default scheduler."""
     from scheduler.backends.base import PodRequest, pod_name
-    from scheduler.backends.kubernetes_config import KubernetesConfig
-    from scheduler.backends.kubernetes_render import render_pod
+    from scheduler.backends.kubernetes.config import KubernetesConfig
+    from scheduler.backends.kubernetes.render import render_pod
 
     request = PodRequest(
         name=pod_name(index, 0, 0),
@@ -349,8 +349,8 @@ def run_kube_scheduler(
 ) -> dict[str, Any]:
     from kubernetes import client
 
-    from scheduler.backends.kubernetes import KubernetesBackend
-    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
+    from scheduler.backends.kubernetes.config import KubernetesConfig
 
     KubernetesBackend(api, KubernetesConfig()).ensure_namespace(KUBE_NAMESPACE)
     plane.start_scheduler()
@@ -406,8 +406,8 @@ def run_gantry(
     from django.utils import timezone
 
     from bench.daemon_setup import job_rows
-    from scheduler.backends.kubernetes import KubernetesBackend
-    from scheduler.backends.kubernetes_config import KubernetesConfig
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
+    from scheduler.backends.kubernetes.config import KubernetesConfig
     from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
     from scheduler.models import Job
@@ -544,7 +544,7 @@ def run_here(
     """The benchmark on the Django database in use (a test's, or main()'s fresh one)."""
     from devcluster.kubelets import NodeShape
     from devcluster.plane import ControlPlane
-    from scheduler.backends.kubernetes_inventory import flavor_from_product
+    from scheduler.backends.kubernetes.inventory import flavor_from_product
 
     plane = ControlPlane(folder)
     plane.stop()  # a run of ours that died left it up

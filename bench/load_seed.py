@@ -68,8 +68,8 @@ def seed(users: int, history_hours: float, seed: int, now: datetime) -> Seeded:
     from rest_framework.authtoken.models import Token
 
     from scheduler.backends.simulated.inventory import demo_nodes
-    from scheduler.demo import seed_demo
-    from scheduler.nodes import node_sync
+    from scheduler.demo.seed import seed_demo
+    from scheduler.nodes.services import node_sync
     from tenants.approval_policies import policy_set
     from tenants.models import Membership, PlatformRole, Project, Tenant
 
@@ -255,8 +255,8 @@ def billing(now: datetime) -> int:
     task does). Returns the usage records written."""
     from django.conf import settings
 
-    from billing.costs import open_month_rated
-    from billing.metering import meter_usage
+    from billing.costs.lines import open_month_rated
+    from billing.metering.hourly import meter_usage
     from billing.models import RateCard, UsageRecord
     from tenants.models import ResourceFlavor
 

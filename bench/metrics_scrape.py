@@ -9,8 +9,8 @@ written an hour and more before the scrapes. Then `--scrapes` scrapes of the who
 each after 50 new events (new jobs queued and admitted), timed two ways:
 
 - before: the counters and the wait histogram counted over the whole history at each scrape
-  (`scheduler.metrics_recount.recount`, what /metrics did before the totals);
-- after: the running totals (`scheduler.metrics_tally.job_event_tallies`), after a first
+  (`scheduler.metrics.recount.recount`, what /metrics did before the totals);
+- after: the running totals (`scheduler.metrics.tally.job_event_tallies`), after a first
   scrape has settled the history into them (that one costs about a recount, once).
 
 Reports the median milliseconds of each whole scrape and of its counters' part, and the
@@ -142,7 +142,7 @@ def timed_scrapes(scrapes: int, counters: Callable[..., Any]) -> tuple[list[floa
     from prometheus_client import generate_latest
     from prometheus_client.core import CollectorRegistry
 
-    from scheduler import metrics
+    from scheduler.metrics import exporter as metrics
 
     spent: list[float] = []
 
@@ -175,8 +175,8 @@ def main() -> None:
     fresh_database(args.url)
     from django.db import connection
 
-    from scheduler.metrics_recount import recount
-    from scheduler.metrics_tally import job_event_tallies
+    from scheduler.metrics.recount import recount
+    from scheduler.metrics.tally import job_event_tallies
 
     began = time.perf_counter()
     events = history(args.jobs, datetime.now(UTC) - timedelta(days=31))

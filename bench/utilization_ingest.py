@@ -89,14 +89,14 @@ def cluster(gpus: int) -> list[list[int]]:
 
 
 def readings(ids: list[int], round_no: int) -> list[Any]:
-    from scheduler.utilization import DeviceReading
+    from scheduler.telemetry.samples import DeviceReading
 
     return [DeviceReading(i, float((i + round_no) % 100), 40000, 350.0, 61.0, None) for i in ids]
 
 
 def measure(nodes: list[list[int]], rounds: int, per_node: bool, start: datetime) -> float:
     """Samples per second over `rounds` sampling rounds of the cluster."""
-    from scheduler.utilization import samples_ingest
+    from scheduler.telemetry.samples import samples_ingest
 
     samples, elapsed = 0, 0.0
     for r in range(rounds):

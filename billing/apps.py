@@ -7,7 +7,7 @@ from django.db.models.signals import post_migrate
 def _ensure_triggers(sender: Any, using: str = "default", **kwargs: Any) -> None:
     from django.db import connections
 
-    from billing.triggers import ensure_triggers
+    from billing.statements.guards import ensure_triggers
 
     if connections[using].vendor == "sqlite":
         ensure_triggers(connections[using])
@@ -20,20 +20,21 @@ class BillingConfig(AppConfig):
         # SQLite drops a table's triggers when a migration rebuilds it: put them back.
         post_migrate.connect(_ensure_triggers, sender=self, dispatch_uid="gantry-billing-triggers")
         # Budgets and cost rules at admission (the scheduler may not import billing).
-        from billing import admission, approving
-        from scheduler.admission import (
-            register_admission_check,
+        from billing.budgets import approval as approving
+        from billing.budgets import checks as admission
+        from scheduler.jobs.hooks import (
             register_approving_check,
-            register_on_admitted,
+            register_on_enqueued,
             register_on_final,
+            register_submit_check,
         )
 
-        register_admission_check(admission.budget_admission_check)
+        register_submit_check(admission.budget_admission_check)
         register_approving_check(approving.budget_approving_check)
-        register_on_admitted(admission.reservation_make)
+        register_on_enqueued(admission.reservation_make)
         register_on_final(admission.reservations_release)
         # The reconciliation of allocations against usage records, on /metrics.
-        from billing.usage_check import usage_check_families
-        from scheduler.metrics import register_families
+        from billing.metering.gaps import usage_check_families
+        from scheduler.metrics.exporter import register_families
 
         register_families(usage_check_families)

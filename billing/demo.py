@@ -1,6 +1,6 @@
 """The demo organisation's prices, so that `make run` shows what jobs cost from the start.
 
-The organisation itself is `scheduler.demo`; billing sits above the scheduler in the layers,
+The organisation itself is `scheduler.demo.seed`; billing sits above the scheduler in the layers,
 so its part of the demo is seeded here, by the same `manage.py seed_demo`.
 """
 
@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from billing.models import RateCard
-from billing.rates import RatePrices, rate_card_add
-from scheduler.demo import FLAVORS
+from billing.rates.cards import RatePrices, rate_card_add
+from scheduler.demo.seed import FLAVORS
 from tenants.models import ResourceFlavor
 
 # flavor -> price of a GPU-hour, in the platform's currency; CPU and memory as cloud lists do.
@@ -26,7 +26,7 @@ GPU_HOUR = {
 }
 CPU_CORE_HOUR = Decimal("0.03")
 MEMORY_GIB_HOUR = Decimal("0.004")
-ADMIN = "admin"  # the demo's platform admin (scheduler.demo.USERS) adds the cards
+ADMIN = "admin"  # the demo's platform admin (scheduler.demo.seed.USERS) adds the cards
 
 
 @transaction.atomic

@@ -21,10 +21,10 @@ from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import Http404
 
-from billing.costs import CostLine, organisation_costs
+from billing.costs.lines import CostLine, organisation_costs
 from billing.models import BillingPolicy, LineKind, Statement, StatementLine, UsageRecord
-from billing.rates import flavor_renames
-from billing.statements import SplitsMemo
+from billing.rates.cards import flavor_renames
+from billing.statements.rollup import SplitsMemo
 from tenants import access
 from tenants.models import Project, Role, Tenant, TenantKind
 
@@ -347,7 +347,7 @@ def tenant_costs(
     whole (under `top` when given), and the leaves-to-root check of each topmost node.
     `lines`: `cost_lines_visible`'s for the same window and `top`, when the caller has them
     already (the costs page rates a month once for its table and its charts)."""
-    from billing.statements import roll_up
+    from billing.statements.rollup import roll_up
 
     if lines is None:
         lines = cost_lines_visible(user, start, end, LineFilter(tenant=top))

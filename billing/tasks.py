@@ -9,17 +9,17 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from billing import export_runs
-from billing.admission import reservations_sweep
-from billing.budget_alerts import (
+from billing.budgets.alerts import (
     alert_email_send,
     alerts_check,
     alerts_unsent,
 )
-from billing.closing import months_close_due
-from billing.costs import open_month_rated
-from billing.metering import meter_usage
-from billing.usage_check import usage_check
+from billing.budgets.checks import reservations_sweep
+from billing.costs.lines import open_month_rated
+from billing.exports import runs as export_runs
+from billing.metering.gaps import usage_check
+from billing.metering.hourly import meter_usage
+from billing.statements.closing import months_close_due
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 @shared_task
 def meter_closed_hours() -> int:
     """Celery beat, hourly: meter every closed hour not metered yet (docs/billing.md), then
-    rate the open month once for the cost routes' readers (billing/line_memo.py)."""
+    rate the open month once for the cost routes' readers (billing/statements/line_memo.py)."""
     metered = meter_usage(now=timezone.now())
     if metered:
         open_month_rated()
@@ -58,7 +58,7 @@ def close_previous_month() -> int:
     time_limit=settings.GANTRY_EXPORT_TIME_LIMIT_S + 30,
 )
 def cost_export_run(export_id: int) -> bool:
-    """Write a queued finance export's file (billing/export_runs.py); a second delivery of
+    """Write a queued finance export's file (billing/exports/runs.py); a second delivery of
     the same message finds it claimed and does nothing."""
     return export_runs.cost_export_run(export_id, clock=timezone.now)
 

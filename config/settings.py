@@ -106,7 +106,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Bound every statement so a stuck lock or query never hangs a request or the daemon.
     # No JIT: Gantry's queries are short, and the planner's over-estimates of the queue
     # queries crossed jit_above_cost, compiling code for longer than the query ran, each cycle
-    # (bench/results.md, kueue_e2e, 2026-12-02 13:18-14:05).
+    # (bench/history.md, kueue_e2e, 2026-12-02 13:18-14:05).
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={os.environ.get('GANTRY_DB_LOCK_TIMEOUT_MS', '5000')}"
         f" -c statement_timeout={os.environ.get('GANTRY_DB_STATEMENT_TIMEOUT_MS', '30000')}"
@@ -114,7 +114,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
     # Parameters bound by the server (psycopg's Cursor, not ClientCursor): values go apart
     # from the SQL text instead of being quoted into it in Python, which cost the daemon
-    # CPU (its id arrays above all; bench/results.md, kueue_e2e, 2026-12-03 13:41-16:40).
+    # CPU (its id arrays above all; bench/history.md, kueue_e2e, 2026-12-03 13:41-16:40).
     # And a statement run five times on a connection is prepared (psycopg's
     # prepare_threshold; Django's default is never): the daemon runs the same statements
     # every cycle, which PostgreSQL then does not parse again (bench/results.md,
@@ -331,7 +331,7 @@ GANTRY_BASE_URL = os.environ.get("GANTRY_BASE_URL", "http://127.0.0.1:8000")
 # Cluster backend for the scheduler daemon: "simulated" (embedded default) or "kubernetes".
 GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
 # Node agents on Kubernetes report with their pod's projected service-account token, verified
-# by a TokenReview (scheduler/agent_auth.py): on by default with the Kubernetes backend.
+# by a TokenReview (scheduler/nodes/agent_auth.py): on by default with the Kubernetes backend.
 GANTRY_AGENT_TOKEN_REVIEW = env_bool(
     "GANTRY_AGENT_TOKEN_REVIEW", GANTRY_CLUSTER_BACKEND == "kubernetes"
 )
@@ -429,8 +429,8 @@ GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600
 # A stopping pod on a node NotReady or gone this long counts as gone, as Kubernetes' pod
 # garbage collector treats the pods of lost nodes: it is force-deleted and its devices released.
 GANTRY_NODE_LOST_GRACE_S = float(os.environ.get("GANTRY_NODE_LOST_GRACE_S", "300"))
-# The scheduler daemon's own PostgreSQL sessions (scheduler/leader.py): a leader frozen inside
-# a write transaction (SIGSTOP, a hung host) is cut off by the server after the first, so it
+# The scheduler daemon's own PostgreSQL sessions (scheduler/leader.py): a leader frozen
+# inside a write transaction (SIGSTOP, a hung host) is cut off by the server after the first, so it
 # cannot hold the lease row's lock, and with it every standby, for as long as it is frozen.
 GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(
     os.environ.get("GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS", "5000")
@@ -439,9 +439,9 @@ GANTRY_DAEMON_STATEMENT_TIMEOUT_MS = int(
     os.environ.get("GANTRY_DAEMON_STATEMENT_TIMEOUT_MS", "15000")
 )
 GANTRY_DAEMON_LOCK_TIMEOUT_MS = int(os.environ.get("GANTRY_DAEMON_LOCK_TIMEOUT_MS", "2000"))
-# Queue positions and start estimates (scheduler/eta.py, docs/queue-estimates.md): the leading
-# daemon refreshes them after a cycle at most this often, replaying at most this many queued
-# jobs within this much wall time; a job without a max runtime runs this long in the replay.
+# Queue positions and start estimates (scheduler/estimates/refresh.py, docs/queue-estimates.md):
+# the leading daemon refreshes them after a cycle at most this often, replaying at most this many
+# queued jobs within this much wall time; a job without a max runtime runs this long in the replay.
 GANTRY_ETA_EVERY_S = float(os.environ.get("GANTRY_ETA_EVERY_S", "30"))
 GANTRY_ETA_BUDGET_S = float(os.environ.get("GANTRY_ETA_BUDGET_S", "2"))
 GANTRY_ETA_MAX_JOBS = int(os.environ.get("GANTRY_ETA_MAX_JOBS", "2000"))
@@ -478,8 +478,8 @@ except ValueError as _error:
 GANTRY_METERING_DELAY_S = float(os.environ.get("GANTRY_METERING_DELAY_S", "300"))
 # Each run meters every closed hour not metered yet, so a late or missed run catches up. It
 # runs hourly at the minute each hour becomes due (minute 5 for 300 s), so the portal can say
-# when costs appear (billing/metering_schedule.py).
-from billing.metering_schedule import metering_beat_schedule  # noqa: E402
+# when costs appear (billing/metering/schedule.py).
+from billing.metering.schedule import metering_beat_schedule  # noqa: E402
 
 CELERY_BEAT_SCHEDULE["billing-meter"] = {
     "task": "billing.tasks.meter_closed_hours",
@@ -523,7 +523,7 @@ if not GANTRY_XID_RETENTION_DAYS > 0:
     raise RuntimeError(
         f"GANTRY_XID_RETENTION_DAYS: {GANTRY_XID_RETENTION_DAYS} is not a positive number of days"
     )
-# An agent's XIDs as history rows (scheduler/xid_ingest.py): a repeat of a (GPU, code) within
+# An agent's XIDs as history rows (scheduler/nodes/xids.py): a repeat of a (GPU, code) within
 # GANTRY_XID_COALESCE_S of its row adds to that row's count; at most GANTRY_XID_ROWS_PER_MINUTE
 # new rows per node in any minute (fatal codes first), so an XID storm cannot flood the table.
 GANTRY_XID_COALESCE_S = float(os.environ.get("GANTRY_XID_COALESCE_S", "60"))
@@ -564,7 +564,7 @@ GANTRY_NOTIFY_MAX_PENDING = int(os.environ.get("GANTRY_NOTIFY_MAX_PENDING", "200
 # Sent, failed and dropped notifications are deleted this many days after they were written.
 GANTRY_NOTIFY_RETENTION_DAYS = float(os.environ.get("GANTRY_NOTIFY_RETENTION_DAYS", "30"))
 # A job's preempted notification waits this long for more preemptions of the job to join it
-# (one message with a count, scheduler/job_notifications.py).
+# (one message with a count, scheduler/jobs/notifications.py).
 GANTRY_NOTIFY_COALESCE_S = float(os.environ.get("GANTRY_NOTIFY_COALESCE_S", "60"))
 GANTRY_NOTIFY_EMAIL_EVENTS = frozenset(
     part.strip()

@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from common.api.auth import GuardedObtainAuthToken, RotateToken
 from common.api.errors import not_found
-from scheduler.metrics import metrics_view
+from scheduler.metrics.exporter import metrics_view
 from scheduler.views import healthz
 from tenants.api.views import MeView
 

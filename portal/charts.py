@@ -1,4 +1,4 @@
-"""Plotly figures of the cost charts, built on the server from billing/cost_charts.py.
+"""Plotly figures of the cost charts, built on the server from billing/costs/charts.py.
 
 The figures travel as JSON (`json_script`, data, never run as script) and are drawn by
 portal/static/portal/charts.js with the plotly.js of the installed plotly package
@@ -13,8 +13,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from billing.burn_down import BurnDown
-from billing.cost_charts import CostCharts
+from billing.budgets.burn_down import BurnDown
+from billing.costs.charts import CostCharts
 from billing.models import BudgetUnit
 
 NO_DEPARTMENT = "(no department)"

@@ -1,4 +1,4 @@
-"""Plotly figures of the dashboards (cluster, tenant, job), from scheduler/dashboards.py.
+"""Plotly figures of the dashboards (cluster, tenant, job), from scheduler/telemetry/dashboards.py.
 
 As the cost charts (portal/charts.py): built on the server, sent as JSON (`json_script`) and
 drawn by portal/static/portal/charts.js with the plotly.js of the installed package. A chart
@@ -13,8 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from portal.charts import COLOURS, _as_json
-from scheduler.dashboards import ClusterDashboard, TenantDashboard
-from scheduler.job_dashboard import JobUtilization
+from scheduler.telemetry.dashboards import ClusterDashboard, TenantDashboard
+from scheduler.telemetry.job_dashboard import JobUtilization
 
 
 def _layout(title: str, unit: str, **extra: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Portal forms. They only shape browser input; the services validate and decide.
 
 The job form turns its fields into the JSON spec `job_submit` takes and maps the spec
-serializer's errors back onto its own fields, so every rule lives once, in `scheduler.spec`.
+serializer's errors back onto its own fields, so every rule lives once, in `scheduler.jobs.spec`.
 """
 
 from __future__ import annotations

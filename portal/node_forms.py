@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from scheduler.node_selectors import HEALTH_CHOICES
+from scheduler.nodes.selectors import HEALTH_CHOICES
 
 ACTIONS = [
     ("cordon", "Cordon"),

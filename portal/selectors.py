@@ -16,8 +16,8 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
+from scheduler.jobs.selectors import job_list_visible
 from scheduler.models import Job, JobState
-from scheduler.selectors import job_list_visible
 from tenants import access
 from tenants.models import (
     AuditEntry,

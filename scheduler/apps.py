@@ -7,7 +7,7 @@ from django.db.models.signals import post_migrate
 def _ensure_triggers(sender: Any, using: str = "default", **kwargs: Any) -> None:
     from django.db import connections
 
-    from scheduler.triggers import ensure_sqlite_triggers
+    from scheduler.nodes.triggers import ensure_sqlite_triggers
 
     ensure_sqlite_triggers(connections[using])
 
@@ -17,7 +17,7 @@ class SchedulerConfig(AppConfig):
 
     def ready(self) -> None:
         # Approval requests of jobs are settled by the scheduler (tenants cannot import it).
-        from scheduler import approvals
+        from scheduler.jobs import approvals
 
         approvals.register()
         # SQLite drops a table's triggers when a migration rebuilds it: put them back.

@@ -195,8 +195,8 @@ def session_settings() -> dict[str, int]:
 # generic plan once five plans for the values were no cheaper (the web's sessions plan every
 # execution for its values, config/settings.py). The daemon runs the same few statements
 # every cycle, and planned them again at every execution for nothing; those that read
-# through a partial index by state or kind name it in their text (`scheduler.daemon.queue`,
-# `scheduler.daemon.snapshot`), and those that pass a state as a value keep plans for their
+# through a partial index by state or kind name it in their text (`scheduler.snapshot.queue`,
+# `scheduler.snapshot.build`), and those that pass a state as a value keep plans for their
 # values once the table holds a history, where a generic plan (a scan) costs more
 # (`Statistics` analyses the job table's columns as it grows, and a generic plan chosen
 # while it was small is then weighed again; tests/daemon/test_plans.py).
@@ -219,7 +219,7 @@ def _configure_new(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 def daemon_sessions_for_life() -> None:
     """As `daemon_sessions`, in a process that is the daemon's for its whole life (the queue
-    estimates' worker, `scheduler.eta_worker`): every PostgreSQL session it opens from now
+    estimates' worker, `scheduler.estimates.worker`): every PostgreSQL session it opens from now
     on carries the daemon's timeouts."""
     connection_created.connect(_configure_new, dispatch_uid="gantry-daemon-sessions")
 

@@ -9,10 +9,10 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from scheduler.idle import idle_scan
-from scheduler.idle_notifications import idle_notification_send
-from scheduler.queue_snapshots import queue_snapshot_take
-from scheduler.rollups import retention_run, rollup_run
+from scheduler.telemetry.idle import idle_scan
+from scheduler.telemetry.idle_mail import idle_notification_send
+from scheduler.telemetry.queue_history import queue_snapshot_take
+from scheduler.telemetry.rollups import retention_run, rollup_run
 
 
 @shared_task

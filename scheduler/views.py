@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from common.views import broker_status, database_status
-from scheduler.selectors import scheduler_health
+from scheduler.jobs.selectors import scheduler_health
 from tenants.access import grants_for
 
 

@@ -4,7 +4,7 @@ One decide path for every kind of request (`approval_decide`, and `approval_expi
 expiry): a request's subject (a job, a quota change) is settled by the handler registered for
 its kind, in the same transaction that decides it. The quota handler is registered here
 (`quota_request_settle`, which applies the change through `quota_set`); tenants cannot import
-the scheduler, so the scheduler registers the job handler (`scheduler.approvals`, from
+the scheduler, so the scheduler registers the job handler (`scheduler.jobs.approvals`, from
 `scheduler.apps`).
 
 Lock order, everywhere: the request row first (its compare-and-swap), then the subject. A job
@@ -327,7 +327,7 @@ def approval_cancel_for_subject(*, kind: str, tenant: Tenant, subject_id: int, a
 def approval_withdraw(*, user: Any, request: ApprovalRequest) -> ApprovalRequest:
     """The requester (or an admin of the tenant) withdraws a pending quota request.
 
-    A job's request is withdrawn by cancelling the job (`scheduler.services.job_cancel`).
+    A job's request is withdrawn by cancelling the job (`scheduler.jobs.services.job_cancel`).
     """
     if request.kind != ApprovalKind.QUOTA:
         raise DomainError("Cancel the job to withdraw its approval request.")

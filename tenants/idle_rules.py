@@ -1,8 +1,8 @@
 """Idle rules: when a tenant's allocated GPUs count as idle, and what then happens.
 
 A rule holds for the tenant's subtree; without one the settings' defaults apply
-(GANTRY_IDLE_*). `scheduler.idle` applies them; admins of the tenant (or above) and platform
-admins set them here, audited, and each rule records where it was set from (`set_at`, as
+(GANTRY_IDLE_*). `scheduler.telemetry.idle` applies them; admins of the tenant (or above) and
+platform admins set them here, audited, and each rule records where it was set from (`set_at`, as
 budgets and approval policies do: tenants/access.py).
 
 - A rule set from above the tenant (by an ancestor's admins or a platform admin) replaces

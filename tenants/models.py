@@ -150,7 +150,7 @@ class ResourceFlavor(TimeStampedModel):
 class FormerFlavorName(models.Model):
     """A name a flavor had before it was renamed. What was recorded under it (allocations,
     usage records, closed statement lines keep the name of their time) still belongs to the
-    flavor: billing prices and shows it as the flavor's (billing/rates.py,
+    flavor: billing prices and shows it as the flavor's (billing/rates/cards.py,
     `flavor_renames`). A name stays its flavor's: no other flavor may take it."""
 
     name = models.CharField(max_length=63, unique=True)
@@ -462,8 +462,8 @@ class IdleRule(TimeStampedModel):
     """When an allocated GPU counts as idle for a tenant's jobs, and what then happens.
 
     It holds for the tenant's subtree; the nearest rule up the tree wins, and without one the
-    settings' defaults apply (scheduler/idle.py). A job is idle while every device it holds
-    stays under `threshold_pct`; after `duration_s` of it, `action` is taken once."""
+    settings' defaults apply (scheduler/telemetry/idle.py). A job is idle while every device it
+    holds stays under `threshold_pct`; after `duration_s` of it, `action` is taken once."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="idle_rule")
     threshold_pct = models.FloatField(default=5.0)

@@ -60,7 +60,7 @@ def image_name(reference: str) -> ImageName:
     docker.io/library/ubuntu, `pytorch/pytorch:2.4` docker.io/pytorch/pytorch, a digest
     (`@sha256:...`) and a tag are dropped, a registry's port is kept (`localhost:5000/x`).
 
-    The caller passes a reference the job spec has already checked (scheduler.spec.IMAGE_RE).
+    The caller passes a reference the job spec has already checked (scheduler.jobs.spec.IMAGE_RE).
     """
     name = reference.split("@", 1)[0]
     last = name.rsplit("/", 1)

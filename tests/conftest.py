@@ -59,12 +59,12 @@ def _flush_past_the_books() -> Iterator[None]:
     """A transactional test ends with Django's flush, which deletes every row; on SQLite that
     is a DELETE the books' triggers refuse once a rate version priced metered hours or a
     statement was sealed (PostgreSQL truncates, which fires no row trigger). The flush runs
-    with those triggers lifted and put back (billing/triggers.py), as only a test's teardown
-    may."""
+    with those triggers lifted and put back (billing/statements/guards.py), as only a test's
+    teardown may."""
     from django.core.management.commands import flush
     from django.db import connections
 
-    from billing.triggers import lifted
+    from billing.statements.guards import lifted
 
     handle = flush.Command.handle
 
@@ -98,10 +98,10 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 def _fresh_cache() -> None:
     """Every test starts with an empty cache: throttles and login-guard counters of one test
     must not leak into the next (the embedded default's cache lives in the process), nor
-    cost lines built from it (billing/line_memo.py)."""
+    cost lines built from it (billing/statements/line_memo.py)."""
     from django.core.cache import cache, caches
 
-    from billing import line_memo
+    from billing.statements import line_memo
 
     cache.clear()
     caches["throttle"].clear()

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 T = TypeVar("T")
-DEMO_PASSWORD = "gantry-demo"  # scheduler/demo.py's, as `make run` prints it
+DEMO_PASSWORD = "gantry-demo"  # scheduler/demo/seed.py's, as `make run` prints it
 # What the embedded default must never say: SQLite's answers to writers that did not wait.
 LOCK_ERRORS = ("database is locked", "database table is locked")
 POLL_S = 0.25

@@ -1,5 +1,5 @@
-"""A small queue as the daemon's estimates refresh stores it (scheduler/eta.py), for the
-tests of what the API, the portal and the CLI show of it."""
+"""A small queue as the daemon's estimates refresh stores it (scheduler/estimates/refresh.py), for
+the tests of what the API, the portal and the CLI show of it."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from bench.chaos_checks import (
     quota_peaks,
     run_checks,
 )
-from billing.metering import meter_usage
+from billing.metering.hourly import meter_usage
 from billing.models import MeteringPeriod, UsageRecord
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
 from tenants.models import Quota

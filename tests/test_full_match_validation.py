@@ -16,11 +16,11 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from common.text import validate_dns_label
-from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_inventory import _memory_from_product
-from scheduler.backends.kubernetes_render import UnsafePodSpec, render_pod
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.inventory import _memory_from_product
+from scheduler.backends.kubernetes.render import UnsafePodSpec, render_pod
+from scheduler.jobs.spec import JobSpecSerializer
 from scheduler.models import Job
-from scheduler.spec import JobSpecSerializer
 from tests.conftest import Org, job_spec
 from tests.k8s.builders import make_request
 

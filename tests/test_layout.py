@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,3 +142,74 @@ def test_fault_catalogue_references_name_items_of_docs_faults_md() -> None:
     assert cited, "no reference to docs/faults.md found; the pattern is stale"
     assert not missing, missing
     assert not outside, outside
+
+
+PRODUCT = ["config", "common", "tenants", "scheduler", "billing", "whatif", "portal", "cli"]
+
+
+def _module_level_imports() -> dict[str, set[str]]:
+    """Each product module's imports at module level (not in functions, not for type checking
+    only), as the product's modules they load."""
+    modules: dict[str, Path] = {}
+    for root in PRODUCT:
+        for path in (ROOT / root).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+
+    def resolve(target: str) -> str:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target
+
+    def top(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            elif isinstance(node, (ast.If, ast.Try)):
+                handlers = [s for h in getattr(node, "handlers", []) for s in h.body]
+                yield from top(node.body + node.orelse + handlers)
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in top(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif node.level == 0 and node.module:
+                # `from package import module` loads the module (the package is being
+                # imported already); `from module import name` loads the module.
+                targets = [
+                    f"{node.module}.{alias.name}"
+                    if f"{node.module}.{alias.name}" in modules
+                    else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            graph[name] |= {t for t in map(resolve, targets) if t and t != name}
+    return graph
+
+
+def test_no_import_cycle_at_module_level_anywhere_in_the_product() -> None:
+    """Issue 36: modules load each other without a cycle; the few function-level imports that
+    remain (a service enqueuing its own Celery task) are listed in pyproject.toml's import
+    contracts with why."""
+    graph = _module_level_imports()
+    done: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str], on_path: set[str]) -> None:
+        for target in sorted(graph[name]):
+            if target in on_path:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in done:
+                visit(target, [*path, target], on_path | {target})
+        done.add(name)
+
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name], {name})
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)

@@ -394,8 +394,8 @@ def test_the_web_may_read_job_pods_logs_in_project_namespaces_only() -> None:
 def test_the_tenant_template_is_what_the_daemon_creates() -> None:
     """templates/tenant-namespace.yaml shows an operator what each project namespace holds;
     the daemon renders the same NetworkPolicies and RoleBinding (kubernetes_namespace)."""
-    from scheduler.backends.kubernetes_config import KubernetesConfig
-    from scheduler.backends.kubernetes_namespace import (
+    from scheduler.backends.kubernetes.config import KubernetesConfig
+    from scheduler.backends.kubernetes.namespaces import (
         render_log_reader_binding,
         render_network_policies,
     )
@@ -449,7 +449,7 @@ def test_scheduler_deployment() -> None:
 
 def test_the_scheduler_runs_the_profile_of_its_configmap() -> None:
     """The shipped profile is valid, and the daemon reads it where the ConfigMap is mounted."""
-    from scheduler.profiles import parse_profile
+    from scheduler.profiles.files import parse_profile
 
     pod = _pod_spec(_one("Deployment", "gantry-scheduler"))
     (container,) = pod["containers"]

@@ -125,7 +125,7 @@ def test_a_prepared_statement_is_planned_for_its_values(db: None) -> None:
 
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL settings")
-    from scheduler.daemon.queue import queue_heads
+    from scheduler.snapshot.queue import queue_heads
 
     for _ in range(15):  # prepared at the fifth; a generic plan is weighed from the sixth on
         list(Job.objects.filter(state=JobState.PREEMPTED).values_list("id", flat=True))

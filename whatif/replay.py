@@ -23,13 +23,17 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from scheduler.core import Profile
-from scheduler.core.types import PriorityClass, Quota
-from scheduler.core.types import Tenant as CoreTenant
-from scheduler.daemon.rows import ROW_FIELDS
-from scheduler.daemon.translate import job_request, load_nodes
 from scheduler.models import Allocation, Job, JobState
-from scheduler.profiles import built_in, read_profile
+from scheduler.profiles.files import built_in, read_profile
 from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
+from scheduler.snapshot.rows import ROW_FIELDS
+from scheduler.snapshot.translate import (
+    Organisation,
+    job_request,
+    load_nodes,
+    priority_classes,
+    tenants_from_quotas,
+)
 from tenants.models import PriorityClass as PriorityClassRow
 from tenants.models import Quota as QuotaRow
 from tenants.models import Tenant
@@ -189,11 +193,9 @@ def _organisation_rows() -> OrgRows:
     )
 
 
-def organisation(
-    rows: OrgRows, changes: Sequence[Mapping[str, Any]]
-) -> tuple[tuple[CoreTenant, ...], tuple[PriorityClass, ...]]:
-    """The engine's tenants and classes as `scheduler.daemon.translate` builds them, with `changes`
-    applied on top (a tenant's fair-share weight is the largest of its quotas' weights)."""
+def organisation(rows: OrgRows, changes: Sequence[Mapping[str, Any]]) -> Organisation:
+    """The engine's tenants and classes as `scheduler.snapshot.translate` builds them, with
+    `changes` applied on top."""
     quotas = {(q["tenant__slug"], q["flavor__name"]): dict(q) for q in rows.quotas}
     values = {c["name"]: c["value"] for c in rows.classes}
     for change in changes:
@@ -203,38 +205,8 @@ def organisation(
             quotas[key] = {**base, **{k: v for k, v in change.items() if k in QUOTA_KEYS}}
         else:
             values[change["name"]] = change["value"]
-    per_tenant: dict[str, dict[str, Quota]] = defaultdict(dict)
-    weights: dict[str, float] = {}
-    caps: dict[str, dict[str, int]] = defaultdict(dict)
-    for (slug, flavor), q in quotas.items():
-        per_tenant[slug][flavor] = Quota(
-            q["guaranteed_milli"], q["limit_milli"], q.get("lend_limit_milli")
-        )
-        weights[slug] = max(weights.get(slug, 0.0), float(q["weight"]))
-        if q.get("user_limit_milli") is not None:
-            caps[slug][flavor] = q["user_limit_milli"]
-    parents = {r["id"]: r["slug"] for r in rows.tenants}
-    tenants = tuple(
-        CoreTenant(
-            r["slug"],
-            parents.get(r["parent_id"]),
-            per_tenant.get(r["slug"], {}),
-            weights.get(r["slug"], 1.0),
-            caps.get(r["slug"], {}),
-        )
-        for r in rows.tenants
-    )
-    classes = tuple(
-        PriorityClass(
-            c["name"],
-            values[c["name"]],
-            c["may_preempt"],
-            c["preemptible"],
-            c["counts_against_quota"],
-            critical=not c["preemptible"],
-        )
-        for c in rows.classes
-    )
+    tenants = tenants_from_quotas(rows.tenants, quotas)
+    classes = priority_classes({**c, "value": values[c["name"]]} for c in rows.classes)
     return tenants, classes
 
 

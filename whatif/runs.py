@@ -1,6 +1,6 @@
 """What-if runs: start, run (the Celery task's body), read, expire (docs/what-if.md).
 
-Like the finance exports (`billing.export_runs`): `whatif_start` records a queued run and
+Like the finance exports (`billing.exports.runs`): `whatif_start` records a queued run and
 queues `whatif.tasks.whatif_run` once its transaction commits; the task claims it (queued ->
 running, a compare-and-swap, so a second delivery does nothing), replays, and records the
 results or the error. Progress is written from inside the replay, at most once every

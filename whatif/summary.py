@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from scheduler.sim import SimReport
-from scheduler.sim.report import time_average
+from scheduler.sim.measures import time_average
 
 
 def summarise(report: SimReport, horizon_s: float) -> dict[str, Any]:

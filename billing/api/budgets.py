@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from billing.api import budget_serializers as s
-from billing.budget_services import budget_create, budget_delete, budget_update
-from billing.budgets import BudgetPosition, position_of, positions_of
+from billing.budgets.services import budget_create, budget_delete, budget_update
+from billing.budgets.spend import BudgetPosition, position_of, positions_of
 from billing.models import Budget, BudgetUnit
 from common.api.filters import StrictFilterSet
 from tenants import access

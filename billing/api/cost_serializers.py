@@ -13,28 +13,16 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from billing.closing import month_bounds
-from billing.costs import MAX_WINDOW
+from billing.costs.lines import MAX_WINDOW
 from billing.models import AdjustmentProposal, IdlePolicy, LineKind, Statement, StatementLine
-from billing.rating import QUANTITY_PLACES
+from billing.periods import month_bounds, month_start, next_month
+from billing.rates.rating import quantity
 from billing.selectors import DIMENSIONS
 from common.api.serializers import StrictInputSerializer
 
 
-def month_start(moment: datetime) -> datetime:
-    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def next_month(moment: datetime) -> datetime:
-    start = month_start(moment)
-    return start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
-
-
 def hours(value: Fraction) -> str:
-    from decimal import Decimal
-
-    shown = Decimal(value.numerator) / Decimal(value.denominator)
-    return str(shown.quantize(QUANTITY_PLACES))
+    return str(quantity(value))
 
 
 @extend_schema_field({"type": "string", "example": "2031-01-01T00:00:00Z"})

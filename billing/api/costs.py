@@ -17,11 +17,13 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import late_usage, selectors
+from billing import selectors
 from billing.api import cost_serializers as s
-from billing.closing import month_bounds, statement_adjust, statement_close
+from billing.metering import late as late_usage
+from billing.periods import month_bounds
 from billing.policies import billing_policy_set
-from billing.statements import roll_up
+from billing.statements.closing import statement_adjust, statement_close
+from billing.statements.rollup import roll_up
 from common.api.filters import IntegerFilter, StrictFilterSet
 from common.api.pagination import MAX_PAGE_SIZE
 from tenants import access
@@ -173,7 +175,7 @@ class StatementViewSet(
     @action(detail=True, methods=["get"], filter_backends=[])
     def proposals(self, request: Request, pk: str) -> Response:
         """The pending adjustments metering proposes for usage recorded after the close
-        (billing/late_usage.py). Finance and platform admins."""
+        (billing/metering/late.py). Finance and platform admins."""
         statement = self.get_object()
         rows = late_usage.proposals_pending(request.user).filter(statement=statement)
         page = self.paginate_queryset(rows.order_by("id"))  # type: ignore[arg-type]

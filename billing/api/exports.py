@@ -19,9 +19,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import export_runs
 from billing.api import export_serializers as s
-from billing.exports import CONTENT_TYPES, export_write, filename
+from billing.exports import runs as export_runs
+from billing.exports.formats import CONTENT_TYPES, export_write, filename
 from tenants import access
 
 FILE_RESPONSES = {

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.quotes import job_quote
+from billing.costs.quotes import job_quote
 from scheduler.api.serializers import JobSubmitIn
 from scheduler.api.views import spec_errors_under_spec, submit_envelope
 

@@ -9,9 +9,9 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import rates
 from billing.api import serializers as s
 from billing.models import RateCard
+from billing.rates import cards as rates
 from tenants import access
 
 

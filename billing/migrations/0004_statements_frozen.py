@@ -1,17 +1,17 @@
 """Closed statements and their lines are append-only, on PostgreSQL and SQLite
-(billing/triggers.py; SQLite's are put back after every migrate as well)."""
+(billing/statements/guards.py; SQLite's are put back after every migrate as well)."""
 
 from django.db import migrations
 
 
 def install(apps, schema_editor):
-    from billing.triggers import ensure_triggers
+    from billing.statements.guards import ensure_triggers
 
     ensure_triggers(schema_editor.connection)
 
 
 def remove(apps, schema_editor):
-    from billing.triggers import SQLITE, TABLES
+    from billing.statements.guards import SQLITE, TABLES
 
     connection = schema_editor.connection
     if connection.vendor == "postgresql":

@@ -1,7 +1,7 @@
-"""The books' rows (billing/books.py): statement seals (every statement closed so far is
+"""The books' rows (billing/models/books.py): statement seals (every statement closed so far is
 sealed), metering's mark on allocations, proposed adjustments and usage checks; and the
 triggers: only adjustments into a sealed statement, used rate card versions immutable
-(billing/triggers.py)."""
+(billing/statements/guards.py)."""
 
 import django.db.models.deletion
 from django.conf import settings
@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 
 def seal_and_install(apps, schema_editor):
-    from billing.triggers import ensure_triggers
+    from billing.statements.guards import ensure_triggers
 
     Statement = apps.get_model("billing", "Statement")
     StatementSeal = apps.get_model("billing", "StatementSeal")
@@ -21,7 +21,7 @@ def seal_and_install(apps, schema_editor):
 
 
 def remove(apps, schema_editor):
-    from billing.triggers import SQLITE_RATES, SQLITE_SEALED
+    from billing.statements.guards import SQLITE_RATES, SQLITE_SEALED
 
     connection = schema_editor.connection
     if connection.vendor == "postgresql":

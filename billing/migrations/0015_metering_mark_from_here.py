@@ -1,4 +1,4 @@
-"""Metering's high-water mark starts at the allocations already there (billing/late_usage.py):
+"""Metering's high-water mark starts at the allocations already there (billing/metering/late.py):
 an installation's history was metered by hour before the mark existed, and its first run
 would otherwise read every allocation ever written. Anything of that history left unmetered
 is what the reconciliation of allocations against usage records reports."""

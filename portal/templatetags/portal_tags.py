@@ -33,9 +33,9 @@ def duration(seconds: int | None) -> str:
 @register.filter
 def hours(value: Fraction) -> str:
     """An exact quantity of hours as the cost API shows it: six places."""
-    from billing.api.cost_serializers import hours as shown
+    from billing.rates.rating import quantity
 
-    return shown(value)
+    return str(quantity(value))
 
 
 @register.filter

@@ -18,7 +18,7 @@ from portal.forms import DecisionForm, HistoryFilterForm
 from portal.templatetags.portal_tags import portal_nav
 from portal.views.whatifs import with_whatifs
 from scheduler.models import Job
-from scheduler.quota_usage import QuotaRow, quota_rows
+from scheduler.snapshot.quota_usage import QuotaRow, quota_rows
 from tenants import approvals
 from tenants.models import ApprovalKind, ApprovalRequest
 from tenants.selectors import approval_list_inbox, approval_list_visible

@@ -1,7 +1,7 @@
 """Finance exports from the costs page: start one, follow its progress, download it.
 
 The same query and rules as `/api/v1/cost-exports/` (billing.api.export_serializers,
-billing.export_runs): an export is its owner's alone (anyone else's id is a 404), a `tenant`
+billing.exports.runs): an export is its owner's alone (anyone else's id is a 404), a `tenant`
 outside what the user sees is a 404, and the page's own gate applies: finance, platform admins
 and tenant admins (others: 403).
 """
@@ -19,11 +19,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from billing import export_runs
-from billing.api.cost_serializers import next_month
 from billing.api.export_serializers import ExportQueryIn
-from billing.exports import CONTENT_TYPES
+from billing.exports import runs as export_runs
+from billing.exports.formats import CONTENT_TYPES
 from billing.models import ExportFormat
+from billing.periods import next_month
 from billing.selectors import DIMENSIONS
 from common.errors import RateLimitedError
 from portal.decorators import login_required

@@ -18,13 +18,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from billing.api.cost_serializers import next_month
-from billing.burn_down import burn_downs
-from billing.cost_charts import cost_charts, visible_month_lines
-from billing.metering_schedule import metering_times
-from billing.reconcile import cluster_reconciliation_kept
+from billing.budgets.burn_down import burn_downs
+from billing.costs.charts import cost_charts, visible_month_lines
+from billing.metering.schedule import metering_times
+from billing.periods import next_month
 from billing.selectors import tenant_costs
-from billing.statements import SplitsMemo
+from billing.statements.reconciliation import cluster_reconciliation_kept
+from billing.statements.rollup import SplitsMemo
 from common.errors import DomainError
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required

@@ -3,7 +3,7 @@
 The cluster's is for platform admins and finance (anyone else: 404, as a page that does not
 exist for them); a tenant's for whoever sees the tenant (`access_tenant`: its members and
 admins, those of the tenants above it, finance and platform admins; others 404). The data
-comes from scheduler/dashboards.py, which bench/dashboards.py times.
+comes from scheduler/telemetry/dashboards.py, which bench/dashboards.py times.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 
 from portal.dashboard_charts import cluster_figures, tenant_figures
 from portal.decorators import login_required
-from scheduler.dashboards import (
+from scheduler.telemetry.dashboards import (
     DEFAULT_RANGE,
     RANGES,
     Window,

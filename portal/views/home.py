@@ -11,16 +11,16 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from billing.burn_down import burn_downs
-from billing.cost_charts import cost_charts, visible_month_lines
-from billing.metering_schedule import metering_times
+from billing.budgets.burn_down import burn_downs
+from billing.costs.charts import cost_charts, visible_month_lines
+from billing.metering.schedule import metering_times
 from common.errors import DomainError
 from portal import selectors
 from portal.charts import drawn_burn_downs, figures
 from portal.decorators import login_required
 from portal.views.approvals import inbox_for
-from scheduler.quota_usage import quota_rows
-from scheduler.selectors import job_list_visible, queue_depth, scheduler_health
+from scheduler.jobs.selectors import job_list_visible, queue_depth, scheduler_health
+from scheduler.snapshot.quota_usage import quota_rows
 from tenants import access
 from tenants.models import TenantKind
 

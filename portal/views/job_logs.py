@@ -17,8 +17,8 @@ from rest_framework.exceptions import ValidationError
 from portal.decorators import login_required
 from scheduler.backends.base import BackendError
 from scheduler.backends.factory import log_source
-from scheduler.pod_logs import JobLog, job_log_read, job_pod_list
-from scheduler.selectors import access_job_logs
+from scheduler.jobs.pods import JobLog, job_log_read, job_pod_list
+from scheduler.jobs.selectors import access_job_logs
 
 LOG_POLL_SECONDS = 3
 # Replicas offered by the picker; a larger gang's others are asked for by number.

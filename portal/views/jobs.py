@@ -15,18 +15,17 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from rest_framework.exceptions import ValidationError as SpecError
 
-from billing.job_costs import job_cost_so_far
-from billing.quotes import job_quote
+from billing.costs.job import job_cost_so_far
+from billing.costs.quotes import job_quote
 from common.errors import ConflictError
 from portal import selectors
 from portal.dashboard_charts import job_figure
 from portal.decorators import login_required
 from portal.forms import TYPE_DEFAULTS, CancelForm, JobFilterForm, JobSubmitForm
 from portal.views.approvals import pending_request_for_job
-from scheduler.job_dashboard import job_utilization
-from scheduler.pod_logs import job_pod_list
-from scheduler.reason_text import ReasonReader
-from scheduler.selectors import (
+from scheduler.jobs.pods import job_pod_list
+from scheduler.jobs.reasons import ReasonReader
+from scheduler.jobs.selectors import (
     QueuePosition,
     access_job,
     job_event_list,
@@ -35,8 +34,9 @@ from scheduler.selectors import (
     job_queue_position,
     may_read_job_logs,
 )
-from scheduler.services import can_cancel, job_cancel, job_submit
-from scheduler.spec import spec_errors
+from scheduler.jobs.services import can_cancel, job_cancel, job_submit
+from scheduler.jobs.spec import spec_errors
+from scheduler.telemetry.job_dashboard import job_utilization
 from tenants import access
 from tenants.models import JobType
 
@@ -208,7 +208,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_read_logs": may_read_job_logs(request.user, job),
     }
     if not context["can_read_logs"]:
-        # Finance sees where the job runs, but not its logs (scheduler/selectors.py).
+        # Finance sees where the job runs, but not its logs (scheduler/jobs/selectors.py).
         context["pods"] = list(job_pod_list(job))
     context["utilization"] = job_utilization(job, timezone.now())
     context["utilization_figure"] = job_figure(context["utilization"])

@@ -1,6 +1,6 @@
 """The Nodes pages, for platform admins (everyone else gets a 404): the inventory, one node
 with its devices and what runs there, and cordon, drain, uncordon and heal through the same
-services as the node API (scheduler/nodes.py), audited there. On the simulated cluster, a
+services as the node API (scheduler/nodes/services.py), audited there. On the simulated cluster, a
 simulated failure and its recovery too (`POST /api/v1/nodes/{id}/fail/` and the opposite)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from django.views.decorators.http import require_GET, require_POST
 from common.errors import DomainError
 from portal.decorators import login_required
 from portal.node_forms import SIMULATED_ONLY, NodeActionForm, NodeFilterForm
-from scheduler import nodes as services
 from scheduler.models import Node
-from scheduler.node_selectors import (
+from scheduler.nodes import services
+from scheduler.nodes.selectors import (
     XID_HISTORY_ROWS,
     access_node,
     node_detail_data,

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from portal.decorators import login_required
-from scheduler.profile_record import profile_record_get
+from scheduler.profiles.record import profile_record_get
 from tenants import access
 from tenants.models import AuditEntry
 

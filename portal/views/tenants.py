@@ -14,13 +14,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from billing.forecast import tenant_cost_scope, tenant_spend_forecast
+from billing.budgets.forecast import tenant_cost_scope, tenant_spend_forecast
 from common.errors import ConflictError
 from portal import selectors
 from portal.decorators import login_required
 from portal.forms import MembershipForm, PolicyForm, PriorityDefaultForm, QuotaForm, RoleForm
 from portal.templatetags.portal_tags import gpus
-from scheduler.quota_usage import quota_rows
+from scheduler.snapshot.quota_usage import quota_rows
 from tenants import access, approvals, services
 from tenants.approval_policies import policy_delete, policy_set
 from tenants.approval_rules import policy_describe

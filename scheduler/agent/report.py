@@ -60,7 +60,7 @@ def post_report(
     none: an error status, or a body that is not JSON). The answer names the pods holding the
     node's devices (scheduler/agent/exporter.py). Raises OSError (URLError) when unreachable.
     `scheme`: "Token" for a token of `manage.py node_agent_token`, "Bearer" for the pod's
-    service-account token (scheduler/agent_auth.py)."""
+    service-account token (scheduler/nodes/agent_auth.py)."""
     request = urllib.request.Request(  # noqa: S310 - the scheme is checked in report_url
         report_url(url),
         data=json.dumps(report).encode(),

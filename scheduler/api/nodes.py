@@ -6,7 +6,7 @@ data); members get an empty list and 404 on details. Actions: platform admins on
 `POST /api/v1/nodes/report/`: a node's agent, for that node only, or a platform admin for any;
 readings only for the devices the cluster lists. On Kubernetes the agent sends its pod's
 projected service-account token (`Bearer`), which the API server vouches for and which names
-the pod's node (scheduler/agent_auth.py); elsewhere the token of `manage.py node_agent_token
+the pod's node (scheduler/nodes/agent_auth.py); elsewhere the token of `manage.py node_agent_token
 NODE`.
 """
 
@@ -27,11 +27,11 @@ from rest_framework.settings import api_settings
 
 from common.api.serializers import StrictInputSerializer
 from common.api.throttles import AgentThrottle
-from scheduler import nodes as services
-from scheduler.agent_auth import AgentTokenAuthentication
-from scheduler.holders import node_device_holders
 from scheduler.models import GpuDevice, Node, XidEvent
-from scheduler.node_selectors import node_xid_history, xids_since
+from scheduler.nodes import services
+from scheduler.nodes.agent_auth import AgentTokenAuthentication
+from scheduler.nodes.holders import node_device_holders
+from scheduler.nodes.selectors import node_xid_history, xids_since
 from tenants import access
 from tenants.models import Role
 

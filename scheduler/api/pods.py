@@ -16,9 +16,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api.schema import ERROR_SCHEMA
-from scheduler import pod_logs, selectors
 from scheduler.backends.base import BackendError
 from scheduler.backends.factory import log_source
+from scheduler.jobs import pods as pod_logs
+from scheduler.jobs import selectors
 from scheduler.models import Allocation
 
 JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="Job id.")

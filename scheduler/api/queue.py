@@ -12,9 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler import selectors
+from scheduler.jobs import selectors
+from scheduler.jobs.reasons import ReasonReader
 from scheduler.models import Job, JobState
-from scheduler.reason_text import ReasonReader
 
 
 class QueueAheadOut(serializers.Serializer):

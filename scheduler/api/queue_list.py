@@ -13,9 +13,9 @@ from rest_framework import generics, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduler.jobs.reasons import ReasonReader
+from scheduler.jobs.selectors import job_list_visible
 from scheduler.models import Job, JobState
-from scheduler.reason_text import ReasonReader
-from scheduler.selectors import job_list_visible
 
 WAITING = (JobState.QUEUED, JobState.PENDING_APPROVAL)
 

@@ -1,4 +1,4 @@
-"""Job API serializers. The submitted spec is validated by `scheduler.spec`."""
+"""Job API serializers. The submitted spec is validated by `scheduler.jobs.spec`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, cast
 from rest_framework import serializers
 
 from common.api.serializers import StrictInputSerializer
+from scheduler.jobs.reasons import ReasonReader
 from scheduler.models import Job, JobEvent
-from scheduler.reason_text import ReasonReader
 
 
 def _reader(serializer: serializers.Serializer, texts: Any) -> ReasonReader:

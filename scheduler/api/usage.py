@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler.quota_usage import quota_rows
+from scheduler.snapshot.quota_usage import quota_rows
 from tenants import access
 from tenants.models import Membership, Tenant
 

@@ -16,8 +16,8 @@ from rest_framework.response import Response
 
 from common.api.filters import StrictFilterSet
 from common.api.throttles import SubmitThrottle
-from scheduler import selectors, services
 from scheduler.api.serializers import JobCancelIn, JobEventOut, JobOut, JobSubmitIn
+from scheduler.jobs import selectors, services
 from scheduler.models import Job, JobState
 from tenants import access
 from tenants.models import JobType, Project

@@ -21,7 +21,7 @@ def _log_source(kind: str) -> LogSource:
     if kind == "kubernetes":
         from kubernetes.config import ConfigException
 
-        from scheduler.backends.kubernetes import from_environment
+        from scheduler.backends.kubernetes.backend import from_environment
 
         try:
             return from_environment()

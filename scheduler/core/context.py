@@ -17,7 +17,7 @@ from scheduler.core.facts import Facts, Mix
 from scheduler.core.placement import Placer
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger, QuotaVerdict
-from scheduler.core.state import ClusterState
+from scheduler.core.tentative import ClusterState
 from scheduler.core.types import (
     JobRequest,
     Placement,

@@ -22,7 +22,7 @@ from scheduler.core.preemption import QUOTA_SHORT, Plan, Waiting, select_victims
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.scoring import FragmentationScore, GpuFit, Scorer, TopologyScore
-from scheduler.core.state import ClusterState
+from scheduler.core.tentative import ClusterState
 from scheduler.core.types import (
     MILLI_PER_GPU,
     CycleResult,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scheduler.core.scoring import GpuFit, ScoreInput, Scorer
-from scheduler.core.state import BoolArray, ClusterState, IntArray
+from scheduler.core.tentative import BoolArray, ClusterState, IntArray
 from scheduler.core.types import (
     MILLI_PER_GPU,
     DeviceShare,

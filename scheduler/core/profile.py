@@ -1,6 +1,6 @@
 """The scheduling profile: data, validated when loaded.
 
-A profile file (read outside the engine, see ``scheduler.profiles``) is a document in the
+A profile file (read outside the engine, see ``scheduler.profiles.files``) is a document in the
 manner of kube-scheduler's ``KubeSchedulerConfiguration``: a header, then the profile::
 
     apiVersion: gantry.io/v1

@@ -37,7 +37,7 @@ def subtree_usage(
     claim ``(tenant, flavor, milli-GPU)`` counts for its tenant and for every ancestor
     (``chain(tenant)``: the tenant, then up to its root), so a tenant's usage is its
     subtree's. The ledger charges by the same rule, one change at a time (``charge``); the
-    database's readers (`scheduler.quota_usage`) feed this from the allocations."""
+    database's readers (`scheduler.snapshot.quota_usage`) feed this from the allocations."""
     used: dict[tuple[T, str], int] = defaultdict(int)
     for tenant, flavor, milli in claims:
         for node in chain(tenant):

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.fragmentation import FragmentationModel, PodRequest
-from scheduler.core.state import ClusterState, IntArray
+from scheduler.core.tentative import ClusterState, IntArray
 from scheduler.core.types import MILLI_PER_GPU, Resources
 
 FloatArray = npt.NDArray[np.float64]

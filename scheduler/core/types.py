@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-MILLI_PER_GPU = 1000
-LABEL_NVLINK_DOMAIN = "gantry.io/nvlink-domain"
-LABEL_RACK = "gantry.io/rack"
+from scheduler.core.units import LABEL_NVLINK_DOMAIN as LABEL_NVLINK_DOMAIN
+from scheduler.core.units import LABEL_RACK as LABEL_RACK
+from scheduler.core.units import MILLI_PER_GPU as MILLI_PER_GPU
 
 
 class JobKind(StrEnum):

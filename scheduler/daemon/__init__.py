@@ -7,7 +7,7 @@
 - snapshot, cache, rows, queue, translate: the reads: the engine's snapshot, cached by row
   version, of the queue window, translated into the engine's types (and back: `decisions`).
 - apply, bind, store: the writes of a cycle's decisions: claim and allocate, create and bind
-  pods, commit; the bulk writes. Job states change through `scheduler.transitions`.
+  pods, commit; the bulk writes. Job states change through `scheduler.jobs.transitions`.
 - reconcile, judge: what the cluster reports wins: orphans, stopping allocations, each job's
   verdict.
 - nodes, autoscaling, upkeep, samples, wakeup: node sync and health, inference scaling,

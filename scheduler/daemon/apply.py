@@ -19,15 +19,15 @@ from django.db import IntegrityError, transaction
 
 from scheduler.backends.base import PodRequest
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
-from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.history import preemptor_rows, reason_shape, wait_data, write_wait_events
-from scheduler.daemon.snapshot import Built
 from scheduler.daemon.store import insert_allocations, set_reasons
-from scheduler.daemon.translate import Decisions, decisions, job_pk, pod_request
+from scheduler.jobs.lifecycle import HOLDING_STATES
+from scheduler.jobs.transitions import Change, insert_events, transition
 from scheduler.leader import Lease
-from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, Job, JobState
-from scheduler.transitions import Change, insert_events, transition
+from scheduler.snapshot.build import Built
+from scheduler.snapshot.cache import SnapshotCache
+from scheduler.snapshot.translate import Decisions, decisions, job_pk, pod_request
 
 log = logging.getLogger("gantry.daemon")
 S = JobState

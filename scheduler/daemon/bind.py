@@ -14,17 +14,17 @@ from django.db.models import Count
 from common.words import counted
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
 from scheduler.daemon.apply import Plan
-from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.state import Hook, Limits
 from scheduler.daemon.store import mark_bound, release
+from scheduler.jobs.transitions import Change, transition
 from scheduler.leader import Lease
 from scheduler.models import (
     Job,
     JobEvent,
     JobState,
 )
-from scheduler.transitions import Change, transition
+from scheduler.snapshot.cache import SnapshotCache
 
 log = logging.getLogger("gantry.daemon")
 S = JobState

@@ -28,9 +28,9 @@ from scheduler.core.types import (
     RunningJob,
     WaitReason,
 )
-from scheduler.daemon.translate import job_pk
+from scheduler.jobs.transitions import insert_events
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.transitions import insert_events
+from scheduler.snapshot.translate import job_pk
 
 WAIT_KIND = "waiting"
 PREEMPTING_KIND = "preempting"

@@ -14,15 +14,15 @@ from django.db.models import Count
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
 from scheduler.daemon.history import requeue_standing
-from scheduler.daemon.rows import holds_allocation
 from scheduler.daemon.store import release
+from scheduler.jobs.transitions import Change, transition
 from scheduler.models import (
     Allocation,
     Job,
     JobEvent,
     JobState,
 )
-from scheduler.transitions import Change, transition
+from scheduler.snapshot.rows import holds_allocation
 
 log = logging.getLogger("gantry.daemon")
 S = JobState

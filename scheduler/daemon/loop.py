@@ -43,7 +43,6 @@ from scheduler.core.types import JobKind, Placement
 from scheduler.daemon.apply import apply_decisions, write_reasons
 from scheduler.daemon.autoscaling import autoscale
 from scheduler.daemon.bind import bind_plan, commit_binds
-from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
 from scheduler.daemon.lease import LeaseKeeper
@@ -64,13 +63,14 @@ from scheduler.daemon.reconcile import (
     write_starts,
 )
 from scheduler.daemon.samples import sample_devices
-from scheduler.daemon.snapshot import build_snapshot
 from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
 from scheduler.daemon.upkeep import Statistics
 from scheduler.daemon.wakeup import Waiter
-from scheduler.eta import EtaRefresher
+from scheduler.estimates.refresh import EtaRefresher
 from scheduler.leader import Lease, LeaseLost, daemon_sessions
-from scheduler.profiles import ProfileWatch
+from scheduler.profiles.files import ProfileWatch
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.cache import SnapshotCache
 
 log = logging.getLogger("gantry.daemon")
 

@@ -14,11 +14,11 @@ from django.db.models.functions import Now
 from scheduler.backends.base import FaultInjection, NodeInfo
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.state import Clock, NodeMemory
+from scheduler.jobs.lifecycle import HOLDING_STATES
+from scheduler.jobs.transitions import Change, transition
 from scheduler.leader import Lease
-from scheduler.lifecycle import HOLDING_STATES
 from scheduler.models import Allocation, GpuDevice, Job, JobState, Node
-from scheduler.nodes import DAEMON, node_sync
-from scheduler.transitions import Change, transition
+from scheduler.nodes.services import DAEMON, node_sync
 
 log = logging.getLogger("gantry.daemon")
 S = JobState

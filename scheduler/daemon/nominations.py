@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from scheduler.core.types import CycleResult, Placement
-from scheduler.daemon.snapshot import Built
-from scheduler.daemon.translate import job_pk
 from scheduler.models import JobState
+from scheduler.snapshot.build import Built
+from scheduler.snapshot.translate import job_pk
 
 
 def waiting_placements(

@@ -32,7 +32,6 @@ from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
-from scheduler.daemon.cache import SnapshotCache, reread, rows_by_version, running_job_rows
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.judge import (
     apply_verdicts,
@@ -42,6 +41,7 @@ from scheduler.daemon.judge import (
 )
 from scheduler.daemon.state import Clock, Every, Limits, NodeMemory
 from scheduler.daemon.store import release
+from scheduler.jobs.transitions import Change, job_timestamps, transition
 from scheduler.leader import Lease
 from scheduler.models import (
     FINAL_STATES,
@@ -52,7 +52,7 @@ from scheduler.models import (
     JobState,
     Node,
 )
-from scheduler.transitions import Change, job_timestamps, transition
+from scheduler.snapshot.cache import SnapshotCache, reread, rows_by_version, running_job_rows
 
 log = logging.getLogger("gantry.daemon")
 S = JobState
@@ -71,7 +71,7 @@ ALLOC_FIELDS = (
     "node__ready",
     "node__present",
     "bound_at",
-    # for the snapshot that follows (scheduler.daemon.snapshot.build_snapshot)
+    # for the snapshot that follows (scheduler.snapshot.build.build_snapshot)
     "flavor",
     "started_at",
 )

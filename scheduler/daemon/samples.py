@@ -13,7 +13,7 @@ from datetime import datetime
 from scheduler.backends.base import UtilizationSource
 from scheduler.leader import Lease
 from scheduler.models import GpuDevice
-from scheduler.utilization import DeviceReading, samples_ingest
+from scheduler.telemetry.samples import DeviceReading, samples_ingest
 
 
 def sample_devices(backend: object, lease: Lease, at: datetime) -> int:

@@ -1,4 +1,4 @@
-"""The daemon's bulk writes other than state changes (`scheduler.transitions`): waiting
+"""The daemon's bulk writes other than state changes (`scheduler.jobs.transitions`): waiting
 reasons, allocations with their device shares, and releases."""
 
 from __future__ import annotations

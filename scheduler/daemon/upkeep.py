@@ -20,7 +20,7 @@ S = JobState
 
 # The tables the daemon plans against every cycle, and the columns its statements filter
 # and join on: analysing these alone is much cheaper than whole tables (the jobs' JSON specs
-# are most of an ANALYZE of their table; bench/results.md, kueue_e2e, 2026-12-03 11:11-14:10).
+# are most of an ANALYZE of their table; bench/history.md, kueue_e2e, 2026-12-03 11:11-14:10).
 PLANNED_COLUMNS = {
     Job._meta.db_table: ("id", "state", "tenant_id", "priority_class_id", "queued_at"),
     Allocation._meta.db_table: ("id", "job_id", "node_id", "ended_at"),

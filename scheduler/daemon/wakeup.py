@@ -81,7 +81,7 @@ class Waiter:
                 # Notifications are batched by the slice: psycopg returns at the slice's
                 # end unless 50 came. Jobs arrive one by one; a cycle for each would keep
                 # the daemon busy when pods end (and a pod's end frees GPUs): waking at
-                # once (stop_after=1) made bench.kueue_e2e slower (bench/results.md,
+                # once (stop_after=1) made bench.kueue_e2e slower (bench/history.md,
                 # kueue_e2e, 2026-12-03 05:14-06:20).
                 got = list(
                     self._conn.notifies(timeout=min(slice_s, timeout_s - waited), stop_after=50)

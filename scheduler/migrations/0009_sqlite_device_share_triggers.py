@@ -1,11 +1,11 @@
 """SQLite: reinstall the device-share triggers that 0008's table rebuild dropped, and recount
-the devices (see scheduler/triggers.py). Nothing to do on PostgreSQL."""
+the devices (see scheduler/nodes/triggers.py). Nothing to do on PostgreSQL."""
 
 from django.db import migrations
 
 
 def reinstall(apps, schema_editor):
-    from scheduler.triggers import ensure_sqlite_triggers
+    from scheduler.nodes.triggers import ensure_sqlite_triggers
 
     ensure_sqlite_triggers(schema_editor.connection)
 

@@ -7,8 +7,8 @@ A library: ``simulate(workload, cluster, profile, outages=..., config=...) -> Si
 
 from scheduler.sim.engine import Simulation, StartState, simulate
 from scheduler.sim.estimate import StartEstimates, estimate_starts, estimate_starts_within
+from scheduler.sim.measures import JobOutcome, Percentiles, SimReport
 from scheduler.sim.placement_replay import replay_placements
-from scheduler.sim.report import JobOutcome, Percentiles, SimReport
 from scheduler.sim.workload import Cluster, NodeOutage, SimConfig, WorkloadJob
 
 __all__ = [

@@ -25,7 +25,7 @@ from scheduler.core.types import (
     Snapshot,
     WaitCode,
 )
-from scheduler.sim.report import (
+from scheduler.sim.measures import (
     JobOutcome,
     Percentiles,
     SimReport,

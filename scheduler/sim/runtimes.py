@@ -20,8 +20,8 @@ history runs ``unbounded_runtime_s``, a documented horizon.
 
 ``estimate_start_ranges`` replays the present twice through ``estimate_starts_within``: with
 every job at its p50 runtime (the p50 start) and at its p90 runtime (the p90 start).
-``estimate_queue`` adds the positions and the cap: what the daemon stores (scheduler/eta.py)
-and what ``bench.eta`` measures.
+``estimate_queue`` adds the positions and the cap: what the daemon stores
+(scheduler/estimates/refresh.py) and what ``bench.eta`` measures.
 """
 
 from __future__ import annotations

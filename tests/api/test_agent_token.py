@@ -17,9 +17,9 @@ import pytest
 from django.test import Client
 from django.test.utils import override_settings
 
-from scheduler import agent_auth
-from scheduler.agent_auth import ReviewUnavailable, VerdictCache
 from scheduler.models import GpuDevice, Node, NodeAgent
+from scheduler.nodes import agent_auth
+from scheduler.nodes.agent_auth import ReviewUnavailable, VerdictCache
 from tests.api.test_node_agent import body, make_node, post, reading
 from tests.conftest import Org
 

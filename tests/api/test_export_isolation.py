@@ -88,7 +88,7 @@ def test_every_export_holds_only_what_the_persona_may_see(
     client = walk_client(billed, client_for, persona)
     foreign = getattr(billed, PERSONAS[persona])
     # The walk's organisation holds a queued export of each team's member; one export runs at a
-    # time per person (billing/export_runs.py), so those end before this persona starts its own.
+    # time per person (billing/exports/runs.py), so those end before this persona starts its own.
     CostExport.objects.filter(state=ExportState.QUEUED).update(state=ExportState.FAILED)
     for fmt in FORMATS:
         for by in ["user", "team", "project"]:

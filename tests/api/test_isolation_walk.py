@@ -18,13 +18,13 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from billing.closing import statement_close
-from billing.metering import meter_usage
+from billing.metering.hourly import meter_usage
 from billing.models import Budget, CostExport, Statement
-from billing.rates import RatePrices, rate_card_add
+from billing.rates.cards import RatePrices, rate_card_add
+from billing.statements.closing import statement_close
 from common.api.routers import ID_PATTERN
+from scheduler.jobs.services import job_submit
 from scheduler.models import Job, JobState
-from scheduler.services import job_submit
 from tenants import approval_policies
 from tenants.models import (
     ApprovalPolicy,

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from scheduler.backends.simulated.logs import sim_log
+from scheduler.jobs.pods import log_target
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState
-from scheduler.pod_logs import log_target
 from tenants.access import forget_grants
 from tenants.models import Membership, Role
 from tests import factories as f

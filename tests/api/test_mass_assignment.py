@@ -27,8 +27,8 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from billing.models import Budget
+from scheduler.jobs.services import job_submit
 from scheduler.models import GpuDevice, Job, Node
-from scheduler.services import job_submit
 from tenants import approval_policies
 from tenants.models import ApprovalRequest, Membership, PriorityClass, Quota, Tenant
 from tests import factories as f
@@ -145,7 +145,7 @@ def _closed_statement(org: Org) -> Any:
 
 
 def _proposal(org: Org) -> tuple[str, dict[str, Any]]:
-    """A pending adjustment proposal on the closed statement (billing/late_usage.py)."""
+    """A pending adjustment proposal on the closed statement (billing/metering/late.py)."""
     from billing.models import AdjustmentProposal
     from scheduler.models import Allocation
 

@@ -51,11 +51,11 @@ def closed_statements_removed_after(transactional_db: Any) -> Iterator[None]:
     """The flush after a transactional test deletes every row, which the triggers that keep
     the books (closed statements, rate versions that priced metered hours) refuse on SQLite
     (PostgreSQL truncates): empty the tables here, the triggers lifted for the moment and put
-    back (billing/triggers.py)."""
+    back (billing/statements/guards.py)."""
     yield
     from django.core.management import call_command
 
-    from billing.triggers import lifted
+    from billing.statements.guards import lifted
 
     with lifted(connection):
         call_command("flush", verbosity=0, interactive=False, inhibit_post_migrate=True)

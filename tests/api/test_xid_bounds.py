@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from scheduler.agent.xids import FATAL_XIDS
 from scheduler.models import GpuDevice, Node, XidEvent
-from scheduler.xid_ingest import xids_record
+from scheduler.nodes.xids import xids_record
 from tests.api.test_node_agent import agent_client, body, make_node, post, reading
 from tests.conftest import Org
 

@@ -18,8 +18,8 @@ from django.utils import timezone
 from scheduler.agent import nvml
 from scheduler.agent.xids import FATAL_XIDS
 from scheduler.models import GpuDevice, Node, XidEvent
-from scheduler.nodes import _verdict
-from scheduler.rollups import retention_run
+from scheduler.nodes.services import _verdict
+from scheduler.telemetry.rollups import retention_run
 from tests.api.test_node_agent import agent_client, body, make_node, post, reading
 from tests.conftest import Org
 

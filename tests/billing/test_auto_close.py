@@ -11,10 +11,11 @@ from typing import Any
 
 from django.core.management import call_command
 
-from billing.closing import months_close_due, previous_month
-from billing.metering import MAX_HOURS_PER_RUN, hours_due, meter_usage
+from billing.metering.hourly import MAX_HOURS_PER_RUN, hours_due, meter_usage
 from billing.models import Statement
-from billing.rates import RatePrices, rate_card_add
+from billing.periods import previous_month
+from billing.rates.cards import RatePrices, rate_card_add
+from billing.statements.closing import months_close_due
 from tenants.models import AuditEntry
 from tests.billing.builders import hold, job_for, make_node
 from tests.billing.test_statements import cluster
@@ -114,7 +115,7 @@ def test_the_automatic_close_meters_every_hour_due_and_logs_it(
 ) -> None:
     settings.GANTRY_BILLING_CLOSE_AFTER_H = 24
     _a_long_month(org)
-    with caplog.at_level(logging.INFO, logger="billing.closing"):
+    with caplog.at_level(logging.INFO, logger="billing.statements.closing"):
         closed = months_close_due(now=FEB + timedelta(hours=24))
     assert [s.organisation for s in closed] == [org.acme]
     # The month's 216 hours and the first 23 of February's (the 24th is within the delay).

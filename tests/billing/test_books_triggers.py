@@ -1,6 +1,6 @@
 """What the database refuses of the books, with raw SQL, on SQLite (the default) and on
 PostgreSQL (DATABASE_URL): a plain line into a closed statement, and any change to a rate
-card version that priced metered hours (billing/triggers.py)."""
+card version that priced metered hours (billing/statements/guards.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from billing.closing import statement_adjust, statement_close
 from billing.models import RateCard, Statement, StatementLine, StatementSeal
-from billing.statements import organisation_lines
+from billing.statements.closing import statement_adjust, statement_close
+from billing.statements.rollup import organisation_lines
 from tests.billing.builders import T0, at
 from tests.billing.test_statements import cluster
 from tests.conftest import Org
@@ -114,7 +114,7 @@ def test_a_rate_version_that_priced_metered_hours_is_immutable(org: Org) -> None
 
 
 def test_a_version_not_in_force_yet_is_withdrawn_as_before(org: Org) -> None:
-    from billing.rates import RatePrices, rate_card_add, rate_card_withdraw
+    from billing.rates.cards import RatePrices, rate_card_add, rate_card_withdraw
 
     cluster(org)
     pat = org.users["pat"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from billing import admission
+from billing.budgets import checks as admission
 from billing.models import Budget, BudgetPolicy, BudgetReservation, BudgetSpend
-from billing.rates import RatePrices, rate_card_add
+from billing.rates.cards import RatePrices, rate_card_add
 from scheduler.models import Job, JobEvent, JobState
 from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, AuditEntry
 from tests.conftest import Org, job_spec

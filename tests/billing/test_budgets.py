@@ -20,11 +20,12 @@ from django.core import mail
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing import admission, tasks
-from billing.admission import reservations_sweep
-from billing.budget_alerts import alert_email_send, alerts_check
-from billing.budgets import budget_position
-from billing.metering import meter_usage
+from billing import tasks
+from billing.budgets import checks as admission
+from billing.budgets.alerts import alert_email_send, alerts_check
+from billing.budgets.checks import reservations_sweep
+from billing.budgets.spend import budget_position
+from billing.metering.hourly import meter_usage
 from billing.models import (
     Budget,
     BudgetAlert,
@@ -34,13 +35,13 @@ from billing.models import (
     BudgetUnit,
     RateMultiplier,
 )
-from billing.rates import RatePrices, rate_card_add
-from billing.rating import round_cents
-from billing.statements import usage_lines
+from billing.rates.cards import RatePrices, rate_card_add
+from billing.rates.rating import round_cents
+from billing.statements.rollup import usage_lines
 from billing.tasks import budget_sweep
+from scheduler.jobs.services import job_cancel, job_submit
+from scheduler.jobs.transitions import Change, transition
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.services import job_cancel, job_submit
-from scheduler.transitions import Change, transition
 from tenants import outbox
 from tenants import tasks as tenant_tasks
 from tenants.approvals import approval_decide

@@ -1,4 +1,4 @@
-"""billing.capacity: one flavor's hour split into used, unavailable, idle reserved and
+"""billing.metering.capacity: one flavor's hour split into used, unavailable, idle reserved and
 unreserved idle; and apportioning a rounded total. Properties over random clusters."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.capacity import (
+from billing.metering.capacity import (
     DEVICE_HOUR,
     Holder,
     HolderSum,

@@ -1,6 +1,6 @@
 """The cost API's reads do not grow with the organisations it rates (issue 21, load).
 
-The hour splits (billing/splits.py) are the whole cluster's: the idle reserved capacity of
+The hour splits (billing/metering/splits.py) are the whole cluster's: the idle reserved capacity of
 every organisation comes from the same ones. Computed once per organisation, they made the
 cost routes' work grow with the number of organisations; they are read once per window.
 """
@@ -16,8 +16,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from billing import line_memo
-from billing.statements import organisation_lines
+from billing.statements import line_memo
+from billing.statements.rollup import organisation_lines
 from tenants.models import TenantKind
 from tests.billing.builders import T0, at
 from tests.billing.test_costs_api import WINDOW
@@ -32,7 +32,7 @@ def test_cluster_splits_read_once_for_every_organisation(org: Org, client_for: A
         TenantFactory(slug=slug, kind=TenantKind.ORGANISATION)
     client = client_for("carol")  # finance: every organisation
     client.get("/api/v1/costs/", {**WINDOW, "by": "team"})  # warm-up
-    cache.clear()  # the warm-up's rated lines (billing/line_memo.py): this request rates
+    cache.clear()  # the warm-up's rated lines (billing/statements/line_memo.py): this request rates
     line_memo.forget_built()
     with CaptureQueriesContext(connection) as queries:
         response = client.get("/api/v1/costs/", {**WINDOW, "by": "team"})
@@ -57,7 +57,7 @@ def test_costs_page_splits_each_month_once(org: Org) -> None:
     client.force_login(org.users["carol"])
     url = reverse("portal:costs")
     client.get(url, {"month": "2031-01"})  # warm-up
-    cache.clear()  # the warm-up's rated lines (billing/line_memo.py): this request rates
+    cache.clear()  # the warm-up's rated lines (billing/statements/line_memo.py): this request rates
     line_memo.forget_built()
     with CaptureQueriesContext(connection) as queries:
         response = client.get(url, {"month": "2031-01"})

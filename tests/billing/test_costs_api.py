@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from billing.closing import statement_adjust, statement_close
-from billing.statements import roll_up
+from billing.statements.closing import statement_adjust, statement_close
+from billing.statements.rollup import roll_up
 from tests.billing.builders import T0, at
 from tests.billing.test_statements import cluster
 from tests.conftest import Org

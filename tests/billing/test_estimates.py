@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from billing.estimates import job_cost_estimate
-from billing.rates import RatePrices, rate_card_add
+from billing.costs.projection import job_cost_estimate
+from billing.rates.cards import RatePrices, rate_card_add
 from tests import factories as f
 from tests.billing.builders import T0, at
 from tests.conftest import Org

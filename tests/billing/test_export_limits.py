@@ -14,8 +14,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import export_runs, exports
 from billing import tasks as billing_tasks
+from billing.exports import formats as exports
+from billing.exports import runs as export_runs
 from billing.models import CostExport, ExportState
 from common.errors import RateLimitedError
 from config.celery import app as celery_app

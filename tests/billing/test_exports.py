@@ -18,10 +18,11 @@ import openpyxl
 import pytest
 from django.utils import timezone
 
-from billing import export_runs, exports
-from billing.closing import statement_adjust, statement_close
+from billing.exports import formats as exports
+from billing.exports import runs as export_runs
 from billing.models import CostExport, ExportState
-from billing.statements import roll_up
+from billing.statements.closing import statement_adjust, statement_close
+from billing.statements.rollup import roll_up
 from common.errors import DomainError
 from config.celery import app as celery_app
 from tenants.models import Membership, Project

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from billing.closing import statement_close
-from billing.metering import meter_usage
+from billing.metering.hourly import meter_usage
+from billing.statements.closing import statement_close
 from scheduler.models import Node
 from tenants.models import FormerFlavorName
 from tests.billing.builders import T0, at, hold, job_for

@@ -28,13 +28,13 @@ from typing import Any
 
 import pytest
 
-from billing.closing import statement_adjust, statement_close
-from billing.metering import meter_usage
+from billing.metering.hourly import meter_usage
 from billing.models import BillingPolicy, Statement
-from billing.rates import RatePrices, rate_card_add
-from billing.statements import roll_up
+from billing.rates.cards import RatePrices, rate_card_add
+from billing.statements.closing import statement_adjust, statement_close
+from billing.statements.rollup import roll_up
 from scheduler.models import JobEvent, JobState
-from scheduler.rollups import LAG, rollup_run
+from scheduler.telemetry.rollups import LAG, rollup_run
 from tenants.models import Quota
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, job_for, make_node
@@ -492,7 +492,7 @@ def test_the_checker_catches_each_kind_of_breach(change: Row, broken: str) -> No
     ids=["kept", "gpu-before", "cpu-before"],
 )
 def test_a_frozen_parts_quantity(kept: list[str], resource: str, expected: Fraction) -> None:
-    from billing.costs import _part_quantity
+    from billing.costs.lines import _part_quantity
 
     got = _part_quantity(kept, resource, "1/4", Decimal("16"), "3.00", Decimal("4.00"))
     assert got == expected

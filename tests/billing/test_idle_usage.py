@@ -10,12 +10,12 @@ from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from billing.closing import statement_close
 from billing.models import StatementLine
-from billing.reconcile import cluster_reconciliation
-from billing.statements import organisation_lines, roll_up
+from billing.statements.closing import statement_close
+from billing.statements.reconciliation import cluster_reconciliation
+from billing.statements.rollup import organisation_lines, roll_up
 from scheduler.models import GpuDevice, Job, UtilizationSample
-from scheduler.rollups import LAG, rollup_run
+from scheduler.telemetry.rollups import LAG, rollup_run
 from tests.billing.builders import T0, at
 from tests.billing.test_statements import cluster
 from tests.conftest import Org

@@ -18,12 +18,12 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from billing.closing import statement_close
-from billing.job_costs import job_cost_so_far
-from billing.late_usage import proposal_accept, proposals_pending
-from billing.metering import meter_usage
+from billing.costs.job import job_cost_so_far
+from billing.metering.gaps import usage_check
+from billing.metering.hourly import meter_usage
+from billing.metering.late import proposal_accept, proposals_pending
 from billing.models import AdjustmentProposal, LineKind, StatementLine, UsageRecord
-from billing.usage_check import usage_check
+from billing.statements.closing import statement_close
 from common.errors import DomainError
 from scheduler.models import Node
 from tests.billing.builders import T0, at, hold, job_for
@@ -51,7 +51,7 @@ def test_late_allocations_are_billed_on_the_next_run(
     before = Decimal(costs(client, by="team", kind="used")["total"]["charged"])
     late = _late_jobs(org)
     # The reconciliation sees what metering has not billed: 3 + 1 allocation-hours.
-    with caplog.at_level(logging.ERROR, logger="billing.usage_check"):
+    with caplog.at_level(logging.ERROR, logger="billing.metering.gaps"):
         assert usage_check(now=at(5), start=T0).gaps == 4
     assert "usage not metered: 4 allocation-hour(s)" in caplog.text
     assert job_cost_so_far(late[0], now=at(5)).metered == Decimal("0.00")

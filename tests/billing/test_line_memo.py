@@ -1,4 +1,4 @@
-"""Rated lines kept under a key of their inputs (billing/line_memo.py, issue 21's load).
+"""Rated lines kept under a key of their inputs (billing/statements/line_memo.py, issue 21's load).
 
 The cluster of tests/billing/test_statements.py, metered for hours 0-3. Each test changes
 one input the rating reads and checks that the next read gives the lines a fresh rating
@@ -16,14 +16,15 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
-from billing import costs, line_memo
-from billing.costs import CostLine, organisation_costs
-from billing.metering import meter_usage
+from billing.costs import lines as costs
+from billing.costs.lines import CostLine, organisation_costs
+from billing.metering.hourly import meter_usage
 from billing.models import IdlePolicy, RateCard
 from billing.policies import billing_policy_set
-from billing.triggers import lifted
+from billing.statements import line_memo
+from billing.statements.guards import lifted
 from scheduler.models import JobEvent, JobState
-from scheduler.rollups import LAG, rollup_run
+from scheduler.telemetry.rollups import LAG, rollup_run
 from tests.billing.builders import T0, at, hold, job_for
 from tests.billing.test_idle_usage import alice_job, feed
 from tests.billing.test_statements import cluster
@@ -75,7 +76,7 @@ def _preempt_alice(org: Org) -> None:
 
 def _new_price(org: Org) -> None:
     """The database refuses to change a version that priced metered hours
-    (billing/triggers.py); with its triggers lifted (a superuser's session), the key still
+    (billing/statements/guards.py); with its triggers lifted (a superuser's session), the key still
     follows the change."""
     with lifted(connection):
         RateCard.objects.filter(valid_from=at(2)).update(gpu_hour=Decimal("5.00"))
@@ -221,7 +222,7 @@ def test_the_hourly_metering_task_rates_only_when_it_metered(
 def test_the_cluster_reconciliation_is_kept_until_an_hour_is_metered_or_a_price_changes(
     org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from billing import reconcile
+    from billing.statements import reconciliation as reconcile
 
     cluster(org)
     first = reconcile.cluster_reconciliation_kept(T0, at(6))

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
-from billing.attempts import attempt_kinds
-from billing.metering import hours_due, meter_hour, meter_usage
+from billing.metering.attempts import attempt_kinds
+from billing.metering.hourly import hours_due, meter_hour, meter_usage
 from billing.models import MeteringPeriod, UsageRecord
 from scheduler.models import JobEvent, JobState
 from tests.billing.builders import T0, at, hold, job_for, make_node
@@ -116,7 +116,7 @@ def test_a_run_killed_between_its_steps_leaves_no_partial_hour(org: Org, step: s
 def test_concurrent_runs_meter_each_hour_once(
     transactional_db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from billing import metering
+    from billing.metering import hourly as metering
     from tests.conftest import build_org
 
     org = build_org()
@@ -151,7 +151,7 @@ def test_the_management_command_meters_on_demand(org: Org) -> None:
 def test_the_hourly_task_is_scheduled(settings: Any) -> None:
     from billing.tasks import meter_closed_hours
 
-    # Hourly, at the minute each hour becomes due (billing/metering_schedule.py).
+    # Hourly, at the minute each hour becomes due (billing/metering/schedule.py).
     entry = settings.CELERY_BEAT_SCHEDULE["billing-meter"]
     assert entry["task"] == meter_closed_hours.name
     assert entry["schedule"].minute == {5} and len(entry["schedule"].hour) == 24

@@ -11,11 +11,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing import admission
+from billing.budgets import checks as admission
 from billing.models import Budget, BudgetPolicy, BudgetReservation, BudgetSpend
-from billing.rates import RatePrices, rate_card_add
+from billing.rates.cards import RatePrices, rate_card_add
+from scheduler.jobs.services import job_submit
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.services import job_submit
 from tenants.approval_policies import policy_set
 from tenants.models import ApprovalPolicy, ApprovalRequest, ApprovalRule, AuditEntry
 from tests.conftest import Org, job_spec

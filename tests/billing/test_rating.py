@@ -1,4 +1,5 @@
-"""billing.rating: usage intervals x rate versions -> lines, with the arithmetic worked out."""
+"""billing.rates.rating: usage intervals x rate versions -> lines, with the arithmetic worked
+out."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.rating import MissingRate, Rate, Usage, cut_points, pieces, rate_usage, round_cents
+from billing.rates.rating import (
+    MissingRate,
+    Rate,
+    Usage,
+    cut_points,
+    pieces,
+    rate_usage,
+    round_cents,
+)
 
 T0 = datetime(2031, 1, 31, 22, 0, tzinfo=UTC)  # two hours before a month ends
 H = timedelta(hours=1)

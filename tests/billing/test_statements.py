@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, transaction
 
-from billing.closing import statement_adjust, statement_close
-from billing.metering import meter_usage
+from billing.metering.hourly import meter_usage
 from billing.models import BillingPolicy, Statement, StatementLine
-from billing.rates import RatePrices, rate_card_add
-from billing.reconcile import cluster_reconciliation
-from billing.statements import organisation_lines, roll_up
+from billing.rates.cards import RatePrices, rate_card_add
+from billing.statements.closing import statement_adjust, statement_close
+from billing.statements.reconciliation import cluster_reconciliation
+from billing.statements.rollup import organisation_lines, roll_up
 from common.errors import DomainError
 from scheduler.models import JobEvent, JobState
 from tenants.models import Quota
@@ -253,7 +253,7 @@ def test_a_correction_is_an_adjustment_line_with_a_reason_and_an_author(org: Org
 
 @pytest.mark.postgresql("two closes racing: PostgreSQL lets both compute before one commits")
 def test_concurrent_closes_make_one_statement(transactional_db: Any, monkeypatch: Any) -> None:
-    from billing import closing
+    from billing.statements import closing
 
     org = build_org()
     cluster(org)
@@ -286,7 +286,7 @@ def test_a_lost_sqlite_trigger_is_put_back_by_migrate(db: Any) -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from billing.triggers import SQLITE
+    from billing.statements.guards import SQLITE
 
     if connection.vendor != "sqlite":
         pytest.skip("SQLite only: PostgreSQL keeps triggers across table rebuilds")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from billing.closing import statement_close
 from billing.models import BillingPolicy, Statement, StatementLine
-from billing.statements import roll_up
+from billing.statements.closing import statement_close
+from billing.statements.rollup import roll_up
 from tenants.models import AuditEntry
 from tests.billing.builders import T0, at
 from tests.billing.test_statements import cluster

@@ -1,5 +1,5 @@
-"""Statements sum the usage records in SQL (billing/statements.py `usage_lines`,
-billing/splits.py): the same lines, and the same hour splits, as rating the records one by
+"""Statements sum the usage records in SQL (billing/statements/rollup.py `usage_lines`,
+billing/metering/splits.py): the same lines, and the same hour splits, as rating the records one by
 one in Python, which is what closing did before. The oracle below is that code, on a small
 month of the billing benchmark (preemptions, failures, a rate change, fractional shares,
 cordoned nodes)."""
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from bench.billing import build, meter, shape
-from billing import rating
-from billing.attempts import attempt_kinds
-from billing.capacity import Holder, HourSplit, split_hour
+from billing.metering.attempts import attempt_kinds
+from billing.metering.capacity import Holder, HourSplit, split_hour
+from billing.metering.splits import SplitKey, _capacity_and_guarantees, ancestors, hour_splits
 from billing.models import MeteringPeriod, UsageRecord
-from billing.splits import SplitKey, _capacity_and_guarantees, ancestors, hour_splits
-from billing.statements import period_slices, rates_between, usage_lines
+from billing.rates import rating
+from billing.statements.rollup import period_slices, rates_between, usage_lines
 from scheduler.models import AllocationDevice
 from tenants.models import Tenant
 

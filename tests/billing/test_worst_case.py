@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from billing import admission
-from billing.budgets import BudgetSpend
-from billing.estimates import job_cost_estimate
-from billing.metering import meter_usage
+from billing.budgets import checks as admission
+from billing.budgets.spend import BudgetSpend
+from billing.costs.projection import job_cost_estimate
+from billing.metering.hourly import meter_usage
 from billing.models import BudgetReservation
-from billing.rates import RatePrices, rate_card_add
+from billing.rates.cards import RatePrices, rate_card_add
 from scheduler.models import Job, JobState
 from tenants.models import ApprovalPolicy, ApprovalRule
 from tests import factories as f

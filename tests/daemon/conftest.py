@@ -21,9 +21,9 @@ from rest_framework.test import APIClient
 from scheduler.backends.simulated.cluster import SimulatedCluster
 from scheduler.backends.simulated.inventory import make_nodes
 from scheduler.daemon.loop import Daemon
+from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, SchedulerLease
-from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
 
 

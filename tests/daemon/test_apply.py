@@ -8,8 +8,8 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler.daemon.snapshot import build_snapshot
 from scheduler.models import Allocation, GpuDevice, Job
+from scheduler.snapshot.build import build_snapshot
 from tests.daemon.conftest import Env, assert_consistent, low_priority_cluster
 
 

@@ -1,4 +1,4 @@
-"""The snapshot cache (`scheduler.daemon.cache`): job rows, the engine's views and the
+"""The snapshot cache (`scheduler.snapshot.cache`): job rows, the engine's views and the
 organisation kept by row version, and kept exact by the daemon's own writes."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from scheduler.daemon.cache import SnapshotCache
-from scheduler.daemon.snapshot import build_snapshot
 from scheduler.models import Job
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.cache import SnapshotCache
 from tests.daemon.conftest import Env
 
 

@@ -1,5 +1,5 @@
 """The daemon's cycles as Kueue's admission attempts, served by the daemon's own /metrics
-(scheduler/cycle_metrics.py): the web server cannot see a cycle's time (issue 20)."""
+(scheduler/metrics/cycles.py): the web server cannot see a cycle's time (issue 20)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from prometheus_client import generate_latest
 
-from scheduler.cycle_metrics import CycleMetrics
 from scheduler.daemon.loop import Daemon
+from scheduler.metrics.cycles import CycleMetrics
 from tests.daemon.conftest import Env
 from tests.metrics.helpers import value
 

@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from scheduler.backends.simulated.load import TEMPLATES, DemoLoad, Template
-from scheduler.demo import seed_demo
+from scheduler.demo.load import TEMPLATES, DemoLoad, Template
+from scheduler.demo.seed import seed_demo
 from scheduler.models import Job
 from tenants.approval_policies import policy_set
 from tenants.models import ApprovalRequest, Notification, NotificationKind, Quota, Tenant

@@ -1,4 +1,5 @@
-"""Queue positions and start estimates, refreshed by the leading daemon (scheduler/eta.py)."""
+"""Queue positions and start estimates, refreshed by the leading daemon
+(scheduler/estimates/refresh.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,17 @@ from django.db import connection
 
 from scheduler.core import queue_order, run_cycle
 from scheduler.daemon.loop import Daemon
-from scheduler.daemon.snapshot import build_snapshot
-from scheduler.eta import EtaRefresher, EtaSettings, refresh_estimates, runtime_history
+from scheduler.estimates.refresh import (
+    EtaRefresher,
+    EtaSettings,
+    refresh_estimates,
+    runtime_history,
+)
+from scheduler.jobs.services import job_cancel
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
-from scheduler.services import job_cancel
 from scheduler.sim.calibration import Calibration, EstimateLog, corrected, score
+from scheduler.snapshot.build import build_snapshot
 from tests import factories as f
 from tests.daemon.conftest import LOOP_WATCHDOG_S, Env, expire_leases, make_env, watched
 
@@ -276,7 +282,7 @@ def test_a_bug_in_the_estimates_does_not_stop_scheduling(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("scheduler.eta.refresh_estimates", broken)
+    monkeypatch.setattr("scheduler.estimates.refresh.refresh_estimates", broken)
     job = env.submit()
     daemon = env.daemon()
     env.run(daemon)
@@ -408,7 +414,7 @@ import os, sys, time
 def main():
     import django
     django.setup()
-    from scheduler.eta import EtaRefresher
+    from scheduler.estimates.refresh import EtaRefresher
     refresher = EtaRefresher()
     refresher.start_background()
     print(refresher._pool.submit(os.getpid).result(60), flush=True)
@@ -448,7 +454,7 @@ def test_the_worker_ends_when_the_daemon_is_killed(tmp_path: Any) -> None:
 
 _WORKER_OF_A_DEAD_DAEMON = """
 import time
-from scheduler import eta_worker
+from scheduler.estimates import worker as eta_worker
 
 eta_worker.start({dead}, "config.settings", {{}}, (30.0, 2.0, 100, 14400.0), 600.0)
 time.sleep(600)

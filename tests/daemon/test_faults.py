@@ -14,9 +14,9 @@ from django.db.models.functions import Now
 
 from scheduler.backends.base import BackendError, BindConflict
 from scheduler.daemon.wakeup import Waiter
+from scheduler.jobs.services import job_cancel
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobEvent, SchedulerLease
-from scheduler.services import job_cancel
 from tests.daemon.conftest import Env, Killed, assert_consistent, expire_leases
 
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 import scheduler.daemon.loop as daemon_module
 from scheduler.backends.base import BackendError
 from scheduler.daemon.phases import FAILURES_KEPT_S
+from scheduler.jobs.selectors import queue_depth
 from scheduler.models import Job, JobState, SchedulerLease
-from scheduler.selectors import queue_depth
 from tests.daemon.conftest import Env
 
 

@@ -10,9 +10,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler.jobs.transitions import Change, DisallowedChange, transition
 from scheduler.models import Allocation, Job, JobEvent, Node
-from scheduler.nodes import node_drain
-from scheduler.transitions import Change, DisallowedChange, transition
+from scheduler.nodes.services import node_drain
 from tests.daemon.conftest import Env, Killed, assert_consistent, expire_leases
 from tests.daemon.test_faults import pg
 

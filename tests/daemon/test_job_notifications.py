@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduler.job_notifications import job_events_notify, job_link
+from scheduler.jobs.notifications import job_events_notify, job_link
 from scheduler.models import Allocation, Job
 from tenants import outbox
 from tenants.models import Notification, NotificationChannel, Tenant

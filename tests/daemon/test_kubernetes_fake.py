@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.backends.kubernetes import KubernetesBackend
-from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
 from scheduler.daemon.loop import Daemon
+from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease, LeaseLost
 from scheduler.models import Allocation, Job
-from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.builders import make_request

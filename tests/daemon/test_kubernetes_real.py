@@ -28,13 +28,13 @@ from kubernetes import client
 
 from devcluster.kubelets import Kubelets, NodeShape
 from devcluster.plane import ControlPlane
-from scheduler.backends.kubernetes import KubernetesBackend, api_client_from_environment
-from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_render import LABEL_ATTEMPT, LABEL_JOB
+from scheduler.backends.kubernetes.backend import KubernetesBackend, api_client_from_environment
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.render import LABEL_ATTEMPT, LABEL_JOB
 from scheduler.daemon.loop import Daemon
+from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, GpuDevice, Job, JobEvent
-from scheduler.services import job_submit
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock, Killed, expire_leases
 from tests.k8s.real_plane import RealPlane, apply_priority_classes, real_plane, require_binaries

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.jobs.services import job_submit
 from scheduler.models import Allocation, Job, JobEvent
-from scheduler.nodes import node_set_failed
-from scheduler.services import job_submit
+from scheduler.nodes.services import node_set_failed
 from tenants.models import Quota
 from tests.conftest import job_spec
 from tests.daemon.conftest import Env, assert_consistent

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduler.daemon import nodes as nodes_module
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, Node, NodeAgent
-from scheduler.nodes import node_set_failed
+from scheduler.nodes.services import node_set_failed
 from tests import factories as f
 from tests.daemon.conftest import Env, assert_consistent
 

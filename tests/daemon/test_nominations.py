@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.core.types import Placement, RunningJob, Snapshot
 from scheduler.daemon.nominations import still_waiting
-from scheduler.daemon.snapshot import Built
+from scheduler.snapshot.build import Built
 from tests.scheduler.core.builders import CLASSES, make_job, make_node, make_running
 
 ROOM = make_running(make_job("2"), ("n1", [0])).assignments

@@ -14,10 +14,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduler.daemon.queue import _heads_sql
-from scheduler.daemon.snapshot import _displaced_sql
 from scheduler.leader import daemon_sessions
 from scheduler.models import FINAL_STATES, Job, JobEvent, JobState
+from scheduler.snapshot.build import _displaced_sql
+from scheduler.snapshot.queue import _heads_sql
 from tests.factories import JobEventFactory, JobFactory, row_columns
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql("prepared statements and plans")]

@@ -15,8 +15,8 @@ from bench.bench_profile import PROFILES_DIR, bench_profile
 from scheduler.core import Profile, ProfileError
 from scheduler.daemon import loop as daemon_module
 from scheduler.models import SchedulingProfileRecord
-from scheduler.profile_record import profile_record_loaded, profile_record_refused
-from scheduler.profiles import ProfileWatch, parse_profile, read_profile
+from scheduler.profiles.files import ProfileWatch, parse_profile, read_profile
+from scheduler.profiles.record import profile_record_loaded, profile_record_refused
 from tenants.models import AuditEntry
 from tests.daemon.conftest import Env, expire_leases
 

@@ -1,13 +1,13 @@
-"""The queue window the engine sees (`scheduler.daemon.queue`): every queue's heads taken
+"""The queue window the engine sees (`scheduler.snapshot.queue`): every queue's heads taken
 round-robin, and the shallow read of the heads giving the full window."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.daemon.queue import _queue, queue_heads
-from scheduler.daemon.snapshot import build_snapshot
 from scheduler.models import Job
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.queue import _queue, queue_heads
 from tests.daemon.conftest import Env
 
 

@@ -17,11 +17,11 @@ from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler.daemon.cache import SnapshotCache
 from scheduler.daemon.reconcile import active_allocations
-from scheduler.daemon.snapshot import build_snapshot
 from scheduler.models import Allocation, GpuDevice, Job, JobEvent, Node
-from scheduler.nodes import node_drain
+from scheduler.nodes.services import node_drain
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.cache import SnapshotCache
 from tests.daemon.conftest import Env, assert_consistent
 
 TIMEOUT = 600.0  # the daemon's binding deadline in these tests (the default)
@@ -200,7 +200,7 @@ def test_orphan_pod_is_deleted_and_vanished_pod_fails_over(env: Env) -> None:
     daemon = env.daemon()
     env.run(daemon, seconds=2, cycles=2)
     from scheduler.daemon.apply import pod_request
-    from scheduler.daemon.rows import ROW_FIELDS
+    from scheduler.snapshot.rows import ROW_FIELDS
 
     row = Job.objects.filter(pk=job.pk).values(*ROW_FIELDS)[0]
     stray = pod_request({**row, "id": 999_999}, 0, "h100-0003", (7,))

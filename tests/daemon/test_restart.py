@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.backends.simulated.inventory import make_nodes
-from scheduler.backends.simulated.state import PersistentCluster
+from scheduler.backends.simulated.statefile import PersistentCluster
 from scheduler.models import Job, JobEvent, SchedulerLease
 from tests.conftest import build_org
 from tests.daemon.conftest import Env, FakeClock, assert_consistent, expire_leases

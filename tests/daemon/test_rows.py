@@ -1,4 +1,4 @@
-"""The job columns as the daemon reads them (`scheduler.daemon.rows`): times read through
+"""The job columns as the daemon reads them (`scheduler.snapshot.rows`): times read through
 a raw cursor made aware, whatever the database gives (SQLite gives text or naive times): the
 daemon once compared SQLite's naive time with an aware one and stopped for good (issue 17,
 point 1)."""
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.daemon.rows import aware
+from scheduler.snapshot.rows import aware
 
 
 @pytest.mark.parametrize(

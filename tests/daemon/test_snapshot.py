@@ -1,4 +1,4 @@
-"""The snapshot (`scheduler.daemon.snapshot`): its query count, cold and warm; what a quiet
+"""The snapshot (`scheduler.snapshot.build`): its query count, cold and warm; what a quiet
 cycle reads; the GPUs of stopping attempts held; the recent preemptions (displaced) read
 incrementally.
 
@@ -15,10 +15,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler.backends.base import FailureReason
-from scheduler.daemon.cache import SnapshotCache
-from scheduler.daemon.snapshot import build_snapshot
+from scheduler.jobs.services import job_submit
 from scheduler.models import Allocation, Job, JobEvent
-from scheduler.services import job_submit
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.cache import SnapshotCache
 from tenants.models import Quota
 from tests.conftest import job_spec
 from tests.daemon.conftest import Env, assert_consistent
@@ -116,7 +116,7 @@ def test_recent_preemptions_are_read_incrementally(env: Env) -> None:
 
     from django.utils import timezone
 
-    from scheduler.daemon.snapshot import DISPLACED_LOOKBACK_S, _displaced
+    from scheduler.snapshot.build import DISPLACED_LOOKBACK_S, _displaced
 
     victim, preemptor, other = (env.submit() for _ in range(3))
     cache = SnapshotCache()

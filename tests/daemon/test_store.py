@@ -36,7 +36,7 @@ def test_compare_and_swaps_find_their_rows_by_key_whatever_the_statistics(
     after a burst of submissions it had no statistics for, and read every queued job to
     write a hundred (the statistics below say the queue holds one)."""
     from scheduler.daemon.store import REASONS_SQL
-    from scheduler.transitions import CLAIM_SQL
+    from scheduler.jobs.transitions import CLAIM_SQL
 
     first = env.submit()
     with connection.cursor() as cursor:

@@ -1,4 +1,4 @@
-"""Job state changes in bulk (`scheduler.transitions`) as the daemon makes them."""
+"""Job state changes in bulk (`scheduler.jobs.transitions`) as the daemon makes them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_transitions_to_one_state_are_one_update_whatever_their_reasons(env: Env
 
     from django.utils import timezone
 
-    from scheduler.transitions import Change, transition
+    from scheduler.jobs.transitions import Change, transition
 
     jobs = [env.submit() for _ in range(3)]
     Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state="preempted")

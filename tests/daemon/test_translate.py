@@ -1,4 +1,4 @@
-"""Database to engine in one place (`scheduler.daemon.translate`): one vocabulary for job types,
+"""Database to engine in one place (`scheduler.snapshot.translate`): one vocabulary for job types,
 the core's names as the models', and the rows a pod is rendered from read once."""
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from scheduler.core.types import (
     WaitCode,
     WaitReason,
 )
-from scheduler.daemon.rows import ROW_FIELDS
-from scheduler.daemon.translate import (
+from scheduler.models import Job
+from scheduler.snapshot.rows import ROW_FIELDS
+from scheduler.snapshot.translate import (
     core_job_id,
     decisions,
     job_pk,
@@ -32,7 +33,6 @@ from scheduler.daemon.translate import (
     priority_classes,
     running_jobs,
 )
-from scheduler.models import Job
 from tenants.models import JobType, PriorityClass
 from tests.daemon.conftest import Env
 
@@ -95,7 +95,7 @@ def test_the_engine_reads_each_models_per_user_cap(env: Env) -> None:
     """Per-flavor per-user caps reach the engine as they are: a cap of 0 on one model is kept,
     and another model's cap is not taken for it (they were collapsed to one, the lowest, and
     a 0 dropped)."""
-    from scheduler.daemon.snapshot import build_snapshot
+    from scheduler.snapshot.build import build_snapshot
     from tenants.models import Quota
 
     Quota.objects.filter(tenant=env.org.alpha, flavor=env.org.h100).update(user_limit_milli=0)

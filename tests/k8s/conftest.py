@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client
 
 from devcluster.kubelets import Kubelets, NodeShape
-from scheduler.backends.kubernetes import KubernetesBackend
-from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
 from tests.k8s.fake_apiserver import FakeApiServer
 from tests.k8s.real_plane import (

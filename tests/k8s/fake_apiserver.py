@@ -5,7 +5,7 @@ It keeps the rules the backend depends on, and no more:
   `metadata.resourceVersion` is 409 Conflict (optimistic concurrency).
 - 409 AlreadyExists on creating an existing name; pods/binding answers 409 when the pod is
   already assigned to a node or being deleted, and 201 with a Status object (as the real one
-  does: the client cannot deserialize it, see scheduler/backends/kubernetes.py).
+  does: the client cannot deserialize it, see scheduler/backends/kubernetes/backend.py).
 - Graceful deletion: a bound pod deleted with a grace period keeps existing, with a
   deletionTimestamp, until the test plays the kubelet (`finalize_pod`). Owned Services go with
   their owner pod (the garbage collector).

@@ -52,8 +52,8 @@ _LOG_BINDING = _perms(RBAC, "rolebindings", "create") | _perms(
 )
 
 
-# The Kubernetes client methods the backend calls (scheduler/backends/kubernetes*.py), each with
-# what the API server authorizes for it. The list methods also open the watches (watch=True).
+# The Kubernetes client methods the backend calls (scheduler/backends/kubernetes/*.py), each
+# with what the API server authorizes for it. The list methods also open the watches (watch=True).
 CLIENT_METHODS: dict[str, set[Permission]] = {
     "create_namespaced_pod": _perms("", "pods", "create"),
     "read_namespaced_pod": _perms("", "pods", "get"),
@@ -72,7 +72,7 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "create_namespaced_role_binding": _LOG_BINDING,
 }
 # The client methods the web calls outside the backend: the node agent's TokenReview
-# (scheduler/agent_auth.py).
+# (scheduler/nodes/agent_auth.py).
 WEB_CLIENT_METHODS: dict[str, set[Permission]] = {
     "create_token_review": _perms("authentication.k8s.io", "tokenreviews", "create"),
 }

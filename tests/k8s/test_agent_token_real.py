@@ -19,9 +19,9 @@ import pytest
 from django.test import Client
 from django.test.utils import override_settings
 
-from scheduler import agent_auth
-from scheduler.agent_auth import KubernetesTokenReviewer, VerdictCache
 from scheduler.models import GpuDevice, Node
+from scheduler.nodes import agent_auth
+from scheduler.nodes.agent_auth import KubernetesTokenReviewer, VerdictCache
 from tests.api.test_node_agent import body, make_node, post, reading
 from tests.conftest import Org
 from tests.k8s.real_api import Paths, apply, client_with_token, manifests, request, token_for

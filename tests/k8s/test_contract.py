@@ -26,8 +26,8 @@ from scheduler.backends.base import (
     PodRequest,
     PodStatus,
 )
-from scheduler.backends.kubernetes import ApiRejected
-from scheduler.backends.kubernetes_watch import ListWatcher
+from scheduler.backends.kubernetes.backend import ApiRejected
+from scheduler.backends.kubernetes.watch import ListWatcher
 from scheduler.backends.retry import RetryPolicy
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import PAUSE, Cluster
@@ -296,7 +296,7 @@ def test_a_watch_from_before_a_restart_is_gone_and_lists_again(
 ) -> None:
     """410 Gone on the real server: the restarted server's watch cache starts after the
     version the watcher holds. The watcher lists again at once, without counting a failure."""
-    caplog.set_level(logging.INFO, logger="scheduler.backends.kubernetes_watch")
+    caplog.set_level(logging.INFO, logger="scheduler.backends.kubernetes.watch")
     name, seen = "gantry-120-a0-r0", threading.Event()
     watcher = _watch_for(cluster, name, seen)
     watcher.run_once(seen)  # the list

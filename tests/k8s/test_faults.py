@@ -20,13 +20,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.backends.base import BackendError, BindConflict, FailureReason, NodeInfo, PodPhase
-from scheduler.backends.kubernetes import (
+from scheduler.backends.kubernetes.backend import (
     ApiRejected,
     ForeignNamespace,
     ForeignPod,
     KubernetesBackend,
 )
-from scheduler.backends.kubernetes_render import UnsafePodSpec
+from scheduler.backends.kubernetes.render import UnsafePodSpec
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import NAMESPACE, Sleeps
 from tests.k8s.fake_apiserver import ApiError, FakeApiServer
@@ -566,7 +566,7 @@ def test_events_explain_a_pod(fake: FakeApiServer, backend: KubernetesBackend) -
 
 
 def test_event_manifest_is_valid() -> None:
-    from scheduler.backends.kubernetes_render import render_event
+    from scheduler.backends.kubernetes.render import render_event
 
     event = render_event(NAMESPACE, POD, "Bound", "bound to gpu-1", False, "2026-01-01T00:00:00Z")
     assert kubernetes_validate.validate(event, "1.30", strict=True)

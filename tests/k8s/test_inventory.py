@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_inventory import flavor_from_product, node_info
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.inventory import flavor_from_product, node_info
 from tests.k8s.builders import node_dict
 
 CONFIG = KubernetesConfig()

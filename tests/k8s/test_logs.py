@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduler.backends.base import BackendError, LogTarget, LogUnavailable, PodRequest
-from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes.backend import KubernetesBackend
 from tests.k8s.builders import make_request
 from tests.k8s.fake_apiserver import FakeApiServer
 
@@ -124,7 +124,7 @@ def test_an_apiserver_that_fails_is_a_backend_error_not_a_missing_log(
 
 
 def test_a_foreign_cursor_is_refused() -> None:
-    from scheduler.backends.kubernetes_logs import after
+    from scheduler.backends.kubernetes.logs import after
 
     with pytest.raises(ValueError, match="not a log cursor"):
         after([], "42")

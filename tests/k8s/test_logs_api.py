@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler.backends.base import LogSource
-from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.models import Allocation, JobState
 from tests import factories as f
 from tests.conftest import Org

@@ -15,7 +15,7 @@ import pytest
 from cli import client as cli_client
 from cli import logs as cli_logs
 from cli.main import main
-from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes.backend import KubernetesBackend
 from tests.conftest import Org
 from tests.k8s.builders import make_request
 from tests.k8s.fake_apiserver import FakeApiServer

@@ -1,4 +1,5 @@
-"""A project namespace's NetworkPolicies as configured (scheduler/backends/kubernetes_namespace.py).
+"""A project namespace's NetworkPolicies as configured
+(scheduler/backends/kubernetes/namespaces.py).
 
 What the shipped defaults select is judged on the real API server
 (tests/k8s/test_network_policies_real.py); here, the GANTRY_K8S_* settings that change them.
@@ -10,8 +11,8 @@ import re
 
 import pytest
 
-from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_namespace import egress_blocks, render_network_policies
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.namespaces import egress_blocks, render_network_policies
 
 
 def _egress(config: KubernetesConfig) -> list[dict[str, object]] | None:

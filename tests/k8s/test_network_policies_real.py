@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.backends.kubernetes import KubernetesBackend
-from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
 from tests.k8s.netpol import Pod, connects, ingress_allows
 from tests.k8s.real_api import Paths, apply, manifests, request

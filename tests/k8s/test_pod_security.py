@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 from scheduler.backends.base import PodRequest
-from scheduler.backends.kubernetes import PSS_LABELS
-from scheduler.backends.kubernetes_render import render_pod, service_name
+from scheduler.backends.kubernetes.backend import PSS_LABELS
+from scheduler.backends.kubernetes.render import render_pod, service_name
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import PAUSE, Cluster
 from tests.k8s.real_plane import drained, wait_for

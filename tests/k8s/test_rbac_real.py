@@ -29,8 +29,8 @@ import pytest
 from kubernetes import client
 
 from scheduler.backends.base import LogTarget
-from scheduler.backends.kubernetes import ApiRejected, KubernetesBackend
-from scheduler.backends.kubernetes_config import KubernetesConfig
+from scheduler.backends.kubernetes.backend import ApiRejected, KubernetesBackend
+from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import (
@@ -150,7 +150,7 @@ def _api_classes(files: list[Path]) -> set[str]:
 
 
 def _backend_files() -> list[Path]:
-    return sorted(BACKENDS.glob("kubernetes*.py"))
+    return sorted((BACKENDS / "kubernetes").glob("*.py"))
 
 
 def test_the_backend_calls_only_the_api_classes_the_table_knows() -> None:
@@ -180,8 +180,8 @@ def test_every_client_method_the_backend_calls_has_its_row_in_the_rbac_table() -
 
 
 def _agent_auth_calls() -> set[str]:
-    """The client methods scheduler/agent_auth.py calls (`self.api.<method>`)."""
-    tree = ast.parse((ROOT / "scheduler" / "agent_auth.py").read_text())
+    """The client methods scheduler/nodes/agent_auth.py calls (`self.api.<method>`)."""
+    tree = ast.parse((ROOT / "scheduler" / "nodes" / "agent_auth.py").read_text())
     return {
         node.attr
         for node in ast.walk(tree)

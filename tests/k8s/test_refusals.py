@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.backends.base import BackendError
-from scheduler.backends.kubernetes import ApiRejected, KubernetesBackend
+from scheduler.backends.kubernetes.backend import ApiRejected, KubernetesBackend
 from tests.k8s.builders import make_request
 from tests.k8s.fake_apiserver import FakeApiServer
 

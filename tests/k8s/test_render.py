@@ -9,8 +9,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from scheduler.backends.kubernetes_config import KubernetesConfig
-from scheduler.backends.kubernetes_render import (
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.render import (
     UnsafePodSpec,
     is_adoptable,
     label_value,

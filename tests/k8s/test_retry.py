@@ -7,7 +7,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.backends.base import BackendError
-from scheduler.backends.kubernetes_retry import as_backend_error, call_with_retry
+from scheduler.backends.kubernetes.transient import as_backend_error, call_with_retry
 from scheduler.backends.retry import RetryPolicy
 from tests.k8s.conftest import Sleeps
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler.backends.base import FailureReason, PodPhase
-from scheduler.backends.kubernetes_status import pod_status, waiting_cause
+from scheduler.backends.kubernetes.status import pod_status, waiting_cause
 
 LABELS = {"gantry.io/job-id": "7", "gantry.io/attempt": "1", "gantry.io/replica": "0"}
 

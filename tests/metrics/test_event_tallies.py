@@ -1,6 +1,6 @@
 """The job-event counters of /metrics as running totals past a watermark of event ids
-(scheduler/metrics_tally.py): at every scrape they equal a count over the whole history
-(scheduler/metrics_recount.py, what /metrics computed before), as events arrive between
+(scheduler/metrics/tally.py): at every scrape they equal a count over the whole history
+(scheduler/metrics/recount.py, what /metrics computed before), as events arrive between
 scrapes, commit out of id order, or two scrapes run at once. The scrape's clock is injected.
 """
 
@@ -15,9 +15,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import metrics_tally
-from scheduler.metrics_recount import recount
-from scheduler.metrics_tally import GRACE, MARK, job_event_tallies
+from scheduler.metrics import tally as metrics_tally
+from scheduler.metrics.recount import recount
+from scheduler.metrics.tally import GRACE, MARK, job_event_tallies
 from scheduler.models import EventTally, EventTallyMark, Job, JobEvent, JobState
 from tests import factories as f
 from tests.concurrency import rendezvous, run_in_threads

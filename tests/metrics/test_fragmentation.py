@@ -1,5 +1,5 @@
 """Fragmentation: free GPUs that not one replica of any queued job could use where they lie
-(scheduler/metrics_fragmentation.py)."""
+(scheduler/metrics/fragmentation.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.metrics_fragmentation import Demand, demand_by_flavor, fragmented_milli
+from scheduler.metrics.fragmentation import Demand, demand_by_flavor, fragmented_milli
 from scheduler.models import GpuDevice, JobState, Node
 from tests import factories as f
 from tests.conftest import Org

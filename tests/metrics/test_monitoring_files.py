@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.agent.exporter import DcgmExporter
 from scheduler.agent.nvml import NvmlSession
-from scheduler.cycle_metrics import CycleMetrics
+from scheduler.metrics.cycles import CycleMetrics
 from tests.k8s.test_agent import FakeNvml
 from tests.metrics.helpers import TOKEN
 

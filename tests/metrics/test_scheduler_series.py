@@ -19,7 +19,7 @@ from django.utils import timezone
 from prometheus_client import generate_latest
 from prometheus_client.core import CollectorRegistry
 
-from scheduler.metrics import GantryCollector
+from scheduler.metrics.exporter import GantryCollector
 from scheduler.models import GpuDevice, Job, JobEvent, JobState
 from tests import factories as f
 from tests.conftest import Org
@@ -217,9 +217,9 @@ def _queries_of_a_scrape() -> int:
 
 
 # jobs, demand, devices, nodes, the lease, pending, quota (3), fragmentation (2): 11; the
-# job-event counters (scheduler/metrics_tally.py): 5, and 2 more when events settle into the
+# job-event counters (scheduler/metrics/tally.py): 5, and 2 more when events settle into the
 # totals; the savepoint of the test's transaction around them: 2; billing's last usage
-# check (billing/usage_check.py): 1.
+# check (billing/metering/gaps.py): 1.
 SCRAPE_QUERIES = 11 + 5 + 2 + 1
 SETTLING = 2
 

@@ -14,8 +14,8 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
+from scheduler.jobs.services import job_submit
 from scheduler.models import Job
-from scheduler.services import job_submit
 from tenants import approval_policies, services
 from tenants.models import ApprovalPolicy, ApprovalRequest, Membership, Tenant
 from tests import factories as f

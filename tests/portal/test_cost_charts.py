@@ -23,8 +23,8 @@ from django.templatetags.static import static
 from django.test import Client
 from django.urls import reverse
 
-from billing.budgets import budget_position
-from billing.metering import meter_hour, meter_usage
+from billing.budgets.spend import budget_position
+from billing.metering.hourly import meter_hour, meter_usage
 from billing.models import Budget, BudgetUnit
 from portal.charts import NO_DEPARTMENT, NO_FLAVOR
 from tenants.models import Tenant

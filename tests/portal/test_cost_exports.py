@@ -16,7 +16,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import export_runs, exports
+from billing.exports import formats as exports
+from billing.exports import runs as export_runs
 from billing.models import CostExport
 from tests.billing.test_exports import eager_celery  # noqa: F401 - a fixture
 from tests.billing.test_statements import cluster

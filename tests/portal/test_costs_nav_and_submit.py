@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from billing.metering_schedule import metering_beat_schedule, metering_minute, metering_times
+from billing.metering.schedule import metering_beat_schedule, metering_minute, metering_times
 from portal.views import costs as costs_view
 from tests.conftest import Org
 

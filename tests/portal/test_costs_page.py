@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from billing.statements import organisation_lines, roll_up
+from billing.statements.rollup import organisation_lines, roll_up
 from tests.billing.builders import T0, at
 from tests.billing.test_statements import cluster
 from tests.conftest import Org

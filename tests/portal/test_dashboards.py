@@ -14,12 +14,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduler.dashboards import cluster_dashboard, tenant_dashboard, window_for
-from scheduler.job_dashboard import job_utilization
 from scheduler.models import Allocation, GpuDevice, JobEvent, JobState
-from scheduler.queue_snapshots import queue_snapshot_take
-from scheduler.rollups import floor_to, rollup_run
-from scheduler.utilization import DeviceReading, samples_ingest
+from scheduler.telemetry.dashboards import cluster_dashboard, tenant_dashboard, window_for
+from scheduler.telemetry.job_dashboard import job_utilization
+from scheduler.telemetry.queue_history import queue_snapshot_take
+from scheduler.telemetry.rollups import floor_to, rollup_run
+from scheduler.telemetry.samples import DeviceReading, samples_ingest
 from tests.billing.builders import hold, job_for, make_node
 from tests.conftest import Org
 

@@ -20,9 +20,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.job_costs import job_cost_so_far
-from billing.metering import meter_usage
-from billing.rates import RatePrices, rate_card_add
+from billing.costs.job import job_cost_so_far
+from billing.metering.hourly import meter_usage
+from billing.rates.cards import RatePrices, rate_card_add
 from scheduler.models import JobEvent, JobState
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.conftest import Org

@@ -73,7 +73,7 @@ def test_another_teams_job_panel_is_not_found(org: Org, web_for: Any) -> None:
 
 
 def test_finance_sees_the_job_its_pods_and_cost_but_not_its_logs(org: Org, web_for: Any) -> None:
-    """Logs may hold secrets the job printed and are not cost data (scheduler/selectors.py)."""
+    """Logs may hold secrets the job printed and are not cost data (scheduler/jobs/selectors.py)."""
     setup = requeued_job(org, timezone.now())
     carol = web_for("carol")
     assert carol.get(reverse("portal:job-logs", args=[setup.job.pk])).status_code == 404

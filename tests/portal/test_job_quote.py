@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from billing import admission
+from billing.budgets import checks as admission
 from billing.models import Budget, BudgetPolicy
-from billing.rates import RatePrices, rate_card_add
+from billing.rates.cards import RatePrices, rate_card_add
 from scheduler.models import Job, JobEvent
 from tenants.approval_policies import policy_set
 from tenants.models import ApprovalRequest, AuditEntry

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from scheduler.profile_record import profile_record_loaded, profile_record_refused
-from scheduler.profiles import built_in, read_profile
+from scheduler.profiles.files import built_in, read_profile
+from scheduler.profiles.record import profile_record_loaded, profile_record_refused
 
 URL = reverse("portal:scheduler-profile")
 

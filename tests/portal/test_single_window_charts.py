@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from portal.dashboard_charts import _mode
 from scheduler.models import Allocation, GpuDevice, JobState
-from scheduler.rollups import floor_to, rollup_run
-from scheduler.utilization import DeviceReading, samples_ingest
+from scheduler.telemetry.rollups import floor_to, rollup_run
+from scheduler.telemetry.samples import DeviceReading, samples_ingest
 from tests.billing.builders import hold, job_for, make_node
 from tests.conftest import Org
 from tests.portal.test_dashboards import figures

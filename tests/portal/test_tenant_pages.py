@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler.models import JobState
-from scheduler.quota_usage import quota_rows
+from scheduler.snapshot.quota_usage import quota_rows
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,

@@ -17,11 +17,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from billing import admission, forecast
-from billing.forecast import tenant_cost_scope, tenant_spend_forecast
-from billing.metering import meter_usage
-from billing.rates import RatePrices, rate_card_add
-from scheduler.services import job_submit
+from billing.budgets import checks as admission
+from billing.budgets import forecast
+from billing.budgets.forecast import tenant_cost_scope, tenant_spend_forecast
+from billing.metering.hourly import meter_usage
+from billing.rates.cards import RatePrices, rate_card_add
+from scheduler.jobs.services import job_submit
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.conftest import Org, job_spec
 

@@ -8,12 +8,17 @@ from typing import Any
 
 import pytest
 
-from scheduler.dashboards import cluster_dashboard, queue_points, tenant_dashboard, window_for
-from scheduler.job_dashboard import job_utilization
 from scheduler.models import GpuDevice, JobEvent, JobState, QueueSnapshot
-from scheduler.queue_snapshots import queue_snapshot_take, wait_bucket
-from scheduler.rollups import LAG, retention_run, rollup_run
-from scheduler.utilization import DeviceReading, samples_ingest
+from scheduler.telemetry.dashboards import (
+    cluster_dashboard,
+    queue_points,
+    tenant_dashboard,
+    window_for,
+)
+from scheduler.telemetry.job_dashboard import job_utilization
+from scheduler.telemetry.queue_history import queue_snapshot_take, wait_bucket
+from scheduler.telemetry.rollups import LAG, retention_run, rollup_run
+from scheduler.telemetry.samples import DeviceReading, samples_ingest
 from tests.billing.builders import T0, hold, job_for, make_node
 from tests.conftest import Org
 

@@ -9,10 +9,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduler.daemon.snapshot import _displaced_sql
-from scheduler.dashboards import FAILURE_KINDS
 from scheduler.models import JobEvent
-from scheduler.queue_snapshots import admission_waits
+from scheduler.snapshot.build import _displaced_sql
+from scheduler.telemetry.dashboards import FAILURE_KINDS
+from scheduler.telemetry.queue_history import admission_waits
 from tests.factories import JobFactory
 from tests.plans import index_plan
 

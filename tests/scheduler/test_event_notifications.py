@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.services import job_submit
+from scheduler.jobs.services import job_submit
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,

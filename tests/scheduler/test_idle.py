@@ -11,10 +11,10 @@ import pytest
 from django.core import mail
 
 from scheduler import tasks
-from scheduler.idle import SCAN_LAG, idle_scan, tenant_idle_seconds
-from scheduler.idle_notifications import idle_notification_send
 from scheduler.models import GpuDevice, Job, JobEvent, JobIdle, JobState, UtilizationSample
-from scheduler.utilization import holders_of
+from scheduler.telemetry.idle import SCAN_LAG, idle_scan, tenant_idle_seconds
+from scheduler.telemetry.idle_mail import idle_notification_send
+from scheduler.telemetry.samples import holders_of
 from tenants.models import IdleAction, IdleRule
 from tests.billing.builders import T0, hold, job_for, make_node
 from tests.conftest import Org

@@ -1,6 +1,6 @@
 """The job state machine: every (from, to) pair, cancel, and races on one job.
 
-The expected table is written out here on purpose, not read from `scheduler.lifecycle`, so that
+The expected table is written out here on purpose, not read from `scheduler.jobs.lifecycle`, so that
 a change to the product's TRANSITIONS table shows up as a failing test to be argued about.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from common.errors import ConflictError
+from scheduler.jobs.services import job_cancel
+from scheduler.jobs.transitions import job_transition
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.services import job_cancel
-from scheduler.transitions import job_transition
 from tests import factories as f
 from tests.concurrency import run_in_threads
 

@@ -13,12 +13,12 @@ from scheduler.backends.simulated.inventory import make_nodes
 from scheduler.core.cycle import build_context
 from scheduler.core.quota import running_claims, subtree_usage
 from scheduler.daemon.loop import Daemon
-from scheduler.daemon.snapshot import build_snapshot
+from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
-from scheduler.metrics_queue import quota_families
+from scheduler.metrics.cluster_queues import quota_families
 from scheduler.models import Allocation, Job, JobState
-from scheduler.quota_usage import quota_rows, usage_by_tenant
-from scheduler.services import job_submit
+from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.quota_usage import quota_rows, usage_by_tenant
 from tenants.models import ApprovalPolicy, Quota, Tenant
 from tests import factories as f
 from tests.conftest import Org, job_spec

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from scheduler.jobs.reasons import redact
 from scheduler.models import Job
-from scheduler.reason_text import redact
 from tests import factories as f
 from tests.conftest import Org
 

@@ -10,9 +10,9 @@ from django.core.exceptions import PermissionDenied
 from rest_framework.exceptions import ValidationError
 
 from common.errors import ConflictError
-from scheduler import services
+from scheduler.jobs import services
+from scheduler.jobs.services import job_submit
 from scheduler.models import Job, JobEvent
-from scheduler.services import job_submit
 from tenants.models import PriorityClass
 from tenants.services import priority_default_set
 from tests.concurrency import run_in_threads

@@ -10,8 +10,8 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from scheduler.core import Profile
+from scheduler.jobs.services import job_submit
 from scheduler.models import GpuDevice, Job, Node, SchedulingProfileRecord
-from scheduler.services import job_submit
 from tenants.models import Quota
 from tests import factories as f
 from tests.conftest import Org, job_spec

@@ -1,4 +1,4 @@
-"""One path for every job state change (`scheduler.transitions.transition`): the lifecycle's
+"""One path for every job state change (`scheduler.jobs.transitions.transition`): the lifecycle's
 table, its timestamps and the reason, the same for one job (`job_transition`, the API's) and
 for many (the daemon's), whichever statement writes them."""
 
@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler.approvals import job_request_settle
-from scheduler.lifecycle import TRANSITIONS
+from scheduler.jobs.approvals import job_request_settle
+from scheduler.jobs.lifecycle import TRANSITIONS
+from scheduler.jobs.transitions import Change, DisallowedChange, job_transition, transition
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.transitions import Change, DisallowedChange, job_transition, transition
 from tenants.models import ApprovalKind, ApprovalRequest, ApprovalState
 from tests import factories as f
 

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from scheduler.models import AllocationDevice, GpuDevice
-from scheduler.triggers import TRIGGERS, ensure_sqlite_triggers
+from scheduler.nodes.triggers import TRIGGERS, ensure_sqlite_triggers
 from tests import factories as f
 
 NAMES = sorted(TRIGGERS)

@@ -12,7 +12,6 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler import utilization
 from scheduler.models import (
     AllocationDevice,
     GpuDevice,
@@ -21,8 +20,9 @@ from scheduler.models import (
     UtilizationRollup,
     UtilizationSample,
 )
-from scheduler.rollups import LAG, _roll_window, retention_run, rollup_run
-from scheduler.utilization import BATCH, DeviceReading, holders_of, samples_ingest
+from scheduler.telemetry import samples as utilization
+from scheduler.telemetry.rollups import LAG, _roll_window, retention_run, rollup_run
+from scheduler.telemetry.samples import BATCH, DeviceReading, holders_of, samples_ingest
 from tenants.models import IdleRule
 from tests.billing.builders import T0, at, hold, job_for, make_node
 from tests.conftest import Org

@@ -19,9 +19,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from common.errors import ConflictError
-from scheduler import approvals as scheduler_approvals
+from scheduler.jobs import approvals as scheduler_approvals
+from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.models import Job, JobEvent, JobState
-from scheduler.services import job_cancel, job_submit
 from tenants import approvals, selectors
 from tenants.approval_policies import policy_set
 from tenants.approval_rules import job_matches

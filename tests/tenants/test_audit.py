@@ -16,8 +16,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.models import Job
-from scheduler.services import job_cancel, job_submit
 from tenants import approvals, selectors, services
 from tenants.approval_policies import policy_delete, policy_set
 from tenants.approvals import approval_decide, approval_expire_due, quota_request_create

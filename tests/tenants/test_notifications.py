@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core import mail
 
-from scheduler.services import job_submit
+from scheduler.jobs.services import job_submit
 from tenants.approvals import approval_decide, quota_request_create
 from tenants.models import ApprovalPolicy, ApprovalRequest
 from tenants.notifications import approval_notification_send

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.spec import IMAGE_RE
+from scheduler.jobs.spec import IMAGE_RE
 from tenants.registries import ImageName, allows, entry_normalise, image_name
 
 DIGEST = "@sha256:" + "a" * 64

@@ -8,8 +8,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
-from billing.closing import month_bounds, statement_close
-from billing.metering import meter_caught_up
+from billing.metering.hourly import meter_caught_up
+from billing.periods import month_bounds
+from billing.statements.closing import statement_close
 from common.errors import DomainError
 from tenants.models import Tenant
 

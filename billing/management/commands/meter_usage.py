@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from billing.metering import meter_usage
+from billing.metering.hourly import meter_usage
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from billing.demo import seed_demo_prices
-from scheduler.demo import DEMO_PASSWORD, seed_demo
+from scheduler.demo.seed import DEMO_PASSWORD, seed_demo
 
 
 class Command(BaseCommand):

@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 # Every queue of config/settings.py's GANTRY_CELERY_QUEUES (notifications, reports beside the
 # default). The thread pool has no Celery time limits: the webhook's deadline and the runs'
-# own time limits (whatif/runs.py, billing/export_runs.py) bound the tasks here.
+# own time limits (whatif/runs.py, billing/exports/runs.py) bound the tasks here.
 WORKER_OPTIONS = (
     "--loglevel=INFO",
     "--concurrency=2",

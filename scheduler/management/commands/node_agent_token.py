@@ -8,7 +8,6 @@ node, not for the cluster (docs/kubernetes.md, "The node agent").
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -18,18 +17,10 @@ from rest_framework.authtoken.models import Token
 
 from common.text import DNS_LABEL
 from scheduler.models import NodeAgent
+from scheduler.nodes.agent_auth import agent_username
 
 # Kubernetes node names are DNS subdomains: labels joined by dots, 253 characters at most.
 MAX_NODE_NAME = 253
-
-
-def agent_username(node: str) -> str:
-    """`node-agent:<node>`, shortened with a digest when the node name is long (usernames
-    hold 150 characters)."""
-    name = f"node-agent:{node}"
-    if len(name) <= 150:
-        return name
-    return f"node-agent:{node[:100]}~{hashlib.sha256(node.encode()).hexdigest()[:16]}"
 
 
 def valid_node_name(node: str) -> bool:

@@ -6,7 +6,7 @@ a rotated one is picked up without a restart):
 - on Kubernetes, the pod's projected service-account token, from the file
   --service-account-token-file or GANTRY_AGENT_SA_TOKEN_FILE, sent as `Bearer`: the kubelet
   mints and rotates it for this pod on this node, and the web asks the API server which node
-  that is (scheduler/agent_auth.py);
+  that is (scheduler/nodes/agent_auth.py);
 - elsewhere (the simulated and embedded installs, nodes outside Kubernetes), the token that
   `manage.py node_agent_token NODE` made for this node only, from --token or
   GANTRY_AGENT_TOKEN, or from the file --token-file or GANTRY_AGENT_TOKEN_FILE.

@@ -22,11 +22,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.core import ProfileError
-from scheduler.cycle_metrics import CycleMetrics
 from scheduler.daemon.loop import Daemon
 from scheduler.leader import Lease
-from scheduler.profile_record import profile_record_loaded, profile_record_refused
-from scheduler.profiles import ProfileWatch
+from scheduler.metrics.cycles import CycleMetrics
+from scheduler.profiles.files import ProfileWatch
+from scheduler.profiles.record import profile_record_loaded, profile_record_refused
 
 
 def make_backend(kind: str, nodes_csv: Path | None) -> Any:
@@ -37,14 +37,14 @@ def make_backend(kind: str, nodes_csv: Path | None) -> Any:
         nodes = nodes_from_openb_csv(nodes_csv) if nodes_csv else demo_nodes()
         if not settings.GANTRY_SIM_STATE_FILE:
             return SimulatedCluster(nodes)
-        from scheduler.backends.simulated.state import PersistentCluster
+        from scheduler.backends.simulated.statefile import PersistentCluster
 
         # Its pods outlive this process, as a real cluster's do: a restarted (or standby)
         # scheduler finds them running.
         return PersistentCluster(nodes, Path(settings.GANTRY_SIM_STATE_FILE))
     if kind == "kubernetes":
         try:
-            module = importlib.import_module("scheduler.backends.kubernetes")
+            module = importlib.import_module("scheduler.backends.kubernetes.backend")
         except ImportError as error:
             raise CommandError(f"the kubernetes backend is not available: {error}") from error
         factory = getattr(module, "from_environment", None) or module.KubernetesBackend
@@ -113,7 +113,7 @@ class Command(BaseCommand):
         cycles = CycleMetrics()
         hooks: list[Any] = [cycles.on_cycle]
         if options["backend"] == "simulated" and not options["no_demo_load"]:
-            from scheduler.backends.simulated.load import DemoLoad
+            from scheduler.demo.load import DemoLoad
 
             hooks.append(DemoLoad(backend.clock, every_s=options["demo_every"]).tick)
 

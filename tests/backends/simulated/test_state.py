@@ -8,7 +8,7 @@ from pathlib import Path
 
 from scheduler.backends.base import PodPhase
 from scheduler.backends.simulated.inventory import make_nodes
-from scheduler.backends.simulated.state import PersistentCluster
+from scheduler.backends.simulated.statefile import PersistentCluster
 from tests.daemon.conftest import FakeClock
 from tests.k8s.builders import make_request
 

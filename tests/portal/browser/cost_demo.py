@@ -1,5 +1,5 @@
 """A demo-like state of costs for the screenshots of the costs pages: the demo organisation
-(scheduler/demo.py), rate cards for its four GPU models (the A100 cheaper three months ago),
+(scheduler/demo/seed.py), rate cards for its four GPU models (the A100 cheaper three months ago),
 its jobs holding devices for twelve hours of each of the last six months, metered, and budgets
 of this month for two departments and a team.
 
@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from billing.cost_charts import month_starts
-from billing.metering import meter_hour
+from billing.metering.hourly import meter_hour
 from billing.models import Budget, BudgetUnit
-from billing.rates import RatePrices, rate_card_add
-from scheduler.demo import seed_demo
+from billing.periods import month_starts
+from billing.rates.cards import RatePrices, rate_card_add
+from scheduler.demo.seed import seed_demo
 from scheduler.models import Allocation, AllocationDevice, GpuDevice, Job, JobState, Node
 from tenants.models import ResourceFlavor, Tenant
 from tests import factories as f

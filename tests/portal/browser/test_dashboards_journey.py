@@ -63,7 +63,7 @@ def test_screenshots_of_the_dashboards_in_a_demo_like_state(page_for: Any, setti
 
     from bench.dashboards import HOUR, build, ingest, roll_up
     from scheduler.models import Job
-    from scheduler.rollups import floor_to
+    from scheduler.telemetry.rollups import floor_to
     from tests import factories as f
 
     now = floor_to(timezone.now(), HOUR)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from scheduler.jobs.services import job_submit
 from scheduler.models import Job, JobState
-from scheduler.services import job_submit
 from tenants import approval_policies
 from tenants.models import AuditEntry, Quota
 from tests import factories as f

@@ -9,7 +9,7 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from scheduler.demo import DEMO_PASSWORD, seed_demo
+from scheduler.demo.seed import DEMO_PASSWORD, seed_demo
 from tenants.models import ApprovalRequest, ApprovalState, IdleRule, Tenant
 from tests.conftest import Org
 from tests.daemon.test_demo_load import demo_load_run

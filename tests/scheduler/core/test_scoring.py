@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scheduler.core.scoring import FragmentationScore, GpuFit, ScoreInput, TopologyScore
-from scheduler.core.state import ClusterState
+from scheduler.core.tentative import ClusterState
 from scheduler.core.types import DeviceShare, Resources
 from tests.scheduler.core.builders import GPU, make_node
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.sim import Cluster, WorkloadJob, simulate
-from scheduler.sim.report import Percentiles, jain_index, time_average
+from scheduler.sim.measures import Percentiles, jain_index, time_average
 from tests.scheduler.core.builders import BEST_FIT, CLASSES, make_job, make_node, make_tenants
 
 

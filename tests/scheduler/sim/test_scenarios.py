@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.core.types import JobKind
 from scheduler.sim import Cluster, NodeOutage, SimConfig, Simulation, WorkloadJob, simulate
-from scheduler.sim.report import time_average
+from scheduler.sim.measures import time_average
 from tests.scheduler.core.builders import (
     BEST_FIT,
     CLASSES,

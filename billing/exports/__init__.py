@@ -1,0 +1,1 @@
+"""Finance exports: CSV, XLSX and FOCUS, large ones as Celery work."""

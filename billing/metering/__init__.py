@@ -1,0 +1,1 @@
+"""Metering: allocations -> usage records, one closed hour at a time, and what it missed."""

@@ -1,0 +1,1 @@
+"""Rate cards and rating: prices per flavor and priority class, and usage x rates -> lines."""

@@ -1,0 +1,2 @@
+"""Statements and closing: lines rolled up per period, closed and adjusted, reconciled, guarded at
+the database."""

@@ -1,0 +1,542 @@
+"""The Kubernetes cluster backend: the official client, the Binding API, graceful preemption.
+
+Gantry is the scheduler of pods with `schedulerName: gantry`: it creates them unbound and
+binds them through the Binding API (`pods/binding`), as kube-scheduler does. Requests go out
+with `_preload_content=False` and the JSON is parsed here, for two reasons: inventories of
+thousands of nodes parse much faster as dicts than as client models, and client v37 cannot
+deserialize the Status object the apiserver answers to a successful bind (it expects a
+V1Binding and raises a pydantic ValueError after the bind has happened).
+
+Errors: transient failures are retried a few times (kubernetes_retry) and then raised as
+BackendError; binding races are BindConflict; a request the apiserver refuses for good is
+ApiRejected (a BackendError with the status); a request that cannot be rendered safely is
+UnsafePodSpec (a BackendError and a ValueError). No client exception leaves the Protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from scheduler.backends.base import (
+    BackendError,
+    BindConflict,
+    LogLine,
+    LogPage,
+    LogTarget,
+    NodeInfo,
+    PodRequest,
+    PodStatus,
+)
+from scheduler.backends.kubernetes import logs as kubernetes_logs
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.inventory import node_info
+from scheduler.backends.kubernetes.namespaces import NamespaceContents
+from scheduler.backends.kubernetes.render import (
+    LABEL_MANAGED,
+    is_adoptable,
+    render_event,
+    render_pod,
+    render_service,
+)
+from scheduler.backends.kubernetes.status import pod_status
+from scheduler.backends.kubernetes.transient import call_with_retry, describe
+from scheduler.backends.kubernetes.watch import ListWatcher
+from scheduler.backends.retry import RetryPolicy, WriteFence
+
+logger = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+CONFLICT, NOT_FOUND = 409, 404
+# Namespaces the daemon creates for projects enforce the restricted Pod Security Standard.
+PSS_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/audit": "restricted",
+    "pod-security.kubernetes.io/warn": "restricted",
+}
+
+
+class ForeignPod(BindConflict):
+    """A pod holds our deterministic name but is not the pod we render: never adopt it."""
+
+
+class ForeignNamespace(BackendError):
+    """A project's namespace exists but Gantry did not create it: jobs never run there."""
+
+
+class ApiRejected(BackendError):
+    """The apiserver refused a request for good (403, 422, an unexplained 409, ...).
+
+    A BackendError so that the daemon's handling of failed calls applies (the job goes back
+    to the queue with backoff); `status` and the chained ApiException say what it was.
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _protocol_errors(method: F) -> F:
+    """ClusterBackend methods raise BackendError or BindConflict, never a client exception."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except ApiException as exc:
+            raise ApiRejected(describe(exc), exc.status or 0) from exc
+
+    return cast(F, wrapper)
+
+
+def api_client_from_environment() -> client.ApiClient:
+    """In-cluster service account, else KUBECONFIG / ~/.kube/config. The client's global
+    default configuration is left alone."""
+    from kubernetes import config as kube_config
+
+    configuration = client.Configuration()
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    except kube_config.ConfigException:
+        # Read KUBECONFIG now: the client reads it once, when it is imported.
+        path = os.environ.get("KUBECONFIG") or None
+        kube_config.load_kube_config(config_file=path, client_configuration=configuration)
+    configuration.retries = False  # retries are ours: bounded, with jitter (kubernetes_retry)
+    return client.ApiClient(configuration)
+
+
+class KubernetesBackend(NamespaceContents):
+    """ClusterBackend over a Kubernetes apiserver. Thread-safe as the client is."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        config: KubernetesConfig | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.api_client = api_client or api_client_from_environment()
+        self.core = client.CoreV1Api(self.api_client)
+        # A project namespace's NetworkPolicies and the web's log RoleBinding there.
+        self.networking = client.NetworkingV1Api(self.api_client)
+        self.rbac = client.RbacAuthorizationV1Api(self.api_client)
+        self.config = config or KubernetesConfig.from_env()
+        self.policy = policy or RetryPolicy()
+        self._sleep, self._rand = sleep, rand
+        # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
+        self._device_resource: dict[str, str] = {}
+        self._watchers: list[ListWatcher[PodStatus]] = []
+        # Namespaces seen to carry Gantry's label, so each is read once per process.
+        self._own_namespaces: set[str] = set()
+        self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
+
+    def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
+        """While in the block, run `check` before every try of every write (create, bind,
+        delete, patch): the daemon's lease fence, which raises once it no longer leads."""
+        return self._fence.held(check)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One API call with retries; returns the parsed JSON body (or None when empty).
+        Each try of a write is fenced first (`fenced`); reads are not."""
+
+        def once() -> Any:
+            response = fn(*args, _preload_content=False, _request_timeout=self._timeout(), **kwargs)
+            try:
+                body = response.data
+            finally:
+                response.release_conn()
+            return json.loads(body) if body else None
+
+        reads = getattr(fn, "__name__", "").startswith(("read_", "list_"))
+        return call_with_retry(
+            once,
+            self.policy,
+            sleep=self._sleep,
+            rand=self._rand,
+            what=what,
+            before_try=None if reads else self._fence.check,
+        )
+
+    def _timeout(self) -> tuple[float, float]:
+        return (self.config.request_timeout_s, self.config.request_timeout_s)
+
+    def _pages(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> tuple[list[Any], str]:
+        """Every item of a paginated list, and the list's resourceVersion."""
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            page = self._call(what, fn, limit=self.config.page_size, _continue=token, **kwargs)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items, str((page.get("metadata") or {}).get("resourceVersion", ""))
+
+    # -- inventory --------------------------------------------------------------------------
+
+    @_protocol_errors
+    def list_nodes(self) -> Sequence[NodeInfo]:
+        items, _ = self._pages("list nodes", self.core.list_node)
+        return [self._remember(node_info(item, self.config)) for item in items]
+
+    @_protocol_errors
+    def get_node(self, name: str) -> NodeInfo | None:
+        """One node, fresh (after a kubelet rejection, docs/faults.md 14); None when it is gone."""
+        try:
+            raw = self._call(f"read node {name}", self.core.read_node, name)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                self._device_resource.pop(name, None)
+                return None
+            raise
+        return self._remember(node_info(raw, self.config))
+
+    def _remember(self, node: NodeInfo) -> NodeInfo:
+        npu = {flavor: resource for resource, (flavor, _) in self.config.npu_resources.items()}
+        self._device_resource[node.name] = npu.get(node.flavor, self.config.gpu_resource)
+        return node
+
+    @_protocol_errors
+    def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
+        body = {"spec": {"unschedulable": unschedulable}}
+        self._call(f"cordon {node}", self.core.patch_node, node, body)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    @_protocol_errors
+    def create_pod(self, pod: PodRequest) -> None:
+        """Create the pod unbound; adopt ours under the same name; then its Service if any."""
+        manifest = render_pod(pod, self.config, self._device_resource.get(pod.node))
+        created = self._create_or_adopt(pod, manifest)
+        if pod.replicas > 1 and pod.replica == 0:
+            self._ensure_service(pod, created)
+
+    def _create_or_adopt(
+        self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
+    ) -> dict[str, Any]:
+        """The created pod, or ours found under its name. `again`: one more try is allowed."""
+        self._require_own_namespace(pod.namespace)
+        try:
+            created = self._call(
+                f"create pod {pod.name}", self.core.create_namespaced_pod, pod.namespace, manifest
+            )
+            return dict(created)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND and again:  # the project's namespace does not exist yet
+                self.ensure_namespace(pod.namespace)
+                return self._create_or_adopt(pod, manifest, again=False)
+            if exc.status != CONFLICT:
+                raise
+        existing = self._read_pod(pod.namespace, pod.name)
+        if existing is None and again:  # deleted between our create and our read
+            return self._create_or_adopt(pod, manifest, again=False)
+        if existing is None or not is_adoptable(existing, manifest):
+            raise ForeignPod(f"{pod.namespace}/{pod.name} exists and is not Gantry's pod")
+        logger.info("adopted existing pod %s/%s", pod.namespace, pod.name)
+        return existing
+
+    def _ensure_service(self, pod: PodRequest, owner: dict[str, Any]) -> None:
+        """The headless Service, owned by replica 0 so the garbage collector removes it."""
+        service = render_service(pod, self.config)
+        uid = (owner.get("metadata") or {}).get("uid")
+        if uid:
+            service["metadata"]["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": uid}
+            ]
+        try:
+            self._call(
+                f"create service of {pod.name}",
+                self.core.create_namespaced_service,
+                pod.namespace,
+                service,
+            )
+        except ApiException as exc:
+            if exc.status != CONFLICT:
+                raise
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self._call(f"read pod {name}", self.core.read_namespaced_pod, name, namespace)
+            )
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                return None
+            raise
+
+    @_protocol_errors
+    def bind_pod(self, namespace: str, name: str, node: str) -> None:
+        """Bind through pods/binding; an answer of 409 is resolved by reading the pod."""
+        binding = client.V1Binding(
+            api_version="v1",
+            kind="Binding",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            self._call(
+                f"bind {name} to {node}",
+                self.core.create_namespaced_pod_binding,
+                name,
+                namespace,
+                binding,
+            )
+        except ApiException as exc:
+            if exc.status not in (CONFLICT, NOT_FOUND):
+                raise
+            self._resolve_bind_conflict(namespace, name, node, exc)
+
+    def _resolve_bind_conflict(
+        self, namespace: str, name: str, node: str, exc: ApiException
+    ) -> None:
+        pod = self._read_pod(namespace, name)
+        if pod is None:
+            raise BindConflict(f"{namespace}/{name} is gone", deleting=True) from exc
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            raise BindConflict(f"{namespace}/{name} is being deleted", bound, True) from exc
+        if bound == node:
+            return  # our earlier bind landed (a retry after a lost answer, docs/faults.md 3 and 11)
+        if bound:
+            raise BindConflict(f"{namespace}/{name} is bound to {bound}", bound) from exc
+        raise exc  # a 409 we cannot explain: not ours to swallow
+
+    @_protocol_errors
+    def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
+        """Graceful delete: the pod keeps its devices until the kubelet reports it gone."""
+        try:
+            self._call(
+                f"delete pod {name}",
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                grace_period_seconds=grace_period_s,
+                propagation_policy="Background",
+            )
+        except ApiException as exc:
+            if exc.status != NOT_FOUND:
+                raise
+
+    @_protocol_errors
+    def list_pods(self) -> Sequence[PodStatus]:
+        items, _ = self._list_pod_items()
+        return [status for item in items if (status := pod_status(item)) is not None]
+
+    def _list_pod_items(self) -> tuple[list[dict[str, Any]], str]:
+        return self._pages(
+            "list pods", self.core.list_pod_for_all_namespaces, **self._pod_selectors()
+        )
+
+    def _pod_selectors(self) -> dict[str, str]:
+        return {
+            "field_selector": f"spec.schedulerName={self.config.scheduler_name}",
+            "label_selector": f"{LABEL_MANAGED}=gantry",
+        }
+
+    def _require_own_namespace(self, name: str) -> None:
+        """Create the project's namespace, or check that Gantry did: a namespace someone else
+        made (another group's, without Pod Security labels) never gets a job's pods. A
+        platform admin who assigns an existing namespace to a project labels it
+        `app.kubernetes.io/managed-by=gantry` (docs/kubernetes.md)."""
+        if name in self._own_namespaces:
+            return
+        try:
+            found = self._call(f"read namespace {name}", self.core.read_namespace, name)
+        except ApiException as exc:
+            if exc.status != NOT_FOUND:
+                raise
+            self.ensure_namespace(name)
+        else:
+            labels = (found.get("metadata") or {}).get("labels") or {}
+            if labels.get(LABEL_MANAGED) != "gantry":
+                raise ForeignNamespace(
+                    f"namespace {name!r} exists and was not created by Gantry (no "
+                    f"{LABEL_MANAGED}=gantry label); a platform admin assigns it by adding "
+                    "that label and the Pod Security labels"
+                )
+            # Made before Gantry shipped its policies, or assigned by an admin.
+            self._provision_namespace(name)
+        self._own_namespaces.add(name)
+
+    @_protocol_errors
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """Create a project's namespace (restricted PSS) unless it exists, and what it holds
+        besides pods (`_provision_namespace`)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {LABEL_MANAGED: "gantry", **PSS_LABELS, **(labels or {})},
+            },
+        }
+        try:
+            self._call(f"create namespace {name}", self.core.create_namespace, body)
+        except ApiException as exc:
+            if exc.status != CONFLICT:
+                raise
+        self._provision_namespace(name)
+
+    @_protocol_errors
+    def record_event(
+        self, namespace: str, pod: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        """A core/v1 Event on a pod (`kubectl describe pod` shows it), e.g. why it waits."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = render_event(namespace, pod, reason, message[:1024], warning, now)
+        self._call(f"event on {pod}", self.core.create_namespaced_event, namespace, body)
+
+    # -- logs (pods/log) ----------------------------------------------------------------
+
+    @_protocol_errors
+    def read_log(
+        self, target: LogTarget, *, now: datetime, tail: int | None = None, cursor: str = ""
+    ) -> LogPage:
+        """LogSource.read_log through `read_namespaced_pod_log` (kubernetes_logs)."""
+
+        def fetch(**query: Any) -> str:
+            def once() -> str:
+                # The raw urllib3 response (_preload_content=False), typed by the client as str.
+                response: Any = self.core.read_namespaced_pod_log(
+                    target.pod,
+                    target.namespace,
+                    _preload_content=False,
+                    _request_timeout=self._timeout(),
+                    **query,
+                )
+                try:
+                    return bytes(response.data).decode(errors="replace")
+                finally:
+                    response.release_conn()
+
+            return call_with_retry(
+                once, self.policy, sleep=self._sleep, rand=self._rand, what=f"log of {target.pod}"
+            )
+
+        try:
+            return kubernetes_logs.read_page(fetch, target, now=now, tail=tail, cursor=cursor)
+        except ApiException as exc:
+            refusal = kubernetes_logs.unavailable(exc, target)
+            if refusal is None:
+                raise
+            raise refusal from exc
+
+    def follow_log(self, target: LogTarget, *, tail: int | None = None) -> Iterator[LogLine]:
+        """LogSource.follow_log: one streamed `follow=true` request, reopened after a long
+        silence (kubernetes_logs.follow)."""
+
+        def open_stream(**query: Any) -> Any:
+            return self.core.read_namespaced_pod_log(
+                target.pod,
+                target.namespace,
+                _preload_content=False,
+                _request_timeout=(
+                    self.config.request_timeout_s,
+                    kubernetes_logs.FOLLOW_READ_TIMEOUT_S,
+                ),
+                **query,
+            )
+
+        return kubernetes_logs.follow(open_stream, target, tail=tail)
+
+    # -- watches ----------------------------------------------------------------------------
+
+    def pod_watcher(
+        self,
+        on_sync: Callable[[list[PodStatus]], None],
+        on_event: Callable[[str, PodStatus], None],
+        timeout_s: int = 300,
+    ) -> ListWatcher[PodStatus]:
+        """A list/watch loop over Gantry's pods; run it with `.run(stop_event)`."""
+        return ListWatcher(
+            list_all=self._list_pod_items,
+            open_stream=lambda rv, t: self._open_stream(
+                self.core.list_pod_for_all_namespaces, rv, t, **self._pod_selectors()
+            ),
+            parse=pod_status,
+            on_sync=on_sync,
+            on_event=on_event,
+            timeout_s=timeout_s,
+            sleep=self._sleep,
+            rand=self._rand,
+        )
+
+    def watch_pods(self, stop: threading.Event, timeout_s: int = 300) -> threading.Event:
+        """Wake-ups for the daemon: a thread runs the list/watch loop over Gantry's pods
+        until `stop` is set (or `close_watches`) and sets the returned event whenever they
+        change (created, bound, started, ended, deleted), so that the daemon looks at once
+        instead of at its polling interval. Reconcile still lists the pods itself: the
+        watch only says when to look, and a lost watch costs latency, never correctness."""
+        changed = threading.Event()
+        watcher = self.pod_watcher(
+            lambda _pods: changed.set(), lambda _kind, _pod: changed.set(), timeout_s
+        )
+
+        def back_off(seconds: float) -> None:  # ends early on stop
+            stop.wait(seconds)
+
+        watcher.sleep = back_off
+        self._watchers.append(watcher)
+        threading.Thread(
+            target=watcher.run, args=(stop,), name="gantry-pod-watch", daemon=True
+        ).start()
+        return changed
+
+    def close_watches(self) -> None:
+        """Break the open watch streams (after setting the `stop` given to `watch_pods`)."""
+        for watcher in self._watchers:
+            watcher.close()
+        self._watchers.clear()
+
+    def node_watcher(
+        self,
+        on_sync: Callable[[list[NodeInfo]], None],
+        on_event: Callable[[str, NodeInfo], None],
+        timeout_s: int = 300,
+    ) -> ListWatcher[NodeInfo]:
+        """A list/watch loop over nodes; DELETED events carry the node's last state."""
+        return ListWatcher(
+            list_all=lambda: self._pages("list nodes", self.core.list_node),
+            open_stream=lambda rv, t: self._open_stream(self.core.list_node, rv, t),
+            parse=lambda raw: self._remember(node_info(raw, self.config)),
+            on_sync=on_sync,
+            on_event=on_event,
+            timeout_s=timeout_s,
+            sleep=self._sleep,
+            rand=self._rand,
+        )
+
+    def _open_stream(
+        self, fn: Callable[..., Any], resource_version: str, timeout_s: int, **kwargs: Any
+    ) -> Any:
+        """Open a watch; the read timeout outlasts the server's so a silent hang breaks."""
+        return fn(
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+            _request_timeout=(self.config.request_timeout_s, timeout_s + 30),
+            **kwargs,
+        )
+
+
+def from_environment() -> KubernetesBackend:
+    """The backend `run_scheduler --backend kubernetes` uses: in-cluster credentials or
+    KUBECONFIG, settings from GANTRY_K8S_* (docs/kubernetes.md)."""
+    return KubernetesBackend()

@@ -1,0 +1,144 @@
+"""Pod objects (JSON dicts) -> PodStatus, with the reason a pod ended badly.
+
+Where Kubernetes says why (in order of trust):
+1. `status.reason` of the pod: Evicted (node pressure), DeadlineExceeded
+   (activeDeadlineSeconds), NodeLost, and the kubelet's admission rejections (`OutOf<resource>`,
+   `UnexpectedAdmissionError`, ...), which happen after a bind when the node's real state
+   differs from what the scheduler believed.
+2. The `DisruptionTarget` condition: preemption by a scheduler, eviction by the taint manager
+   (node lost) or the kubelet.
+3. Container states: OOMKilled, image pull failures, CrashLoopBackOff, a non-zero exit.
+A reason can be present while the pod is still Pending (an image that never pulls): the
+daemon decides when to give up on it, and says why with `waiting_cause` (the waiting
+containers' reasons and messages, a PodScheduled=False condition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from scheduler.backends.base import FailureReason, PodPhase, PodStatus
+from scheduler.backends.kubernetes.render import LABEL_ATTEMPT, LABEL_JOB, LABEL_REPLICA
+
+_POD_REASONS = {
+    "Evicted": FailureReason.EVICTED,
+    "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
+    "NodeLost": FailureReason.NODE_LOST,
+    "Preempting": FailureReason.PREEMPTED,
+    "Terminated": FailureReason.NODE_LOST,  # graceful node shutdown
+    "Shutdown": FailureReason.NODE_LOST,
+}
+# Kubelet admission failures: the pod never started on the node it was bound to.
+_REJECTIONS = ("OutOf", "UnexpectedAdmissionError", "NodeAffinity", "NodePorts", "Taint")
+_DISRUPTIONS = {
+    "PreemptionByScheduler": FailureReason.PREEMPTED,
+    "PreemptionByKubeScheduler": FailureReason.PREEMPTED,
+    "DeletionByTaintManager": FailureReason.NODE_LOST,
+    "DeletionByPodGC": FailureReason.NODE_LOST,
+    "EvictionByEvictionAPI": FailureReason.EVICTED,
+    "TerminationByKubelet": FailureReason.EVICTED,
+}
+_WAITING = {
+    "ErrImagePull": FailureReason.IMAGE_PULL,
+    "ImagePullBackOff": FailureReason.IMAGE_PULL,
+    "InvalidImageName": FailureReason.IMAGE_PULL,
+    "ErrImageNeverPull": FailureReason.IMAGE_PULL,
+    "CrashLoopBackOff": FailureReason.CRASH_LOOP,
+}
+
+
+def failure_reason(pod: Mapping[str, Any]) -> tuple[FailureReason | None, str]:
+    """(reason, message) of one pod; (None, "") when nothing went wrong (yet)."""
+    status = pod.get("status") or {}
+    reason, message = status.get("reason") or "", status.get("message") or ""
+    if reason in _POD_REASONS:
+        return _POD_REASONS[reason], message
+    if reason.startswith(_REJECTIONS):
+        return FailureReason.REJECTED, message or reason
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            found = _DISRUPTIONS.get(condition.get("reason", ""))
+            if found:
+                return found, condition.get("message") or ""
+    return _container_reason(status.get("containerStatuses") or (), status.get("phase"))
+
+
+def _container_reason(
+    containers: Iterable[Mapping[str, Any]], phase: str | None
+) -> tuple[FailureReason | None, str]:
+    failed_exit: tuple[FailureReason | None, str] = (None, "")
+    for container in containers:
+        state = container.get("state") or {}
+        last = container.get("lastState") or {}
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in _WAITING:
+            return _WAITING[waiting["reason"]], waiting.get("message") or ""
+        terminated = state.get("terminated") or last.get("terminated") or {}
+        if terminated.get("reason") == "OOMKilled":
+            return FailureReason.OOM_KILLED, terminated.get("message") or "OOMKilled"
+        if terminated.get("exitCode"):
+            failed_exit = (
+                FailureReason.ERROR,
+                terminated.get("message") or f"exit code {terminated['exitCode']}",
+            )
+    if failed_exit[0] is None and phase == PodPhase.FAILED:
+        return FailureReason.ERROR, ""
+    return failed_exit
+
+
+def waiting_cause(pod: Mapping[str, Any]) -> str:
+    """Why a Pending pod has not started, from its init and app containers' waiting states
+    (reason and message) and its conditions (PodScheduled=False); "" when nothing says."""
+    status = pod.get("status") or {}
+    causes = []
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                causes.append(_cause(waiting, container.get("name")))
+    for condition in status.get("conditions") or ():
+        if condition.get("status") == "False" and condition.get("type") == "PodScheduled":
+            causes.append(_cause(condition, None))
+    return "; ".join(dict.fromkeys(causes))
+
+
+def _cause(entry: Mapping[str, Any], container: str | None) -> str:
+    where = f"container {container}: " if container else ""
+    message = entry.get("message") or ""
+    return f"{where}{entry.get('reason') or 'waiting'}" + (f": {message}" if message else "")
+
+
+def _phase(value: str | None) -> PodPhase:
+    try:
+        return PodPhase(value or "Pending")
+    except ValueError:
+        return PodPhase.UNKNOWN
+
+
+def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
+    """Parse one pod; None for a pod without Gantry's job labels (not one of ours)."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    try:
+        job_id, attempt = int(labels[LABEL_JOB]), int(labels[LABEL_ATTEMPT])
+        replica = int(labels[LABEL_REPLICA])
+    except (KeyError, ValueError):
+        return None
+    phase = _phase((pod.get("status") or {}).get("phase"))
+    reason, message = failure_reason(pod)
+    if phase == PodPhase.SUCCEEDED:
+        reason, message = None, ""
+    return PodStatus(
+        name=metadata.get("name", ""),
+        namespace=metadata.get("namespace", ""),
+        job_id=job_id,
+        attempt=attempt,
+        replica=replica,
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        phase=phase,
+        reason=reason,
+        message=message,
+        deleting=bool(metadata.get("deletionTimestamp")),
+        waiting=waiting_cause(pod) if phase == PodPhase.PENDING else "",
+    )

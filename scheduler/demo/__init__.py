@@ -1,0 +1,1 @@
+"""The demo organisation and the load generator that keeps its teams submitting (`make run`)."""

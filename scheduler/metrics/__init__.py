@@ -1,0 +1,1 @@
+"""Prometheus series, computed from the database at scrape time (docs/metrics.md)."""

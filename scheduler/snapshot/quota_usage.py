@@ -1,0 +1,158 @@
+"""Quota against use per tenant and flavor: what the portal's quota tables and the usage API
+(`gantry usage`) show. Callers pass tenants already scoped by `tenants.access`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db.models import Exists, OuterRef, Q, Sum
+
+from scheduler.core.quota import QuotaLedger, subtree_usage
+from scheduler.models import Allocation, Job, JobState
+from scheduler.snapshot.translate import load_tenants
+from tenants.models import Quota, ResourceFlavor, Tenant
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    tenant: Tenant
+    flavor: ResourceFlavor
+    guaranteed_milli: int
+    limit_milli: int
+    used_milli: int
+    user_limit_milli: int | None = None
+
+    @property
+    def used_pct(self) -> int:
+        """Use as a share of the limit, for the bar (capped at 100)."""
+        if not self.limit_milli:
+            return 100 if self.used_milli else 0
+        return min(100, round(100 * self.used_milli / self.limit_milli))
+
+    @property
+    def guaranteed_pct(self) -> int:
+        if not self.limit_milli:
+            return 0
+        return min(100, round(100 * self.guaranteed_milli / self.limit_milli))
+
+    @property
+    def borrowing(self) -> bool:
+        return self.used_milli > self.guaranteed_milli
+
+
+# States in which a job holds GPUs charged to its tenant, or will be given them with no
+# further decision: queued (and preempted, which returns to the queue) jobs count, or ten
+# jobs submitted together would each see the guarantee free and borrow without approval.
+CLAIMING_STATES = (
+    JobState.QUEUED,
+    JobState.ADMITTED,
+    JobState.BINDING,
+    JobState.RUNNING,
+    JobState.PREEMPTED,
+)
+
+
+Claim = tuple[str, str, int]  # (tenant, flavor, milli-GPU)
+
+
+def _path_chain(path: str) -> list[str]:
+    """The paths of the tenant at ``path`` and of each ancestor: "/1/4/" -> "/1/4/", "/1/"."""
+    ids = path.strip("/").split("/")
+    return ["/" + "/".join(ids[:n]) + "/" for n in range(len(ids), 0, -1)]
+
+
+def held_claims(where: Q | None = None, *, key: str = "job__tenant__path") -> list[Claim]:
+    """The GPUs held now, as claims for `subtree_usage`: per tenant (`key`: its path, or
+    its slug) and flavor, the milli-GPU of the active allocations (`where`) of jobs whose
+    class counts against quota, on the flavor each replica landed on. One query."""
+    rows = (
+        Allocation.objects.filter(
+            where or Q(), ended_at__isnull=True, job__priority_class__counts_against_quota=True
+        )
+        .values(key, "flavor")
+        .annotate(milli=Sum("gpu_milli"))
+        .values_list(key, "flavor", "milli")
+        .order_by()
+    )
+    return [(tenant, flavor, milli or 0) for tenant, flavor, milli in rows]
+
+
+def usage_by_tenant(
+    tenants: list[Tenant],
+    *,
+    claiming: bool = False,
+    any_flavor: Sequence[str] = (),
+    exclude_job: int | None = None,
+) -> dict[int, dict[str, int]]:
+    """tenant id -> flavor name -> milli-GPU used in the tenant's subtree, as the engine
+    charges it (`scheduler.core.quota.subtree_usage`): every active allocation of a job whose
+    class counts against quota, on the flavor its replica landed on, from placement until
+    its pods are gone (a preempted or finished job included, while its pods stop).
+
+    With ``claiming`` (the approval rules), the subtree's jobs in `CLAIMING_STATES` that hold
+    no allocation yet (queued, or preempted and back in the queue) count too: their flavor
+    is not known, so each counts against every flavor it allows, or against each of
+    ``any_flavor`` when it allows any; this errs towards asking for approval.
+    ``exclude_job``: the job being judged, which is not its own usage. Two queries."""
+    if not tenants:
+        return {}
+    subtree, subtree_jobs = Q(), Q()
+    for tenant in tenants:
+        subtree |= Q(job__tenant__path__startswith=tenant.path)
+        subtree_jobs |= Q(tenant__path__startswith=tenant.path)
+    if exclude_job is not None:
+        subtree &= ~Q(job_id=exclude_job)
+        subtree_jobs &= ~Q(pk=exclude_job)
+    claims = held_claims(subtree)
+    if claiming:
+        waiting = (
+            Job.objects.filter(
+                subtree_jobs,
+                state__in=CLAIMING_STATES,
+                priority_class__counts_against_quota=True,
+            )
+            .exclude(Exists(Allocation.objects.filter(job=OuterRef("pk"), ended_at__isnull=True)))
+            .values_list("tenant__path", "replicas", "gpu_milli_per_replica", "flavors")
+        )
+        for path, replicas, per_replica, flavors in waiting:
+            claims += [(path, name, replicas * per_replica) for name in flavors or any_flavor]
+    used = subtree_usage(claims, _path_chain)
+    out: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in tenants}
+    by_path = {t.path: t.pk for t in tenants}
+    for (path, flavor), milli in used.items():
+        if path in by_path:
+            out[by_path[path]][flavor] = milli
+    return out
+
+
+def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
+    """Quota with current use for each of `tenants` (already access-checked), tree order."""
+    quotas = Quota.objects.filter(tenant__in=tenants).select_related("tenant", "flavor")
+    used = usage_by_tenant(tenants)
+    return [
+        QuotaRow(
+            tenant=q.tenant,
+            flavor=q.flavor,
+            guaranteed_milli=q.guaranteed_milli,
+            limit_milli=q.limit_milli,
+            used_milli=used.get(q.tenant_id, {}).get(q.flavor.name, 0),
+            user_limit_milli=q.user_limit_milli,
+        )
+        for q in sorted(quotas, key=lambda q: (q.tenant.path, q.flavor.name))
+    ]
+
+
+def charged_ledger() -> tuple[QuotaLedger, list[str]]:
+    """The engine's quota ledger over every tenant and flavor (the flavors any quota names or
+    any allocation holds, sorted), charged with what is held now (`held_claims`) as a cycle
+    would charge it. Three queries: tenants, quotas, allocations."""
+    tenants, _slugs = load_tenants()
+    charged = held_claims(key="job__tenant__slug")
+    flavors = {f for t in tenants for f in t.quotas} | {flavor for _, flavor, _ in charged}
+    ledger = QuotaLedger(tenants, sorted(flavors))
+    for slug, flavor, milli in charged:
+        if slug in ledger.tenants:
+            ledger.charge(slug, "", flavor, milli or 0)
+    return ledger, sorted(flavors)
