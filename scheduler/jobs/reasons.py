@@ -22,8 +22,9 @@ from tenants.models import Tenant
 # "job 7", "job(s) 12, 40", and the victim of an elastic shrink ("replicas of 12").
 _MENTION = re.compile(r"\b(?P<lead>job\(s\)|job|replicas of) (?P<ids>\d+(?:, \d+)*)\b")
 OTHER_TEAM = "a job of another team"
-# The texts the engine writes that name a tenant other than the job's own (`core.cycle._why`).
-_NAMES_TENANT = re.compile(r"reclaims its guarantee from ")
+# The texts the engine writes that name a tenant, maybe another than the reader's
+# (`core.cycle._why`, the plans of `core.plans`): a reclaim, and a preemption by priority.
+_NAMES_TENANT = re.compile(r"reclaims its guarantee from |of higher priority in ")
 
 
 def mentioned_ids(texts: Iterable[str]) -> set[int]:

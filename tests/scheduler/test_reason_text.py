@@ -146,3 +146,25 @@ def test_a_reclaim_names_no_team_the_reader_may_not_see(org: Org, client_for: An
     page.force_login(org.users["bob-bravo"])
     html = page.get(f"/jobs/{theirs.pk}/").content.decode()
     assert expected in html and "team-alpha" not in html
+
+
+def test_a_preemption_by_priority_names_no_team_the_reader_may_not_see(
+    org: Org, client_for: Any
+) -> None:
+    # A best-effort or lower-priority job gives way to "job 12 of higher priority in
+    # team-alpha": bob (team-bravo) must learn neither the job nor its team.
+    mine = f.JobFactory(project=org.proj_alpha, state="running")
+    theirs = f.JobFactory(project=org.proj_bravo, state="preempted")
+    text = f"job {mine.pk} of higher priority in team-alpha"
+    theirs.reason = f"preempted: {text}"
+    theirs.save()
+    f.JobEventFactory(job=theirs, kind="preempted", to_state="preempted", message=f"{text}.")
+    expected = "a job of another team of higher priority in another team"
+    bob = client_for("bob-bravo")
+    assert bob.get(f"/api/v1/jobs/{theirs.pk}/").json()["reason"] == f"preempted: {expected}"
+    events = bob.get(f"/api/v1/jobs/{theirs.pk}/events/").json()["results"]
+    assert [e["message"] for e in events if e["kind"] == "preempted"] == [f"{expected}."]
+    page = Client()
+    page.force_login(org.users["bob-bravo"])
+    html = page.get(f"/jobs/{theirs.pk}/").content.decode()
+    assert "team-alpha" not in html
