@@ -4,6 +4,10 @@
     python -m bench.eta --engine-only --json out.json    # on virtual time, in scheduler.sim
     python -m bench.eta --engine-only --fraction 1       # the whole cohort (slow)
     python -m bench.eta --engine-only --cohorts 5 --fraction 1   # the whole scenario
+    python -m bench.eta --engine-only --runtimes recurring       # runtimes near their group's
+    python -m bench.eta --engine-only --oracle runtimes          # the error split by cause
+    python -m bench.eta --demo --minutes 10                      # the demo load, the daemon
+    python -m bench.eta --calibrate ...                          # corrected by the record
 
 The trace is the Kueue scenario's (bench.kueue_baseline: cohorts of 6 teams, 20 GPUs
 guaranteed each, 15 nodes of 8 GPUs per cohort, the same arrivals and classes): by default a

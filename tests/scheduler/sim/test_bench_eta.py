@@ -171,3 +171,26 @@ def test_calibrated_figures_carry_the_replays_own_beside(tmp_path: Path) -> None
     result = json.loads(out.read_text())
     assert result["trace"]["calibrated"] is True
     assert result["uncalibrated"]["estimates"] == result["estimates"] > 0
+
+
+def test_bench_eta_on_the_demo_load_through_the_daemon(
+    transactional_db: Any, tmp_path: Path
+) -> None:
+    # The demo organisation, cluster and load generator through the daemon for a few
+    # seconds (speed 30: the generator submits every 0.5 s, jobs run 1-30 s); the figures
+    # come out with the recorder's, and the seeded jobs were cancelled, not measured.
+    out = tmp_path / "out.json"
+    eta.main(
+        ["--demo", "--minutes", "0.25", "--speed", "30", "--every", "0.5", "--history-every",
+         "1", "--poll", "0.05", "--interval", "0.5", "--budget", "10", "--database-url", "",
+         "--json", str(out)]
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert set(result) >= DAEMON_KEYS
+    assert result["trace"]["driven_by"].startswith("scheduler daemon on the demo")
+    assert result["submitted_by_load"] > 0 and result["jobs_started"] > 0
+    assert result["estimated_unrecorded"] == 0
+    from scheduler.models import Job
+
+    seeded = Job.objects.filter(name__in=["llama-70b-pretrain", "detector-sweep"])
+    assert seeded.exists() and not seeded.filter(allocations__isnull=False).exists()
