@@ -3,7 +3,7 @@
 After a cycle, at most every GANTRY_ETA_EVERY_S of the daemon's clock (`EtaRefresher`):
 
 1. snapshot: the queue and what runs, read afresh (after the cycle's own writes), as
-   planned (`as_planned`): jobs being preempted or requeued give their devices back now,
+   planned (the door's `as_planned`): jobs being preempted or requeued give their devices back now,
    and the requeued ones wait in the queue;
 2. order: the engine's own order of the queue (`core.queue_order`), giving each job its
    position in the cluster and in its team;
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,13 +36,12 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Min
 
 from scheduler.core import Profile
-from scheduler.core.types import Snapshot
 from scheduler.estimates import worker as eta_worker
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
 from scheduler.sim.calibration import Calibration, EstimateLog
 from scheduler.sim.runtimes import Finished, Groups, RuntimeModel, estimate_queue, groups_of
-from scheduler.snapshot.build import build_snapshot
+from scheduler.snapshot.build import Snapshot, as_planned, build_snapshot
 from scheduler.snapshot.translate import core_job_id, job_pk
 
 log = logging.getLogger("gantry.eta")
@@ -183,30 +182,6 @@ def settle_record(record: EstimateLog, waiting: Iterable[str]) -> int:
     starts = {core_job_id(row["job_id"]): row["at"].timestamp() for row in firsts}
     record.forget(job for job in gone if job not in starts)
     return record.settle(starts)
-
-
-# A job holding devices in one of these states runs (or is about to); in any other it is
-# giving them back: preempted or requeued (its pods stopping), or ended.
-LIVE = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING})
-
-
-def as_planned(snapshot: Snapshot, rows: Mapping[int, Mapping[str, Any]]) -> Snapshot:
-    """The snapshot as the daemon has already decided it: a job that holds devices but no
-    longer runs gives them back now in the replay (a preemption or reclaim under way), and
-    one requeued waits in the queue again, so that it has its position and estimate from
-    the first refresh after its requeue rather than once its pods are gone."""
-    state = {core_job_id(key): row["state"] for key, row in rows.items()}
-    leaving = [r for r in snapshot.running if state.get(r.job.id, JobState.RUNNING) not in LIVE]
-    if not leaving:
-        return snapshot
-    queued = {job.id for job in snapshot.pending}
-    back = [r.job for r in leaving if state[r.job.id] == JobState.QUEUED and r.job.id not in queued]
-    gone = {r.job.id for r in leaving}
-    return replace(
-        snapshot,
-        running=tuple(r for r in snapshot.running if r.job.id not in gone),
-        pending=(*snapshot.pending, *back),
-    )
 
 
 def _store(

@@ -16,7 +16,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +41,13 @@ from scheduler.models import (
 from scheduler.snapshot.cache import SnapshotCache, _job_rows, rows_by_version, running_job_rows
 from scheduler.snapshot.queue import _queue, queue_heads
 from scheduler.snapshot.rows import aware
-from scheduler.snapshot.translate import load_nodes, load_tenants, priority_classes, running_jobs
+from scheduler.snapshot.translate import (
+    core_job_id,
+    load_nodes,
+    load_tenants,
+    priority_classes,
+    running_jobs,
+)
 from tenants.models import PriorityClass as PriorityClassRow
 from tenants.models import Quota as QuotaRow
 from tenants.models import Tenant
@@ -280,3 +286,28 @@ def _displaced(cache: SnapshotCache) -> dict[int, tuple[str, ...]]:
 
 
 # --- bulk writes ------
+
+
+# The snapshot as the daemon has already decided it, for the start estimates' replay
+# (scheduler.estimates.refresh). A job holding devices in one of these states runs (or is about
+# to); in any other it is giving them back: preempted or requeued (its pods stopping), or ended.
+LIVE = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING})
+
+
+def as_planned(snapshot: Snapshot, rows: Mapping[int, Mapping[str, Any]]) -> Snapshot:
+    """The snapshot as the daemon has already decided it: a job that holds devices but no
+    longer runs gives them back now in the replay (a preemption or reclaim under way), and
+    one requeued waits in the queue again, so that it has its position and estimate from
+    the first refresh after its requeue rather than once its pods are gone."""
+    state = {core_job_id(key): row["state"] for key, row in rows.items()}
+    leaving = [r for r in snapshot.running if state.get(r.job.id, JobState.RUNNING) not in LIVE]
+    if not leaving:
+        return snapshot
+    queued = {job.id for job in snapshot.pending}
+    back = [r.job for r in leaving if state[r.job.id] == JobState.QUEUED and r.job.id not in queued]
+    gone = {r.job.id for r in leaving}
+    return replace(
+        snapshot,
+        running=tuple(r for r in snapshot.running if r.job.id not in gone),
+        pending=(*snapshot.pending, *back),
+    )
