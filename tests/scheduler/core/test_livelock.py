@@ -205,13 +205,52 @@ def failed_clusters(draw: st.DrawFn) -> Replay:
     return Replay([n for n in nodes if n.name != dead], tenants, running, pending, stop_cycles)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same 400 clusters in every run, so that the suite is stable; the random
+# search that found the loop below runs with `--hypothesis-seed` or without derandomize.
+@settings(
+    max_examples=400,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(failed_clusters())
 def test_after_a_node_failure_no_job_is_preempted_twice(replay: Replay) -> None:
     # 30 cycles, a minute: within the minimum runtime, and each victim's first preemption
     # ends its claim to the room. Without nominations (bf40e3b), random clusters of this
     # kind find jobs preempted every other cycle; without `retake`, 400 examples found a
     # job preempted 10 times (120 did not).
+    replay.run(cycles=30)
+    assert max(replay.preempted.values(), default=0) <= 1, replay.preempted
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a loop the holds do not stop yet (issue 35 stays open): a reclaim by quota picks a "
+    "job that its own requeue put back elsewhere",
+)
+def test_a_job_requeued_elsewhere_is_not_reclaimed_again() -> None:
+    # Found by the property above with a random seed (2026-12-06). nlp (4 guaranteed) borrows
+    # with j4 on n0; vision's j5 (within its guarantee) reclaims it, and j4, back in the
+    # queue, is placed on n2's free devices; the next cycle j5's plan (n0's devices, now
+    # free) still names j4 as the quota victim, and j4 is preempted every other cycle.
+    tenants = make_tenants(("nlp", 4, 16), ("vision", 8, 16), ("search", 4, 16))
+    running = [
+        make_running(make_job("j4", "nlp", 2, submitted_at=4), ("n0", [0, 1])),
+        make_running(make_job("j2", "vision", 1, priority="low", submitted_at=2), ("n0", [2])),
+        make_running(make_job("j3", "vision", 4, priority="low", submitted_at=3), ("n2", range(4))),
+    ]
+    pending = [
+        make_job("j0", "nlp", 4, replicas=2, priority="low", submitted_at=0),
+        make_job("j5", "vision", 2, priority="low", submitted_at=5),
+        replace(make_job("j1", "vision", 4, replicas=2, priority="low", submitted_at=1), attempt=1),
+    ]
+    replay = Replay(
+        [make_node("n0"), make_node("n2")],
+        tenants,
+        {r.job.id: r for r in running},
+        {j.id: j for j in pending},
+        stop_cycles=1,
+    )
     replay.run(cycles=30)
     assert max(replay.preempted.values(), default=0) <= 1, replay.preempted
 
