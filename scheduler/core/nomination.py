@@ -54,7 +54,9 @@ def retake(ctx: CycleContext, job: JobRequest) -> tuple[str, Plan] | None:
     if held is None:
         return None
     placement = held[0]
-    running = [ctx.live[v] for v in placement.victims if v in ctx.live]
+    # A victim placed again this cycle (back in the queue, then on other devices) is a new
+    # run, not the one being stopped: as in a victim search, it is not taken again.
+    running = [ctx.live[v] for v in placement.victims if v in ctx.live and v not in ctx.fresh]
     if not running:
         return None
     mark = ctx.mark()
