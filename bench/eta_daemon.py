@@ -171,7 +171,6 @@ def run(
     from scheduler.daemon.loop import Daemon
     from scheduler.estimates.refresh import EtaRefresher, EtaSettings
     from scheduler.leader import Lease
-    from scheduler.models import JobQueueEstimate
 
     org, classes = setup(cohorts)
     jobs = plan(
@@ -198,16 +197,7 @@ def run(
         the limit)."""
         nonlocal cycles
         cycles += 1
-        if d.last is not None and "estimates" in d.last.phases_ms and d.estimates.last:
-            at = d.estimates.refreshed_at
-            if not refreshes or refreshes[-1]["at"] != at:
-                done = d.estimates.last
-                refreshes.append(
-                    {"at": at, "ms": d.last.phases_ms["estimates"], "stopped": done.stopped}
-                )
-                for job_id, stamp in JobQueueEstimate.objects.values_list("job_id", "estimated_at"):
-                    if stamp is not None:
-                        estimated.add((job_id, stamp.timestamp()))
+        note_refresh(d, refreshes, estimated)
         over = time.time() - start >= limit_s
         if over or (cycles % 10 == 0 and not submitting.is_alive() and not _unfinished()):
             d.stop.set()
@@ -310,3 +300,23 @@ def _figures(
         "cycles": cycles,
         "replay_wall_s": round(wall_s, 1),
     }
+
+
+def note_refresh(
+    d: Any, refreshes: list[dict[str, Any]], estimated: set[tuple[int, float]]
+) -> None:
+    """After a cycle of the daemon `d`: the refresh it made since the last call, if any, and
+    whom it estimated (Django set up)."""
+    from scheduler.models import JobQueueEstimate
+
+    if d.last is None or "estimates" not in d.last.phases_ms or not d.estimates.last:
+        return
+    at = d.estimates.refreshed_at
+    if refreshes and refreshes[-1]["at"] == at:
+        return
+    refreshes.append(
+        {"at": at, "ms": d.last.phases_ms["estimates"], "stopped": d.estimates.last.stopped}
+    )
+    for job_id, stamp in JobQueueEstimate.objects.values_list("job_id", "estimated_at"):
+        if stamp is not None:
+            estimated.add((job_id, stamp.timestamp()))

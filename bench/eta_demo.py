@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.eta_daemon import note_refresh
 from scheduler.core import Profile
 
 DEMO_EVERY_S = 15.0  # run_scheduler's --demo-every
@@ -69,7 +70,7 @@ def run(
     from scheduler.estimates.refresh import EtaRefresher, EtaSettings
     from scheduler.jobs.services import job_cancel
     from scheduler.leader import Lease
-    from scheduler.models import FINAL_STATES, Job, JobQueueEstimate
+    from scheduler.models import FINAL_STATES, Job
 
     seed_demo()
     for job in Job.objects.exclude(state__in=FINAL_STATES):
@@ -90,16 +91,7 @@ def run(
         nonlocal cycles
         cycles += 1
         load.tick(d)
-        if d.last is not None and "estimates" in d.last.phases_ms and d.estimates.last:
-            at = d.estimates.refreshed_at
-            if not refreshes or refreshes[-1]["at"] != at:
-                done = d.estimates.last
-                refreshes.append(
-                    {"at": at, "ms": d.last.phases_ms["estimates"], "stopped": done.stopped}
-                )
-                for job_id, stamp in JobQueueEstimate.objects.values_list("job_id", "estimated_at"):
-                    if stamp is not None:
-                        estimated.add((job_id, stamp.timestamp()))
+        note_refresh(d, refreshes, estimated)
         if time.time() - start >= minutes * 60:
             d.stop.set()
 
