@@ -13,6 +13,7 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,6 +44,15 @@ def save_config(url: str, token: str) -> Path:
     path.write_text(json.dumps({"url": url, "token": token}))
     path.chmod(0o600)  # the token is a credential
     return path
+
+
+def client_version() -> str:
+    """The installed Gantry's version (the CLI imports no server package, so it does not use
+    common.version: the same lookup, kept twice)."""
+    try:
+        return version("gantry")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class UsageError(Exception):
@@ -275,6 +285,7 @@ def cmd_cancel(args: argparse.Namespace, client: Client, out: TextIO) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gantry", description="Gantry GPU scheduler client.")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--version", action="version", version=f"gantry {client_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     login = sub.add_parser("login", help="get an API token and save it")
     login.add_argument("username")

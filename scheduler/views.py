@@ -7,7 +7,9 @@
   probe must not restart it, but a person or an alert must see it.
 - 200 "ok" otherwise.
 
-Anonymous callers (load balancers, probes) get the states only. Error texts (database,
+Anonymous callers (load balancers, probes) get the states and the version only: a rolling
+upgrade (docs/upgrading.md) checks through the load balancer which version each web process
+serves, without credentials. Error texts (database,
 broker, the daemon's last error) and times are for platform admins: they can name hosts,
 users and SQL.
 """
@@ -20,6 +22,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from common.version import gantry_version
 from common.views import broker_status, database_status
 from scheduler.jobs.selectors import scheduler_health
 from tenants.access import grants_for
@@ -35,7 +38,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
     detailed = request.user.is_authenticated and grants_for(request.user).platform_admin
     database = database_status()
     if database != "ok":
-        body: dict[str, Any] = {"status": "down", "database": _state(database)}
+        body: dict[str, Any] = {
+            "status": "down",
+            "version": gantry_version(),
+            "database": _state(database),
+        }
         if detailed:
             body["database_error"] = database
         return JsonResponse(body, status=503)
@@ -44,6 +51,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     healthy = broker in {"ok", "local"} and scheduler.status == "ok"
     body = {
         "status": "ok" if healthy else "degraded",
+        "version": gantry_version(),
         "database": "ok",
         "broker": _state(broker),
         "scheduler": scheduler.status,
