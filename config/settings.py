@@ -426,6 +426,9 @@ GANTRY_BIND_ATTEMPTS = int(os.environ.get("GANTRY_BIND_ATTEMPTS", "5"))
 # A pod bound this long ago that has not started (an image that never pulls, a missing secret)
 # fails its job's attempt with the cause the cluster reports, so that its devices go back.
 GANTRY_BINDING_TIMEOUT_S = float(os.environ.get("GANTRY_BINDING_TIMEOUT_S", "600"))
+# A create or bind sent to the cluster that has not answered in this many seconds is given up:
+# its job goes back to the queue and the cycle goes on (the call ends on its request timeout).
+GANTRY_CALL_DEADLINE_S = float(os.environ.get("GANTRY_CALL_DEADLINE_S", "15"))
 # A stopping pod on a node NotReady or gone this long counts as gone, as Kubernetes' pod
 # garbage collector treats the pods of lost nodes: it is force-deleted and its devices released.
 GANTRY_NODE_LOST_GRACE_S = float(os.environ.get("GANTRY_NODE_LOST_GRACE_S", "300"))
