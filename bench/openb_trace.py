@@ -77,3 +77,14 @@ def workload(pods: list[PodRequest], capacity_milli: int, seed: int) -> list[Pod
         requested += extra.total_gpu_milli
     order = rng.permutation(len(out))
     return [out[i] for i in order]
+
+
+def load_pod_lifetimes(trace_dir: Path, trace: str) -> tuple[list[int], list[int], list[float]]:
+    """Each pod's creation and deletion times (seconds from the trace start) and its GPUs
+    (whole devices times the share of each: a 0.46 share of one GPU is 0.46), in file order."""
+    with open(trace_dir / f"openb_pod_list_{trace}.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    created = [int(r["creation_time"]) for r in rows]
+    deleted = [int(r["deletion_time"]) for r in rows]
+    gpus = [int(r["num_gpu"]) * int(r["gpu_milli"] or 0) / MILLI for r in rows]
+    return created, deleted, gpus
