@@ -7,6 +7,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# The migration linter reads SQL as PostgreSQL's backend writes it: any database of the server.
+LINT_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 PYTEST_ARGS ?=
 
 .PHONY: run test check venv services browser control-plane control-plane-peers lint fmt bench clean
@@ -59,14 +61,16 @@ control-plane: venv
 control-plane-peers: venv
 	$(PY) -m devcluster build --peers
 
-## check: lint, format, types, layers, Django checks, migrations up to date.
-check: venv
+## check: lint, format, types, layers, Django checks, migrations up to date, and linted as
+## PostgreSQL runs them (no change that breaks the previous release: docs/upgrading.md).
+check: venv services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
+	DATABASE_URL=$(LINT_DATABASE_URL) $(PY) manage.py lint_migrations
 
 ## test: the whole suite on PostgreSQL and Redis, then again on the embedded default (SQLite,
 ## the in-process cache) that `make run` uses, after the checks. The real-cluster tests must run
