@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "scheduler",
     "billing",
     "whatif",
+    "capacity",
     "portal",
 ]
 
@@ -468,6 +469,31 @@ if GANTRY_WHATIF_MAX_JOBS < 1 or not GANTRY_WHATIF_RETENTION_DAYS > 0:
         "GANTRY_WHATIF_MAX_JOBS must be 1 or more and GANTRY_WHATIF_RETENTION_DAYS positive"
     )
 CELERY_BEAT_SCHEDULE["whatifs-expire"] = {"task": "whatif.tasks.whatifs_expire", "schedule": 3600.0}
+
+# Capacity planning (capacity/, docs/capacity.md): the forecasts are refreshed by beat, never
+# at a page view, from this many days of history, this many days ahead; a pool without a
+# target of its own is full at this utilization.
+GANTRY_CAPACITY_HISTORY_DAYS = int(os.environ.get("GANTRY_CAPACITY_HISTORY_DAYS", "180"))
+GANTRY_CAPACITY_HORIZON_DAYS = int(os.environ.get("GANTRY_CAPACITY_HORIZON_DAYS", "180"))
+GANTRY_CAPACITY_TARGET_UTILIZATION = float(
+    os.environ.get("GANTRY_CAPACITY_TARGET_UTILIZATION", "0.8")
+)
+GANTRY_CAPACITY_REFRESH_S = float(os.environ.get("GANTRY_CAPACITY_REFRESH_S", "21600"))
+if not (
+    14 <= GANTRY_CAPACITY_HISTORY_DAYS <= 1000
+    and 1 <= GANTRY_CAPACITY_HORIZON_DAYS <= 366
+    and 0 < GANTRY_CAPACITY_TARGET_UTILIZATION <= 1
+    and GANTRY_CAPACITY_REFRESH_S > 0
+):
+    raise RuntimeError(
+        "GANTRY_CAPACITY_HISTORY_DAYS must be 14..1000, GANTRY_CAPACITY_HORIZON_DAYS 1..366, "
+        "GANTRY_CAPACITY_TARGET_UTILIZATION in (0, 1] and GANTRY_CAPACITY_REFRESH_S positive"
+    )
+CELERY_TASK_ROUTES["capacity.tasks.capacity_refresh"] = {"queue": "reports"}
+CELERY_BEAT_SCHEDULE["capacity-refresh"] = {
+    "task": "capacity.tasks.capacity_refresh",
+    "schedule": GANTRY_CAPACITY_REFRESH_S,
+}
 
 # Billing (docs/billing.md). Every price is in this one ISO 4217 currency.
 try:
