@@ -1,6 +1,6 @@
 """The Protocol every cluster backend implements (`ClusterBackend`: simulated and kubernetes),
 and the capabilities some add, each a Protocol the daemon tests with `isinstance`:
-`FencedWrites`, `PodWatching`, `EventClock`, `InferenceLoad`, `FaultInjection`,
+`FencedWrites`, `ConcurrentWrites`, `PodWatching`, `EventClock`, `InferenceLoad`, `FaultInjection`,
 `UtilizationSource`, `LogSource`.
 
 The daemon is the only caller. Every method is idempotent where the cluster allows it:
@@ -199,6 +199,26 @@ class FencedWrites(Protocol):
     def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
         """While in the block: run `check` before every try of every write; it raises to
         stop the write. Blocks nest (the innermost check holds)."""
+        ...
+
+
+@runtime_checkable
+class ConcurrentWrites(Protocol):
+    """A backend whose writes are network calls, safe from several threads at once (Kubernetes).
+    The daemon sends a cycle's creates and binds concurrently, at most `max_in_flight` at a
+    time, each job as soon as it is claimed; the backend paces its own calls (a client-side
+    rate) and fences each try (`FencedWrites`). A backend without it is called in order, in
+    the daemon's thread (the simulated cluster: in-process, deterministic)."""
+
+    @property
+    def max_in_flight(self) -> int:
+        """Calls the daemon may have in flight at once (1: in order)."""
+        ...
+
+    @property
+    def creates_bound(self) -> bool:
+        """Whether `create_pod` creates the pod already on `PodRequest.node` (one call per
+        pod; `bind_pod` is then not called)."""
         ...
 
 

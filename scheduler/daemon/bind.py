@@ -1,11 +1,13 @@
-"""Phases B and C of a cycle: create and bind the claimed pods in the cluster, then record
-what bound (admitted -> binding) and return what did not to the queue."""
+"""Phases B and C of a cycle: create and bind the claimed pods in the cluster (concurrently
+where the backend's writes are network calls), then record what bound (admitted -> binding)
+and return what did not to the queue."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -14,6 +16,7 @@ from django.db.models import Count
 from common.words import counted
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
 from scheduler.daemon.apply import Plan
+from scheduler.daemon.calls import Call
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.state import Hook, Limits
 from scheduler.daemon.store import mark_bound, release
@@ -44,7 +47,22 @@ class Outcome:
     foreign: set[tuple[str, str]] = field(default_factory=set)
 
 
-def bind_plan(cluster: Cluster, plan: Plan, hook: Hook) -> Outcome:
+def bind_plan(cluster: Cluster, plan: Plan, hook: Hook, deadline_s: float = 15.0) -> Outcome:
+    """Phase B: the claimed jobs' pods created and bound, the preempted ones' deleted.
+
+    A backend whose writes are network calls (`cluster.calls.threaded`) gets them concurrently,
+    each job's as soon as the cycle claimed it (`_Binding`); any other is called in order in
+    this thread (`_bind_in_order`). Either way a gang binds all or nothing: its pods are
+    bound only once all were created, and a job with any pod that failed is failed whole (its
+    pods deleted at the commit)."""
+    if cluster.calls.threaded:
+        return _Binding(cluster, plan, hook, deadline_s).run()
+    return _bind_in_order(cluster, plan, hook)
+
+
+def _bind_in_order(cluster: Cluster, plan: Plan, hook: Hook) -> Outcome:
+    """Every pod created, then every pod bound, one call after the other. Test hooks:
+    "pods_created" once all were created, "bound" once all were bound."""
     out = Outcome()
     cluster.delete_pods(plan.deletions)
     created: dict[int, list[PodRequest]] = defaultdict(list)
@@ -56,25 +74,139 @@ def bind_plan(cluster: Cluster, plan: Plan, hook: Hook) -> Outcome:
         except BackendError as error:
             out.failed[job_id] = f"creating pods failed: {error}"
         except BindConflict as conflict:
-            # Another object holds the deterministic name. The requeue raises the attempt,
-            # so the next try uses a fresh name; the foreign pod is left alone.
             out.failed[job_id] = f"creating pods failed: {conflict}"
-            out.foreign.add((pod.namespace, pod.name))
+            if _foreign(conflict):
+                out.foreign.add((pod.namespace, pod.name))
     hook("pods_created")
     for job_id, pods in created.items():
         if job_id in out.failed:
             continue
         try:
-            for pod in pods:
-                cluster.bind(pod.namespace, pod.name, pod.node)
+            if not cluster.creates_bound:
+                for pod in pods:
+                    cluster.bind(pod.namespace, pod.name, pod.node)
             out.bound[job_id] = plan.allocations[job_id]
         except BindConflict as conflict:
-            where = f" (bound to {conflict.bound_node})" if conflict.bound_node else ""
-            out.failed[job_id] = f"bind conflict{where}: {conflict}"
+            out.failed[job_id] = _conflict(conflict)
         except BackendError as error:
             out.failed[job_id] = f"binding failed: {error}"
     hook("bound")
     return out
+
+
+def _foreign(conflict: BindConflict) -> bool:
+    """Another object holds the deterministic name: not ours, so never deleted by us (the
+    requeue raises the attempt, so the next try uses a fresh name). A pod of ours found on
+    another node (`bound_node`) is ours, and is deleted."""
+    return conflict.bound_node is None and not conflict.deleting
+
+
+def _conflict(conflict: BindConflict) -> str:
+    where = f" (bound to {conflict.bound_node})" if conflict.bound_node else ""
+    return f"bind conflict{where}: {conflict}"
+
+
+class _Binding:
+    """Phase B over the call pool's threads. Every job's creates go out at once; a job whose
+    pods were all created has its binds sent at once (none when the backend creates pods
+    bound); no job waits for another's calls. This thread waits for the answers, renews the
+    lease meanwhile (`keep_for_threads`), and gives up on a call that has run `deadline_s`
+    without an answer: its job fails (requeued as any failed bind), and the call's thread ends
+    on its own request timeout; a pod it still creates is an orphan that reconcile deletes.
+    Test hooks: "pods_created" when a job's pods were all created, "bound" at the end."""
+
+    def __init__(self, cluster: Cluster, plan: Plan, hook: Hook, deadline_s: float) -> None:
+        self.cluster, self.plan, self.hook, self.deadline_s = cluster, plan, hook, deadline_s
+        self.out = Outcome()
+        self.left: dict[int, int] = {}  # job id -> calls of its current step not answered
+        self.created: dict[int, list[PodRequest]] = defaultdict(list)
+        self.waiting: dict[Future[None], Call] = {}
+
+    def run(self) -> Outcome:
+        with self.cluster.threads_writing():
+            for namespace, name, grace in self.plan.deletions:
+                self._send(Call(0, "delete", (namespace, name, grace)))
+            for job_id, pods in self.plan.pods.items():
+                self.left[job_id] = len(pods)
+                for pod in pods:
+                    self._send(Call(job_id, "create", pod))
+            while self.waiting:
+                self._wait()
+        self.hook("bound")
+        return self.out
+
+    def _send(self, call: Call) -> None:
+        cluster, out = self.cluster, self.out
+
+        def send() -> None:
+            if call.job_id in out.failed:
+                return  # another pod of its gang failed: nothing more is sent for it
+            if call.step == "create":
+                cluster.create_from_thread(call.what)
+            elif call.step == "bind":
+                cluster.bind_from_thread(call.what)
+            else:
+                cluster.delete_from_thread(*call.what)
+
+        self.waiting[call.future] = call
+        cluster.calls.send(call, send)
+
+    def _wait(self) -> None:
+        keeper = self.cluster.keeper
+        monotonic = self.cluster.calls.monotonic
+        now = monotonic()
+        started = [c.started for c in self.waiting.values() if c.started is not None]
+        timeout = keeper.lease.ttl_s / 12
+        if started:
+            timeout = min(timeout, max(0.0, min(started) + self.deadline_s - now) + 0.001)
+        done, _ = wait(list(self.waiting), timeout=timeout, return_when=FIRST_COMPLETED)
+        keeper.keep_for_threads()  # LeaseLost when lost: the threads' next writes are refused
+        for future in done:
+            self._answered(self.waiting.pop(future), future.exception())
+        now = monotonic()
+        for future, call in list(self.waiting.items()):
+            if call.started is not None and now - call.started >= self.deadline_s:
+                del self.waiting[future]
+                late = BackendError(f"no answer within {self.deadline_s:g} s")
+                self._answered(call, late)
+
+    def _answered(self, call: Call, error: BaseException | None) -> None:
+        if call.step == "delete":
+            if isinstance(error, BackendError):
+                log.warning("could not delete pod %s/%s: %s", *call.what[:2], error)
+            elif error is not None:
+                raise error
+            return
+        job_id, out = call.job_id, self.out
+        if error is not None:
+            if not isinstance(error, BackendError | BindConflict):
+                raise error  # LeaseLost, or a bug: the cycle ends here
+            if job_id not in out.failed:
+                out.failed[job_id] = self._why(call, error)
+            if call.step == "create" and isinstance(error, BindConflict) and _foreign(error):
+                out.foreign.add((call.what.namespace, call.what.name))
+        elif call.step == "create":
+            self.created[job_id].append(call.what)
+        self.left[job_id] -= 1
+        if self.left[job_id] or job_id in out.failed:
+            return
+        if call.step == "create":
+            self.hook("pods_created")
+            if not self.cluster.creates_bound:
+                pods = self.created[job_id]
+                self.left[job_id] = len(pods)
+                for pod in pods:
+                    self._send(Call(job_id, "bind", pod))
+                return
+        out.bound[job_id] = self.plan.allocations[job_id]
+
+    @staticmethod
+    def _why(call: Call, error: BackendError | BindConflict) -> str:
+        if call.step == "create":
+            return f"creating pods failed: {error}"
+        if isinstance(error, BindConflict):
+            return _conflict(error)
+        return f"binding failed: {error}"
 
 
 def commit_binds(

@@ -1,13 +1,19 @@
 """The cluster as the daemon writes to it: every call fenced by the lease first. Retries of
 transient failures are the backend's own (`scheduler.backends.retry`), which fences each try
-of a write with the fence the daemon gives it for the call (`FencedWrites.fenced`)."""
+of a write with the fence the daemon gives it for the call (`FencedWrites.fenced`).
+
+Writes sent from the call pool's threads (`scheduler.daemon.calls`) are fenced without the
+database (`LeaseKeeper.fence_from_thread`): inside `threads_writing()`, which the daemon's
+thread holds while it waits for them and renews the lease."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from scheduler.backends.base import BackendError, ClusterBackend, FencedWrites, PodRequest
+from scheduler.daemon.calls import CallPool
 from scheduler.daemon.lease import LeaseKeeper
 
 log = logging.getLogger("gantry.daemon")
@@ -19,6 +25,12 @@ class Cluster:
         # Whether the backend fences its own retries (a Protocol check costs microseconds:
         # made once, not per call).
         self._fenced = backend if isinstance(backend, FencedWrites) else None
+        self.calls = CallPool.for_backend(backend)
+
+    @property
+    def creates_bound(self) -> bool:
+        """Whether the backend creates pods on their node: then nothing is bound after."""
+        return bool(getattr(self.backend, "creates_bound", False))
 
     def call(self, call: Callable[[], None]) -> None:
         """`call` once this daemon is known to lead (`LeaseKeeper.fence_cluster_write`):
@@ -53,3 +65,27 @@ class Cluster:
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
         """Cordon or uncordon `node` in the cluster."""
         self.call(lambda: self.backend.set_node_unschedulable(node, unschedulable))
+
+    # -- from the call pool's threads --------------------------------------------------------
+
+    @contextlib.contextmanager
+    def threads_writing(self) -> Iterator[None]:
+        """While the daemon's thread waits for writes sent from the pool: every try of each is
+        fenced without the database (the backend's fence is the same for every thread)."""
+        if self._fenced is None:
+            yield
+            return
+        with self._fenced.fenced(self.keeper.fence_from_thread):
+            yield
+
+    def create_from_thread(self, pod: PodRequest) -> None:
+        self.keeper.fence_from_thread()
+        self.backend.create_pod(pod)
+
+    def bind_from_thread(self, pod: PodRequest) -> None:
+        self.keeper.fence_from_thread()
+        self.backend.bind_pod(pod.namespace, pod.name, pod.node)
+
+    def delete_from_thread(self, namespace: str, name: str, grace: int) -> None:
+        self.keeper.fence_from_thread()
+        self.backend.delete_pod(namespace, name, grace)

@@ -28,11 +28,19 @@ class LeaseKeeper:
         self.lease, self.clock, self.state, self.monotonic = lease, clock, state, monotonic
         self._renewed = -math.inf  # monotonic
         self._step_renewed = -math.inf  # daemon clock
+        self.lost = False  # a renewal found the lease gone: no thread sends another write
 
     def mark_renewed(self) -> None:
         """The lease was just taken or renewed."""
         self._renewed = self.monotonic()
         self._step_renewed = self.clock.now()
+        self.lost = False
+
+    def _renew(self, state: dict[str, Any] | None, why: str) -> None:
+        if not self.lease.renew(state):
+            self.lost = True
+            raise LeaseLost(why)
+        self.mark_renewed()
 
     def renew_due(self) -> bool:
         """Renewal at the start of a step: every sixth of the TTL on the daemon's clock, and
@@ -42,9 +50,10 @@ class LeaseKeeper:
 
     def renew_at_step(self) -> bool:
         """Renew at a step's start, saving the state; False when the lease was lost."""
-        if not self.lease.renew(self.state()):
+        try:
+            self._renew(self.state(), "lease lost at the step's start")
+        except LeaseLost:
             return False
-        self.mark_renewed()
         return True
 
     def keep(self) -> None:
@@ -52,9 +61,23 @@ class LeaseKeeper:
         lease's own times are the database's). LeaseLost when it was lost."""
         if self.monotonic() - self._renewed < self.lease.ttl_s / 3:
             return
-        if not self.lease.renew(self.state()):
-            raise LeaseLost("lease lost during the cycle")
-        self.mark_renewed()
+        self._renew(self.state(), "lease lost during the cycle")
+
+    def keep_for_threads(self) -> None:
+        """While the daemon's threads send writes (`fence_from_thread`): renew once a sixth
+        of the TTL has passed, so that a thread never finds it a third old. LeaseLost when
+        it was lost, and every thread's next write is refused."""
+        if self.monotonic() - self._renewed < self.lease.ttl_s / 6:
+            return
+        self._renew(None, "lease lost while writes were in flight")
+
+    def fence_from_thread(self) -> None:
+        """The fence of a write sent from one of the daemon's call threads, which touch no
+        database: LeaseLost once the last renewal is a third of the TTL old (the cycle's
+        thread renews every sixth while it waits, `keep_for_threads`), or was refused. A
+        lease renewed a third of its TTL ago cannot have been taken by another daemon."""
+        if self.lost or self.monotonic() - self._renewed >= self.lease.ttl_s / 3:
+            raise LeaseLost("lease not renewed in time for a write to the cluster")
 
     def fence_cluster_write(self) -> None:
         """Before every write to the cluster (create, bind, delete, cordon): LeaseLost unless
@@ -67,6 +90,4 @@ class LeaseKeeper:
         since = self.clock.now() - self._step_renewed
         if 0 <= since < window and self.monotonic() - self._renewed < window:
             return
-        if not self.lease.renew():
-            raise LeaseLost("lease lost before a write to the cluster")
-        self.mark_renewed()
+        self._renew(None, "lease lost before a write to the cluster")

@@ -237,6 +237,7 @@ class Daemon:
             self.estimates.close()  # a refresh in flight writes under the lease or not at all
             if isinstance(self.backend, PodWatching):
                 self.backend.close_watches()
+            self.cluster.calls.close()
             with contextlib.suppress(DatabaseError):
                 self.lease.release()
             log.info("scheduler stopped after %s cycles", self.cycle_no)
@@ -305,7 +306,7 @@ class Daemon:
         self.hook("claimed")
         with phase("bind"):
             self.keeper.keep()
-            outcome = bind_plan(self.cluster, plan, self.hook)
+            outcome = bind_plan(self.cluster, plan, self.hook, self.limits.call_deadline_s)
         with phase("commit"):
             self.keeper.keep()
             recorded: list[Starts] = []  # the starts, in the commit's transaction if it has one

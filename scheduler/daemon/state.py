@@ -61,6 +61,7 @@ class Limits:
     bind_attempts: int
     binding_timeout_s: float
     node_lost_grace_s: float
+    call_deadline_s: float = 15.0  # a create or bind without an answer: given up (bind.py)
 
     @classmethod
     def from_settings(
@@ -73,6 +74,7 @@ class Limits:
             bind_attempts or settings.GANTRY_BIND_ATTEMPTS,
             binding_timeout_s or settings.GANTRY_BINDING_TIMEOUT_S,
             settings.GANTRY_NODE_LOST_GRACE_S if node_lost_grace_s is None else node_lost_grace_s,
+            settings.GANTRY_CALL_DEADLINE_S,
         )
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,15 +183,23 @@ def real(db: Any, shared: Shared) -> Iterator[Real]:
         world.clean()
 
 
-def test_a_job_runs_to_succeeded_through_create_bind_run(real: Real) -> None:
+@pytest.mark.parametrize("create_bound", [True, False], ids=["created-bound", "create-then-bind"])
+def test_a_job_runs_to_succeeded_through_create_bind_run(real: Real, create_bound: bool) -> None:
+    """Created on its node in one call (the default), or created unbound and then bound
+    through the Binding API (GANTRY_K8S_CREATE_BOUND=false): either way it runs."""
+    real.backend.config = replace(real.backend.config, create_bound=create_bound)
     job = real.submit()
     created: list[dict[str, Any]] = []
     real.daemon.hooks["pods_created"] = lambda: created.extend(real.pods(job))
     real.cycle()
-    ((unbound,),) = [created]  # as the server had it between the create and the bind
-    assert unbound["spec"]["schedulerName"] == "gantry" and not unbound["spec"].get("nodeName")
+    ((first,),) = [created]  # as the server had it once its pods were all created
+    assert first["spec"]["schedulerName"] == "gantry"
+    if create_bound:
+        assert first["spec"].get("nodeName") in NODES
+    else:
+        assert not first["spec"].get("nodeName")
     pod = real.pod(job)
-    assert pod["spec"].get("nodeName") in NODES  # bound through the Binding API
+    assert pod["spec"].get("nodeName") in NODES
     assert real.state(job) == "binding"
     real.until("pod running", lambda: real.state(job) == "running")
     assert real.pod(job)["status"]["phase"] == "Running"

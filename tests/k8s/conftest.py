@@ -79,7 +79,9 @@ def api_client_for(url: str) -> client.ApiClient:
 @pytest.fixture
 def backend(fake: FakeApiServer, sleeps: Sleeps) -> Iterator[KubernetesBackend]:
     api = api_client_for(fake.url)
-    config = KubernetesConfig(request_timeout_s=5.0)  # generous: CI machines are busy
+    # Generous: CI machines are busy. The two-call path (create unbound, then bind), whose
+    # faults these tests play; pods created already bound: test_contract_bound.py.
+    config = KubernetesConfig(request_timeout_s=5.0, create_bound=False)
     policy = RetryPolicy(attempts=3, base_s=0.1, cap_s=2.0)
     yield KubernetesBackend(api, config, policy=policy, sleep=sleeps, rand=lambda: 0.5)
     api.close()
@@ -262,7 +264,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 def _fake_cluster(fake: FakeApiServer) -> Iterator[Cluster]:
     api = api_client_for(fake.url)
-    backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=2.0))
+    # The contract of the two-call path (create unbound, then bind through pods/binding);
+    # pods created already bound have tests of their own (test_contract_bound.py).
+    backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=2.0, create_bound=False))
 
     yield Cluster(
         backend,
@@ -286,7 +290,7 @@ def _real_cluster(plane: RealPlane) -> Iterator[Cluster]:
     if not plane.nodes:
         pytest.fail(f"the cluster of {plane.kubeconfig} has no ready, schedulable node")
     api = admin_client(plane.kubeconfig)
-    backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=10.0))
+    backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=10.0, create_bound=False))
     namespace = f"gantry-contract-{uuid.uuid4().hex[:8]}"
     backend.ensure_namespace(namespace)
     # Admission refuses pods until the controller manager made the namespace's service account;

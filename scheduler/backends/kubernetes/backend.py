@@ -1,7 +1,10 @@
 """The Kubernetes cluster backend: the official client, the Binding API, graceful preemption.
 
-Gantry is the scheduler of pods with `schedulerName: gantry`: it creates them unbound and
-binds them through the Binding API (`pods/binding`), as kube-scheduler does. Requests go out
+Gantry is the scheduler of pods with `schedulerName: gantry`: it creates them already on the
+node it chose (`spec.nodeName`, one call per pod), or, with `create_bound` off, unbound and then
+bound through the Binding API (`pods/binding`), as kube-scheduler does. Every try of every
+request but the watches takes a token of the client-side rate first (`api_qps`, `api_burst`);
+the daemon keeps up to `max_in_flight` writes in flight from its threads. Requests go out
 with `_preload_content=False` and the JSON is parsed here, for two reasons: inventories of
 thousands of nodes parse much faster as dicts than as client models, and client v37 cannot
 deserialize the Status object the apiserver answers to a successful bind (it expects a
@@ -54,6 +57,7 @@ from scheduler.backends.kubernetes.render import (
 from scheduler.backends.kubernetes.status import pod_status
 from scheduler.backends.kubernetes.transient import call_with_retry, describe
 from scheduler.backends.kubernetes.watch import ListWatcher
+from scheduler.backends.rate import TokenBucket
 from scheduler.backends.retry import RetryPolicy, WriteFence
 
 logger = logging.getLogger(__name__)
@@ -101,6 +105,19 @@ def _protocol_errors(method: F) -> F:
     return cast(F, wrapper)
 
 
+def _pooled(api_client: client.ApiClient, config: KubernetesConfig) -> client.ApiClient:
+    """`api_client`, its connection pools made to hold the daemon's writes in flight and a few
+    reads beside them: a smaller pool opens and drops a connection per call once it is full.
+    The pools of a host are made at its first request, from the manager's settings."""
+    wanted = config.max_in_flight + 4
+    if (api_client.configuration.connection_pool_maxsize or 0) < wanted:
+        api_client.configuration.connection_pool_maxsize = wanted
+        manager = api_client.rest_client.pool_manager
+        manager.connection_pool_kw["maxsize"] = wanted
+        manager.clear()  # a pool made before this keeps its size: the next request makes another
+    return api_client
+
+
 def api_client_from_environment() -> client.ApiClient:
     """In-cluster service account, else KUBECONFIG / ~/.kube/config. The client's global
     default configuration is left alone."""
@@ -129,12 +146,12 @@ class KubernetesBackend(NamespaceContents):
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
-        self.api_client = api_client or api_client_from_environment()
+        self.config = config or KubernetesConfig.from_env()
+        self.api_client = _pooled(api_client or api_client_from_environment(), self.config)
         self.core = client.CoreV1Api(self.api_client)
         # A project namespace's NetworkPolicies and the web's log RoleBinding there.
         self.networking = client.NetworkingV1Api(self.api_client)
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
-        self.config = config or KubernetesConfig.from_env()
         self.policy = policy or RetryPolicy()
         self._sleep, self._rand = sleep, rand
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
@@ -143,6 +160,15 @@ class KubernetesBackend(NamespaceContents):
         # Namespaces seen to carry Gantry's label, so each is read once per process.
         self._own_namespaces: set[str] = set()
         self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
+        self.rate = TokenBucket(self.config.api_qps, self.config.api_burst)
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.config.max_in_flight
+
+    @property
+    def creates_bound(self) -> bool:
+        return self.config.create_bound
 
     def fenced(self, check: Callable[[], None]) -> AbstractContextManager[None]:
         """While in the block, run `check` before every try of every write (create, bind,
@@ -156,6 +182,7 @@ class KubernetesBackend(NamespaceContents):
         Each try of a write is fenced first (`fenced`); reads are not."""
 
         def once() -> Any:
+            self.rate.take()
             response = fn(*args, _preload_content=False, _request_timeout=self._timeout(), **kwargs)
             try:
                 body = response.data
@@ -220,9 +247,18 @@ class KubernetesBackend(NamespaceContents):
 
     @_protocol_errors
     def create_pod(self, pod: PodRequest) -> None:
-        """Create the pod unbound; adopt ours under the same name; then its Service if any."""
-        manifest = render_pod(pod, self.config, self._device_resource.get(pod.node))
+        """Create the pod on its node (`create_bound`) or unbound; adopt ours under the same
+        name (one found unbound is bound now; one on another node is a BindConflict); then its
+        Service if any."""
+        bound = self.config.create_bound
+        manifest = render_pod(pod, self.config, self._device_resource.get(pod.node), bound=bound)
         created = self._create_or_adopt(pod, manifest)
+        if bound:
+            node = (created.get("spec") or {}).get("nodeName")
+            if not node:  # ours, created unbound before (another setting, an older version)
+                self.bind_pod(pod.namespace, pod.name, pod.node)
+            elif node != pod.node:
+                raise BindConflict(f"{pod.namespace}/{pod.name} is bound to {node}", node)
         if pod.replicas > 1 and pod.replica == 0:
             self._ensure_service(pod, created)
 
@@ -245,7 +281,9 @@ class KubernetesBackend(NamespaceContents):
         existing = self._read_pod(pod.namespace, pod.name)
         if existing is None and again:  # deleted between our create and our read
             return self._create_or_adopt(pod, manifest, again=False)
-        if existing is None or not is_adoptable(existing, manifest):
+        # Ours whatever its node: create_pod checks the node of what it adopts.
+        spec = {k: v for k, v in manifest["spec"].items() if k != "nodeName"}
+        if existing is None or not is_adoptable(existing, {**manifest, "spec": spec}):
             raise ForeignPod(f"{pod.namespace}/{pod.name} exists and is not Gantry's pod")
         logger.info("adopted existing pod %s/%s", pod.namespace, pod.name)
         return existing

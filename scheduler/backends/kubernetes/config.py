@@ -57,6 +57,16 @@ class KubernetesConfig:
     # Seconds for one API request (connect + read); a hung apiserver becomes a BackendError.
     request_timeout_s: float = 10.0
     page_size: int = 500
+    # The client-side rate of API calls (every try of every request but the watches), as
+    # kube-scheduler's --kube-api-qps and --kube-api-burst; qps 0 turns it off.
+    api_qps: float = 200.0
+    api_burst: int = 400
+    # Creates and binds the daemon keeps in flight at once (a cycle's pods are sent
+    # concurrently, each job as soon as it is claimed); 1 sends them in order.
+    max_in_flight: int = 32
+    # Pods are created already on the node Gantry chose (spec.nodeName: one call per pod)
+    # instead of created unbound and then bound through pods/binding (two calls).
+    create_bound: bool = True
     # A project namespace's NetworkPolicies (kubernetes_namespace): the cluster DNS its pods
     # may reach, and where else they may connect (the internet, less the private and
     # link-local ranges: other tenants, Gantry itself, the cloud metadata address).
@@ -93,6 +103,7 @@ class KubernetesConfig:
         changes |= {attr: int(env[name]) for name, attr in numbers.items() if env.get(name)}
         if env.get("GANTRY_K8S_REQUEST_TIMEOUT_S"):
             changes["request_timeout_s"] = float(env["GANTRY_K8S_REQUEST_TIMEOUT_S"])
+        changes |= _calls(env)
         if env.get("GANTRY_K8S_FLAVOR_OVERRIDES"):
             changes["flavor_overrides"] = _str_map(env["GANTRY_K8S_FLAVOR_OVERRIDES"])
         if env.get("GANTRY_K8S_DNS_POD_LABELS"):
@@ -108,6 +119,34 @@ class KubernetesConfig:
             raw = json.loads(env["GANTRY_K8S_NPU_RESOURCES"])
             changes["npu_resources"] = {k: (str(v[0]), int(v[1])) for k, v in raw.items()}
         return replace(config, **changes)  # type: ignore[arg-type]
+
+
+def _calls(env: Mapping[str, str]) -> dict[str, object]:
+    """The API call settings: the rate, the calls in flight, bound creation. ValueError naming
+    the variable for a value out of range."""
+    changes: dict[str, object] = {}
+    if env.get("GANTRY_K8S_API_QPS"):
+        changes["api_qps"] = _number("GANTRY_K8S_API_QPS", env, 0)
+    if env.get("GANTRY_K8S_API_BURST"):
+        changes["api_burst"] = int(_number("GANTRY_K8S_API_BURST", env, 1))
+    if env.get("GANTRY_K8S_MAX_IN_FLIGHT"):
+        changes["max_in_flight"] = int(_number("GANTRY_K8S_MAX_IN_FLIGHT", env, 1))
+    if env.get("GANTRY_K8S_CREATE_BOUND"):
+        value = env["GANTRY_K8S_CREATE_BOUND"].strip().lower()
+        if value not in ("1", "0", "true", "false", "yes", "no"):
+            raise ValueError(f"GANTRY_K8S_CREATE_BOUND: {value!r} is not true or false")
+        changes["create_bound"] = value in ("1", "true", "yes")
+    return changes
+
+
+def _number(name: str, env: Mapping[str, str], least: float) -> float:
+    try:
+        value = float(env[name])
+    except ValueError as exc:
+        raise ValueError(f"{name}: {env[name]!r} is not a number") from exc
+    if value < least:
+        raise ValueError(f"{name}: {value:g} is below {least:g}")
+    return value
 
 
 def _str_map(text: str) -> dict[str, str]:

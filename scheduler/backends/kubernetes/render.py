@@ -4,8 +4,8 @@ docs/faults.md 23: nothing of a user's pod spec reaches Kubernetes. Every field 
 here from typed PodRequest values; user strings (image, command, env) are checked and only ever land
 in the container's image, command and env. The pod is restricted-PSS compliant (non-root,
 no privilege escalation, all capabilities dropped, RuntimeDefault seccomp), has no service
-account token, no host namespaces, no volumes, no nodeName (the Binding API places it) and
-Gantry's own schedulerName.
+account token, no host namespaces, no volumes, Gantry's own schedulerName, and the node Gantry
+chose (`nodeName`, or none when the Binding API places it).
 """
 
 from __future__ import annotations
@@ -147,12 +147,14 @@ def _container(pod: PodRequest, config: KubernetesConfig, device: str) -> dict[s
 
 
 def render_pod(
-    pod: PodRequest, config: KubernetesConfig, device: str | None = None
+    pod: PodRequest, config: KubernetesConfig, device: str | None = None, *, bound: bool = False
 ) -> dict[str, Any]:
-    """The Pod manifest of one replica (unbound: the Binding API assigns the node)."""
+    """The Pod manifest of one replica: on `pod.node` when `bound`, else unbound (the
+    Binding API assigns the node)."""
     _check(pod)
     device = device or config.gpu_resource
     spec: dict[str, Any] = {
+        **({"nodeName": pod.node} if bound else {}),
         "schedulerName": config.scheduler_name,
         "priorityClassName": f"{config.priority_class_prefix}{pod.priority_class}",
         "restartPolicy": "Never",  # retries are the daemon's, with a new attempt and name
