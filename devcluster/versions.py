@@ -48,3 +48,12 @@ def binary(name: str) -> Path:
         if name in commands:
             return cache_dir() / f"{module}-{release}" / name
     raise KeyError(name)
+
+
+# The workload kinds Gantry queues from Kubernetes (issue 37): their CRDs come from these Go
+# modules (devcluster/crds.py), at the releases Kueue v0.17.0 integrates with (its go.mod).
+JOBSET = "v0.11.1"  # sigs.k8s.io/jobset
+LWS = "v0.8.0"  # sigs.k8s.io/lws
+TRAINER = "v2.2.0"  # github.com/kubeflow/trainer/v2 (TrainJob)
+TRAINING_OPERATOR = "v1.9.3"  # github.com/kubeflow/training-operator (PyTorchJob)
+KUBERAY = "v1.6.0"  # github.com/ray-project/kuberay/ray-operator (RayJob)
