@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.core import ProfileError
 from scheduler.daemon.loop import Daemon
-from scheduler.leader import Lease
+from scheduler.daemon.schema_guard import SchemaGuardedLease
 from scheduler.metrics.cycles import CycleMetrics
 from scheduler.profiles.files import ProfileWatch
 from scheduler.profiles.record import profile_record_loaded, profile_record_refused
@@ -105,7 +105,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        lease = Lease(ttl_s=options["lease_ttl"])
+        # Never leads on a schema a later release contracted (docs/upgrading.md).
+        lease = SchemaGuardedLease(ttl_s=options["lease_ttl"])
         watch = profile_watch(options["profile"], holder=lease.holder)  # before any backend
         backend = make_backend(options["backend"], options["nodes_csv"])
         if not 0 <= options["metrics_port"] <= 65535:
