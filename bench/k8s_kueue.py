@@ -57,7 +57,7 @@ import yaml
 from bench.kueue_e2e import CLASSES, COHORTS, FLAVOR, TEAMS_PER_COHORT
 from devcluster import versions
 from devcluster.kubelets import Kubelets, NodeShape
-from devcluster.plane import ControlPlane, free_port
+from devcluster.plane import SCHEDULER_BURST, SCHEDULER_QPS, ControlPlane, free_port
 
 PlaneFactory = Callable[[], contextlib.AbstractContextManager[ControlPlane]]
 Say = Callable[[str], None]
@@ -922,7 +922,10 @@ def run_gantry(
             row.spec["env"] = {DURATION_ENV: str(a.duration_s)}
         return out
 
-    backend = KubernetesBackend(api, KubernetesConfig(flavor_overrides={PRODUCT: FLAVOR}))
+    config = KubernetesConfig(
+        flavor_overrides={PRODUCT: FLAVOR}, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
+    )
+    backend = KubernetesBackend(api, config)  # kube-scheduler's rate on this plane
     finished = 0
 
     phases: dict[str, float] = {}

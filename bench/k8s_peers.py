@@ -407,13 +407,18 @@ def run_gantry(
 
     from bench.daemon_setup import job_rows
     from scheduler.backends.kubernetes.backend import KubernetesBackend
+    from devcluster.plane import SCHEDULER_BURST, SCHEDULER_QPS
     from scheduler.backends.kubernetes.config import KubernetesConfig
     from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
     from scheduler.models import Job
 
     team, priority = gantry_setup(pods, flavor)
-    backend = KubernetesBackend(api, KubernetesConfig(request_timeout_s=30.0))
+    # The client-side rate kube-scheduler gets on this plane, and the default calls in flight.
+    config = KubernetesConfig(
+        request_timeout_s=30.0, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
+    )
+    backend = KubernetesBackend(api, config)
     started = time.monotonic()
 
     phases: dict[str, float] = {}

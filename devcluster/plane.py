@@ -28,6 +28,9 @@ from devcluster.versions import binary
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
 SERVICE_RANGE = "10.0.0.0/24"
+# kube-scheduler's client-side rate here (--kube-api-qps, --kube-api-burst): the benchmarks give
+# Gantry's Kubernetes backend the same (GANTRY_K8S_API_QPS, _BURST).
+SCHEDULER_QPS, SCHEDULER_BURST = 500, 1000
 
 
 def free_port() -> int:
@@ -116,8 +119,8 @@ class ControlPlane:
                 f"--kubeconfig={self.folder / 'kubeconfig-scheduler'}",
                 "--leader-elect=false",
                 "--secure-port=0",
-                "--kube-api-qps=500",
-                "--kube-api-burst=1000",
+                f"--kube-api-qps={SCHEDULER_QPS}",
+                f"--kube-api-burst={SCHEDULER_BURST}",
             ],
         )
 
