@@ -406,8 +406,8 @@ def run_gantry(
     from django.utils import timezone
 
     from bench.daemon_setup import job_rows
-    from scheduler.backends.kubernetes.backend import KubernetesBackend
     from devcluster.plane import SCHEDULER_BURST, SCHEDULER_QPS
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
     from scheduler.backends.kubernetes.config import KubernetesConfig
     from scheduler.daemon.loop import Daemon
     from scheduler.leader import Lease
