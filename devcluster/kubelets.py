@@ -1,9 +1,17 @@
 """Nodes without kubelets: their part played through the API, as KWOK does.
 
 `Kubelets` registers nodes (Ready, GPU capacity, GPU feature discovery labels, taints), renews
-their leases, moves pods bound to them to Running, ends them as Succeeded or Failed on command
-(or after a duration the caller derives from the pod), and finishes graceful deletions the way a
-kubelet does: by deleting the pod again with a zero grace period once its containers stopped.
+their leases, moves pods bound to them to Running, ends their containers on command (or after a
+duration the caller derives from the pod: by default its `devcluster.gantry.dev/run-seconds`
+annotation, with the exit code of `devcluster.gantry.dev/exit-code`, as KWOK's stage annotations
+do), and finishes graceful deletions the way a kubelet does: by deleting the pod again with a
+zero grace period once its containers stopped.
+
+A container that exits does what the pod's restartPolicy says, so that the Job controller sees
+what it would see on a real node: under `Never` the pod ends Succeeded or Failed; under
+`OnFailure` a failure restarts the container (restartCount goes up, the exit is its lastState,
+the pod stays Running) and a success ends the pod; under `Always` (the default) every exit
+restarts it.
 
 It also misbehaves on command, like real nodes do: a pod can be held Pending with an image pull
 back-off, and a node can be lost, after which it stops heartbeating and its pods stay
@@ -28,18 +36,37 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from devcluster.fanout import Fanout
+from devcluster.heartbeats import RENEW_EVERY_S, heartbeat_round
+
 Obj = dict[str, Any]
 logger = logging.getLogger(__name__)
-LEASE_NAMESPACE = "kube-node-lease"
 MANAGED_LABEL = "devcluster.gantry.dev/simulated"  # the nodes this simulator plays
+RUN_SECONDS = "devcluster.gantry.dev/run-seconds"  # a pod's containers exit after this long
+EXIT_CODE = "devcluster.gantry.dev/exit-code"  # and with this code (0 unless it says)
 
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _micro_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def annotated_duration(pod: Obj) -> float | None:
+    """How long the pod's containers run before they exit: its RUN_SECONDS annotation, or
+    None (until told) when it has none or one that is not a number of seconds."""
+    value = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS)
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def annotated_exit_code(pod: Obj) -> int:
+    value = (pod["metadata"].get("annotations") or {}).get(EXIT_CODE, "0")
+    try:
+        return int(value)
+    except ValueError:
+        return 1  # a command that cannot even say how it ended has failed
 
 
 @dataclass
@@ -65,7 +92,7 @@ class Kubelets:
         self,
         api: client.ApiClient,
         *,
-        duration: Callable[[Obj], float | None] = lambda pod: None,
+        duration: Callable[[Obj], float | None] = annotated_duration,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
@@ -76,13 +103,14 @@ class Kubelets:
         self.nodes: set[str] = set()
         self.lost: set[str] = set()
         self.held: dict[tuple[str, str], str] = {}  # (namespace, name) -> waiting reason
-        self.endings: dict[tuple[str, str], tuple[str, int]] = {}  # -> (phase, exit code)
+        self.endings: dict[tuple[str, str], int] = {}  # -> the exit code its containers end with
         self.running: dict[tuple[str, str], _Running] = {}
         # Pods whose containers take their time to stop: a deletion waits for `stopped`.
         self.stopping: set[tuple[str, str]] = set()
         self.passes = 0  # steps finished, for tests that wait until the kubelets looked again
         self._passed = threading.Condition()
         self._ip = 0
+        self._rounds = 0  # heartbeat rounds done: whose status is reported is turn by turn
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -160,28 +188,29 @@ class Kubelets:
         }
 
     def heartbeat(self) -> None:
-        """Renew each live node's lease, as a kubelet does every 10 s."""
-        for name in sorted(self.nodes - self.lost):
-            spec = {
-                "holderIdentity": name,
-                "leaseDurationSeconds": 40,
-                "renewTime": _micro_now(),
-            }
+        """One round of what kubelets do every 10 s (devcluster.heartbeats), for every live
+        node, sent concurrently: 5,000 nodes' round must fit well within the node lifecycle
+        controller's grace period. ApiException after the round names the nodes whose
+        heartbeat failed; the others were renewed."""
+        live = sorted(self.nodes - self.lost)
+        self._rounds += 1
+        failed = heartbeat_round(Fanout(self.api.configuration), live, self._rounds - 1)
+        if failed:
+            (name, answer), more = failed[0], len(failed) - 1
+            raise ApiException(
+                status=answer.status,
+                reason=f"heartbeat of {name} (and {more} more) failed: {answer.body[:300]!r}",
+            )
+
+    def beat(self, stop: threading.Event, interval_s: float = RENEW_EVERY_S) -> None:
+        """Heartbeat rounds every `interval_s` until `stop` is set (in a thread of its own, so
+        that a long pass over the pods never delays a lease). A failed round is logged and the
+        next one tries again."""
+        while not stop.wait(interval_s):
             try:
-                _drained(
-                    self.coordination.patch_namespaced_lease(
-                        name, LEASE_NAMESPACE, {"spec": spec}, _preload_content=False
-                    )
-                )
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-                body = {"metadata": {"name": name, "namespace": LEASE_NAMESPACE}, "spec": spec}
-                _drained(
-                    self.coordination.create_namespaced_lease(
-                        LEASE_NAMESPACE, body, _preload_content=False
-                    )
-                )
+                self.heartbeat()
+            except (ApiException, OSError) as error:
+                logger.warning("devcluster kubelets: heartbeat failed (%s); trying again", error)
 
     def lose_node(self, name: str) -> None:
         """The node stops answering: NotReady, and its pods never finish terminating."""
@@ -196,10 +225,12 @@ class Kubelets:
         self.held[(namespace, name)] = reason
 
     def succeed(self, namespace: str, name: str) -> None:
-        self.endings[(namespace, name)] = ("Succeeded", 0)
+        """The pod's containers exit 0 (a pod under restartPolicy Always restarts them)."""
+        self.endings[(namespace, name)] = 0
 
     def fail(self, namespace: str, name: str, exit_code: int = 1) -> None:
-        self.endings[(namespace, name)] = ("Failed", exit_code)
+        """The pod's containers exit with `exit_code` (restarted unless its policy is Never)."""
+        self.endings[(namespace, name)] = exit_code
 
     def keep_terminating(self, namespace: str, name: str) -> None:
         """The pod's containers do not stop yet: once deleted it stays Terminating."""
@@ -230,21 +261,25 @@ class Kubelets:
         return changed
 
     def run(
-        self, stop: threading.Event, interval_s: float = 0.2, heartbeat_s: float = 10.0
+        self, stop: threading.Event, interval_s: float = 0.2, heartbeat_s: float = RENEW_EVERY_S
     ) -> None:
-        """Step until `stop` is set. A failed pass (the API server restarting, a timeout) is
-        logged and the next one tries again, as a kubelet keeps going when its server is away:
-        a simulator that died with its thread would leave every later pod Pending."""
-        beat = self.clock()
-        while not stop.is_set():
-            try:
-                self.step()
-                if self.clock() - beat >= heartbeat_s:
-                    self.heartbeat()
-                    beat = self.clock()
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
-                logger.warning("devcluster kubelets: pass failed (%s); trying again", error)
-            stop.wait(interval_s)
+        """Step until `stop` is set, the heartbeats beside in a thread of their own. A failed
+        pass (the API server restarting, a timeout) is logged and the next one tries again, as
+        a kubelet keeps going when its server is away: a simulator that died with its thread
+        would leave every later pod Pending."""
+        beats = threading.Thread(
+            target=self.beat, args=(stop, heartbeat_s), name="devcluster-heartbeats", daemon=True
+        )
+        beats.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+                    logger.warning("devcluster kubelets: pass failed (%s); trying again", error)
+                stop.wait(interval_s)
+        finally:
+            beats.join()
 
     def _bound_pods(self) -> list[Obj]:
         response = self.core.list_pod_for_all_namespaces(
@@ -274,15 +309,32 @@ class Kubelets:
             return self._hold(pod, self.held[key]) if not _waiting(status) else False
         if phase == "Pending":
             return self._start(pod)
-        ending = self.endings.pop(key, None)
-        running = self.running.get(key)
-        if ending is None and running and running.ends_at and self.clock() >= running.ends_at:
-            ending = ("Succeeded", 0)
-        if ending is not None:
+        running = self.running.get(key) or self._adopt(pod)
+        exit_code = self.endings.pop(key, None)
+        if exit_code is None and running.ends_at is not None and self.clock() >= running.ends_at:
+            exit_code = annotated_exit_code(pod)
+        if exit_code is None:
+            return False
+        policy = pod["spec"].get("restartPolicy") or "Always"
+        if policy == "Never" or (policy == "OnFailure" and exit_code == 0):
             self.running.pop(key, None)
-            self._end(pod, *ending)
-            return True
-        return False
+            self._end(pod, "Succeeded" if exit_code == 0 else "Failed", exit_code)
+        else:
+            self._restart(pod, exit_code)
+        return True
+
+    def _adopt(self, pod: Obj) -> _Running:
+        """A Running pod this simulator did not start (it was restarted): its containers are
+        taken to have started now."""
+        meta = pod["metadata"]
+        return self._track((meta["namespace"], meta["name"]), pod)
+
+    def _track(self, key: tuple[str, str], pod: Obj) -> _Running:
+        seconds = self.duration(pod)
+        started = self.clock()
+        running = _Running(started, None if seconds is None else started + seconds)
+        self.running[key] = running
+        return running
 
     def _start(self, pod: Obj) -> bool:
         meta = pod["metadata"]
@@ -314,10 +366,33 @@ class Kubelets:
         }
         if not self._patch_status(pod, status):
             return False
-        seconds = self.duration(pod)
-        started = self.clock()
-        self.running[key] = _Running(started, None if seconds is None else started + seconds)
+        self._track(key, pod)
         return True
+
+    def _restart(self, pod: Obj, exit_code: int) -> None:
+        """The containers exited and the kubelet starts them again at once (no back-off: the
+        Job controller counts the restarts either way)."""
+        now = _now()
+        previous = {c["name"]: c for c in (pod.get("status") or {}).get("containerStatuses") or ()}
+        containers = []
+        for c in pod["spec"]["containers"]:
+            before = previous.get(c["name"]) or {}
+            started = ((before.get("state") or {}).get("running") or {}).get("startedAt", now)
+            containers.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": int(before.get("restartCount", 0)) + 1,
+                    "state": {"running": {"startedAt": now}},
+                    "lastState": {"terminated": _terminated(exit_code, started, now)},
+                }
+            )
+        if self._patch_status(pod, {"containerStatuses": containers}):
+            meta = pod["metadata"]
+            self._track((meta["namespace"], meta["name"]), pod)
 
     def _hold(self, pod: Obj, reason: str) -> bool:
         containers = [
@@ -335,28 +410,29 @@ class Kubelets:
 
     def _end(self, pod: Obj, phase: str, exit_code: int) -> None:
         now = _now()
-        reason = "Completed" if exit_code == 0 else "Error"
-        containers = [
-            {
-                "name": c["name"],
-                "image": c.get("image", ""),
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {
-                    "terminated": {
-                        "exitCode": exit_code,
-                        "reason": reason,
-                        "startedAt": (pod.get("status") or {}).get("startTime", now),
-                        "finishedAt": now,
-                    }
-                },
-            }
-            for c in pod["spec"]["containers"]
+        previous = {c["name"]: c for c in (pod.get("status") or {}).get("containerStatuses") or ()}
+        containers = []
+        for c in pod["spec"]["containers"]:
+            before = previous.get(c["name"]) or {}
+            started = ((before.get("state") or {}).get("running") or {}).get("startedAt")
+            started = started or (pod.get("status") or {}).get("startTime", now)
+            containers.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "started": False,
+                    "restartCount": int(before.get("restartCount", 0)),
+                    "state": {"terminated": _terminated(exit_code, started, now)},
+                }
+            )
+        not_ready = [
+            {"type": t, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}
+            for t in ("ContainersReady", "Ready")
         ]
-        ready = [{"type": "Ready", "status": "False", "lastTransitionTime": now}]
         self._patch_status(
-            pod, {"phase": phase, "conditions": ready, "containerStatuses": containers}
+            pod, {"phase": phase, "conditions": not_ready, "containerStatuses": containers}
         )
 
     def _finish_deletion(self, pod: Obj) -> bool:
@@ -387,6 +463,11 @@ class Kubelets:
                 return False  # deleted meanwhile
             raise
         return True
+
+
+def _terminated(exit_code: int, started: str, finished: str) -> Obj:
+    reason = "Completed" if exit_code == 0 else "Error"
+    return {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": finished}
 
 
 def _drained(response: Any) -> None:
