@@ -99,6 +99,20 @@ def job_states(filled: Filled) -> dict[str, tuple[str, int]]:
     return {name: by_id[pk] for name, pk in filled.jobs.items()}
 
 
+def cost_lines(hour: datetime) -> Any:
+    """The cost lines of [hour, hour + 1 h) per project, as finance reads them from the API."""
+    from rest_framework.test import APIClient
+
+    from tenants.models import PlatformRole
+
+    api = APIClient()
+    api.force_authenticate(PlatformRole.objects.get(role="finance").user)
+    window = {"from": hour.isoformat(), "to": (hour + HOUR).isoformat(), "by": "project"}
+    response = api.get("/api/v1/costs/", window)
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
 def every_row() -> dict[str, str]:
     """Every row of the project's tables and of the users and tokens, serialised per model:
     two installations with equal results hold the same data."""

@@ -7,15 +7,12 @@ PostgreSQL and again on SQLite."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
-from psycopg import sql
 
 from billing.models import Statement, StatementLine, UsageRecord
 from scheduler.backends.simulated.inventory import make_nodes
@@ -25,38 +22,12 @@ from tenants.models import ApprovalRequest, AuditEntry, Quota
 from tests.backup.installation import Filled, every_row, fill, job_states, submit
 from tests.conftest import build_org
 from tests.daemon.conftest import Env, FakeClock, assert_consistent, expire_leases
+from tests.databases import database_named
 
 
 def cluster(path: Path, clock: FakeClock) -> PersistentCluster:
     nodes = make_nodes(4, "H100-80GB", 8, prefix="h100")
     return PersistentCluster(nodes, path, clock=clock, start_delay_s=1.0, grace_cap_s=2.0)
-
-
-@contextmanager
-def database_named(name: str) -> Iterator[None]:
-    """The default connection pointed at the database `name` for the block; on PostgreSQL
-    the database is dropped afterwards."""
-    settings = connection.settings_dict
-    old = settings["NAME"]
-    connection.close()
-    settings["NAME"] = name
-    try:
-        yield
-    finally:
-        connection.close()
-        settings["NAME"] = old
-        if connection.vendor == "postgresql":
-            drop_database(name)
-
-
-def drop_database(name: str) -> None:
-    s = connection.settings_dict
-    keys = [("host", "HOST"), ("port", "PORT"), ("user", "USER"), ("password", "PASSWORD")]
-    params = {k: s.get(v) or None for k, v in keys}
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
 
 
 def fresh_name(tmp_path: Path) -> str:

@@ -1,0 +1,76 @@
+"""The previous release, checked out and runnable beside the current tree (the upgrade test).
+
+Its tree: `git worktree add --detach` of the commit `releases.toml` records (removed after).
+Its Python: the current virtual environment when it already satisfies every requirement the
+old `pyproject.toml` declares (extras `dev` included), checked requirement by requirement with
+the installed distributions' versions. That is the common case: a release rarely changes its
+dependencies, and a package the current tree added is simply not imported by the old code.
+The old tree then runs with the current interpreter, its own folder first on `sys.path`
+(working directory and PYTHONPATH), ahead of the current tree's editable install, whose
+finder Python consults only after the path. `python -m venv --system-site-packages` would not
+help: the current venv's packages are not the system's. When a requirement is not satisfied
+(a pin moved), the old tree gets a venv of its own with `pip install -e <tree>[dev]`, which
+needs the package index and minutes: `why` says which requirement forced it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from common.releases import REPO_ROOT, Release
+
+
+@dataclass(frozen=True)
+class OldTree:
+    release: Release
+    path: Path
+    python: str
+    why: str  # why this interpreter
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def unmet_requirements(pyproject: str) -> list[str]:
+    """The requirements (dependencies and the `dev` extra) the running interpreter's
+    installed distributions do not satisfy."""
+    project = tomllib.loads(pyproject)["project"]
+    wanted = [*project["dependencies"], *project.get("optional-dependencies", {}).get("dev", [])]
+    unmet = []
+    for text in wanted:
+        requirement = Requirement(text)
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            unmet.append(f"{text} (not installed)")
+            continue
+        if not requirement.specifier.contains(installed, prereleases=True):
+            unmet.append(f"{text} (installed {installed})")
+    return unmet
+
+
+def check_out(release: Release, where: Path) -> OldTree:
+    path = where / f"gantry-{release.version}"
+    git("worktree", "add", "--detach", str(path), release.commit)
+    unmet = unmet_requirements((path / "pyproject.toml").read_text())
+    if not unmet:
+        return OldTree(release, path, sys.executable, "the current venv satisfies its requirements")
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "-e", f"{path}[dev]"], check=True)
+    return OldTree(release, path, str(venv / "bin" / "python"), f"a venv of its own: {unmet}")
+
+
+def remove(tree: OldTree) -> None:
+    git("worktree", "remove", "--force", str(tree.path))
