@@ -36,9 +36,10 @@ class OldTree:
 
 
 def git(*args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=True
-    ).stdout
+    done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
 
 
 def unmet_requirements(pyproject: str) -> list[str]:
@@ -61,6 +62,14 @@ def unmet_requirements(pyproject: str) -> list[str]:
 
 def check_out(release: Release, where: Path) -> OldTree:
     path = where / f"gantry-{release.version}"
+    if subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "cat-file", "-e", f"{release.commit}^{{commit}}"],
+        capture_output=True,
+    ).returncode:
+        raise RuntimeError(
+            f"releases.toml names {release.commit} ({release.version}), which this clone does "
+            "not have: the upgrade test needs the repository's history (not a shallow clone)"
+        )
     git("worktree", "add", "--detach", str(path), release.commit)
     unmet = unmet_requirements((path / "pyproject.toml").read_text())
     if not unmet:
