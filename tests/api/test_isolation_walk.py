@@ -22,6 +22,7 @@ from billing.metering.hourly import meter_usage
 from billing.models import Budget, CostExport, Statement
 from billing.rates.cards import RatePrices, rate_card_add
 from billing.statements.closing import statement_close
+from capacity.models import PoolTarget, RateSuggestion, TcoInputs
 from common.api.routers import ID_PATTERN
 from scheduler.jobs.services import job_submit
 from scheduler.models import Job, JobState
@@ -37,6 +38,7 @@ from tenants.models import (
 )
 from tests import factories as f
 from tests.billing.builders import T0, at, hold, make_node
+from tests.capacity.builders import stored_run
 from tests.conftest import Org, job_spec
 from tests.isolation_personas import AGENT, AGENT_NODE, add_personas, token_client
 from tests.whatif.builders import kept_run
@@ -137,6 +139,15 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     "cost-export": lambda org, t: t,
     # What-ifs scoped to the foreign team (populate_whatifs): admins and finance only.
     "whatif": lambda org, t: WhatIf.objects.filter(scope=t).first(),
+    # Capacity plans: pools for finance and platform admins, administered subtrees for tenant
+    # admins (populate_capacity: a run naming every team), 403 for anyone else.
+    "capacity-plans": lambda org, t: t,
+    "capacity-export": lambda org, t: t,
+    # Capacity planning's inputs: platform-wide, finance and platform admins only (403 on the
+    # lists, 404 on a suggestion for anyone else).
+    "pooltarget": lambda org, t: PoolTarget.objects.first(),
+    "tcoinputs": lambda org, t: TcoInputs.objects.first(),
+    "ratesuggestion": lambda org, t: RateSuggestion.objects.first(),
 }
 # List-level writes naming a foreign project: not found, like the project itself.
 NOT_FOUND_WRITES = {"quote", "costexport-list"}
@@ -145,8 +156,9 @@ LIST_QUERY = {
     "cost-list": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user",
     "cost-export": "?from=2031-01-31T20:00:00Z&to=2031-02-01T00:00:00Z&by=user&format=focus",
 }
-# List routes finance may post to (closing the books): a bad body is a 400 there, not a 403.
-BOOKS_KEEPER_WRITES = {"statement-close"}
+# List routes finance may post to (closing the books, capacity planning's costs): a bad body
+# is a 400 there, not a 403.
+BOOKS_KEEPER_WRITES = {"statement-close", "tcoinputs-list", "ratesuggestion-list"}
 # List routes where anyone writes for themselves (an export of what they may see): finance too.
 OWN_WRITES = {"costexport-list"}
 # Detail routes of objects that belong to one user: a 404 for anyone else, whatever their role.
@@ -161,6 +173,10 @@ FINANCE_MANAGES = {"budget", "budget-list"}
 GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard"}
 # Features of admins (platform and tenant) and finance: a 404 for anyone else, lists included.
 ADMIN_FEATURES = {"whatif"}
+# Features of admins (platform and tenant) and finance that answer anyone else 403 (capacity
+# planning: its pages say who it is for), and those of finance and platform admins alone.
+FORBIDDEN_FEATURES = {"capacity-plans", "capacity-export"}
+PLANNERS_ONLY = {"pooltarget", "tcoinputs", "ratesuggestion"}
 TENANT_ADMINS = {"tina", "dana"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
 NO_TENANT_DATA = {"schema", "api-docs", "api-token", "api-token-rotate", "me"}
@@ -201,6 +217,7 @@ def basename(route: Route) -> str:
 def populate(org: Org) -> None:
     """Give every foreign tenant one object of every kind."""
     populate_whatifs(org)
+    populate_capacity(org)
     for tenant, project, user in [
         (org.alpha, org.proj_alpha, org.users["alice"]),
         (org.bravo, org.proj_bravo, org.users["bob-bravo"]),
@@ -240,6 +257,28 @@ def populate_whatifs(org: Org) -> None:
     """A kept what-if scoped to each team, naming only that team (pat asked for them)."""
     for team in (org.alpha, org.bravo, org.charlie):
         kept_run(org.users["pat"], team, [team.slug])
+
+
+def populate_capacity(org: Org) -> None:
+    """A forecast run naming every team, a pool target, TCO inputs and a rate suggestion."""
+    stored_run(org, days=14, horizon=14)
+    PoolTarget.objects.create(flavor=org.h100, target_utilization=Decimal("0.8"))
+    TcoInputs.objects.create(
+        flavor=org.h100,
+        purchase_price=Decimal(24000),
+        depreciation_months=36,
+        power_cooling_per_gpu_hour=Decimal("0.2"),
+        hosting_support_per_month=Decimal(100),
+        on_demand_per_gpu_hour=Decimal("2.5"),
+        committed_per_gpu_hour=Decimal("1.8"),
+    )
+    RateSuggestion.objects.create(
+        flavor=org.h100,
+        gpu_hour=Decimal("1.531"),
+        target_utilization=Decimal("0.8"),
+        explain="walk",
+        created_at=timezone.now(),
+    )
 
 
 def populate_billing(org: Org) -> Statement:
@@ -357,6 +396,9 @@ def counts() -> dict[str, int]:
         ApprovalRequest,
         AuditEntry,
         WhatIf,
+        PoolTarget,
+        TcoInputs,
+        RateSuggestion,
     ]
     return {m.__name__: m.objects.count() for m in models}
 
@@ -387,6 +429,9 @@ def rows() -> dict[str, list[dict[str, Any]]]:
         BillingPolicy,
         CostExport,
         WhatIf,
+        PoolTarget,
+        TcoInputs,
+        RateSuggestion,
     ]
     return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
 
@@ -424,6 +469,10 @@ def test_persona_sees_and_changes_nothing_foreign(org: Org, client_for: Any, per
             response = client.get("/" + route.template + LIST_QUERY.get(route.name, ""))
             shut = base in ADMIN_FEATURES and persona not in TENANT_ADMINS
             expected = 404 if shut else 200
+            if (base in FORBIDDEN_FEATURES and persona not in TENANT_ADMINS) or (
+                base in PLANNERS_ONLY
+            ):
+                expected = 403
             assert response.status_code == expected, (persona, route.template, response.status_code)
             if base not in NO_TENANT_DATA or base == "me":
                 text = text_of(response)

@@ -119,6 +119,34 @@ def _quota_request(org: Org) -> int:
     return int(response.json()["id"])
 
 
+TCO = {
+    "purchase_price": "24000",
+    "depreciation_months": 36,
+    "power_cooling_per_gpu_hour": "0.2",
+    "hosting_support_per_month": "100",
+    "on_demand_per_gpu_hour": "2.5",
+    "committed_per_gpu_hour": "1.8",
+}
+
+
+def _tco(org: Org) -> Any:
+    from capacity.services import tco_inputs_set
+
+    values = {k: (v if isinstance(v, int) else Decimal(v)) for k, v in TCO.items()}
+    return tco_inputs_set(user=org.users["carol"], flavor=org.h100, values=values)
+
+
+def _suggestion(org: Org) -> int:
+    """A pending rate suggestion for H100s, from finance's TCO inputs."""
+    from capacity.services import rate_suggestion_create
+
+    _tco(org)
+    suggestion = rate_suggestion_create(
+        user=org.users["carol"], flavor=org.h100, target_utilization="0.8"
+    )
+    return int(suggestion.pk)
+
+
 def client_as(org: Org, persona: str) -> APIClient:
     client = APIClient()
     client.force_authenticate(org.users[persona])
@@ -372,6 +400,27 @@ WRITES: dict[tuple[str, str], Write] = {
             },
         ),
     ),
+    ("pooltarget-list", "POST"): Write(
+        "pat",
+        lambda o: ("/api/v1/capacity/targets/", {"flavor": o.h100.pk, "target_utilization": "0.7"}),
+    ),
+    ("tcoinputs-list", "POST"): Write(
+        "carol", lambda o: ("/api/v1/capacity/tco-inputs/", {"flavor": o.h100.pk, **TCO})
+    ),
+    ("ratesuggestion-list", "POST"): Write(
+        "carol",
+        lambda o: (
+            "/api/v1/capacity/rate-suggestions/",
+            {"flavor": _tco(o).flavor_id, "target_utilization": "0.8"},
+        ),
+    ),
+    ("ratesuggestion-accept", "POST"): Write(
+        "pat", lambda o: (f"/api/v1/capacity/rate-suggestions/{_suggestion(o)}/accept/", {})
+    ),
+    ("ratesuggestion-reject", "POST"): Write(
+        "carol",
+        lambda o: (f"/api/v1/capacity/rate-suggestions/{_suggestion(o)}/reject/", {"reason": "no"}),
+    ),
     ("api-token", "POST"): Write(
         "anonymous",
         lambda o: ("/api/v1/auth/token/", {"username": "alice", "password": "pw"}),
@@ -472,6 +521,9 @@ MODELS = [
     "billing.StatementLine",
     "billing.CostExport",
     "whatif.WhatIf",
+    "capacity.PoolTarget",
+    "capacity.TcoInputs",
+    "capacity.RateSuggestion",
     "authtoken.Token",
     "auth.User",
 ]

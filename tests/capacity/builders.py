@@ -55,3 +55,60 @@ def rollup(tenant: Any, *, at: datetime, flavor: str, gpu_seconds: float, mean: 
         utilization_p95=mean,
         gpu_seconds=gpu_seconds,
     )
+
+
+def stored_run(org: Any, *, days: int = 28, horizon: int = 120) -> Any:
+    """A finished forecast run as the refresh would leave it (no fit: fast), on H100-80GB:
+    the pool of 8 GPUs and each subtree, teams growing at different paces (team-alpha
+    fastest), and the pool's p50 passing 8 x 24 x 0.8 = 153.6 GPU-hours a day on day 41."""
+    from capacity.models import ForecastRun, ForecastRunState, PoolForecast
+
+    run = ForecastRun.objects.create(
+        started_at=TODAY,
+        finished_at=TODAY,
+        state=ForecastRunState.DONE,
+        last_day=(TODAY - timedelta(days=1)).date(),
+        history_days=days,
+        horizon_days=horizon,
+        method="test",
+        baseline="test",
+    )
+    slopes = {org.alpha: 1.0, org.bravo: 0.5, org.charlie: 0.25}
+
+    def team(slope: float, offset: int) -> tuple[list[float], list[float]]:
+        return (
+            [20 + slope * d for d in range(days)],
+            [20 + slope * (days + d) for d in range(horizon)],
+        )
+
+    series = {t: team(s, 0) for t, s in slopes.items()}
+
+    def add(*teams: Any) -> tuple[list[float], list[float]]:
+        return (
+            [sum(series[t][0][d] for t in teams) for d in range(days)],
+            [sum(series[t][1][d] for t in teams) for d in range(horizon)],
+        )
+
+    rows = {
+        None: add(org.alpha, org.bravo, org.charlie),
+        org.acme: add(org.alpha, org.bravo, org.charlie),
+        org.research: add(org.alpha, org.bravo),
+        org.product: add(org.charlie),
+        **series,
+    }
+    for tenant, (history, p50) in rows.items():
+        PoolForecast.objects.create(
+            run=run,
+            flavor="H100-80GB",
+            tenant=tenant,
+            requested=history,
+            allocated=[v * 0.9 for v in history],
+            used=[v * 0.6 for v in history],
+            p10=[v * 0.9 for v in p50],
+            p50=p50,
+            p90=[v * 1.1 for v in p50],
+            baseline=[history[-7 + d % 7] for d in range(horizon)],
+            method="test",
+            capacity_gpus=8 if tenant is None else 0,
+        )
+    return run

@@ -213,11 +213,17 @@ ROUTES: dict[str, list[Case]] = {
     ],
     "whatif-detail": [Case(kwargs=_whatif)],
     "whatif-status": [Case(kwargs=_whatif)],
+    # Capacity: pools for finance and platform admins, subtrees for tenant admins, 403 for
+    # others (tests/capacity/test_portal.py walks who sees what); TCO inputs are finance's.
+    "capacity": [],
+    "capacity-export": [],
+    "capacity-tco": [Case(body=lambda w, t: {"flavor": "not-a-model"})],
 }
 # Routes without tenant data: only the leak check applies.
 NO_TENANT_DATA = {"login", "logout"}
-# Writes that change nothing of anyone else's: an export of what the user sees, for themselves.
-OWN_WRITES = {"cost-export-new"}
+# Writes that change nothing of anyone else's: an export of what the user sees, for themselves;
+# capacity's TCO inputs, finance's own (the walk's body is refused: a redirect, nothing saved).
+OWN_WRITES = {"cost-export-new", "capacity-tco"}
 # Pages of platform admins alone: 404 for everyone else, finance included.
 PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action"}
 # What only the team's own members and platform admins read (logs may hold secrets and are

@@ -1,0 +1,96 @@
+"""The capacity page: finance's pools with the band, saturation, drivers and options; a
+department admin's subtree only; a member's 403; the export; finance's TCO form."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from openpyxl import load_workbook
+
+from capacity.models import TcoInputs
+from tests.capacity.builders import stored_run
+
+pytestmark = pytest.mark.django_db
+
+PAGE = reverse("portal:capacity")
+TCO = {
+    "purchase_price": "24000",
+    "depreciation_months": "36",
+    "power_cooling_per_gpu_hour": "0.2",
+    "hosting_support_per_month": "100",
+    "on_demand_per_gpu_hour": "2.5",
+    "committed_per_gpu_hour": "1.8",
+}
+
+
+@pytest.fixture
+def web(org):
+    stored_run(org)
+
+    def make(username: str) -> Client:
+        client = Client()
+        client.force_login(org.users[username])
+        return client
+
+    return make
+
+
+def test_finance_sees_the_pool_and_compares_buying_with_renting(org, web) -> None:
+    client = web("carol")
+    saved = client.post(reverse("portal:capacity-tco"), {"flavor": org.h100.pk, **TCO})
+    assert saved.status_code == 302 and TcoInputs.objects.count() == 1
+    page = client.get(PAGE, {"gpus": "8"}).content.decode()
+    assert "Full on 2026-12-16" in page
+    assert 'id="options-1"' in page and "+8 GPUs" in page
+    assert "Buy: owning" in page and "Rent on demand" in page and "Owning pays off" in page
+    assert "46% utilization" in page  # break-even, explained beside it
+    assert "team-alpha" in page  # the first driver
+    assert 'data-figure="figure-capacity-0"' in page
+
+
+def test_a_department_admin_sees_their_subtree_and_not_the_pool(web) -> None:
+    response = web("dana").get(PAGE)
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "H100-80GB &middot; research" in page
+    assert "team-charlie" not in page and "Full on" not in page
+    assert 'id="tco-form"' not in page
+
+
+def test_a_member_gets_403_and_no_link(web) -> None:
+    client = web("alice")
+    assert client.get(PAGE).status_code == 403
+    assert client.get(reverse("portal:capacity-export")).status_code == 403
+    assert 'href="/capacity/"' not in client.get(reverse("portal:home")).content.decode()
+    assert 'href="/capacity/"' in web("carol").get(reverse("portal:home")).content.decode()
+
+
+def test_bad_query_is_400_and_says_why(web) -> None:
+    response = web("carol").get(PAGE, {"gpus": "lots"})
+    assert response.status_code == 400
+    assert "The query is not valid" in response.content.decode()
+    assert web("carol").get(reverse("portal:capacity-export"), {"format": "pdf"}).status_code == 400
+
+
+def test_bad_tco_inputs_save_nothing_and_say_which_field(org, web) -> None:
+    client = web("carol")
+    bad = {"flavor": org.h100.pk, **TCO, "depreciation_months": "0"}
+    response = client.post(reverse("portal:capacity-tco"), bad, follow=True)
+    assert "depreciation_months" in response.content.decode()
+    assert not TcoInputs.objects.exists()
+    assert (
+        web("dana").post(reverse("portal:capacity-tco"), {"flavor": org.h100.pk, **TCO}).status_code
+        == 404
+    )
+    assert not TcoInputs.objects.exists()
+
+
+def test_the_page_exports_what_it_shows(web) -> None:
+    response = web("carol").get(reverse("portal:capacity-export"), {"format": "xlsx"})
+    assert response["Content-Disposition"].endswith('.xlsx"')
+    book = load_workbook(io.BytesIO(response.content))
+    figures = list(book["Figures"].iter_rows(values_only=True))
+    assert figures[3][:4] == ("H100-80GB", None, "saturation_p50", "2026-12-16")
