@@ -15,6 +15,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("scheduler.api.urls")),
     path("", include("billing.api.urls")),
     path("", include("whatif.api.urls")),
+    path("", include("capacity.api.urls")),
     path("me/", MeView.as_view(), name="me"),
     path("auth/token/", GuardedObtainAuthToken.as_view(), name="api-token"),
     path("auth/token/rotate/", RotateToken.as_view(), name="api-token-rotate"),
