@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from common.releases import REPO_ROOT, project_apps
@@ -31,6 +31,9 @@ def ignored_migrations() -> dict[str, str]:
 
 class Command(BaseCommand):
     help = "Lint the project's migrations for changes that break the previous release."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("app_label", nargs="?", help="one app only (default: every app)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         # The linter is a development dependency: loaded only when this command runs.
@@ -66,7 +69,7 @@ class Command(BaseCommand):
             all_warnings_as_errors=True,
             no_output=options["verbosity"] == 0,
         )
-        linter.lint_all_migrations()
+        linter.lint_all_migrations(app_label=options["app_label"])
         linter.print_summary()
         if linter.has_errors:
             raise CommandError("migrations that break the previous release: see above")
