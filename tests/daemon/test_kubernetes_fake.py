@@ -4,6 +4,7 @@ suite's mirror of tests/daemon/test_kubernetes_real.py for what the real server 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from scheduler.backends.retry import RetryPolicy
 from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease, LeaseLost
-from scheduler.models import Allocation, Job
+from scheduler.models import Allocation, Job, JobEvent
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.builders import make_request
@@ -140,3 +141,45 @@ def test_every_try_of_a_write_is_fenced_inside_the_backends_retries(world: World
         world.backend.create_pod(make_request(2))
     posts = [p for m, p in world.fake.requests if m == "POST" and p.endswith("/pods")]
     assert len(posts) - len(before) == 1 and len(checks) == 2
+
+
+def test_with_its_watch_running_the_daemon_reconciles_from_the_cache(world: World) -> None:
+    """Issue 37: the daemon's watch fills the informer; reconcile reads the pods from it, and
+    each cycle sees the pods the one before created (read-your-writes), so nothing is judged
+    vanished. The kubelet's changes arrive as events: the job runs, then succeeds."""
+    stop = threading.Event()
+    changed = world.backend.watch_pods(stop, timeout_s=30)
+    try:
+        assert changed.wait(5.0)
+        jobs = [world.submit(resources={"gpus": 2}) for _ in range(3)]
+        world.cycle()
+        world.cycle()  # reconcile reads the three pods it just created, from the cache
+        names = [(world.org.proj_alpha.namespace, world.pod_name(j)) for j in jobs]
+        for job in jobs:
+            job.refresh_from_db()
+        assert [j.state for j in jobs[:2]] == ["binding", "binding"], [j.reason for j in jobs]
+        for namespace, name in names[:2]:
+            world.fake.run_container(namespace, name)
+        until(world, lambda: all(state(j) == "running" for j in jobs[:2]))
+        world.fake.set_pod_status(*names[0], {"phase": "Succeeded"})
+        until(world, lambda: state(jobs[0]) == "succeeded")
+        informer = world.backend.informer
+        assert informer is not None and informer.reads >= 3 and informer.fallbacks == 0
+        assert not JobEvent.objects.filter(kind="attempt_failed").exists()
+    finally:
+        stop.set()
+        world.backend.close_watches()
+
+
+def state(job: Job) -> str:
+    return Job.objects.values_list("state", flat=True).get(pk=job.pk)
+
+
+def until(world: World, done: Any, cycles: int = 50) -> None:
+    """Cycles until `done()`: the watch's events come on their own thread, a moment later."""
+    for _ in range(cycles):
+        if done():
+            return
+        threading.Event().wait(0.05)
+        world.cycle()
+    raise AssertionError("not reached")

@@ -45,6 +45,7 @@ from scheduler.backends.base import (
 )
 from scheduler.backends.kubernetes import logs as kubernetes_logs
 from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.informer import PodInformer
 from scheduler.backends.kubernetes.inventory import node_info
 from scheduler.backends.kubernetes.namespaces import NamespaceContents
 from scheduler.backends.kubernetes.render import (
@@ -157,6 +158,8 @@ class KubernetesBackend(NamespaceContents):
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
         self._device_resource: dict[str, str] = {}
         self._watchers: list[ListWatcher[PodStatus]] = []
+        # Gantry's pods as the daemon's watch sees them (`watch_pods`): list_pods reads here.
+        self.informer: PodInformer | None = None
         # Namespaces seen to carry Gantry's label, so each is read once per process.
         self._own_namespaces: set[str] = set()
         self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
@@ -253,6 +256,7 @@ class KubernetesBackend(NamespaceContents):
         bound = self.config.create_bound
         manifest = render_pod(pod, self.config, self._device_resource.get(pod.node), bound=bound)
         created = self._create_or_adopt(pod, manifest)
+        self._wrote(created)
         if bound:
             node = (created.get("spec") or {}).get("nodeName")
             if not node:  # ours, created unbound before (another setting, an older version)
@@ -338,6 +342,8 @@ class KubernetesBackend(NamespaceContents):
             if exc.status not in (CONFLICT, NOT_FOUND):
                 raise
             self._resolve_bind_conflict(namespace, name, node, exc)
+        if self.informer is not None:
+            self.informer.bound(namespace, name, node)
 
     def _resolve_bind_conflict(
         self, namespace: str, name: str, node: str, exc: ApiException
@@ -358,7 +364,7 @@ class KubernetesBackend(NamespaceContents):
     def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
         """Graceful delete: the pod keeps its devices until the kubelet reports it gone."""
         try:
-            self._call(
+            deleted = self._call(
                 f"delete pod {name}",
                 self.core.delete_namespaced_pod,
                 name,
@@ -369,11 +375,22 @@ class KubernetesBackend(NamespaceContents):
         except ApiException as exc:
             if exc.status != NOT_FOUND:
                 raise
+            return
+        self._wrote(deleted)
 
     @_protocol_errors
     def list_pods(self) -> Sequence[PodStatus]:
+        """From the informer's cache once it has seen this process's own writes (while the
+        daemon's watch runs), else listed from the API server."""
+        if self.informer is not None and (cached := self.informer.pods()) is not None:
+            return cached
         items, _ = self._list_pod_items()
         return [status for item in items if (status := pod_status(item)) is not None]
+
+    def _wrote(self, pod: Any) -> None:
+        """A pod write's answer: reads from the informer wait until it has seen it."""
+        if self.informer is not None and isinstance(pod, dict):
+            self.informer.wrote((pod.get("metadata") or {}).get("resourceVersion"))
 
     def _list_pod_items(self) -> tuple[list[dict[str, Any]], str]:
         return self._pages(
@@ -518,12 +535,21 @@ class KubernetesBackend(NamespaceContents):
         """Wake-ups for the daemon: a thread runs the list/watch loop over Gantry's pods
         until `stop` is set (or `close_watches`) and sets the returned event whenever they
         change (created, bound, started, ended, deleted), so that the daemon looks at once
-        instead of at its polling interval. Reconcile still lists the pods itself: the
-        watch only says when to look, and a lost watch costs latency, never correctness."""
+        instead of at its polling interval. The watch fills the informer's cache, from
+        which `list_pods` answers once it has seen this process's writes (else it lists):
+        a lost watch costs a list, never correctness."""
         changed = threading.Event()
-        watcher = self.pod_watcher(
-            lambda _pods: changed.set(), lambda _kind, _pod: changed.set(), timeout_s
-        )
+        informer = self.informer = PodInformer(self.config.informer_wait_s)
+
+        def synced(pods: list[PodStatus]) -> None:
+            informer.synced(pods, watcher.resource_version or "")
+            changed.set()
+
+        def event(kind: str, pod: PodStatus) -> None:
+            informer.changed(kind, pod, watcher.resource_version)
+            changed.set()
+
+        watcher = self.pod_watcher(synced, event, timeout_s)
 
         def back_off(seconds: float) -> None:  # ends early on stop
             stop.wait(seconds)
@@ -540,6 +566,9 @@ class KubernetesBackend(NamespaceContents):
         for watcher in self._watchers:
             watcher.close()
         self._watchers.clear()
+        if self.informer is not None:
+            self.informer.lost()
+            self.informer = None
 
     def node_watcher(
         self,

@@ -67,6 +67,9 @@ class KubernetesConfig:
     # Pods are created already on the node Gantry chose (spec.nodeName: one call per pod)
     # instead of created unbound and then bound through pods/binding (two calls).
     create_bound: bool = True
+    # While the daemon's watch runs, reconcile reads Gantry's pods from its cache once the
+    # cache has seen the daemon's own writes; it waits this long for that, then lists.
+    informer_wait_s: float = 2.0
     # A project namespace's NetworkPolicies (kubernetes_namespace): the cluster DNS its pods
     # may reach, and where else they may connect (the internet, less the private and
     # link-local ranges: other tenants, Gantry itself, the cloud metadata address).

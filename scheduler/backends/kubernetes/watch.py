@@ -108,8 +108,10 @@ class ListWatcher(Generic[T]):
     def _relist(self) -> None:
         items, rv = self.list_all()
         self.relists += 1
-        self.on_sync([parsed for item in items if (parsed := self.parse(item)) is not None])
+        # Set first, so that a handler reads the version of what it is handed (a handler
+        # that fails sends the loop back to a list: the version is dropped there).
         self.resource_version = rv
+        self.on_sync([parsed for item in items if (parsed := self.parse(item)) is not None])
 
     def _stream(self, stop: threading.Event | None) -> None:
         assert self.resource_version is not None
@@ -126,11 +128,11 @@ class ListWatcher(Generic[T]):
                     _raise_error(event.get("object") or {})
                 obj = event.get("object") or {}
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
+                self.resource_version = rv or self.resource_version
                 if event.get("type") != "BOOKMARK":
                     parsed = self.parse(obj)
                     if parsed is not None:
                         self.on_event(str(event.get("type")), parsed)
-                self.resource_version = rv or self.resource_version
                 if stop is not None and stop.is_set():
                     return
         finally:
