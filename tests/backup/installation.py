@@ -17,6 +17,7 @@ in the previous release's tree as well.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -48,9 +49,11 @@ class Filled:
     metered_hour: datetime
 
 
-def fill(env: Any, daemon: Any) -> Filled:
+def fill(env: Any, daemon: Any, settle: Callable[[], None] | None = None) -> Filled:
     """Fill the installation through the services and `daemon` (which runs on `env`'s
-    clock); see the module docstring for what it leaves."""
+    clock); see the module docstring for what it leaves. `settle()` runs the daemon until
+    what it placed runs (default: two cycles, enough on the simulated cluster)."""
+    settle = settle or (lambda: env.run(daemon, seconds=2, cycles=2))
     org, pat = env.org, env.org.users["pat"]
     rate_card_add(user=pat, flavor=org.h100, valid_from=datetime(2020, 1, 1, tzinfo=UTC),
                   prices=RatePrices(Decimal(2)))  # fmt: skip
@@ -64,9 +67,9 @@ def fill(env: Any, daemon: Any) -> Filled:
         ),
         "bravo": env.submit("bob-bravo", **gpu8),
     }
-    env.run(daemon, seconds=2, cycles=2)
+    settle()
     jobs["borrowed"] = env.submit(resources={"gpus": 4}, simulation=LONG)
-    env.run(daemon, seconds=2, cycles=2)
+    settle()
     jobs["queued"] = env.submit(**gpu8)
     jobs["awaiting"] = env.submit("bob-bravo", **{**gpu8, "replicas": 2})
     jobs["rejected"] = env.submit("bob-bravo", **{**gpu8, "replicas": 2})
@@ -76,7 +79,7 @@ def fill(env: Any, daemon: Any) -> Filled:
     approval_decide(user=org.users["dana"], request=request, approve=False, comment="too big")
     quota_set(user=pat, tenant=org.charlie, flavor=org.h100,
               values=QuotaValues(12000, 32000, None, 1.0))  # fmt: skip
-    env.run(daemon, seconds=2, cycles=2)
+    settle()
     # 1. meter the first whole hour the jobs ran, 2. close its statement
     first = Allocation.objects.aggregate(first=Min("started_at"))["first"]
     hour = floor_hour(first)

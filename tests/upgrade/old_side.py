@@ -6,10 +6,12 @@ directory and first on PYTHONPATH, so every project module it imports is the old
 It reads one JSON command a line on stdin and answers one JSON line on stdout (logs go to
 stderr):
 
-    {"do": "setup"}             migrate, fill (tests/backup/installation.py): jobs, hour, clock
+    {"do": "setup", "backend": B}  migrate, fill (tests/backup/installation.py) on the simulated
+                                cluster (GANTRY_SIM_STATE_FILE) or Kubernetes (KUBECONFIG)
     {"do": "rows"}              every row (installation.every_row)
     {"do": "costs", "hour": T}  the cost lines of that hour, as the old API answers them
     {"do": "steps", "n": 3}     n daemon cycles, the fake clock 2 s further before each
+    {"do": "settle"}            cycles until no job is being placed (Kubernetes: its kubelets)
     {"do": "run"}, {"do": "pause"}   cycles in a thread until paused (while the new tree migrates)
     {"do": "standby"}           the leader steps down (SIGTERM's effect); a standby of this
                                 release stays, stepping on "steps"
@@ -26,6 +28,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,26 @@ def load(name: str, path: Path) -> Any:
     return module
 
 
+SETTLE_S = 60.0  # the kubelets start a bound pod within a pass or two
+
+
+def make_backend(kind: str, clock: Any) -> Any:
+    if kind == "kubernetes":
+        from scheduler.backends.kubernetes.backend import (
+            KubernetesBackend,
+            api_client_from_environment,
+        )
+        from scheduler.backends.kubernetes.config import KubernetesConfig
+
+        return KubernetesBackend(api_client_from_environment(), KubernetesConfig())
+    from scheduler.backends.simulated.inventory import make_nodes
+    from scheduler.backends.simulated.statefile import PersistentCluster
+
+    nodes = make_nodes(4, "H100-80GB", 8, prefix="h100")
+    path = Path(os.environ["GANTRY_SIM_STATE_FILE"])
+    return PersistentCluster(nodes, path, clock=clock, start_delay_s=1.0, grace_cap_s=2.0)
+
+
 class OldSide:
     def __init__(self) -> None:
         import django
@@ -56,24 +79,38 @@ class OldSide:
         self.failures: list[str] = []
         self.cycles = 0  # run in the thread
 
-    def setup(self) -> dict[str, Any]:
+    def setup(self, backend: str) -> dict[str, Any]:
         from django.core.management import call_command
 
-        from scheduler.backends.simulated.inventory import make_nodes
-        from scheduler.backends.simulated.statefile import PersistentCluster
         from tests.conftest import build_org
         from tests.daemon.conftest import Env, FakeClock
 
         call_command("migrate", verbosity=0)
         self.installation = load("upgrade_installation", HERE.parent / "backup" / "installation.py")
         clock = FakeClock()
-        nodes = make_nodes(4, "H100-80GB", 8, prefix="h100")
-        backend = PersistentCluster(nodes, Path(os.environ["GANTRY_SIM_STATE_FILE"]), clock=clock,
-                                    start_delay_s=1.0, grace_cap_s=2.0)  # fmt: skip
-        self.env = Env(build_org(), clock, backend)
+        self.kind = backend
+        self.env = Env(build_org(), clock, make_backend(backend, clock))
         self.daemon = self.env.daemon("old-leader")
-        filled = self.installation.fill(self.env, self.daemon)
+        filled = self.installation.fill(self.env, self.daemon, self._settle)
         return {"jobs": filled.jobs, "hour": filled.metered_hour.isoformat(), "clock": clock.t}
+
+    def settle(self) -> dict[str, Any]:
+        self._settle()
+        return self.state()
+
+    def _settle(self) -> None:
+        if self.kind == "simulated":
+            self.env.run(self.daemon, seconds=2, cycles=2)
+            return
+        from scheduler.models import Job
+
+        # The kubelets (played by the test process) start the pods on their own time.
+        deadline = time.monotonic() + SETTLE_S
+        placing = Job.objects.filter(state__in=["admitted", "binding"])
+        self.env.run(self.daemon, seconds=0.5, cycles=1)
+        while placing.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+            self.env.run(self.daemon, seconds=0.5, cycles=1)
 
     def rows(self) -> dict[str, Any]:
         return {"rows": self.installation.every_row()}

@@ -1,6 +1,8 @@
 """The upgrade test (issue 40, docs/upgrading.md): the previous release recorded in
 releases.toml, running on PostgreSQL with its daemon on the simulated cluster and jobs of
-every kind, upgraded to the current tree as the docs say, with jobs running throughout.
+every kind, upgraded to the current tree as the docs say, with jobs running throughout: on
+the simulated cluster, and on the real control plane with the Kubernetes backend
+(tests/upgrade/worlds.py; `kubernetes`-marked, run when the plane is built).
 
 1. The old tree (tests/upgrade/previous.py) migrates its own database and fills it
    (tests/backup/installation.py: running, queued, awaiting approval, borrowed, a gang, a
@@ -33,8 +35,6 @@ from django.db.models import Count, F, Q
 from rest_framework.test import APIClient
 
 from common.releases import REPO_ROOT, load_releases, previous_release
-from scheduler.backends.simulated.inventory import make_nodes
-from scheduler.backends.simulated.statefile import PersistentCluster
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.schema_guard import SchemaGuardedLease
 from scheduler.models import Job
@@ -42,7 +42,12 @@ from tests.backup.installation import cost_lines, every_row
 from tests.conftest import job_spec
 from tests.daemon.conftest import FakeClock, assert_consistent
 from tests.databases import create_database, database_named, pg_url
+from tests.k8s.real_plane import RealPlane, real_plane
 from tests.upgrade.previous import OldTree, check_out, remove
+from tests.upgrade.worlds import KubernetesWorld, SimulatedWorld
+
+__all__ = ["real_plane"]  # the session fixture, for this module
+World = SimulatedWorld | KubernetesWorld
 
 OLD_SIDE = Path(__file__).with_name("old_side.py")
 # What an upgrade must leave as it was: every row that existed before, field for field.
@@ -114,7 +119,6 @@ def process_env(database: str, tmp_path: Path) -> dict[str, str]:
     return env | {
         "DATABASE_URL": pg_url(database),
         "GANTRY_VAR_DIR": str(tmp_path / "var"),  # the filesystem broker: no worker runs
-        "GANTRY_SIM_STATE_FILE": str(tmp_path / "simulated-cluster.state"),
         "DJANGO_SETTINGS_MODULE": "config.settings",
     }
 
@@ -134,37 +138,47 @@ def rows_kept(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return changed
 
 
-def pods_of(backend: PersistentCluster) -> dict[str, tuple[Any, ...]]:
-    with backend._shared():
-        return {n: (p.node, p.created_at, p.bound_at) for n, p in backend._pods.items()}
-
-
 @pytest.mark.postgresql("the upgrade path of installations, which run on PostgreSQL")
 def test_an_upgrade_from_the_previous_release_with_jobs_running(
     django_db_blocker: Any, old_tree: OldTree, tmp_path: Path
 ) -> None:
+    world = SimulatedWorld(tmp_path / "simulated-cluster.state")
+    with django_db_blocker.unblock():
+        run_upgrade(world, old_tree, tmp_path)
+
+
+@pytest.mark.kubernetes
+@pytest.mark.postgresql("the upgrade path of installations, which run on PostgreSQL")
+def test_an_upgrade_on_the_real_control_plane(
+    django_db_blocker: Any, old_tree: OldTree, tmp_path: Path, real_plane: RealPlane
+) -> None:
+    if real_plane.plane is None:
+        pytest.skip("the upgrade test plays its nodes' kubelets: it needs the devcluster plane")
+    with django_db_blocker.unblock(), KubernetesWorld(real_plane).running() as world:
+        run_upgrade(world, old_tree, tmp_path)
+
+
+def run_upgrade(world: World, old_tree: OldTree, tmp_path: Path) -> None:
     # A database of its own, not the test database: nothing to flush afterwards.
     database = f"{connection.settings_dict['NAME']}_upgrade_{os.getpid()}"[:63]
-    with django_db_blocker.unblock():
-        create_database(database)
-        env = process_env(database, tmp_path)
-        old = OldProcess(old_tree, env, tmp_path / "old-side.log")
-        try:
-            with database_named(database):
-                upgrade(old, env)
-        finally:
-            old.close()
+    create_database(database)
+    env = process_env(database, tmp_path) | world.env()
+    old = OldProcess(old_tree, env, tmp_path / "old-side.log")
+    try:
+        with database_named(database):
+            upgrade(old, env, world)
+    finally:
+        old.close()
 
 
-def upgrade(old: OldProcess, env: dict[str, str]) -> None:
+def upgrade(old: OldProcess, env: dict[str, str], world: World) -> None:
     # 1. the old release, filled, its daemon leading
-    filled = old.ask("setup")
+    filled = old.ask("setup", backend=world.kind)
     hour = datetime.fromisoformat(filled["hour"])
     before = old.ask("rows")["rows"]
     costs_before = old.ask("costs", hour=filled["hour"])["costs"]
-    state_file = Path(env["GANTRY_SIM_STATE_FILE"])
     clock = FakeClock(filled["clock"])
-    pods_before = pods_of(cluster(state_file, clock))
+    pods_before = world.pods(clock)
     running = set(Job.objects.filter(state="running").values_list("pk", "attempt"))
     assert len(running) == 5 and len(pods_before) == 6, (running, pods_before)
     assert {"tenants.AuditEntry", "billing.StatementLine", "billing.UsageRecord"} <= {
@@ -186,32 +200,30 @@ def upgrade(old: OldProcess, env: dict[str, str]) -> None:
     api = APIClient()
     api.force_authenticate(Job.objects.get(pk=filled["jobs"]["cancelled"]).submitted_by)
     spec = job_spec(replicas=1, resources={"gpus": 1}, simulation={"duration_s": 100_000})
-    response = api.post("/api/v1/jobs/", {"project": project_of(filled, "cancelled"), "spec": spec},
-                        format="json")  # fmt: skip
+    project = Job.objects.get(pk=filled["jobs"]["cancelled"]).project_id
+    response = api.post("/api/v1/jobs/", {"project": project, "spec": spec}, format="json")
     assert response.status_code == 201, response.json()
     during = response.json()["id"]
-    state = old.ask("steps", n=3)
+    state = old.ask("settle")
     assert state["leading"] and state["cycle_failures"] == 0, (state, old.tail())
     assert Job.objects.get(pk=during).state == "running"
 
     # 4. the daemon rolled: the current tree's daemon takes over; an old standby stays
     clock.t = state["clock"]
-    backend = cluster(state_file, clock)
+    backend = world.backend(clock)
     new = Daemon(backend, lease=SchemaGuardedLease("new-leader", ttl_s=30), clock=clock,
                  sleep=lambda _s: None)  # fmt: skip
     new.step()
     assert not new.lease.leading  # a standby while the old leader leads
     old.ask("standby")
-    for _ in range(3):
-        clock.advance(2)
-        new.step()
+    world.settle(new, clock)
     assert new.lease.leading
     assert not old.ask("steps", n=2)["leading"]
 
     # 5. what the upgrade must leave as it was
-    assert backend.calls.get("create_pod", 0) == 0, "a pod was started again"
-    pods_after = pods_of(backend)
-    assert {n: pods_after.get(n) for n in pods_before} == pods_before
+    assert world.created(backend) == 0, "a pod was started again"
+    pods_after = world.pods(clock)
+    assert {n: pods_after.get(n) for n in pods_before} == pods_before, "a pod was started again"
     assert running <= set(Job.objects.values_list("pk", "attempt").filter(state="running"))
     ids = set(filled["jobs"].values()) | {during}
     assert set(Job.objects.values_list("pk", flat=True)) == ids  # none lost, none doubled
@@ -227,19 +239,8 @@ def upgrade(old: OldProcess, env: dict[str, str]) -> None:
     assert cost_lines(hour) == costs_before
     assert_consistent(backend)
     # the queue goes on
-    response = api.post("/api/v1/jobs/", {"project": project_of(filled, "cancelled"),
-                        "spec": {**spec, "resources": {"gpus": 2}}}, format="json")  # fmt: skip
+    spec = {**spec, "resources": {"gpus": 2}}
+    response = api.post("/api/v1/jobs/", {"project": project, "spec": spec}, format="json")
     assert response.status_code == 201, response.json()
-    for _ in range(2):
-        clock.advance(2)
-        new.step()
+    world.settle(new, clock)
     assert Job.objects.get(pk=response.json()["id"]).state == "running"
-
-
-def cluster(path: Path, clock: FakeClock) -> PersistentCluster:
-    nodes = make_nodes(4, "H100-80GB", 8, prefix="h100")
-    return PersistentCluster(nodes, path, clock=clock, start_delay_s=1.0, grace_cap_s=2.0)
-
-
-def project_of(filled: dict[str, Any], name: str) -> int:
-    return int(Job.objects.get(pk=filled["jobs"][name]).project_id)
