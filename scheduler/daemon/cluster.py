@@ -9,14 +9,17 @@ thread holds while it waits for them and renews the lease."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, wait
 
 from scheduler.backends.base import BackendError, ClusterBackend, FencedWrites, PodRequest
-from scheduler.daemon.calls import CallPool
+from scheduler.daemon.calls import Call, CallPool
 from scheduler.daemon.lease import LeaseKeeper
 
 log = logging.getLogger("gantry.daemon")
+DELETE_DEADLINE_S = 15.0  # as GANTRY_CALL_DEADLINE_S's default: a delete is retried next cycle
 
 
 class Cluster:
@@ -49,9 +52,15 @@ class Cluster:
     def bind(self, namespace: str, name: str, node: str) -> None:
         self.call(lambda: self.backend.bind_pod(namespace, name, node))
 
-    def delete_pods(self, deletions: list[tuple[str, str, int]]) -> None:
-        """Delete each (namespace, pod, grace seconds); a failure is logged, and reconcile
-        deletes the pod on a later cycle."""
+    def delete_pods(
+        self, deletions: list[tuple[str, str, int]], deadline_s: float = DELETE_DEADLINE_S
+    ) -> None:
+        """Delete each (namespace, pod, grace seconds): concurrently over the call pool's
+        threads where the backend allows it, else one after the other. A failure, or no answer
+        within `deadline_s`, is logged, and reconcile deletes the pod on a later cycle."""
+        if self.calls.threaded and len(deletions) > 1:
+            self._delete_concurrently(deletions, deadline_s)
+            return
         for namespace, name, grace in deletions:
 
             def delete(namespace: str = namespace, name: str = name, grace: int = grace) -> None:
@@ -61,6 +70,40 @@ class Cluster:
                 self.call(delete)
             except BackendError as error:
                 log.warning("could not delete pod %s/%s: %s", namespace, name, error)
+
+    def _delete_concurrently(
+        self, deletions: list[tuple[str, str, int]], deadline_s: float
+    ) -> None:
+        with self.threads_writing():
+            waiting = {
+                call.future: call
+                for call in (
+                    self.calls.send(
+                        Call(0, "delete", what), functools.partial(self.delete_from_thread, *what)
+                    )
+                    for what in deletions
+                )
+            }
+            while waiting:
+                done, _ = wait(
+                    list(waiting), timeout=self.keeper.lease.ttl_s / 12, return_when=FIRST_COMPLETED
+                )
+                self.keeper.keep_for_threads()  # LeaseLost when lost: no thread writes again
+                now = self.calls.monotonic()
+                late = [
+                    f
+                    for f, c in waiting.items()
+                    if f not in done and c.started is not None and now - c.started >= deadline_s
+                ]
+                for future in [*done, *late]:
+                    namespace, name, _ = waiting.pop(future).what
+                    error = future.exception() if future in done else None
+                    if future in late:
+                        log.warning("could not delete pod %s/%s: no answer", namespace, name)
+                    elif isinstance(error, BackendError):
+                        log.warning("could not delete pod %s/%s: %s", namespace, name, error)
+                    elif error is not None:
+                        raise error  # LeaseLost, or a bug: the cycle ends here
 
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
         """Cordon or uncordon `node` in the cluster."""

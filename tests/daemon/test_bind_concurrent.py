@@ -263,3 +263,25 @@ def test_preempted_pods_are_deleted_concurrently_and_a_failed_delete_is_left_to_
     out = bind_plan(cluster_of(backend), plan, no_hook)
     assert out.bound == {1: [100]}
     assert {("delete", "victim-1"), ("delete", "victim-2")} <= set(backend.calls)
+
+
+def test_reconciles_deletions_go_out_concurrently_and_a_stalled_one_is_given_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ended pods are deleted by reconcile in bulk (a cycle after many jobs finished): all at
+    once, at most max_in_flight; one refused and one stalled are logged and left to the next
+    cycle, and the others are deleted meanwhile."""
+    backend = NetworkCluster(max_in_flight=4)
+    backend.delay_s = 0.02
+    backend.refused[("delete", "done-3")] = BackendError("503 Service Unavailable")
+    gate = backend.hold("delete", "done-5")
+    cluster = cluster_of(backend)
+    try:
+        cluster.delete_pods([("team-a", f"done-{i}", 30) for i in range(12)], deadline_s=0.5)
+    finally:
+        gate.set()
+    deleted = {name for kind, name in backend.calls if kind == "delete"}
+    assert {f"done-{i}" for i in range(12)} - {"done-5"} <= deleted
+    assert backend.peak == 4
+    assert "could not delete pod team-a/done-3: 503 Service Unavailable" in caplog.text
+    assert "could not delete pod team-a/done-5: no answer" in caplog.text
