@@ -15,6 +15,7 @@ needs the package index and minutes: `why` says which requirement forced it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -61,7 +62,8 @@ def unmet_requirements(pyproject: str) -> list[str]:
 
 
 def check_out(release: Release, where: Path) -> OldTree:
-    path = where / f"gantry-{release.version}"
+    # Named apart per process: two xdist workers may check the same release out at once.
+    path = where / f"gantry-{release.version}-{os.getpid()}"
     if subprocess.run(
         ["git", "-C", str(REPO_ROOT), "cat-file", "-e", f"{release.commit}^{{commit}}"],
         capture_output=True,
