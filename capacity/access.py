@@ -46,6 +46,10 @@ def require_planner(user: Any) -> None:
     access.require_books_keeper(user)
 
 
+def is_platform_admin(user: Any) -> bool:
+    return access.grants_for(user).platform_admin
+
+
 def require_platform_admin(user: Any) -> None:
     access.require_platform_admin(user)
 

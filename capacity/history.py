@@ -8,7 +8,7 @@ Three measures, GPU-hours per day (UTC):
 - used: the hourly utilization roll-ups per tenant (scheduler/telemetry/rollups.py): the GPU
   time held times the mean utilization (a GPU held at 40% is 0.4 GPU-hours an hour).
 
-A job's pool is its last allocation's flavor, else the first flavor its spec allows, else ""
+A job's pool is its last allocation's flavor, else the first flavor it allows, else ""
 (any model: shown as its own line). Each measure is summed per (pool, the job's team) and
 then added to every ancestor of the team (a subtree's series holds its teams') and to the
 whole pool (key None). Renamed flavors count under their name now (billing's renames).
@@ -76,12 +76,12 @@ def _requested(window: Window, renames: dict[str, str]) -> dict[Key, _Intervals]
             "finished_at",
             "replicas",
             "gpu_milli_per_replica",
-            "spec",
+            "flavors",
         )
     )
     groups: dict[Key, _Intervals] = defaultdict(lambda: _Intervals([], [], []))
-    for job_id, tenant_id, created, finished, replicas, milli, spec in rows.iterator(2000):
-        allowed = (spec or {}).get("flavors") or [""]
+    for job_id, tenant_id, created, finished, replicas, milli, flavors in rows.iterator(2000):
+        allowed = flavors or [""]
         flavor = last_flavor.get(job_id) or allowed[0]
         group = groups[(renames.get(flavor, flavor), tenant_id)]
         group.starts.append(created.timestamp())

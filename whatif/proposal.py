@@ -17,8 +17,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from scheduler.snapshot.translate import load_nodes
 from tenants import access
 from tenants.models import PriorityClass, Quota, ResourceFlavor, Tenant
+from whatif.inventory import ACTIONS, DEMAND, INVENTORY, inventory_errors
 
 MAX_CHANGES = 50
 QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight", "user_limit_milli")
@@ -118,3 +120,30 @@ def _class_errors(
     if sum(1 for v in values.values() if v == change["value"]) > 1:
         return {"value": [f"another priority class has the value {change['value']}."]}
     return {}
+
+
+# --- expansions (whatif/inventory.py) -------------------------------------------------------
+
+MAX_EXPANSION_GPUS = 10_000
+
+
+def expansion_validate(changes: list[dict[str, Any]]) -> None:
+    """An expansion: one demand change and one inventory change of known flavors, the
+    inventory change possible on the nodes present now. ValidationError names the field."""
+    flavors = set(ResourceFlavor.objects.values_list("name", flat=True))
+    errors: dict[str, list[str]] = {}
+    kinds = sorted(c.get("kind", "") for c in changes)
+    if kinds != sorted([DEMAND, INVENTORY]):
+        raise ValidationError({"changes": ["an expansion is one demand and one inventory change."]})
+    for change in changes:
+        if change["flavor"] not in flavors:
+            errors["flavor"] = [f"unknown flavor '{change['flavor']}'."]
+    inventory = next(c for c in changes if c["kind"] == INVENTORY)
+    if inventory["action"] not in ACTIONS:
+        errors["action"] = [f"one of {', '.join(ACTIONS)}."]
+    if not 1 <= inventory["gpus"] <= MAX_EXPANSION_GPUS:
+        errors["gpus"] = [f"from 1 to {MAX_EXPANSION_GPUS} GPUs."]
+    if not errors:
+        errors.update(inventory_errors(inventory, list(load_nodes()[0].values())))
+    if errors:
+        raise ValidationError(errors)

@@ -7,7 +7,9 @@
    a job that never started runs for its max runtime, else GANTRY_WHATIF_DEFAULT_RUNTIME_S.
    At most GANTRY_WHATIF_MAX_JOBS are replayed, the earliest first, and the result says so.
 2. cluster: the nodes present now, all healthy and schedulable; the tenants' quotas and the
-   priority classes as they are today, and again with the proposed changes.
+   priority classes as they are today, and again with the proposed changes. An expansion
+   (whatif/inventory.py) changes the proposed side's nodes, and scales the jobs of both
+   sides to a forecast's demand.
 3. replay both in `scheduler.sim` with the scheduler's profile, each side half the progress.
 """
 
@@ -37,10 +39,12 @@ from scheduler.snapshot.translate import (
 from tenants.models import PriorityClass as PriorityClassRow
 from tenants.models import Quota as QuotaRow
 from tenants.models import Tenant
+from whatif.inventory import apply_inventory, scale_demand
 from whatif.summary import summarise
 
 Progress = Callable[[int, str], None]  # (percent, what it is doing)
 LEFT_OUT = (JobState.PENDING_APPROVAL, JobState.REJECTED)  # never ran, never will
+ORG_KINDS = ("quota", "priority_class")  # the changes to the organisation, not the inventory
 
 
 @dataclass(frozen=True)
@@ -62,21 +66,27 @@ def replay(
     start = now - timedelta(days=window_days)
     progress(0, "reading the jobs of the window")
     work = workload(start, now)
+    capped = work.found > len(work.jobs)  # before an expansion's scaling adds or drops jobs
+    # An expansion's forecast demand is replayed on both sides (whatif/inventory.py).
+    work = replace(work, jobs=scale_demand(work.jobs, changes))
     nodes = tuple(replace(n, healthy=True, cordoned=False) for n in load_nodes()[0].values())
     rows = _organisation_rows()
     sides = {}
     for k, (side, proposed) in enumerate((("baseline", ()), ("proposed", changes))):
-        tenants, classes = organisation(rows, proposed)
+        tenants, classes = organisation(rows, [c for c in proposed if c["kind"] in ORG_KINDS])
+        inventory = apply_inventory(nodes, proposed)  # the proposed side's only
         label = "today's settings" if side == "baseline" else "the proposed settings"
-        report = _run(work, Cluster(nodes, tenants, classes), label, 50 * k, progress, every_cycles)
+        cluster = Cluster(inventory, tenants, classes)
+        report = _run(work, cluster, label, 50 * k, progress, every_cycles)
         sides[side] = summarise(report, work.horizon_s)
+        sides[side]["capacity_gpus"] = float(sum(len(n.devices) for n in inventory))
     cap = settings.GANTRY_WHATIF_MAX_JOBS
     return {
         "window_start": start.isoformat(),
         "window_end": now.isoformat(),
         "jobs_found": work.found,
         "jobs_replayed": len(work.jobs),
-        "capped": work.found > len(work.jobs),
+        "capped": capped,
         "cap": cap,
         "capacity_gpus": float(sum(len(n.devices) for n in nodes)),
         **sides,

@@ -39,7 +39,7 @@ from tenants import access
 from tenants.approvals import can_decide
 from tenants.models import ApprovalKind, ApprovalRequest, Role, Tenant
 from whatif.models import WhatIf, WhatIfState
-from whatif.proposal import changes_validate
+from whatif.proposal import changes_validate, expansion_validate
 from whatif.replay import replay
 
 logger = logging.getLogger(__name__)
@@ -146,6 +146,18 @@ def _scope(user: Any, scope_id: int | None) -> Tenant | None:
     if scope is None:
         raise ValidationError({"scope": [f"unknown tenant {scope_id}, or not one you administer."]})
     return scope
+
+
+def whatif_expansion_start(
+    *, user: Any, window_days: int, changes: list[dict[str, Any]], now: datetime
+) -> WhatIf:
+    """Record a run of an expansion (whatif/inventory.py: the inventory changed, the demand
+    scaled to a forecast) over the whole platform, and queue it. Platform admins only: the
+    inventory is theirs (capacity/expansions.py proposes these from its forecasts)."""
+    if not access.grants_for(user).platform_admin:
+        raise PermissionDenied("Platform admins propose changes to the GPU inventory.")
+    expansion_validate(changes)
+    return _create(user=user, scope=None, window_days=window_days, changes=changes, now=now)
 
 
 def may_replay_approval(user: Any, request: ApprovalRequest) -> bool:

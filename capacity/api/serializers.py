@@ -194,3 +194,43 @@ class AcceptIn(StrictInputSerializer):
 
 class RejectIn(StrictInputSerializer):
     reason = serializers.CharField(min_length=1, max_length=500)
+
+
+class ExpansionIn(StrictInputSerializer):
+    flavor = serializers.CharField(min_length=1, max_length=63, help_text="The GPU model.")
+    action = serializers.ChoiceField(["add", "remove", "move"])
+    gpus = serializers.IntegerField(min_value=1, max_value=MAX_OPTION_GPUS)
+    from_pool = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        required=False,
+        help_text="A move's node pool it takes the GPUs from.",
+    )
+    to_pool = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        required=False,
+        help_text="A move's node pool it gives them to.",
+    )
+    window_days = serializers.IntegerField(
+        default=14, min_value=1, max_value=90, help_text="Days of real jobs replayed."
+    )
+    at_day = serializers.IntegerField(
+        default=90,
+        min_value=1,
+        max_value=366,
+        help_text="Replay the demand forecast this many days ahead.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        pools = {k for k in ("from_pool", "to_pool") if k in attrs}
+        if attrs["action"] == "move" and pools != {"from_pool", "to_pool"}:
+            missing = sorted({"from_pool", "to_pool"} - pools)
+            raise serializers.ValidationError({k: ["a move names both pools."] for k in missing})
+        if attrs["action"] != "move" and pools:
+            raise serializers.ValidationError({k: ["only a move names pools."] for k in pools})
+        return attrs
+
+
+class ExpansionOut(serializers.Serializer):
+    whatif = serializers.IntegerField(help_text="The what-if run (GET /api/v1/what-ifs/{id}/).")
+    demand_scale = serializers.FloatField(help_text="The window's jobs replayed this many times.")
+    saturation = SaturationOut(help_text="The pool's saturation days with the change.")

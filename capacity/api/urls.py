@@ -11,5 +11,6 @@ router.register("capacity/rate-suggestions", views.RateSuggestionViewSet, basena
 urlpatterns = [
     path("capacity/plans/", views.PlanListView.as_view(), name="capacity-plans"),
     path("capacity/export/", views.PlanExportView.as_view(), name="capacity-export"),
+    path("capacity/expansions/", views.ExpansionView.as_view(), name="capacity-expansions"),
     *router.urls,
 ]

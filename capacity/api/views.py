@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from billing.api.costs import PAGE_PARAMETERS
 from billing.api.exports import JSONErrors
-from capacity import access, export, selectors, services
+from capacity import access, expansions, export, selectors, services
 from capacity.api import serializers as s
 from capacity.models import PoolTarget, RateSuggestion, TcoInputs
 from capacity.present import PoolPlan, capacity_plans
@@ -177,3 +177,24 @@ class RateSuggestionViewSet(
             user=request.user, suggestion=suggestion, accept=False, **body.validated_data
         )
         return Response(s.RateSuggestionOut(done).data)
+
+
+class ExpansionView(APIView):
+    """Start a what-if of an expansion (platform admins): GPUs added, removed or moved, the
+    window's jobs replayed at the demand the forecast expects; follow it at
+    /api/v1/what-ifs/{id}/ (waits per tenant, utilization). Anyone else: 403."""
+
+    @extend_schema(request=s.ExpansionIn, responses={201: s.ExpansionOut})
+    def post(self, request: Request) -> Response:
+        access.require_platform_admin(request.user)
+        body = s.ExpansionIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        started = expansions.expansion_start(
+            user=request.user, now=timezone.now(), **body.validated_data
+        )
+        out = {
+            "whatif": started.run.pk,
+            "demand_scale": started.demand_scale,
+            "saturation": started.option.saturation,
+        }
+        return Response(s.ExpansionOut(out).data, status=status.HTTP_201_CREATED)

@@ -15,9 +15,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from capacity import access, export, selectors, services
-from capacity.api.serializers import ExportQueryIn, PlansQueryIn, TcoInputsIn
+from capacity import access, expansions, export, selectors, services
+from capacity.api.serializers import ExpansionIn, ExportQueryIn, PlansQueryIn, TcoInputsIn
 from capacity.present import capacity_plans
+from common.errors import RateLimitedError
 from portal.capacity_charts import forecast_figure
 from portal.decorators import login_required
 from tenants.models import ResourceFlavor
@@ -61,6 +62,7 @@ def capacity_page(request: HttpRequest) -> HttpResponse:
         "bad_query": query is None,
         "sees_pools": access.sees_pools(request.user),
         "planner": access.sees_pools(request.user),
+        "platform_admin": access.is_platform_admin(request.user),
         "flavors": ResourceFlavor.objects.order_by("name"),
         "tco_inputs": list(selectors.tco_inputs_list()) if access.sees_pools(request.user) else [],
         "query": request.GET,
@@ -119,3 +121,41 @@ def capacity_tco(request: HttpRequest) -> HttpResponse:
         return redirect("portal:capacity")
     messages.success(request, f"TCO inputs of {flavor.name} saved.")
     return redirect("portal:capacity")
+
+
+@login_required
+@require_POST
+def capacity_expansion(request: HttpRequest) -> HttpResponse:
+    """A platform admin's expansion what-if from the capacity page; its run's page follows.
+    Finance: 403 (it reads what-ifs, starts none); anyone else: 404."""
+    if not access.sees_pools(request.user):
+        raise Http404("Not found.")
+    access.require_platform_admin(request.user)
+    body = ExpansionIn(data=_form(request.POST))
+    if not body.is_valid():
+        for field, errors in body.errors.items():
+            messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
+        return redirect("portal:capacity")
+    try:
+        started = expansions.expansion_start(
+            user=request.user, now=timezone.now(), **body.validated_data
+        )
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+        return redirect("portal:capacity")
+    except RateLimitedError as exc:
+        messages.error(request, str(exc))
+        return redirect("portal:capacity")
+    return redirect("portal:whatif-detail", pk=started.run.pk)
+
+
+def _form(post: Any) -> dict[str, Any]:
+    """A form's text as the API's input: numbers read, empty fields left out."""
+    data: dict[str, Any] = {}
+    for key, value in post.items():
+        if key == "csrfmiddlewaretoken" or value == "":
+            continue
+        data[key] = (
+            int(value) if key in {"gpus", "window_days", "at_day"} and value.isdigit() else value
+        )
+    return data

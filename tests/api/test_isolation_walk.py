@@ -143,6 +143,8 @@ FOREIGN_OBJECTS: dict[str, Callable[[Org, Tenant], Any]] = {
     # admins (populate_capacity: a run naming every team), 403 for anyone else.
     "capacity-plans": lambda org, t: t,
     "capacity-export": lambda org, t: t,
+    # An expansion what-if: platform admins start it (a 403 for anyone else, finance too).
+    "capacity-expansions": lambda org, t: t,
     # Capacity planning's inputs: platform-wide, finance and platform admins only (403 on the
     # lists, 404 on a suggestion for anyone else).
     "pooltarget": lambda org, t: PoolTarget.objects.first(),

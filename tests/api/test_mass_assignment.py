@@ -147,6 +147,14 @@ def _suggestion(org: Org) -> int:
     return int(suggestion.pk)
 
 
+def _forecast_and_node(org: Org) -> None:
+    """A stored forecast of H100s and a node of them to copy (an expansion's needs)."""
+    from tests.capacity.builders import stored_run
+
+    stored_run(org)
+    _node(org)
+
+
 def client_as(org: Org, persona: str) -> APIClient:
     client = APIClient()
     client.force_authenticate(org.users[persona])
@@ -420,6 +428,13 @@ WRITES: dict[tuple[str, str], Write] = {
     ("ratesuggestion-reject", "POST"): Write(
         "carol",
         lambda o: (f"/api/v1/capacity/rate-suggestions/{_suggestion(o)}/reject/", {"reason": "no"}),
+    ),
+    ("capacity-expansions", "POST"): Write(
+        "pat",
+        lambda o: (
+            "/api/v1/capacity/expansions/",
+            _forecast_and_node(o) or {"flavor": "H100-80GB", "action": "add", "gpus": 8},
+        ),
     ),
     ("api-token", "POST"): Write(
         "anonymous",

@@ -26,9 +26,10 @@ def job_at(
     gpus: int = 1,
     flavors: list[str] | None = None,
 ) -> Job:
-    job = f.JobFactory(project=project, replicas=gpus, gpu_milli_per_replica=1000)
-    spec = {**job.spec, "flavors": flavors} if flavors else job.spec
-    Job.objects.filter(pk=job.pk).update(created_at=created, finished_at=finished, spec=spec)
+    job = f.JobFactory(
+        project=project, replicas=gpus, gpu_milli_per_replica=1000, flavors=flavors or []
+    )
+    Job.objects.filter(pk=job.pk).update(created_at=created, finished_at=finished)
     job.refresh_from_db()
     return job
 

@@ -94,3 +94,30 @@ def test_the_page_exports_what_it_shows(web) -> None:
     book = load_workbook(io.BytesIO(response.content))
     figures = list(book["Figures"].iter_rows(values_only=True))
     assert figures[3][:4] == ("H100-80GB", None, "saturation_p50", "2026-12-16")
+
+
+def test_a_platform_admin_starts_an_expansion_from_the_page(org, web) -> None:
+    from tests.whatif.builders import eight_gpu_node
+    from whatif.models import WhatIf
+
+    eight_gpu_node()
+    client = web("pat")
+    assert 'id="expansion-form"' in client.get(PAGE).content.decode()
+    assert 'id="expansion-form"' not in web("carol").get(PAGE).content.decode()
+    form = {
+        "action": "add",
+        "gpus": "8",
+        "flavor": "H100-80GB",
+        "window_days": "1",
+        "at_day": "90",
+        "from_pool": "",
+        "to_pool": "",
+    }
+    response = client.post(reverse("portal:capacity-expansion"), form)
+    run = WhatIf.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/what-ifs/{run.pk}/"
+    page = client.get(response["Location"]).content.decode()
+    assert "add 8 GPUs of H100-80GB" in page
+    bad = client.post(reverse("portal:capacity-expansion"), {**form, "gpus": "0"}, follow=True)
+    assert "gpus:" in bad.content.decode() and WhatIf.objects.count() == 1
+    assert web("carol").post(reverse("portal:capacity-expansion"), form).status_code == 403

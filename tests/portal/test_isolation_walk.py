@@ -218,6 +218,7 @@ ROUTES: dict[str, list[Case]] = {
     "capacity": [],
     "capacity-export": [],
     "capacity-tco": [Case(body=lambda w, t: {"flavor": "not-a-model"})],
+    "capacity-expansion": [Case(body=lambda w, t: {"flavor": "H100-80GB", "action": "add"})],
 }
 # Routes without tenant data: only the leak check applies.
 NO_TENANT_DATA = {"login", "logout"}
