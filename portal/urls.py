@@ -96,6 +96,7 @@ urlpatterns = [
     path("capacity/", capacity.capacity_page, name="capacity"),
     path("capacity/export/", capacity.capacity_export, name="capacity-export"),
     path("capacity/tco/", capacity.capacity_tco, name="capacity-tco"),
+    path("capacity/expansions/", capacity.capacity_expansion, name="capacity-expansion"),
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
     path("costs/", costs.costs, name="costs"),
