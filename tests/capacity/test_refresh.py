@@ -3,10 +3,13 @@ subtree, a dead run failed, and the forecasts readable without fitting anything.
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 
 import pytest
 from django.conf import settings as django_settings
+from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from capacity.models import ForecastRun, ForecastRunState, PoolForecast
 from capacity.refresh import STALE_AFTER, forecast_refresh
@@ -96,3 +99,16 @@ def test_only_the_last_runs_are_kept(org) -> None:
     runs = [forecast_refresh(now=TODAY + timedelta(hours=h)) for h in range(7)]
     kept = list(ForecastRun.objects.values_list("id", flat=True))
     assert kept == [r.pk for r in reversed(runs)][:5]
+
+
+def test_the_command_refreshes_now_and_says_so_when_one_runs(org) -> None:
+    job_at(org.proj_alpha, created=day(-3), finished=day(-1), flavors=[H100])
+    out = io.StringIO()
+    call_command("capacity_refresh", stdout=out)
+    run = ForecastRun.objects.get()
+    assert out.getvalue().startswith(f"forecast run {run.pk}: 4 series")  # pool and 3 subtrees
+    ForecastRun.objects.create(
+        started_at=timezone.now(), last_day=day(-1).date(), history_days=28, horizon_days=30
+    )
+    with pytest.raises(CommandError, match="another refresh is running"):
+        call_command("capacity_refresh", stdout=io.StringIO())
