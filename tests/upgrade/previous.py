@@ -61,6 +61,38 @@ def unmet_requirements(pyproject: str) -> list[str]:
     return unmet
 
 
+def has_commit(commit: str) -> bool:
+    probe = ["git", "-C", str(REPO_ROOT), "cat-file", "-e", f"{commit}^{{commit}}"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def unavailable(commit: str) -> str | None:
+    """None when this clone has `commit`. A shallow clone (CI's may be) is deepened first
+    (`git fetch --unshallow`); the reason to skip when that cannot be done. A full clone
+    without it is an error of releases.toml's, not a reason to skip: AssertionError."""
+    if has_commit(commit):
+        return None
+    shallow = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--is-shallow-repository"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert shallow == "true", f"releases.toml names {commit}, which is not in this history"
+    try:
+        fetched = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "fetch", "--quiet", "--unshallow"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except subprocess.TimeoutExpired:
+        return f"a shallow clone without {commit}, and `git fetch --unshallow` timed out"
+    if has_commit(commit):
+        return None
+    why = fetched.stderr.strip() or f"exit {fetched.returncode}"
+    return f"a shallow clone without {commit}, and `git fetch --unshallow` failed: {why}"
+
+
 def check_out(release: Release, where: Path) -> OldTree:
     # Named apart per process: two xdist workers may check the same release out at once.
     path = where / f"gantry-{release.version}-{os.getpid()}"

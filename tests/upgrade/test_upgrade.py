@@ -43,7 +43,7 @@ from tests.conftest import job_spec
 from tests.daemon.conftest import FakeClock, assert_consistent
 from tests.databases import create_database, database_named, pg_url
 from tests.k8s.real_plane import RealPlane, real_plane
-from tests.upgrade.previous import OldTree, check_out, remove
+from tests.upgrade.previous import OldTree, check_out, remove, unavailable
 from tests.upgrade.worlds import KubernetesWorld, SimulatedWorld
 
 __all__ = ["real_plane"]  # the session fixture, for this module
@@ -107,6 +107,8 @@ def old_tree(tmp_path: Path) -> Iterator[OldTree]:
         pytest.skip("no git history in this copy of the tree")
     release = previous_release(load_releases())
     assert release is not None, "releases.toml records no release"
+    if (why := unavailable(release.commit)) is not None:
+        pytest.skip(why)
     tree = check_out(release, tmp_path)
     try:
         yield tree
