@@ -61,23 +61,23 @@ def _ancestors(paths: dict[int, str], tenant_id: int) -> list[int]:
 
 
 def _requested(window: Window, renames: dict[str, str]) -> dict[Key, _Intervals]:
+    jobs = Job.objects.filter(gpu_milli_per_replica__gt=0, created_at__lt=window.end).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gt=window.start)
+    )
+    # The window's jobs' allocations only; the latest one's flavor wins (ordered last).
     last_flavor = dict(
-        Allocation.objects.filter(job__created_at__lt=window.end)
+        Allocation.objects.filter(job__in=jobs.values("id"))
         .order_by("job_id", "started_at")
         .values_list("job_id", "flavor")
-    )  # the latest allocation's flavor wins, ordered last
-    rows = (
-        Job.objects.filter(gpu_milli_per_replica__gt=0, created_at__lt=window.end)
-        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=window.start))
-        .values_list(
-            "id",
-            "tenant_id",
-            "created_at",
-            "finished_at",
-            "replicas",
-            "gpu_milli_per_replica",
-            "flavors",
-        )
+    )
+    rows = jobs.values_list(
+        "id",
+        "tenant_id",
+        "created_at",
+        "finished_at",
+        "replicas",
+        "gpu_milli_per_replica",
+        "flavors",
     )
     groups: dict[Key, _Intervals] = defaultdict(lambda: _Intervals([], [], []))
     for job_id, tenant_id, created, finished, replicas, milli, flavors in rows.iterator(2000):

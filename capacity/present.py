@@ -94,12 +94,13 @@ def capacity_plans(
     plans: list[PoolPlan] = []
     if access.sees_pools(user):
         costs = {t.flavor.name: costs_of(t) for t in selectors.tco_inputs_list()}
+        targets = selectors.pool_targets()  # one read for every pool
         currency = settings.GANTRY_BILLING_CURRENCY
         for name, pool_rows in sorted(by_pool.items()):
             whole = next((r for r in pool_rows if r.tenant is None), None)
             if whole is None:
                 continue
-            target = selectors.pool_target(name)
+            target = targets.get(name, settings.GANTRY_CAPACITY_TARGET_UTILIZATION)
             plans.append(
                 PoolPlan(
                     flavor=name,

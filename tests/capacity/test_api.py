@@ -207,3 +207,23 @@ def test_the_export_as_csv_and_xlsx(run, client_for) -> None:
     assert daily[0][:3] == ("pool", "subtree", "date")
     assert len(daily) == 1 + 28 + 120  # finance sees the pool: its history and forecast days
     assert daily[1][2] == date(2026, 10, 23).isoformat()
+
+
+def test_the_plans_read_in_as_many_queries_for_three_pools_as_for_one(org, client_for) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from capacity.models import PoolForecast
+
+    run = stored_run(org)
+    client = client_for("carol")
+    client.get(PLANS)  # the first request of a client reads what later ones find cached
+    with CaptureQueriesContext(connection) as one:
+        assert len(client.get(PLANS).json()["results"]) == 1
+    for name in ("A100-40GB", "L40S"):
+        for row in PoolForecast.objects.filter(run=run, flavor="H100-80GB"):
+            row.pk, row.flavor = None, name
+            row.save()
+    with CaptureQueriesContext(connection) as three:
+        assert len(client.get(PLANS).json()["results"]) == 3
+    assert len(three) == len(one)

@@ -77,3 +77,14 @@ def test_jobs_outside_the_window_are_not_read(org) -> None:
 def test_a_job_that_allows_any_model_is_its_own_line(org) -> None:
     job_at(org.proj_alpha, created=day(-3), finished=day(-2))
     assert demand_history(three_days())[("", None)]["requested"][0] == pytest.approx(24)
+
+
+def test_the_history_reads_in_a_bounded_number_of_queries(org, django_assert_max_num_queries):
+    for n in range(30):
+        job = job_at(org.proj_alpha, created=day(-3), finished=day(-2), flavors=[H100])
+        if n % 2:
+            ran(job, started=day(-3, 1), ended=day(-2), flavor=H100)
+    # renames, tenant paths, the jobs' allocations, jobs, allocations, roll-ups
+    with django_assert_max_num_queries(6):
+        got = demand_history(three_days())
+    assert got[(H100, None)]["requested"][0] == pytest.approx(30 * 24)
