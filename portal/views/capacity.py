@@ -18,10 +18,12 @@ from django.views.decorators.http import require_GET, require_POST
 from capacity import access, expansions, export, selectors, services
 from capacity.api.serializers import ExpansionIn, ExportQueryIn, PlansQueryIn, TcoInputsIn
 from capacity.present import capacity_plans
-from common.errors import RateLimitedError
+from common.errors import ConflictError, RateLimitedError
 from portal.capacity_charts import forecast_figure
 from portal.decorators import login_required
 from tenants.models import ResourceFlavor
+
+SUGGESTIONS = 10  # the latest rate suggestions on the page; the API lists them all
 
 
 def _query(request: HttpRequest, serializer: type[PlansQueryIn]) -> dict[str, Any] | None:
@@ -65,6 +67,9 @@ def capacity_page(request: HttpRequest) -> HttpResponse:
         "platform_admin": access.is_platform_admin(request.user),
         "flavors": ResourceFlavor.objects.order_by("name"),
         "tco_inputs": list(selectors.tco_inputs_list()) if access.sees_pools(request.user) else [],
+        "suggestions": list(selectors.rate_suggestion_list()[:SUGGESTIONS])
+        if access.sees_pools(request.user)
+        else [],
         "query": request.GET,
     }
     return render(
@@ -159,3 +164,75 @@ def _form(post: Any) -> dict[str, Any]:
             int(value) if key in {"gpus", "window_days", "at_day"} and value.isdigit() else value
         )
     return data
+
+
+@login_required
+@require_POST
+def capacity_target(request: HttpRequest) -> HttpResponse:
+    """A platform admin sets a pool's target utilization. Finance: 403; anyone else: 404."""
+    if not access.sees_pools(request.user):
+        raise Http404("Not found.")
+    access.require_platform_admin(request.user)
+    flavor = ResourceFlavor.objects.filter(name=request.POST.get("flavor", "")).first()
+    if flavor is None:
+        messages.error(request, "flavor: choose a GPU model.")
+        return redirect("portal:capacity")
+    try:
+        services.pool_target_set(
+            user=request.user,
+            flavor=flavor,
+            target_utilization=request.POST.get("target_utilization", ""),
+        )
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+        return redirect("portal:capacity")
+    messages.success(request, f"{flavor.name} is full at its new target from the next page view.")
+    return redirect("portal:capacity")
+
+
+@login_required
+@require_POST
+def capacity_suggest(request: HttpRequest) -> HttpResponse:
+    """Finance (or a platform admin) asks for a rate card that recovers a model's cost."""
+    if not access.sees_pools(request.user):
+        raise Http404("Not found.")
+    flavor = ResourceFlavor.objects.filter(name=request.POST.get("flavor", "")).first()
+    if flavor is None:
+        messages.error(request, "flavor: choose a GPU model.")
+        return redirect("portal:capacity")
+    try:
+        suggestion = services.rate_suggestion_create(
+            user=request.user,
+            flavor=flavor,
+            target_utilization=request.POST.get("target_utilization", ""),
+        )
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+        return redirect("portal:capacity")
+    messages.success(request, f"Suggested {suggestion.gpu_hour} per GPU-hour for {flavor.name}.")
+    return redirect("portal:capacity")
+
+
+@login_required
+@require_POST
+def capacity_suggestion_decide(request: HttpRequest, pk: int) -> HttpResponse:
+    """Reject a suggestion (finance, platform admins; a reason) or accept it (a rate card:
+    platform admins alone, billing's rule). Anyone else: 404."""
+    if not access.sees_pools(request.user):
+        raise Http404("Not found.")
+    suggestion = get_object_or_404(selectors.rate_suggestion_list(), pk=pk)
+    accept = request.POST.get("decision") == "accept"
+    reason = request.POST.get("reason", "").strip()
+    if not accept and not reason:
+        messages.error(request, "reason: say why the suggestion is rejected.")
+        return redirect("portal:capacity")
+    try:
+        services.rate_suggestion_decide(
+            user=request.user, suggestion=suggestion, accept=accept, reason=reason
+        )
+    except (ValidationError, ConflictError) as exc:
+        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, text)
+        return redirect("portal:capacity")
+    messages.success(request, "Accepted: a rate card was added." if accept else "Rejected.")
+    return redirect("portal:capacity")

@@ -121,3 +121,36 @@ def test_a_platform_admin_starts_an_expansion_from_the_page(org, web) -> None:
     bad = client.post(reverse("portal:capacity-expansion"), {**form, "gpus": "0"}, follow=True)
     assert "gpus:" in bad.content.decode() and WhatIf.objects.count() == 1
     assert web("carol").post(reverse("portal:capacity-expansion"), form).status_code == 403
+
+
+def test_finance_suggests_and_rejects_a_rate_and_a_platform_admin_accepts(org, web) -> None:
+    from billing.models import RateCard
+    from capacity.models import PoolTarget, RateSuggestion
+
+    carol, pat = web("carol"), web("pat")
+    carol.post(reverse("portal:capacity-tco"), {"flavor": org.h100.pk, **TCO})
+    suggest = {"flavor": "H100-80GB", "target_utilization": "0.8"}
+    assert carol.post(reverse("portal:capacity-suggest"), suggest).status_code == 302
+    first = RateSuggestion.objects.get()
+    page = carol.get(PAGE).content.decode()
+    assert "1.5310" in page and 'value="reject"' in page and 'value="accept"' not in page
+    decide = reverse("portal:capacity-suggestion-decide", kwargs={"pk": first.pk})
+    no_reason = carol.post(decide, {"decision": "reject"}, follow=True).content.decode()
+    assert "reason: say why" in no_reason
+    carol.post(decide, {"decision": "reject", "reason": "too low"})
+    assert RateSuggestion.objects.get(pk=first.pk).state == "rejected"
+
+    pat.post(reverse("portal:capacity-suggest"), suggest)
+    second = RateSuggestion.objects.get(state="pending")
+    decide = reverse("portal:capacity-suggestion-decide", kwargs={"pk": second.pk})
+    assert 'value="accept"' in pat.get(PAGE).content.decode()
+    assert carol.post(decide, {"decision": "accept"}).status_code == 403  # billing's rule
+    pat.post(decide, {"decision": "accept"})
+    assert RateCard.objects.get().gpu_hour == second.gpu_hour
+    assert web("dana").post(decide, {"decision": "reject", "reason": "x"}).status_code == 404
+
+    target = {"flavor": "H100-80GB", "target_utilization": "0.7"}
+    assert carol.post(reverse("portal:capacity-target"), target).status_code == 403
+    pat.post(reverse("portal:capacity-target"), target)
+    assert float(PoolTarget.objects.get().target_utilization) == 0.7
+    assert "Full on" in pat.get(PAGE).content.decode()

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 
 from billing.models import CostExport
+from capacity.models import RateSuggestion
 from portal import urls as portal_urls
 from scheduler.models import Job, Node
 from tenants.models import (
@@ -33,6 +35,7 @@ from tenants.models import (
     Notification,
     PriorityDefault,
     Quota,
+    ResourceFlavor,
     Tenant,
 )
 from tests.factories import AllocationFactory
@@ -93,6 +96,18 @@ def _whatif(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
     if run is None:
         run = kept_run(User.objects.get(username="pat"), foreign.tenant, [foreign.tenant.slug])
     return {"pk": run.pk}
+
+
+def _suggestion(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
+    """A pending rate suggestion (finance's and platform admins' alone: a 404 for others)."""
+    suggestion = RateSuggestion.objects.first() or RateSuggestion.objects.create(
+        flavor=ResourceFlavor.objects.get(name="H100-80GB"),
+        gpu_hour=Decimal("1.5"),
+        target_utilization=Decimal("0.8"),
+        explain="walk",
+        created_at=timezone.now(),
+    )
+    return {"pk": suggestion.pk}
 
 
 WHATIF_BODY = {"window_days": "1", "flavor": "H100-80GB", "weight": "2"}
@@ -219,12 +234,18 @@ ROUTES: dict[str, list[Case]] = {
     "capacity-export": [],
     "capacity-tco": [Case(body=lambda w, t: {"flavor": "not-a-model"})],
     "capacity-expansion": [Case(body=lambda w, t: {"flavor": "H100-80GB", "action": "add"})],
+    "capacity-target": [Case(body=lambda w, t: {"flavor": "H100-80GB", "target_utilization": "2"})],
+    "capacity-suggest": [Case(body=lambda w, t: {"flavor": "not-a-model"})],
+    "capacity-suggestion-decide": [
+        Case(kwargs=_suggestion, body=lambda w, t: {"decision": "reject", "reason": ""})
+    ],
 }
 # Routes without tenant data: only the leak check applies.
 NO_TENANT_DATA = {"login", "logout"}
 # Writes that change nothing of anyone else's: an export of what the user sees, for themselves;
-# capacity's TCO inputs, finance's own (the walk's body is refused: a redirect, nothing saved).
-OWN_WRITES = {"cost-export-new", "capacity-tco"}
+# capacity planning's TCO inputs and rate suggestions, finance's own (the walk's bodies are
+# refused: a redirect, nothing saved).
+OWN_WRITES = {"cost-export-new", "capacity-tco", "capacity-suggest", "capacity-suggestion-decide"}
 # Pages of platform admins alone: 404 for everyone else, finance included.
 PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action"}
 # What only the team's own members and platform admins read (logs may hold secrets and are
