@@ -97,6 +97,13 @@ urlpatterns = [
     path("capacity/export/", capacity.capacity_export, name="capacity-export"),
     path("capacity/tco/", capacity.capacity_tco, name="capacity-tco"),
     path("capacity/expansions/", capacity.capacity_expansion, name="capacity-expansion"),
+    path("capacity/target/", capacity.capacity_target, name="capacity-target"),
+    path("capacity/suggestions/", capacity.capacity_suggest, name="capacity-suggest"),
+    path(
+        "capacity/suggestions/<int:pk>/decide/",
+        capacity.capacity_suggestion_decide,
+        name="capacity-suggestion-decide",
+    ),
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
     path("costs/", costs.costs, name="costs"),
