@@ -17,8 +17,10 @@ What a caller gets:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -135,6 +137,10 @@ class WebhookServer(ThreadingHTTPServer):
         self.context.load_cert_chain(cert, key)
         exempt = frozenset(exempt_users)
         self.decide = decide or (lambda review: review_response(review, exempt_users=exempt))
+        # The open connections: the API server keeps its own alive, so closing the listening
+        # socket alone would leave the webhook answering on them after `stop()`.
+        self._connections: set[ssl.SSLSocket] = set()
+        self._lock = threading.Lock()
         super().__init__(address, _Handler)
 
     @property
@@ -149,11 +155,15 @@ class WebhookServer(ThreadingHTTPServer):
         except (OSError, ssl.SSLError) as error:  # a probe, a plain-HTTP caller, a stall
             logger.debug("TLS handshake with %s failed: %s", client_address, error)
             return
+        with self._lock:
+            self._connections.add(tls)
         try:
             _Handler(tls, client_address, self)
         except (OSError, ssl.SSLError) as error:  # the peer went away or stalled
             logger.debug("connection from %s ended: %s", client_address, error)
         finally:
+            with self._lock:
+                self._connections.discard(tls)
             tls.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -168,6 +178,12 @@ class WebhookServer(ThreadingHTTPServer):
         return thread
 
     def stop(self) -> None:
-        """Stop accepting, close the listening socket; connections in flight finish alone."""
+        """Stop accepting and close every connection, kept-alive ones included, as the end of
+        the process would: the API server then finds nothing to call."""
         self.shutdown()
         self.server_close()
+        with self._lock:
+            open_now = list(self._connections)
+        for connection in open_now:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)

@@ -190,3 +190,15 @@ def test_the_certificate_is_checked_by_the_client(webhook: WebhookServer, tmp_pa
     OPEN.append(conn)
     with pytest.raises(ssl.SSLCertVerificationError):
         conn.request("GET", "/healthz")
+
+
+def test_stopped_means_no_answer_on_a_kept_alive_connection_either(pair: ServingPair) -> None:
+    """The API server keeps its connection alive: a webhook stopped (a pod ending) must not go
+    on answering on it, or "down" would be down for new connections only."""
+    running = WebhookServer(("127.0.0.1", 0), pair.cert, pair.key)
+    running.start()
+    conn = _connect(running, pair)
+    assert _post(conn, json.dumps(review(kinds.JOB, _job())).encode())[0] == 200
+    running.stop()
+    with pytest.raises((http.client.HTTPException, ConnectionError, ssl.SSLError)):
+        _post(conn, json.dumps(review(kinds.JOB, _job())).encode())
