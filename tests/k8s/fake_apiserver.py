@@ -29,6 +29,9 @@ It keeps the rules the backend depends on, and no more:
   restricted` rejects pods that are not (403), like the real admission plugin.
 - Priority admission: a pod naming a PriorityClass that does not exist is 403; one that names
   an existing class gets its value and preemption policy (`add_priority_class`).
+- Scheduling gates (issue 37): a pod created with gates is PodScheduled=False, reason
+  SchedulingGated; one with gates and a nodeName is 422; pods/binding of a gated pod is 409;
+  an update may remove gates, never add one (422).
 - Restarts (`restart`): open watches end, and the new server's watch cache holds nothing from
   before, so a watch from any earlier version is 410 Gone. `compact()` is harsher than a real
   compaction: a real API server keeps serving, from its watch cache, versions it still holds
@@ -48,6 +51,7 @@ from typing import Any
 
 from tests.k8s.fake_http import Handler
 from tests.k8s.fake_rules import (
+    SCHEDULING_GATED,
     ApiError,
     Obj,
     canonicalize_resources,
@@ -55,6 +59,7 @@ from tests.k8s.fake_rules import (
     encode_continue,
     merge_patch,
     now,
+    only_gates_removed,
     restricted_violations,
     selected,
     status_body,
@@ -371,6 +376,16 @@ class FakeApiServer:
                 f'account {namespace}/default: serviceaccount "default" not found',
             )
         self._admit_priority(pod)
+        gates = pod["spec"].get("schedulingGates") or []
+        if gates and pod["spec"].get("nodeName"):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Pod "{pod["metadata"]["name"]}" is invalid: spec.nodeName: Forbidden: cannot '
+                "be set until all schedulingGates have been cleared",
+            )
+        if gates:
+            pod["status"] = {"phase": "Pending", "conditions": [dict(SCHEDULING_GATED)]}
         ns = self.state.objects[("namespaces", "", namespace)]
         if (
             ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce")
@@ -453,6 +468,7 @@ class FakeApiServer:
             frozen = ("containers", "nodeName", "schedulerName", "securityContext", "volumes")
             if any(current["spec"].get(k) != new.get("spec", {}).get(k) for k in frozen):
                 raise ApiError(422, "Invalid", "spec: Forbidden: pod updates may not change fields")
+            only_gates_removed(current, new)
         for key in ("uid", "creationTimestamp", "namespace", "name"):
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]
@@ -492,6 +508,13 @@ class FakeApiServer:
                     "Conflict",
                     f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
                     f'already assigned to node "{pod["spec"]["nodeName"]}"',
+                )
+            if pod["spec"].get("schedulingGates"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} has '
+                    "non-empty .spec.schedulingGates",
                 )
             pod["spec"]["nodeName"] = target
             pod["status"].setdefault("conditions", []).append(

@@ -152,3 +152,26 @@ def _canonical(value: str) -> str:
         if value.endswith(small) and value[:-2].isdigit() and int(value[:-2]) % 1024 == 0:
             return _canonical(f"{int(value[:-2]) // 1024}{big}")
     return value
+
+
+# What the API server itself sets on a pod created with scheduling gates (issue 37).
+SCHEDULING_GATED = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "SchedulingGated",
+    "message": "Scheduling is blocked due to non-empty scheduling gates",
+}
+
+
+def only_gates_removed(current: Obj, new: Obj) -> None:
+    """A pod's scheduling gates may be removed after its creation, never added (422)."""
+    had = {g.get("name") for g in current["spec"].get("schedulingGates") or ()}
+    for index, gate in enumerate(new.get("spec", {}).get("schedulingGates") or ()):
+        if gate.get("name") not in had:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Pod "{current["metadata"]["name"]}" is invalid: '
+                f"spec.schedulingGates[{index}].name: Forbidden: only deletion is allowed, "
+                f"but found new scheduling gate '{gate.get('name')}'",
+            )
