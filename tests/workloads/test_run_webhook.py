@@ -24,6 +24,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> ServingPair:
     return serving_pair(tmp_path_factory.mktemp("webhook-pki"))
 
 
+@pytest.mark.backend_independent("a subprocess serving TLS; no database")
 def test_serves_healthz_over_tls_and_stops_on_sigterm(pair: ServingPair) -> None:
     port = free_port()
     command = [sys.executable, "manage.py", "run_webhook", "--host", "127.0.0.1"]
