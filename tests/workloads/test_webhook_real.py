@@ -16,9 +16,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from devcluster import crds
@@ -88,6 +90,8 @@ def _namespace(api: client.ApiClient, name: str, labels: dict[str, str]) -> None
     }
     path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"
     assert request(api, "POST", path, body=binding).status == 201
+    for group, plural in (("batch", "jobs"), ("", "pods")):
+        _wait_until_allowed(api, name, group, plural)
 
 
 def _pod(name: str, **spec: Any) -> Obj:
@@ -315,9 +319,53 @@ CRD_OBJECTS: dict[str, Obj] = {
 @pytest.fixture(scope="module")
 def installed(world: World) -> dict[str, crds.Resource]:
     try:
-        return crds.install(world.api, CRD_OBJECTS)
+        resources = crds.install(world.api, CRD_OBJECTS)
     except RuntimeError as error:  # no Go toolchain and nothing cached
         pytest.skip(f"the workload kinds' CRDs cannot be fetched: {error}")
+    # "edit" does not reach these kinds (their projects' aggregated roles are not installed):
+    # alice gets them in the managed namespace, as a cluster admin would grant them.
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{world.managed}"
+    groups = sorted({r.group for r in resources.values()})
+    role = {
+        "metadata": {"name": "alice-workloads"},
+        "rules": [{"apiGroups": groups, "resources": ["*"], "verbs": ["*"]}],
+    }
+    binding = {
+        "metadata": {"name": "alice-workloads"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "alice-workloads",
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+    }
+    assert request(world.api, "POST", f"{rbac}/roles", body=role).status == 201
+    assert request(world.api, "POST", f"{rbac}/rolebindings", body=binding).status == 201
+    for resource in resources.values():
+        _wait_until_allowed(world.api, world.managed, resource.group, resource.plural)
+    return resources
+
+
+def _wait_until_allowed(api: client.ApiClient, namespace: str, group: str, plural: str) -> None:
+    """RBAC is read through informers too: a new grant applies a moment after it is made."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": USER,
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": "create",
+                "group": group,
+                "resource": plural,
+            },
+        },
+    }
+    path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    deadline = time.monotonic() + WAIT_S
+    while not request(api, "POST", path, body=review).body["status"].get("allowed"):
+        assert time.monotonic() < deadline, f"alice never may create {plural}"
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("kind_name", list(CRD_OBJECTS))
@@ -334,7 +382,7 @@ def test_each_crd_kind_is_stored_held_for_gantry(
         "spec": CRD_OBJECTS[kind_name],
     }
     path = f"/apis/{resource.group}/{resource.version}/namespaces/{world.managed}/{resource.plural}"
-    answer = world.create(path, body, as_alice=False)  # alice's "edit" does not reach CRDs
+    answer = world.create(path, body)
 
     assert answer.status == 201, answer.body
     stored = answer.body
@@ -343,5 +391,147 @@ def test_each_crd_kind_is_stored_held_for_gantry(
     specs = kind.pod_specs(stored)
     assert len(specs) == len(kind.pod_specs(body))
     assert all(at(stored, p)["schedulerName"] == "gantry" for p in specs)
-    assert stored["metadata"]["annotations"][ANNOTATION_SUBMITTED_BY] == ADMIN
+    assert stored["metadata"]["annotations"][ANNOTATION_SUBMITTED_BY] == USER
     assert stored["metadata"]["labels"][LABEL_MANAGED] == "true"
+
+
+# -- held stays held (the ValidatingAdmissionPolicy of 24-webhook.yaml) ------------------------
+
+MANIFEST = Path(__file__).resolve().parents[2] / "platform" / "k8s" / "24-webhook.yaml"
+DAEMON = "system:serviceaccount:gantry-system:gantry-scheduler"
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+def _shipped(kind: str) -> Obj:
+    (doc,) = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d["kind"] == kind]
+    return dict(doc)
+
+
+@pytest.fixture(scope="module")
+def guarded(world: World) -> Iterator[World]:
+    """The shipped policy, the admin standing for Gantry's daemon, bound to this run only."""
+    policy = _shipped("ValidatingAdmissionPolicy")
+    name = f"{policy['metadata']['name']}-{world.run}"
+    policy["metadata"]["name"] = name
+    for condition in policy["spec"]["matchConditions"]:
+        condition["expression"] = condition["expression"].replace(DAEMON, ADMIN)
+    binding = _shipped("ValidatingAdmissionPolicyBinding")
+    binding["metadata"]["name"] = name
+    binding["spec"]["policyName"] = name
+    binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]["gantry.io/test-run"] = (
+        world.run
+    )
+    try:
+        assert request(world.api, "POST", POLICIES, body=policy).status == 201
+        assert request(world.api, "POST", BINDINGS, body=binding).status == 201
+        _wait_until_guarded(world)
+        yield world
+    finally:
+        request(world.api, "DELETE", f"{BINDINGS}/{name}")
+        request(world.api, "DELETE", f"{POLICIES}/{name}")
+
+
+def _resume(world: World, name: str, *, as_alice: bool = True, dry_run: bool = False) -> Answer:
+    return request(
+        world.alice if as_alice else world.api,
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{world.managed}/jobs/{name}",
+        body={"spec": {"suspend": False}},
+        query=[("dryRun", "All")] if dry_run else [],
+        content_type="application/merge-patch+json",
+    )
+
+
+def _wait_until_guarded(world: World) -> None:
+    """A new policy and binding take effect a moment after they are made (as a webhook's)."""
+    path = f"/apis/batch/v1/namespaces/{world.managed}/jobs"
+    assert world.create(path, _job("guard-probe")).status == 201
+    deadline = time.monotonic() + WAIT_S
+    while _resume(world, "guard-probe", dry_run=True).status == 200:
+        assert time.monotonic() < deadline, "the policy never took effect"
+        time.sleep(0.1)
+
+
+def _merge(world: World, path: str, patch: Obj) -> Answer:
+    return request(
+        world.alice, "PATCH", path, body=patch, content_type="application/merge-patch+json"
+    )
+
+
+def test_a_user_cannot_resume_what_gantry_holds(guarded: World) -> None:
+    path = f"/apis/batch/v1/namespaces/{guarded.managed}/jobs"
+    assert guarded.create(path, _job("sneaky")).status == 201
+
+    refused = _resume(guarded, "sneaky")
+
+    assert refused.status == 403, refused.body  # the policy's reason: Forbidden
+    assert refused.message == (
+        f'jobs.batch "sneaky" is forbidden: ValidatingAdmissionPolicy '
+        f"'gantry-held-workloads-{guarded.run}' with binding 'gantry-held-workloads-{guarded.run}' "
+        "denied request: only Gantry resumes a workload it holds: spec.suspend stays true until "
+        "Gantry admits it"
+    )
+    # Gantry (its daemon's account) may.
+    assert _resume(guarded, "sneaky", as_alice=False).status == 200
+
+
+def test_a_user_cannot_ungate_relabel_or_rename_the_creator(guarded: World) -> None:
+    pods = f"/api/v1/namespaces/{guarded.managed}/pods"
+    assert guarded.create(pods, _pod("held")).status == 201
+
+    ungated = _merge(guarded, f"{pods}/held", {"spec": {"schedulingGates": None}})
+    renamed = _merge(
+        guarded, f"{pods}/held", {"metadata": {"annotations": {ANNOTATION_SUBMITTED_BY: "bob"}}}
+    )
+    unlabelled = _merge(guarded, f"{pods}/held", {"metadata": {"labels": {LABEL_MANAGED: None}}})
+    relabelled = _merge(guarded, f"{pods}/held", {"metadata": {"labels": {"team": "nlp"}}})
+
+    assert ungated.status == 403 and "only Gantry removes" in ungated.message
+    assert renamed.status == 403 and "cannot change" in renamed.message
+    assert unlabelled.status == 403 and "stays while Gantry holds" in unlabelled.message
+    assert relabelled.status == 200, relabelled.body  # the rest is the user's
+
+
+def test_what_gantry_does_not_hold_is_not_guarded(guarded: World) -> None:
+    """A Job in a namespace Gantry does not manage is its owner's to resume."""
+    path = f"/apis/batch/v1/namespaces/{guarded.unmanaged}/jobs"
+    job = _job("free")
+    job["spec"]["suspend"] = True
+    assert guarded.create(path, job).status == 201
+    resumed = request(
+        guarded.alice,
+        "PATCH",
+        f"{path}/free",
+        body={"spec": {"suspend": False}},
+        content_type="application/merge-patch+json",
+    )
+    assert resumed.status == 200, resumed.body
+
+
+@pytest.mark.parametrize("kind_name", [k for k in CRD_OBJECTS if k != "LeaderWorkerSet"])
+def test_a_user_cannot_resume_a_held_crd_kind(
+    guarded: World, installed: dict[str, crds.Resource], kind_name: str
+) -> None:
+    resource = installed[kind_name]
+    kind = kinds.find(resource.group, kind_name)
+    assert kind is not None and kind.suspend is not None
+    name = f"resume-{kind_name.lower()}"
+    body = {
+        "apiVersion": f"{resource.group}/{resource.version}",
+        "kind": kind_name,
+        "metadata": {"name": name},
+        "spec": CRD_OBJECTS[kind_name],
+    }
+    path = (
+        f"/apis/{resource.group}/{resource.version}/namespaces/{guarded.managed}/{resource.plural}"
+    )
+    assert guarded.create(path, body).status == 201
+    resume: Any = False
+    for step in reversed(kind.suspend):
+        resume = {str(step): resume}
+
+    refused = _merge(guarded, f"{path}/{name}", resume)
+
+    assert refused.status == 403, refused.body
+    assert "only Gantry resumes a workload it holds" in refused.message
