@@ -57,3 +57,22 @@ def test_the_service_and_the_deployment_meet() -> None:
     assert command[command.index("--port") + 1] == str(container["ports"][0]["containerPort"])
     # Gantry's daemon creates its pods already placed: a gate would have them refused.
     assert command[command.index("--exempt-user") + 1] == DAEMON_ACCOUNT
+
+
+def test_the_policy_guards_every_kind_held_and_lets_the_daemon_through() -> None:
+    policy = _shipped("ValidatingAdmissionPolicy")["spec"]
+    guarded = {
+        (group, resource)
+        for rule in policy["matchConstraints"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert guarded == {(k.group, k.plural) for k in kinds.KINDS.values()}
+    (not_daemon,) = [
+        c for c in policy["matchConditions"] if c["name"] == "not-the-scheduler-daemon"
+    ]
+    assert f"'{DAEMON_ACCOUNT}'" in not_daemon["expression"]
+    binding = _shipped("ValidatingAdmissionPolicyBinding")["spec"]
+    assert binding["matchResources"]["namespaceSelector"]["matchLabels"] == (
+        registration.MANAGED_NAMESPACES
+    )

@@ -535,3 +535,31 @@ def test_a_user_cannot_resume_a_held_crd_kind(
 
     assert refused.status == 403, refused.body
     assert "only Gantry resumes a workload it holds" in refused.message
+
+
+def test_server_side_apply_creates_held_and_applying_again_keeps_it_held(guarded: World) -> None:
+    """`kubectl apply --server-side`: the create is an apply, and the webhook's fields are not
+    the applier's, so applying the same manifest again (or a changed one) leaves the Job held
+    and is not refused by the policy."""
+    path = f"/apis/batch/v1/namespaces/{guarded.managed}/jobs/applied"
+    query = [("fieldManager", "kubectl"), ("force", "true")]
+    job = _job("applied")
+
+    def apply(body: Obj) -> Answer:
+        return request(
+            guarded.alice,
+            "PATCH",
+            path,
+            body=body,
+            query=query,
+            content_type="application/apply-patch+yaml",
+        )
+
+    created, again = apply(job), apply(job)
+    job["metadata"]["labels"] = {"team": "nlp"}
+    changed = apply(job)
+
+    assert (created.status, again.status, changed.status) == (201, 200, 200), changed.body
+    assert [a.body["spec"]["suspend"] for a in (created, again, changed)] == [True] * 3
+    (owner,) = created.body["metadata"]["managedFields"]
+    assert "f:suspend" not in owner["fieldsV1"]["f:spec"]
