@@ -40,6 +40,10 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 # idle kept-alive connection is closed after as long; the API server opens another.
 READ_TIMEOUT_S = 3.0
 CHUNK = 64 * 1024
+# Connections served at once (a thread each). The webhook's port is open to every source (the
+# API server calls from outside the pod network): one past this is closed at once, so that
+# idle connections cannot take every thread. The API server holds a few per replica.
+MAX_CONNECTIONS = 256
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -131,6 +135,7 @@ class WebhookServer(ThreadingHTTPServer):
         *,
         exempt_users: Iterable[str] = (),
         decide: Callable[[Any], dict[str, Any]] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -141,11 +146,33 @@ class WebhookServer(ThreadingHTTPServer):
         # socket alone would leave the webhook answering on them after `stop()`.
         self._connections: set[ssl.SSLSocket] = set()
         self._lock = threading.Lock()
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, _Handler)
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """In the accepting thread: a slot, or the connection closed unanswered."""
+        if not self._slots.acquire(blocking=False):
+            logger.warning(
+                "webhook: %s connections open, %s refused", MAX_CONNECTIONS, client_address
+            )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started: nobody else gives the slot back
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """In the connection's own thread: the handshake, then HTTP."""

@@ -202,3 +202,18 @@ def test_stopped_means_no_answer_on_a_kept_alive_connection_either(pair: Serving
     running.stop()
     with pytest.raises((http.client.HTTPException, ConnectionError, ssl.SSLError)):
         _post(conn, json.dumps(review(kinds.JOB, _job())).encode())
+
+
+def test_past_the_connection_cap_a_connection_is_closed_unanswered(pair: ServingPair) -> None:
+    """Idle connections cannot take every thread: with one slot held by a silent client, the
+    next connection is closed at once (accepted in order: the silent one came first)."""
+    running = WebhookServer(("127.0.0.1", 0), pair.cert, pair.key, max_connections=1)
+    running.start()
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", running.port)),
+            pytest.raises((ssl.SSLError, ConnectionError)),
+        ):
+            _connect(running, pair).request("GET", "/healthz")
+    finally:
+        running.stop()
