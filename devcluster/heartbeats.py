@@ -6,13 +6,15 @@ controller takes either as a sign of life, and marks NotReady (then taints) a no
 neither within its grace period. A round here renews every node's Lease (creating the missing
 ones, as a kubelet does at start) and reports the status of one node in STATUS_ROUNDS, each in
 its turn, so that the status reports spread evenly over the rounds instead of all falling due
-together. The requests go out concurrently through devcluster.fanout.
+together; a node the controller marked not Ready reports at once, as a kubelet that sees the
+server's status differ from its own. The requests go out concurrently through devcluster.fanout.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import zlib
+from collections.abc import Iterable
 
 from devcluster.fanout import MERGE_PATCH, STRATEGIC_PATCH, Answer, Fanout, Request
 
@@ -25,12 +27,20 @@ STATUS_ROUNDS = 30
 Failure = tuple[str, Answer]  # the node, and the answer that failed it
 
 
-def heartbeat_round(fanout: Fanout, names: list[str], round_number: int) -> list[Failure]:
-    """Renew the nodes' leases and report the status of those whose turn it is; the nodes
-    whose request failed (the others were renewed)."""
+def heartbeat_round(
+    fanout: Fanout, names: list[str], round_number: int, not_ready: Iterable[str] = ()
+) -> list[Failure]:
+    """Renew the nodes' leases and report the status of those whose turn it is, and at once
+    of those `not_ready` (marked so by the node lifecycle controller, while the kubelet
+    thinks its node Ready); the nodes whose request failed (the others were renewed)."""
     failed = _renew_leases(fanout, names)
     turn = round_number % STATUS_ROUNDS
-    due = [name for name in names if zlib.crc32(name.encode()) % STATUS_ROUNDS == turn]
+    marked = set(not_ready)
+    due = [
+        name
+        for name in names
+        if name in marked or zlib.crc32(name.encode()) % STATUS_ROUNDS == turn
+    ]
     answers = fanout.send([_status_report(name) for name in due])
     return failed + [(name, a) for name, a in zip(due, answers, strict=True) if not ok(a)]
 

@@ -94,12 +94,16 @@ class Kubelets:
         *,
         duration: Callable[[Obj], float | None] = annotated_duration,
         clock: Callable[[], float] = time.monotonic,
+        renew_every_s: float = RENEW_EVERY_S,
     ) -> None:
         self.api = api
         self.core: Any = client.CoreV1Api(api)
         self.coordination: Any = client.CoordinationV1Api(api)
         self.duration = duration
         self.clock = clock
+        # A kubelet's 10 s by default; thousands of nodes may take longer (bench.k8s_peers):
+        # the node lifecycle controller only asks that a lease be younger than its grace period.
+        self.renew_every_s = renew_every_s
         self.nodes: set[str] = set()
         self.lost: set[str] = set()
         self.held: dict[tuple[str, str], str] = {}  # (namespace, name) -> waiting reason
@@ -115,11 +119,17 @@ class Kubelets:
     # -- nodes -----------------------------------------------------------------------------
 
     def add_nodes(self, names: Iterable[str], shape: NodeShape | None = None) -> None:
+        """Register the nodes and make their leases. Registering thousands takes minutes,
+        longer than the node lifecycle controller waits for a node's next sign of life: run
+        `beat` in a thread meanwhile (bench.k8s_peers does), and call this from several threads
+        at once if need be."""
         shape = shape or NodeShape()
+        added = []
         for name in names:
             self._create_node(name, shape)
             self.nodes.add(name)
-        self.heartbeat()
+            added.append(name)
+        self._beat(added, not_ready=())
 
     def _create_node(self, name: str, shape: NodeShape) -> None:
         capacity = {"cpu": shape.cpu, "memory": shape.memory, "pods": shape.pods}
@@ -193,8 +203,12 @@ class Kubelets:
         controller's grace period. ApiException after the round names the nodes whose
         heartbeat failed; the others were renewed."""
         live = sorted(self.nodes - self.lost)
+        self._beat(live, not_ready=self._not_ready(live))
+
+    def _beat(self, names: list[str], not_ready: Iterable[str]) -> None:
         self._rounds += 1
-        failed = heartbeat_round(Fanout(self.api.configuration), live, self._rounds - 1)
+        fanout = Fanout(self.api.configuration)
+        failed = heartbeat_round(fanout, names, self._rounds - 1, not_ready)
         if failed:
             (name, answer), more = failed[0], len(failed) - 1
             raise ApiException(
@@ -202,13 +216,44 @@ class Kubelets:
                 reason=f"heartbeat of {name} (and {more} more) failed: {answer.body[:300]!r}",
             )
 
-    def beat(self, stop: threading.Event, interval_s: float = RENEW_EVERY_S) -> None:
-        """Heartbeat rounds every `interval_s` until `stop` is set (in a thread of its own, so
-        that a long pass over the pods never delays a lease). A failed round is logged and the
-        next one tries again."""
-        while not stop.wait(interval_s):
+    def _not_ready(self, live: list[str]) -> set[str]:
+        """The live nodes the node lifecycle controller marked (Ready not True): a kubelet
+        reports its status at once when the server's differs from its own, not in its turn.
+        One list from the watch cache (resourceVersion 0) costs the server less than the GET
+        of its own node that every real kubelet makes each round."""
+        response = self.core.list_node(
+            label_selector=f"{MANAGED_LABEL}=true", resource_version="0", _preload_content=False
+        )
+        try:
+            items: list[Obj] = json.loads(response.data).get("items") or []
+        finally:
+            response.release_conn()
+        wanted = set(live)
+        return {
+            node["metadata"]["name"]
+            for node in items
+            if node["metadata"]["name"] in wanted and not _ready(node)
+        }
+
+    def beat(
+        self,
+        stop: threading.Event,
+        interval_s: float | None = None,
+        on_round: Callable[[float], None] = lambda seconds: None,
+    ) -> None:
+        """Heartbeat rounds every `interval_s` (`renew_every_s` unless given) until `stop` is
+        set, in a thread of its own so that a long pass over the pods never delays a lease; on
+        a ticker as a kubelet's: a round starts `interval_s` after the last one started, or as
+        soon as it ended if it took longer, so that a lease's age stays below the longer of the
+        two. `on_round` hears how long each round that succeeded took. A failed round is
+        logged and the next one tries again."""
+        every = self.renew_every_s if interval_s is None else interval_s
+        began = self.clock()
+        while not stop.wait(max(0.0, began + every - self.clock())):
+            began = self.clock()
             try:
                 self.heartbeat()
+                on_round(self.clock() - began)
             except (ApiException, OSError) as error:
                 logger.warning("devcluster kubelets: heartbeat failed (%s); trying again", error)
 
@@ -261,7 +306,7 @@ class Kubelets:
         return changed
 
     def run(
-        self, stop: threading.Event, interval_s: float = 0.2, heartbeat_s: float = RENEW_EVERY_S
+        self, stop: threading.Event, interval_s: float = 0.2, heartbeat_s: float | None = None
     ) -> None:
         """Step until `stop` is set, the heartbeats beside in a thread of their own. A failed
         pass (the API server restarting, a timeout) is logged and the next one tries again, as
@@ -463,6 +508,11 @@ class Kubelets:
                 return False  # deleted meanwhile
             raise
         return True
+
+
+def _ready(node: Obj) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def _terminated(exit_code: int, started: str, finished: str) -> Obj:

@@ -26,7 +26,10 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
         defaults={"value": 500, "may_preempt": True, "preemptible": True},
     )
     out = run_here(nodes=4, pods=8, folder=tmp_path / "cp", log=lambda _line: None)
-    assert set(out) == {"throughput", "kueue_scenario", "nodes", "pods", "versions"}
+    assert set(out) == {"throughput", "kueue_scenario", "heartbeat", "nodes", "pods", "versions"}
+    # The node lifecycle controller ran (the default), and no node fell silent.
+    assert out["heartbeat"]["node_lifecycle"] is True
+    assert out["heartbeat"]["rounds"] >= 1 and out["heartbeat"]["not_ready_at_end"] == 0
     assert (out["nodes"], out["pods"]) == (4, 8)
     assert set(out["throughput"]) == {"gantry", "kube_scheduler"}
     for peer, figures in out["throughput"].items():

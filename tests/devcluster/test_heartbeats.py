@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -33,6 +35,9 @@ class Server(ThreadingHTTPServer):
         self.close_every = 0  # drop the connection after every n-th answer (0: never)
         self.answered = 0
         self.authorizations: set[str | None] = set()
+        self.not_ready: set[str] = set()  # nodes the node lifecycle controller marked
+        self.listed: list[str] = []  # the label selectors of node lists
+        self.on_answer: Any = None  # called at each node list but the first
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -55,6 +60,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._answer(500, {"message": "etcd timeout"})
             with self.server.lock:
                 self.server.reported.append(node)
+                self.server.not_ready.discard(node)
             return self._answer(200, {})
         if name in self.server.failing:
             return self._answer(500, {"message": "etcd timeout"})
@@ -63,6 +69,29 @@ class Handler(BaseHTTPRequestHandler):
                 return self._answer(404, {"reason": "NotFound"})
             self.server.leases[name] |= body["spec"]
         return self._answer(200, {})
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        if url.path != "/api/v1/nodes":
+            return self._answer(404, {"reason": "NotFound"})
+        self.server.listed.append(urllib.parse.parse_qs(url.query)["labelSelector"][0])
+        if self.server.on_answer is not None and self.server.listed[1:]:
+            self.server.on_answer()
+        items = [
+            {
+                "metadata": {"name": name},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "Unknown" if name in self.server.not_ready else "True",
+                        }
+                    ]
+                },
+            }
+            for name in self.server.leases
+        ]
+        return self._answer(200, {"items": items})
 
     def do_POST(self) -> None:
         body = self._body()
@@ -158,6 +187,19 @@ def test_each_node_reports_its_status_once_in_status_rounds(server: Server) -> N
     assert sorted(server.reported) == few
 
 
+def test_a_node_the_controller_marked_reports_its_status_at_once(server: Server) -> None:
+    kubelets = Kubelets(client.ApiClient(configuration(server)))
+    kubelets.nodes.update(NODES)
+    kubelets.heartbeat()  # every lease made
+    server.reported.clear()
+    # Its turn to report comes neither in the first round (0) nor in the next (1).
+    marked = next(n for n in NODES if zlib.crc32(n.encode()) % STATUS_ROUNDS not in (0, 1))
+    server.not_ready = {marked}
+    kubelets.heartbeat()
+    assert marked in server.reported and server.not_ready == set()
+    assert server.listed == ["devcluster.gantry.dev/simulated=true"] * 2
+
+
 def test_the_bearer_token_is_sent(server: Server) -> None:
     fanout = Fanout(configuration(server, token="s3cret"))
     (answer,) = fanout.send([Request("POST", LEASES, {"metadata": {"name": "a"}, "spec": {}})])
@@ -171,3 +213,22 @@ def test_a_server_that_is_gone_answers_status_0(server: Server) -> None:
     server.server_close()
     (answer,) = fanout.send([Request("PATCH", f"{LEASES}/a", {"spec": {}})])
     assert answer.status == 0
+
+
+def test_beat_goes_on_after_a_failed_round_and_times_the_good_ones(server: Server) -> None:
+    kubelets = Kubelets(client.ApiClient(configuration(server)))
+    kubelets.nodes.update(NODES[:5])
+    server.failing = {"sim-001"}
+    stop = threading.Event()
+    timed: list[float] = []
+
+    def heard(seconds: float) -> None:
+        timed.append(seconds)
+        stop.set()
+
+    # The first round fails (logged); the second round's node list heals the server, so that
+    # round succeeds, is timed, and stops the loop.
+    server.on_answer = server.failing.clear
+    kubelets.beat(stop, interval_s=0.0, on_round=heard)
+    assert len(timed) == 1 and timed[0] >= 0
+    assert sorted(server.leases) == NODES[:5]

@@ -44,7 +44,7 @@ def test_kubelets_read_each_answer_before_releasing_its_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The heartbeats do not go through the typed client (tests/devcluster/test_heartbeats.py).
-    monkeypatch.setattr(kubelets_module, "heartbeat_round", lambda fanout, names, number: [])
+    monkeypatch.setattr(kubelets_module, "heartbeat_round", lambda *args: [])
     kubelets = Kubelets(client.ApiClient())
     api = Api()
     kubelets.core = kubelets.coordination = api
