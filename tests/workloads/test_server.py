@@ -217,3 +217,27 @@ def test_past_the_connection_cap_a_connection_is_closed_unanswered(pair: Serving
             _connect(running, pair).request("GET", "/healthz")
     finally:
         running.stop()
+
+
+def test_answers_leave_without_waiting_for_the_peers_ack(
+    pair: ServingPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Headers and body are two writes: under Nagle's algorithm the body waited for the API
+    server's delayed ACK (40 ms an answer, bench.webhook). The served socket has TCP_NODELAY."""
+    seen: list[int] = []
+    original = server._Handler.setup
+
+    def setup(handler: Any) -> None:
+        original(handler)
+        seen.append(handler.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    monkeypatch.setattr(server._Handler, "setup", setup)
+    running = WebhookServer(("127.0.0.1", 0), pair.cert, pair.key)
+    running.start()
+    try:
+        assert (
+            _post(_connect(running, pair), json.dumps(review(kinds.JOB, _job())).encode())[0] == 200
+        )
+    finally:
+        running.stop()
+    assert seen == [1]
