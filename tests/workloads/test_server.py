@@ -223,7 +223,7 @@ def test_answers_leave_without_waiting_for_the_peers_ack(
     pair: ServingPair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Headers and body are two writes: under Nagle's algorithm the body waited for the API
-    server's delayed ACK (40 ms an answer, bench.webhook). The served socket has TCP_NODELAY."""
+    server's delayed ACK on every answer (bench.webhook). The served socket has TCP_NODELAY."""
     seen: list[int] = []
     original = server._Handler.setup
 
