@@ -33,7 +33,7 @@ def heartbeat_round(
     """Renew the nodes' leases and report the status of those whose turn it is, and at once
     of those `not_ready` (marked so by the node lifecycle controller, while the kubelet
     thinks its node Ready); the nodes whose request failed (the others were renewed)."""
-    failed = _renew_leases(fanout, names)
+    failed = renew_leases(fanout, names)
     turn = round_number % STATUS_ROUNDS
     marked = set(not_ready)
     due = [
@@ -49,8 +49,8 @@ def ok(answer: Answer) -> bool:
     return 200 <= answer.status < 300
 
 
-def _renew_leases(fanout: Fanout, names: list[str]) -> list[Failure]:
-    renewals = [_lease_renewal(name) for name in names]
+def renew_leases(fanout: Fanout, names: list[str]) -> list[Failure]:
+    renewals = [lease_renewal(name) for name in names]
     answers = fanout.send(renewals)
     failed = [(n, a) for n, a in zip(names, answers, strict=True) if not ok(a) and a.status != 404]
     missing = [n for n, a in zip(names, answers, strict=True) if a.status == 404]
@@ -65,7 +65,7 @@ def _lease_spec(name: str) -> dict[str, object]:
     return {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": now}
 
 
-def _lease_renewal(name: str) -> Request:
+def lease_renewal(name: str) -> Request:
     path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{name}"
     return Request("PATCH", path, {"spec": _lease_spec(name)}, MERGE_PATCH)
 
