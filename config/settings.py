@@ -450,6 +450,11 @@ GANTRY_ETA_EVERY_S = float(os.environ.get("GANTRY_ETA_EVERY_S", "30"))
 GANTRY_ETA_BUDGET_S = float(os.environ.get("GANTRY_ETA_BUDGET_S", "2"))
 GANTRY_ETA_MAX_JOBS = int(os.environ.get("GANTRY_ETA_MAX_JOBS", "2000"))
 GANTRY_ETA_UNBOUNDED_RUNTIME_S = float(os.environ.get("GANTRY_ETA_UNBOUNDED_RUNTIME_S", "14400"))
+# Expected arrivals in the replay (scheduler/estimates/arrivals.py): jobs like those created in
+# the last this many seconds (0: none, the default: docs/queue-estimates.md, "Accuracy"), at most
+# this many of them.
+GANTRY_ETA_ARRIVALS_WINDOW_S = float(os.environ.get("GANTRY_ETA_ARRIVALS_WINDOW_S", "0"))
+GANTRY_ETA_ARRIVALS_MAX = int(os.environ.get("GANTRY_ETA_ARRIVALS_MAX", "200"))
 # What-if replays (docs/what-if.md): at most this many jobs of the window are replayed (the
 # result says when it was capped); a job that never started runs for its max runtime, else
 # this long; a finished run is kept this many days.
