@@ -67,9 +67,11 @@ def _ops(request: Obj, scheduler_name: str, exempt: frozenset[str]) -> list[Op]:
         return []
     user_info = request.get("userInfo")
     username = user_info.get("username") if isinstance(user_info, dict) else None
-    if username in exempt:
+    if not isinstance(username, str):
+        username = None
+    elif username in exempt:
         return []
-    return plan(kind, obj, username if isinstance(username, str) else None, scheduler_name)
+    return plan(kind, obj, username, scheduler_name)
 
 
 def plan(
@@ -111,11 +113,7 @@ def _submitted_by(obj: Obj, username: str | None) -> list[Op]:
 
 
 def _gate(pod: Obj) -> list[Op]:
-    gates = (
-        (pod.get("spec") or {}).get("schedulingGates")
-        if isinstance(pod.get("spec"), dict)
-        else None
-    )
+    gates = at(pod, ("spec", "schedulingGates"))
     if isinstance(gates, list):
         if any(isinstance(g, dict) and g.get("name") == GATE for g in gates):
             return []

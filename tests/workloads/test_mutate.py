@@ -166,6 +166,17 @@ def test_a_review_naming_no_user_leaves_no_users_claim() -> None:
     assert stored["spec"]["suspend"] is True
 
 
+@pytest.mark.parametrize("user_info", [{"username": ["alice"]}, {"username": 7}, "alice", None])
+def test_a_username_that_is_not_a_string_names_nobody(user_info: Any) -> None:
+    body = _job()
+    body["metadata"]["annotations"] = {ANNOTATION_SUBMITTED_BY: "the-ceo"}
+    incoming = review(kinds.JOB, body)
+    incoming["request"]["userInfo"] = user_info
+    stored = applied(review_response(incoming, exempt_users={"alice"}), body)
+    assert stored["metadata"]["annotations"] == {}
+    assert stored["spec"]["suspend"] is True
+
+
 def test_null_fields_are_made_not_skipped() -> None:
     """A CRD's object may carry nulls: `runPolicy: null` must not let a PyTorchJob run."""
     body = _pytorchjob()
@@ -363,3 +374,27 @@ def test_any_object_of_a_known_kind_gets_an_answer_and_a_patch_that_applies(
     assert answer["response"]["allowed"] is True
     if isinstance(body, dict):
         applied(answer, body)
+
+
+KNOWN = st.sampled_from(
+    [{"group": k.group, "version": k.version, "kind": k.kind} for k in kinds.KINDS.values()]
+)
+REQUESTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "uid": st.text(max_size=4) | JSON,
+        "kind": KNOWN | JSON,
+        "operation": st.sampled_from(["CREATE", "UPDATE"]) | JSON,
+        "userInfo": st.fixed_dictionaries({}, optional={"username": JSON}) | JSON,
+        "object": SHAPED | JSON,
+    },
+)
+
+
+@given(request=REQUESTS)
+def test_any_review_gets_an_allowed_answer(request: Obj) -> None:
+    """Whatever the API server (or anyone else) sends, the webhook answers, never fails."""
+    answer = review_response({"request": request})
+    assert answer["response"]["allowed"] is True
+    if isinstance(request.get("object"), dict) and "patch" in answer["response"]:
+        applied(answer, request["object"])
