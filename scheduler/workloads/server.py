@@ -124,6 +124,48 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("%s " + format, self.address_string(), *args)
 
 
+class TlsPair:
+    """The serving certificate and key, read again when either file is replaced.
+
+    cert-manager renews the certificate long before it expires, and the kubelet swaps the
+    mounted Secret's files in place; a webhook that kept the pair it started with would, on
+    expiry, fail every handshake, and failurePolicy Fail would then refuse every create in a
+    managed namespace. Each new connection checks the files (two stats); a pair that does not
+    load (a key of the old certificate, mid-swap) keeps the previous one, logged.
+    """
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert, self.key = cert, key
+        self._lock = threading.Lock()
+        self._seen = self._version()
+        self._context = self._load()  # at start, a pair that does not load is an error
+
+    def _version(self) -> tuple[tuple[int, int, int], ...]:
+        stats = [path.stat() for path in (self.cert, self.key)]
+        return tuple((s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        with self._lock:
+            try:
+                version = self._version()
+            except OSError:  # mid-swap: a file briefly absent
+                return self._context
+            if version != self._seen:
+                try:
+                    self._context = self._load()
+                    self._seen = version
+                    logger.info("webhook: serving certificate reloaded from %s", self.cert)
+                except (OSError, ssl.SSLError) as error:
+                    logger.warning("webhook: new serving pair not loaded, old kept: %s", error)
+            return self._context
+
+
 class WebhookServer(ThreadingHTTPServer):
     """The webhook on (host, port) with the serving certificate and key (PEM files)."""
 
@@ -140,9 +182,7 @@ class WebhookServer(ThreadingHTTPServer):
         decide: Callable[[Any], dict[str, Any]] | None = None,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.context.load_cert_chain(cert, key)
+        self._pair = TlsPair(cert, key)
         exempt = frozenset(exempt_users)
         self.decide = decide or (lambda review: review_response(review, exempt_users=exempt))
         # The open connections: the API server keeps its own alive, so closing the listening
@@ -181,7 +221,7 @@ class WebhookServer(ThreadingHTTPServer):
         """In the connection's own thread: the handshake, then HTTP."""
         request.settimeout(READ_TIMEOUT_S)
         try:
-            tls = self.context.wrap_socket(request, server_side=True)
+            tls = self._pair.context().wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError) as error:  # a probe, a plain-HTTP caller, a stall
             logger.debug("TLS handshake with %s failed: %s", client_address, error)
             return

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import shutil
 import socket
 import ssl
 from collections.abc import Iterator
@@ -241,3 +243,50 @@ def test_answers_leave_without_waiting_for_the_peers_ack(
     finally:
         running.stop()
     assert seen == [1]
+
+
+def _install(source: ServingPair, folder: Path, *, key: bool = True) -> None:
+    """Put `source`'s files in place as the kubelet swaps a Secret's: a new file renamed over."""
+    for name, path in (("tls.crt", source.cert), ("tls.key", source.key))[: 2 if key else 1]:
+        staged = folder / f".{name}.new"
+        shutil.copyfile(path, staged)
+        os.replace(staged, folder / name)
+
+
+def _healthz(port: int, pair: ServingPair) -> int:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=pair.client_context(), timeout=30)
+    OPEN.append(conn)
+    conn.request("GET", "/healthz")
+    return conn.getresponse().status
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(
+    pair: ServingPair, tmp_path: Path
+) -> None:
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    _install(pair, mounted)
+    running = WebhookServer(("127.0.0.1", 0), mounted / "tls.crt", mounted / "tls.key")
+    running.start()
+    try:
+        assert _healthz(running.port, pair) == 200
+        renewed = serving_pair(tmp_path / "renewed")
+        _install(renewed, mounted)
+        assert _healthz(running.port, renewed) == 200
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _healthz(running.port, pair)
+    finally:
+        running.stop()
+
+
+def test_a_half_swapped_pair_keeps_the_old_one(pair: ServingPair, tmp_path: Path) -> None:
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    _install(pair, mounted)
+    running = WebhookServer(("127.0.0.1", 0), mounted / "tls.crt", mounted / "tls.key")
+    running.start()
+    try:
+        _install(serving_pair(tmp_path / "renewed"), mounted, key=False)  # the key not yet
+        assert _healthz(running.port, pair) == 200
+    finally:
+        running.stop()

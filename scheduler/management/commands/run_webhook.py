@@ -3,8 +3,9 @@
 Runs as the gantry-webhook Deployment (platform/k8s/24-webhook.yaml); the API server calls
 POST /mutate for every workload created in a namespace Gantry manages (docs/kubernetes-native.md,
 "Admission"). It touches no database: the answer is a pure function of the review. The
-certificate and key are read once at start (a rotated pair needs a restart: the Deployment's
-rollout). SIGTERM or SIGINT stops accepting; the process exits once the serving loop has.
+certificate and key are read again when their files are replaced (a renewed Secret is served
+without a restart). SIGTERM or SIGINT stops accepting; the process exits once the serving loop
+has.
 """
 
 from __future__ import annotations
