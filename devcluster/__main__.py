@@ -83,8 +83,7 @@ def _crds(plane: ControlPlane, kinds: list[str], *, install: bool) -> int:
         print(f"control-plane: unknown kind {', '.join(unknown)}: one of {known}", file=sys.stderr)
         return 2
     for kind in kinds:
-        wanted = crds.KINDS[kind]
-        crds.fetch(kind)
+        wanted = crds.cached(kind)
         print(f"{kind}: {wanted.module} {wanted.release} -> {wanted.folder}")
     if install:
         if not plane.running():

@@ -103,13 +103,19 @@ def source(kind: str) -> Source:
 
 def fetch(kind: str) -> list[Obj]:
     """The kind's CustomResourceDefinitions at the pinned release, downloaded on first use."""
+    wanted = cached(kind)
+    return [_load(wanted.folder / Path(name).name) for name in wanted.files]
+
+
+def cached(kind: str) -> Source:
+    """The kind's source, its CRD files in the cache (downloaded if they were not)."""
     wanted = source(kind)
     if not _cached(wanted):
         cache_dir().mkdir(parents=True, exist_ok=True)
         with _locked(cache_dir() / ".crds.lock"):  # another process may be fetching it
             if not _cached(wanted):
                 _store(wanted, go_download(wanted.module, wanted.release))
-    return [_load(wanted.folder / Path(name).name) for name in wanted.files]
+    return wanted
 
 
 def resource(kind: str) -> Resource:
@@ -142,9 +148,7 @@ def install(
 
 def fetch_all() -> list[Path]:
     """Every kind's CRDs into the cache (`python -m devcluster build` does it): the folders."""
-    for kind in KINDS:
-        fetch(kind)
-    return sorted({KINDS[kind].folder for kind in KINDS})
+    return sorted({cached(kind).folder for kind in KINDS})
 
 
 # -- the Go module ----------------------------------------------------------------------------
