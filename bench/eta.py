@@ -59,6 +59,7 @@ from bench.kueue_baseline import CLASSES, TEAMS_PER_COHORT, cluster
 from scheduler.core import Profile
 from scheduler.core.types import JobRequest, Resources, Snapshot
 from scheduler.sim import SimConfig, Simulation, WorkloadJob
+from scheduler.sim.arrivals import ExpectedArrival, arrival_streams, expected_arrivals
 from scheduler.sim.calibration import Calibration, EstimateLog
 from scheduler.sim.engine import StartState
 from scheduler.sim.runtimes import (
@@ -149,10 +150,16 @@ class EstimatingReplay(Simulation):
         max_jobs: int,
         oracle: str = "",
         calibrate: bool = False,
+        arrivals_window_s: float = 0.0,
+        arrivals_max: int = 0,
+        arrivals_in_p50: bool = True,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.every_s, self.max_jobs, self.oracle = every_s, max_jobs, oracle
+        self.arrivals_window_s, self.arrivals_max = arrivals_window_s, arrivals_max
+        self.arrivals_in_p50 = arrivals_in_p50
+        self.expected: list[int] = []  # arrivals expected at each estimate
         self.estimated_at = -self.every_s
         self.estimates: list[Estimate] = []
         # The estimator's own record (the daemon's EtaRefresher keeps one the same way); the
@@ -182,7 +189,16 @@ class EstimatingReplay(Simulation):
         if self.oracle:
             ranges = self._oracle(snapshot)
         else:
-            found = estimate_queue(snapshot, self.profile, model, groups, max_jobs=self.max_jobs)
+            arrivals = self._expected_arrivals(groups)
+            found = estimate_queue(
+                snapshot,
+                self.profile,
+                model,
+                groups,
+                max_jobs=self.max_jobs,
+                arrivals=arrivals,
+                arrivals_in_p50=self.arrivals_in_p50,
+            )
             ranges = found.ranges
         if self.log is not None:
             ranges = self._calibrated(ranges, groups)
@@ -192,6 +208,21 @@ class EstimatingReplay(Simulation):
         naive = estimate_queue(snapshot, self.profile, NAIVE, {}, max_jobs=self.max_jobs)
         for job_id, (p50, p90) in naive.ranges.items():
             self.naive.append(Estimate(job_id, self.now, p50, p90))
+
+    def _expected_arrivals(self, groups: dict[str, Groups]) -> tuple[ExpectedArrival, ...]:
+        """The arrivals the daemon would expect (``--arrivals-window``), from the jobs
+        submitted so far only; their templates' groups are added to ``groups``."""
+        if self.arrivals_window_s <= 0:
+            return ()
+        submitted = (t.request for t in self.tracks.values() if t.spec.arrival_s <= self.now)
+        streams = arrival_streams(submitted, self.now, window_s=self.arrivals_window_s)
+        arrivals = expected_arrivals(
+            streams, self.now, lookahead_s=self.arrivals_window_s, max_count=self.arrivals_max
+        )
+        for a in arrivals:
+            groups.setdefault(a.like, group(a.job))
+        self.expected.append(len(arrivals))
+        return arrivals
 
     def _calibrated(
         self, ranges: dict[str, tuple[float | None, float | None]], groups: dict[str, Groups]
@@ -307,6 +338,9 @@ def run(
     runtimes: str = "independent",
     oracle: str = "",
     calibrate: bool = False,
+    arrivals_window_s: float = 0.0,
+    arrivals_max: int = 0,
+    arrivals_in_p50: bool = True,
 ) -> dict[str, object]:
     jobs = workload(cohorts, fraction, seed, stretch, runtimes)
     replay = EstimatingReplay(
@@ -319,6 +353,9 @@ def run(
         max_jobs=max_jobs,
         oracle=oracle,
         calibrate=calibrate,
+        arrivals_window_s=arrivals_window_s,
+        arrivals_max=arrivals_max,
+        arrivals_in_p50=arrivals_in_p50,
     )
     report = replay.run()
     starts = {j.id: j.first_start_s for j in report.jobs}
@@ -334,6 +371,7 @@ def run(
             "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
             "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
             "refreshes": len(walls),
+            "expected_arrivals_median": quantile(replay.expected, 0.5) if replay.expected else 0,
             "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
             "refresh_wall_max_s": round(max(walls), 4) if walls else None,
             "makespan_s": round(report.makespan_s, 2),
@@ -348,6 +386,9 @@ def run(
                 "calibrated": calibrate,
                 "every_s": every_s,
                 "max_jobs": max_jobs,
+                "arrivals_window_s": arrivals_window_s,
+                "arrivals_max": arrivals_max,
+                "arrivals_in_p50": arrivals_in_p50,
                 "driven_by": "scheduler.sim (virtual time)",
             },
         }
@@ -392,6 +433,25 @@ def main(argv: list[str] | None = None) -> None:
         help="correct the replay's ranges by the estimator's own record "
         "(scheduler.sim.calibration, EtaSettings.calibrate); engine-only, the replay's own "
         "figures are then under 'uncalibrated' (an --oracle is never corrected)",
+    )
+    parser.add_argument(
+        "--arrivals-window",
+        type=float,
+        default=0.0,
+        help="expect arrivals like those of the last so many s (scheduler.sim.arrivals, "
+        "GANTRY_ETA_ARRIVALS_WINDOW_S; 0: none); not with --demo",
+    )
+    parser.add_argument(
+        "--arrivals-max",
+        type=int,
+        default=200,
+        help="at most so many expected arrivals (GANTRY_ETA_ARRIVALS_MAX)",
+    )
+    parser.add_argument(
+        "--arrivals-in-p50",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="engine-only: the expected arrivals join the p50 replay too (else the p90's alone)",
     )
     parser.add_argument(
         "--oracle",
@@ -441,6 +501,9 @@ def main(argv: list[str] | None = None) -> None:
             runtimes=args.runtimes,
             oracle=args.oracle or "",
             calibrate=args.calibrate and not args.oracle,
+            arrivals_window_s=args.arrivals_window,
+            arrivals_max=args.arrivals_max,
+            arrivals_in_p50=args.arrivals_in_p50,
         )
     elif args.demo:
         out = run_demo(args, loaded.profile, every_s=args.every or 1.0)
@@ -525,6 +588,8 @@ def run_daemon(
             interval_s=args.interval,
             limit_s=args.limit,
             workdir=Path(workdir),
+            arrivals_window_s=args.arrivals_window,
+            arrivals_max=args.arrivals_max,
         )
     return out | {
         "trace": {
@@ -539,6 +604,8 @@ def run_daemon(
             "budget_s": args.budget,
             "history_every_s": args.history_every,
             "max_jobs": args.max_jobs,
+            "arrivals_window_s": args.arrivals_window,
+            "arrivals_max": args.arrivals_max,
             "driven_by": "scheduler daemon on the simulated cluster (wall-clock time)",
         }
     }

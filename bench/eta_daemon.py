@@ -159,6 +159,8 @@ def run(
     interval_s: float,
     limit_s: float,
     workdir: Path,
+    arrivals_window_s: float = 0.0,
+    arrivals_max: int = 200,
 ) -> dict[str, Any]:
     """The daemon-mode replay on the database Django is set up on (PostgreSQL or SQLite;
     it must be empty of jobs). Returns the figures and `bench.eta.score`'s."""
@@ -186,7 +188,13 @@ def run(
         make_nodes(NODES_PER_COHORT * cohorts, FLAVOR, 8), start_delay_s=0.0, grace_cap_s=0.0
     )
     config = EtaSettings(
-        every_s, budget_s, max_jobs, settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S, calibrate
+        every_s,
+        budget_s,
+        max_jobs,
+        settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S,
+        calibrate,
+        arrivals_window_s,
+        arrivals_max,
     )
     estimated: set[tuple[int, float]] = set()  # (job, estimated_at) per the daemon's refreshes
     refreshes: list[dict[str, Any]] = []

@@ -11,7 +11,8 @@ After a cycle, at most every GANTRY_ETA_EVERY_S of the daemon's clock (`EtaRefre
    (whose engine plans the reclaims and preemptions to come) with runtimes learned from
    the history of similar finished jobs, bounded by their max (`sim.runtimes`), within
    GANTRY_ETA_BUDGET_S of wall time; a replay that runs out stops where it is, and the
-   jobs it did not settle keep their previous estimates;
+   jobs it did not settle keep their previous estimates; with GANTRY_ETA_ARRIVALS_WINDOW_S
+   the jobs expected meanwhile join the replay (`scheduler.estimates.arrivals`);
 4. store: one `JobQueueEstimate` row per queued job, in one transaction that also drops the
    rows of jobs no longer queued.
 
@@ -24,7 +25,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import astuple, dataclass, field
@@ -37,8 +38,10 @@ from django.db.models import Min
 
 from scheduler.core import Profile
 from scheduler.estimates import worker as eta_worker
+from scheduler.estimates.arrivals import arrivals_expected
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
+from scheduler.sim.arrivals import ExpectedArrival
 from scheduler.sim.calibration import Calibration, EstimateLog
 from scheduler.sim.runtimes import Finished, Groups, RuntimeModel, estimate_queue, groups_of
 from scheduler.snapshot.build import Snapshot, as_planned, build_snapshot
@@ -63,6 +66,10 @@ class EtaSettings:
     # by default: on bench.eta's trace, whose load comes in one burst and drains, the record
     # of one phase misleads the next (docs/queue-estimates.md, "Accuracy").
     calibrate: bool = False
+    # Expect arrivals like those of the last `arrivals_window_s` (0: none), at most
+    # `arrivals_max` of them within as long again (`scheduler.estimates.arrivals`).
+    arrivals_window_s: float = 0.0
+    arrivals_max: int = 200
 
     @classmethod
     def from_settings(cls) -> EtaSettings:
@@ -71,6 +78,8 @@ class EtaSettings:
             settings.GANTRY_ETA_BUDGET_S,
             settings.GANTRY_ETA_MAX_JOBS,
             settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S,
+            arrivals_window_s=settings.GANTRY_ETA_ARRIVALS_WINDOW_S,
+            arrivals_max=settings.GANTRY_ETA_ARRIVALS_MAX,
         )
 
 
@@ -137,13 +146,18 @@ def refresh_estimates(
     monotonic: Callable[[], float] = time.monotonic,
     fence: Callable[[], None] = lambda: None,
     record: EstimateLog | None = None,
+    arrivals: Sequence[ExpectedArrival] = (),
+    arrival_groups: Mapping[str, Groups] | None = None,
 ) -> Refreshed:
     """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
     its `Built.jobs`). `monotonic` measures the budget (tests pass a fake one); `fence` is
     called inside the writing transaction (the daemon's `Lease.fence`); `record`, the
     estimator's own record (`sim.calibration`), keeps the replay's ranges and corrects
-    them (the caller settles it with the starts since its last refresh)."""
+    them (the caller settles it with the starts since its last refresh). `arrivals`: the
+    jobs expected meanwhile (`scheduler.estimates.arrivals`), `arrival_groups` the groups
+    of the jobs they are like."""
     groups = {core_job_id(key): job_groups(row) for key, row in rows.items()}
+    groups = {**(arrival_groups or {}), **groups}
     deadline = monotonic() + config.budget_s
     # 2. order and positions, 3. estimates of the head of the queue, on a budget
     found = estimate_queue(
@@ -153,6 +167,7 @@ def refresh_estimates(
         groups,
         max_jobs=config.max_jobs,
         stop=lambda: monotonic() >= deadline,
+        arrivals=arrivals,
     )
     ranges = found.ranges
     if record is not None:  # 3b. corrected by the record of past estimates
@@ -317,6 +332,7 @@ class EtaRefresher:
             record = self._record()
             if record is not None:
                 settle_record(record, (job.id for job in built.snapshot.pending))
+            arrivals, arrival_groups = self._arrivals(asked.now)
             self.last = refresh_estimates(
                 built.snapshot,
                 built.jobs,
@@ -326,6 +342,8 @@ class EtaRefresher:
                 monotonic=self.monotonic,
                 fence=asked.fence,
                 record=record,
+                arrivals=arrivals,
+                arrival_groups=arrival_groups,
             )
         except (DatabaseError, LeaseLost):
             raise
@@ -392,6 +410,16 @@ class EtaRefresher:
         if self.record is None and self.config.calibrate:
             self.record = EstimateLog(Calibration(floor_s=max(1.0, self.config.every_s)))
         return self.record
+
+    def _arrivals(self, now: float) -> tuple[tuple[ExpectedArrival, ...], dict[str, Groups]]:
+        if self.config.arrivals_window_s <= 0:
+            return (), {}
+        return arrivals_expected(
+            now,
+            job_groups,
+            window_s=self.config.arrivals_window_s,
+            max_count=self.config.arrivals_max,
+        )
 
     def _model(self, now: float) -> RuntimeModel:
         if self.model is None or now - self.model_at >= self.history_every_s:

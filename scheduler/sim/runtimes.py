@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from scheduler.core import Profile, queue_order
 from scheduler.core.types import JobRequest, Snapshot
+from scheduler.sim.arrivals import ExpectedArrival
 from scheduler.sim.estimate import StartEstimates, estimate_starts_within
 
 Groups = tuple[Hashable, ...]  # narrowest first
@@ -181,9 +182,14 @@ def estimate_start_ranges(
     *,
     horizon_s: float = 7 * 86_400.0,
     stop: Callable[[], bool] | None = None,
+    arrivals: Sequence[ExpectedArrival] = (),
+    arrivals_in_p50: bool = True,
 ) -> StartRanges:
     """Replay ``snapshot`` at p50 then at p90 runtimes. ``groups``: job id -> its groups,
-    for pending and running jobs (one missing has no history). ``stop`` is shared: once
+    for pending and running jobs (one missing has no history); the ``arrivals`` expected
+    meanwhile (``sim.arrivals``) join both replays, judged by the groups of the job each
+    is like (the p90's alone without ``arrivals_in_p50``: the range then spans the present
+    alone to the present with its expected arrivals). ``stop`` is shared: once
     it says stop, the replay under way and any after it end. When every job's p50 and p90
     runtimes are the same (no history, no max runtimes), the replays would be the same
     (a replay is deterministic): it runs once."""
@@ -191,6 +197,8 @@ def estimate_start_ranges(
     for r in snapshot.running:
         elapsed = snapshot.now - r.started_at
         runtimes[r.job.id] = model.runtime(r.job, groups.get(r.job.id, ()), elapsed)
+    for a in arrivals:
+        runtimes[a.job.id] = model.runtime(a.job, groups.get(a.like, ()))
     default = model.unbounded_runtime_s
     p50 = estimate_starts_within(
         snapshot,
@@ -199,8 +207,9 @@ def estimate_start_ranges(
         horizon_s=horizon_s,
         runtimes={k: v.p50_s for k, v in runtimes.items()},
         stop=stop,
+        arrivals=arrivals if arrivals_in_p50 else (),
     )
-    if all(v.p50_s == v.p90_s for v in runtimes.values()):
+    if all(v.p50_s == v.p90_s for v in runtimes.values()) and (arrivals_in_p50 or not arrivals):
         return StartRanges(p50, p50)
     p90 = estimate_starts_within(
         snapshot,
@@ -209,6 +218,7 @@ def estimate_start_ranges(
         horizon_s=horizon_s,
         runtimes={k: v.p90_s for k, v in runtimes.items()},
         stop=stop,
+        arrivals=arrivals,
     )
     return StartRanges(p50, p90)
 
@@ -234,6 +244,8 @@ def estimate_queue(
     max_jobs: int,
     horizon_s: float = 7 * 86_400.0,
     stop: Callable[[], bool] | None = None,
+    arrivals: Sequence[ExpectedArrival] = (),
+    arrivals_in_p50: bool = True,
 ) -> QueueEstimate:
     """Positions of every queued job, and start ranges of the head of the queue: the jobs
     behind the first ``max_jobs`` cannot start before those (bar backfill), and a replay
@@ -245,7 +257,16 @@ def estimate_queue(
         per_tenant[job.tenant] = per_tenant.get(job.tenant, 0) + 1
         positions[job.id] = (per_tenant[job.tenant], index)
     head = replace(snapshot, pending=order[:max_jobs])
-    ranges = estimate_start_ranges(head, profile, model, groups, horizon_s=horizon_s, stop=stop)
+    ranges = estimate_start_ranges(
+        head,
+        profile,
+        model,
+        groups,
+        horizon_s=horizon_s,
+        stop=stop,
+        arrivals=arrivals,
+        arrivals_in_p50=arrivals_in_p50,
+    )
     return QueueEstimate(
         positions,
         ranges.ranges(),
