@@ -12,6 +12,14 @@ KUBERNETES = "v1.37.2"  # k8s.io/kubernetes; its staging modules at the matching
 ETCD = "v3.7.3"  # go.etcd.io/etcd/server/v3
 KUEUE = "v0.17.0"  # sigs.k8s.io/kueue, the peer in bench/k8s_kueue.py (its own k8s libs v0.35)
 
+# The workload kinds Gantry queues from Kubernetes (issue 37): their CRDs come from these Go
+# modules (devcluster/crds.py), at the releases Kueue v0.17.0 integrates with (its go.mod).
+JOBSET = "v0.11.1"  # sigs.k8s.io/jobset
+LWS = "v0.8.0"  # sigs.k8s.io/lws
+TRAINER = "v2.2.0"  # github.com/kubeflow/trainer/v2 (TrainJob)
+TRAINING_OPERATOR = "v1.9.3"  # github.com/kubeflow/training-operator (PyTorchJob)
+KUBERAY = "v1.6.0"  # github.com/ray-project/kuberay/ray-operator (RayJob)
+
 # What each Go module under platform/dev/go builds, and the release that names its cache.
 COMMANDS = {
     "kubernetes": (
@@ -28,10 +36,12 @@ COMMANDS = {
         # versionproxy: the plane's API server has no version stamp, which Kueue refuses.
         {"kueue": "sigs.k8s.io/kueue/cmd/kueue", "versionproxy": "./versionproxy"},
     ),
+    # JobSet's controller manager (devcluster/jobset.py): a JobSet makes its Jobs.
+    "jobset": (JOBSET, {"jobset": "sigs.k8s.io/jobset"}),
 }
 # Built only when asked (`python -m devcluster build --peers`, `make control-plane-peers`): the
 # control plane and its tests do not need them, and Kueue's cold build would add its own minutes.
-PEERS = frozenset({"kueue"})
+PEERS = frozenset({"kueue", "jobset"})
 
 
 def cache_dir() -> Path:
@@ -48,12 +58,3 @@ def binary(name: str) -> Path:
         if name in commands:
             return cache_dir() / f"{module}-{release}" / name
     raise KeyError(name)
-
-
-# The workload kinds Gantry queues from Kubernetes (issue 37): their CRDs come from these Go
-# modules (devcluster/crds.py), at the releases Kueue v0.17.0 integrates with (its go.mod).
-JOBSET = "v0.11.1"  # sigs.k8s.io/jobset
-LWS = "v0.8.0"  # sigs.k8s.io/lws
-TRAINER = "v2.2.0"  # github.com/kubeflow/trainer/v2 (TrainJob)
-TRAINING_OPERATOR = "v1.9.3"  # github.com/kubeflow/training-operator (PyTorchJob)
-KUBERAY = "v1.6.0"  # github.com/ray-project/kuberay/ray-operator (RayJob)
