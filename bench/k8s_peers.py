@@ -10,12 +10,15 @@ after the other on the same nodes (the pods of the first deleted before the seco
 - kube-scheduler: `--pods` pods of one `nvidia.com/gpu` each (an extended resource), rendered
   as Gantry renders its own (restricted Pod Security, same requests, priority class and
   tolerations) but with the default schedulerName, created by `--creators` client threads as
-  fast as they go. Creation: the moment the create request is sent.
+  fast as they go. Creation: the moment the create request is sent. Twice: created first,
+  then kube-scheduler started (`kube_scheduler`: how scheduler_perf measures, and how Gantry
+  is measured here), and created while it runs (`kube_scheduler_arrival_paced`: its rate is
+  then the creators').
 - Gantry: the same number of one-GPU jobs inserted as queued rows in bulk (as
   bench/kueue_e2e.py's submitter does), then the daemon in this process with the Kubernetes
-  backend: it creates the pods unbound and binds them through the Binding API. Creation: the
-  job's submission time (`created_at`, taken before the insert), the moment that compares with
-  the pod's creation above.
+  backend: it creates each pod on its node, concurrently (docs/kubernetes.md, "Binding"), at
+  kube-scheduler's client-side rate here. Creation: the job's submission time (`created_at`,
+  taken before the insert), the moment that compares with the pod's creation above.
 
 Bound, for both: the arrival, on this host's clock, of the first watch event that shows the pod
 with `spec.nodeName` set. The watch runs in its own process, so neither a busy daemon nor busy
@@ -358,36 +361,54 @@ def run_kube_scheduler(
     creators: int,
     limit_s: float,
     log: Callable[[str], None],
+    *,
+    created_first: bool = True,
 ) -> dict[str, Any]:
+    """kube-scheduler binding `pods` pods. `created_first` (scheduler_perf's way, and
+    Gantry's here: its jobs are in the queue before its daemon starts): every pod is created
+    while kube-scheduler is stopped, then it starts; else they are created while it runs, as
+    fast as the client threads go (arrival-paced: its rate is then the creators')."""
     from kubernetes import client
 
     from scheduler.backends.kubernetes.backend import KubernetesBackend
     from scheduler.backends.kubernetes.config import KubernetesConfig
 
     KubernetesBackend(api, KubernetesConfig()).ensure_namespace(KUBE_NAMESPACE)
-    plane.start_scheduler()
-    try:
-        scheduler_ready(api)
-        core: Any = client.CoreV1Api(api)
-        manifests = [kube_pod(i + 1) for i in range(pods)]  # rendered before the clock starts
-        created: dict[tuple[str, str], float] = {}
+    core: Any = client.CoreV1Api(api)
+    # Rendered before the clock starts; named apart from another run's, whose bound times the
+    # watch keeps.
+    first = 1 if created_first else pods + 1
+    manifests = [kube_pod(first + i) for i in range(pods)]
+    created: dict[tuple[str, str], float] = {}
 
-        def create(manifest: dict[str, Any]) -> None:
-            key = (KUBE_NAMESPACE, manifest["metadata"]["name"])
-            created[key] = time.time()
-            done(core.create_namespaced_pod(KUBE_NAMESPACE, manifest, _preload_content=False))
+    def create(manifest: dict[str, Any]) -> None:
+        key = (KUBE_NAMESPACE, manifest["metadata"]["name"])
+        created[key] = time.time()
+        done(core.create_namespaced_pod(KUBE_NAMESPACE, manifest, _preload_content=False))
 
+    def create_all() -> None:
         with ThreadPoolExecutor(creators, thread_name_prefix="create") as pool:
             list(pool.map(create, manifests))
+
+    try:
+        if created_first:
+            create_all()
+            plane.start_scheduler()
+        else:
+            plane.start_scheduler()
+            scheduler_ready(api)
+            create_all()
         bound.wait_for(KUBE_NAMESPACE, pods, time.monotonic() + limit_s)
         with bound.changed:
             at = {k: v for k, v in bound.at.items() if k[0] == KUBE_NAMESPACE}
+            for key in at:  # the next run in this namespace counts its own pods
+                del bound.at[key]
     finally:
         # Its informers would otherwise watch Gantry's pods too, on the same two cores.
         plane.stop_process("kube-scheduler")
     out = figures(created, at)
-    log(f"kube-scheduler: {out}")  # before the clean-up, which takes its time at scale
-    delete_pods(api, KUBE_NAMESPACE)
+    log(f"kube-scheduler ({'created first' if created_first else 'arrival-paced'}): {out}")
+    delete_pods(api, KUBE_NAMESPACE)  # before the next run, which takes its time at scale
     return out
 
 
@@ -590,6 +611,9 @@ def run_here(
             beats.start()
         with watching(plane.kubeconfig) as bound:
             kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s, log)
+            paced = run_kube_scheduler(
+                plane, api, bound, pods, creators, limit_s, log, created_first=False
+            )
             flavor = flavor_from_product(shape.product)
             gantry = run_gantry(api, bound, pods, flavor, window, limit_s, log)
         if kueue_fraction is None:
@@ -600,7 +624,11 @@ def run_here(
         if node_lifecycle:
             beats.join()
         return {
-            "throughput": {"gantry": gantry, "kube_scheduler": kube},
+            "throughput": {
+                "gantry": gantry,
+                "kube_scheduler": kube,
+                "kube_scheduler_arrival_paced": paced,
+            },
             "kueue_scenario": scenario,
             "heartbeat": heartbeat_figures(api, node_lifecycle, rounds),
             "nodes": nodes,

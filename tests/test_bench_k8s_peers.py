@@ -31,7 +31,7 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
     assert out["heartbeat"]["node_lifecycle"] is True
     assert out["heartbeat"]["rounds"] >= 1 and out["heartbeat"]["not_ready_at_end"] == 0
     assert (out["nodes"], out["pods"]) == (4, 8)
-    assert set(out["throughput"]) == {"gantry", "kube_scheduler"}
+    assert set(out["throughput"]) == {"gantry", "kube_scheduler", "kube_scheduler_arrival_paced"}
     for peer, figures in out["throughput"].items():
         assert set(figures) == PEER_KEYS, peer
         assert figures["bound"] == 8, peer
