@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -312,10 +313,12 @@ class Kubelets:
         pass (the API server restarting, a timeout) is logged and the next one tries again, as
         a kubelet keeps going when its server is away: a simulator that died with its thread
         would leave every later pod Pending."""
+        # heartbeat_s infinite: the caller renews the leases itself (bench.k8s_kueue).
         beats = threading.Thread(
             target=self.beat, args=(stop, heartbeat_s), name="devcluster-heartbeats", daemon=True
         )
-        beats.start()
+        if heartbeat_s is None or math.isfinite(heartbeat_s):
+            beats.start()
         try:
             while not stop.is_set():
                 try:
@@ -324,7 +327,8 @@ class Kubelets:
                     logger.warning("devcluster kubelets: pass failed (%s); trying again", error)
                 stop.wait(interval_s)
         finally:
-            beats.join()
+            if beats.is_alive():
+                beats.join()
 
     def _bound_pods(self) -> list[Obj]:
         response = self.core.list_pod_for_all_namespaces(
