@@ -91,6 +91,10 @@ def _build(module: str, say: Say) -> None:
     if code != 0:
         shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit(f"control-plane: go build failed ({code}):\n" + "\n".join(tail))
+    for name, package in commands.items():  # go names a binary for its package's folder
+        built = partial / package.rstrip("/").rsplit("/", 1)[-1]
+        if built.name not in (".", name):
+            built.rename(partial / name)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     say(f"built {module} {release} in {(time.monotonic() - started) / 60:.1f} min -> {target}")

@@ -36,12 +36,13 @@ COMMANDS = {
         # versionproxy: the plane's API server has no version stamp, which Kueue refuses.
         {"kueue": "sigs.k8s.io/kueue/cmd/kueue", "versionproxy": "./versionproxy"},
     ),
-    # JobSet's controller manager (devcluster/jobset.py): a JobSet makes its Jobs.
+    # The workload kinds' controller managers (devcluster/controllers.py).
     "jobset": (JOBSET, {"jobset": "sigs.k8s.io/jobset"}),
+    "lws": (LWS, {"lws": "sigs.k8s.io/lws/cmd"}),
 }
 # Built only when asked (`python -m devcluster build --peers`, `make control-plane-peers`): the
 # control plane and its tests do not need them, and Kueue's cold build would add its own minutes.
-PEERS = frozenset({"kueue", "jobset"})
+PEERS = frozenset({"kueue", "jobset", "lws"})
 
 
 def cache_dir() -> Path:

@@ -37,4 +37,4 @@ def test_build_all_does_not_build_a_missing_peer_unless_asked(
     build.build_all(say=lambda message: None)
     assert built == []
     build.build_all(say=lambda message: None, peers=True)
-    assert sorted(built) == sorted(PEERS) == ["jobset", "kueue"]
+    assert sorted(built) == sorted(PEERS) == ["jobset", "kueue", "lws"]

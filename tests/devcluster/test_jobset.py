@@ -1,4 +1,4 @@
-"""JobSet's controller manager beside the real plane (devcluster/jobset.py, a peer built with
+"""JobSet's controller manager beside the real plane (devcluster/controllers.py, a peer built with
 `python -m devcluster build --peers`): a JobSet created in the plane is defaulted by its
 release's webhook and makes one Job per replica, owned by the JobSet (issue 37)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from devcluster import jobset
+from devcluster import controllers
 from devcluster.versions import binary
 from tests.k8s.real_plane import RealPlane, drained, wait_for
 
@@ -41,7 +41,7 @@ def test_a_jobset_makes_its_jobs(real_plane: RealPlane) -> None:
     objects: Any = client.CustomObjectsApi(api)
     batch: Any = client.BatchV1Api(api)
     try:
-        with jobset.running(real_plane.plane, api):
+        with controllers.running(real_plane.plane, api, "JobSet"):
             response = objects.create_namespaced_custom_object(
                 "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", body, _preload_content=False
             )

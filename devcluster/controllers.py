@@ -1,12 +1,13 @@
-"""JobSet's controller manager beside a devcluster plane: a JobSet makes its Jobs (issue 37).
+"""The workload kinds' controller managers beside a devcluster plane (issue 37): a JobSet makes
+its Jobs, a LeaderWorkerSet its StatefulSets.
 
-Built from its Go module as a peer (`python -m devcluster build --peers`). It runs as a local
-process on loopback: its webhook server serves the plane's own loopback certificate (signed by
-the plane's CA, which the API server then trusts as the webhooks' caBundle), and the JobSet
-webhooks of its release (config/components/webhook/manifests.yaml in the module) are registered
-with the API server by URL. Without its defaulting webhook the controller dereferences the
-defaults it expects (success policy, network) and panics; its Pod webhooks are left out, as an
-install scopes them to JobSet's own pods, and here they would hold every pod in the plane.
+Each is built from its Go module as a peer (`python -m devcluster build --peers`) and runs as a
+local process on loopback: its webhook server serves the plane's own loopback certificate
+(signed by the plane's CA, which the API server then trusts as the webhooks' caBundle), and the
+webhooks of its release (the manifests in its module) are registered with the API server by
+URL. Without its defaulting webhook a controller dereferences the defaults it expects and
+panics. Its Pod webhooks are scoped to its own pods by the label it puts on them, as its
+release's installation patches them (an unscoped one would hold every pod in the plane).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +34,48 @@ from devcluster.plane import ControlPlane, free_port
 from devcluster.versions import binary
 
 READY_TIMEOUT_S = 60.0
-WEBHOOKS = "config/components/webhook/manifests.yaml"
+
+
+@dataclass(frozen=True)
+class Controller:
+    binary: str  # its name in versions.COMMANDS
+    config_api: str  # the apiVersion of its manager's Configuration
+    webhooks: str  # its webhook manifests, in its module
+    pod_label: str  # on each of its pods: its Pod webhooks see only those
+
+
+CONTROLLERS = {
+    "JobSet": Controller(
+        "jobset",
+        "config.jobset.x-k8s.io/v1alpha1",
+        "config/components/webhook/manifests.yaml",
+        "jobset.sigs.k8s.io/jobset-name",
+    ),
+    "LeaderWorkerSet": Controller(
+        "lws",
+        "config.lws.x-k8s.io/v1alpha1",
+        "config/webhook/manifests.yaml",
+        "leaderworkerset.sigs.k8s.io/name",
+    ),
+}
 
 
 @contextlib.contextmanager
-def running(plane: ControlPlane, api: client.ApiClient) -> Iterator[subprocess.Popen[bytes]]:
-    """JobSet's CRD installed, its manager started and its webhooks registered; stopped (and
-    the webhooks removed: they fail every JobSet create without it) on leaving."""
-    path = binary("jobset")
+def running(
+    plane: ControlPlane, api: client.ApiClient, kind: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The kind's CRD installed, its manager started and its webhooks registered; stopped
+    (and the webhooks removed: they would fail every create without it) on leaving."""
+    controller = CONTROLLERS[kind]
+    path = binary(controller.binary)
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: run `python -m devcluster build --peers` first")
-    crds.install(api, ["JobSet"])
-    folder = plane.folder / "jobset"
+    crds.install(api, [kind])
+    folder = plane.folder / controller.binary
     webhook_port, health_port = free_port(), free_port()
-    config = _configure(plane, folder, webhook_port, health_port)
-    with open(plane.log("jobset"), "ab") as log:
+    config = _configure(controller, plane, folder, webhook_port, health_port)
+    log_path = plane.log(controller.binary)
+    with open(log_path, "ab") as log:
         process = subprocess.Popen(
             [str(path), f"--kubeconfig={plane.kubeconfig}", f"--config={config}"],
             stdout=log,
@@ -55,8 +84,8 @@ def running(plane: ControlPlane, api: client.ApiClient) -> Iterator[subprocess.P
         )
     names: list[tuple[str, str]] = []
     try:
-        _wait_ready(process, health_port, plane.log("jobset"))
-        names = _register_webhooks(api, plane, webhook_port)
+        _wait_ready(controller.binary, process, health_port, log_path)
+        names = _register_webhooks(api, plane, kind, controller, webhook_port)
         yield process
     finally:
         _unregister(api, names)
@@ -68,14 +97,16 @@ def running(plane: ControlPlane, api: client.ApiClient) -> Iterator[subprocess.P
             process.wait()
 
 
-def _configure(plane: ControlPlane, folder: Path, webhook_port: int, health_port: int) -> Path:
+def _configure(
+    controller: Controller, plane: ControlPlane, folder: Path, webhook_port: int, health_port: int
+) -> Path:
     certs = folder / "certs"
     certs.mkdir(parents=True, exist_ok=True)
     cert, key = plane.pki.serving  # for 127.0.0.1, signed by the plane's CA
     shutil.copyfile(cert, certs / "tls.crt")
     shutil.copyfile(key, certs / "tls.key")
     config = {
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "apiVersion": controller.config_api,
         "kind": "Configuration",
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
@@ -88,11 +119,11 @@ def _configure(plane: ControlPlane, folder: Path, webhook_port: int, health_port
     return path
 
 
-def _wait_ready(process: subprocess.Popen[bytes], health_port: int, log: Path) -> None:
+def _wait_ready(name: str, process: subprocess.Popen[bytes], health_port: int, log: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"jobset exited ({process.returncode}): see {log}")
+            raise RuntimeError(f"{name} exited ({process.returncode}): see {log}")
         try:
             url = f"http://127.0.0.1:{health_port}/readyz"
             with urllib.request.urlopen(url, timeout=2) as answer:
@@ -101,25 +132,28 @@ def _wait_ready(process: subprocess.Popen[bytes], health_port: int, log: Path) -
         except (OSError, urllib.error.URLError):
             pass
         time.sleep(0.5)
-    raise TimeoutError(f"jobset not ready after {READY_TIMEOUT_S:.0f} s: see {log}")
+    raise TimeoutError(f"{name} not ready after {READY_TIMEOUT_S:.0f} s: see {log}")
 
 
 def _register_webhooks(
-    api: client.ApiClient, plane: ControlPlane, port: int
+    api: client.ApiClient, plane: ControlPlane, kind: str, controller: Controller, port: int
 ) -> list[tuple[str, str]]:
-    """The release's JobSet webhooks, pointed at the manager on loopback."""
-    module = crds.go_download("sigs.k8s.io/jobset", crds.KINDS["JobSet"].release)
+    """The release's webhooks, pointed at the manager on loopback, its Pod ones scoped."""
+    source = crds.KINDS[kind]
+    module = crds.go_download(source.module, source.release)
     ca = base64.b64encode(plane.pki.ca.read_bytes()).decode()
     admission: Any = client.AdmissionregistrationV1Api(api)
     names = []
-    for doc in yaml.safe_load_all((module / WEBHOOKS).read_text()):
+    for doc in yaml.safe_load_all((module / controller.webhooks).read_text()):
         if not doc:
             continue
-        doc["metadata"] = {"name": f"devcluster-jobset-{doc['metadata']['name']}"}
-        doc["webhooks"] = [w for w in doc["webhooks"] if "jobset" in w["name"]]
+        doc["metadata"] = {"name": f"devcluster-{controller.binary}-{doc['metadata']['name']}"}
         for webhook in doc["webhooks"]:
             path = webhook["clientConfig"]["service"]["path"]
             webhook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+            if any("pods" in rule["resources"] for rule in webhook["rules"]):
+                selector = {"key": controller.pod_label, "operator": "Exists"}
+                webhook["objectSelector"] = {"matchExpressions": [selector]}
         mutating = doc["kind"] == "MutatingWebhookConfiguration"
         create = (
             admission.create_mutating_webhook_configuration
