@@ -56,8 +56,9 @@ browser:
 control-plane: venv
 	$(PY) -m devcluster build
 
-## control-plane-peers: also build the peers the benchmarks run beside Gantry (Kueue, for
-## bench/k8s_kueue.py): opt-in, its cold build takes about 15 minutes on two cores.
+## control-plane-peers: also build the peers run beside Gantry (Kueue, for bench/k8s_kueue.py;
+## JobSet's and LeaderWorkerSet's controllers, devcluster/controllers.py): opt-in, their cold
+## builds take about 15, 7 and 6 minutes on two cores.
 control-plane-peers: venv
 	$(PY) -m devcluster build --peers
 
