@@ -94,10 +94,12 @@ def test_bench_eta_through_the_daemon_records_every_estimate(
     # The daemon, the submitter and the recorder are processes of their own on one database:
     # a transactional one, so that they see each other's rows.
     # A generous budget: on a loaded host (the suite's two workers) a refresh cut off at 1 s
-    # records nothing, and the figures would be empty.
+    # records nothing, and the figures would be empty. Stretched 4 times, so that jobs wait
+    # long enough to be estimated while a loaded host slows the refreshes (at 2, a load
+    # average of 8 left some runs without one estimate).
     out = tmp_path / "out.json"
     eta.main(
-        ["--fraction", "0.02", "--stretch", "2", "--every", "0.5", "--history-every", "1",
+        ["--fraction", "0.02", "--stretch", "4", "--every", "0.5", "--history-every", "1",
          "--poll", "0.05", "--interval", "0.5", "--budget", "10", "--database-url", "",
          "--json", str(out)]
     )  # fmt: skip
