@@ -48,7 +48,7 @@ def save_config(url: str, token: str) -> Path:
 
 def client_version() -> str:
     """The installed Gantry's version (the CLI imports no server package, so it does not use
-    common.version: the same lookup, kept twice)."""
+    common.releases.version: the same lookup, kept twice)."""
     try:
         return version("gantry")
     except PackageNotFoundError:

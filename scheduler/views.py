@@ -6,7 +6,7 @@
   daemon is failing its cycles, stale, or not running, or when the schema and this code
   cannot run together ("schema": "behind", not migrated yet, or "incompatible", a later
   release's contract step applied; "newer", a later release's expand, is fine:
-  common/schema.py, docs/upgrading.md): the web process itself is fine, so a probe must not
+  common/releases/schema.py, docs/upgrading.md): the web process itself is fine, so a probe must not
   restart it, but a person or an alert must see it.
 - 200 "ok" otherwise.
 
@@ -24,8 +24,8 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from common.schema import schema_status
-from common.version import gantry_version
+from common.releases.schema import schema_status
+from common.releases.version import gantry_version
 from common.views import broker_status, database_status
 from scheduler.jobs.selectors import scheduler_health
 from tenants.access import grants_for

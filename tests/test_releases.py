@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from cli.main import main as gantry
-from common.releases import REPO_ROOT, load_releases, migration_state, previous_release
-from common.version import gantry_version
+from common.releases.records import REPO_ROOT, load_releases, migration_state, previous_release
+from common.releases.version import gantry_version
 from tests.upgrade.previous import unavailable
 
 PYPROJECT = REPO_ROOT / "pyproject.toml"

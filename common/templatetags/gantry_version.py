@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from common.version import gantry_version as installed_version
+from common.releases.version import gantry_version as installed_version
 
 register = template.Library()
 

@@ -1,4 +1,5 @@
-"""The daemon does not lead on a schema it cannot run on (docs/upgrading.md, common/schema.py).
+"""The daemon does not lead on a schema it cannot run on (docs/upgrading.md,
+common/releases/schema.py).
 
 `SchemaGuardedLease` is the lease `run_scheduler` leads with: before taking the lease, and
 each time it renews it, it checks the database's applied migrations. When a contract step
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from common.schema import SchemaStatus, schema_status
+from common.releases.schema import SchemaStatus, schema_status
 from scheduler.leader import Lease
 
 log = logging.getLogger("gantry.daemon")

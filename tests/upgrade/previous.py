@@ -25,7 +25,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from common.releases import REPO_ROOT, Release
+from common.releases.records import REPO_ROOT, Release
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.db.migrations.loader import MigrationLoader
 
 from common.management.commands import lint_migrations
-from common.releases import load_releases, previous_release
+from common.releases.records import load_releases, previous_release
 
 
 def test_every_migration_let_through_shipped_in_a_release_with_a_reason() -> None:

@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 
-from common.releases import load_releases, migration_state, previous_release
+from common.releases.records import load_releases, migration_state, previous_release
 from tests.backup.installation import submit
 from tests.conftest import build_org
 

@@ -12,8 +12,8 @@ import pytest
 from django.db.migrations.recorder import MigrationRecorder
 from django.test import Client
 
-from common.releases import migration_state
-from common.schema import schema_status
+from common.releases.records import migration_state
+from common.releases.schema import schema_status
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.schema_guard import SchemaGuardedLease
 from scheduler.models import Job

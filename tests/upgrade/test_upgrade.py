@@ -34,7 +34,7 @@ from django.db import connection
 from django.db.models import Count, F, Q
 from rest_framework.test import APIClient
 
-from common.releases import REPO_ROOT, load_releases, previous_release
+from common.releases.records import REPO_ROOT, load_releases, previous_release
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.schema_guard import SchemaGuardedLease
 from scheduler.models import Job

@@ -1,5 +1,5 @@
 """`manage.py backup FILE`: a consistent copy of the installation's database, taken while
-it runs (common/backup.py; docs/upgrading.md "Backups")."""
+it runs (common/releases/backup.py; docs/upgrading.md "Backups")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.backup import BackupError, backup
+from common.releases.backup import BackupError, backup
 
 
 class Command(BaseCommand):

@@ -19,7 +19,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
-from common.releases import REPO_ROOT, project_apps
+from common.releases.records import REPO_ROOT, project_apps
 
 CONFIG = REPO_ROOT / "migration-linter.toml"
 

@@ -9,8 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from common.releases import migration_state
-from common.version import gantry_version
+from common.releases.records import migration_state
+from common.releases.version import gantry_version
 
 
 class Command(BaseCommand):

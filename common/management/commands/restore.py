@@ -1,6 +1,6 @@
 """`manage.py restore FILE`: load a backup into a fresh database (the one DATABASE_URL names;
 on PostgreSQL created when missing). Stop every process first; then `migrate` and start them
-(common/backup.py; docs/upgrading.md "Backups")."""
+(common/releases/backup.py; docs/upgrading.md "Backups")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.backup import BackupError, restore
+from common.releases.backup import BackupError, restore
 
 
 class Command(BaseCommand):

@@ -18,7 +18,7 @@ from pathlib import Path
 from django.apps import apps
 from django.db.migrations.loader import MigrationLoader
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RELEASES_FILE = REPO_ROOT / "releases.toml"
 
 
