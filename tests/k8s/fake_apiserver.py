@@ -105,6 +105,9 @@ class FakeApiServer:
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.watch_linger_s: float | None = None  # close an idle watch after this long
+        # Streams past their backlog, waiting for changes (what `end_watches` ends); a test
+        # that ends a watch waits for one first, or its end lands before the stream opens.
+        self.streaming: dict[str, int] = {}
         # `account_lag`: a namespace created through the API has no `default` ServiceAccount
         # until the controller manager makes it, moments later: its first pod is refused
         # (403), as on a real server. Off by default: tests that make namespaces and pods

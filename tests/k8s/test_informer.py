@@ -82,6 +82,14 @@ def watched(backend: KubernetesBackend) -> Iterator[KubernetesBackend]:
     backend.close_watches()
 
 
+def wait_for_a_stream(fake: FakeApiServer) -> None:
+    for _ in range(200):
+        if fake.streaming.get("pods"):
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the watch never opened its stream")
+
+
 def lists_of_pods(fake: FakeApiServer) -> int:
     return sum(1 for method, path in fake.requests if method == "GET" and path == "/api/v1/pods")
 
@@ -108,6 +116,7 @@ def test_when_the_watch_stalls_list_pods_lists_from_the_server(
     the stale cache; it lists, and finds the pod."""
     assert watched.informer is not None
     watched.informer.wait_s = 0.2
+    wait_for_a_stream(fake)  # else the end below lands before it opens, and ends nothing
     fake.inject("timeout", "^/api/v1/pods$", watch=True, delay_s=3.0, count=1)
     fault = fake.faults[-1]
     fake.end_watches()  # the watch re-lists, then opens a stream that hangs
