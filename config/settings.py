@@ -331,6 +331,12 @@ GANTRY_BASE_URL = os.environ.get("GANTRY_BASE_URL", "http://127.0.0.1:8000")
 
 # Cluster backend for the scheduler daemon: "simulated" (embedded default) or "kubernetes".
 GANTRY_CLUSTER_BACKEND = os.environ.get("GANTRY_CLUSTER_BACKEND", "simulated")
+# Several clusters (docs/multicluster.md): the name of the home cluster (the backend above,
+# whose nodes keep their plain names); where mounted Secrets with other clusters' kubeconfigs
+# are; how long a cluster may not answer before it is lost (a cluster's own value overrides).
+GANTRY_CLUSTER_NAME = os.environ.get("GANTRY_CLUSTER_NAME", "local")
+GANTRY_CLUSTER_SECRETS_DIR = os.environ.get("GANTRY_CLUSTER_SECRETS_DIR", "/etc/gantry/clusters")
+GANTRY_CLUSTER_LOST_AFTER_S = float(os.environ.get("GANTRY_CLUSTER_LOST_AFTER_S", "600"))
 # Node agents on Kubernetes report with their pod's projected service-account token, verified
 # by a TokenReview (scheduler/nodes/agent_auth.py): on by default with the Kubernetes backend.
 GANTRY_AGENT_TOKEN_REVIEW = env_bool(
