@@ -2,6 +2,9 @@
 
 from scheduler.models.allocations import Allocation as Allocation
 from scheduler.models.allocations import AllocationDevice as AllocationDevice
+from scheduler.models.clusters import Cluster as Cluster
+from scheduler.models.clusters import ClusterBackendKind as ClusterBackendKind
+from scheduler.models.clusters import ClusterState as ClusterState
 from scheduler.models.daemon import SchedulerLease as SchedulerLease
 from scheduler.models.daemon import SchedulingProfileRecord as SchedulingProfileRecord
 from scheduler.models.jobs import FINAL_STATES as FINAL_STATES

@@ -16,6 +16,15 @@ class Node(models.Model):
     """
 
     name = models.CharField(max_length=253, unique=True)
+    # None: the home cluster (a node a daemon of the release before clusters inserted).
+    cluster = models.ForeignKey(
+        "scheduler.Cluster",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="nodes",
+        db_index=False,  # a few thousand rows, read whole: an index would only cost writes
+    )
     flavor = models.CharField(max_length=63, blank=True, default="")
     pool = models.CharField(max_length=63, default="default")
     cpu_milli = models.PositiveIntegerField(default=0)

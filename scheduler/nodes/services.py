@@ -22,7 +22,8 @@ from django.utils import timezone
 from common.errors import ConflictError
 from scheduler.agent.xids import FATAL_XIDS
 from scheduler.backends.base import NodeInfo
-from scheduler.models import GpuDevice, Node, NodeAgent
+from scheduler.core.clusters import CLUSTER_LABEL
+from scheduler.models import Cluster, GpuDevice, Node, NodeAgent
 from scheduler.nodes.xids import xids_record
 from scheduler.telemetry.samples import DeviceReading, samples_ingest
 from tenants import access
@@ -53,8 +54,27 @@ class SyncResult:
     vanished: int = 0
 
 
-def _node_fields(info: NodeInfo) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ClusterIds:
+    """Which Cluster row a listed node belongs to: its `gantry.io/cluster` label's, else the
+    home cluster's (a single backend lists its nodes unlabelled)."""
+
+    by_name: dict[str, int]
+    home: int | None
+
+    @classmethod
+    def load(cls) -> ClusterIds:
+        rows = list(Cluster.objects.values_list("name", "id", "home"))
+        home = next((pk for _, pk, is_home in rows if is_home), None)
+        return cls({name: pk for name, pk, _ in rows}, home)
+
+    def of(self, info: NodeInfo) -> int | None:
+        return self.by_name.get(info.labels.get(CLUSTER_LABEL, ""), self.home)
+
+
+def _node_fields(info: NodeInfo, clusters: ClusterIds) -> dict[str, Any]:
     return {
+        "cluster_id": clusters.of(info),
         "flavor": info.flavor,
         "pool": info.labels.get("gantry.io/pool", "default"),
         "cpu_milli": info.cpu_milli,
@@ -74,14 +94,15 @@ def node_sync(infos: Sequence[NodeInfo], *, complete: bool = True) -> SyncResult
     lists are marked absent and not ready. Bounded queries whatever the node count."""
     result = SyncResult()
     now = timezone.now()
+    clusters = ClusterIds.load()
     existing = {n.name: n for n in Node.objects.all()}
-    new = [Node(name=i.name, **_node_fields(i)) for i in infos if i.name not in existing]
+    new = [Node(name=i.name, **_node_fields(i, clusters)) for i in infos if i.name not in existing]
     Node.objects.bulk_create(new, batch_size=2000)
     result.created = len(new)
     changed = []
     for info in infos:
         node = existing.get(info.name)
-        fields = _node_fields(info)
+        fields = _node_fields(info, clusters)
         if node is not None and any(getattr(node, k) != v for k, v in fields.items()):
             for key, value in fields.items():
                 setattr(node, key, value)
@@ -96,7 +117,7 @@ def node_sync(infos: Sequence[NodeInfo], *, complete: bool = True) -> SyncResult
                 result.vanished += 1
     Node.objects.bulk_update(
         changed,
-        [*_node_fields(infos[0]).keys(), "updated_at"]
+        [*_node_fields(infos[0], clusters).keys(), "updated_at"]
         if infos
         else ["present", "ready", "updated_at"],
         batch_size=2000,

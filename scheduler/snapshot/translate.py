@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import F
+
 from scheduler.backends.base import PodRequest, pod_name
 from scheduler.core.types import (
     CycleResult,
@@ -33,6 +35,7 @@ from scheduler.core.types import (
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Tenant as CoreTenant
 from scheduler.models import (
+    ClusterState,
     GpuDevice,
     JobState,
     Node,
@@ -48,6 +51,7 @@ S = JobState
 # Holding states whose pods have not started: the engine may preempt them inside the
 # minimum runtime (`RunningJob.started`).
 NOT_STARTED = frozenset({S.ADMITTED, S.BINDING})
+CLOSED_CLUSTER_STATES = frozenset({ClusterState.CORDONED, ClusterState.LOST})
 # A node's taints are stored as [key, value, effect] lists.
 TAINT_FIELDS = ("key", "value", "effect")
 
@@ -55,7 +59,10 @@ TAINT_FIELDS = ("key", "value", "effect")
 def load_nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, int]]:
     """The present nodes as the engine sees them; (node name, index) -> device id; node
     name -> id."""
-    rows = list(Node.objects.filter(present=True).values())
+    # A cordoned or lost cluster's nodes take nothing new (docs/multicluster.md).
+    rows = list(
+        Node.objects.filter(present=True).annotate(cluster_state=F("cluster__state")).values()
+    )
     by_id = {r["id"]: r for r in rows}
     per_node: dict[int, list[Device]] = defaultdict(list)
     device_ids: dict[tuple[str, int], int] = {}
@@ -79,7 +86,9 @@ def load_nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[
             labels=r["labels"],
             taints=taints,
             healthy=r["ready"] and not r["sim_failed"],
-            cordoned=r["cordoned"] or r["cluster_unschedulable"],
+            cordoned=r["cordoned"]
+            or r["cluster_unschedulable"]
+            or r["cluster_state"] in CLOSED_CLUSTER_STATES,
         )
     return nodes, device_ids, {r["name"]: r["id"] for r in rows}
 
