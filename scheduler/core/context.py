@@ -166,13 +166,15 @@ class CycleContext:
         *,
         avoid_reserved: bool,
         elastic: bool = False,
+        beside: str | None = None,
     ) -> tuple[ReplicaAssignment, ...] | None:
-        """Quota, then placement; on success both state and ledger hold the replicas."""
+        """Quota, then placement (in the cluster of node `beside` if given); on success both
+        state and ledger hold the replicas."""
         milli = job.resources.gpu_milli * len(replicas)
         if self.quota_verdict(job, flavor, milli) is not None:
             return None
         placed = self.placer.place_gang(
-            job, flavor, replicas, avoid_reserved=avoid_reserved, elastic=elastic
+            job, flavor, replicas, avoid_reserved=avoid_reserved, elastic=elastic, beside=beside
         )
         if placed is not None and self.counts_against_quota(job):
             self.ledger.charge(job.tenant, job.user, flavor, milli)

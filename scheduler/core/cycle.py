@@ -325,7 +325,9 @@ def _why_waiting(
     no usable node of any allowed flavor could hold is told so, with the closest miss."""
     milli = job.resources.gpu_milli * len(gang)
     misfits = {
-        f: ctx.state.misfit(job.resources, len(gang), f, job.pools, job.tolerations)
+        f: ctx.state.misfit(
+            job.resources, len(gang), f, job.pools, job.tolerations, job.clusters, job.regions
+        )
         for f in flavors
     }
     if flavors and all(misfits.values()):
@@ -387,7 +389,9 @@ def _record(
     placed: tuple[ReplicaAssignment, ...],
     victims: tuple[str, ...],
 ) -> None:
-    extras = _place_extras(ctx, job, flavor, range(job.gang_size, job.replicas))
+    extras = _place_extras(
+        ctx, job, flavor, range(job.gang_size, job.replicas), beside=placed[0].node
+    )
     assignments = placed + extras
     # Quota, like devices, is held by this cycle's victims until their pods are gone: a job
     # that fits only on the quota they free waits for them, as its preemptor does (the
@@ -408,9 +412,11 @@ def _place_extras(
     flavor: str,
     replicas: Iterable[int],
     *,
+    beside: str,
     held_back: bool = False,
 ) -> tuple[ReplicaAssignment, ...]:
-    """Elastic replicas one by one, within quota, without preemption; stop at the first miss.
+    """Elastic replicas one by one, within quota, without preemption; stop at the first miss;
+    in the cluster of `beside`, a node the job holds (a job runs in one cluster).
     `held_back`: a replica that fits its quota only on what this cycle's victims free is not
     placed (a running job grows a replica at once, with nothing to wait for: it grows when
     they are gone, in a later cycle)."""
@@ -418,7 +424,9 @@ def _place_extras(
     avoid = not ends_before_reservation(ctx, job)
     for replica in replicas:
         mark = ctx.mark()
-        placed = ctx.try_place(job, flavor, (replica,), avoid_reserved=avoid, elastic=True)
+        placed = ctx.try_place(
+            job, flavor, (replica,), avoid_reserved=avoid, elastic=True, beside=beside
+        )
         if placed is None:
             break
         if held_back and ctx.relies_on_stopping(job, flavor, job.resources.gpu_milli):
@@ -486,7 +494,10 @@ def _grow_elastic(ctx: CycleContext, out: _Decisions) -> None:
             continue
         have = {a.replica for a in current.assignments}
         missing = [r for r in range(job.replicas) if r not in have]
-        grown = _place_extras(ctx, job, current.flavor, missing, held_back=True)
+        beside = current.assignments[0].node if current.assignments else None
+        if beside is None:
+            continue
+        grown = _place_extras(ctx, job, current.flavor, missing, beside=beside, held_back=True)
         if grown:
             out.placements.append(Placement(job.id, current.flavor, grown))
             ctx.set_live(replace(current, assignments=current.assignments + grown))

@@ -56,14 +56,15 @@ class Facts:
         tenant = ctx.ledger.tenants.get(job.tenant)
         user = job.user if tenant is not None and tenant.user_caps else ""
         who = (job.tenant, user, job.priority_class, job.tolerations)
-        shape = (job.resources, job.replicas, job.min_replicas, job.flavors, job.pools)
+        where = (job.pools, job.clusters, job.regions, job.preferred_clusters)
+        shape = (job.resources, job.replicas, job.min_replicas, job.flavors, *where)
         facts = JobFacts(
             job,
             _invalid(ctx, job),
             _flavors(ctx, job),
             job.resources.gpu_milli * job.gang_size,
             self._number((*who, *shape)),
-            self._number((*who, job.flavors, job.pools)),
+            self._number((*who, job.flavors, *where)),
         )
         self._by_job[job.id] = facts
         return facts

@@ -50,10 +50,13 @@ class Placer:
         *,
         avoid_reserved: bool,
         elastic: bool = False,
+        beside: str | None = None,
     ) -> tuple[ReplicaAssignment, ...] | None:
         """Place every replica in ``replicas`` on ``flavor`` or none: on failure the state is
-        rolled back and None returned; on success the state keeps the allocations."""
-        found = self._gang(job, (flavor,), replicas, avoid_reserved, elastic)
+        rolled back and None returned; on success the state keeps the allocations.
+        ``beside``: a node the job already holds; the replicas go to its cluster (a job's
+        elastic extras join its gang's cluster)."""
+        found = self._gang(job, (flavor,), replicas, avoid_reserved, elastic, beside)
         return None if found is None else found[1]
 
     def place_gang_any(
@@ -67,10 +70,10 @@ class Placer:
         """As ``place_gang``, choosing among ``flavors``: the first replica goes to the best
         node of any of them and the gang stays on that node's flavor (a gang never mixes GPU
         models). If that gang fails, each flavor is tried alone, in order."""
-        found = self._gang(job, tuple(flavors), replicas, avoid_reserved, False)
+        found = self._gang(job, tuple(flavors), replicas, avoid_reserved, False, None)
         if found is None and len(flavors) > 1:
             for flavor in flavors:
-                found = self._gang(job, (flavor,), replicas, avoid_reserved, False)
+                found = self._gang(job, (flavor,), replicas, avoid_reserved, False, None)
                 if found is not None:
                     break
         return found
@@ -78,8 +81,7 @@ class Placer:
     def fits_one(self, job: JobRequest, flavor: str, *, avoid_reserved: bool) -> bool:
         """Whether one replica of ``job`` would be placed on ``flavor`` now: where any node
         is feasible, placement takes the best-scored one, so no scoring is needed here."""
-        static = self.state.static_mask(flavor, job.pools, job.tolerations)
-        return len(self.feasible(job, static, avoid_reserved)) > 0
+        return len(self.feasible(job, self._static(job, (flavor,)), avoid_reserved)) > 0
 
     def _gang(
         self,
@@ -88,10 +90,50 @@ class Placer:
         replicas: Sequence[int],
         avoid_reserved: bool,
         elastic: bool,
+        beside: str | None,
     ) -> tuple[str, tuple[ReplicaAssignment, ...]] | None:
+        """A gang never spans two clusters (values of ``gantry.io/cluster``): the first
+        replica goes to the best node of any cluster and the gang stays in that node's
+        cluster, as it stays on its flavor. If that gang fails and the candidates span
+        several clusters, each is tried alone: the preferred ones first, then the most free
+        GPUs of the candidates first (skipping one with too few in total)."""
+        state = self.state
+        static = self._static(job, flavors)
+        if beside is not None and beside in state.index:
+            static = static & state.cluster_mask(int(state.cluster[state.index[beside]]))
+        found = self._gang_in(job, flavors, replicas, avoid_reserved, elastic, static)
+        if found is not None or len(replicas) == 1 or not state.several_clusters:
+            return found
+        codes = np.unique(state.cluster[static])
+        if len(codes) < 2:
+            return None
+        need = job.resources.gpu_milli * len(replicas)
+        free = {
+            int(c): int(state.node_free[static & state.cluster_mask(int(c))].sum()) for c in codes
+        }
+        preferred = state.cluster_codes(job.preferred_clusters)
+        for code in sorted(free, key=lambda c: (c not in preferred, -free[c], c)):
+            if free[code] < need:
+                continue
+            within = static & state.cluster_mask(code)
+            found = self._gang_in(job, flavors, replicas, avoid_reserved, elastic, within)
+            if found is not None:
+                return found
+        return None
+
+    def _gang_in(
+        self,
+        job: JobRequest,
+        flavors: tuple[str, ...],
+        replicas: Sequence[int],
+        avoid_reserved: bool,
+        elastic: bool,
+        static: BoolArray,
+    ) -> tuple[str, tuple[ReplicaAssignment, ...]] | None:
+        """The gang on the ``static`` candidates, on one flavor and one cluster, or None
+        (the state rolled back)."""
         state, res = self.state, job.resources
         mark = state.mark()
-        static = self._static(job, flavors)
         flavor = flavors[0] if len(flavors) == 1 else None
         out: list[ReplicaAssignment] = []
         placed: list[int] = []
@@ -103,9 +145,12 @@ class Placer:
                 if node < 0:
                     state.rollback(mark)
                     return None
-            if flavor is None:
-                flavor = state.nodes[node].flavor
-                static = state.static_mask(flavor, job.pools, job.tolerations)
+            if not placed:  # the first replica's node decides the flavor and the cluster
+                if flavor is None:
+                    flavor = state.nodes[node].flavor
+                    static = static & (state.flavor == state.flavor_code(flavor))
+                if len(replicas) > 1 and state.several_clusters:
+                    static = static & state.cluster_mask(int(state.cluster[node]))
             shares = self._shares(node, job, avoid_reserved)
             state.apply(node, shares, res.cpu_milli, res.memory_mib, res.rdma, +1)
             out.append(ReplicaAssignment(replica, state.nodes[node].name, shares, elastic))
@@ -114,7 +159,10 @@ class Placer:
         return flavor, tuple(out)
 
     def _static(self, job: JobRequest, flavors: tuple[str, ...]) -> BoolArray:
-        masks = [self.state.static_mask(f, job.pools, job.tolerations) for f in flavors]
+        masks = [
+            self.state.static_mask(f, job.pools, job.tolerations, job.clusters, job.regions)
+            for f in flavors
+        ]
         return masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
 
     def feasible(self, job: JobRequest, static: BoolArray, avoid_reserved: bool) -> IntArray:
@@ -161,7 +209,9 @@ class Placer:
         candidates from the free-count buckets (O(max_scored), not O(nodes)); gangs and
         shares filter every node, since topology and devices need the whole picture."""
         lone = job.resources.whole_gpus and remaining == 1 and not placed
-        if lone and flavor is not None and not avoid_reserved:
+        if job.preferred_clusters and not placed:
+            nodes = self._preferred(job, self.feasible(job, static, avoid_reserved))
+        elif lone and flavor is not None and not avoid_reserved:
             nodes = self._bucket_candidates(job, flavor, static)
         else:
             nodes = self.feasible(job, static, avoid_reserved)
@@ -184,6 +234,14 @@ class Placer:
         for scorer, weight in self.scorers:
             total += weight * scorer.score(inp)
         return int(inp.nodes[int(np.argmax(total))])
+
+    def _preferred(self, job: JobRequest, nodes: IntArray) -> IntArray:
+        """The candidates in the job's preferred clusters when there are any, else all: a
+        preference decides before any score (a soft requirement), so a shortlist of the best
+        fitting nodes cannot drop it."""
+        state = self.state
+        mine = nodes[np.isin(state.cluster[nodes], state.cluster_codes(job.preferred_clusters))]
+        return mine if len(mine) else nodes
 
     def _bucket_candidates(self, job: JobRequest, flavor: str, static: BoolArray) -> IntArray:
         """Up to ``max_scored`` feasible nodes, fewest whole free GPUs first (best fit), in

@@ -98,21 +98,26 @@ def never_fits(job: JobRequest, misfits: list[Misfit]) -> WaitReason:
     return WaitReason(
         job.id,
         WaitCode.NO_MATCHING_NODE,
-        f"nothing in the cluster can hold this job today: {describe(misfits)}",
+        f"nothing in the cluster can hold this job today: {describe(misfits)}{_where(job)}",
     )
+
+
+def _where(job: JobRequest) -> str:
+    """Where the job asked to run, as " in pools x, y in clusters z"; "" when anywhere."""
+    asked = (("pools", job.pools), ("clusters", job.clusters), ("regions", job.regions))
+    return "".join(f" in {what} {', '.join(names)}" for what, names in asked if names)
 
 
 def capacity(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:
     """Why the gang finds no room on ``flavor``: no matching node, GPU memory on shared
     devices, fragmentation (enough free in total, not together) or plain capacity."""
     state, res = ctx.state, job.resources
-    static = state.static_mask(flavor, job.pools, job.tolerations)
+    static = state.static_mask(flavor, job.pools, job.tolerations, job.clusters, job.regions)
     if not static.any():
-        pools = f" in pools {', '.join(job.pools)}" if job.pools else ""
         return WaitReason(
             job.id,
             WaitCode.NO_MATCHING_NODE,
-            f"no schedulable {flavor} node{pools} whose taints the job tolerates",
+            f"no schedulable {flavor} node{_where(job)} whose taints the job tolerates",
         )
     if res.is_shared:
         return _shared(ctx, job, flavor, static)

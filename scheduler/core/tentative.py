@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL
 from scheduler.core.fit import Capacity, Misfit, cpu_only_room, misfit
 from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Resources, Taint, Toleration
 
@@ -30,6 +31,11 @@ def _codes(values: Sequence[str]) -> tuple[IntArray, list[str]]:
     names = sorted({v for v in values if v})
     lookup = {v: i for i, v in enumerate(names)}
     return np.array([lookup.get(v, -1) for v in values], dtype=np.int64), names
+
+
+def _known(names: list[str], wanted: tuple[str, ...]) -> list[int]:
+    """The codes of the ``wanted`` names that some node carries."""
+    return [names.index(name) for name in wanted if name in names]
 
 
 def _tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
@@ -64,6 +70,11 @@ class ClusterState:
         self._all_usable: list[bool] = [all(row) for row in self._usable_rows]
         self.schedulable = np.array([nd.healthy and not nd.cordoned for nd in nodes], np.bool_)
         self.pool, self.pool_names = _codes([node.pool for node in nodes])
+        # A node's cluster and region (-1: unlabelled, itself one cluster).
+        self.cluster, self.cluster_names = _codes([n.labels.get(CLUSTER_LABEL, "") for n in nodes])
+        self.region, self.region_names = _codes([n.labels.get(REGION_LABEL, "") for n in nodes])
+        self.several_clusters = len(np.unique(self.cluster)) > 1
+        self._cluster_masks: dict[int, BoolArray] = {}
         groups = {taints: k for k, taints in enumerate(dict.fromkeys(n.taints for n in nodes))}
         self.taint_sets = list(groups)
         self.taint_group = np.array([groups[n.taints] for n in nodes], dtype=np.int64)
@@ -85,7 +96,7 @@ class ClusterState:
         self._signatures: dict[tuple[int, ...], int] = {}
         self._signature = [self._sign(i) for i in range(n)]
         self._unsigned: set[int] = set()  # nodes changed since their signature was taken
-        self._static: dict[tuple[str, tuple[str, ...], tuple[Toleration, ...]], BoolArray] = {}
+        self._static: dict[tuple[object, ...], BoolArray] = {}
         self._capacity: Capacity | None = None
         self._misfits: dict[tuple[object, ...], Misfit | None] = {}
         self.dirty: set[int] = set()
@@ -218,12 +229,18 @@ class ClusterState:
     # -- queries --------------------------------------------------------------------------
 
     def static_mask(
-        self, flavor: str, pools: tuple[str, ...], tolerations: tuple[Toleration, ...]
+        self,
+        flavor: str,
+        pools: tuple[str, ...],
+        tolerations: tuple[Toleration, ...],
+        clusters: tuple[str, ...] = (),
+        regions: tuple[str, ...] = (),
     ) -> BoolArray:
-        """Nodes of ``flavor`` in ``pools`` (any when empty), schedulable, taints tolerated.
-        Cached per cycle: none of these change inside a cycle. Vectorised over nodes; the
-        taint check runs once per distinct taint set, not once per node."""
-        key = (flavor, pools, tolerations)
+        """Nodes of ``flavor`` in ``pools``, ``clusters`` and ``regions`` (any when empty),
+        schedulable, taints tolerated. Cached per cycle: none of these change inside a cycle.
+        Vectorised over nodes; the taint check runs once per distinct taint set, not once
+        per node."""
+        key = (flavor, pools, tolerations, clusters, regions)
         mask = self._static.get(key)
         if mask is None:
             mask = self.schedulable & (self.flavor == self.flavor_code(flavor))
@@ -231,11 +248,25 @@ class ClusterState:
                 mask &= np.isin(
                     self.pool, [self.pool_names.index(p) for p in pools if p in self.pool_names]
                 )
+            if clusters:
+                mask &= np.isin(self.cluster, _known(self.cluster_names, clusters))
+            if regions:
+                mask &= np.isin(self.region, _known(self.region_names, regions))
             if self.taint_sets:
                 ok = [_tolerated(taints, tolerations) for taints in self.taint_sets]
                 mask &= np.array(ok, dtype=np.bool_)[self.taint_group]
             self._static[key] = mask
         return mask
+
+    def cluster_mask(self, code: int) -> BoolArray:
+        """The nodes of the cluster coded ``code`` (-1: the unlabelled nodes)."""
+        mask = self._cluster_masks.get(code)
+        if mask is None:
+            mask = self._cluster_masks[code] = self.cluster == code
+        return mask
+
+    def cluster_codes(self, names: tuple[str, ...]) -> list[int]:
+        return _known(self.cluster_names, names)
 
     def misfit(
         self,
@@ -244,10 +275,12 @@ class ClusterState:
         flavor: str,
         pools: tuple[str, ...],
         tolerations: tuple[Toleration, ...],
+        clusters: tuple[str, ...] = (),
+        regions: tuple[str, ...] = (),
     ) -> Misfit | None:
         """Why no usable node of ``flavor`` could hold the gang even if it were empty (see
         ``fit``); None when some could. Cached: it depends on the nodes alone."""
-        key = (res, gang, flavor, pools, tolerations)
+        key = (res, gang, flavor, pools, tolerations, clusters, regions)
         if key not in self._misfits:
             if self._capacity is None:
                 self._capacity = Capacity(
@@ -255,7 +288,7 @@ class ClusterState:
                 )
             if len(self._misfits) >= 4096:  # a state kept across cycles sees many shapes
                 self._misfits.clear()
-            mask = self.static_mask(flavor, pools, tolerations)
+            mask = self.static_mask(flavor, pools, tolerations, clusters, regions)
             self._misfits[key] = misfit(self._capacity, mask, res, gang, flavor)
         return self._misfits[key]
 

@@ -184,6 +184,11 @@ class JobRequest:
     flavors: tuple[str, ...] = ()
     pools: tuple[str, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # Several clusters (scheduler.core.clusters): the job runs in one of `clusters` and in
+    # one of `regions` (any when empty), and in one of `preferred_clusters` when it fits there.
+    clusters: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+    preferred_clusters: tuple[str, ...] = ()
     submitted_at: float = 0.0
     max_runtime_s: float | None = None
     estimated_runtime_s: float | None = None

@@ -18,6 +18,7 @@ from rest_framework.fields import SkipField, get_error_detail
 
 from common.text import DNS_LABEL
 from scheduler.backends.base import RESERVED_ENV
+from scheduler.models import Cluster
 from tenants.models import JobType, PriorityClass, ResourceFlavor
 
 IMAGE_RE = re.compile(
@@ -228,6 +229,43 @@ class SimulationSerializer(StrictDictSerializer):
     fail = StrictBooleanField(required=False, default=False)  # type: ignore[assignment]
 
 
+def _names(max_length: int = 16) -> serializers.ListField:
+    return serializers.ListField(
+        child=StrictCharField(max_length=63), required=False, default=list, max_length=max_length
+    )
+
+
+class PlacementSerializer(StrictDictSerializer):
+    """Where the job may run when Gantry drives several clusters (docs/multicluster.md): in one
+    of `clusters` and of `regions` (any when empty), in one of `preferred_clusters` when it fits
+    there. Whatever is asked, a job runs in exactly one cluster."""
+
+    clusters = _names()
+    regions = _names()
+    preferred_clusters = _names()
+
+    def _known(self, value: list[str]) -> list[str]:
+        known = set(Cluster.objects.values_list("name", flat=True))
+        unknown = [name for name in value if name not in known]
+        if unknown:
+            raise serializers.ValidationError(
+                f"unknown cluster {unknown[0][:64]!r}; known clusters: {', '.join(sorted(known))}."
+            )
+        return value
+
+    def validate_clusters(self, value: list[str]) -> list[str]:
+        return self._known(value)
+
+    def validate_preferred_clusters(self, value: list[str]) -> list[str]:
+        return self._known(value)
+
+    def validate_regions(self, value: list[str]) -> list[str]:
+        bad = [region for region in value if not DNS_LABEL.match(region)]
+        if bad:
+            raise serializers.ValidationError(f"{bad[0][:64]!r} is not a valid region name.")
+        return value
+
+
 class JobSpecSerializer(StrictDictSerializer):
     name = StrictCharField(max_length=63)
     type = serializers.ChoiceField(choices=JobType.choices)
@@ -256,6 +294,7 @@ class JobSpecSerializer(StrictDictSerializer):
     pools = serializers.ListField(
         child=StrictCharField(max_length=63), required=False, default=list, max_length=16
     )
+    placement = PlacementSerializer(required=False)
     priority_class = StrictCharField(required=False, allow_null=True, default=None, max_length=63)
     max_runtime_s = StrictIntegerField(
         required=False, allow_null=True, default=None, min_value=60, max_value=MAX_RUNTIME_S

@@ -53,6 +53,7 @@ SPEC_KEYS = {
     "estimated_runtime_s": "spec__estimated_runtime_s",
     "checkpointable": "spec__checkpointable",
     "rdma": "spec__resources__rdma",
+    "placement": "spec__placement",
 }
 
 

@@ -167,6 +167,7 @@ def job_request(
     row: Mapping[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
 ) -> JobRequest:
     spec = {key: row.get(path) for key, path in SPEC_KEYS.items()}
+    placement = spec.get("placement") or {}
     inference = row["job_type"] == "inference"
     return JobRequest(
         id=core_job_id(row["id"]),
@@ -185,6 +186,9 @@ def job_request(
         min_replicas=min(spec.get("min_replicas") or 1, row["replicas"]) if inference else None,
         flavors=tuple(row["flavors"] or ()),
         pools=tuple(spec.get("pools") or ()),
+        clusters=tuple(placement.get("clusters") or ()),
+        regions=tuple(placement.get("regions") or ()),
+        preferred_clusters=tuple(placement.get("preferred_clusters") or ()),
         submitted_at=ts(row["queued_at"]),
         max_runtime_s=row["max_runtime_s"],
         estimated_runtime_s=spec.get("estimated_runtime_s"),
