@@ -1,27 +1,36 @@
 """How good are the demand forecasts? A rolling-origin backtest on two daily histories.
 
     python -m bench.forecast --json out.json
-    python -m bench.forecast --trace-dir ../shared/bench/openb --horizon 30 --json out.json
+    python -m bench.forecast --horizons 30 --origins 4 --json out.json
 
 (a) generated: `--days` (365) days of GPU-hours with a known linear growth and weekly season
-    (weekdays busier than weekends) times seeded log-normal noise (`generated_history`);
+    (weekdays busier than weekends) times seeded log-normal noise (`generated_history`),
+    forecast `--horizons` (30, 90, 180) days ahead from `--origins` weekly origins;
 (b) openb: the pod list (`openb_pod_list_default.csv`, bench.openb_trace's reader), each pod
     asking for its GPUs from creation to deletion, spread over days by the product's own
-    arithmetic (capacity.daily); the last, partial day left out.
+    arithmetic (capacity.daily), over its complete days only (`openb_history`): 33 days, so
+    `--openb-horizon` (7) days ahead from `--openb-origins` daily origins.
 
-At each of `--origins` weekly origins the forecaster (capacity.forecast: AutoETS on log demand)
-and the seasonal-naive baseline are fitted on the days before and scored on the next
-`--horizon` days: MASE (scaled by the in-sample seasonal-naive error), sMAPE (utilsforecast's,
-0..1) and the p10..p90 coverage, averaged over origins. Also reported: the baseline's own
-scores and `relative_mae`, the forecast's MAE over the baseline's on the same days
-(`baseline_scores`), and the seconds spent importing statsforecast and fitting (`timing`).
+Each fit sees the last `--window` (180, the product's GANTRY_CAPACITY_HISTORY_DAYS) days before
+its origin, as the refresh does; 0: every day before it. Scores, averaged over origins:
+- MASE: the forecast's MAE over the in-sample MAE of seasonal naive (one week back) on the
+  training window, utilsforecast's `mase`: below 1, the forecast errs less out of sample than
+  last week's value did on the history. The issue's target is MASE < 1.
+- relative MAE: the forecast's MAE over the seasonal-naive forecast's MAE on the same scored
+  days (below 1: it beats the baseline out of sample). Not MASE; reported beside it.
+- sMAPE (utilsforecast's, 0..1) and coverage: the share of days inside p10..p90.
+`histories` holds the issue's keys at the first horizon; `by_horizon` every horizon, with the
+baseline's own scores and, on the generated history, the oracle's MASE: that of the noise-free
+curve the history was drawn around, the least any forecaster can expect there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +42,13 @@ from capacity.daily import DAY_S, daily_gpu_hours
 DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "openb"
 # Weekday shape of the generated demand, Monday first: a working week, quieter weekends.
 WEEK = (1.0, 1.05, 1.08, 1.06, 1.0, 0.72, 0.68)
+DEFINITIONS = {
+    "mase": "forecast MAE / in-sample seasonal-naive (7-day) MAE on the training window"
+    " (utilsforecast mase); the target is < 1",
+    "relative_mae": "forecast MAE / seasonal-naive forecast MAE on the same scored days; not MASE",
+    "coverage": "share of scored days inside p10..p90 (target 0.7..0.9)",
+    "oracle_mase": "MASE of the noise-free curve the generated history was drawn around",
+}
 
 
 def generated_history(
@@ -45,54 +61,108 @@ def generated_history(
     return (base + growth * t) * shape * rng.lognormal(0.0, noise, days)
 
 
-def openb_history(trace_dir: Path, trace: str = "default") -> np.ndarray:
+def openb_history(trace_dir: Path, trace: str = "default") -> tuple[np.ndarray, int]:
+    """GPU-hours per day over the trace's complete days, and the first of them.
+
+    The pod list keeps the pods deleted after a cut (its first deletion, day 115.3): before
+    that day only the pods that outlived it are there, and every pod created and deleted
+    earlier is missing. A day is complete when every pod alive on it was deleted after the
+    cut, so the complete days run from the first midnight after it to the last whole day."""
     created, deleted, gpus = load_pod_lifetimes(trace_dir, trace)
+    first = math.ceil(min(deleted) / DAY_S)
     full_days = int(max(deleted) // DAY_S)
-    return daily_gpu_hours(created, deleted, gpus, first_day=0.0, days=full_days)
+    series = daily_gpu_hours(
+        created, deleted, gpus, first_day=first * DAY_S, days=full_days - first
+    )
+    return series, first
 
 
 def _scores(acc: Any) -> dict[str, float]:
     return {"mase": acc.mase, "smape": acc.smape, "coverage": acc.coverage}
 
 
-def measure(history: np.ndarray, horizon: int, origins: int) -> tuple[dict, dict]:
-    from capacity.forecast import backtest, weekly_origins
+def _oracle_mase(curve: np.ndarray, history: np.ndarray, result: Any, window: int | None) -> float:
+    from capacity.forecast import accuracy
 
-    result = backtest(history, horizon, weekly_origins(len(history), horizon, origins))
-    ours = {**_scores(result.forecast), "horizon_days": horizon, "origins": len(result.origins)}
-    theirs = {**_scores(result.baseline), "relative_mae": result.relative_mae}
-    return ours, theirs
+    h = result.horizon_days
+    scores = []
+    for o in result.origins:
+        p50 = curve[o : o + h]
+        train = history[max(0, o - window) if window else 0 : o]
+        scores.append(
+            accuracy(train=train, actual=history[o : o + h], p50=p50, p10=p50, p90=p50).mase
+        )
+    return float(np.mean(scores))
+
+
+def measure(history: np.ndarray, horizon: int, origins: tuple[int, ...], window: int | None) -> Any:
+    from capacity.forecast import backtest
+
+    return backtest(history, horizon, origins, window=window)
+
+
+def _entry(result: Any) -> dict[str, Any]:
+    return {
+        **_scores(result.forecast),
+        "origins": len(result.origins),
+        "baseline": _scores(result.baseline),
+        "relative_mae": result.relative_mae,
+        "chosen": dict(Counter(m.split(",")[0] for m in result.methods)),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Backtest of the demand forecasts")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR)
-    parser.add_argument("--horizon", type=int, default=30, help="days forecast at each origin")
-    parser.add_argument("--origins", type=int, default=8, help="weekly origins per history")
+    parser.add_argument("--horizons", default="30,90,180", help="generated: days ahead")
+    parser.add_argument("--origins", type=int, default=8, help="generated: weekly origins")
     parser.add_argument("--days", type=int, default=365, help="days of the generated history")
+    parser.add_argument("--window", type=int, default=180, help="days fitted on; 0: all")
+    parser.add_argument("--openb-horizon", type=int, default=7)
+    parser.add_argument("--openb-origins", type=int, default=13, help="daily origins")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    window = args.window or None
 
     started = time.perf_counter()
-    from capacity.forecast import BASELINE, METHOD
+    from capacity.forecast import BASELINE, METHOD, rolling_origins
 
-    import_s = time.perf_counter() - started
-    histories = {
-        "generated": generated_history(args.days, seed=args.seed),
-        "openb": openb_history(args.trace_dir),
-    }
-    out: dict[str, Any] = {"histories": {}, "method": METHOD, "baseline": BASELINE}
-    baseline_scores: dict[str, Any] = {}
-    timing: dict[str, float] = {"import_s": round(import_s, 2)}
-    for name, history in histories.items():
+    timing: dict[str, float] = {"import_s": round(time.perf_counter() - started, 2)}
+    generated = generated_history(args.days, seed=args.seed)
+    curve = generated_history(args.days, seed=args.seed, noise=0.0)
+    openb, openb_first = openb_history(args.trace_dir)
+    runs = [("generated", generated, int(h), args.origins, 7) for h in args.horizons.split(",")]
+    runs.append(("openb", openb, args.openb_horizon, args.openb_origins, 1))
+    by_horizon: dict[str, dict[str, Any]] = {"generated": {}, "openb": {}}
+    histories: dict[str, Any] = {}
+    for name, history, horizon, count, step in runs:
         t0 = time.perf_counter()
-        ours, theirs = measure(history, args.horizon, args.origins)
-        timing[f"{name}_fit_s_per_origin"] = round((time.perf_counter() - t0) / args.origins, 3)
-        out["histories"][name] = ours
-        baseline_scores[name] = {**theirs, "days": len(history)}
-    out["baseline_scores"] = baseline_scores
-    out["timing"] = timing
+        origins = rolling_origins(len(history), horizon, count, step)
+        result = measure(history, horizon, origins, window)
+        timing[f"{name}_{horizon}_fit_s_per_origin"] = round((time.perf_counter() - t0) / count, 3)
+        entry = _entry(result)
+        if name == "generated":
+            entry["oracle_mase"] = _oracle_mase(curve, history, result, window)
+        by_horizon[name][str(horizon)] = entry
+        if name not in histories:
+            histories[name] = {
+                **_scores(result.forecast),
+                "horizon_days": horizon,
+                "origins": len(result.origins),
+            }
+    out: dict[str, Any] = {
+        "histories": histories,
+        "method": METHOD,
+        "baseline": BASELINE,
+        "definitions": DEFINITIONS,
+        "by_horizon": by_horizon,
+        "data": {
+            "generated": {"days": len(generated), "training_days": window},
+            "openb": {"days": len(openb), "first_day": openb_first, "training_days": window},
+        },
+        "timing": timing,
+    }
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

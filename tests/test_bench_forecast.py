@@ -24,13 +24,27 @@ def test_the_generated_history_grows_with_a_weekly_season() -> None:
 @pytest.mark.skipif(not TRACE_DIR.exists(), reason="the openb trace is not in ../shared")
 def test_the_json_holds_both_histories(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    main(["--json", str(out), "--days", "120", "--origins", "2", "--horizon", "14"])
+    args = ["--days", "120", "--origins", "2", "--horizons", "14,21", "--openb-origins", "2"]
+    main(["--json", str(out), *args])
     got = json.loads(out.read_text())
     assert set(got["histories"]) == {"generated", "openb"}
     for scores in got["histories"].values():
         assert set(scores) == {"mase", "smape", "coverage", "horizon_days", "origins"}
-        assert scores["horizon_days"] == 14 and scores["origins"] == 2
+        assert scores["origins"] == 2
         assert 0 <= scores["coverage"] <= 1
-    assert got["method"].startswith("AutoETS")
+    assert got["histories"]["generated"]["horizon_days"] == 14  # the first horizon asked
+    assert got["histories"]["openb"]["horizon_days"] == 7
+    assert set(got["by_horizon"]["generated"]) == {"14", "21"}
+    assert got["by_horizon"]["generated"]["21"]["oracle_mase"] > 0
+    assert "AutoETS" in got["method"]
     assert got["baseline"].startswith("SeasonalNaive")
-    assert len(openb_history(TRACE_DIR)) == 149  # whole days of the trace
+    assert set(got["definitions"]) >= {"mase", "relative_mae"}
+
+
+@pytest.mark.skipif(not TRACE_DIR.exists(), reason="the openb trace is not in ../shared")
+def test_the_openb_history_holds_its_complete_days_only() -> None:
+    # The pod list's first deletion is on day 115.3: before it only the pods that outlived it
+    # are listed. Complete days: 116 up to the last whole day, 148.
+    series, first = openb_history(TRACE_DIR)
+    assert first == 116
+    assert len(series) == 149 - 116

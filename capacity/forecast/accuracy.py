@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 from utilsforecast.losses import coverage, mae, mase, smape
 
-from capacity.forecast.fit import LEVEL, SEASON, Series
+from capacity.forecast.candidates import LEVEL, SEASON
+from capacity.forecast.fit import Series
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
 """Fit the forecaster and the seasonal-naive baseline to one daily demand series.
 
-The method: AutoETS (statsforecast) with a weekly season, fitted to log(1 + demand). Demand
-grows by proportions and cannot go below zero, so the model works where changes add up: the
-80% interval it gives there becomes a band that widens with the level, never negative, and
-its centre back-transformed is the median (p50) of the forecast demand. p10 and p90 are the
-ends of that 80% interval. The baseline, seasonal naive (each day as the same weekday of the
-last week seen), is always fitted beside: a forecast is only worth showing where it beats it.
+The method: the candidate models (candidates.py: AutoETS and AutoTheta with a weekly season, on
+demand and on log(1 + demand)) compared by an inner backtest on the history alone (choose.py),
+and the best fitted to the whole history. p10 and p90 are the ends of its 80% interval, p50 its
+centre. The baseline, seasonal naive (each day as the same weekday of the last week seen), is
+always fitted beside: a forecast is only worth showing where it beats it.
 """
 
 from __future__ import annotations
@@ -15,23 +14,29 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from statsforecast.models import AutoETS, SeasonalNaive
+from statsforecast.models import SeasonalNaive
+
+from capacity.forecast.candidates import LEVEL, SEASON, Band
+from capacity.forecast.choose import MIN_FIT, choose
 
 # A daily series: a list, or a numpy array (the benchmark's and the history's).
 Series = Sequence[float] | npt.NDArray[np.float64]
 
-SEASON = 7  # days: demand follows the working week
-LEVEL = 80  # the p10..p90 interval
-METHOD = "AutoETS(season_length=7) on log1p(demand), 80% interval as p10..p90 (statsforecast)"
+METHOD = (
+    "AutoETS or AutoTheta (season 7) on demand or log1p(demand), chosen per series by an inner"
+    " backtest on its history; 80% interval as p10..p90 (statsforecast)"
+)
 BASELINE = "SeasonalNaive(season_length=7), its own 80% interval (statsforecast)"
-# Below two seasons AutoETS cannot estimate the weekly pattern; shorter histories get the
+# Below two seasons no model can estimate the weekly pattern; shorter histories get the
 # baseline alone (Forecast.method says so).
-MIN_HISTORY = 2 * SEASON
+MIN_HISTORY = MIN_FIT
 
 
 @dataclass(frozen=True)
 class Forecast:
-    """`horizon` days after the last day of the history. Units are the history's (GPU-hours)."""
+    """`horizon` days after the last day of the history. Units are the history's (GPU-hours).
+
+    `method` names the model fitted (the candidate chosen, or the baseline alone and why)."""
 
     p10: tuple[float, ...]
     p50: tuple[float, ...]
@@ -50,12 +55,13 @@ def _clip(values: np.ndarray) -> tuple[float, ...]:
     return tuple(float(v) for v in np.maximum(values, 0.0))
 
 
-def _baseline(y: np.ndarray, horizon: int) -> dict[str, np.ndarray]:
+def _baseline(y: np.ndarray, horizon: int) -> Band:
     if len(y) < SEASON:
         # Less than one week: the last day repeated, without an interval.
         last = np.full(horizon, y[-1] if len(y) else 0.0)
-        return {"mean": last, f"lo-{LEVEL}": last, f"hi-{LEVEL}": last}
-    return SeasonalNaive(season_length=SEASON).forecast(y=y, h=horizon, level=[LEVEL])
+        return Band(p50=last, p10=last, p90=last)
+    fit = SeasonalNaive(season_length=SEASON).forecast(y=y, h=horizon, level=[LEVEL])
+    return Band(p50=fit["mean"], p10=fit[f"lo-{LEVEL}"], p90=fit[f"hi-{LEVEL}"])
 
 
 def forecast_demand(history: Series, horizon: int) -> Forecast:
@@ -67,27 +73,22 @@ def forecast_demand(history: Series, horizon: int) -> Forecast:
         raise ValueError("history must be a non-empty series of finite, non-negative numbers")
     base = _baseline(y, horizon)
     if len(y) < MIN_HISTORY or np.all(y == y[0]):
-        # Too short to fit, or constant (nothing to learn, and ETS's interval would be empty).
-        return _from_baseline(base, "baseline only: " + BASELINE)
-    # AutoETS tries models that divide by zero on series with long runs of zeros; it drops
-    # those candidates itself, so numpy's warnings about them say nothing to act on.
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        fit = AutoETS(season_length=SEASON).forecast(y=np.log1p(y), h=horizon, level=[LEVEL])
-    if not all(np.all(np.isfinite(v)) for v in fit.values()):
-        return _from_baseline(base, "baseline only (the fit diverged): " + BASELINE)
-    return Forecast(
-        p10=_clip(np.expm1(fit[f"lo-{LEVEL}"])),
-        p50=_clip(np.expm1(fit["mean"])),
-        p90=_clip(np.expm1(fit[f"hi-{LEVEL}"])),
-        baseline=_clip(base["mean"]),
-        baseline_p10=_clip(base[f"lo-{LEVEL}"]),
-        baseline_p90=_clip(base[f"hi-{LEVEL}"]),
-        method=METHOD,
-    )
+        # Too short to fit, or constant (nothing to learn, and a model's interval would be empty).
+        return _forecast(base, base, "baseline only: " + BASELINE)
+    candidate = choose(y, horizon)
+    band = candidate.forecast(y, horizon)
+    if not band.finite():
+        return _forecast(base, base, "baseline only (the fit diverged): " + BASELINE)
+    return _forecast(band, base, f"{candidate.name}, chosen by an inner backtest")
 
 
-def _from_baseline(base: dict[str, np.ndarray], method: str) -> Forecast:
-    mean, lo, hi = _clip(base["mean"]), _clip(base[f"lo-{LEVEL}"]), _clip(base[f"hi-{LEVEL}"])
+def _forecast(band: Band, base: Band, method: str) -> Forecast:
     return Forecast(
-        p10=lo, p50=mean, p90=hi, baseline=mean, baseline_p10=lo, baseline_p90=hi, method=method
+        p10=_clip(band.p10),
+        p50=_clip(band.p50),
+        p90=_clip(band.p90),
+        baseline=_clip(base.p50),
+        baseline_p10=_clip(base.p10),
+        baseline_p90=_clip(base.p90),
+        method=method,
     )

@@ -9,7 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capacity.forecast import accuracy, backtest, forecast_demand, weekly_origins
+from capacity.forecast import (
+    CANDIDATES,
+    Candidate,
+    accuracy,
+    backtest,
+    choose,
+    forecast_demand,
+    rolling_origins,
+    weekly_origins,
+)
+from capacity.forecast.choose import inner_split
 
 WEEK = np.array([1.0, 1.1, 1.1, 1.0, 0.9, 0.5, 0.4])
 
@@ -104,3 +114,63 @@ def test_backtest_knows_the_baseline_answer_on_a_noiseless_series() -> None:
 def test_weekly_origins_refuse_a_history_too_short() -> None:
     with pytest.raises(ValueError, match="cannot hold"):
         weekly_origins(40, 30, 3)
+
+
+def test_daily_origins_end_a_horizon_before_the_last_day() -> None:
+    # 33 days, 7 ahead: the last origin fits 26 days; 13 a day apart reach back to 14.
+    assert rolling_origins(33, 7, 13, 1) == tuple(range(14, 27))
+    with pytest.raises(ValueError, match="cannot hold"):
+        rolling_origins(33, 7, 14, 1)  # origin 13 would leave under two weeks to fit
+
+
+def test_a_training_window_scales_mase_by_the_days_fitted_on() -> None:
+    # 70 flat days (the weekly shape around 100), then growth of 2/day. A 49-day window from
+    # origins 119..133 holds growth alone in its in-sample pairs (days 77.. against 70..): seasonal
+    # naive's MASE is 1.5 as on a wholly linear series (test above). Fitted on every day, the
+    # flat weeks' zero in-sample error shrinks the scale to about 45/112 of it, and the same
+    # out-of-sample errors score worse.
+    t = np.arange(21 * 7)
+    history = (100.0 + 2.0 * np.maximum(t - 70, 0)) * WEEK[t % 7]
+    origins = weekly_origins(len(history), 14, 3)
+    windowed = backtest(history, 14, origins, window=49)
+    everything = backtest(history, 14, origins)
+    assert windowed.baseline.mase == pytest.approx(1.5)
+    assert everything.baseline.mase > 1.5 * 2
+    with pytest.raises(ValueError, match="window"):
+        backtest(history, 14, origins, window=7)
+
+
+class _Constant:
+    """A fitted model that forecasts `value` every day, a band of +-1 around it."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def forecast(self, *, y: np.ndarray, h: int, level: list[int]) -> dict[str, np.ndarray]:
+        mean = np.full(h, self.value)
+        return {"mean": mean, "lo-80": mean - 1, "hi-80": mean + 1}
+
+
+def _constant(name: str, value: float) -> Candidate:
+    return Candidate(name, lambda: _Constant(value), log=False)
+
+
+def test_the_choice_is_the_least_inner_error_and_never_a_diverged_fit() -> None:
+    # The last days of the history are near 50: the candidate forecasting 50 errs least on
+    # them; one forecasting NaN is never taken, even listed first.
+    history = np.full(42, 50.0)
+    pool = (_constant("nan", float("nan")), _constant("ten", 10.0), _constant("fifty", 50.0))
+    assert choose(history, 30, pool).name == "fifty"
+
+
+def test_a_history_too_short_to_compare_gets_the_first_candidate() -> None:
+    # 20 days: the inner horizon is a week, the inner origins 6 and 13 fit under two weeks.
+    assert inner_split(20, 30) == (7, ())
+    pool = (_constant("first", 1.0), _constant("better", 5.0))
+    assert choose(np.full(20, 5.0), 30, pool).name == "first"
+
+
+def test_the_forecast_names_the_candidate_it_fitted() -> None:
+    fc = forecast_demand(linear_weekly(140), 28)
+    names = [c.name for c in CANDIDATES]
+    assert fc.method.split(",")[0] in names
