@@ -107,6 +107,9 @@ class PodRequest:
     # Simulated backend only: how long the pod runs, and whether it fails.
     sim_duration_s: float | None = None
     sim_fail: bool = False
+    # A pod its user created, held at creation by Gantry's scheduling gate (issue 37): it is
+    # admitted (labelled as Gantry's, its gate removed) and bound, never created.
+    held: bool = False
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ POD_KEYS = {
     "env": "spec__env",
     "priority_class": "spec__priority_class",
     "simulation": "spec__simulation",
+    "workload": "spec__workload",
 }
 
 

@@ -286,8 +286,9 @@ def pod_request(
     `POD_KEYS`) on `node`, given `devices`."""
     spec = {key: row.get(path) for key, path in POD_KEYS.items()}
     sim = spec["simulation"] or {}
+    held = tuple((spec["workload"] or {}).get("pods") or ())  # a user's pods (issue 37)
     return PodRequest(
-        name=pod_name(row["id"], row["attempt"], replica),
+        name=held[replica] if replica < len(held) else pod_name(row["id"], row["attempt"], replica),
         namespace=row["project__namespace"],
         job_id=row["id"],
         attempt=row["attempt"],
@@ -306,6 +307,7 @@ def pod_request(
         job_type=row["job_type"],
         sim_duration_s=sim.get("duration_s"),
         sim_fail=bool(sim.get("fail")),
+        held=replica < len(held),
     )
 
 

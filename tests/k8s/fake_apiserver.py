@@ -49,8 +49,12 @@ from datetime import UTC, datetime, timedelta
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+import jsonpatch
+import jsonpointer
+
 from tests.k8s.fake_http import Handler
 from tests.k8s.fake_rules import (
+    JSON_PATCH,
     SCHEDULING_GATED,
     ApiError,
     Obj,
@@ -463,6 +467,14 @@ class FakeApiServer:
     def patch(self, resource: str, namespace: str, name: str, body: Obj) -> Obj:
         with self.cond:
             current = self._existing(resource, namespace, name)
+            if JSON_PATCH in body:  # RFC 6902, as `kubectl patch --type=json` sends it
+                try:
+                    patched = jsonpatch.apply_patch(copy.deepcopy(current), body[JSON_PATCH])
+                except jsonpatch.JsonPatchTestFailed as exc:
+                    raise ApiError(422, "Invalid", f"the test operation failed: {exc}") from exc
+                except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+                    raise ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from exc
+                return self._write(resource, current, patched)
             self._check_version(current, body, name)
             return self._write(resource, current, merge_patch(copy.deepcopy(current), body))
 

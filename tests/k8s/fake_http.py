@@ -13,7 +13,15 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.k8s.fake_rules import CLUSTER_SCOPED, NAMESPACED, ApiError, Obj, selected, status_body
+from tests.k8s.fake_rules import (
+    CLUSTER_SCOPED,
+    JSON_PATCH,
+    NAMESPACED,
+    ApiError,
+    Obj,
+    selected,
+    status_body,
+)
 
 if TYPE_CHECKING:
     from tests.k8s.fake_apiserver import FakeApiServer, Fault
@@ -60,6 +68,8 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else {}
+        if method == "PATCH" and "json-patch" in (self.headers.get("Content-Type") or ""):
+            body = {JSON_PATCH: body}  # a list of operations, applied by `fake.patch`
         watching = query.get("watch") in ("true", "1")
         with fake.cond:
             fake.requests.append((method, url.path))

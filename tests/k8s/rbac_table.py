@@ -57,6 +57,7 @@ _LOG_BINDING = _perms(RBAC, "rolebindings", "create") | _perms(
 CLIENT_METHODS: dict[str, set[Permission]] = {
     "create_namespaced_pod": _perms("", "pods", "create"),
     "read_namespaced_pod": _perms("", "pods", "get"),
+    "patch_namespaced_pod": _perms("", "pods", "patch"),  # admits a held pod (issue 37)
     "delete_namespaced_pod": _perms("", "pods", "delete"),
     "list_pod_for_all_namespaces": _perms("", "pods", "list", "watch"),
     "create_namespaced_pod_binding": _perms("", "pods/binding", "create"),
@@ -85,7 +86,7 @@ WEB_METHODS = frozenset({"read_log", "follow_log"})
 # nothing more.
 MUST: dict[str, set[Permission]] = {
     SCHEDULER: (
-        _perms("", "pods", "create", "get", "list", "watch", "delete")
+        _perms("", "pods", "create", "get", "list", "watch", "delete", "patch")
         | _perms("", "pods/binding", "create")
         | _perms("", "nodes", "get", "list", "watch", "patch")
         | _perms("", "services", "create")
@@ -112,7 +113,7 @@ _NOBODY: set[Permission] = (
     | _perms("", "pods/portforward", "create")
     | _perms("", "pods/proxy", "get", "create")
     | _perms("", "pods/ephemeralcontainers", "patch")
-    | _perms("", "pods", "deletecollection", "update", "patch")
+    | _perms("", "pods", "deletecollection", "update")
     | _perms("", "pods/status", "patch", "update")
     | _perms("", "pods/eviction", "create")
     | _perms("", "nodes", "delete", "create", "update", "deletecollection")

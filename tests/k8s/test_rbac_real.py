@@ -17,6 +17,8 @@ the node agent and the migrate job must and must not do. Checked four ways:
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +33,8 @@ from kubernetes import client
 from scheduler.backends.base import LogTarget
 from scheduler.backends.kubernetes.backend import ApiRejected, KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.render import ADMISSION_GATE as GATE
+from scheduler.backends.kubernetes.render import LABEL_HELD as HELD
 from scheduler.backends.retry import RetryPolicy
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import (
@@ -590,6 +594,18 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
         backend.create_pod(first)  # again: the conflict is resolved by reading the pod
         backend.bind_pod(namespace, first.name, probe_node)
         backend.record_event(namespace, first.name, "Waiting", "for a GPU")
+        # A pod its user created, held by Gantry's webhook: admitted (patched) and bound.
+        held = copy.deepcopy(PROBE)
+        held["metadata"] |= {"name": "users-pod", "labels": {HELD: "true", "team": "nlp"}}
+        held["spec"] |= {"schedulerName": "gantry", "schedulingGates": [{"name": GATE}]}
+        made = request(accounts.api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=held)
+        assert made.status == 201, made.message
+        users = make_request(namespace=namespace, node=probe_node, job_id=8)
+        backend.create_pod(dataclasses.replace(users, name="users-pod", held=True))
+        admitted = request(accounts.api, "GET", f"/api/v1/namespaces/{namespace}/pods/users-pod")
+        assert admitted.body["spec"]["nodeName"] == probe_node
+        assert not admitted.body["spec"].get("schedulingGates")
+        assert admitted.body["metadata"]["labels"]["team"] == "nlp"
         assert {first.name, second.name} <= {p.name for p in backend.list_pods()}
         watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
         watcher.run_once()  # the list
@@ -682,6 +698,30 @@ def test_the_scheduler_writes_pods_only_in_gantrys_namespaces(
         scheduler, "POST", "/api/v1/namespaces/kube-system/services", body=service, query=dry
     )
     _refused_by_policy(created, policy)
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_patches_a_pod_only_to_admit_it(accounts: Accounts, policies: None) -> None:
+    """pods patch is for admitting a held pod: Gantry's labels on, its gate off. Changing what
+    the pod runs, or its user's labels, is refused; the admission patch itself is taken."""
+    scheduler = accounts.clients[SCHEDULER]
+    policy = "gantry-scheduler-pod-admission"
+    path = f"/api/v1/namespaces/{accounts.project}/pods/{PROBE_POD}"
+    json_patch = "application/json-patch+json"
+
+    def patch(ops: list[dict[str, Any]]) -> Answer:
+        return request(
+            scheduler, "PATCH", path, body=ops, query=[("dryRun", "All")], content_type=json_patch
+        )
+
+    admit = [{"op": "add", "path": "/metadata/labels", "value": {"gantry.io/job-id": "8"}}]
+    assert patch(admit).status == 200, patch(admit).message
+    image = [{"op": "replace", "path": "/spec/containers/0/image", "value": "evil:1"}]
+    _refused_by_policy(patch(image), policy)
+    deadline = [{"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 5}]
+    _refused_by_policy(patch(deadline), policy)
+    theirs = [{"op": "add", "path": "/metadata/labels", "value": {"team": "someone-else"}}]
+    _refused_by_policy(patch(theirs), policy)
 
 
 @pytest.mark.kubernetes

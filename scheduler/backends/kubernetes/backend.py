@@ -49,7 +49,9 @@ from scheduler.backends.kubernetes.informer import PodInformer
 from scheduler.backends.kubernetes.inventory import node_info
 from scheduler.backends.kubernetes.namespaces import NamespaceContents
 from scheduler.backends.kubernetes.render import (
+    LABEL_HELD,
     LABEL_MANAGED,
+    held_pod_admission,
     is_adoptable,
     render_event,
     render_pod,
@@ -253,6 +255,9 @@ class KubernetesBackend(NamespaceContents):
         """Create the pod on its node (`create_bound`) or unbound; adopt ours under the same
         name (one found unbound is bound now; one on another node is a BindConflict); then its
         Service if any."""
+        if pod.held:
+            self._admit_held(pod)
+            return
         bound = self.config.create_bound
         manifest = render_pod(pod, self.config, self._device_resource.get(pod.node), bound=bound)
         created = self._create_or_adopt(pod, manifest)
@@ -265,6 +270,38 @@ class KubernetesBackend(NamespaceContents):
                 raise BindConflict(f"{pod.namespace}/{pod.name} is bound to {node}", node)
         if pod.replicas > 1 and pod.replica == 0:
             self._ensure_service(pod, created)
+
+    def _admit_held(self, pod: PodRequest) -> None:
+        """Admit a pod its user created, held by Gantry's gate (issue 37): Gantry's labels
+        and devices on it and the gate removed (one patch), then bound to its node. A pod
+        already admitted is only bound; one gone, or on another node, is a BindConflict."""
+        existing = self._read_pod(pod.namespace, pod.name)
+        if existing is None:
+            raise BindConflict(f"{pod.namespace}/{pod.name} is gone", deleting=True)
+        ops = held_pod_admission(existing, pod)
+        if ops:
+            try:
+                existing = dict(
+                    self._call(
+                        f"admit pod {pod.name}",
+                        self.core.patch_namespaced_pod,
+                        pod.name,
+                        pod.namespace,
+                        ops,
+                    )
+                )
+            except ApiException as exc:
+                if exc.status == NOT_FOUND:
+                    raise BindConflict(
+                        f"{pod.namespace}/{pod.name} is gone", deleting=True
+                    ) from exc
+                raise
+            self._wrote(existing)
+        node = (existing.get("spec") or {}).get("nodeName")
+        if not node:
+            self.bind_pod(pod.namespace, pod.name, pod.node)
+        elif node != pod.node:
+            raise BindConflict(f"{pod.namespace}/{pod.name} is bound to {node}", node)
 
     def _create_or_adopt(
         self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
@@ -396,6 +433,17 @@ class KubernetesBackend(NamespaceContents):
         return self._pages(
             "list pods", self.core.list_pod_for_all_namespaces, **self._pod_selectors()
         )
+
+    @_protocol_errors
+    def list_held_pods(self) -> list[dict[str, Any]]:
+        """Every pod Gantry's admission webhook held (label `gantry.io/managed=true`), in
+        every namespace, as the API server returns them (the workload controller's read)."""
+        items, _ = self._pages(
+            "list held pods",
+            self.core.list_pod_for_all_namespaces,
+            label_selector=f"{LABEL_HELD}=true",
+        )
+        return items
 
     def _pod_selectors(self) -> dict[str, str]:
         return {

@@ -277,3 +277,44 @@ def render_event(
         "lastTimestamp": now,
         "count": 1,
     }
+
+
+# What the admission webhook gives a held pod (scheduler/workloads/mutate.py says the same).
+ADMISSION_GATE = "gantry.io/admission"
+LABEL_HELD = "gantry.io/managed"
+
+
+def held_pod_admission(existing: dict[str, Any], pod: PodRequest) -> list[dict[str, Any]]:
+    """The JSON patch that admits a pod its user created and Gantry's webhook gated (issue
+    37): Gantry's labels (so the daemon lists and reconciles it like its own), the devices
+    it was given, and the gate removed (`test` first: the index is the one read). Nothing
+    when all of that is already so (admitted before, by a daemon that then stopped)."""
+    meta = existing.get("metadata") or {}
+    ops: list[dict[str, Any]] = []
+    if not isinstance(meta.get("labels"), dict):
+        ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
+    labels = meta.get("labels") or {}
+    for key, value in _labels(pod).items():
+        if labels.get(key) != value:
+            ops.append({"op": "add", "path": f"/metadata/labels/{_escape(key)}", "value": value})
+    devices = ",".join(map(str, pod.gpu_indices))
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        annotations = {}
+    if annotations.get(ANNOTATION_GPUS) != devices:
+        path = f"/metadata/annotations/{_escape(ANNOTATION_GPUS)}"
+        ops.append({"op": "add", "path": path, "value": devices})
+    gates = (existing.get("spec") or {}).get("schedulingGates") or []
+    for index, gate in enumerate(gates):
+        if isinstance(gate, dict) and gate.get("name") == ADMISSION_GATE:
+            path = f"/spec/schedulingGates/{index}"
+            ops.append({"op": "test", "path": f"{path}/name", "value": ADMISSION_GATE})
+            ops.append({"op": "remove", "path": path})
+            break
+    return ops
+
+
+def _escape(key: str) -> str:
+    """A JSON pointer step (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")

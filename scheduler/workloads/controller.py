@@ -1,0 +1,220 @@
+"""The workload controller (issue 37): what the webhook held becomes a Gantry job, and what
+Gantry decides is told back to the user in Kubernetes.
+
+One pass (`sync`) reads every held pod (label `gantry.io/managed=true`) and then:
+1. mirrors each single pod, and each pod group once all of its pods exist, into a Gantry job
+   (`mirror.mirror_pods`); an object Gantry cannot queue gets a Warning event saying why, once;
+2. cancels the job of a workload whose pods were deleted (its quota is freed);
+3. writes an event on each of a workload's pods when its job's state or reason changed:
+   `kubectl describe pod` shows why it waits ("waiting: team nlp's H100 quota is full"), its
+   place in the queue and start estimate, an approval pending, its admission, its end.
+
+The daemon admits the pods (`PodRequest.held`: the gate removed, bound to the planned node);
+the controller never writes a pod's spec. A pass that cannot list changes nothing: a pod not
+listed because the API server did not answer is not a deleted pod.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.utils import timezone
+
+from scheduler.models import FINAL_STATES, Job, JobQueueEstimate, JobState
+from scheduler.workloads.kinds import at
+from scheduler.workloads.mirror import end_deleted, mirror_pods, workload_uid
+from scheduler.workloads.shape import Refused, group_of
+
+log = logging.getLogger("gantry.workloads")
+Obj = dict[str, Any]
+S = JobState
+
+# The event's reason (CamelCase, as Kubernetes writes them) for each state of the job.
+REASONS = {
+    S.PENDING_APPROVAL: "WaitingForApproval",
+    S.QUEUED: "Queued",
+    S.ADMITTED: "Admitted",
+    S.BINDING: "Admitted",
+    S.RUNNING: "Running",
+    S.PREEMPTED: "Preempted",
+    S.SUCCEEDED: "Succeeded",
+    S.FAILED: "Failed",
+    S.CANCELLED: "Cancelled",
+    S.REJECTED: "Rejected",
+}
+WARNINGS = frozenset({S.PREEMPTED, S.FAILED, S.REJECTED})
+
+
+class HeldPods(Protocol):
+    """What the controller needs of the cluster (the Kubernetes backend provides it)."""
+
+    def list_held_pods(self) -> list[Obj]: ...
+
+    def record_event(
+        self, namespace: str, pod: str, reason: str, message: str, warning: bool = False
+    ) -> None: ...
+
+
+@dataclass
+class SyncStats:
+    listed: int = 0
+    mirrored: int = 0
+    refused: int = 0
+    cancelled: int = 0
+    events: int = 0
+
+
+@dataclass
+class WorkloadController:
+    cluster: HeldPods
+    gpu_resource: str = "nvidia.com/gpu"
+    now: Callable[[], Any] = timezone.now
+    # What was last told per workload uid: the (state, reason) of its job; the refusal of
+    # one that could not be queued; the workloads whose end was told (never told again).
+    told: dict[str, tuple[str, str]] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
+
+    def sync(self) -> SyncStats:
+        stats = SyncStats()
+        pods = self.cluster.list_held_pods()  # raises: nothing below runs on a failed list
+        stats.listed = len(pods)
+        workloads = self._workloads(pods, stats)
+        present = {(str(at(p, ("metadata", "namespace"))), _name(p)) for p in pods}
+        self.ended &= set(workloads)  # forgotten once their pods are gone
+        for uid, members in workloads.items():
+            self._mirror(uid, members, stats)
+        self._end_deleted(present, stats)
+        self._report(stats)
+        return stats
+
+    # -- 1. mirror ------------------------------------------------------------------------
+
+    def _workloads(self, pods: Sequence[Obj], stats: SyncStats) -> dict[str, list[Obj]]:
+        """Complete workloads by uid: each single pod, and each pod group whose pods all
+        exist. A group still forming waits (its pods stay gated); a malformed one is told."""
+        groups: dict[tuple[str, str], list[Obj]] = defaultdict(list)
+        for pod in pods:
+            namespace = str(at(pod, ("metadata", "namespace")))
+            try:
+                group = group_of(pod)
+            except Refused as refusal:
+                self._refused(workload_uid([pod]), [pod], str(refusal), stats)
+                continue
+            groups[(namespace, f"group/{group[0]}" if group else f"pod/{_name(pod)}")].append(pod)
+        complete: dict[str, list[Obj]] = {}
+        for members in groups.values():
+            group = group_of(members[0])
+            if group is None or len(members) >= group[1]:
+                complete[workload_uid(members)] = members
+        return complete
+
+    def _mirror(self, uid: str, members: list[Obj], stats: SyncStats) -> None:
+        if uid in self.told or uid in self.ended:
+            return  # mirrored before (its job is reported below)
+        try:
+            mirrored = mirror_pods(members, gpu_resource=self.gpu_resource)
+        except Refused as refusal:
+            self._refused(uid, members, str(refusal), stats)
+            return
+        stats.mirrored += int(mirrored.created)
+        self.refusals.pop(uid, None)
+        self.told[uid] = ("", "")  # found again after a restart: its state is told once more
+
+    def _refused(self, uid: str, pods: list[Obj], why: str, stats: SyncStats) -> None:
+        stats.refused += 1
+        if self.refusals.get(uid) == why:
+            return
+        self.refusals[uid] = why
+        message = f"Gantry cannot queue this workload: {why}. It stays held until fixed."
+        self._tell(pods, "Refused", message, warning=True, stats=stats)
+
+    # -- 2. deleted -----------------------------------------------------------------------
+
+    def _end_deleted(self, present: set[tuple[str, str]], stats: SyncStats) -> None:
+        live = Job.objects.filter(spec__workload__kind="Pod").exclude(state__in=FINAL_STATES)
+        for job in live.select_related("submitted_by", "tenant"):
+            workload = job.spec["workload"]
+            gone = [n for n in workload["pods"] if (workload["namespace"], n) not in present]
+            if gone and end_deleted(job, gone[0]) is not None:
+                stats.cancelled += 1
+
+    # -- 3. report ------------------------------------------------------------------------
+
+    def _report(self, stats: SyncStats) -> None:
+        """An event for each workload whose job changed since it was last told (jobs ended
+        since the last pass are told once more: their end is news)."""
+        uids = list(self.told)
+        if not uids:
+            return
+        jobs = Job.objects.filter(spec__workload__uid__in=uids).select_related("project")
+        estimates = {
+            e.job_id: e for e in JobQueueEstimate.objects.filter(job__in=[j.pk for j in jobs])
+        }
+        for job in jobs:
+            workload = job.spec["workload"]
+            now = (job.state, job.reason)
+            if self.told.get(workload["uid"]) == now:
+                continue
+            self.told[workload["uid"]] = now
+            message = describe(job, estimates.get(job.pk))
+            pods = [
+                {"metadata": {"namespace": workload["namespace"], "name": n}}
+                for n in workload["pods"]
+            ]
+            self._tell(
+                pods,
+                REASONS.get(S(job.state), "Changed"),
+                message,
+                warning=job.state in WARNINGS,
+                stats=stats,
+            )
+            if job.state in FINAL_STATES:
+                del self.told[workload["uid"]]
+                self.ended.add(workload["uid"])
+
+    def _tell(
+        self, pods: Sequence[Obj], reason: str, message: str, *, warning: bool, stats: SyncStats
+    ) -> None:
+        for pod in pods:
+            namespace, name = str(at(pod, ("metadata", "namespace"))), _name(pod)
+            try:
+                self.cluster.record_event(namespace, name, reason, message, warning)
+                stats.events += 1
+            except Exception as error:  # an event is best effort: the next change tells again
+                log.warning("event on %s/%s not written: %s", namespace, name, error)
+
+
+def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:
+    """What the user reads in `kubectl describe`: the job, its state and why, in plain words."""
+    head = f"Gantry job {job.pk} in project {job.project.slug}"
+    reason = job.reason.rstrip(".")
+    state = S(job.state)
+    if state == S.PENDING_APPROVAL:
+        return f"{head} is {reason or 'waiting for approval'}."
+    if state == S.QUEUED:
+        text = f"{head} is queued: {reason or 'waiting for its turn'}."
+        if estimate is not None:
+            text += f" Position {estimate.position_tenant} in the team's queue"
+            if estimate.eta_p50 is not None:
+                p50 = estimate.eta_p50.strftime("%Y-%m-%d %H:%M UTC")
+                text += f", estimated start {p50}"
+            text += "."
+        return text
+    if state in (S.ADMITTED, S.BINDING):
+        return f"{head} is admitted: its pods are being placed on the nodes Gantry chose."
+    if state == S.RUNNING:
+        return f"{head} is running."
+    if state == S.PREEMPTED:
+        return f"{head} was preempted: {reason or 'another job needed its GPUs'}."
+    word = {S.SUCCEEDED: "succeeded", S.FAILED: "failed", S.CANCELLED: "was cancelled"}
+    ended = word.get(state, "was rejected")
+    return f"{head} {ended}" + (f": {reason}." if reason else ".")
+
+
+def _name(pod: Obj) -> str:
+    return str(at(pod, ("metadata", "name")))

@@ -1,0 +1,130 @@
+"""A held workload mirrored into a Gantry job, and the job's end when the workload is deleted
+(issue 37).
+
+The job is submitted through `job_submit`, as the portal and the API submit, by the Gantry user
+the webhook's annotation names (the user the API server authenticated): quotas, approvals,
+budgets, image rules, billing and audit apply unchanged. Its project is the one whose
+namespace the workload was created in. The workload is recorded in the job's spec
+(`spec["workload"]`: kind, namespace, name, uid, and for pods the pod of each replica), which
+no user can set (the spec refuses unknown fields), and it is what makes the daemon admit the
+user's pods instead of creating its own.
+
+Mirroring is idempotent: one object is one job, whatever restarts or repeats (the uid is the
+submission's idempotency key, and an object already mirrored is found by its uid first).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from rest_framework.exceptions import APIException, ValidationError
+
+from common.errors import DomainError
+from scheduler.jobs.services import job_cancel, job_submit
+from scheduler.models import FINAL_STATES, Job
+from scheduler.workloads.kinds import at
+from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY
+from scheduler.workloads.shape import Refused, shape_pods
+from tenants.models import Project
+
+log = logging.getLogger("gantry.workloads")
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Mirrored:
+    job: Job
+    created: bool
+
+
+def workload_uid(pods: Sequence[Obj]) -> str:
+    """The identity of a single pod or a pod group: the uid of its first pod by name (a group
+    deleted and made again under the same name is a new workload)."""
+    first = min(pods, key=lambda p: str(at(p, ("metadata", "name"))))
+    return str(at(first, ("metadata", "uid")))
+
+
+def mirrored_job(uid: str) -> Job | None:
+    return Job.objects.filter(spec__workload__uid=uid).order_by("id").first()
+
+
+def _submitter(pod: Obj) -> Any:
+    username = (at(pod, ("metadata", "annotations")) or {}).get(ANNOTATION_SUBMITTED_BY)
+    if not username:
+        raise Refused("the pod names no user (its creation was not reviewed by Gantry's webhook)")
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise Refused(
+            f"{username!r}, who created it, is not a Gantry user: a platform admin adds the "
+            "user with the same username"
+        )
+    return user
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        detail = error.detail
+        if isinstance(detail, dict):
+            return "; ".join(f"{field}: {' '.join(map(str, v))}" for field, v in detail.items())
+        return " ".join(map(str, detail))
+    if isinstance(error, APIException):
+        return str(error.detail)
+    return str(error)
+
+
+def mirror_pods(pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu") -> Mirrored:
+    """The job of a single held pod, or of a whole pod group: found when mirrored before, else
+    submitted. Raises Refused with what the user should read (no job is made)."""
+    uid = workload_uid(pods)
+    if (job := mirrored_job(uid)) is not None:
+        return Mirrored(job, False)
+    shaped = shape_pods(pods, gpu_resource)
+    first = next(p for p in pods if str(at(p, ("metadata", "name"))) == shaped.pods[0])
+    namespace = str(at(first, ("metadata", "namespace")))
+    project = Project.objects.filter(namespace=namespace).select_related("tenant").first()
+    if project is None:
+        raise Refused(f"namespace {namespace!r} is not a Gantry project's")
+    user = _submitter(first)
+    workload = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": namespace,
+        "name": shaped.payload["name"],
+        "uid": uid,
+        "pods": list(shaped.pods),
+    }
+    try:
+        with transaction.atomic():
+            job, created = job_submit(
+                user=user, project=project, payload=shaped.payload, idempotency_key=f"k8s:{uid}"
+            )
+            if created:
+                # In the submission's transaction: the daemon never reads the job without it.
+                job.spec = {**job.spec, "workload": workload}
+                job.save(update_fields=["spec"])
+    except (PermissionDenied, ValidationError, APIException, DomainError) as error:
+        raise Refused(_message(error)) from error
+    if created:
+        log.info("mirrored %s/%s as job %s", namespace, workload["name"], job.pk)
+    return Mirrored(job, created)
+
+
+def end_deleted(job: Job, missing: str) -> Job | None:
+    """Cancel the job of a workload whose pod `missing` was deleted in Kubernetes (by its
+    user, or with its namespace): its quota is freed, as a cancel from the portal frees it.
+    None when the job had already ended."""
+    if job.state in FINAL_STATES:
+        return None
+    try:
+        return job_cancel(
+            user=job.submitted_by, job=job, reason=f"its pod {missing} was deleted in Kubernetes"
+        )
+    except (APIException, DomainError) as error:  # ended meanwhile
+        log.info("job %s not cancelled: %s", job.pk, _message(error))
+        return None

@@ -1,0 +1,224 @@
+"""Pods created in Kubernetes queue through Gantry (issue 37): the webhook holds them, the
+controller mirrors them into Gantry jobs and tells the user what Gantry decided, the daemon
+admits them where it placed them. Over the fake API server, with the daemon on a fake clock
+(tests/workloads/test_native_real.py does the same on the real control plane)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.retry import RetryPolicy
+from scheduler.daemon.loop import Daemon
+from scheduler.leader import Lease
+from scheduler.models import Allocation, Job
+from scheduler.workloads.controller import WorkloadController
+from scheduler.workloads.kinds import POD
+from scheduler.workloads.mutate import GATE, plan
+from tests.conftest import Org, build_org
+from tests.daemon.conftest import FakeClock
+from tests.k8s.conftest import api_client_for
+from tests.k8s.fake_apiserver import FakeApiServer
+from tests.k8s.real_plane import PRIORITY_CLASSES
+
+Obj = dict[str, Any]
+
+
+def pod(name: str, gpus: int = 4, **labels: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example.com/nlp/bert:1.2",
+                    "command": ["python", "train.py"],
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                        "requests": {"cpu": "2", "memory": "8Gi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+class World:
+    def __init__(self, org: Org, fake: FakeApiServer) -> None:
+        self.org, self.fake = org, fake
+        self.namespace = org.proj_alpha.namespace
+        fake.add_namespace(self.namespace, {"app.kubernetes.io/managed-by": "gantry"})
+        self.clock = FakeClock()
+        self.api = api_client_for(fake.url)
+        policy = RetryPolicy(attempts=3, base_s=0.0, cap_s=0.0)
+        self.backend = KubernetesBackend(
+            self.api, KubernetesConfig(request_timeout_s=5.0), policy=policy, sleep=lambda _s: None
+        )
+        lease = Lease("fake-k8s", ttl_s=30)
+        self.daemon = Daemon(self.backend, lease=lease, clock=self.clock, sleep=lambda _s: None)
+        self.controller = WorkloadController(self.backend)
+
+    def create(self, body: Obj, user: str = "alice") -> Obj:
+        """What `kubectl create` makes of `body` through Gantry's webhook."""
+        held = jsonpatch.apply_patch(copy.deepcopy(body), plan(POD, body, user))
+        return self.fake.create("pods", self.namespace, held)
+
+    def step(self, seconds: float = 1.0) -> None:
+        """The controller's pass, then the daemon's cycle."""
+        self.controller.sync()
+        self.clock.advance(seconds)
+        self.daemon.step()
+
+    def pod(self, name: str) -> Obj | None:
+        return self.fake.get("pods", self.namespace, name)
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        return [
+            (e["reason"], e["message"])
+            for e in self.fake.list_objects("events", self.namespace, {})["items"]
+            if e["involvedObject"]["name"] == name
+        ]
+
+
+@pytest.fixture
+def world(db: Any) -> Iterator[World]:
+    fake = FakeApiServer().start()
+    for doc in yaml.safe_load_all(PRIORITY_CLASSES.read_text()):
+        if doc:
+            fake.add_priority_class(
+                doc["metadata"]["name"], doc["value"], doc.get("preemptionPolicy")
+            )
+    fake.add_node("k8s-gpu-1")
+    fake.add_node("k8s-gpu-2")
+    made = World(build_org(), fake)
+    yield made
+    made.api.close()
+    fake.stop()
+
+
+def mirrored(name: str) -> Job:
+    return Job.objects.get(spec__workload__pods__contains=[name])
+
+
+def test_a_pod_created_in_kubernetes_is_queued_admitted_run_and_ended_by_gantry(
+    world: World,
+) -> None:
+    world.create(pod("train"))
+    world.controller.sync()
+    job = mirrored("train")
+    assert (job.submitted_by.username, job.project_id) == ("alice", world.org.proj_alpha.pk)
+    assert (job.replicas, job.gpus_per_replica, job.cpu_milli, job.memory_mib) == (1, 4, 2000, 8192)
+    assert job.state == "queued" and job.spec["workload"]["kind"] == "Pod"
+    world.step()  # the daemon admits it: labelled as Gantry's, ungated, bound
+    held = world.pod("train")
+    assert held is not None and held["spec"]["nodeName"] in ("k8s-gpu-1", "k8s-gpu-2")
+    assert GATE not in [g["name"] for g in held["spec"].get("schedulingGates") or ()]
+    assert held["metadata"]["labels"]["gantry.io/job-id"] == str(job.pk)
+    alloc = Allocation.objects.get(job=job)
+    assert (alloc.pod_name, alloc.node.name) == ("train", held["spec"]["nodeName"])
+    world.fake.run_container(world.namespace, "train")
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "running"
+    world.fake.set_pod_status(world.namespace, "train", {"phase": "Succeeded"})
+    world.step()
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "succeeded"
+    reasons = sorted(reason for reason, _ in world.events("train"))
+    assert reasons == ["Admitted", "Queued", "Running", "Succeeded"]  # each told once
+    assert Job.objects.filter(spec__workload__kind="Pod").count() == 1  # one object, one job
+
+
+def test_what_waits_says_why_in_its_events_and_stays_gated(world: World) -> None:
+    """Two 8-GPU nodes, 16 GPUs of quota for team A: the third 8-GPU pod waits, gated, and
+    its event says it is queued and why."""
+    for name in ("a", "b", "c"):
+        world.create(pod(name, gpus=8))
+    world.step()
+    world.step()
+    waiting = [n for n in ("a", "b", "c") if not world.pod(n)["spec"].get("nodeName")]
+    assert len(waiting) == 1
+    job = mirrored(waiting[0])
+    assert job.state == "queued" and job.reason
+    world.controller.sync()
+    message = dict(world.events(waiting[0]))["Queued"]
+    assert f"Gantry job {job.pk}" in message and "queued" in message
+    gates = [g["name"] for g in world.pod(waiting[0])["spec"]["schedulingGates"]]
+    assert gates == [GATE]
+
+
+def test_a_pod_group_waits_for_all_its_pods_then_is_one_gang(world: World) -> None:
+    group = {"gantry.io/pod-group": "ddp", "gantry.io/pod-group-size": "2"}
+    world.create(pod("ddp-0", **group))
+    world.controller.sync()
+    assert not Job.objects.exists()  # one of two: nothing is queued yet
+    world.create(pod("ddp-1", **group))
+    world.step()
+    job = mirrored("ddp-0")
+    assert (job.replicas, job.spec["workload"]["pods"]) == (2, ["ddp-0", "ddp-1"])
+    nodes = {world.pod(n)["spec"].get("nodeName") for n in ("ddp-0", "ddp-1")}
+    assert None not in nodes, "a gang binds whole"
+
+
+def test_a_deleted_pod_cancels_its_job_and_frees_its_quota(world: World) -> None:
+    for name in ("a", "b", "c"):
+        world.create(pod(name, gpus=8))
+    world.step()
+    world.step()
+    waiting = next(n for n in ("a", "b", "c") if not world.pod(n)["spec"].get("nodeName"))
+    running = next(n for n in ("a", "b", "c") if n != waiting)
+    world.fake.delete("pods", world.namespace, running, 0)
+    world.step()  # the controller cancels the job of the deleted pod; its GPUs are freed
+    world.step()
+    world.step()
+    assert mirrored(running).state == "cancelled"
+    assert "deleted in Kubernetes" in mirrored(running).events.last().message
+    assert world.pod(waiting)["spec"].get("nodeName"), "the waiting pod got the freed GPUs"
+
+
+def test_a_user_gantry_does_not_know_is_told_and_nothing_is_queued(world: World) -> None:
+    world.create(pod("stranger"), user="mallory")
+    world.controller.sync()
+    world.controller.sync()
+    assert not Job.objects.exists()
+    events = world.events("stranger")
+    assert len(events) == 1, "told once, not every pass"
+    assert events[0][0] == "Refused" and "'mallory'" in events[0][1]
+
+
+def test_a_member_over_the_limits_is_refused_with_the_specs_words(world: World) -> None:
+    world.create(pod("huge", gpus=64))
+    world.controller.sync()
+    assert not Job.objects.exists()
+    (reason, message), *_ = world.events("huge")
+    assert reason == "Refused" and "gpu" in message.lower()
+
+
+def test_a_restarted_controller_queues_nothing_twice(world: World) -> None:
+    world.create(pod("once"))
+    world.controller.sync()
+    world.controller = WorkloadController(world.backend)  # the process restarted
+    world.step()
+    world.step()
+    assert Job.objects.count() == 1
+    assert mirrored("once").state in ("binding", "running")
+
+
+def test_a_failed_list_changes_nothing(world: World) -> None:
+    world.create(pod("kept"))
+    world.controller.sync()
+    world.fake.inject("503", r"^/api/v1/pods$", method="GET", count=100)
+    with pytest.raises(Exception, match="503"):
+        world.controller.sync()
+    assert mirrored("kept").state == "queued", "a pod not listed is not a deleted pod"
