@@ -4,8 +4,9 @@ Platform admins and finance see every pool and subtree; a tenant admin (a depart
 team's) sees the forecasts of the subtrees they administer, and nothing of the pools' other
 tenants (no saturation date, no capacity: those are the pool's, built from everyone's demand).
 Members and approvers without an admin role: 403. Planning inputs: the pools' targets are set
-by platform admins; TCO inputs and rate suggestions by finance or platform admins; accepting a
-suggestion adds a rate card, which billing lets platform admins alone do.
+by platform admins; TCO inputs and rate suggestions by finance or platform admins, who also
+accept a suggestion into a rate card (billing lets finance add a suggested price: finance owns
+prices).
 """
 
 from __future__ import annotations

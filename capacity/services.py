@@ -183,12 +183,13 @@ def rate_suggestion_decide(
     if locked.state != SuggestionState.PENDING:
         raise ConflictError(f"This suggestion was {locked.state} already.")
     if accept:
-        # billing's rule: platform admins add rate cards (PermissionDenied for finance).
+        # A reviewed suggestion: billing lets finance add it as well as platform admins.
         locked.rate_card = rate_card_add(
             user=user,
             flavor=locked.flavor,
             valid_from=valid_from or next_month(now),
             prices=_prices_from(locked),
+            suggested=True,
         )
     _decide(
         locked,

@@ -1,4 +1,5 @@
-"""Writes on rate cards: add a version, withdraw a version not yet in force. Platform admins only.
+"""Writes on rate cards: add a version, withdraw a version not yet in force. Platform admins,
+and finance for a price it reviewed as a rate suggestion (capacity's: finance owns prices).
 
 The versions of a flavor form one chain without gaps or overlaps, appended at its end: a new
 version starts where the last one ends, or closes the last one's open end at its start. A
@@ -100,10 +101,18 @@ def rate_card_add(
     valid_from: datetime,
     valid_to: datetime | None = None,
     prices: RatePrices,
+    suggested: bool = False,
 ) -> RateCard:
     """Append a version to `flavor`'s chain (closing the open end of the last one at
-    `valid_from`). ValidationError names the field at fault; nothing is written then."""
-    access.require_platform_admin(user)
+    `valid_from`). ValidationError names the field at fault; nothing is written then.
+
+    Platform admins add versions. `suggested`: the prices are a rate suggestion finance or a
+    platform admin reviewed (capacity.services.rate_suggestion_decide); finance owns prices,
+    so finance may add those too. The audit entry names whoever added the version."""
+    if suggested:
+        access.require_books_keeper(user)
+    else:
+        access.require_platform_admin(user)
     # One writer per flavor's chain at a time: two admins adding versions at once would each
     # see the same last version and both append.
     ResourceFlavor.objects.select_for_update().filter(pk=flavor.pk).first()

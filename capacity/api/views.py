@@ -133,8 +133,8 @@ class RateSuggestionViewSet(
 ):
     """GPU-hour prices that recover a model's cost of owning at a target utilization: finance
     and platform admins suggest them, reject them (with a reason), and accept them (a rate card
-    through billing, which platform admins alone add). Anyone else: 403 on the list, 404 on
-    one suggestion."""
+    through billing, added in the name of whoever accepts). Anyone else: 403 on the list, 404
+    on one suggestion."""
 
     serializer_class = s.RateSuggestionOut
     filterset_fields = ["state", "flavor"]

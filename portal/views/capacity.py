@@ -216,8 +216,8 @@ def capacity_suggest(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def capacity_suggestion_decide(request: HttpRequest, pk: int) -> HttpResponse:
-    """Reject a suggestion (finance, platform admins; a reason) or accept it (a rate card:
-    platform admins alone, billing's rule). Anyone else: 404."""
+    """Reject a suggestion (a reason) or accept it (a rate card): finance and platform admins.
+    Anyone else: 404."""
     if not access.sees_pools(request.user):
         raise Http404("Not found.")
     suggestion = get_object_or_404(selectors.rate_suggestion_list(), pk=pk)

@@ -144,9 +144,7 @@ def test_targets_are_set_by_platform_admins(org, client_for) -> None:
     assert AuditEntry.objects.filter(action="capacity.target.set").count() == 1
 
 
-def test_a_rate_suggestion_is_rejected_by_finance_and_accepted_by_a_platform_admin(
-    org, client_for
-) -> None:
+def test_a_rate_suggestion_is_rejected_and_accepted_by_finance(org, client_for) -> None:
     url = "/api/v1/capacity/rate-suggestions/"
     carol, pat = client_for("carol"), client_for("pat")
     body = {"flavor": org.h100.pk, "target_utilization": "0.8"}
@@ -162,21 +160,28 @@ def test_a_rate_suggestion_is_rejected_by_finance_and_accepted_by_a_platform_adm
     assert rejected.json()["state"] == "rejected"
 
     second = carol.post(url, body, format="json").json()
-    # Finance may not add rate cards (billing's rule): a 403, and the suggestion still waits.
-    assert carol.post(f"{url}{second['id']}/accept/", {}, format="json").status_code == 403
-    assert RateSuggestion.objects.get(pk=second["id"]).state == "pending"
-    accepted = pat.post(f"{url}{second['id']}/accept/", {}, format="json")
+    # Finance owns prices: it accepts the price it reviewed, and the rate card is its act.
+    accepted = carol.post(f"{url}{second['id']}/accept/", {}, format="json")
     assert accepted.status_code == 200, accepted.json()
     card = RateCard.objects.get(pk=accepted.json()["rate_card"])
     assert str(card.gpu_hour) == "1.531000" and card.valid_from.day == 1
+    assert card.created_by.username == "carol"
+    assert RateSuggestion.objects.get(pk=second["id"]).state == "accepted"
     assert pat.post(f"{url}{second['id']}/accept/", {}, format="json").status_code == 409
-    actions = set(AuditEntry.objects.values_list("action", flat=True))
-    assert {
-        "capacity.rate_suggestion.create",
-        "capacity.rate_suggestion.rejected",
-        "capacity.rate_suggestion.accepted",
-        "rate_card.add",
-    } <= actions
+    actors = dict(AuditEntry.objects.values_list("action", "actor_name"))
+    assert actors["rate_card.add"] == "carol"
+    assert actors["capacity.rate_suggestion.accepted"] == "carol"
+    assert {"capacity.rate_suggestion.create", "capacity.rate_suggestion.rejected"} <= set(actors)
+
+
+def test_a_platform_admin_accepts_a_suggestion_too(org, client_for) -> None:
+    url = "/api/v1/capacity/rate-suggestions/"
+    pat = client_for("pat")
+    pat.post("/api/v1/capacity/tco-inputs/", {"flavor": org.h100.pk, **TCO}, format="json")
+    made = pat.post(url, {"flavor": org.h100.pk, "target_utilization": "0.8"}, format="json")
+    accepted = pat.post(f"{url}{made.json()['id']}/accept/", {}, format="json")
+    assert accepted.status_code == 200, accepted.json()
+    assert RateCard.objects.get().created_by.username == "pat"
 
 
 def test_a_rate_suggestion_is_invisible_to_a_tenant_admin(org, client_for) -> None:
