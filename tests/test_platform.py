@@ -427,14 +427,18 @@ def test_worker_and_beat_hold_no_kubernetes_token() -> None:
 
 def test_only_the_scheduler_may_change_the_cluster() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    # A TokenReview is a question to the API server (who holds this token?), and an Event a
+    # note to a user (the workload controller's), not changes.
+    notes = (["tokenreviews"], ["events"])
     for binding in _docs("ClusterRoleBinding") + _docs("RoleBinding"):
         role = _one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
         if role["metadata"]["name"] != "gantry-scheduler":
-            # A TokenReview is a question to the API server (who holds this token?), not a write.
-            granted = {
-                v for r in role["rules"] if r["resources"] != ["tokenreviews"] for v in r["verbs"]
-            }
+            granted = {v for r in role["rules"] if r["resources"] not in notes for v in r["verbs"]}
             assert not granted & writes, f"{role['metadata']['name']} may write: {granted}"
+    workloads = _one("ClusterRole", "gantry-workloads")["rules"]
+    assert [(r["resources"], r["verbs"]) for r in workloads if r["resources"] == ["events"]] == [
+        (["events"], ["create"])
+    ]
 
 
 def test_scheduler_deployment() -> None:

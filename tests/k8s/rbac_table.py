@@ -20,7 +20,8 @@ APP = "gantry-app"  # the web
 WORKER = "gantry-worker"  # worker and beat: they never call the Kubernetes API
 AGENT = "gantry-node-agent"  # the node agent (reports over Gantry's API, not Kubernetes')
 MIGRATE = "gantry-migrate"  # the migrate job
-ACCOUNTS = (SCHEDULER, APP, WORKER, AGENT, MIGRATE)
+WORKLOADS = "gantry-workloads"  # the workload controller (issue 37)
+ACCOUNTS = (SCHEDULER, APP, WORKER, AGENT, MIGRATE, WORKLOADS)
 LOG_READER = "gantry-app-reader"  # the ClusterRole the daemon binds in each project namespace
 
 # A project's namespace (where job pods live) and the cluster's own: a cluster-wide grant
@@ -99,6 +100,8 @@ MUST: dict[str, set[Permission]] = {
     WORKER: set(),
     AGENT: set(),
     MIGRATE: set(),
+    # Reads the held pods (one list a pass), tells their users in events; writes no pod.
+    WORKLOADS: _perms("", "pods", "list") | _perms("", "events", "create"),
 }
 # Held in project namespaces only, through the RoleBinding the daemon creates with each one:
 # not in Gantry's own namespace, nor in kube-system.
@@ -149,7 +152,7 @@ MUST_NOT: dict[str, set[Permission]] = {
     | _perms("", "events", "patch", "delete")
     | _perms("events.k8s.io", "events", "create", "patch"),
     APP: _NOBODY
-    | _perms("", "pods", "get", "list", "watch", "create", "delete")
+    | _perms("", "pods", "get", "list", "watch", "create", "delete", "patch")
     | _perms("", "pods/binding", "create")
     | _perms("", "nodes", "get", "list", "patch")
     | _perms("", "namespaces", "get", "list", "create")
@@ -157,13 +160,21 @@ MUST_NOT: dict[str, set[Permission]] = {
     | _perms("", "events", "list", "create"),
     WORKER: _NOBODY
     | _perms("", "pods/log", "get")
-    | _perms("", "pods", "get", "list")
+    | _perms("", "pods", "get", "list", "patch")
     | _perms("authentication.k8s.io", "tokenreviews", "create"),
     AGENT: _NOBODY
-    | _perms("", "pods", "get", "list", "watch")
+    | _perms("", "pods", "get", "list", "watch", "patch")
     | _perms("", "pods/log", "get")
     | _perms("", "nodes", "get", "list", "patch"),
-    MIGRATE: _NOBODY | _perms("", "pods", "get", "list") | _perms("", "nodes", "list"),
+    MIGRATE: _NOBODY | _perms("", "pods", "get", "list", "patch") | _perms("", "nodes", "list"),
+    # It reads and tells; the daemon admits.
+    WORKLOADS: _NOBODY
+    | _perms("", "pods", "get", "watch", "create", "delete", "patch")
+    | _perms("", "pods/binding", "create")
+    | _perms("", "pods/log", "get")
+    | _perms("", "nodes", "get", "list", "patch")
+    | _perms("", "namespaces", "get", "create")
+    | _perms("", "events", "list", "patch", "delete"),
 }
 
 CLUSTER_SCOPED = frozenset(

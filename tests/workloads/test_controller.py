@@ -6,12 +6,14 @@ admits them where it placed them. Over the fake API server, with the daemon on a
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import jsonpatch
 import pytest
 import yaml
+from django.core.management import CommandError, call_command
 
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
@@ -222,3 +224,39 @@ def test_a_failed_list_changes_nothing(world: World) -> None:
     with pytest.raises(Exception, match="503"):
         world.controller.sync()
     assert mirrored("kept").state == "queued", "a pod not listed is not a deleted pod"
+
+
+def kubeconfig_for(url: str, path: Any) -> Any:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "admin", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "admin"}}],
+        "current-context": "fake",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_command_runs_a_pass_with_the_clusters_credentials(
+    world: World, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.create(pod("cli"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_for(world.fake.url, tmp_path / "config")))
+    out = io.StringIO()
+    call_command("run_workload_controller", "--once", stdout=out)
+    assert "listed 1 held pods: 1 queued" in out.getvalue()
+    assert mirrored("cli").state == "queued"
+
+
+def test_the_command_says_when_it_has_no_credentials(
+    db: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(CommandError, match="credentials could not be loaded"):
+        call_command("run_workload_controller", "--once")
+    with pytest.raises(CommandError, match="--interval"):
+        call_command("run_workload_controller", "--interval", "0")

@@ -1,0 +1,77 @@
+"""`manage.py run_workload_controller`: queue what users create in Kubernetes (issue 37).
+
+Runs as the gantry-workload-controller Deployment (platform/k8s/25-workload-controller.yaml),
+with the Kubernetes credentials of KUBECONFIG or the pod's service account and the database
+of the web: each pass mirrors the pods Gantry's webhook held into Gantry jobs, cancels the jobs
+of deleted ones and writes what Gantry decided as events on them
+(scheduler/workloads/controller.py, docs/kubernetes-native.md). A pass that fails (the API
+server or the database away) is logged and tried again at the next interval; nothing is
+changed on a failed read. SIGTERM or SIGINT ends it after the current pass.
+
+    manage.py run_workload_controller                # a pass every 2 s
+    manage.py run_workload_controller --interval 5
+    manage.py run_workload_controller --once         # one pass, then exit (its stats printed)
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+
+from scheduler.backends.base import BackendError
+from scheduler.workloads.controller import WorkloadController
+
+logger = logging.getLogger("gantry.workloads")
+
+
+class Command(BaseCommand):
+    help = "Queue the pods users create in Kubernetes through Gantry, and tell them why they wait."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--interval", type=float, default=2.0, help="Seconds between passes.")
+        parser.add_argument("--once", action="store_true", help="One pass, then exit.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        interval = options["interval"]
+        if not 0.1 <= interval <= 3600:
+            raise CommandError("--interval must be from 0.1 to 3600 seconds")
+        from kubernetes.config import ConfigException
+
+        from scheduler.backends.kubernetes.backend import from_environment
+
+        try:
+            backend = from_environment()
+        except (ConfigException, OSError) as error:
+            raise CommandError(f"the cluster's credentials could not be loaded: {error}") from error
+        controller = WorkloadController(backend, gpu_resource=backend.config.gpu_resource)
+        if options["once"]:
+            stats = controller.sync()
+            self.stdout.write(
+                f"listed {stats.listed} held pods: {stats.mirrored} queued, {stats.refused} "
+                f"refused, {stats.cancelled} cancelled, {stats.events} events written"
+            )
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        logger.info("workload controller started: a pass every %.1fs", interval)
+        while not stop.is_set():
+            try:
+                stats = controller.sync()
+            except (BackendError, DatabaseError) as error:
+                logger.warning("pass failed, tried again in %.1fs: %s", interval, error)
+            else:
+                if stats.mirrored or stats.cancelled or stats.refused:
+                    logger.info(
+                        "%d queued, %d refused, %d cancelled",
+                        stats.mirrored,
+                        stats.refused,
+                        stats.cancelled,
+                    )
+            stop.wait(interval)
+        logger.info("workload controller stopped")

@@ -1,0 +1,117 @@
+"""Pods created with the client, as `kubectl apply` creates them, on the real control plane
+(issue 37): Gantry's webhook holds them, the controller queues them as the user who created
+them, the daemon admits them on the nodes it chose, the kubelets run them, and the user reads
+Gantry's decisions in the pod's events. The fast mirror: tests/workloads/test_controller.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scheduler.models import Job
+from scheduler.workloads.controller import WorkloadController
+from tests.conftest import build_org
+from tests.daemon.test_kubernetes_real import NODES, Real, Shared, only_our_nodes, shared
+from tests.k8s.real_api import request
+from tests.k8s.real_plane import real_plane
+from tests.workloads.builders import pod_spec
+from tests.workloads.test_webhook_real import USER, World, world
+
+pytestmark = pytest.mark.kubernetes
+__all__ = ["real_plane", "shared", "world"]  # the fixtures, for this module
+
+Obj = dict[str, Any]
+
+
+class Native:
+    def __init__(self, world: World, real: Real) -> None:
+        self.world, self.real = world, real
+        self.controller = WorkloadController(real.backend)
+
+    def create(self, name: str, gpus: int) -> None:
+        spec = pod_spec()
+        spec["containers"][0]["resources"] = {
+            "limits": {"nvidia.com/gpu": str(gpus)},
+            "requests": {"cpu": "1", "memory": "1Gi"},
+        }
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        answer = self.world.create(f"/api/v1/namespaces/{self.world.managed}/pods", body)
+        assert answer.status == 201, answer.body
+
+    def pod(self, name: str) -> Obj:
+        path = f"/api/v1/namespaces/{self.world.managed}/pods/{name}"
+        return request(self.world.api, "GET", path).body
+
+    def events(self, name: str) -> list[str]:
+        path = f"/api/v1/namespaces/{self.world.managed}/events"
+        query = [("fieldSelector", f"involvedObject.name={name}")]
+        return [e["reason"] for e in request(self.world.api, "GET", path, query=query).body["items"]]
+
+    def until(self, what: str, done: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, f"not reached within 30 s: {what}"
+            self.controller.sync()
+            self.real.kubelets.step()
+            self.real.heartbeat()
+            self.real.cycle()
+
+
+@pytest.fixture
+def native(db: Any, world: World, shared: Shared) -> Iterator[Native]:
+    org = build_org()
+    alice = org.users["alice"]
+    alice.username = USER  # the Gantry user the API server authenticates as alice
+    alice.save(update_fields=["username"])
+    org.proj_alpha.namespace = world.managed
+    org.proj_alpha.save(update_fields=["namespace"])
+    real = Real(org, shared.api, shared.kubelets)
+    with only_our_nodes(shared):
+        yield Native(world, real)
+        for name in ("train", "wait", "third"):
+            path = f"/api/v1/namespaces/{world.managed}/pods/{name}"
+            request(world.api, "DELETE", path, query=[("gracePeriodSeconds", "0")])
+        real.kubelets.held.clear()
+        real.kubelets.endings.clear()
+
+
+def job_of(name: str) -> Job:
+    return Job.objects.get(spec__workload__pods__contains=[name])
+
+
+def test_a_pod_created_by_a_user_runs_where_gantry_placed_it(native: Native) -> None:
+    native.create("train", gpus=4)
+    native.controller.sync()
+    job = job_of("train")
+    assert (job.submitted_by.username, job.state, job.gpus_per_replica) == (USER, "queued", 4)
+    native.until("the pod runs", lambda: native.pod("train")["status"].get("phase") == "Running")
+    pod = native.pod("train")
+    assert pod["spec"]["nodeName"] in NODES and not pod["spec"].get("schedulingGates")
+    native.until("the job runs", lambda: job_of("train").state == "running")
+    native.controller.sync()
+    assert {"Queued", "Admitted", "Running"} <= set(native.events("train"))
+
+
+def test_what_does_not_fit_waits_gated_and_a_deleted_pod_frees_its_gpus(native: Native) -> None:
+    """Two 8-GPU nodes: two 8-GPU pods run, the third waits gated with its reason as an
+    event; deleting a running one cancels its job and the third is admitted."""
+    for name in ("train", "wait", "third"):
+        native.create(name, gpus=8)
+
+    def placed() -> list[str]:
+        names = ("train", "wait", "third")
+        return [n for n in names if (native.pod(n).get("spec") or {}).get("nodeName")]
+
+    native.until("two are placed", lambda: len(placed()) == 2)
+    (waiting,) = {"train", "wait", "third"} - set(placed())
+    assert native.pod(waiting)["spec"]["schedulingGates"] == [{"name": "gantry.io/admission"}]
+    native.controller.sync()
+    assert "Queued" in native.events(waiting)
+    victim = placed()[0]
+    path = f"/api/v1/namespaces/{native.world.managed}/pods/{victim}"
+    request(native.world.alice, "DELETE", path, query=[("gracePeriodSeconds", "0")])
+    native.until("the waiting pod is placed", lambda: waiting in placed())
+    assert job_of(victim).state == "cancelled"
