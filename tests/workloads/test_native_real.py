@@ -48,7 +48,8 @@ class Native:
     def events(self, name: str) -> list[str]:
         path = f"/api/v1/namespaces/{self.world.managed}/events"
         query = [("fieldSelector", f"involvedObject.name={name}")]
-        return [e["reason"] for e in request(self.world.api, "GET", path, query=query).body["items"]]
+        answer = request(self.world.api, "GET", path, query=query)
+        return [e["reason"] for e in answer.body["items"]]
 
     def until(self, what: str, done: Any) -> None:
         deadline = time.monotonic() + 30
