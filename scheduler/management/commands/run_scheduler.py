@@ -7,6 +7,9 @@
     manage.py run_scheduler --profile FILE        # a scheduling profile (YAML; reloaded on change)
     manage.py run_scheduler --metrics-port 9402   # serve the cycles' series on /metrics
 
+With several Cluster rows (docs/multicluster.md) the backend named is the home cluster's, and
+the daemon drives every cluster's through one `FederatedBackend`.
+
 SIGTERM and SIGINT finish the current cycle, step down (so a standby takes over at once)
 and exit.
 """
@@ -21,6 +24,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler.backends.federated import FederatedBackend
+from scheduler.clusters.backends import ClusterWatch, backend_for_clusters
 from scheduler.core import ProfileError
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.schema_guard import SchemaGuardedLease
@@ -108,15 +113,19 @@ class Command(BaseCommand):
         # Never leads on a schema a later release contracted (docs/upgrading.md).
         lease = SchemaGuardedLease(ttl_s=options["lease_ttl"])
         watch = profile_watch(options["profile"], holder=lease.holder)  # before any backend
-        backend = make_backend(options["backend"], options["nodes_csv"])
+        home = make_backend(options["backend"], options["nodes_csv"])
+        # Several Cluster rows: every cluster's backend behind one (docs/multicluster.md).
+        backend = backend_for_clusters(home)
         if not 0 <= options["metrics_port"] <= 65535:
             raise CommandError("--metrics-port must be 0 (off) or a port number")
         cycles = CycleMetrics()
         hooks: list[Any] = [cycles.on_cycle]
+        if isinstance(backend, FederatedBackend):
+            hooks.append(ClusterWatch(backend).tick)
         if options["backend"] == "simulated" and not options["no_demo_load"]:
             from scheduler.demo.load import DemoLoad
 
-            hooks.append(DemoLoad(backend.clock, every_s=options["demo_every"]).tick)
+            hooks.append(DemoLoad(home.clock, every_s=options["demo_every"]).tick)
 
         def on_cycle(daemon: Daemon) -> None:
             for hook in hooks:

@@ -1,0 +1,132 @@
+"""The backends the daemon drives, from the Cluster rows (`run_scheduler`).
+
+One active cluster (the installation as before clusters were rows): exactly the backend
+`run_scheduler --backend` names, unchanged. Several: a `FederatedBackend` over each active
+or lost one's backend (a cordoned cluster is still driven: what runs there is watched and
+ended as usual; nothing new is placed there), the home cluster's being the one
+`run_scheduler` made. Credentials are read where the row points, when the daemon starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from scheduler.backends.base import ClusterBackend, PodPhase, PodStatus
+from scheduler.backends.federated import Member, federate
+from scheduler.backends.federated.backend import FederatedBackend, Seen
+from scheduler.backends.federated.naming import split
+from scheduler.clusters.services import clusters_seen
+from scheduler.models import Allocation, Cluster, ClusterBackendKind, ClusterState, JobState
+
+log = logging.getLogger("gantry.daemon")
+
+RUNNING_STATES = (JobState.RUNNING,)
+
+
+def driven_clusters() -> list[Cluster]:
+    return list(Cluster.objects.order_by("name"))
+
+
+def kubeconfig_of(cluster: Cluster) -> str | None:
+    """The kubeconfig file the row names (a path, or a mounted Secret's file); None: the
+    daemon's own credentials (the home cluster only)."""
+    if cluster.kubeconfig_path:
+        return cluster.kubeconfig_path
+    if cluster.kubeconfig_secret:
+        return str(Path(settings.GANTRY_CLUSTER_SECRETS_DIR) / cluster.kubeconfig_secret)
+    return None
+
+
+def kubernetes_backend(cluster: Cluster) -> ClusterBackend:
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
+
+    configuration = client.Configuration()
+    kube_config.load_kube_config(
+        config_file=kubeconfig_of(cluster),
+        context=cluster.kube_context or None,
+        client_configuration=configuration,
+    )
+    configuration.retries = False  # retries are the backend's own
+    return KubernetesBackend(client.ApiClient(configuration))
+
+
+def member_backend(cluster: Cluster, home_backend: ClusterBackend) -> ClusterBackend:
+    if cluster.home:
+        return home_backend
+    if cluster.backend == ClusterBackendKind.KUBERNETES:
+        return kubernetes_backend(cluster)
+    from scheduler.backends.simulated.cluster import SimulatedCluster
+    from scheduler.backends.simulated.inventory import demo_nodes
+
+    if not settings.GANTRY_SIM_STATE_FILE:
+        return SimulatedCluster(demo_nodes())
+    from scheduler.backends.simulated.statefile import PersistentCluster
+
+    # Each simulated cluster's pods in a file of its own, beside the home one's.
+    return PersistentCluster(demo_nodes(), Path(f"{settings.GANTRY_SIM_STATE_FILE}.{cluster.name}"))
+
+
+def last_known(clusters: list[Cluster], home: str) -> dict[str, Seen]:
+    """What the database holds of each cluster's pods: a member that does not answer when the
+    daemon starts is held as the ledger says (its jobs charged and held), never as empty
+    (which would read as every pod gone)."""
+    pods: dict[str, list[PodStatus]] = defaultdict(list)
+    rows = Allocation.objects.filter(ended_at__isnull=True).values_list(
+        "pod_name",
+        "job__project__namespace",
+        "job_id",
+        "attempt",
+        "replica",
+        "node__name",
+        "job__state",
+    )
+    for pod, namespace, job_id, attempt, replica, node, state in rows:
+        cluster, _ = split(node, home)
+        phase = PodPhase.RUNNING if state in RUNNING_STATES else PodPhase.PENDING
+        pods[cluster].append(PodStatus(pod, namespace, job_id, attempt, replica, node, phase))
+    return {c.name: Seen(pods=tuple(pods[c.name])) for c in clusters if not c.home}
+
+
+def backend_for_clusters(home_backend: ClusterBackend) -> ClusterBackend:
+    """`home_backend` alone while one cluster is the only one; else the federation."""
+    clusters = driven_clusters()
+    if len(clusters) <= 1:
+        return home_backend
+    members = [
+        Member(c.name, member_backend(c, home_backend), home=c.home, labels=dict(c.labels))
+        for c in clusters
+    ]
+    home = next((c.name for c in clusters if c.home), "")
+    return federate(members, seed=last_known(clusters, home))
+
+
+class ClusterWatch:
+    """A hook of the daemon's cycle (`run_scheduler`): records which clusters answered their
+    last list, and marks lost those silent past their deadline (`clusters_seen`), under the
+    lease."""
+
+    def __init__(self, backend: FederatedBackend) -> None:
+        self.backend = backend
+
+    def tick(self, daemon: Any) -> None:
+        if not daemon.lease.leading or not self.backend.answered:
+            return
+        with daemon.lease.writing():
+            lost = clusters_seen(
+                answered=dict(self.backend.answered),
+                now=daemon.now_dt(),
+                default_lost_after_s=settings.GANTRY_CLUSTER_LOST_AFTER_S,
+            )
+        for name in sorted(lost):
+            log.warning("cluster %s is lost: it has not answered past its deadline", name)
+        self.backend.lost = set(
+            Cluster.objects.filter(state=ClusterState.LOST).values_list("name", flat=True)
+        )
