@@ -7,9 +7,10 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.http import HttpResponse
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.styles import Font
@@ -147,3 +148,12 @@ def write_xlsx(plans: list[PoolPlan]) -> bytes:
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()
+
+
+def attachment(plans: list[PoolPlan], fmt: str, *, now: datetime) -> HttpResponse:
+    """The plans as a download named for the day (`fmt`: a key of CONTENT_TYPES)."""
+    body = write_csv(plans) if fmt == "csv" else write_xlsx(plans)
+    response = HttpResponse(body, content_type=CONTENT_TYPES[fmt])
+    stamp = now.strftime("%Y%m%d")
+    response["Content-Disposition"] = f'attachment; filename="capacity-{stamp}.{fmt}"'
+    return response

@@ -43,6 +43,18 @@ def costs_of(inputs: TcoInputs) -> Costs:
     )
 
 
+def _audit(user: Any, action: str, target: Any, before: dict[str, Any] | None) -> None:
+    """A platform-wide change (no tenant's): `before` as audit_snapshot took it."""
+    audit_record(
+        actor=user,
+        action=action,
+        tenant=None,
+        target=target,
+        before=before,
+        after=audit_snapshot(target),
+    )
+
+
 def _fraction(value: Any, field: str) -> Decimal:
     try:
         fraction = Decimal(str(value))
@@ -63,14 +75,7 @@ def pool_target_set(*, user: Any, flavor: ResourceFlavor, target_utilization: An
     target = target or PoolTarget(flavor=flavor)
     target.target_utilization = fraction
     target.save()
-    audit_record(
-        actor=user,
-        action="capacity.target.set",
-        tenant=None,
-        target=target,
-        before=before,
-        after=audit_snapshot(target),
-    )
+    _audit(user, "capacity.target.set", target, before)
     return target
 
 
@@ -85,14 +90,7 @@ def tco_inputs_set(*, user: Any, flavor: ResourceFlavor, values: dict[str, Any])
         setattr(inputs, name, values[name])
     inputs.full_clean(validate_constraints=True)  # ValidationError names the field at fault
     inputs.save()
-    audit_record(
-        actor=user,
-        action="capacity.tco.set",
-        tenant=None,
-        target=inputs,
-        before=before,
-        after=audit_snapshot(inputs),
-    )
+    _audit(user, "capacity.tco.set", inputs, before)
     return inputs
 
 
@@ -122,14 +120,7 @@ def rate_suggestion_create(
         created_by=user,
         created_at=now,
     )
-    audit_record(
-        actor=user,
-        action="capacity.rate_suggestion.create",
-        tenant=None,
-        target=suggestion,
-        before=None,
-        after=audit_snapshot(suggestion),
-    )
+    _audit(user, "capacity.rate_suggestion.create", suggestion, None)
     return suggestion
 
 
@@ -140,14 +131,7 @@ def _decide(
     suggestion.state, suggestion.reason = state, reason[:500]
     suggestion.decided_by, suggestion.decided_at = user, now
     suggestion.save()
-    audit_record(
-        actor=user,
-        action=f"capacity.rate_suggestion.{state}",
-        tenant=None,
-        target=suggestion,
-        before=before,
-        after=audit_snapshot(suggestion),
-    )
+    _audit(user, f"capacity.rate_suggestion.{state}", suggestion, before)
 
 
 def _prices_from(suggestion: RateSuggestion) -> RatePrices:

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from billing.api.serializers import DecimalStringField
 from capacity.models import PoolTarget, RateSuggestion, TcoInputs
+from capacity.services import TCO_FIELDS
 from common.api.serializers import StrictInputSerializer
 from tenants.models import ResourceFlavor
 
@@ -144,19 +145,13 @@ class TcoInputsOut(serializers.ModelSerializer[TcoInputs]):
         fields = [
             "flavor",
             "flavor_name",
-            "purchase_price",
-            "depreciation_months",
-            "power_cooling_per_gpu_hour",
-            "hosting_support_per_month",
-            "on_demand_per_gpu_hour",
-            "committed_per_gpu_hour",
+            *TCO_FIELDS,
             "updated_at",
         ]
 
 
-class RateSuggestionIn(StrictInputSerializer):
-    flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
-    target_utilization = FractionField()
+class RateSuggestionIn(PoolTargetIn):
+    """The model, and the utilization at which the suggested price recovers its cost."""
 
 
 class RateSuggestionOut(serializers.ModelSerializer[RateSuggestion]):
@@ -193,7 +188,14 @@ class AcceptIn(StrictInputSerializer):
 
 
 class RejectIn(StrictInputSerializer):
-    reason = serializers.CharField(min_length=1, max_length=500)
+    reason = serializers.CharField(
+        min_length=1,
+        max_length=500,
+        error_messages={
+            "required": "say why the suggestion is rejected.",
+            "blank": "say why the suggestion is rejected.",
+        },
+    )
 
 
 class ExpansionIn(StrictInputSerializer):

@@ -1,5 +1,6 @@
 """The capacity API: forecasts and plans (read), pool targets, TCO inputs, rate suggestions,
-and the plans as a file. Thin: access is capacity/access.py's, writes capacity/services.py's."""
+and the plans as a file. Thin: access is capacity/access.py's; writes go through
+capacity/api/submissions.py, which the page's forms call too (one check of the values)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from rest_framework.views import APIView
 
 from billing.api.costs import PAGE_PARAMETERS
 from billing.api.exports import JSONErrors
-from capacity import access, expansions, export, selectors, services
+from capacity import access, export, selectors
 from capacity.api import serializers as s
+from capacity.api import submissions
 from capacity.models import PoolTarget, RateSuggestion, TcoInputs
 from capacity.present import PoolPlan, capacity_plans
 
@@ -78,12 +80,7 @@ class PlanExportView(APIView):
     )
     def get(self, request: Request) -> HttpResponse:
         data, plans = _plans(request, s.ExportQueryIn)
-        fmt = data["format"]
-        body = export.write_csv(plans) if fmt == "csv" else export.write_xlsx(plans)
-        response = HttpResponse(body, content_type=export.CONTENT_TYPES[fmt])
-        stamp = timezone.now().strftime("%Y%m%d")
-        response["Content-Disposition"] = f'attachment; filename="capacity-{stamp}.{fmt}"'
-        return response
+        return export.attachment(plans, data["format"], now=timezone.now())
 
 
 class PoolTargetViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[PoolTarget]):
@@ -99,10 +96,7 @@ class PoolTargetViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[PoolTarge
 
     @extend_schema(request=s.PoolTargetIn, responses={200: s.PoolTargetOut})
     def create(self, request: Request) -> Response:
-        access.require_platform_admin(request.user)
-        body = s.PoolTargetIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        target = services.pool_target_set(user=request.user, **body.validated_data)
+        target = submissions.pool_target_submit(user=request.user, data=request.data)
         return Response(s.PoolTargetOut(target).data, status=status.HTTP_200_OK)
 
 
@@ -119,12 +113,7 @@ class TcoInputsViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[TcoInputs]
 
     @extend_schema(request=s.TcoInputsIn, responses={200: s.TcoInputsOut})
     def create(self, request: Request) -> Response:
-        access.require_planner(request.user)
-        body = s.TcoInputsIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        values = dict(body.validated_data)
-        flavor = values.pop("flavor")
-        inputs = services.tco_inputs_set(user=request.user, flavor=flavor, values=values)
+        inputs = submissions.tco_inputs_submit(user=request.user, data=request.data)
         return Response(s.TcoInputsOut(inputs).data, status=status.HTTP_200_OK)
 
 
@@ -150,31 +139,22 @@ class RateSuggestionViewSet(
 
     @extend_schema(request=s.RateSuggestionIn, responses={201: s.RateSuggestionOut})
     def create(self, request: Request) -> Response:
-        access.require_planner(request.user)
-        body = s.RateSuggestionIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        suggestion = services.rate_suggestion_create(user=request.user, **body.validated_data)
+        suggestion = submissions.rate_suggestion_submit(user=request.user, data=request.data)
         return Response(s.RateSuggestionOut(suggestion).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.AcceptIn, responses={200: s.RateSuggestionOut})
     @action(detail=True, methods=["post"])
     def accept(self, request: Request, pk: str) -> Response:
-        suggestion = self.get_object()
-        body = s.AcceptIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        done = services.rate_suggestion_decide(
-            user=request.user, suggestion=suggestion, accept=True, **body.validated_data
-        )
-        return Response(s.RateSuggestionOut(done).data)
+        return self._decide(request, accept=True)
 
     @extend_schema(request=s.RejectIn, responses={200: s.RateSuggestionOut})
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        suggestion = self.get_object()
-        body = s.RejectIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        done = services.rate_suggestion_decide(
-            user=request.user, suggestion=suggestion, accept=False, **body.validated_data
+        return self._decide(request, accept=False)
+
+    def _decide(self, request: Request, *, accept: bool) -> Response:
+        done = submissions.rate_suggestion_decide_submit(
+            user=request.user, suggestion=self.get_object(), accept=accept, data=request.data
         )
         return Response(s.RateSuggestionOut(done).data)
 
@@ -186,11 +166,8 @@ class ExpansionView(APIView):
 
     @extend_schema(request=s.ExpansionIn, responses={201: s.ExpansionOut})
     def post(self, request: Request) -> Response:
-        access.require_platform_admin(request.user)
-        body = s.ExpansionIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        started = expansions.expansion_start(
-            user=request.user, now=timezone.now(), **body.validated_data
+        started = submissions.expansion_submit(
+            user=request.user, data=request.data, now=timezone.now()
         )
         out = {
             "whatif": started.run.pk,

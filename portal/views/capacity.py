@@ -2,10 +2,12 @@
 the drivers, expansion options side by side (owning against renting), TCO, and the export.
 The rules are the API's (capacity/access.py): platform admins and finance see every pool, a
 tenant admin their subtrees' forecasts, anyone else a 403. Finance enters TCO inputs here.
+The forms' writes are the API's: capacity/api/submissions.py checks the values and applies them.
 Nothing is fitted at a page view: the plans are the latest refresh's (Celery beat)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -15,8 +17,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from capacity import access, expansions, export, selectors, services
-from capacity.api.serializers import ExpansionIn, ExportQueryIn, PlansQueryIn, TcoInputsIn
+from capacity import access, export, selectors
+from capacity.api import submissions
+from capacity.api.serializers import ExportQueryIn, PlansQueryIn
 from capacity.present import capacity_plans
 from common.errors import ConflictError, RateLimitedError
 from portal.capacity_charts import forecast_figure
@@ -92,125 +95,95 @@ def capacity_export(request: HttpRequest) -> HttpResponse:
             request.user, run=run, flavor=query.get("flavor"), extra_gpus=query.get("gpus")
         )
     )
-    fmt = query["format"]
-    body = export.write_csv(plans) if fmt == "csv" else export.write_xlsx(plans)
-    response = HttpResponse(body, content_type=export.CONTENT_TYPES[fmt])
-    stamp = timezone.now().strftime("%Y%m%d")
-    response["Content-Disposition"] = f'attachment; filename="capacity-{stamp}.{fmt}"'
-    return response
+    return export.attachment(plans, query["format"], now=timezone.now())
 
 
-@login_required
-@require_POST
-def capacity_tco(request: HttpRequest) -> HttpResponse:
-    """Finance's (or a platform admin's) TCO inputs for one GPU model; a 404 for anyone else
-    (the form is not theirs to find)."""
+# The form fields that the API takes as JSON integers; every other field stays text.
+INTEGER_FIELDS = frozenset({"flavor", "depreciation_months", "gpus", "window_days", "at_day"})
+
+
+def _form(post: Any) -> dict[str, Any]:
+    """A form's text as the API's body: integers read, empty fields left out (the checks,
+    capacity/api/submissions.py's, say what is wrong with a value that is not one)."""
+    data: dict[str, Any] = {}
+    for key, value in post.items():
+        if key == "csrfmiddlewaretoken" or value == "":
+            continue
+        data[key] = int(value) if key in INTEGER_FIELDS and value.isdigit() else value
+    return data
+
+
+def _submitted(request: HttpRequest, submit: Callable[[], Any], done: Callable[[Any], str]) -> Any:
+    """Run a submission; its result, with `done(result)` as the success message, or None with
+    each field at fault as an error message (ConflictError and 429s too)."""
+    try:
+        result = submit()
+    except ValidationError as exc:
+        if hasattr(exc, "error_dict"):
+            for field, errors in exc.message_dict.items():
+                messages.error(request, f"{field}: {' '.join(errors)}")
+        else:
+            messages.error(request, "; ".join(exc.messages))
+        return None
+    except (ConflictError, RateLimitedError) as exc:
+        messages.error(request, str(exc))
+        return None
+    messages.success(request, done(result))
+    return result
+
+
+def _planner_form(request: HttpRequest) -> dict[str, Any]:
+    """The posted form of a planning input; a 404 for anyone but finance and platform admins
+    (the forms are not theirs to find)."""
     if not access.sees_pools(request.user):
         raise Http404("Not found.")
-    # A form posts text: the integers are read here, the decimals stay strings (the API's).
-    data: dict[str, Any] = {k: v for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
-    for name in ("flavor", "depreciation_months"):
-        if str(data.get(name, "")).isdigit():
-            data[name] = int(data[name])
-    body = TcoInputsIn(data=data)
-    if not body.is_valid():
-        for field, errors in body.errors.items():
-            messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
+    return _form(request.POST)
+
+
+def _planning_write(submit: Callable[..., Any], done: Callable[[Any], str]) -> Callable[..., Any]:
+    """A form of planning inputs: `submit(user=, data=)` (capacity/api/submissions.py) with the
+    form's values, `done(result)` as the success message, and back to the page."""
+
+    @login_required
+    @require_POST
+    def view(request: HttpRequest) -> HttpResponse:
+        data = _planner_form(request)
+        _submitted(request, lambda: submit(user=request.user, data=data), done)
         return redirect("portal:capacity")
-    values = dict(body.validated_data)
-    flavor = get_object_or_404(ResourceFlavor, pk=values.pop("flavor").pk)
-    try:
-        services.tco_inputs_set(user=request.user, flavor=flavor, values=values)
-    except ValidationError as exc:
-        messages.error(request, "; ".join(exc.messages))
-        return redirect("portal:capacity")
-    messages.success(request, f"TCO inputs of {flavor.name} saved.")
-    return redirect("portal:capacity")
+
+    return view
+
+
+# Finance's (or a platform admin's) TCO inputs for one GPU model.
+capacity_tco = _planning_write(
+    submissions.tco_inputs_submit, lambda inputs: f"TCO inputs of {inputs.flavor.name} saved."
+)
+# A platform admin sets a pool's target utilization (finance: 403).
+capacity_target = _planning_write(
+    submissions.pool_target_submit,
+    lambda target: f"{target.flavor.name} is full at its new target from the next page view.",
+)
+# Finance (or a platform admin) asks for a rate card that recovers a model's cost.
+capacity_suggest = _planning_write(
+    submissions.rate_suggestion_submit,
+    lambda g: f"Suggested {g.gpu_hour} per GPU-hour for {g.flavor.name}.",
+)
 
 
 @login_required
 @require_POST
 def capacity_expansion(request: HttpRequest) -> HttpResponse:
     """A platform admin's expansion what-if from the capacity page; its run's page follows.
-    Finance: 403 (it reads what-ifs, starts none); anyone else: 404."""
-    if not access.sees_pools(request.user):
-        raise Http404("Not found.")
-    access.require_platform_admin(request.user)
-    body = ExpansionIn(data=_form(request.POST))
-    if not body.is_valid():
-        for field, errors in body.errors.items():
-            messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
-        return redirect("portal:capacity")
-    try:
-        started = expansions.expansion_start(
-            user=request.user, now=timezone.now(), **body.validated_data
-        )
-    except ValidationError as exc:
-        messages.error(request, "; ".join(exc.messages))
-        return redirect("portal:capacity")
-    except RateLimitedError as exc:
-        messages.error(request, str(exc))
+    Finance: 403 (it reads what-ifs, starts none)."""
+    data = _planner_form(request)
+    started = _submitted(
+        request,
+        lambda: submissions.expansion_submit(user=request.user, data=data, now=timezone.now()),
+        lambda started: f"What-if {started.run.pk} started.",
+    )
+    if started is None:
         return redirect("portal:capacity")
     return redirect("portal:whatif-detail", pk=started.run.pk)
-
-
-def _form(post: Any) -> dict[str, Any]:
-    """A form's text as the API's input: numbers read, empty fields left out."""
-    data: dict[str, Any] = {}
-    for key, value in post.items():
-        if key == "csrfmiddlewaretoken" or value == "":
-            continue
-        data[key] = (
-            int(value) if key in {"gpus", "window_days", "at_day"} and value.isdigit() else value
-        )
-    return data
-
-
-@login_required
-@require_POST
-def capacity_target(request: HttpRequest) -> HttpResponse:
-    """A platform admin sets a pool's target utilization. Finance: 403; anyone else: 404."""
-    if not access.sees_pools(request.user):
-        raise Http404("Not found.")
-    access.require_platform_admin(request.user)
-    flavor = ResourceFlavor.objects.filter(name=request.POST.get("flavor", "")).first()
-    if flavor is None:
-        messages.error(request, "flavor: choose a GPU model.")
-        return redirect("portal:capacity")
-    try:
-        services.pool_target_set(
-            user=request.user,
-            flavor=flavor,
-            target_utilization=request.POST.get("target_utilization", ""),
-        )
-    except ValidationError as exc:
-        messages.error(request, "; ".join(exc.messages))
-        return redirect("portal:capacity")
-    messages.success(request, f"{flavor.name} is full at its new target from the next page view.")
-    return redirect("portal:capacity")
-
-
-@login_required
-@require_POST
-def capacity_suggest(request: HttpRequest) -> HttpResponse:
-    """Finance (or a platform admin) asks for a rate card that recovers a model's cost."""
-    if not access.sees_pools(request.user):
-        raise Http404("Not found.")
-    flavor = ResourceFlavor.objects.filter(name=request.POST.get("flavor", "")).first()
-    if flavor is None:
-        messages.error(request, "flavor: choose a GPU model.")
-        return redirect("portal:capacity")
-    try:
-        suggestion = services.rate_suggestion_create(
-            user=request.user,
-            flavor=flavor,
-            target_utilization=request.POST.get("target_utilization", ""),
-        )
-    except ValidationError as exc:
-        messages.error(request, "; ".join(exc.messages))
-        return redirect("portal:capacity")
-    messages.success(request, f"Suggested {suggestion.gpu_hour} per GPU-hour for {flavor.name}.")
-    return redirect("portal:capacity")
 
 
 @login_required
@@ -218,21 +191,15 @@ def capacity_suggest(request: HttpRequest) -> HttpResponse:
 def capacity_suggestion_decide(request: HttpRequest, pk: int) -> HttpResponse:
     """Reject a suggestion (a reason) or accept it (a rate card): finance and platform admins.
     Anyone else: 404."""
-    if not access.sees_pools(request.user):
-        raise Http404("Not found.")
+    data = _planner_form(request)
     suggestion = get_object_or_404(selectors.rate_suggestion_list(), pk=pk)
-    accept = request.POST.get("decision") == "accept"
-    reason = request.POST.get("reason", "").strip()
-    if not accept and not reason:
-        messages.error(request, "reason: say why the suggestion is rejected.")
-        return redirect("portal:capacity")
-    try:
-        services.rate_suggestion_decide(
-            user=request.user, suggestion=suggestion, accept=accept, reason=reason
-        )
-    except (ValidationError, ConflictError) as exc:
-        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        messages.error(request, text)
-        return redirect("portal:capacity")
-    messages.success(request, "Accepted: a rate card was added." if accept else "Rejected.")
+    accept = data.pop("decision", "") == "accept"
+    body = {} if accept else {"reason": data.get("reason", "")}
+    _submitted(
+        request,
+        lambda: submissions.rate_suggestion_decide_submit(
+            user=request.user, suggestion=suggestion, accept=accept, data=body
+        ),
+        lambda _: "Accepted: a rate card was added." if accept else "Rejected.",
+    )
     return redirect("portal:capacity")

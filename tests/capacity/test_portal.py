@@ -129,7 +129,7 @@ def test_finance_suggests_rejects_and_accepts_a_rate(org, web) -> None:
 
     carol, pat = web("carol"), web("pat")
     carol.post(reverse("portal:capacity-tco"), {"flavor": org.h100.pk, **TCO})
-    suggest = {"flavor": "H100-80GB", "target_utilization": "0.8"}
+    suggest = {"flavor": org.h100.pk, "target_utilization": "0.8"}
     assert carol.post(reverse("portal:capacity-suggest"), suggest).status_code == 302
     first = RateSuggestion.objects.get()
     page = carol.get(PAGE).content.decode()
@@ -149,8 +149,40 @@ def test_finance_suggests_rejects_and_accepts_a_rate(org, web) -> None:
     assert card.gpu_hour == second.gpu_hour and card.created_by.username == "carol"
     assert web("dana").post(decide, {"decision": "reject", "reason": "x"}).status_code == 404
 
-    target = {"flavor": "H100-80GB", "target_utilization": "0.7"}
+    target = {"flavor": org.h100.pk, "target_utilization": "0.7"}
     assert carol.post(reverse("portal:capacity-target"), target).status_code == 403
     pat.post(reverse("portal:capacity-target"), target)
     assert float(PoolTarget.objects.get().target_utilization) == 0.7
     assert "Full on" in pat.get(PAGE).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("route", "api", "persona", "body", "field"),
+    [
+        ("capacity-target", "targets", "pat", {"target_utilization": "1.5"}, "target_utilization"),
+        (
+            "capacity-suggest",
+            "rate-suggestions",
+            "carol",
+            {"target_utilization": "0"},
+            "target_utilization",
+        ),
+        ("capacity-tco", "tco-inputs", "carol", {**TCO, "purchase_price": "-1"}, "purchase_price"),
+    ],
+    ids=["target", "suggestion", "tco"],
+)
+def test_the_page_and_the_api_refuse_a_bad_value_in_the_same_words(
+    org, web, client_for, route, api, persona, body, field
+) -> None:
+    # One check (capacity/api/submissions.py) behind both: the page's message is the API's 400.
+    from capacity.models import PoolTarget, RateSuggestion
+
+    sent = {"flavor": org.h100.pk, **body}
+    as_json = {k: int(v) if k == "depreciation_months" else v for k, v in sent.items()}
+    answer = client_for(persona).post(f"/api/v1/capacity/{api}/", as_json, format="json")
+    assert answer.status_code == 400
+    said = " ".join(answer.json()["errors"][field])
+    page = web(persona).post(reverse(f"portal:{route}"), sent, follow=True).content.decode()
+    assert f"{field}: {said}".replace('"', "&quot;") in page
+    assert not (PoolTarget.objects.exists() or RateSuggestion.objects.exists())
+    assert not TcoInputs.objects.exists()
