@@ -9,7 +9,8 @@
 (b) openb: the pod list (`openb_pod_list_default.csv`, bench.openb_trace's reader), each pod
     asking for its GPUs from creation to deletion, spread over days by the product's own
     arithmetic (capacity.daily), over its complete days only (`openb_history`): 33 days, so
-    `--openb-horizon` (7) days ahead from `--openb-origins` daily origins.
+    `--openb-horizon` (7) days ahead from `--openb-origins` (13) origins `--openb-step` (1)
+    days apart; `--openb-all-days` takes every day from day 0 instead (see openb_history).
 
 Each fit sees the last `--window` (180, the product's GANTRY_CAPACITY_HISTORY_DAYS) days before
 its origin, as the refresh does; 0: every day before it. Scores, averaged over origins:
@@ -19,9 +20,10 @@ its origin, as the refresh does; 0: every day before it. Scores, averaged over o
 - relative MAE: the forecast's MAE over the seasonal-naive forecast's MAE on the same scored
   days (below 1: it beats the baseline out of sample). Not MASE; reported beside it.
 - sMAPE (utilsforecast's, 0..1) and coverage: the share of days inside p10..p90.
-`histories` holds the issue's keys at the first horizon; `by_horizon` every horizon, with the
-baseline's own scores and, on the generated history, the oracle's MASE: that of the noise-free
-curve the history was drawn around, the least any forecaster can expect there.
+`--candidates ets,theta-log` limits the models chosen from (one: that one alone, to compare
+them). `histories` holds the issue's keys at the first horizon; `by_horizon` every horizon,
+with the baseline's own scores and, on the generated history, the oracle's MASE: that of the
+noise-free curve the history was drawn around, the least any forecaster can expect there.
 """
 
 from __future__ import annotations
@@ -61,15 +63,18 @@ def generated_history(
     return (base + growth * t) * shape * rng.lognormal(0.0, noise, days)
 
 
-def openb_history(trace_dir: Path, trace: str = "default") -> tuple[np.ndarray, int]:
-    """GPU-hours per day over the trace's complete days, and the first of them.
+def openb_history(
+    trace_dir: Path, trace: str = "default", *, all_days: bool = False
+) -> tuple[np.ndarray, int]:
+    """GPU-hours per day over the trace's complete days (`all_days`: from day 0, as earlier
+    measurements took it), and the first of them.
 
     The pod list keeps the pods deleted after a cut (its first deletion, day 115.3): before
     that day only the pods that outlived it are there, and every pod created and deleted
     earlier is missing. A day is complete when every pod alive on it was deleted after the
     cut, so the complete days run from the first midnight after it to the last whole day."""
     created, deleted, gpus = load_pod_lifetimes(trace_dir, trace)
-    first = math.ceil(min(deleted) / DAY_S)
+    first = 0 if all_days else math.ceil(min(deleted) / DAY_S)
     full_days = int(max(deleted) // DAY_S)
     series = daily_gpu_hours(
         created, deleted, gpus, first_day=first * DAY_S, days=full_days - first
@@ -95,10 +100,21 @@ def _oracle_mase(curve: np.ndarray, history: np.ndarray, result: Any, window: in
     return float(np.mean(scores))
 
 
-def measure(history: np.ndarray, horizon: int, origins: tuple[int, ...], window: int | None) -> Any:
-    from capacity.forecast import backtest
+def measure(
+    history: np.ndarray,
+    horizon: int,
+    origins: tuple[int, ...],
+    window: int | None,
+    candidates: str | None = None,
+) -> Any:
+    """The backtest, with the candidates named by key (`ets,theta`; None: all of them)."""
+    from capacity.forecast import CANDIDATES, backtest
 
-    return backtest(history, horizon, origins, window=window)
+    keys = candidates.split(",") if candidates else [c.key for c in CANDIDATES]
+    pool = [c for c in CANDIDATES if c.key in keys]
+    if len(pool) != len(keys):
+        raise SystemExit(f"--candidates: choose among {', '.join(c.key for c in CANDIDATES)}")
+    return backtest(history, horizon, origins, window=window, candidates=pool)
 
 
 def _entry(result: Any) -> dict[str, Any]:
@@ -120,7 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--days", type=int, default=365, help="days of the generated history")
     parser.add_argument("--window", type=int, default=180, help="days fitted on; 0: all")
     parser.add_argument("--openb-horizon", type=int, default=7)
-    parser.add_argument("--openb-origins", type=int, default=13, help="daily origins")
+    parser.add_argument("--openb-origins", type=int, default=13)
+    parser.add_argument("--openb-step", type=int, default=1, help="days between openb origins")
+    parser.add_argument(
+        "--openb-all-days", action="store_true", help="from day 0, survivors-only days too"
+    )
+    parser.add_argument("--candidates", help="keys of the models to choose from (default all)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     window = args.window or None
@@ -131,15 +152,15 @@ def main(argv: list[str] | None = None) -> None:
     timing: dict[str, float] = {"import_s": round(time.perf_counter() - started, 2)}
     generated = generated_history(args.days, seed=args.seed)
     curve = generated_history(args.days, seed=args.seed, noise=0.0)
-    openb, openb_first = openb_history(args.trace_dir)
+    openb, openb_first = openb_history(args.trace_dir, all_days=args.openb_all_days)
     runs = [("generated", generated, int(h), args.origins, 7) for h in args.horizons.split(",")]
-    runs.append(("openb", openb, args.openb_horizon, args.openb_origins, 1))
+    runs.append(("openb", openb, args.openb_horizon, args.openb_origins, args.openb_step))
     by_horizon: dict[str, dict[str, Any]] = {"generated": {}, "openb": {}}
     histories: dict[str, Any] = {}
     for name, history, horizon, count, step in runs:
         t0 = time.perf_counter()
         origins = rolling_origins(len(history), horizon, count, step)
-        result = measure(history, horizon, origins, window)
+        result = measure(history, horizon, origins, window, args.candidates)
         timing[f"{name}_{horizon}_fit_s_per_origin"] = round((time.perf_counter() - t0) / count, 3)
         entry = _entry(result)
         if name == "generated":
@@ -153,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             }
     out: dict[str, Any] = {
         "histories": histories,
-        "method": METHOD,
+        "method": METHOD if not args.candidates else f"{METHOD}; only {args.candidates}",
         "baseline": BASELINE,
         "definitions": DEFINITIONS,
         "by_horizon": by_horizon,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from capacity.forecast.accuracy import Accuracy, accuracy
-from capacity.forecast.candidates import SEASON
+from capacity.forecast.candidates import CANDIDATES, SEASON, Candidate
 from capacity.forecast.fit import Series, forecast_demand
 
 
@@ -63,10 +63,16 @@ def _mean(scores: list[Accuracy]) -> Accuracy:
 
 
 def backtest(
-    history: Series, horizon: int, origins: Sequence[int], *, window: int | None = None
+    history: Series,
+    horizon: int,
+    origins: Sequence[int],
+    *,
+    window: int | None = None,
+    candidates: Sequence[Candidate] = CANDIDATES,
 ) -> Backtest:
     """Score forecasts made at each origin over `horizon` days, each fitted on the days before
-    its origin (the last `window` of them when given; more than a season)."""
+    its origin (the last `window` of them when given; more than a season), with the best of
+    `candidates` there (forecast_demand)."""
     y = np.asarray(history, dtype=float)
     if window is not None and window <= SEASON:
         raise ValueError(f"a training window must be longer than {SEASON} days")
@@ -78,7 +84,7 @@ def backtest(
             raise ValueError(f"origin {origin} leaves no room for a {horizon}-day horizon")
         train = y[max(0, origin - window) if window else 0 : origin]
         actual = y[origin : origin + horizon]
-        fc = forecast_demand(train, horizon)
+        fc = forecast_demand(train, horizon, candidates)
         methods.append(fc.method)
         ours.append(accuracy(train=train, actual=actual, p50=fc.p50, p10=fc.p10, p90=fc.p90))
         naive.append(

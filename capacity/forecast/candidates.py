@@ -34,6 +34,7 @@ class Band:
 
 @dataclass(frozen=True)
 class Candidate:
+    key: str  # short, for the benchmark's --candidates
     name: str
     model: Callable[[], Any]
     log: bool
@@ -52,8 +53,15 @@ class Candidate:
 
 CANDIDATES: tuple[Candidate, ...] = (
     # First: the one taken when the history is too short to compare them.
-    Candidate("AutoETS on demand", lambda: AutoETS(season_length=SEASON), log=False),
-    Candidate("AutoETS on log1p(demand)", lambda: AutoETS(season_length=SEASON), log=True),
-    Candidate("AutoTheta on demand", lambda: AutoTheta(season_length=SEASON), log=False),
-    Candidate("AutoTheta on log1p(demand)", lambda: AutoTheta(season_length=SEASON), log=True),
+    Candidate("ets", "AutoETS on demand", lambda: AutoETS(season_length=SEASON), log=False),
+    Candidate(
+        "ets-log", "AutoETS on log1p(demand)", lambda: AutoETS(season_length=SEASON), log=True
+    ),
+    Candidate("theta", "AutoTheta on demand", lambda: AutoTheta(season_length=SEASON), log=False),
+    Candidate(
+        "theta-log",
+        "AutoTheta on log1p(demand)",
+        lambda: AutoTheta(season_length=SEASON),
+        log=True,
+    ),
 )

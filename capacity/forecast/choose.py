@@ -36,7 +36,7 @@ def choose(y: np.ndarray, horizon: int, candidates: Sequence[Candidate] = CANDID
 
     A candidate whose inner fit is not finite is not chosen."""
     inner, origins = inner_split(len(y), horizon)
-    if not origins:
+    if not origins or len(candidates) == 1:
         return candidates[0]
     errors = []
     for candidate in candidates:

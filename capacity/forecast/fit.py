@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from statsforecast.models import SeasonalNaive
 
-from capacity.forecast.candidates import LEVEL, SEASON, Band
+from capacity.forecast.candidates import CANDIDATES, LEVEL, SEASON, Band, Candidate
 from capacity.forecast.choose import MIN_FIT, choose
 
 # A daily series: a list, or a numpy array (the benchmark's and the history's).
@@ -64,8 +64,11 @@ def _baseline(y: np.ndarray, horizon: int) -> Band:
     return Band(p50=fit["mean"], p10=fit[f"lo-{LEVEL}"], p90=fit[f"hi-{LEVEL}"])
 
 
-def forecast_demand(history: Series, horizon: int) -> Forecast:
-    """Forecast `horizon` days (>= 1) after `history` (daily, >= 0, oldest first, >= 1 day)."""
+def forecast_demand(
+    history: Series, horizon: int, candidates: Sequence[Candidate] = CANDIDATES
+) -> Forecast:
+    """Forecast `horizon` days (>= 1) after `history` (daily, >= 0, oldest first, >= 1 day)
+    with the best of `candidates` on it (one alone: that one, as the benchmark compares)."""
     if horizon < 1:
         raise ValueError("horizon must be at least one day")
     y = np.asarray(history, dtype=float)
@@ -75,7 +78,7 @@ def forecast_demand(history: Series, horizon: int) -> Forecast:
     if len(y) < MIN_HISTORY or np.all(y == y[0]):
         # Too short to fit, or constant (nothing to learn, and a model's interval would be empty).
         return _forecast(base, base, "baseline only: " + BASELINE)
-    candidate = choose(y, horizon)
+    candidate = choose(y, horizon, candidates)
     band = candidate.forecast(y, horizon)
     if not band.finite():
         return _forecast(base, base, "baseline only (the fit diverged): " + BASELINE)

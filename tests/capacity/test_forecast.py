@@ -152,7 +152,7 @@ class _Constant:
 
 
 def _constant(name: str, value: float) -> Candidate:
-    return Candidate(name, lambda: _Constant(value), log=False)
+    return Candidate(name, name, lambda: _Constant(value), log=False)
 
 
 def test_the_choice_is_the_least_inner_error_and_never_a_diverged_fit() -> None:
@@ -174,3 +174,6 @@ def test_the_forecast_names_the_candidate_it_fitted() -> None:
     fc = forecast_demand(linear_weekly(140), 28)
     names = [c.name for c in CANDIDATES]
     assert fc.method.split(",")[0] in names
+    # One candidate alone is fitted as it is (the benchmark measures each so).
+    alone = forecast_demand(linear_weekly(140), 28, CANDIDATES[3:])
+    assert alone.method.startswith("AutoTheta on log1p(demand)")
