@@ -58,12 +58,19 @@ class GpuOut(serializers.ModelSerializer):
 
 class NodeOut(serializers.ModelSerializer):
     gpus = GpuOut(source="devices", many=True, read_only=True)
+    cluster = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="The node's cluster (docs/multicluster.md); null: the home cluster.",
+    )
 
     class Meta:
         model = Node
         fields = [
             "id",
             "name",
+            "cluster",
             "flavor",
             "pool",
             "cpu_milli",
@@ -180,12 +187,12 @@ def node_list_visible(user: Any) -> Any:
     admin = grants.sees_everything or Role.ADMIN in grants.roles_by_path.values()
     if not admin:
         return Node.objects.none()
-    return Node.objects.prefetch_related("devices").order_by("name")
+    return Node.objects.select_related("cluster").prefetch_related("devices").order_by("name")
 
 
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = NodeOut
-    filterset_fields = ["flavor", "pool", "ready", "cordoned"]
+    filterset_fields = ["cluster", "flavor", "pool", "ready", "cordoned"]
 
     def get_queryset(self) -> Any:
         nodes = node_list_visible(self.request.user)

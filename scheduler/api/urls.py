@@ -1,11 +1,12 @@
 from django.urls import re_path
 
 from common.api.routers import ID_PATTERN, IdRouter
-from scheduler.api import approvals, nodes, pods, queue, queue_list, usage, views
+from scheduler.api import approvals, clusters, nodes, pods, queue, queue_list, usage, views
 
 router = IdRouter()
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("nodes", nodes.NodeViewSet, basename="node")
+router.register("clusters", clusters.ClusterViewSet, basename="cluster")
 router.register("approval-requests", approvals.ApprovalRequestViewSet, basename="approvalrequest")
 
 urlpatterns = [

@@ -172,7 +172,7 @@ TENANT_MEMBERS_ONLY = {"joblogs"}
 # tests/billing/test_budgets_api.py, not refused here.
 FINANCE_MANAGES = {"budget", "budget-list"}
 # Detail routes on platform-wide objects, visible to all, writable by platform admins only.
-GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard"}
+GLOBAL_DETAIL = {"flavor", "priorityclass", "node", "node-report", "ratecard", "cluster"}
 # Features of admins (platform and tenant) and finance: a 404 for anyone else, lists included.
 ADMIN_FEATURES = {"whatif"}
 # Features of admins (platform and tenant) and finance that answer anyone else 403 (capacity

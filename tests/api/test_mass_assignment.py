@@ -28,7 +28,7 @@ from rest_framework.test import APIClient
 
 from billing.models import Budget
 from scheduler.jobs.services import job_submit
-from scheduler.models import GpuDevice, Job, Node
+from scheduler.models import Cluster, GpuDevice, Job, Node
 from tenants import approval_policies
 from tenants.models import ApprovalRequest, Membership, PriorityClass, Quota, Tenant
 from tests import factories as f
@@ -200,6 +200,10 @@ def _proposal(org: Org) -> tuple[str, dict[str, Any]]:
     return f"/api/v1/statements/{statement.pk}/accept-proposal/", {"proposal": proposal.pk}
 
 
+def _cluster(org: Org) -> Cluster:
+    return Cluster.objects.create(name="site-mass", backend="simulated")
+
+
 def _job(org: Org) -> Job:
     return f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"])
 
@@ -335,6 +339,20 @@ WRITES: dict[tuple[str, str], Write] = {
             ),
         )
         for action in ["cordon", "drain", "fail", "heal", "uncordon"]
+    },
+    ("cluster-list", "POST"): Write(
+        "pat",
+        lambda o: ("/api/v1/clusters/", {"name": "site-b", "backend": "simulated"}),
+    ),
+    ("cluster-detail", "PATCH"): Write(
+        "pat",
+        lambda o: (f"/api/v1/clusters/{_cluster(o).pk}/", {"labels": {"region": "eu"}}),
+    ),
+    **{
+        (f"cluster-{action}", "POST"): Write(
+            "pat", lambda o, action=action: (f"/api/v1/clusters/{_cluster(o).pk}/{action}/", {})
+        )
+        for action in ["cordon", "uncordon"]
     },
     ("approvalrequest-approve", "POST"): Write(
         "tina",
@@ -530,6 +548,7 @@ MODELS = [
     "scheduler.Job",
     "scheduler.Node",
     "scheduler.GpuDevice",
+    "scheduler.Cluster",
     "billing.RateCard",
     "billing.Budget",
     "billing.Statement",
