@@ -105,6 +105,11 @@ def cmd_nodes(args: argparse.Namespace, client: Client, out: TextIO, emit: Emit)
     if "platform_admin" not in me.get("platform_roles", []):
         raise ApiError(403, {"detail": "gantry nodes is for platform admins."})
     params = {"pool": args.pool, "flavor": args.model}
+    if args.cluster:
+        found = [c for c in client.pages("/api/v1/clusters/") if c["name"] == args.cluster]
+        if not found:
+            raise ApiError(404, {"detail": f"no cluster named {args.cluster!r}"})
+        params["cluster"] = found[0]["id"]
     nodes = list(client.pages("/api/v1/nodes/", **params))
     emit(args, nodes if args.json else node_rows(nodes), NODE_COLUMNS, out)
 
@@ -123,4 +128,5 @@ def add_parsers(sub: Any, emit: Emit) -> None:
     nodes = sub.add_parser("nodes", help="the node inventory (platform admins)")
     nodes.add_argument("--pool")
     nodes.add_argument("--model", help="GPU model (flavor), e.g. H100-80GB")
+    nodes.add_argument("--cluster", help="one cluster's nodes (`gantry clusters`)")
     nodes.set_defaults(func=bind(cmd_nodes))

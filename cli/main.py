@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from cli import capacity, cluster, logs, when
+from cli import capacity, cluster, clusters, logs, when
 from cli.client import ApiError, Client, ConnectionFailed
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -330,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", default="")
     cancel.set_defaults(func=cmd_cancel)
     cluster.add_parsers(sub, emit)
+    clusters.add_parsers(sub, emit)
     capacity.add_parsers(sub, emit)
     return parser
 

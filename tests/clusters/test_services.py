@@ -3,6 +3,7 @@ validated, nothing changed on a refusal), and node sync assigning nodes to their
 
 from __future__ import annotations
 
+import importlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,9 +27,24 @@ from tenants.models import AuditEntry
 pytestmark = pytest.mark.django_db
 
 
-def test_the_migration_made_the_home_cluster() -> None:
-    home = Cluster.objects.get(home=True)
-    assert (home.name, home.backend, home.state) == ("local", "simulated", ClusterState.ACTIVE)
+def test_the_migration_makes_the_home_cluster_of_every_node(settings: Any) -> None:
+    from django.apps import apps
+
+    migration = importlib.import_module("scheduler.migrations.0024_home_cluster")
+    Cluster.objects.all().delete()
+    Node.objects.create(name="n1")
+    Node.objects.create(name="n2")
+    settings.GANTRY_CLUSTER_NAME, settings.GANTRY_CLUSTER_BACKEND = "site-a", "kubernetes"
+    migration.home_cluster(apps, None)
+    migration.home_cluster(apps, None)  # again: nothing more
+    home = Cluster.objects.get()
+    assert (home.name, home.backend, home.home, home.state) == (
+        "site-a",
+        "kubernetes",
+        True,
+        "active",
+    )
+    assert set(Node.objects.values_list("cluster_id", flat=True)) == {home.pk}
 
 
 def test_a_platform_admin_adds_a_cluster_audited(org: Any) -> None:
