@@ -69,10 +69,13 @@ def backtest(
     *,
     window: int | None = None,
     candidates: Sequence[Candidate] = CANDIDATES,
+    fit_horizon: int = 0,
 ) -> Backtest:
     """Score forecasts made at each origin over `horizon` days, each fitted on the days before
     its origin (the last `window` of them when given; more than a season), with the best of
-    `candidates` there (forecast_demand)."""
+    `candidates` there (forecast_demand). With a longer `fit_horizon`, each forecast is made
+    that far ahead and its first `horizon` days scored, as the product reads 30 and 90 days off
+    its one 180-day forecast (the choice of model then sees the longer horizon)."""
     y = np.asarray(history, dtype=float)
     if window is not None and window <= SEASON:
         raise ValueError(f"a training window must be longer than {SEASON} days")
@@ -84,16 +87,24 @@ def backtest(
             raise ValueError(f"origin {origin} leaves no room for a {horizon}-day horizon")
         train = y[max(0, origin - window) if window else 0 : origin]
         actual = y[origin : origin + horizon]
-        fc = forecast_demand(train, horizon, candidates)
+        fc = forecast_demand(train, max(horizon, fit_horizon), candidates)
         methods.append(fc.method)
-        ours.append(accuracy(train=train, actual=actual, p50=fc.p50, p10=fc.p10, p90=fc.p90))
+        ours.append(
+            accuracy(
+                train=train,
+                actual=actual,
+                p50=fc.p50[:horizon],
+                p10=fc.p10[:horizon],
+                p90=fc.p90[:horizon],
+            )
+        )
         naive.append(
             accuracy(
                 train=train,
                 actual=actual,
-                p50=fc.baseline,
-                p10=fc.baseline_p10,
-                p90=fc.baseline_p90,
+                p50=fc.baseline[:horizon],
+                p10=fc.baseline_p10[:horizon],
+                p90=fc.baseline_p90[:horizon],
             )
         )
     forecast, baseline = _mean(ours), _mean(naive)

@@ -177,3 +177,15 @@ def test_the_forecast_names_the_candidate_it_fitted() -> None:
     # One candidate alone is fitted as it is (the benchmark measures each so).
     alone = forecast_demand(linear_weekly(140), 28, CANDIDATES[3:])
     assert alone.method.startswith("AutoTheta on log1p(demand)")
+
+
+def test_a_longer_fit_horizon_scores_the_first_days_of_the_longer_forecast() -> None:
+    # The product reads 14 days off a longer forecast: the baseline's first 14 days are the
+    # same either way (seasonal naive repeats the last week), so its scores are too.
+    history = linear_weekly(21 * 7)
+    origins = weekly_origins(len(history), 14, 3)
+    short = backtest(history, 14, origins)
+    read_off = backtest(history, 14, origins, fit_horizon=28)
+    assert read_off.baseline.mase == pytest.approx(short.baseline.mase) == pytest.approx(1.5)
+    assert read_off.horizon_days == 14
+    assert read_off.forecast.mase < 0.3
