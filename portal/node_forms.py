@@ -21,6 +21,7 @@ SIMULATED_ONLY = {"fail", "recover"}
 
 
 class NodeFilterForm(forms.Form):
+    cluster = forms.ChoiceField(required=False)
     pool = forms.ChoiceField(required=False)
     model = forms.ChoiceField(required=False)
     health = forms.ChoiceField(required=False, choices=[("", "Any health"), *HEALTH_CHOICES])
@@ -29,12 +30,22 @@ class NodeFilterForm(forms.Form):
         choices=[("", "Schedulable or not"), ("yes", "Schedulable"), ("no", "Cordoned")],
     )
 
-    def __init__(self, *args: Any, pools: list[str], models: list[str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        pools: list[str],
+        models: list[str],
+        clusters: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         pool, model = self.fields["pool"], self.fields["model"]
+        cluster = self.fields["cluster"]
         assert isinstance(pool, forms.ChoiceField) and isinstance(model, forms.ChoiceField)
+        assert isinstance(cluster, forms.ChoiceField)
         pool.choices = [("", "Any pool"), *((p, p) for p in pools)]
         model.choices = [("", "Any GPU model"), *((m, m) for m in models)]
+        cluster.choices = [("", "Any cluster"), *((c, c) for c in clusters or ())]
 
 
 class NodeActionForm(forms.Form):

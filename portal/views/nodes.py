@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from common.errors import DomainError
 from portal.decorators import login_required
 from portal.node_forms import SIMULATED_ONLY, NodeActionForm, NodeFilterForm
+from scheduler.clusters.selectors import cluster_names
 from scheduler.models import Node
 from scheduler.nodes import services
 from scheduler.nodes.selectors import (
@@ -44,12 +45,13 @@ def _require_platform_admin(user: Any) -> None:
 
 def _filtered(request: HttpRequest) -> tuple[NodeFilterForm, Any]:
     pools, models = node_filter_choices()
-    form = NodeFilterForm(request.GET or None, pools=pools, models=models)
+    form = NodeFilterForm(request.GET or None, pools=pools, models=models, clusters=cluster_names())
     filters: dict[str, Any] = {}
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         schedulable = {"yes": False, "no": True}.get(data["schedulable"])
         filters = {"pool": data["pool"], "model": data["model"], "health": data["health"]}
+        filters["cluster"] = data["cluster"]
         filters["cordoned"] = schedulable
     return form, node_list_inventory(**filters, xids_from=timezone.now() - timedelta(hours=24))
 

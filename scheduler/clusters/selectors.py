@@ -27,6 +27,16 @@ class ClusterUse:
         """GPUs allocated over GPUs, None without GPUs."""
         return self.gpus_allocated_milli / (1000 * self.gpus) if self.gpus else None
 
+    @property
+    def percent(self) -> int | None:
+        """The utilization in whole percent, for pages."""
+        use = self.utilization
+        return None if use is None else round(100 * use)
+
+
+def cluster_names() -> list[str]:
+    return list(Cluster.objects.order_by("name").values_list("name", flat=True))
+
 
 def may_read_clusters(user: Any) -> bool:
     """As the node inventory: platform admins, finance and tenant admins."""

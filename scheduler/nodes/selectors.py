@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import (
     Count,
+    Exists,
     IntegerField,
     Max,
     OuterRef,
@@ -24,7 +25,7 @@ from django.http import Http404
 
 from scheduler.agent.xids import xid_meaning
 from scheduler.core.units import LABEL_NVLINK_DOMAIN
-from scheduler.models import Allocation, AllocationDevice, GpuDevice, Node, XidEvent
+from scheduler.models import Allocation, AllocationDevice, Cluster, GpuDevice, Node, XidEvent
 from tenants import access
 
 # GPU Feature Discovery's labels for the MIG layout of a node: the strategy (none, single,
@@ -56,6 +57,7 @@ def node_list_inventory(
     model: str = "",
     cordoned: bool | None = None,
     xids_from: datetime | None = None,
+    cluster: str = "",
 ) -> QuerySet[Node]:
     """Nodes by name with `gpus`, `gpus_unhealthy`, `gpus_free` (healthy devices nobody holds
     any share of), `allocated_milli`, `gpu_memory_mib` (per device) and, with `xids_from`,
@@ -73,6 +75,9 @@ def node_list_inventory(
         nodes = nodes.filter(pool=pool)
     if model:
         nodes = nodes.filter(flavor=model)
+    if cluster:  # a node without a cluster is the home cluster's
+        home = Exists(Cluster.objects.filter(name=cluster, home=True))
+        nodes = nodes.filter(Q(cluster__name=cluster) | (Q(cluster__isnull=True) & home))
     if cordoned is not None:
         nodes = (
             nodes.filter(Q(cordoned=True) | Q(cluster_unschedulable=True))

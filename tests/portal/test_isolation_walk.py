@@ -25,7 +25,7 @@ from django.utils import timezone
 from billing.models import CostExport
 from capacity.models import RateSuggestion
 from portal import urls as portal_urls
-from scheduler.models import Job, Node
+from scheduler.models import Cluster, Job, Node
 from tenants.models import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -90,6 +90,12 @@ def _node(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
     return {"pk": node.pk}
 
 
+def _cluster(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
+    """A cluster (platform admins' page: a 404 for everyone else, and never cordoned by them)."""
+    cluster, _ = Cluster.objects.get_or_create(name="site-walk", defaults={"backend": "simulated"})
+    return {"pk": cluster.pk}
+
+
 def _whatif(foreign: TeamObjects, own: TeamObjects) -> dict[str, Any]:
     """A kept what-if scoped to the foreign team (platform and tenant admins' feature)."""
     run = WhatIf.objects.filter(scope=foreign.tenant).first()
@@ -135,6 +141,8 @@ ROUTES: dict[str, list[Case]] = {
         Case(kwargs=_node, body=lambda w, t: {"action": "heal"}),
         Case(kwargs=_node, body=lambda w, t: {"action": "fail"}),
     ],
+    "clusters": [],
+    "cluster-action": [Case(kwargs=_cluster, body=lambda w, t: {"action": "cordon"})],
     "jobs": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-rows": [Case(query=lambda t: {"project": t.queued.project_id})],
     "job-new": [
@@ -247,7 +255,7 @@ NO_TENANT_DATA = {"login", "logout"}
 # refused: a redirect, nothing saved).
 OWN_WRITES = {"cost-export-new", "capacity-tco", "capacity-suggest", "capacity-suggestion-decide"}
 # Pages of platform admins alone: 404 for everyone else, finance included.
-PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action"}
+PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action", "clusters", "cluster-action"}
 # What only the team's own members and platform admins read (logs may hold secrets and are
 # not cost data): a 404 for finance, who sees the job and its cost.
 TEAM_MEMBERS_ONLY = {"job-logs"}

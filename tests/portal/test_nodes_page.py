@@ -291,8 +291,8 @@ def test_inventory_queries_do_not_grow_with_nodes(
         xid(node, 1, 79, hours_ago=1)
     client = web_for("pat")
     client.get(reverse("portal:nodes"))  # warm per-request caches such as the session
-    # session, user, grants (2), pools, models, count, page
-    with django_assert_num_queries(8):
+    # session, user, grants (2), clusters, pools, models, count, page
+    with django_assert_num_queries(9):
         response = client.get(reverse("portal:nodes"))
     assert response.status_code == 200 and response.content.decode().count("data-node=") == 30
 
