@@ -18,6 +18,7 @@ from portal.views import (
     tenants,
 )
 from portal.views import tenant_notifications as notify
+from portal.views.clusters import cluster_action, cluster_list
 from portal.views.dashboards import dashboard_cluster, dashboard_tenant
 from portal.views.tenant_registries import tenant_registries
 from portal.views.whatifs import (
@@ -119,4 +120,6 @@ urlpatterns = [
     path("nodes/", nodes.node_list, name="nodes"),
     path("nodes/<int:pk>/", nodes.node_detail, name="node-detail"),
     path("nodes/<int:pk>/action/", nodes.node_action, name="node-action"),
+    path("clusters/", cluster_list, name="clusters"),
+    path("clusters/<int:pk>/action/", cluster_action, name="cluster-action"),
 ]
