@@ -110,6 +110,11 @@ class PodRequest:
     # A pod its user created, held at creation by Gantry's scheduling gate (issue 37): it is
     # admitted (labelled as Gantry's, its gate removed) and bound, never created.
     held: bool = False
+    # The object whose controller makes this pod once Gantry admits it ("jobs/<name>": a
+    # batch/v1 Job a user created, issue 37). Creating replica 0 admits the object (Gantry's
+    # labels on its pod template, unsuspended); `name` stands for the pod until its
+    # controller makes it and reconcile adopts it. Nothing is bound here.
+    workload: str = ""
 
 
 @dataclass(frozen=True)

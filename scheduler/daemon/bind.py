@@ -84,7 +84,8 @@ def _bind_in_order(cluster: Cluster, plan: Plan, hook: Hook) -> Outcome:
         try:
             if not cluster.creates_bound:
                 for pod in pods:
-                    cluster.bind(pod.namespace, pod.name, pod.node)
+                    if not pod.workload:  # a workload's pods are bound once they exist
+                        cluster.bind(pod.namespace, pod.name, pod.node)
             out.bound[job_id] = plan.allocations[job_id]
         except BindConflict as conflict:
             out.failed[job_id] = _conflict(conflict)
@@ -192,8 +193,9 @@ class _Binding:
             return
         if call.step == "create":
             self.hook("pods_created")
-            if not self.cluster.creates_bound:
-                pods = self.created[job_id]
+            # A workload's pods are bound once its controller has made them (reconcile).
+            pods = [p for p in self.created[job_id] if not p.workload]
+            if not self.cluster.creates_bound and pods:
                 self.left[job_id] = len(pods)
                 for pod in pods:
                     self._send(Call(job_id, "bind", pod))

@@ -32,6 +32,7 @@ from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
+from scheduler.daemon import workloads
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.judge import (
     apply_verdicts,
@@ -124,6 +125,8 @@ class Reconciler:
         # the next. (Only this fenced daemon makes allocations, so none appears in between.)
         pods = {p.name: p for p in cluster.backend.list_pods()}
         now = clock.dt()
+        # 0. the pods that users' Jobs made for their admitted attempts (issue 37)
+        allocs = workloads.adopt(allocs, jobs, pods, cluster, lease)
         known = {a["pod_name"] for a in allocs}
         # 1. orphans
         orphans = [
@@ -139,6 +142,7 @@ class Reconciler:
         live: dict[int, list[dict[str, Any]]] = defaultdict(list)
         to_release: list[int] = []
         deletions: list[tuple[str, str, int]] = []
+        stopped: list[dict[str, Any]] = []
         preempted: dict[int, set[int]] = defaultdict(set)  # preempted job -> its allocations
         lost = _lost_nodes(self.nodes.down, allocs, clock.now(), self.limits.node_lost_grace_s)
         for a in allocs:
@@ -154,6 +158,7 @@ class Reconciler:
             if not stopping:
                 live[a["job_id"]].append(a)
                 continue
+            stopped.append(a)
             pod, on_lost_node = pods.get(a["pod_name"]), a["node__name"] in lost
             if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or on_lost_node:
                 to_release.append(a["id"])
@@ -172,6 +177,7 @@ class Reconciler:
                 except (BackendError, BindConflict) as error:
                     log.warning("adopting pod %s failed: %s", name, error)
                     verdict.adopted, verdict.release_claim = False, True
+        workloads.suspend_stopped(stopped, jobs, cluster)  # before their pods go
         cluster.delete_pods(deletions)
         with lease.writing():
             stats.released = release(to_release, now, "pod gone")
@@ -188,6 +194,9 @@ class Reconciler:
         stats.seen_at = now
         stats.active = [a for a in allocs if a["id"] not in gone]
         stats.rows = _holders(stats.active, jobs, written, cache)
+        # The Jobs whose jobs failed now (a success completes its Job on its own).
+        failed = [a for a in ended if not verdicts[a["job_id"]].succeeded]
+        workloads.suspend_stopped(failed, jobs, cluster, ended=True)
         cluster.delete_pods(
             [
                 (a["namespace"], a["pod_name"], 30)

@@ -286,7 +286,8 @@ def pod_request(
     `POD_KEYS`) on `node`, given `devices`."""
     spec = {key: row.get(path) for key, path in POD_KEYS.items()}
     sim = spec["simulation"] or {}
-    held = tuple((spec["workload"] or {}).get("pods") or ())  # a user's pods (issue 37)
+    workload = spec["workload"] or {}  # created in Kubernetes by a user (issue 37)
+    held = tuple(workload.get("pods") or ())
     return PodRequest(
         name=held[replica] if replica < len(held) else pod_name(row["id"], row["attempt"], replica),
         namespace=row["project__namespace"],
@@ -308,6 +309,7 @@ def pod_request(
         sim_duration_s=sim.get("duration_s"),
         sim_fail=bool(sim.get("fail")),
         held=replica < len(held),
+        workload=f"jobs/{workload['name']}" if workload.get("kind") == "Job" else "",
     )
 
 

@@ -1,37 +1,46 @@
 """The workload controller (issue 37): what the webhook held becomes a Gantry job, and what
 Gantry decides is told back to the user in Kubernetes.
 
-One pass (`sync`) reads every held pod (label `gantry.io/managed=true`) and then:
-1. mirrors each single pod, and each pod group once all of its pods exist, into a Gantry job
-   (`mirror.mirror_pods`); an object Gantry cannot queue gets a Warning event saying why, once;
-2. cancels the job of a workload whose pods were deleted (its quota is freed);
-3. writes an event on each of a workload's pods when its job's state or reason changed:
-   `kubectl describe pod` shows why it waits ("waiting: team nlp's H100 quota is full"), its
-   place in the queue and start estimate, an approval pending, its admission, its end.
+One pass (`sync`) reads every held pod and Job (label `gantry.io/managed=true`) and then:
+1. mirrors each batch/v1 Job, each single pod, and each pod group once all of its pods exist,
+   into a Gantry job (`mirror`); an object Gantry cannot queue gets a Warning event saying
+   why, once;
+2. cancels the job of a workload that was deleted (its quota is freed);
+3. writes an event on the workload (the Job, or each of its pods) when its job's state or
+   reason changed: `kubectl describe` shows why it waits ("waiting: team nlp's H100 quota
+   is full"), its place in the queue and start estimate, an approval pending, its
+   admission, its preemption, its end.
 
-The daemon admits the pods (`PodRequest.held`: the gate removed, bound to the planned node);
-the controller never writes a pod's spec. A pass that cannot list changes nothing: a pod not
-listed because the API server did not answer is not a deleted pod.
+The daemon admits what it placed (a pod's gate removed and the pod bound; a Job labelled and
+unsuspended, its pods bound as they come); the controller never writes a workload. A pass
+that cannot list changes nothing: an object not listed because the API server did not answer
+is not a deleted one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from django.utils import timezone
-
 from scheduler.models import FINAL_STATES, Job, JobQueueEstimate, JobState
 from scheduler.workloads.kinds import at
-from scheduler.workloads.mirror import end_deleted, mirror_pods, workload_uid
+from scheduler.workloads.mirror import (
+    Mirrored,
+    end_deleted,
+    mirror_job,
+    mirror_pods,
+    workload_uid,
+)
 from scheduler.workloads.shape import Refused, group_of
 
 log = logging.getLogger("gantry.workloads")
 Obj = dict[str, Any]
 S = JobState
+# An object an event is about: (namespace, name, apiVersion, kind, uid).
+Ref = tuple[str, str, str, str, str]
 
 # The event's reason (CamelCase, as Kubernetes writes them) for each state of the job.
 REASONS = {
@@ -49,13 +58,21 @@ REASONS = {
 WARNINGS = frozenset({S.PREEMPTED, S.FAILED, S.REJECTED})
 
 
-class HeldPods(Protocol):
+class HeldObjects(Protocol):
     """What the controller needs of the cluster (the Kubernetes backend provides it)."""
 
     def list_held_pods(self) -> list[Obj]: ...
 
+    def list_held_jobs(self) -> list[Obj]: ...
+
     def record_event(
-        self, namespace: str, pod: str, reason: str, message: str, warning: bool = False
+        self,
+        namespace: str,
+        pod: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        about: tuple[str, str, str] = ("v1", "Pod", ""),
     ) -> None: ...
 
 
@@ -68,11 +85,35 @@ class SyncStats:
     events: int = 0
 
 
+@dataclass(frozen=True)
+class Held:
+    """One workload as listed: a Job, or a single pod or pod group (`objects`)."""
+
+    kind: str  # "Job" or "Pod"
+    objects: tuple[Obj, ...]
+
+    @property
+    def refs(self) -> list[Ref]:
+        return [
+            _ref(o, "batch/v1" if self.kind == "Job" else "v1", self.kind) for o in self.objects
+        ]
+
+
+def _ref(obj: Obj, api_version: str, kind: str) -> Ref:
+    meta = obj.get("metadata") or {}
+    return (
+        str(meta.get("namespace")),
+        str(meta.get("name")),
+        api_version,
+        kind,
+        str(meta.get("uid") or ""),
+    )
+
+
 @dataclass
 class WorkloadController:
-    cluster: HeldPods
+    cluster: HeldObjects
     gpu_resource: str = "nvidia.com/gpu"
-    now: Callable[[], Any] = timezone.now
     # What was last told per workload uid: the (state, reason) of its job; the refusal of
     # one that could not be queued; the workloads whose end was told (never told again).
     told: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -81,21 +122,23 @@ class WorkloadController:
 
     def sync(self) -> SyncStats:
         stats = SyncStats()
-        pods = self.cluster.list_held_pods()  # raises: nothing below runs on a failed list
-        stats.listed = len(pods)
-        workloads = self._workloads(pods, stats)
+        # Both lists first: either raising, nothing below runs.
+        pods, jobs = self.cluster.list_held_pods(), self.cluster.list_held_jobs()
+        stats.listed = len(pods) + len(jobs)
+        workloads = self._pod_workloads(pods, stats)
+        workloads |= {str(at(j, ("metadata", "uid"))): Held("Job", (j,)) for j in jobs}
+        self.ended &= set(workloads)  # forgotten once they are gone
+        for uid, held in workloads.items():
+            self._mirror(uid, held, stats)
         present = {(str(at(p, ("metadata", "namespace"))), _name(p)) for p in pods}
-        self.ended &= set(workloads)  # forgotten once their pods are gone
-        for uid, members in workloads.items():
-            self._mirror(uid, members, stats)
-        self._end_deleted(present, stats)
+        self._end_deleted(present, set(workloads), stats)
         self._report(stats)
         return stats
 
     # -- 1. mirror ------------------------------------------------------------------------
 
-    def _workloads(self, pods: Sequence[Obj], stats: SyncStats) -> dict[str, list[Obj]]:
-        """Complete workloads by uid: each single pod, and each pod group whose pods all
+    def _pod_workloads(self, pods: Sequence[Obj], stats: SyncStats) -> dict[str, Held]:
+        """Complete pod workloads by uid: each single pod, and each pod group whose pods all
         exist. A group still forming waits (its pods stay gated); a malformed one is told."""
         groups: dict[tuple[str, str], list[Obj]] = defaultdict(list)
         for pod in pods:
@@ -103,43 +146,53 @@ class WorkloadController:
             try:
                 group = group_of(pod)
             except Refused as refusal:
-                self._refused(workload_uid([pod]), [pod], str(refusal), stats)
+                self._refused(workload_uid([pod]), Held("Pod", (pod,)), str(refusal), stats)
                 continue
             groups[(namespace, f"group/{group[0]}" if group else f"pod/{_name(pod)}")].append(pod)
-        complete: dict[str, list[Obj]] = {}
+        complete: dict[str, Held] = {}
         for members in groups.values():
             group = group_of(members[0])
             if group is None or len(members) >= group[1]:
-                complete[workload_uid(members)] = members
+                complete[workload_uid(members)] = Held("Pod", tuple(members))
         return complete
 
-    def _mirror(self, uid: str, members: list[Obj], stats: SyncStats) -> None:
+    def _mirror(self, uid: str, held: Held, stats: SyncStats) -> None:
         if uid in self.told or uid in self.ended:
             return  # mirrored before (its job is reported below)
         try:
-            mirrored = mirror_pods(members, gpu_resource=self.gpu_resource)
+            mirrored: Mirrored
+            if held.kind == "Job":
+                mirrored = mirror_job(held.objects[0], gpu_resource=self.gpu_resource)
+            else:
+                mirrored = mirror_pods(held.objects, gpu_resource=self.gpu_resource)
         except Refused as refusal:
-            self._refused(uid, members, str(refusal), stats)
+            self._refused(uid, held, str(refusal), stats)
             return
         stats.mirrored += int(mirrored.created)
         self.refusals.pop(uid, None)
         self.told[uid] = ("", "")  # found again after a restart: its state is told once more
 
-    def _refused(self, uid: str, pods: list[Obj], why: str, stats: SyncStats) -> None:
+    def _refused(self, uid: str, held: Held, why: str, stats: SyncStats) -> None:
         stats.refused += 1
         if self.refusals.get(uid) == why:
             return
         self.refusals[uid] = why
         message = f"Gantry cannot queue this workload: {why}. It stays held until fixed."
-        self._tell(pods, "Refused", message, warning=True, stats=stats)
+        self._tell(held.refs, "Refused", message, warning=True, stats=stats)
 
     # -- 2. deleted -----------------------------------------------------------------------
 
-    def _end_deleted(self, present: set[tuple[str, str]], stats: SyncStats) -> None:
-        live = Job.objects.filter(spec__workload__kind="Pod").exclude(state__in=FINAL_STATES)
+    def _end_deleted(self, present: set[tuple[str, str]], uids: set[str], stats: SyncStats) -> None:
+        live = Job.objects.filter(spec__workload__kind__in=["Pod", "Job"]).exclude(
+            state__in=FINAL_STATES
+        )
         for job in live.select_related("submitted_by", "tenant"):
             workload = job.spec["workload"]
-            gone = [n for n in workload["pods"] if (workload["namespace"], n) not in present]
+            if workload["kind"] == "Job":
+                gone = [] if workload["uid"] in uids else [f"Job {workload['name']}"]
+            else:
+                names = workload["pods"]
+                gone = [f"pod {n}" for n in names if (workload["namespace"], n) not in present]
             if gone and end_deleted(job, gone[0]) is not None:
                 stats.cancelled += 1
 
@@ -161,32 +214,37 @@ class WorkloadController:
             if self.told.get(workload["uid"]) == now:
                 continue
             self.told[workload["uid"]] = now
-            message = describe(job, estimates.get(job.pk))
-            pods = [
-                {"metadata": {"namespace": workload["namespace"], "name": n}}
-                for n in workload["pods"]
-            ]
+            state = S(job.state)
             self._tell(
-                pods,
-                REASONS.get(S(job.state), "Changed"),
-                message,
-                warning=job.state in WARNINGS,
+                _refs(workload),
+                REASONS.get(state, "Changed"),
+                describe(job, estimates.get(job.pk)),
+                warning=state in WARNINGS,
                 stats=stats,
             )
-            if job.state in FINAL_STATES:
+            if state in FINAL_STATES:
                 del self.told[workload["uid"]]
                 self.ended.add(workload["uid"])
 
     def _tell(
-        self, pods: Sequence[Obj], reason: str, message: str, *, warning: bool, stats: SyncStats
+        self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats
     ) -> None:
-        for pod in pods:
-            namespace, name = str(at(pod, ("metadata", "namespace"))), _name(pod)
+        for namespace, name, api_version, kind, uid in refs:
             try:
-                self.cluster.record_event(namespace, name, reason, message, warning)
+                about = (api_version, kind, uid)
+                self.cluster.record_event(namespace, name, reason, message, warning, about)
                 stats.events += 1
             except Exception as error:  # an event is best effort: the next change tells again
                 log.warning("event on %s/%s not written: %s", namespace, name, error)
+
+
+def _refs(workload: dict[str, Any]) -> list[Ref]:
+    """The objects a mirrored workload's events are about: its Job, or each of its pods."""
+    namespace = workload["namespace"]
+    if workload["kind"] == "Job":
+        return [(namespace, workload["name"], "batch/v1", "Job", workload["uid"])]
+    uids = workload.get("uids") or [""] * len(workload["pods"])
+    return [(namespace, n, "v1", "Pod", u) for n, u in zip(workload["pods"], uids, strict=True)]
 
 
 def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:

@@ -30,7 +30,7 @@ from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.models import FINAL_STATES, Job
 from scheduler.workloads.kinds import at
 from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY
-from scheduler.workloads.shape import Refused, shape_pods
+from scheduler.workloads.shape import Refused, shape_job, shape_pods
 from tenants.models import Project
 
 log = logging.getLogger("gantry.workloads")
@@ -86,23 +86,45 @@ def mirror_pods(pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu") ->
         return Mirrored(job, False)
     shaped = shape_pods(pods, gpu_resource)
     first = next(p for p in pods if str(at(p, ("metadata", "name"))) == shaped.pods[0])
-    namespace = str(at(first, ("metadata", "namespace")))
-    project = Project.objects.filter(namespace=namespace).select_related("tenant").first()
-    if project is None:
-        raise Refused(f"namespace {namespace!r} is not a Gantry project's")
-    user = _submitter(first)
+    uids = {str(at(p, ("metadata", "name"))): str(at(p, ("metadata", "uid"))) for p in pods}
     workload = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "namespace": namespace,
         "name": shaped.payload["name"],
         "uid": uid,
         "pods": list(shaped.pods),
+        "uids": [uids[name] for name in shaped.pods],
     }
+    return _submit(first, shaped.payload, workload)
+
+
+def mirror_job(job: Obj, *, gpu_resource: str = "nvidia.com/gpu") -> Mirrored:
+    """The Gantry job of a held batch/v1 Job (found when mirrored before, else submitted)."""
+    uid = str(at(job, ("metadata", "uid")))
+    if (found := mirrored_job(uid)) is not None:
+        return Mirrored(found, False)
+    shaped = shape_job(job, gpu_resource)
+    name = str(at(job, ("metadata", "name")))
+    workload = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}
+    return _submit(job, shaped.payload, workload)
+
+
+def _submit(obj: Obj, payload: dict[str, Any], workload: dict[str, Any]) -> Mirrored:
+    """Submit `payload` as the user `obj` names, to the project of its namespace, recording
+    `workload` in the job's spec."""
+    namespace = str(at(obj, ("metadata", "namespace")))
+    project = Project.objects.filter(namespace=namespace).select_related("tenant").first()
+    if project is None:
+        raise Refused(f"namespace {namespace!r} is not a Gantry project's")
+    user = _submitter(obj)
+    workload = {**workload, "namespace": namespace}
     try:
         with transaction.atomic():
             job, created = job_submit(
-                user=user, project=project, payload=shaped.payload, idempotency_key=f"k8s:{uid}"
+                user=user,
+                project=project,
+                payload=payload,
+                idempotency_key=f"k8s:{workload['uid']}",
             )
             if created:
                 # In the submission's transaction: the daemon never reads the job without it.
@@ -111,19 +133,21 @@ def mirror_pods(pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu") ->
     except (PermissionDenied, ValidationError, APIException, DomainError) as error:
         raise Refused(_message(error)) from error
     if created:
-        log.info("mirrored %s/%s as job %s", namespace, workload["name"], job.pk)
+        log.info(
+            "mirrored %s %s/%s as job %s", workload["kind"], namespace, workload["name"], job.pk
+        )
     return Mirrored(job, created)
 
 
 def end_deleted(job: Job, missing: str) -> Job | None:
-    """Cancel the job of a workload whose pod `missing` was deleted in Kubernetes (by its
-    user, or with its namespace): its quota is freed, as a cancel from the portal frees it.
-    None when the job had already ended."""
+    """Cancel the job of a workload deleted in Kubernetes (`missing`: "pod x", "Job y"; by
+    its user, or with its namespace): its quota is freed, as a cancel from the portal frees
+    it. None when the job had already ended."""
     if job.state in FINAL_STATES:
         return None
     try:
         return job_cancel(
-            user=job.submitted_by, job=job, reason=f"its pod {missing} was deleted in Kubernetes"
+            user=job.submitted_by, job=job, reason=f"its {missing} was deleted in Kubernetes"
         )
     except (APIException, DomainError) as error:  # ended meanwhile
         log.info("job %s not cancelled: %s", job.pk, _message(error))

@@ -131,27 +131,59 @@ def shape_pods(pods: Sequence[Obj], gpu_resource: str = "nvidia.com/gpu") -> Sha
             f"pod group {group[0] if group else ''!r}: its pods ask for different resources "
             "(a gang's replicas must be alike)"
         )
-    gpus, cpu_milli, memory_mib = shapes.pop()
-    labels = _labels(first)
-    container = (at(first, ("spec", "containers")) or [{}])[0]
+    name = group[0] if group else str(at(first, ("metadata", "name")))
+    payload = _payload(name, _labels(first), first.get("spec") or {}, len(ordered), shapes.pop())
+    names = tuple(str(at(p, ("metadata", "name"))) for p in ordered)
+    return Shaped(payload, names)
+
+
+def shape_job(job: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
+    """The payload of a batch/v1 Job: its `parallelism` pods (default 1) are the replicas of
+    one gang, shaped by its pod template. Gantry runs all of a job's pods at once, so a Job
+    that needs more completions than it runs at once (a work queue) is Refused."""
+    spec = job.get("spec") or {}
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    if not isinstance(parallelism, int) or not 1 <= parallelism <= MAX_GROUP:
+        raise Refused(f"spec.parallelism must be from 1 to {MAX_GROUP}, got {parallelism!r}")
+    if completions is not None and completions != parallelism:
+        raise Refused(
+            f"it asks for {completions} completions {parallelism} at a time: Gantry runs a "
+            "Job's pods all at once, so completions must equal parallelism"
+        )
+    template = spec.get("template") or {}
+    pod = {"metadata": {"name": at(job, ("metadata", "name"))}, "spec": template.get("spec")}
+    name = str(at(job, ("metadata", "name")))
+    return Shaped(_payload(name, _labels(job), spec, parallelism, pod_resources(pod, gpu_resource)))
+
+
+def _payload(
+    name: str, labels: Mapping[str, str], spec: Obj, replicas: int, resources: tuple[int, int, int]
+) -> dict[str, Any]:
+    """The job spec of `replicas` pods alike, asking `resources` (GPUs, milli-CPU, MiB) each,
+    from the labels the user set and the spec with `activeDeadlineSeconds` (a pod's, or a
+    Job's; the pods' template is `spec["template"]["spec"]` for a Job, `spec` for a pod)."""
+    pod_spec = (spec.get("template") or {}).get("spec") or spec
+    container = (pod_spec.get("containers") or [{}])[0]
     command = [*(container.get("command") or ()), *(container.get("args") or ())]
+    gpus, cpu_milli, memory_mib = resources
     payload: dict[str, Any] = {
-        "name": (group[0] if group else str(at(first, ("metadata", "name"))))[:63],
-        "type": labels.get(LABEL_JOB_TYPE) or ("training" if len(ordered) > 1 else "batch"),
+        "name": name[:63],
+        "type": labels.get(LABEL_JOB_TYPE) or ("training" if replicas > 1 else "batch"),
         "image": str(container.get("image") or ""),
         "command": [str(part) for part in command] or [ENTRYPOINT],
-        "replicas": len(ordered),
+        "replicas": replicas,
         "resources": {"gpus": gpus, "cpu_milli": cpu_milli, "memory_mib": memory_mib},
-        # Gantry cannot hold a started pod again (a gate cannot be added back): it is not
-        # retried in a new attempt; the pod's own restartPolicy restarts its containers.
+        # Not retried by Gantry in a new attempt: a started pod cannot be held again (a gate
+        # cannot be added back), and a Job that failed is suspended again, its own
+        # backoffLimit aside (docs/kubernetes-native.md).
         "retry": {"limit": 0},
     }
     if labels.get(LABEL_PRIORITY):
         payload["priority_class"] = labels[LABEL_PRIORITY]
     if labels.get(LABEL_FLAVOR):
         payload["flavors"] = [labels[LABEL_FLAVOR]]
-    deadline = at(first, ("spec", "activeDeadlineSeconds"))
+    deadline = spec.get("activeDeadlineSeconds")
     if isinstance(deadline, int) and deadline > 0:
         payload["max_runtime_s"] = deadline
-    names = tuple(str(at(p, ("metadata", "name"))) for p in ordered)
-    return Shaped(payload, names)
+    return payload

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 # -- routing -------------------------------------------------------------------------------------
 
-# The core group, and the groups of a project namespace's NetworkPolicies and RoleBinding.
-_PREFIX = r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1)/"
+# The core group, the groups of a project namespace's NetworkPolicies and RoleBinding, and
+# batch (the Jobs users create, issue 37).
+_PREFIX = r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1|/apis/batch/v1)/"
 _COLLECTION = re.compile(_PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
 _ITEM = re.compile(
     _PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"

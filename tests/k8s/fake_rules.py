@@ -10,7 +10,7 @@ from typing import Any
 
 Obj = dict[str, Any]
 CLUSTER_SCOPED = {"nodes", "namespaces"}
-NAMESPACED = {"pods", "services", "events", "networkpolicies", "rolebindings"}
+NAMESPACED = {"pods", "services", "events", "networkpolicies", "rolebindings", "jobs"}
 # The key a JSON patch's operations travel under, from the handler to `patch`.
 JSON_PATCH = "$json-patch"
 

@@ -59,6 +59,11 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "create_namespaced_pod": _perms("", "pods", "create"),
     "read_namespaced_pod": _perms("", "pods", "get"),
     "patch_namespaced_pod": _perms("", "pods", "patch"),  # admits a held pod (issue 37)
+    # A Job a user created (issue 37): read, admitted and suspended by the daemon, listed by
+    # the workload controller.
+    "read_namespaced_job": _perms("batch", "jobs", "get"),
+    "patch_namespaced_job": _perms("batch", "jobs", "patch"),
+    "list_job_for_all_namespaces": _perms("batch", "jobs", "list", "watch"),
     "delete_namespaced_pod": _perms("", "pods", "delete"),
     "list_pod_for_all_namespaces": _perms("", "pods", "list", "watch"),
     "create_namespaced_pod_binding": _perms("", "pods/binding", "create"),
@@ -89,6 +94,7 @@ MUST: dict[str, set[Permission]] = {
     SCHEDULER: (
         _perms("", "pods", "create", "get", "list", "watch", "delete", "patch")
         | _perms("", "pods/binding", "create")
+        | _perms("batch", "jobs", "get", "patch")
         | _perms("", "nodes", "get", "list", "watch", "patch")
         | _perms("", "services", "create")
         | _perms("", "namespaces", "get", "create")
@@ -101,7 +107,9 @@ MUST: dict[str, set[Permission]] = {
     AGENT: set(),
     MIGRATE: set(),
     # Reads the held pods (one list a pass), tells their users in events; writes no pod.
-    WORKLOADS: _perms("", "pods", "list") | _perms("", "events", "create"),
+    WORKLOADS: _perms("", "pods", "list", "watch")
+    | _perms("batch", "jobs", "list", "watch")
+    | _perms("", "events", "create"),
 }
 # Held in project namespaces only, through the RoleBinding the daemon creates with each one:
 # not in Gantry's own namespace, nor in kube-system.
@@ -169,7 +177,8 @@ MUST_NOT: dict[str, set[Permission]] = {
     MIGRATE: _NOBODY | _perms("", "pods", "get", "list", "patch") | _perms("", "nodes", "list"),
     # It reads and tells; the daemon admits.
     WORKLOADS: _NOBODY
-    | _perms("", "pods", "get", "watch", "create", "delete", "patch")
+    | _perms("", "pods", "get", "create", "delete", "patch")
+    | _perms("batch", "jobs", "get", "create", "patch", "update", "delete")
     | _perms("", "pods/binding", "create")
     | _perms("", "pods/log", "get")
     | _perms("", "nodes", "get", "list", "patch")

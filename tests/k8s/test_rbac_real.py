@@ -51,6 +51,7 @@ from tests.k8s.rbac_table import (
     SCHEDULER,
     WEB_CLIENT_METHODS,
     WORKER,
+    WORKLOADS,
     Permission,
     namespaces_of,
     username,
@@ -71,7 +72,16 @@ BACKENDS = ROOT / "scheduler" / "backends"
 RBAC = ROOT / "platform" / "k8s" / "02-rbac.yaml"
 TENANT_TEMPLATE = "tenant-namespace.yaml"  # the log RoleBinding the daemon makes in a project
 # The backend's clients (attributes of KubernetesBackend) and their classes.
-CLIENTS = {"core": "CoreV1Api", "networking": "NetworkingV1Api", "rbac": "RbacAuthorizationV1Api"}
+CLIENTS = {
+    "core": "CoreV1Api",
+    "networking": "NetworkingV1Api",
+    "rbac": "RbacAuthorizationV1Api",
+    "batch": "BatchV1Api",
+}
+# The backend's methods the workload controller calls (scheduler/workloads/controller.py), and
+# those both it and the daemon call.
+CONTROLLER_METHODS = frozenset({"list_held_pods", "list_held_jobs"})
+SHARED_METHODS = frozenset({"record_event"})
 BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
 PROBE_POD = "rbac-log-probe"
 # Unbound, and admitted by Pod Security `restricted` (a project namespace enforces it).
@@ -172,15 +182,21 @@ def test_every_client_method_the_backend_calls_has_its_row_in_the_rbac_table() -
     assert not stale, f"CLIENT_METHODS names methods the backend no longer calls: {stale}"
 
     web = _log_source_methods()
-    needs: dict[str, set[Permission]] = {SCHEDULER: set(), APP: set()}
+    needs: dict[str, set[Permission]] = {SCHEDULER: set(), APP: set(), WORKLOADS: set()}
     for use in uses:
-        needs[APP if use.caller in web else SCHEDULER] |= CLIENT_METHODS[use.method]
+        if use.caller in web:
+            needs[APP] |= CLIENT_METHODS[use.method]
+        if use.caller in CONTROLLER_METHODS | SHARED_METHODS:
+            needs[WORKLOADS] |= CLIENT_METHODS[use.method]
+        if use.caller not in web | CONTROLLER_METHODS:
+            needs[SCHEDULER] |= CLIENT_METHODS[use.method]
     web_calls = _agent_auth_calls()
     assert web_calls == set(WEB_CLIENT_METHODS), web_calls
     for method in web_calls:
         needs[APP] |= WEB_CLIENT_METHODS[method]
     assert needs[SCHEDULER] == MUST[SCHEDULER], _difference(needs[SCHEDULER], MUST[SCHEDULER])
     assert needs[APP] == MUST[APP], _difference(needs[APP], MUST[APP])
+    assert needs[WORKLOADS] == MUST[WORKLOADS], _difference(needs[WORKLOADS], MUST[WORKLOADS])
 
 
 def _agent_auth_calls() -> set[str]:
@@ -541,7 +557,7 @@ def _backend(api: client.ApiClient) -> tuple[KubernetesBackend, Recording]:
     )
     recording = Recording(backend.core)
     backend.core = recording  # type: ignore[assignment]
-    for attribute in ("networking", "rbac"):
+    for attribute in ("networking", "rbac", "batch"):
         wrapped = Recording(getattr(backend, attribute))
         wrapped.used = recording.used
         setattr(backend, attribute, wrapped)
@@ -551,7 +567,11 @@ def _backend(api: client.ApiClient) -> tuple[KubernetesBackend, Recording]:
 def _methods_of(account: str) -> set[str]:
     web = _log_source_methods()
     uses = client_uses(_backend_files())
-    return {u.method for u in uses if (u.caller in web) == (account == APP)}
+    if account == WORKLOADS:
+        return {u.method for u in uses if u.caller in CONTROLLER_METHODS | SHARED_METHODS}
+    if account == APP:
+        return {u.method for u in uses if u.caller in web}
+    return {u.method for u in uses if u.caller not in web | CONTROLLER_METHODS}
 
 
 @pytest.fixture
@@ -606,6 +626,24 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
         assert admitted.body["spec"]["nodeName"] == probe_node
         assert not admitted.body["spec"].get("schedulingGates")
         assert admitted.body["metadata"]["labels"]["team"] == "nlp"
+        # A Job its user created, held suspended: admitted, then suspended again.
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "users-job", "labels": {HELD: "true"}},
+            "spec": {"suspend": True, "template": {"spec": {**copy.deepcopy(PROBE["spec"])}}},
+        }
+        job["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+        jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        made = request(accounts.api, "POST", jobs, body=job)
+        assert made.status == 201, made.message
+        for_job = make_request(namespace=namespace, node=probe_node, job_id=9)
+        backend.create_pod(dataclasses.replace(for_job, workload="jobs/users-job"))
+        read = request(accounts.api, "GET", f"{jobs}/users-job").body
+        assert read["spec"]["suspend"] is False
+        assert read["spec"]["template"]["metadata"]["labels"]["gantry.io/job-id"] == "9"
+        backend.suspend_workload(namespace, "jobs/users-job")
+        assert request(accounts.api, "GET", f"{jobs}/users-job").body["spec"]["suspend"] is True
         assert {first.name, second.name} <= {p.name for p in backend.list_pods()}
         watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
         watcher.run_once()  # the list
@@ -619,6 +657,22 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
     finally:
         request(accounts.api, "DELETE", f"/api/v1/namespaces/{namespace}")
     assert recording.used == _methods_of(SCHEDULER)
+
+
+@pytest.mark.kubernetes
+def test_the_workload_controller_does_its_whole_job_with_its_own_token(
+    accounts: Accounts,
+) -> None:
+    """It lists the held pods and Jobs, and tells their users in events: with its own token,
+    every client method of the table that is the controller's is taken, and answered."""
+    backend, recording = _backend(accounts.clients[WORKLOADS])
+    assert isinstance(backend.list_held_pods(), list)
+    assert isinstance(backend.list_held_jobs(), list)
+    backend.record_event(accounts.project, PROBE_POD, "Queued", "waiting for a GPU")
+    assert recording.used == _methods_of(WORKLOADS)
+    with pytest.raises(ApiRejected) as refused:
+        backend.delete_pod(accounts.project, PROBE_POD, grace_period_s=0)
+    assert refused.value.status == 403
 
 
 @pytest.mark.kubernetes
@@ -722,6 +776,47 @@ def test_the_scheduler_patches_a_pod_only_to_admit_it(accounts: Accounts, polici
     _refused_by_policy(patch(deadline), policy)
     theirs = [{"op": "add", "path": "/metadata/labels", "value": {"team": "someone-else"}}]
     _refused_by_policy(patch(theirs), policy)
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_patches_a_job_only_to_admit_or_suspend_it(
+    accounts: Accounts, policies: None
+) -> None:
+    scheduler = accounts.clients[SCHEDULER]
+    jobs = f"/apis/batch/v1/namespaces/{accounts.project}/jobs"
+    spec = {**copy.deepcopy(PROBE["spec"]), "restartPolicy": "Never"}
+    body = {"metadata": {"name": "rbac-job"}, "spec": {"suspend": True, "template": {"spec": spec}}}
+    made = request(accounts.api, "POST", jobs, body=body)
+    assert made.status == 201, made.message
+    try:
+
+        def patch(ops: list[dict[str, Any]]) -> Answer:
+            return request(
+                scheduler,
+                "PATCH",
+                f"{jobs}/rbac-job",
+                body=ops,
+                query=[("dryRun", "All")],
+                content_type="application/json-patch+json",
+            )
+
+        labels = "/spec/template/metadata/labels/gantry.io~1job-id"
+        admit = [
+            {"op": "add", "path": labels, "value": "8"},
+            {"op": "replace", "path": "/spec/suspend", "value": False},
+        ]
+        assert patch(admit).status == 200, patch(admit).message
+        policy = "gantry-scheduler-job-admission"
+        # The API server keeps the template's spec itself (immutable: its containers); the
+        # template's annotations a suspended Job may change, but not the scheduler.
+        note = [{"op": "add", "path": "/spec/template/metadata/annotations", "value": {"a": "b"}}]
+        _refused_by_policy(patch(note), policy)
+        retries = [{"op": "add", "path": "/spec/backoffLimit", "value": 100}]
+        _refused_by_policy(patch(retries), policy)
+        theirs = [{"op": "add", "path": "/spec/template/metadata/labels/team", "value": "x"}]
+        _refused_by_policy(patch(theirs), policy)
+    finally:
+        request(accounts.api, "DELETE", f"{jobs}/rbac-job")
 
 
 @pytest.mark.kubernetes

@@ -19,12 +19,13 @@ from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
 from scheduler.daemon.loop import Daemon
+from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Job
 from scheduler.workloads.controller import WorkloadController
-from scheduler.workloads.kinds import POD
+from scheduler.workloads.kinds import JOB, POD
 from scheduler.workloads.mutate import GATE, plan
-from tests.conftest import Org, build_org
+from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.conftest import api_client_for
 from tests.k8s.fake_apiserver import FakeApiServer
@@ -260,3 +261,192 @@ def test_the_command_says_when_it_has_no_credentials(
         call_command("run_workload_controller", "--once")
     with pytest.raises(CommandError, match="--interval"):
         call_command("run_workload_controller", "--interval", "0")
+
+
+# -- batch/v1 Jobs ---------------------------------------------------------------------------
+
+
+def job(name: str, parallelism: int = 2, gpus: int = 4, **spec: Any) -> Obj:
+    template = pod("unused", gpus=gpus)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {}},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "completionMode": "Indexed",
+            "template": {"metadata": {}, "spec": template["spec"]},
+            **spec,
+        },
+    }
+
+
+class JobController:
+    """Plays Kubernetes' Job controller on the fake: an unsuspended Job gets its pods, from
+    its template, under names of its own; a suspended one has them deleted."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def step(self, name: str) -> list[str]:
+        fake, namespace = self.world.fake, self.world.namespace
+        obj = fake.get("jobs", namespace, name)
+        assert obj is not None
+        mine = [
+            p
+            for p in fake.list_objects("pods", namespace, {})["items"]
+            if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == name
+        ]
+        if obj["spec"]["suspend"]:
+            for p in mine:
+                fake.delete("pods", namespace, p["metadata"]["name"], 0)
+            return []
+        if not mine:
+            template = obj["spec"]["template"]
+            for index in range(obj["spec"]["parallelism"]):
+                labels = {
+                    **(template.get("metadata") or {}).get("labels", {}),
+                    "batch.kubernetes.io/job-name": name,
+                    "batch.kubernetes.io/job-completion-index": str(index),
+                }
+                body = {
+                    "metadata": {"name": f"{name}-{index}-x{index}z", "labels": labels},
+                    "spec": copy.deepcopy(template["spec"]),
+                }
+                fake.create("pods", namespace, body)
+        return sorted(
+            p["metadata"]["name"]
+            for p in fake.list_objects("pods", namespace, {})["items"]
+            if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == name
+        )
+
+
+def create_job(world: World, body: Obj, user: str = "alice") -> Obj:
+    held = jsonpatch.apply_patch(copy.deepcopy(body), plan(JOB, body, user))
+    return world.fake.create("jobs", world.namespace, held)
+
+
+def test_a_job_created_in_kubernetes_is_admitted_and_its_controllers_pods_bound(
+    world: World,
+) -> None:
+    create_job(world, job("train", parallelism=2))
+    world.controller.sync()
+    mirrored_job = Job.objects.get(spec__workload__kind="Job")
+    assert (mirrored_job.replicas, mirrored_job.gpus_per_replica, mirrored_job.state) == (
+        2,
+        4,
+        "queued",
+    )
+    world.step()  # placed: the Job is labelled for the attempt and unsuspended
+    admitted = world.fake.get("jobs", world.namespace, "train")
+    assert admitted["spec"]["suspend"] is False
+    labels = admitted["spec"]["template"]["metadata"]["labels"]
+    assert labels["gantry.io/job-id"] == str(mirrored_job.pk)
+    names = JobController(world).step("train")  # its controller makes the pods
+    world.step()  # adopted and bound
+    nodes = {n: world.pod(n)["spec"].get("nodeName") for n in names}
+    allocs = {a.pod_name: a.node.name for a in Allocation.objects.filter(job=mirrored_job)}
+    assert allocs == nodes and None not in nodes.values()
+    for name in names:
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    mirrored_job.refresh_from_db()
+    assert mirrored_job.state == "running"
+    for name in names:
+        world.fake.set_pod_status(world.namespace, name, {"phase": "Succeeded"})
+    world.step()
+    world.step()
+    mirrored_job.refresh_from_db()
+    assert mirrored_job.state == "succeeded"
+    assert world.fake.get("jobs", world.namespace, "train")["spec"]["suspend"] is False
+    events = [
+        e["reason"]
+        for e in world.fake.list_objects("events", world.namespace, {})["items"]
+        if e["involvedObject"]["kind"] == "Job"
+    ]
+    assert sorted(events) == ["Admitted", "Queued", "Running", "Succeeded"]
+
+
+def test_a_job_whose_pods_never_come_fails_at_the_binding_deadline_and_is_suspended(
+    world: World,
+) -> None:
+    create_job(world, job("never", parallelism=1))
+    world.step()
+    mirrored_job = Job.objects.get(spec__workload__kind="Job")
+    for _ in range(4):
+        world.step(200.0)  # past the binding deadline (600 s), no pod made
+    mirrored_job.refresh_from_db()
+    assert mirrored_job.state == "failed", mirrored_job.reason
+    assert "has not made the pod yet" in mirrored_job.reason
+    assert world.fake.get("jobs", world.namespace, "never")["spec"]["suspend"] is True
+
+
+def test_a_deleted_job_cancels_its_gantry_job(world: World) -> None:
+    create_job(world, job("gone", parallelism=1))
+    world.controller.sync()
+    world.fake.delete("jobs", world.namespace, "gone", 0)
+    world.controller.sync()
+    cancelled = Job.objects.get(spec__workload__kind="Job")
+    assert cancelled.state == "cancelled"
+    assert "Job gone was deleted in Kubernetes" in cancelled.events.last().message
+
+
+def test_a_work_queue_job_is_refused_with_the_reason(world: World) -> None:
+    create_job(world, job("queue", parallelism=2, completions=10))
+    world.controller.sync()
+    assert not Job.objects.exists()
+    (event,) = world.fake.list_objects("events", world.namespace, {})["items"]
+    assert event["involvedObject"]["kind"] == "Job" and event["involvedObject"]["uid"]
+    assert "completions must equal parallelism" in event["message"]
+
+
+def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attempt(
+    world: World,
+) -> None:
+    """A low-priority Job holds both nodes; a high-priority job of the same team preempts it:
+    the Job is suspended again (its controller deletes its pods), its user told why, and once
+    the GPUs are free it is admitted again under a new attempt, with pods bound anew."""
+    body = job("low", parallelism=2, gpus=8)
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+    create_job(world, body)
+    world.step()
+    low = Job.objects.get(spec__workload__kind="Job")
+    jobs = JobController(world)
+    for name in jobs.step("low"):
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    low.refresh_from_db()
+    assert low.state == "running", low.reason
+    world.step(400.0)  # past the minimum runtime before a job may be preempted
+    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
+    high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    for _ in range(4):
+        world.step()
+        jobs.step("low")  # the Job's controller deletes the pods of a suspended Job
+    low.refresh_from_db()
+    assert low.state in ("queued", "preempted") and low.attempt == 1, (low.state, low.reason)
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
+    world.controller.sync()
+    preempted = [
+        e["message"]
+        for e in world.fake.list_objects("events", world.namespace, {})["items"]
+        if e["reason"] == "Preempted"
+    ]
+    assert preempted and "preempted" in preempted[0]
+    job_cancel(user=world.org.users["alice"], job=Job.objects.get(pk=high.pk))
+    world.step()
+    # Its kubelet stops its container: the pod is gone, its GPUs free.
+    world.fake.delete("pods", world.namespace, f"gantry-{high.pk}-a0-r0", 0)
+    for _ in range(4):
+        world.step()
+        jobs.step("low")
+    again = world.fake.get("jobs", world.namespace, "low")
+    assert again["spec"]["suspend"] is False
+    assert again["spec"]["template"]["metadata"]["labels"]["gantry.io/attempt"] == "1"
+    low.refresh_from_db()
+    bound = {
+        a.pod_name for a in Allocation.objects.filter(job=low, attempt=1, bound_at__isnull=False)
+    }
+    assert len(bound) == 2 and all(world.pod(n)["spec"].get("nodeName") for n in bound)

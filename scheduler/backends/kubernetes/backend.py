@@ -56,6 +56,7 @@ from scheduler.backends.kubernetes.render import (
     render_event,
     render_pod,
     render_service,
+    workload_admission,
 )
 from scheduler.backends.kubernetes.status import pod_status
 from scheduler.backends.kubernetes.transient import call_with_retry, describe
@@ -155,6 +156,8 @@ class KubernetesBackend(NamespaceContents):
         # A project namespace's NetworkPolicies and the web's log RoleBinding there.
         self.networking = client.NetworkingV1Api(self.api_client)
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
+        # The Jobs users create, which Gantry admits and suspends (issue 37).
+        self.batch = client.BatchV1Api(self.api_client)
         self.policy = policy or RetryPolicy()
         self._sleep, self._rand = sleep, rand
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
@@ -258,6 +261,10 @@ class KubernetesBackend(NamespaceContents):
         if pod.held:
             self._admit_held(pod)
             return
+        if pod.workload:
+            if pod.replica == 0:  # one admission for the whole object
+                self.admit_workload(pod)
+            return
         bound = self.config.create_bound
         manifest = render_pod(pod, self.config, self._device_resource.get(pod.node), bound=bound)
         created = self._create_or_adopt(pod, manifest)
@@ -302,6 +309,37 @@ class KubernetesBackend(NamespaceContents):
             self.bind_pod(pod.namespace, pod.name, pod.node)
         elif node != pod.node:
             raise BindConflict(f"{pod.namespace}/{pod.name} is bound to {node}", node)
+
+    @_protocol_errors
+    def admit_workload(self, pod: PodRequest) -> None:
+        """Admit the Job `pod.workload` names (issue 37): Gantry's labels on its pod template
+        (the job and attempt, so its controller's pods are Gantry's to bind) and unsuspended,
+        in one patch. A Job gone is a BindConflict (its job is not run)."""
+        name = pod.workload.removeprefix("jobs/")
+        try:
+            read = self.batch.read_namespaced_job
+            job = self._call(f"read job {name}", read, name, pod.namespace)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                raise BindConflict(f"job {pod.namespace}/{name} is gone", deleting=True) from exc
+            raise
+        ops = workload_admission(job, pod)
+        self._call(f"admit job {name}", self.batch.patch_namespaced_job, name, pod.namespace, ops)
+
+    @_protocol_errors
+    def suspend_workload(self, namespace: str, workload: str) -> None:
+        """Suspend the Job `workload` names again (its job was preempted, cancelled or failed
+        in Gantry): its controller deletes its pods and makes none until admitted again. One
+        gone is no error."""
+        name = workload.removeprefix("jobs/")
+        patch = [{"op": "replace", "path": "/spec/suspend", "value": True}]
+        try:
+            self._call(
+                f"suspend job {name}", self.batch.patch_namespaced_job, name, namespace, patch
+            )
+        except ApiException as exc:
+            if exc.status != NOT_FOUND:
+                raise
 
     def _create_or_adopt(
         self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
@@ -445,6 +483,16 @@ class KubernetesBackend(NamespaceContents):
         )
         return items
 
+    @_protocol_errors
+    def list_held_jobs(self) -> list[dict[str, Any]]:
+        """Every batch/v1 Job Gantry's admission webhook held, in every namespace."""
+        items, _ = self._pages(
+            "list held jobs",
+            self.batch.list_job_for_all_namespaces,
+            label_selector=f"{LABEL_HELD}=true",
+        )
+        return items
+
     def _pod_selectors(self) -> dict[str, str]:
         return {
             "field_selector": f"spec.schedulerName={self.config.scheduler_name}",
@@ -497,11 +545,18 @@ class KubernetesBackend(NamespaceContents):
 
     @_protocol_errors
     def record_event(
-        self, namespace: str, pod: str, reason: str, message: str, warning: bool = False
+        self,
+        namespace: str,
+        pod: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        about: tuple[str, str, str] = ("v1", "Pod", ""),
     ) -> None:
-        """A core/v1 Event on a pod (`kubectl describe pod` shows it), e.g. why it waits."""
+        """A core/v1 Event on a pod (`kubectl describe pod` shows it), e.g. why it waits, or
+        on another object (`about`: its apiVersion, kind and uid)."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = render_event(namespace, pod, reason, message[:1024], warning, now)
+        body = render_event(namespace, pod, reason, message[:1024], warning, now, about)
         self._call(f"event on {pod}", self.core.create_namespaced_event, namespace, body)
 
     # -- logs (pods/log) ----------------------------------------------------------------

@@ -28,6 +28,7 @@ LABEL_REPLICA = "gantry.io/replica"
 LABEL_JOB_TYPE = "gantry.io/job-type"
 LABEL_PRIORITY = "gantry.io/priority-class"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # an Indexed Job's pods
 ANNOTATION_GPUS = "gantry.io/gpu-indices"
 CONTAINER = "main"
 
@@ -259,14 +260,25 @@ def _same_quantity(want: Any, have: Any) -> bool:
 
 
 def render_event(
-    namespace: str, pod: str, reason: str, message: str, warning: bool, now: str
+    namespace: str,
+    pod: str,
+    reason: str,
+    message: str,
+    warning: bool,
+    now: str,
+    about: tuple[str, str, str] = ("v1", "Pod", ""),
 ) -> dict[str, Any]:
-    """A core/v1 Event about one of our pods."""
+    """A core/v1 Event about one of our pods, or (`about`: apiVersion, kind, uid) another
+    object (a user's Job). `kubectl describe` finds an object's events by its uid too."""
+    api_version, kind, uid = about
+    involved = {"apiVersion": api_version, "kind": kind, "name": pod, "namespace": namespace}
+    if uid:
+        involved["uid"] = uid
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{pod}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": namespace},
+        "involvedObject": involved,
         "reason": reason,
         "message": message,
         "type": "Warning" if warning else "Normal",
@@ -318,3 +330,27 @@ def held_pod_admission(existing: dict[str, Any], pod: PodRequest) -> list[dict[s
 def _escape(key: str) -> str:
     """A JSON pointer step (RFC 6901)."""
     return key.replace("~", "~0").replace("/", "~1")
+
+
+def workload_admission(job: dict[str, Any], pod: PodRequest) -> list[dict[str, Any]]:
+    """The JSON patch that admits a Job a user created (issue 37): Gantry's job and attempt
+    labels on its pod template (a suspended Job's template labels may change: Kubernetes'
+    mutable scheduling directives), then `spec.suspend` false. The Job's controller then makes
+    its pods with those labels and Gantry's schedulerName, for the daemon to bind."""
+    template = (job.get("spec") or {}).get("template") or {}
+    ops: list[dict[str, Any]] = []
+    if not isinstance((template.get("metadata") or {}).get("labels"), dict):
+        if not isinstance(template.get("metadata"), dict):
+            ops.append({"op": "add", "path": "/spec/template/metadata", "value": {}})
+        ops.append({"op": "add", "path": "/spec/template/metadata/labels", "value": {}})
+    labels = {
+        LABEL_MANAGED: "gantry",
+        LABEL_JOB: str(pod.job_id),
+        LABEL_ATTEMPT: str(pod.attempt),
+        LABEL_JOB_TYPE: label_value(pod.job_type) or "unknown",
+    }
+    for key, value in labels.items():
+        path = f"/spec/template/metadata/labels/{_escape(key)}"
+        ops.append({"op": "add", "path": path, "value": value})
+    ops.append({"op": "replace", "path": "/spec/suspend", "value": False})
+    return ops

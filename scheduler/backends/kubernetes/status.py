@@ -19,7 +19,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
-from scheduler.backends.kubernetes.render import LABEL_ATTEMPT, LABEL_JOB, LABEL_REPLICA
+from scheduler.backends.kubernetes.render import (
+    LABEL_ATTEMPT,
+    LABEL_COMPLETION_INDEX,
+    LABEL_JOB,
+    LABEL_REPLICA,
+)
 
 _POD_REASONS = {
     "Evicted": FailureReason.EVICTED,
@@ -122,7 +127,9 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
     labels = metadata.get("labels") or {}
     try:
         job_id, attempt = int(labels[LABEL_JOB]), int(labels[LABEL_ATTEMPT])
-        replica = int(labels[LABEL_REPLICA])
+        # A pod a Job's controller made (issue 37) has Gantry's labels from the Job's template
+        # but no replica: its completion index where it has one; reconcile adopts it.
+        replica = int(labels.get(LABEL_REPLICA) or labels.get(LABEL_COMPLETION_INDEX) or -1)
     except (KeyError, ValueError):
         return None
     phase = _phase((pod.get("status") or {}).get("phase"))

@@ -1,0 +1,144 @@
+"""Reconcile's part for Jobs users created in Kubernetes (issue 37, docs/kubernetes-native.md).
+
+Gantry admits such a Job by labelling its pod template with the job and attempt and
+unsuspending it (`KubernetesBackend.admit_workload`, in the cycle's bind phase); the Job's
+controller then makes the pods, with names of its own. Until it has, each replica's allocation
+holds a stand-in name (`pod_name(job, attempt, replica)`, the name Gantry would have given).
+At each reconcile:
+
+1. adopt: a pod of an admitted attempt that no allocation names takes the stand-in of a
+   replica still waiting for one (its completion index's replica where it has one), and is
+   bound to that replica's node; a replica's pod still unbound is bound again;
+2. wait: a stand-in not adopted yet is judged as a pod Pending on no node (so the binding
+   deadline applies, with the reason "its Job has not made the pod yet"), not as a pod gone;
+3. suspend: a Job whose job stopped in Gantry otherwise than by succeeding (preempted,
+   cancelled, failed, requeued) is suspended again, before its pods are deleted: its
+   controller then deletes its pods and makes none until admitted again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodStatus, pod_name
+from scheduler.daemon.cluster import Cluster
+from scheduler.leader import Lease
+from scheduler.models import Allocation, JobState
+
+log = logging.getLogger("gantry.daemon")
+Row = Mapping[str, Any]
+WAITING = "its Job has not made the pod yet"
+
+
+def workload_of(row: Row) -> str:
+    """ "jobs/<name>" for the job of a Job a user created; "" for any other."""
+    workload = row.get("spec__workload") or {}
+    return f"jobs/{workload['name']}" if workload.get("kind") == "Job" else ""
+
+
+def _stand_in(a: Row) -> str:
+    return pod_name(a["job_id"], a["attempt"], a["replica"])
+
+
+def adopt(
+    allocs: Sequence[dict[str, Any]],
+    jobs: Mapping[int, Row],
+    pods: dict[str, PodStatus],
+    cluster: Cluster,
+    lease: Lease,
+) -> list[dict[str, Any]]:
+    """Steps 1 and 2: `allocs` with the adopted pods' names (new dicts: the given ones are
+    the cache's), the adoptions written; `pods` gains a Pending stand-in for each replica
+    still waiting."""
+    waiting: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for a in allocs:
+        job = jobs.get(a["job_id"])
+        if job is None or not workload_of(job) or a["end_reason"] or a["attempt"] != job["attempt"]:
+            continue
+        if a["pod_name"] == _stand_in(a):
+            waiting[(a["job_id"], a["attempt"])].append(a)
+    if not waiting:
+        return list(allocs)
+    named = {a["pod_name"] for a in allocs}
+    adopted: dict[int, str] = {}
+    strays = sorted(
+        (
+            p
+            for p in pods.values()
+            if p.name not in named and (p.job_id, p.attempt) in waiting and not p.deleting
+        ),
+        key=lambda p: p.name,
+    )
+    for pod in strays:
+        slots = waiting[(pod.job_id, pod.attempt)]
+        slot = next((a for a in slots if a["replica"] == pod.replica), slots[0] if slots else None)
+        if slot is None:
+            continue  # more pods than replicas: an orphan, deleted as any other
+        slots.remove(slot)
+        adopted[slot["id"]] = pod.name
+    if adopted:
+        with lease.writing():
+            for alloc_id, name in adopted.items():
+                Allocation.objects.filter(id=alloc_id, ended_at__isnull=True).update(pod_name=name)
+        log.info("adopted %d pods of Jobs made in Kubernetes", len(adopted))
+    out = [{**a, "pod_name": adopted[a["id"]]} if a["id"] in adopted else a for a in allocs]
+    for slots in waiting.values():
+        for a in slots:
+            pods[a["pod_name"]] = PodStatus(
+                a["pod_name"],
+                a["namespace"],
+                a["job_id"],
+                a["attempt"],
+                a["replica"],
+                None,
+                PodPhase.PENDING,
+                waiting=WAITING,
+            )
+    _bind_unbound(out, jobs, pods, cluster)
+    return out
+
+
+def _bind_unbound(
+    allocs: Iterable[Row], jobs: Mapping[int, Row], pods: Mapping[str, PodStatus], cluster: Cluster
+) -> None:
+    """Bind each adopted pod still on no node to its replica's node (a bind that failed is
+    tried again at the next reconcile)."""
+    for a in allocs:
+        job = jobs.get(a["job_id"])
+        pod = pods.get(a["pod_name"])
+        if job is None or pod is None or pod.node is not None or pod.waiting == WAITING:
+            continue
+        if not workload_of(job) or pod.deleting or pod.phase != PodPhase.PENDING:
+            continue
+        try:
+            cluster.bind(a["namespace"], a["pod_name"], a["node__name"])
+        except (BackendError, BindConflict) as error:
+            log.warning("binding pod %s of a Job failed: %s", a["pod_name"], error)
+
+
+def suspend_stopped(
+    stopping: Iterable[Row], jobs: Mapping[int, Row], cluster: Cluster, *, ended: bool = False
+) -> None:
+    """Step 3, for the jobs of the allocations `stopping`, once each (`ended`: their jobs
+    failed in this reconcile, and their rows still say what they were)."""
+    done: set[int] = set()
+    for a in stopping:
+        job = jobs.get(a["job_id"])
+        if job is None or a["job_id"] in done or not (workload := workload_of(job)):
+            continue
+        done.add(a["job_id"])
+        if job["state"] == JobState.SUCCEEDED and not ended:
+            continue  # its Job completes on its own
+        namespace = a["namespace"]
+
+        def suspend(namespace: str = namespace, workload: str = workload) -> None:
+            backend: Any = cluster.backend  # the Kubernetes backend: only it has such jobs
+            backend.suspend_workload(namespace, workload)
+
+        try:
+            cluster.call(suspend)
+        except BackendError as error:
+            log.warning("suspending %s failed (tried again next cycle): %s", workload, error)
