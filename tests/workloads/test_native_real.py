@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from devcluster.kubelets import RUN_SECONDS
 from scheduler.models import Job
 from scheduler.workloads.controller import WorkloadController
 from tests.conftest import build_org
@@ -75,6 +76,8 @@ def native(db: Any, world: World, shared: Shared) -> Iterator[Native]:
         for name in ("train", "wait", "third"):
             path = f"/api/v1/namespaces/{world.managed}/pods/{name}"
             request(world.api, "DELETE", path, query=[("gracePeriodSeconds", "0")])
+        jobs = f"/apis/batch/v1/namespaces/{world.managed}/jobs/ddp"
+        request(world.api, "DELETE", jobs, query=[("propagationPolicy", "Background")])
         real.kubelets.held.clear()
         real.kubelets.endings.clear()
 
@@ -116,3 +119,68 @@ def test_what_does_not_fit_waits_gated_and_a_deleted_pod_frees_its_gpus(native: 
     request(native.world.alice, "DELETE", path, query=[("gracePeriodSeconds", "0")])
     native.until("the waiting pod is placed", lambda: waiting in placed())
     assert job_of(victim).state == "cancelled"
+
+
+def _job(name: str, parallelism: int, gpus: int, run_s: float) -> Obj:
+    spec = pod_spec()
+    spec["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": str(gpus)},
+        "requests": {"cpu": "1", "memory": "1Gi"},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {RUN_SECONDS: str(run_s)}},
+                "spec": spec,
+            },
+        },
+    }
+
+
+def test_a_job_created_by_a_user_is_admitted_runs_its_pods_where_gantry_placed_them_and_completes(
+    native: Native,
+) -> None:
+    """The real job controller makes the pods once Gantry unsuspends the Job; Gantry binds
+    them to the nodes it chose; they run and exit; the Job completes and the job succeeds."""
+    jobs = f"/apis/batch/v1/namespaces/{native.world.managed}/jobs"
+    answer = native.world.create(jobs, _job("ddp", parallelism=2, gpus=8, run_s=2))
+    assert answer.status == 201, answer.body
+    assert answer.body["spec"]["suspend"] is True  # held by the webhook
+    native.controller.sync()
+    job = Job.objects.get(spec__workload__kind="Job")
+    assert (job.replicas, job.gpus_per_replica, job.submitted_by.username) == (2, 8, USER)
+
+    def complete() -> bool:
+        status = request(native.world.api, "GET", f"{jobs}/ddp").body.get("status") or {}
+        return any(c["type"] == "Complete" for c in status.get("conditions") or ())
+
+    native.until("its pods are bound", lambda: len(_bound(native, job)) == 2)
+    assert set(_bound(native, job).values()) == set(NODES)  # one 8-GPU pod on each node
+    native.until("the job succeeds", lambda: job_of_kind("Job").state == "succeeded")
+    native.until(
+        "the Job completes",
+        lambda: any(
+            c["type"] == "Complete" for c in read().get("status", {}).get("conditions", [])
+        ),
+    )
+    native.controller.sync()
+    events = native.events("ddp")
+    assert {"Queued", "Admitted", "Running", "Succeeded"} <= set(events), events
+
+
+def job_of_kind(kind: str) -> Job:
+    return Job.objects.get(spec__workload__kind=kind)
+
+
+def _bound(native: Native, job: Job) -> dict[str, str]:
+    path = f"/api/v1/namespaces/{native.world.managed}/pods"
+    query = [("labelSelector", f"gantry.io/job-id={job.pk}")]
+    pods = request(native.world.api, "GET", path, query=query).body["items"]
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
