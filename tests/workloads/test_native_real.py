@@ -164,12 +164,7 @@ def test_a_job_created_by_a_user_is_admitted_runs_its_pods_where_gantry_placed_t
     native.until("its pods are bound", lambda: len(_bound(native, job)) == 2)
     assert set(_bound(native, job).values()) == set(NODES)  # one 8-GPU pod on each node
     native.until("the job succeeds", lambda: job_of_kind("Job").state == "succeeded")
-    native.until(
-        "the Job completes",
-        lambda: any(
-            c["type"] == "Complete" for c in read().get("status", {}).get("conditions", [])
-        ),
-    )
+    native.until("the Job completes", complete)
     native.controller.sync()
     events = native.events("ddp")
     assert {"Queued", "Admitted", "Running", "Succeeded"} <= set(events), events
