@@ -21,6 +21,10 @@ from billing.metering.capacity import (
     split_totals,
 )
 
+pytestmark = pytest.mark.backend_independent(
+    "pure capacity arithmetic (import-linter): no database, cache or broker"
+)
+
 
 def test_a_childs_idle_guarantee_borrowed_by_its_sibling_is_not_idle() -> None:
     # Parent 2 GPUs = child a 1 + child b 1. a used nothing; b used 2 whole GPUs (borrowing

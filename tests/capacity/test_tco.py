@@ -15,6 +15,10 @@ from capacity.tco import (
     option_months,
 )
 
+pytestmark = pytest.mark.backend_independent(
+    "pure TCO arithmetic (import-linter): no database, cache or broker"
+)
+
 
 def costs(**overrides: float) -> Costs:
     values = {

@@ -24,6 +24,10 @@ from scheduler.workloads.mutate import (
 )
 from tests.workloads.builders import applied, job_template, obj, ops_of, pod_spec, review, template
 
+pytestmark = pytest.mark.backend_independent(
+    "the webhook's pure decision (import-linter): no database, cache or broker"
+)
+
 Obj = dict[str, Any]
 DAEMON = "system:serviceaccount:gantry-system:gantry-scheduler"
 

@@ -26,6 +26,10 @@ from tests.scheduler.core.builders import (
     snapshot,
 )
 
+pytestmark = pytest.mark.backend_independent(
+    "the pure engine (import-linter): no database, cache or broker"
+)
+
 # A team with quota on H100 only (none on L40S or T4) and one with 16 L40S.
 TENANTS = (
     Tenant("org"),

@@ -28,6 +28,10 @@ from tests.scheduler.core.builders import (
     snapshot,
 )
 
+pytestmark = pytest.mark.backend_independent(
+    "the pure engine (import-linter): no database, cache or broker"
+)
+
 PROFILE = Profile(min_runtime_s=300.0)
 
 

@@ -18,6 +18,10 @@ from scheduler.core import Profile, run_cycle
 from scheduler.core.types import CycleResult, JobRequest, Quota, RunningJob, Snapshot, Tenant
 from tests.scheduler.core.builders import BEST_FIT, CLASSES, GPU, make_job, make_node, make_tenants
 
+pytestmark = pytest.mark.backend_independent(
+    "the pure engine (import-linter): no database, cache or broker"
+)
+
 FLAVORS = ("H100", "A100")
 TENANTS = ("team-a", "team-b", "team-c")
 CLASS_NAMES = [c.name for c in CLASSES]
