@@ -99,6 +99,11 @@ def _fresh_cache() -> None:
     """Every test starts with an empty cache: throttles and login-guard counters of one test
     must not leak into the next (the embedded default's cache lives in the process), nor
     cost lines built from it (billing/statements/line_memo.py)."""
+    fresh_cache()
+
+
+def fresh_cache() -> None:
+    """Empty the caches and memos that `_fresh_cache` empties before each test."""
     from django.core.cache import cache, caches
 
     from billing.statements import line_memo

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,16 +22,12 @@ from scheduler.telemetry.queue_history import queue_snapshot_take
 from scheduler.telemetry.rollups import floor_to, rollup_run
 from scheduler.telemetry.samples import DeviceReading, samples_ingest
 from tests.billing.builders import hold, job_for, make_node
-from tests.conftest import Org
+from tests.class_data import built_for_the_class, copied
+from tests.conftest import Org, build_org
 
 pytestmark = pytest.mark.django_db
 
 EMPTY = "No utilization data yet for this range."
-
-
-@pytest.fixture
-def history(org: Org) -> dict[str, Any]:
-    return build_history(org)
 
 
 def build_history(org: Org) -> dict[str, Any]:
@@ -70,108 +67,177 @@ def figures(html: str) -> dict[str, Any]:
     return {name: json.loads(body) for name, body in found}
 
 
-@pytest.mark.parametrize("persona", ["pat", "carol"])
-def test_platform_admins_and_finance_see_the_cluster_dashboard(
-    persona: str, history: dict[str, Any], web_for: Any
-) -> None:
-    response = web_for(persona).get(reverse("portal:dashboard-cluster"))
-    assert response.status_code == 200
-    html = response.content.decode()
-    drawn = figures(html)
-    assert {"figure-capacity", "figure-queue", "figure-fragmentation", "figure-failures"} <= set(
-        drawn
-    )
-    names = {trace["name"] for trace in drawn["figure-capacity"]["data"]}
-    assert names == {"H100-80GB allocated", "H100-80GB used"}
-    # Both GPUs held all the time; used (80 + 1) / 2 % of 2 devices = 0.81 GPU.
-    assert set(drawn["figure-capacity"]["data"][0]["y"]) == {2.0}
-    assert "OOMKilled" in html and "ImagePullBackOff" in html
-    assert "idle-bravo" in html  # the top idle allocation, with its table
-    assert EMPTY not in html
+# Session and user (2), the grants (2), then the view's own reads.
+CLUSTER_QUERIES = 4 + 8
+TENANT_QUERIES = 4 + 1 + 6
 
 
-@pytest.mark.parametrize("persona", ["alice", "tina", "dana", "bob-bravo", "chris"])
-def test_anyone_else_gets_a_404_for_the_cluster_dashboard(
-    persona: str, history: dict[str, Any], web_for: Any
-) -> None:
-    response = web_for(persona).get(reverse("portal:dashboard-cluster"))
-    assert response.status_code == 404
-    assert "idle-bravo" not in response.content.decode()
+@pytest.fixture(scope="class")
+def built_history(
+    django_db_setup: None, django_db_blocker: Any
+) -> Iterator[tuple[Org, dict[str, Any]]]:
+    """The organisation and its history, built once for TestWithTheHistory."""
+
+    def build() -> tuple[Org, dict[str, Any]]:
+        org = build_org()
+        return org, build_history(org)
+
+    yield from built_for_the_class(django_db_blocker, build)
 
 
-@pytest.mark.parametrize(
-    ("persona", "tenant", "status"),
-    [
-        ("alice", "alpha", 200),  # member
-        ("tina", "alpha", 200),  # tenant admin
-        ("dana", "alpha", 200),  # admin of the department above
-        ("pat", "alpha", 200),
-        ("carol", "alpha", 200),
-        ("bob-bravo", "alpha", 404),  # another team
-        ("chris", "alpha", 404),
-        ("alice", "bravo", 404),
-        ("tina", "bravo", 404),
-    ],
-)
-def test_the_tenant_dashboard_for_each_persona(
-    persona: str, tenant: str, status: int, org: Org, history: dict[str, Any], web_for: Any
-) -> None:
-    target = getattr(org, tenant)
-    response = web_for(persona).get(reverse("portal:tenant-dashboard", kwargs={"pk": target.pk}))
-    assert response.status_code == status
-    html = response.content.decode()
-    assert "idle-bravo" not in html and "ImagePullBackOff" not in html
-    if status == 200:
+class TestWithTheHistory:
+    """The dashboards over two hours of history, built once for the class (tests/class_data.py:
+    each test rolls back its own writes and gets its own copy of the objects)."""
+
+    @pytest.fixture
+    def org(self, built_history: tuple[Org, dict[str, Any]], db: None) -> Org:
+        return copied(built_history[0])
+
+    @pytest.fixture
+    def history(self, built_history: tuple[Org, dict[str, Any]], db: None) -> dict[str, Any]:
+        return copied(built_history[1])
+
+    @pytest.mark.parametrize("persona", ["pat", "carol"])
+    def test_platform_admins_and_finance_see_the_cluster_dashboard(
+        self, persona: str, history: dict[str, Any], web_for: Any
+    ) -> None:
+        response = web_for(persona).get(reverse("portal:dashboard-cluster"))
+        assert response.status_code == 200
+        html = response.content.decode()
         drawn = figures(html)
-        names = {trace["name"] for trace in drawn["figure-usage"]["data"]}
-        assert names == {"H100-80GB used", "H100-80GB guarantee", "H100-80GB limit"}
-        # team-alpha's one GPU, against its 16 guaranteed: 15 lent, none borrowed.
-        assert set(drawn["figure-usage"]["data"][0]["y"]) == {1.0}
-        assert "team-bravo" not in html
+        assert {
+            "figure-capacity",
+            "figure-queue",
+            "figure-fragmentation",
+            "figure-failures",
+        } <= set(drawn)
+        names = {trace["name"] for trace in drawn["figure-capacity"]["data"]}
+        assert names == {"H100-80GB allocated", "H100-80GB used"}
+        # Both GPUs held all the time; used (80 + 1) / 2 % of 2 devices = 0.81 GPU.
+        assert set(drawn["figure-capacity"]["data"][0]["y"]) == {2.0}
+        assert "OOMKilled" in html and "ImagePullBackOff" in html
+        assert "idle-bravo" in html  # the top idle allocation, with its table
+        assert EMPTY not in html
 
+    @pytest.mark.parametrize("persona", ["alice", "tina", "dana", "bob-bravo", "chris"])
+    def test_anyone_else_gets_a_404_for_the_cluster_dashboard(
+        self, persona: str, history: dict[str, Any], web_for: Any
+    ) -> None:
+        response = web_for(persona).get(reverse("portal:dashboard-cluster"))
+        assert response.status_code == 404
+        assert "idle-bravo" not in response.content.decode()
 
-def test_the_departments_dashboard_adds_up_its_teams(
-    org: Org, history: dict[str, Any], web_for: Any
-) -> None:
-    url = reverse("portal:tenant-dashboard", kwargs={"pk": org.research.pk})
-    drawn = figures(web_for("dana").get(url).content.decode())
-    assert set(drawn["figure-usage"]["data"][0]["y"]) == {2.0}  # alpha's GPU and bravo's
+    @pytest.mark.parametrize(
+        ("persona", "tenant", "status"),
+        [
+            ("alice", "alpha", 200),  # member
+            ("tina", "alpha", 200),  # tenant admin
+            ("dana", "alpha", 200),  # admin of the department above
+            ("pat", "alpha", 200),
+            ("carol", "alpha", 200),
+            ("bob-bravo", "alpha", 404),  # another team
+            ("chris", "alpha", 404),
+            ("alice", "bravo", 404),
+            ("tina", "bravo", 404),
+        ],
+    )
+    def test_the_tenant_dashboard_for_each_persona(
+        self,
+        persona: str,
+        tenant: str,
+        status: int,
+        org: Org,
+        history: dict[str, Any],
+        web_for: Any,
+    ) -> None:
+        target = getattr(org, tenant)
+        response = web_for(persona).get(
+            reverse("portal:tenant-dashboard", kwargs={"pk": target.pk})
+        )
+        assert response.status_code == status
+        html = response.content.decode()
+        assert "idle-bravo" not in html and "ImagePullBackOff" not in html
+        if status == 200:
+            drawn = figures(html)
+            names = {trace["name"] for trace in drawn["figure-usage"]["data"]}
+            assert names == {"H100-80GB used", "H100-80GB guarantee", "H100-80GB limit"}
+            # team-alpha's one GPU, against its 16 guaranteed: 15 lent, none borrowed.
+            assert set(drawn["figure-usage"]["data"][0]["y"]) == {1.0}
+            assert "team-bravo" not in html
 
+    def test_the_departments_dashboard_adds_up_its_teams(
+        self, org: Org, history: dict[str, Any], web_for: Any
+    ) -> None:
+        url = reverse("portal:tenant-dashboard", kwargs={"pk": org.research.pk})
+        drawn = figures(web_for("dana").get(url).content.decode())
+        assert set(drawn["figure-usage"]["data"][0]["y"]) == {2.0}  # alpha's GPU and bravo's
 
-def test_the_tenant_dashboards_data_has_nothing_of_another_team(
-    org: Org, history: dict[str, Any]
-) -> None:
-    window = window_for("24h", timezone.now())
-    alpha = tenant_dashboard(org.alpha, window)
-    assert [row.name for row in alpha.idle_jobs] == []  # no idle scan ran: nothing kept
-    assert {p.admissions for p in alpha.queue} <= {0}
-    bravo = tenant_dashboard(org.bravo, window)
-    assert bravo.usage["H100-80GB"][0].used == 1.0
-    # bravo's 1 % GPU is idle the whole time: one idle GPU per window.
-    assert {round(idle, 6) for _, _, idle in bravo.idle} == {1.0}
-    assert {round(idle, 6) for _, _, idle in alpha.idle} == {0.0}
-    cluster = cluster_dashboard(window)
-    assert [row.name for row in cluster.idle] == ["idle-bravo"]
+    def test_the_tenant_dashboards_data_has_nothing_of_another_team(
+        self, org: Org, history: dict[str, Any]
+    ) -> None:
+        window = window_for("24h", timezone.now())
+        alpha = tenant_dashboard(org.alpha, window)
+        assert [row.name for row in alpha.idle_jobs] == []  # no idle scan ran: nothing kept
+        assert {p.admissions for p in alpha.queue} <= {0}
+        bravo = tenant_dashboard(org.bravo, window)
+        assert bravo.usage["H100-80GB"][0].used == 1.0
+        # bravo's 1 % GPU is idle the whole time: one idle GPU per window.
+        assert {round(idle, 6) for _, _, idle in bravo.idle} == {1.0}
+        assert {round(idle, 6) for _, _, idle in alpha.idle} == {0.0}
+        cluster = cluster_dashboard(window)
+        assert [row.name for row in cluster.idle] == ["idle-bravo"]
 
+    @pytest.mark.parametrize("url_name", ["dashboard-cluster", "tenant-dashboard"])
+    def test_a_bad_range_is_a_400_that_names_it(
+        self, url_name: str, org: Org, history: dict[str, Any], web_for: Any
+    ) -> None:
+        kwargs = {"pk": org.alpha.pk} if url_name == "tenant-dashboard" else None
+        url = reverse(f"portal:{url_name}", kwargs=kwargs)
+        response = web_for("pat").get(url, {"range": "1y"})
+        assert response.status_code == 400
+        html = response.content.decode()
+        assert "&#x27;1y&#x27; is not a range" in html and "6h, 24h, 7d, 30d" in html
+        assert 'id="range-form"' in html  # the picker is there to choose again
 
-@pytest.mark.parametrize("url_name", ["dashboard-cluster", "tenant-dashboard"])
-def test_a_bad_range_is_a_400_that_names_it(
-    url_name: str, org: Org, history: dict[str, Any], web_for: Any
-) -> None:
-    kwargs = {"pk": org.alpha.pk} if url_name == "tenant-dashboard" else None
-    url = reverse(f"portal:{url_name}", kwargs=kwargs)
-    response = web_for("pat").get(url, {"range": "1y"})
-    assert response.status_code == 400
-    html = response.content.decode()
-    assert "&#x27;1y&#x27; is not a range" in html and "6h, 24h, 7d, 30d" in html
-    assert 'id="range-form"' in html  # the picker is there to choose again
+    @pytest.mark.parametrize("key", ["6h", "24h", "7d", "30d"])
+    def test_each_range_draws_the_history(
+        self, key: str, history: dict[str, Any], web_for: Any
+    ) -> None:
+        response = web_for("pat").get(reverse("portal:dashboard-cluster"), {"range": key})
+        assert response.status_code == 200
+        assert "figure-capacity" in figures(response.content.decode())
 
+    def test_the_job_page_shows_its_utilization(
+        self, history: dict[str, Any], web_for: Any
+    ) -> None:
+        url = reverse("portal:job-detail", kwargs={"pk": history["alpha"].pk})
+        html = web_for("alice").get(url).content.decode()
+        drawn = figures(html)["figure-job-utilization"]
+        # One line per device it held (n1's GPU 0), none of team-bravo's GPU 1 beside it.
+        assert [t["name"] for t in drawn["data"]] == ["n1 / GPU 0 %", "n1 / GPU 0 MiB"]
+        assert set(drawn["data"][0]["y"]) == {80.0} and set(drawn["data"][1]["y"]) == {9000.0}
+        table = html.split('id="table-job-utilization"')[1].split("</table>")[0]
+        assert "n1 / GPU 0" in table and "9000" in table and "GPU 1" not in table
 
-@pytest.mark.parametrize("key", ["6h", "24h", "7d", "30d"])
-def test_each_range_draws_the_history(key: str, history: dict[str, Any], web_for: Any) -> None:
-    response = web_for("pat").get(reverse("portal:dashboard-cluster"), {"range": key})
-    assert response.status_code == 200
-    assert "figure-capacity" in figures(response.content.decode())
+    def test_the_cluster_dashboard_reads_a_fixed_number_of_queries(
+        self, history: dict[str, Any], web_for: Any, django_assert_num_queries: Any
+    ) -> None:
+        client = web_for("pat")
+        for key in ("6h", "30d"):
+            with django_assert_num_queries(CLUSTER_QUERIES):
+                assert (
+                    client.get(reverse("portal:dashboard-cluster"), {"range": key}).status_code
+                    == 200
+                )
+
+    def test_the_tenant_dashboard_reads_a_fixed_number_of_queries(
+        self, org: Org, history: dict[str, Any], web_for: Any, django_assert_num_queries: Any
+    ) -> None:
+        client = web_for("dana")
+        for tenant in (org.alpha, org.research):
+            url = reverse("portal:tenant-dashboard", kwargs={"pk": tenant.pk})
+            with django_assert_num_queries(TENANT_QUERIES):
+                assert client.get(url, {"range": "7d"}).status_code == 200
 
 
 def test_dashboards_without_data_say_so_instead_of_empty_axes(org: Org, web_for: Any) -> None:
@@ -181,17 +247,6 @@ def test_dashboards_without_data_say_so_instead_of_empty_axes(org: Org, web_for:
     url = reverse("portal:tenant-dashboard", kwargs={"pk": org.alpha.pk})
     html = web_for("alice").get(url).content.decode()
     assert figures(html) == {} and 'id="dashboard-empty"' in html
-
-
-def test_the_job_page_shows_its_utilization(history: dict[str, Any], web_for: Any) -> None:
-    url = reverse("portal:job-detail", kwargs={"pk": history["alpha"].pk})
-    html = web_for("alice").get(url).content.decode()
-    drawn = figures(html)["figure-job-utilization"]
-    # One line per device it held (n1's GPU 0), none of team-bravo's GPU 1 beside it.
-    assert [t["name"] for t in drawn["data"]] == ["n1 / GPU 0 %", "n1 / GPU 0 MiB"]
-    assert set(drawn["data"][0]["y"]) == {80.0} and set(drawn["data"][1]["y"]) == {9000.0}
-    table = html.split('id="table-job-utilization"')[1].split("</table>")[0]
-    assert "n1 / GPU 0" in table and "9000" in table and "GPU 1" not in table
 
 
 def test_the_job_page_draws_a_shared_gpu_with_its_share(org: Org, web_for: Any) -> None:
@@ -250,29 +305,3 @@ def test_the_nav_links_the_dashboards_only_for_those_who_may_see_them(
     assert f'href="{reverse("portal:tenant-dashboard", kwargs={"pk": org.alpha.pk})}"' in html
     html = web_for("dana").get(reverse("portal:home")).content.decode()
     assert f'href="{reverse("portal:tenant-dashboard", kwargs={"pk": org.research.pk})}"' in html
-
-
-# Session and user (2), the grants (2), then the view's own reads.
-CLUSTER_QUERIES = 4 + 8
-TENANT_QUERIES = 4 + 1 + 6
-
-
-def test_the_cluster_dashboard_reads_a_fixed_number_of_queries(
-    history: dict[str, Any], web_for: Any, django_assert_num_queries: Any
-) -> None:
-    client = web_for("pat")
-    for key in ("6h", "30d"):
-        with django_assert_num_queries(CLUSTER_QUERIES):
-            assert (
-                client.get(reverse("portal:dashboard-cluster"), {"range": key}).status_code == 200
-            )
-
-
-def test_the_tenant_dashboard_reads_a_fixed_number_of_queries(
-    org: Org, history: dict[str, Any], web_for: Any, django_assert_num_queries: Any
-) -> None:
-    client = web_for("dana")
-    for tenant in (org.alpha, org.research):
-        url = reverse("portal:tenant-dashboard", kwargs={"pk": tenant.pk})
-        with django_assert_num_queries(TENANT_QUERIES):
-            assert client.get(url, {"range": "7d"}).status_code == 200
