@@ -42,11 +42,17 @@ class Misfit:
     need: int = 0
     most: int = 0
     cpu_only: bool = False  # a request without GPUs, held to a GPU node's CPU-only share
+    one_cluster: bool = False  # replicas: what one cluster holds at most (a job runs in one)
 
     @property
     def message(self) -> str:
         if self.field == "flavors":
             return f"no usable {self.flavor} node"
+        if self.field == "replicas" and self.one_cluster:
+            return (
+                f"the {self.flavor} nodes of any one cluster hold at most {self.most} of the "
+                f"{self.need} replicas that must run at once (a job runs in one cluster)"
+            )
         if self.field == "replicas":
             return (
                 f"all {self.flavor} nodes together hold {self.most} of the {self.need} "

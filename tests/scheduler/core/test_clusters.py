@@ -66,10 +66,14 @@ def test_a_gang_is_placed_in_one_cluster(
     assert len(cluster_of(nodes, got)) == 1
 
 
-def test_a_gang_larger_than_every_cluster_waits_though_the_total_would_hold_it() -> None:
-    nodes = [node("a:1", 8, "a"), node("b:1", 8, "b")]
+def test_a_gang_larger_than_every_cluster_never_fits_though_the_total_would_hold_it() -> None:
+    nodes = [node("a:1", 8, "a"), node("b:1", 8, "b"), node("b:2", 4, "b")]
     result = cycle(snapshot(nodes, [make_job("j", gpus=8, replicas=2)], tenants=TENANTS))
     assert result.placement_for("j") is None
+    reason = result.reason_for("j")
+    assert reason is not None and reason.code == "no_matching_node"
+    # b's nodes hold one 8-GPU replica (b:2 has 4 GPUs), a's one: at most 1 of 2
+    assert "nodes of any one cluster hold at most 1 of the 2 replicas" in reason.message
 
 
 @pytest.mark.parametrize(
