@@ -16,7 +16,7 @@ from rest_framework.exceptions import ValidationError
 
 from portal.decorators import login_required
 from scheduler.backends.base import BackendError
-from scheduler.backends.factory import log_source
+from scheduler.clusters.backends import log_source
 from scheduler.jobs.pods import JobLog, job_log_read, job_pod_list
 from scheduler.jobs.selectors import access_job_logs
 

@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from common.api.schema import ERROR_SCHEMA
 from scheduler.backends.base import BackendError
-from scheduler.backends.factory import log_source
+from scheduler.clusters.backends import log_source
 from scheduler.jobs import pods as pod_logs
 from scheduler.jobs import selectors
 from scheduler.models import Allocation

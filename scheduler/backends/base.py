@@ -302,6 +302,9 @@ class LogTarget:
     # How the attempt ended: "running", "succeeded", "failed", "oom" or "stopped"
     # (preempted, cancelled or requeued).
     outcome: str = "running"
+    # The pod's node, as Gantry names it (`<cluster>:<node>` outside the home cluster): with
+    # several clusters, which cluster's log to read (scheduler/backends/federated/logs.py).
+    node: str = ""
 
 
 @dataclass(frozen=True)

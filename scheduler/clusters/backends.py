@@ -9,16 +9,19 @@ ended as usual; nothing new is placed there), the home cluster's being the one
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
-from scheduler.backends.base import ClusterBackend, PodPhase, PodStatus
+from scheduler.backends import factory
+from scheduler.backends.base import ClusterBackend, LogSource, PodPhase, PodStatus
 from scheduler.backends.federated import Member, federate
 from scheduler.backends.federated.backend import FederatedBackend, Seen
+from scheduler.backends.federated.logs import FederatedLogs
 from scheduler.backends.federated.naming import split
 from scheduler.clusters.services import clusters_seen
 from scheduler.models import Allocation, Cluster, ClusterBackendKind, ClusterState, JobState
@@ -72,6 +75,37 @@ def member_backend(cluster: Cluster, home_backend: ClusterBackend) -> ClusterBac
 
     # Each simulated cluster's pods in a file of its own, beside the home one's.
     return PersistentCluster(demo_nodes(), Path(f"{settings.GANTRY_SIM_STATE_FILE}.{cluster.name}"))
+
+
+def log_source() -> LogSource:
+    """The log source of the web and API processes: the home backend's alone (as before
+    clusters were rows) with one cluster; else one that reads each pod's log in its cluster.
+    Each cluster's source is built once per process and configuration."""
+    clusters = driven_clusters()
+    if len(clusters) <= 1:
+        return factory.log_source()
+    shape = tuple(
+        (c.name, c.backend, c.home, c.kubeconfig_path, c.kubeconfig_secret, c.kube_context)
+        for c in clusters
+    )
+    return _federated_logs(shape)
+
+
+@functools.cache
+def _federated_logs(shape: tuple[tuple[Any, ...], ...]) -> LogSource:
+    clusters = {row[0]: Cluster.objects.get(name=row[0]) for row in shape}
+    sources: dict[str, LogSource] = {}
+    for name, cluster in clusters.items():
+        if cluster.home:
+            sources[name] = factory.log_source()
+        elif cluster.backend == ClusterBackendKind.KUBERNETES:
+            sources[name] = cast(LogSource, kubernetes_backend(cluster))
+        else:
+            from scheduler.backends.simulated.logs import SimulatedLogs
+
+            sources[name] = SimulatedLogs()
+    home = next((name for name, c in clusters.items() if c.home), "")
+    return FederatedLogs(sources, home)
 
 
 def last_known(clusters: list[Cluster], home: str) -> dict[str, Seen]:

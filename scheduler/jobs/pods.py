@@ -68,6 +68,7 @@ def log_target(job: Job, pod: Allocation) -> LogTarget:
         started_at=pod.bound_at or pod.started_at,
         ended_at=pod.ended_at,
         outcome=_outcome(job, pod),
+        node=pod.node.name,
     )
 
 
