@@ -154,6 +154,9 @@ def test_a_silent_cluster_is_asked_again_only_after_its_quiet_time() -> None:
     clock.advance(9)
     fed.list_nodes()
     assert b.calls["list_nodes"] == asked  # not asked within 10 s
+    with pytest.raises(BackendError, match="does not answer"):  # nor written to
+        fed.delete_pod("proj", "p1", 0)
+    assert "delete_pod" not in b.calls
     up(b)
     clock.advance(1)
     assert "b:n-0000" in {n.name for n in fed.list_nodes() if n.ready}

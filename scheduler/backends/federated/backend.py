@@ -112,6 +112,10 @@ class FederatedBackend:
         return member, name
 
     def _write(self, member: Member, call: Callable[[], None]) -> None:
+        """`call` to `member`; refused at once (BackendError) while the member is in its quiet
+        time after a failed list: a silent cluster's timeouts must not slow every cycle."""
+        if self.clock() < self._quiet_until.get(member.name, -math.inf):
+            raise BackendError(f"cluster {member.name} does not answer")
         if isinstance(member.backend, ConcurrentWrites):
             call()
             return
