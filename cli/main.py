@@ -216,7 +216,12 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace, client: Client, out: TextIO) -> None:
-    params = {"state": args.state, "project": args.project, "job_type": args.type}
+    params = {
+        "state": args.state,
+        "project": args.project,
+        "job_type": args.type,
+        "origin": args.origin,
+    }
     rows = (
         list(client.pages("/api/v1/jobs/", **params))
         if args.all
@@ -231,6 +236,9 @@ def cmd_job(args: argparse.Namespace, client: Client, out: TextIO) -> None:
         job["queue"] = client.get(f"/api/v1/jobs/{args.id}/queue/")
     job["pods"] = list(client.pages(f"/api/v1/jobs/{args.id}/pods/"))
     columns = [*JOB_COLUMNS, "attempt", "created_at", "started_at", "finished_at"]
+    if origin := job.get("origin"):  # created in Kubernetes (kubectl, an SDK)
+        job["created_in"] = f"Kubernetes {origin['kind']} {origin['namespace']}/{origin['name']}"
+        columns.append("created_in")
     if args.json or not job.get("queue", {}).get("waiting"):
         emit(args, job, columns, out)
     else:
@@ -316,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--project", type=int)
     jobs.add_argument("--limit", type=int, default=50)
     jobs.add_argument("--all", action="store_true", help="every page")
+    jobs.add_argument(
+        "--origin",
+        choices=["gantry", "kubernetes"],
+        help="only jobs submitted through Gantry, or only those created in Kubernetes",
+    )
     jobs.set_defaults(func=cmd_jobs)
     for name, func, text in [
         ("job", cmd_job, "one job"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.api.serializers import StrictInputSerializer
@@ -27,6 +28,34 @@ def _reader(serializer: serializers.Serializer, texts: Any) -> ReasonReader:
     return reader
 
 
+class OriginOut(serializers.Serializer):
+    """A workload created in Kubernetes that Gantry queued (docs/kubernetes-native.md)."""
+
+    kind = serializers.CharField(help_text="Job or Pod.")
+    api_version = serializers.CharField()
+    namespace = serializers.CharField()
+    name = serializers.CharField(help_text="The Job, the pod, or the pod group's name.")
+    uid = serializers.CharField()
+    pods = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+def origin_of(job: Job) -> dict[str, Any] | None:
+    """The Kubernetes object a job was created as, or None for a Gantry submission."""
+    workload = (job.spec or {}).get("workload")
+    if not isinstance(workload, dict):
+        return None
+    out = {
+        "kind": workload.get("kind", ""),
+        "api_version": workload.get("apiVersion", ""),
+        "namespace": workload.get("namespace", ""),
+        "name": workload.get("name", ""),
+        "uid": workload.get("uid", ""),
+    }
+    if workload.get("pods"):
+        out["pods"] = list(workload["pods"])
+    return out
+
+
 class JobOut(serializers.ModelSerializer):
     project_slug = serializers.CharField(source="project.slug", read_only=True)
     tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
@@ -35,6 +64,12 @@ class JobOut(serializers.ModelSerializer):
     gpus_total = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField(
         help_text="Why the job waits or stopped; jobs of other teams are not named."
+    )
+    origin = serializers.SerializerMethodField(
+        help_text=(
+            "Where the job was created: null for Gantry's portal, API or CLI; for a workload "
+            "created in Kubernetes (kubectl, an SDK), its kind and object."
+        )
     )
 
     class Meta:
@@ -61,7 +96,12 @@ class JobOut(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "spec",
+            "origin",
         ]
+
+    @extend_schema_field(OriginOut(allow_null=True))
+    def get_origin(self, job: Job) -> dict[str, Any] | None:
+        return origin_of(job)
 
     def get_gpus_total(self, job: Job) -> float:
         return job.replicas * job.gpu_milli_per_replica / 1000

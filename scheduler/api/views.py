@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import django_filters
+from django.db.models import Q, QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -34,10 +35,20 @@ class JobFilter(StrictFilterSet):
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains", max_length=63)
+    origin = django_filters.ChoiceFilter(
+        choices=[("gantry", "gantry"), ("kubernetes", "kubernetes")],
+        method="filter_origin",
+        help_text="gantry: submitted through the portal, API or CLI; kubernetes: created "
+        "in Kubernetes (kubectl, an SDK) and queued by Gantry.",
+    )
 
     class Meta:
         model = Job
         fields = ["project", "tenant", "state", "job_type", "priority_class", "submitted_by"]
+
+    def filter_origin(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        in_kubernetes = Q(spec__has_key="workload")  # only the workload controller sets it
+        return queryset.filter(in_kubernetes if value == "kubernetes" else ~in_kubernetes)
 
 
 def submit_envelope(request: Request) -> tuple[Project, dict[str, Any]]:

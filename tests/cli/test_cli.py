@@ -197,3 +197,24 @@ def test_an_expired_token_says_so_and_rotation_renews_it(logged_in: Any, org: Or
     assert code == 1
     assert "HTTP 401: This API token expired on" in err
     assert "run `gantry login USERNAME` for a new one" in err
+
+
+def test_a_job_created_in_kubernetes_is_listed_apart_and_shown_with_its_object(
+    logged_in: Any, org: Org
+) -> None:
+    from tests import factories as f
+
+    workload = {"apiVersion": "batch/v1", "kind": "Job", "namespace": "alpha", "name": "ddp"}
+    native = f.JobFactory(
+        project=org.proj_alpha,
+        submitted_by=org.users["alice"],
+        spec={**job_spec(), "workload": {**workload, "uid": "u-1"}},
+    )
+    ours = f.JobFactory(project=org.proj_alpha, submitted_by=org.users["alice"])
+    code, out, err = logged_in("--json", "jobs", "--origin", "kubernetes")
+    assert code == 0, err
+    assert [j["id"] for j in json.loads(out)] == [native.pk]
+    code, out, _ = logged_in("--json", "jobs", "--origin", "gantry")
+    assert [j["id"] for j in json.loads(out)] == [ours.pk]
+    code, out, _ = logged_in("job", str(native.pk))
+    assert "Kubernetes Job alpha/ddp" in out

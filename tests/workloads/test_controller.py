@@ -110,7 +110,9 @@ def world(db: Any) -> Iterator[World]:
 
 
 def mirrored(name: str) -> Job:
-    return Job.objects.get(spec__workload__pods__contains=[name])
+    """The job of the pod `name` (read in Python: SQLite has no JSON containment)."""
+    (found,) = [j for j in Job.objects.all() if name in j.spec.get("workload", {}).get("pods", ())]
+    return found
 
 
 def test_a_pod_created_in_kubernetes_is_queued_admitted_run_and_ended_by_gantry(
@@ -450,3 +452,41 @@ def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attem
         a.pod_name for a in Allocation.objects.filter(job=low, attempt=1, bound_at__isnull=False)
     }
     assert len(bound) == 2 and all(world.pod(n)["spec"].get("nodeName") for n in bound)
+
+
+def test_the_api_marks_a_job_created_in_kubernetes_with_its_object(world: World) -> None:
+    from rest_framework.test import APIClient
+
+    create_job(world, job("marked", parallelism=1))
+    world.controller.sync()
+    api = APIClient()
+    api.force_authenticate(world.org.users["alice"])
+    portal = job_submit(
+        user=world.org.users["alice"], project=world.org.proj_alpha, payload=job_spec()
+    )[0]
+    listed = api.get("/api/v1/jobs/", {"origin": "kubernetes"}).json()["results"]
+    (native,) = listed
+    assert native["origin"] == {
+        "kind": "Job",
+        "api_version": "batch/v1",
+        "namespace": world.namespace,
+        "name": "marked",
+        "uid": world.fake.get("jobs", world.namespace, "marked")["metadata"]["uid"],
+    }
+    ours = api.get("/api/v1/jobs/", {"origin": "gantry"}).json()["results"]
+    assert [(j["id"], j["origin"]) for j in ours] == [(portal.pk, None)]
+    assert api.get("/api/v1/jobs/", {"origin": "elsewhere"}).status_code == 400
+
+
+def test_the_portal_marks_a_job_created_in_kubernetes(world: World) -> None:
+    from django.test import Client
+
+    create_job(world, job("shown", parallelism=1))
+    world.controller.sync()
+    native = Job.objects.get(spec__workload__kind="Job")
+    browser = Client()
+    browser.force_login(world.org.users["alice"])
+    page = browser.get(f"/jobs/{native.pk}/").content.decode()
+    assert "Kubernetes: Job" in page and f"{world.namespace}/shown" in page
+    listing = browser.get("/jobs/").content.decode()
+    assert "k8s Job" in listing
