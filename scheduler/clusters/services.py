@@ -131,26 +131,29 @@ def cluster_update(*, user: Any, cluster: Cluster, **fields: Any) -> Cluster:
 
 def cluster_set_cordoned(*, user: Any, cluster: Cluster, cordoned: bool) -> Cluster:
     """Cordon (nothing new placed there) or make active again. A lost cluster stays lost
-    until it answers (ConflictError)."""
+    until it answers (uncordon: ConflictError); cordoned while lost, it is cordoned when it
+    answers."""
     access.require_platform_admin(user)
-    wanted = ClusterState.CORDONED if cordoned else ClusterState.ACTIVE
     with transaction.atomic():
         locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
         if locked.state == ClusterState.LOST and not cordoned:
             raise ConflictError(
                 f"Cluster {locked.name} is lost: it becomes active when it answers again."
             )
-        before = locked.state
-        if before != wanted:
-            locked.state = wanted
-            locked.save(update_fields=["state", "updated_at"])
+        before = {"state": locked.state, "cordoned": locked.cordoned}
+        locked.cordoned = cordoned
+        if locked.state != ClusterState.LOST:
+            locked.state = ClusterState.CORDONED if cordoned else ClusterState.ACTIVE
+        after = {"state": locked.state, "cordoned": locked.cordoned}
+        if before != after:
+            locked.save(update_fields=["state", "cordoned", "updated_at"])
             audit_record(
                 actor=user,
                 action="cluster.cordon" if cordoned else "cluster.uncordon",
                 tenant=None,
                 target=locked,
-                before={"state": before},
-                after={"state": wanted},
+                before=before,
+                after=after,
             )
     return locked
 
@@ -181,8 +184,9 @@ def cluster_delete(*, user: Any, cluster: Cluster) -> None:
 def clusters_seen(
     *, answered: dict[str, bool], now: datetime, default_lost_after_s: float
 ) -> set[str]:
-    """The daemon's record, once per sync: a cluster that answered is seen now (and active
-    again if it was lost); one that did not for longer than its `lost_after_s` is lost.
+    """The daemon's record, once per sync: a cluster that answered is seen now (and, if it was
+    lost, active again, or cordoned if an admin cordoned it); one that did not for longer than
+    its `lost_after_s` is lost.
     Returns the names that became lost now."""
     lost_now: set[str] = set()
     with transaction.atomic():
@@ -190,7 +194,8 @@ def clusters_seen(
             if answered[cluster.name]:
                 cluster.last_seen_at = now
                 if cluster.state == ClusterState.LOST:
-                    cluster.state = ClusterState.ACTIVE
+                    back = ClusterState.CORDONED if cluster.cordoned else ClusterState.ACTIVE
+                    cluster.state = back
                 cluster.save(update_fields=["last_seen_at", "state", "updated_at"])
                 continue
             deadline = cluster.lost_after_s or default_lost_after_s

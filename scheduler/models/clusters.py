@@ -39,6 +39,9 @@ class Cluster(models.Model):
     state = models.CharField(
         max_length=16, choices=ClusterState.choices, default=ClusterState.ACTIVE
     )
+    # The admin's cordon, kept while the cluster is lost: it is cordoned again, not active,
+    # when it answers.
+    cordoned = models.BooleanField(db_default=False, default=False)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # None: GANTRY_CLUSTER_LOST_AFTER_S.
     lost_after_s = models.PositiveIntegerField(null=True, blank=True)

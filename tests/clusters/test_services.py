@@ -226,3 +226,27 @@ def test_the_engine_sees_a_closed_clusters_nodes_cordoned(org: Any, state: str) 
     Cluster.objects.filter(pk=b.pk).update(state=state)
     nodes, _, _ = load_nodes()
     assert nodes["b:n1"].cordoned and not nodes["n1"].cordoned
+
+
+def test_a_cordoned_cluster_that_was_lost_is_cordoned_again_when_it_answers(org: Any) -> None:
+    pat = org.users["pat"]
+    b = cluster_create(user=pat, name="b", backend="simulated")
+    cluster_set_cordoned(user=pat, cluster=b, cordoned=True)
+    t0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
+    clusters_seen(answered={"b": True}, now=t0, default_lost_after_s=60)
+    clusters_seen(answered={"b": False}, now=t0 + timedelta(seconds=61), default_lost_after_s=60)
+    assert Cluster.objects.get(pk=b.pk).state == ClusterState.LOST
+    clusters_seen(answered={"b": True}, now=t0 + timedelta(seconds=70), default_lost_after_s=60)
+    assert Cluster.objects.get(pk=b.pk).state == ClusterState.CORDONED
+
+
+def test_a_lost_cluster_cordoned_by_an_admin_comes_back_cordoned(org: Any) -> None:
+    pat = org.users["pat"]
+    b = cluster_create(user=pat, name="b", backend="simulated")
+    Cluster.objects.filter(pk=b.pk).update(state=ClusterState.LOST)
+    cluster_set_cordoned(user=pat, cluster=b, cordoned=True)
+    assert Cluster.objects.get(pk=b.pk).state == ClusterState.LOST  # the daemon's word stays
+    clusters_seen(
+        answered={"b": True}, now=datetime(2026, 12, 6, tzinfo=UTC), default_lost_after_s=60
+    )
+    assert Cluster.objects.get(pk=b.pk).state == ClusterState.CORDONED
