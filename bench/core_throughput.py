@@ -6,7 +6,8 @@ Reports placements per second (jobs placed over the cycle's wall time) and the t
 phase, as ``run_cycle`` announces its phases. ``--warm-pending N`` also times a warm cycle:
 the cold cycle's jobs running, N new ones arriving, half of a higher class (it preempts).
 The job mix (seeded): 1 GPU 50%, 2 GPUs 20%, 4 GPUs 15%, 8 GPUs 10%, gangs of 2 x 8 GPUs
-5%; ten teams whose guarantees split the cluster.
+5%; ten teams whose guarantees split the cluster. ``--clusters K`` deals the nodes round-robin
+to K clusters (docs/multicluster.md: a gang runs in one).
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ MIX = ((1, 1, 0.50), (2, 1, 0.20), (4, 1, 0.15), (8, 1, 0.10), (8, 2, 0.05))  # 
 TEAMS = 10
 
 
-def build_snapshot(nodes: int, pods: int, seed: int) -> Snapshot:
+def build_snapshot(nodes: int, pods: int, seed: int, clusters: int = 1) -> Snapshot:
+    """With `clusters` > 1 the nodes are dealt round-robin to that many clusters
+    (`gantry.io/cluster`: every gang must then fit in one)."""
     rng = random.Random(seed)
     cluster = tuple(
-        Node.with_gpus(f"node-{i:05d}", "H100", 8, labels={"gantry.io/rack": f"rack-{i // 32}"})
+        Node.with_gpus(f"node-{i:05d}", "H100", 8, labels=_labels(i, clusters))
         for i in range(nodes)
     )
     share = nodes * 8 * 1000 // TEAMS
@@ -63,11 +66,16 @@ def build_snapshot(nodes: int, pods: int, seed: int) -> Snapshot:
     return Snapshot(3600.0, cluster, tenants, classes, (), tuple(jobs))
 
 
+def _labels(i: int, clusters: int) -> dict[str, str]:
+    labels = {"gantry.io/rack": f"rack-{i // 32}"}
+    return labels if clusters <= 1 else {**labels, "gantry.io/cluster": f"c{i % clusters}"}
+
+
 def measure(
-    nodes: int, pods: int, seed: int = 1, profile: Profile | None = None
+    nodes: int, pods: int, seed: int = 1, profile: Profile | None = None, clusters: int = 1
 ) -> dict[str, object]:
     profile = profile or Profile()
-    snapshot = build_snapshot(nodes, pods, seed)
+    snapshot = build_snapshot(nodes, pods, seed, clusters)
     marks: list[tuple[str, float]] = []
     start, cpu_start = time.perf_counter(), time.process_time()
     result = run_cycle(
@@ -91,6 +99,7 @@ def measure(
         "placed_jobs": placed,
         "placed_pods": replicas,
         "waiting": len(result.waiting),
+        "clusters": clusters,
     }
 
 
@@ -154,10 +163,13 @@ def main() -> None:
         default=7200.0,
         help="the warm cycle's time; below the minimum runtime (300) it plans, not preempts",
     )
+    parser.add_argument(
+        "--clusters", type=int, default=1, help="deal the nodes to this many clusters"
+    )
     add_profile_argument(parser, "default")
     args = parser.parse_args()
     loaded, used = announced(args.profile)
-    figures = measure(args.nodes, args.pods, args.seed, loaded.profile)
+    figures = measure(args.nodes, args.pods, args.seed, loaded.profile, args.clusters)
     if args.warm_pending:
         figures["warm"] = measure_warm(
             args.nodes, args.pods, args.warm_pending, args.seed, loaded.profile, args.warm_now
