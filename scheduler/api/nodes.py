@@ -27,7 +27,7 @@ from rest_framework.settings import api_settings
 
 from common.api.serializers import StrictInputSerializer
 from common.api.throttles import AgentThrottle
-from scheduler.models import GpuDevice, Node, XidEvent
+from scheduler.models import Cluster, GpuDevice, Node, XidEvent
 from scheduler.nodes import services
 from scheduler.nodes.agent_auth import AgentTokenAuthentication
 from scheduler.nodes.holders import node_device_holders
@@ -58,7 +58,7 @@ class GpuOut(serializers.ModelSerializer):
 
 class NodeOut(serializers.ModelSerializer):
     gpus = GpuOut(source="devices", many=True, read_only=True)
-    cluster = serializers.SlugRelatedField(
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="name",
         read_only=True,
         allow_null=True,
