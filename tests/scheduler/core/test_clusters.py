@@ -210,3 +210,19 @@ def test_a_gang_that_fits_whole_in_some_cluster_is_placed_there(
         return
     assert placement is not None, result.reason_for("g")
     assert cluster_of(nodes, [a.node for a in placement.assignments]) <= fits
+
+
+def test_preemption_stops_victims_only_in_the_cluster_the_gang_lands_in() -> None:
+    nodes = [node("a:1", 8, "a"), node("a:2", 8, "a"), node("b:1", 8, "b")]
+    low = [make_job(f"low-{i}", gpus=8, priority="low") for i in range(3)]
+    # b's job started last: the least work lost, the cheapest victim, taken first by the
+    # search; a gang of 2 x 8 cannot use its room alone, so it is put back
+    running = [
+        make_running(low[0], ("a:1", range(8)), started_at=0.0),
+        make_running(low[1], ("a:2", range(8)), started_at=10.0),
+        make_running(low[2], ("b:1", range(8)), started_at=500.0),
+    ]
+    gang = make_job("gang", gpus=8, replicas=2, priority="high")
+    result = cycle(snapshot(nodes, [gang], running, tenants=TENANTS))
+    assert {p.job_id for p in result.preemptions} == {"low-0", "low-1"}
+    assert sorted(placed_nodes(result, "gang")) == ["a:1", "a:2"]
