@@ -7,7 +7,9 @@ rolled back after the class's last test. Each test gets a deep copy of the built
 `setUpTestData` hands them out: a test that changes one in memory leaves the next test's alone.
 
 Only for tests that run in one transaction (`db`, never `transactional_db` or `live_server`):
-their writes must stay uncommitted, and no other connection may need to see the rows.
+their writes must stay uncommitted, and no other connection may need to see the rows. A
+module-scoped fixture holds its rows while any test of the module runs: only where every
+database test of the module asks for them.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ FAST_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 def built_for_the_class(django_db_blocker: Any, build: Callable[[], T]) -> Iterator[T]:
     """Yield what `build()` returned, its rows held in an open transaction until the end.
 
-    Call from a class-scoped fixture that depends on `django_db_setup` and `django_db_blocker`
-    (pytest-django's), as `yield from built_for_the_class(django_db_blocker, build)`."""
+    Call from a class- (or module-) scoped fixture that depends on `django_db_setup` and
+    `django_db_blocker` (pytest-django's): `yield from built_for_the_class(django_db_blocker,
+    build)`."""
     from tests.conftest import fresh_cache
 
     with django_db_blocker.unblock():

@@ -10,7 +10,7 @@ of it changes.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -38,11 +38,31 @@ from tenants.models import (
     ResourceFlavor,
     Tenant,
 )
+from tests.class_data import built_for_the_class, copied
+from tests.conftest import Org, build_org
 from tests.factories import AllocationFactory
 from tests.isolation_personas import AGENT, add_personas, token_key
-from tests.portal.conftest import TeamObjects, World
+from tests.portal.conftest import TeamObjects, World, build_world
 from tests.whatif.builders import kept_run
 from whatif.models import WhatIf
+
+
+@pytest.fixture(scope="module")
+def built_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
+    """The world, built once for the module (tests/class_data.py): every database test of
+    the module walks it, each rolling back its own writes."""
+    yield from built_for_the_class(django_db_blocker, lambda: build_world(build_org()))
+
+
+@pytest.fixture
+def world(built_world: World, db: None) -> World:
+    return copied(built_world)
+
+
+@pytest.fixture
+def org(world: World) -> Org:
+    """The world's organisation: the personas a test adds to it are `web_for`'s too."""
+    return world.org
 
 
 @dataclass(frozen=True)
