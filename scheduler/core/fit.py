@@ -131,6 +131,26 @@ def misfit(
     return Misfit("replicas", flavor, gang, held) if held < gang else None
 
 
+def misfit_in_one_cluster(
+    cap: Capacity, nodes: BoolArray, clusters: IntArray, res: Resources, gang: int, flavor: str
+) -> Misfit | None:
+    """``misfit`` for a job that runs in one cluster (``clusters``: each node's cluster code):
+    a gang no one cluster of ``nodes`` could hold misfits by the most replicas one holds."""
+    found = misfit(cap, nodes, res, gang, flavor)
+    codes = np.unique(clusters[nodes])
+    if found is not None or gang == 1 or len(codes) < 2:
+        return found
+    each = []
+    for code in codes.tolist():
+        alone = misfit(cap, nodes & (clusters == code), res, gang, flavor)
+        if alone is None:
+            return None
+        each.append(alone)
+    if any(m.field != "replicas" for m in each):
+        return closest(each)
+    return replace(max(each, key=lambda m: m.most), one_cluster=True)
+
+
 def _replicas_per_node(
     cap: Capacity, res: Resources, k: int, share: bool, fitting: IntArray
 ) -> IntArray:

@@ -13,13 +13,12 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL
-from scheduler.core.fit import Capacity, Misfit, closest, cpu_only_room, misfit
+from scheduler.core.fit import Capacity, Misfit, cpu_only_room, misfit_in_one_cluster
 from scheduler.core.types import MILLI_PER_GPU, DeviceShare, Node, Resources, Taint, Toleration
 
 IntArray = npt.NDArray[np.int64]
@@ -259,25 +258,6 @@ class ClusterState:
             self._static[key] = mask
         return mask
 
-    def _misfit_in_one_cluster(
-        self, mask: BoolArray, res: Resources, gang: int, flavor: str
-    ) -> Misfit | None:
-        """``misfit`` over ``mask``; with several clusters, a gang no one cluster could hold
-        (a job runs in one) misfits by the most replicas one of them holds."""
-        assert self._capacity is not None
-        found = misfit(self._capacity, mask, res, gang, flavor)
-        if found is not None or gang == 1 or not self.several_clusters:
-            return found
-        each = []
-        for code in np.unique(self.cluster[mask]).tolist():
-            alone = misfit(self._capacity, mask & self.cluster_mask(code), res, gang, flavor)
-            if alone is None:
-                return None
-            each.append(alone)
-        if any(m.field != "replicas" for m in each):
-            return closest(each)
-        return replace(max(each, key=lambda m: m.most), one_cluster=True)
-
     def cluster_mask(self, code: int) -> BoolArray:
         """The nodes of the cluster coded ``code`` (-1: the unlabelled nodes)."""
         mask = self._cluster_masks.get(code)
@@ -309,7 +289,9 @@ class ClusterState:
             if len(self._misfits) >= 4096:  # a state kept across cycles sees many shapes
                 self._misfits.clear()
             mask = self.static_mask(flavor, pools, tolerations, clusters, regions)
-            self._misfits[key] = self._misfit_in_one_cluster(mask, res, gang, flavor)
+            self._misfits[key] = misfit_in_one_cluster(
+                self._capacity, mask, self.cluster, res, gang, flavor
+            )
         return self._misfits[key]
 
     def flavor_code(self, flavor: str) -> int:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from scheduler.core import Profile, ProfileError
-from scheduler.core.fit import Capacity, Misfit, closest, describe, misfit
+from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL
+from scheduler.core.fit import Capacity, Misfit, closest, describe, misfit_in_one_cluster
 from scheduler.core.quota import QuotaLedger, gpus
 from scheduler.core.types import Device, Resources
 from scheduler.core.types import Node as CoreNode
@@ -77,11 +78,26 @@ class FitJudge:
         share = _cpu_only_share() if judge_nodes and not self.res.gpu_milli else 1.0
         self.capacity = Capacity(inv.nodes, today=False, cpu_only_share=share)
         self.flavor_of = np.array([n.flavor for n in inv.nodes], dtype=object)
+        # Several clusters (docs/multicluster.md): the job runs in one, within its placement.
+        cluster = [n.labels.get(CLUSTER_LABEL, "") for n in inv.nodes]
+        region = [n.labels.get(REGION_LABEL, "") for n in inv.nodes]
+        names = {name: code for code, name in enumerate(sorted(set(cluster)))}
+        self.cluster_of = np.array([names[c] for c in cluster], dtype=np.int64)
+        placement = spec.get("placement") or {}
+        self.within = np.ones(len(inv.nodes), dtype=np.bool_)
+        if placement.get("clusters"):
+            self.within &= np.isin(np.array(cluster, dtype=object), placement["clusters"])
+        if placement.get("regions"):
+            self.within &= np.isin(np.array(region, dtype=object), placement["regions"])
         self.misses = Misfits([])
 
     def misses_on(self, flavor: str) -> bool:
-        """True (and the miss kept) when no node of ``flavor`` could hold the job."""
-        miss = misfit(self.capacity, self.flavor_of == flavor, self.res, self.gang, flavor)
+        """True (and the miss kept) when no node of ``flavor`` (in the job's clusters and
+        regions) could hold the job, a gang within one cluster."""
+        nodes = (self.flavor_of == flavor) & self.within
+        miss = misfit_in_one_cluster(
+            self.capacity, nodes, self.cluster_of, self.res, self.gang, flavor
+        )
         if miss is not None:
             self.misses.found.append(miss)
         return miss is not None
@@ -107,8 +123,16 @@ def _inventory(pools: tuple[str, ...]) -> list[CoreNode]:
     ):
         devices[node_id].append(Device(index, memory))
     return [
-        CoreNode(r.name, r.flavor, tuple(devices[r.pk]), r.cpu_milli, r.memory_mib, r.rdma)
-        for r in rows.only("name", "flavor", "cpu_milli", "memory_mib", "rdma")
+        CoreNode(
+            r.name,
+            r.flavor,
+            tuple(devices[r.pk]),
+            r.cpu_milli,
+            r.memory_mib,
+            r.rdma,
+            labels=r.labels,
+        )
+        for r in rows.only("name", "flavor", "cpu_milli", "memory_mib", "rdma", "labels")
     ]
 
 

@@ -62,3 +62,54 @@ def test_a_job_without_placement_keeps_its_spec_as_before(org: Any) -> None:
     serializer = JobSpecSerializer(data=job_spec())
     assert serializer.is_valid(), serializer.errors
     assert "placement" not in serializer.validated_data
+
+
+def _two_clusters() -> None:
+    from scheduler.backends.base import GpuInfo, NodeInfo
+    from scheduler.nodes.services import node_sync
+
+    Cluster.objects.create(name="site-b", backend="simulated", labels={"region": "eu"})
+    gpus = tuple(GpuInfo(i, 81920) for i in range(8))
+    b = {"gantry.io/cluster": "site-b", "gantry.io/region": "eu"}
+    node_sync(
+        [
+            NodeInfo(
+                "h1", "H100-80GB", gpus, 64_000, 1 << 20, labels={"gantry.io/cluster": "local"}
+            ),
+            NodeInfo("site-b:n1", "H100-80GB", gpus, 64_000, 1 << 20, labels=b),
+        ]
+    )
+
+
+def test_a_gang_no_one_cluster_could_hold_is_refused_at_submit_saying_why(
+    org: Any, client_for: Any
+) -> None:
+    _two_clusters()
+    spec = job_spec(replicas=2, resources={"gpus": 8})  # 16 GPUs; each cluster has 8
+    answer = client_for("alice").post(
+        "/api/v1/jobs/", {"project": org.proj_alpha.pk, "spec": spec}, format="json"
+    )
+    assert answer.status_code == 400, answer.json()
+    assert "any one cluster hold at most 1 of the 2 replicas" in str(answer.json()["errors"])
+    assert not Job.objects.exists()
+    one = job_spec(replicas=1, resources={"gpus": 8})
+    assert (
+        client_for("alice")
+        .post("/api/v1/jobs/", {"project": org.proj_alpha.pk, "spec": one}, format="json")
+        .status_code
+        == 201
+    )
+
+
+def test_a_job_whose_required_region_holds_no_such_node_is_refused(
+    org: Any, client_for: Any
+) -> None:
+    _two_clusters()
+    body = {
+        "project": org.proj_alpha.pk,
+        "spec": job_spec(replicas=1, placement={"regions": ["us"]}),
+    }
+    answer = client_for("alice").post("/api/v1/jobs/", body, format="json")
+    assert answer.status_code == 400, answer.json()
+    body["spec"]["placement"] = {"regions": ["eu"]}
+    assert client_for("alice").post("/api/v1/jobs/", body, format="json").status_code == 201
