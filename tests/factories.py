@@ -108,8 +108,8 @@ def seed_priority_classes() -> None:
     from django.apps import apps
 
     migration = importlib.import_module("tenants.migrations.0002_seed_priority_classes")
-    # Seeded already (every test but one after a flush): two counts instead of the seed's
-    # seventeen lookups, a fifth of an organisation's build (tests/conftest.py's build_org).
+    # Seeded already (in every test but one after a flush): two counts instead of the seed's
+    # lookups one row at a time, on every organisation's build (tests/conftest.py's build_org).
     names = [name for name, *_ in migration.CLASSES]
     if PriorityClass.objects.filter(name__in=names).count() == len(names) and (
         PriorityDefault.objects.filter(tenant=None, job_type__in=list(migration.DEFAULTS)).count()
