@@ -59,7 +59,7 @@ from bench.kueue_baseline import CLASSES, TEAMS_PER_COHORT, cluster
 from scheduler.core import Profile
 from scheduler.core.types import JobRequest, Resources, Snapshot
 from scheduler.sim import SimConfig, Simulation, WorkloadJob
-from scheduler.sim.arrivals import ExpectedArrival, arrival_streams, expected_arrivals
+from scheduler.sim.arrivals import LATE_WINDOWS, ExpectedRanges, expected_ranges
 from scheduler.sim.calibration import Calibration, EstimateLog
 from scheduler.sim.engine import StartState
 from scheduler.sim.runtimes import (
@@ -153,12 +153,14 @@ class EstimatingReplay(Simulation):
         arrivals_window_s: float = 0.0,
         arrivals_max: int = 0,
         arrivals_in_p50: bool = True,
+        arrivals_late_windows: float = LATE_WINDOWS,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.every_s, self.max_jobs, self.oracle = every_s, max_jobs, oracle
         self.arrivals_window_s, self.arrivals_max = arrivals_window_s, arrivals_max
         self.arrivals_in_p50 = arrivals_in_p50
+        self.arrivals_late_windows = arrivals_late_windows
         self.expected: list[int] = []  # arrivals expected at each estimate
         self.estimated_at = -self.every_s
         self.estimates: list[Estimate] = []
@@ -196,8 +198,9 @@ class EstimatingReplay(Simulation):
                 model,
                 groups,
                 max_jobs=self.max_jobs,
-                arrivals=arrivals,
+                arrivals=arrivals.p50,
                 arrivals_in_p50=self.arrivals_in_p50,
+                arrivals_p90=arrivals.p90,
             )
             ranges = found.ranges
         if self.log is not None:
@@ -209,19 +212,22 @@ class EstimatingReplay(Simulation):
         for job_id, (p50, p90) in naive.ranges.items():
             self.naive.append(Estimate(job_id, self.now, p50, p90))
 
-    def _expected_arrivals(self, groups: dict[str, Groups]) -> tuple[ExpectedArrival, ...]:
+    def _expected_arrivals(self, groups: dict[str, Groups]) -> ExpectedRanges:
         """The arrivals the daemon would expect (``--arrivals-window``), from the jobs
         submitted so far only; their templates' groups are added to ``groups``."""
         if self.arrivals_window_s <= 0:
-            return ()
+            return ExpectedRanges((), ())
         submitted = (t.request for t in self.tracks.values() if t.spec.arrival_s <= self.now)
-        streams = arrival_streams(submitted, self.now, window_s=self.arrivals_window_s)
-        arrivals = expected_arrivals(
-            streams, self.now, lookahead_s=self.arrivals_window_s, max_count=self.arrivals_max
+        arrivals = expected_ranges(
+            submitted,
+            self.now,
+            window_s=self.arrivals_window_s,
+            max_count=self.arrivals_max,
+            late_windows=self.arrivals_late_windows,
         )
-        for a in arrivals:
+        for a in (*arrivals.p50, *arrivals.p90):
             groups.setdefault(a.like, group(a.job))
-        self.expected.append(len(arrivals))
+        self.expected.append(len(arrivals.p50))
         return arrivals
 
     def _calibrated(
@@ -341,6 +347,7 @@ def run(
     arrivals_window_s: float = 0.0,
     arrivals_max: int = 0,
     arrivals_in_p50: bool = True,
+    arrivals_late_windows: float = LATE_WINDOWS,
 ) -> dict[str, object]:
     jobs = workload(cohorts, fraction, seed, stretch, runtimes)
     replay = EstimatingReplay(
@@ -356,6 +363,7 @@ def run(
         arrivals_window_s=arrivals_window_s,
         arrivals_max=arrivals_max,
         arrivals_in_p50=arrivals_in_p50,
+        arrivals_late_windows=arrivals_late_windows,
     )
     report = replay.run()
     starts = {j.id: j.first_start_s for j in report.jobs}
@@ -389,6 +397,7 @@ def run(
                 "arrivals_window_s": arrivals_window_s,
                 "arrivals_max": arrivals_max,
                 "arrivals_in_p50": arrivals_in_p50,
+                "arrivals_late_windows": arrivals_late_windows,
                 "driven_by": "scheduler.sim (virtual time)",
             },
         }
@@ -454,6 +463,13 @@ def main(argv: list[str] | None = None) -> None:
         help="engine-only: the expected arrivals join the p50 replay too (else the p90's alone)",
     )
     parser.add_argument(
+        "--arrivals-late-windows",
+        type=float,
+        default=LATE_WINDOWS,
+        help="the p90 replay's arrivals are read and expected over this many windows "
+        "(scheduler.sim.arrivals.LATE_WINDOWS; 1: the p50's)",
+    )
+    parser.add_argument(
         "--oracle",
         choices=ORACLES,
         help="engine-only: estimate knowing the true runtimes ('runtimes') and the arrivals "
@@ -504,6 +520,7 @@ def main(argv: list[str] | None = None) -> None:
             arrivals_window_s=args.arrivals_window,
             arrivals_max=args.arrivals_max,
             arrivals_in_p50=args.arrivals_in_p50,
+            arrivals_late_windows=args.arrivals_late_windows,
         )
     elif args.demo:
         out = run_demo(args, loaded.profile, every_s=args.every or 1.0)
@@ -590,6 +607,7 @@ def run_daemon(
             workdir=Path(workdir),
             arrivals_window_s=args.arrivals_window,
             arrivals_max=args.arrivals_max,
+            arrivals_late_windows=args.arrivals_late_windows,
         )
     return out | {
         "trace": {
@@ -606,6 +624,7 @@ def run_daemon(
             "max_jobs": args.max_jobs,
             "arrivals_window_s": args.arrivals_window,
             "arrivals_max": args.arrivals_max,
+            "arrivals_late_windows": args.arrivals_late_windows,
             "driven_by": "scheduler daemon on the simulated cluster (wall-clock time)",
         }
     }

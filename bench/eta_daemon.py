@@ -35,6 +35,7 @@ from bench.kueue_baseline import CLASSES, NODES_PER_COHORT
 from bench.kueue_e2e import CLASSES as E2E_CLASSES
 from bench.kueue_e2e import scenario_teams
 from scheduler.core import Profile
+from scheduler.sim.arrivals import LATE_WINDOWS
 from scheduler.sim.runtimes import quantile
 
 FLAVOR = "gpu"
@@ -161,6 +162,7 @@ def run(
     workdir: Path,
     arrivals_window_s: float = 0.0,
     arrivals_max: int = 200,
+    arrivals_late_windows: float = LATE_WINDOWS,
 ) -> dict[str, Any]:
     """The daemon-mode replay on the database Django is set up on (PostgreSQL or SQLite;
     it must be empty of jobs). Returns the figures and `bench.eta.score`'s."""
@@ -195,6 +197,7 @@ def run(
         calibrate,
         arrivals_window_s,
         arrivals_max,
+        arrivals_late_windows,
     )
     estimated: set[tuple[int, float]] = set()  # (job, estimated_at) per the daemon's refreshes
     refreshes: list[dict[str, Any]] = []

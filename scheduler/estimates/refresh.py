@@ -41,7 +41,7 @@ from scheduler.estimates import worker as eta_worker
 from scheduler.estimates.arrivals import arrivals_expected
 from scheduler.leader import LeaseLost
 from scheduler.models import Allocation, Job, JobQueueEstimate, JobState
-from scheduler.sim.arrivals import ExpectedArrival
+from scheduler.sim.arrivals import LATE_WINDOWS, ExpectedArrival, ExpectedRanges
 from scheduler.sim.calibration import Calibration, EstimateLog
 from scheduler.sim.runtimes import Finished, Groups, RuntimeModel, estimate_queue, groups_of
 from scheduler.snapshot.build import Snapshot, as_planned, build_snapshot
@@ -70,6 +70,8 @@ class EtaSettings:
     # `arrivals_max` of them within as long again (`scheduler.estimates.arrivals`).
     arrivals_window_s: float = 0.0
     arrivals_max: int = 200
+    # The p90 replay's arrivals over this many windows (`sim.arrivals.expected_ranges`).
+    arrivals_late_windows: float = LATE_WINDOWS
 
     @classmethod
     def from_settings(cls) -> EtaSettings:
@@ -146,7 +148,7 @@ def refresh_estimates(
     monotonic: Callable[[], float] = time.monotonic,
     fence: Callable[[], None] = lambda: None,
     record: EstimateLog | None = None,
-    arrivals: Sequence[ExpectedArrival] = (),
+    arrivals: ExpectedRanges | Sequence[ExpectedArrival] = (),
     arrival_groups: Mapping[str, Groups] | None = None,
 ) -> Refreshed:
     """Steps 2-4 of the module docstring on a snapshot built by `build_snapshot` (`rows`:
@@ -154,8 +156,10 @@ def refresh_estimates(
     called inside the writing transaction (the daemon's `Lease.fence`); `record`, the
     estimator's own record (`sim.calibration`), keeps the replay's ranges and corrects
     them (the caller settles it with the starts since its last refresh). `arrivals`: the
-    jobs expected meanwhile (`scheduler.estimates.arrivals`), `arrival_groups` the groups
-    of the jobs they are like."""
+    jobs expected meanwhile (`scheduler.estimates.arrivals`; a sequence: the same in both
+    replays), `arrival_groups` the groups of the jobs they are like."""
+    if not isinstance(arrivals, ExpectedRanges):
+        arrivals = ExpectedRanges(tuple(arrivals), tuple(arrivals))
     groups = {core_job_id(key): job_groups(row) for key, row in rows.items()}
     groups = {**(arrival_groups or {}), **groups}
     deadline = monotonic() + config.budget_s
@@ -167,7 +171,8 @@ def refresh_estimates(
         groups,
         max_jobs=config.max_jobs,
         stop=lambda: monotonic() >= deadline,
-        arrivals=arrivals,
+        arrivals=arrivals.p50,
+        arrivals_p90=arrivals.p90,
     )
     ranges = found.ranges
     if record is not None:  # 3b. corrected by the record of past estimates
@@ -411,14 +416,15 @@ class EtaRefresher:
             self.record = EstimateLog(Calibration(floor_s=max(1.0, self.config.every_s)))
         return self.record
 
-    def _arrivals(self, now: float) -> tuple[tuple[ExpectedArrival, ...], dict[str, Groups]]:
+    def _arrivals(self, now: float) -> tuple[ExpectedRanges, dict[str, Groups]]:
         if self.config.arrivals_window_s <= 0:
-            return (), {}
+            return ExpectedRanges((), ()), {}
         return arrivals_expected(
             now,
             job_groups,
             window_s=self.config.arrivals_window_s,
             max_count=self.config.arrivals_max,
+            late_windows=self.config.arrivals_late_windows,
         )
 
     def _model(self, now: float) -> RuntimeModel:

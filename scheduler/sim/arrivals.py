@@ -16,6 +16,12 @@ alike jobs (``Shape``: tenant, priority class, milli-GPU per replica, replicas, 
 
 ``expected_arrivals`` keeps those within ``lookahead_s`` of now, the first ``max_count`` of
 them in time order: every one is a job more for the replay to carry.
+
+``expected_ranges`` gives the two replays of a start range their own arrivals: the p50's
+those of the window, the p90's those of ``LATE_WINDOWS`` windows (streams read over a longer
+past and continued as far ahead), the later start that more arrivals make likely. A short
+window alone leaves the range too narrow on the side of late starts; a long one alone moves
+the p50 later than most jobs start (a stream kept alive past its end, docs/queue-estimates.md).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ Shape = tuple[str, str, int, int, tuple[str, ...]]
 # A stream is over once this many of its gaps passed without a submission: by then a
 # periodic or Poisson source (P = e^-2 ~ 0.14) would most likely have submitted again.
 STALE_GAPS = 2.0
+
+# The p90 replay's arrivals are read and continued over this many of the p50's windows.
+LATE_WINDOWS = 3.0
 
 
 def shape(job: JobRequest) -> Shape:
@@ -103,3 +112,40 @@ def expected_arrivals(
             found.append(ExpectedArrival(job, at, template.id))
     found.sort(key=lambda a: (a.at_s, a.job.id))
     return tuple(found[: max(0, max_count)])
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedRanges:
+    """The arrivals each replay of a start range expects: ``p50`` within the window, ``p90``
+    within ``LATE_WINDOWS`` of them (``expected_ranges``)."""
+
+    p50: tuple[ExpectedArrival, ...]
+    p90: tuple[ExpectedArrival, ...]
+
+    @property
+    def templates(self) -> set[str]:
+        """The ids of the jobs the arrivals are like (their runtime groups are needed)."""
+        return {a.like for a in (*self.p50, *self.p90)}
+
+
+def expected_ranges(
+    submitted: Iterable[JobRequest],
+    now: float,
+    *,
+    window_s: float,
+    max_count: int,
+    late_windows: float = LATE_WINDOWS,
+) -> ExpectedRanges:
+    """The p50 replay's arrivals: the streams of the last ``window_s`` continued as far
+    ahead; the p90's: those of ``late_windows`` times as long, continued as far (at least
+    the window: ``late_windows`` under 1 counts as 1). Each at most ``max_count``."""
+    jobs = list(submitted)
+    early = arrival_streams(jobs, now, window_s=window_s)
+    p50 = expected_arrivals(early, now, lookahead_s=window_s, max_count=max_count)
+    late_s = window_s * max(1.0, late_windows)
+    if late_s == window_s:
+        return ExpectedRanges(p50, p50)
+    late = arrival_streams(jobs, now, window_s=late_s)
+    return ExpectedRanges(
+        p50, expected_arrivals(late, now, lookahead_s=late_s, max_count=max_count)
+    )

@@ -184,12 +184,15 @@ def estimate_start_ranges(
     stop: Callable[[], bool] | None = None,
     arrivals: Sequence[ExpectedArrival] = (),
     arrivals_in_p50: bool = True,
+    arrivals_p90: Sequence[ExpectedArrival] | None = None,
 ) -> StartRanges:
     """Replay ``snapshot`` at p50 then at p90 runtimes. ``groups``: job id -> its groups,
     for pending and running jobs (one missing has no history); the ``arrivals`` expected
     meanwhile (``sim.arrivals``) join both replays, judged by the groups of the job each
     is like (the p90's alone without ``arrivals_in_p50``: the range then spans the present
-    alone to the present with its expected arrivals). ``stop`` is shared: once
+    alone to the present with its expected arrivals). ``arrivals_p90``, when given, replaces
+    ``arrivals`` in the p90 replay (the arrivals of a longer lookahead: a later start that
+    more of them make likely). ``stop`` is shared: once
     it says stop, the replay under way and any after it end. When every job's p50 and p90
     runtimes are the same (no history, no max runtimes), the replays would be the same
     (a replay is deterministic): it runs once."""
@@ -197,9 +200,11 @@ def estimate_start_ranges(
     for r in snapshot.running:
         elapsed = snapshot.now - r.started_at
         runtimes[r.job.id] = model.runtime(r.job, groups.get(r.job.id, ()), elapsed)
-    for a in arrivals:
+    late = arrivals if arrivals_p90 is None else arrivals_p90
+    for a in (*arrivals, *late):
         runtimes[a.job.id] = model.runtime(a.job, groups.get(a.like, ()))
     default = model.unbounded_runtime_s
+    early = arrivals if arrivals_in_p50 else ()
     p50 = estimate_starts_within(
         snapshot,
         profile,
@@ -207,9 +212,9 @@ def estimate_start_ranges(
         horizon_s=horizon_s,
         runtimes={k: v.p50_s for k, v in runtimes.items()},
         stop=stop,
-        arrivals=arrivals if arrivals_in_p50 else (),
+        arrivals=early,
     )
-    if all(v.p50_s == v.p90_s for v in runtimes.values()) and (arrivals_in_p50 or not arrivals):
+    if all(v.p50_s == v.p90_s for v in runtimes.values()) and tuple(early) == tuple(late):
         return StartRanges(p50, p50)
     p90 = estimate_starts_within(
         snapshot,
@@ -218,7 +223,7 @@ def estimate_start_ranges(
         horizon_s=horizon_s,
         runtimes={k: v.p90_s for k, v in runtimes.items()},
         stop=stop,
-        arrivals=arrivals,
+        arrivals=late,
     )
     return StartRanges(p50, p90)
 
@@ -246,6 +251,7 @@ def estimate_queue(
     stop: Callable[[], bool] | None = None,
     arrivals: Sequence[ExpectedArrival] = (),
     arrivals_in_p50: bool = True,
+    arrivals_p90: Sequence[ExpectedArrival] | None = None,
 ) -> QueueEstimate:
     """Positions of every queued job, and start ranges of the head of the queue: the jobs
     behind the first ``max_jobs`` cannot start before those (bar backfill), and a replay
@@ -266,6 +272,7 @@ def estimate_queue(
         stop=stop,
         arrivals=arrivals,
         arrivals_in_p50=arrivals_in_p50,
+        arrivals_p90=arrivals_p90,
     )
     return QueueEstimate(
         positions,

@@ -61,9 +61,28 @@ def test_the_next_arrival_continues_the_stream(one_node: Env) -> None:
     env = one_node
     _submitted(env, 1500)
     latest = _submitted(env, 500)
-    found, groups = arrivals_expected(env.clock(), job_groups, window_s=3600, max_count=10)
-    assert [a.at_s - env.clock() for a in found] == [500.0, 1500.0, 2500.0, 3500.0]
-    assert {a.like for a in found} == set(groups) == {str(latest.pk)}
+    found, groups = arrivals_expected(
+        env.clock(), job_groups, window_s=3600, max_count=10, late_windows=1.0
+    )
+    assert [a.at_s - env.clock() for a in found.p50] == [500.0, 1500.0, 2500.0, 3500.0]
+    assert found.p90 == found.p50
+    assert {a.like for a in found.p50} == set(groups) == {str(latest.pk)}
+
+
+def test_the_p90_replay_reads_the_streams_of_a_longer_past(one_node: Env) -> None:
+    # created 2500, 1500 and 500 s ago: within the window of 1000 s only the last (no
+    # stream, no arrival at the p50); within 3 windows all three, one every 1000 s, the
+    # next 500 s from now, then 1500 and 2500 (within 3000 s)
+    env = one_node
+    _submitted(env, 2500)
+    _submitted(env, 1500)
+    latest = _submitted(env, 500)
+    found, groups = arrivals_expected(
+        env.clock(), job_groups, window_s=1000, max_count=10, late_windows=3.0
+    )
+    assert found.p50 == ()
+    assert [a.at_s - env.clock() for a in found.p90] == [500.0, 1500.0, 2500.0]
+    assert set(groups) == {str(latest.pk)}
 
 
 def test_the_refresh_expects_a_higher_priority_arrival(one_node: Env) -> None:

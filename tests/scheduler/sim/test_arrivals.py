@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.sim import estimate_starts, estimate_starts_within
-from scheduler.sim.arrivals import arrival_streams, expected_arrivals
+from scheduler.sim.arrivals import arrival_streams, expected_arrivals, expected_ranges
 from scheduler.sim.runtimes import Finished, RuntimeModel, estimate_queue
 from tests.scheduler.core.builders import BEST_FIT, make_job, make_node, make_running, snapshot
 
@@ -115,5 +115,47 @@ def test_the_range_may_span_the_present_alone_to_the_expected_arrivals():
     snap, arrivals = _one_node_busy_until_200()
     found = estimate_queue(
         snap, BEST_FIT, RuntimeModel([]), {}, max_jobs=10, arrivals=arrivals, arrivals_in_p50=False
+    )
+    assert found.ranges == {"low": (200.0, 500.0)}
+
+
+def test_the_p90_replay_expects_the_arrivals_of_a_longer_window():
+    # a every 10 from 0 to 30, b at -30 and 0; now 35, window 25, 3 windows for the p90:
+    # p50: (10, 35] holds a's 20 and 30 (gap 10: 40, 50, 60 within 35 + 25) and one of b's
+    # (no stream); p90: (-40, 35] holds a's four (40, ..., 110 within 35 + 75) and b's two
+    # (gap 30 from 0: 60, 90)
+    submitted = [*at(0, 10, 20, 30, job="a"), *at(-30, 0, job="b", tenant="team-b")]
+    found = expected_ranges(submitted, 35.0, window_s=25.0, max_count=20, late_windows=3.0)
+    assert [(x.at_s, x.like) for x in found.p50] == [(40.0, "a-3"), (50.0, "a-3"), (60.0, "a-3")]
+    assert [(x.at_s, x.like) for x in found.p90] == [
+        (40.0, "a-3"),
+        (50.0, "a-3"),
+        (60.0, "a-3"),
+        (60.0, "b-1"),
+        (70.0, "a-3"),
+        (80.0, "a-3"),
+        (90.0, "a-3"),
+        (90.0, "b-1"),
+        (100.0, "a-3"),
+        (110.0, "a-3"),
+    ]
+    assert found.templates == {"a-3", "b-1"}
+
+
+@pytest.mark.parametrize("late_windows", [1.0, 0.5], ids=["one", "under-one"])
+def test_one_window_gives_both_replays_the_same_arrivals(late_windows):
+    found = expected_ranges(
+        at(0, 10, 20, 30), 35.0, window_s=25.0, max_count=20, late_windows=late_windows
+    )
+    assert [x.at_s for x in found.p50] == [40.0, 50.0, 60.0]
+    assert found.p90 == found.p50
+
+
+def test_arrivals_of_the_p90_replay_alone_move_the_p90_start():
+    # the high job expected at 150 in the p90 replay only: "low" starts when r ends (200)
+    # at its p50, after the high job (200 + 300 = 500) at its p90
+    snap, arrivals = _one_node_busy_until_200()
+    found = estimate_queue(
+        snap, BEST_FIT, RuntimeModel([]), {}, max_jobs=10, arrivals=(), arrivals_p90=arrivals
     )
     assert found.ranges == {"low": (200.0, 500.0)}
