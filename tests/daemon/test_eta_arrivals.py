@@ -104,6 +104,9 @@ def test_the_refresh_expects_a_higher_priority_arrival(one_node: Env) -> None:
     started = Allocation.objects.get(job=runner).started_at
     estimate = JobQueueEstimate.objects.get(job=waiting)
     assert estimate.eta_p50 == started + timedelta(seconds=4000 + 4 * 2000)
+    # the p90 replay reads 3 hours back and expects as far ahead: 500, 1500, ..., 10500, all
+    # queued ahead of "waiting" before the last leaves: 4000 + 11 x 2000
+    assert estimate.eta_p90 == started + timedelta(seconds=4000 + 11 * 2000)
     # the same without arrivals: when the runner ends
     daemon.estimates = EtaRefresher(SETTINGS)
     env.run(daemon, seconds=1)
