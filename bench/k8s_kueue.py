@@ -998,6 +998,222 @@ def run_gantry(
     }
 
 
+# -- Gantry, Kubernetes-native -------------------------------------------------------------------
+
+
+def native_job(arrival: Arrival, namespace: str, username: str) -> dict[str, Any]:
+    """The batch/v1 Job a user would create for `arrival`, as Gantry's webhook stores it (held:
+    suspended, labelled, its creator annotated, Gantry's scheduler on its template). The
+    webhook's own answer is measured apart (`python -m bench.webhook`)."""
+    from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY, LABEL_MANAGED, SCHEDULER_NAME
+
+    container = {
+        "name": "main",
+        "image": "bench/job:1",
+        # A project namespace enforces Pod Security `restricted`: its Jobs' pods comply.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "env": [{"name": DURATION_ENV, "value": str(arrival.duration_s)}],
+        "resources": {
+            "requests": {GPU: str(arrival.gpus), "cpu": "1", "memory": "1Gi"},
+            "limits": {GPU: str(arrival.gpus)},
+        },
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": arrival.name,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED: "true", "gantry.io/priority-class": f"kueue-{arrival.klass}"},
+            "annotations": {ANNOTATION_SUBMITTED_BY: username},
+        },
+        "spec": {
+            "suspend": True,
+            "parallelism": arrival.replicas,
+            "completions": arrival.replicas,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "schedulerName": SCHEDULER_NAME,
+                    "restartPolicy": "Never",
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                }
+            },
+        },
+    }
+
+
+def _job_submitter(
+    batch: Any, arrivals: list[Arrival], targets: dict[str, tuple[str, str]], start_wall: float,
+    created: dict[str, float], stop: threading.Event,
+) -> None:  # fmt: skip
+    """Creates each arrival's Job at its time, noting when the API server had it."""
+    for arrival in arrivals:
+        wait = start_wall + arrival.at_s - time.time()
+        if wait > 0 and stop.wait(wait):
+            return
+        namespace, username = targets[arrival.queue]
+        _create(batch.create_namespaced_job, namespace, native_job(arrival, namespace, username))
+        created[arrival.name] = time.time()
+
+
+def _controller_loop(controller: Any, stop: threading.Event, every_s: float) -> None:
+    from django.db import connection
+
+    try:
+        while not stop.is_set():
+            try:
+                stats = controller.sync()
+            except Exception as error:  # a failed pass is tried again, as the process does
+                _say(f"workload controller: {type(error).__name__}: {error}")
+            else:
+                if stats.refused:
+                    why = next(iter(controller.refusals.values()), "")
+                    _say(f"workload controller: {stats.refused} refused, e.g. {why}")
+            stop.wait(every_s)
+    finally:
+        connection.close()
+
+
+def run_gantry_native(
+    api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str | None,
+    limit_s: float, say: Say, *, interval_s: float = 2.0, controller_every_s: float = 0.5,
+) -> dict[str, Any]:  # fmt: skip
+    """Gantry's Kubernetes-native half: each arrival is a batch/v1 Job created in its team's
+    namespace; the workload controller queues it as its user, the daemon admits it
+    (unsuspends it), the job controller of the plane makes its pods and Gantry binds them.
+    Admission is measured from the Job's creation."""
+    from bench.daemon_setup import fresh_database
+
+    if database_url:
+        fresh_database(database_url)
+    from kubernetes import client
+
+    from bench.bench_profile import bench_profile
+    from bench.kueue_e2e import setup
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
+    from scheduler.backends.kubernetes.config import KubernetesConfig
+    from scheduler.daemon.loop import Daemon
+    from scheduler.leader import Lease
+    from scheduler.models import FINAL_STATES, Allocation, Job, JobEvent
+    from scheduler.workloads.controller import WorkloadController
+
+    org, classes = setup()
+    scheduling: Any = client.SchedulingV1Api(api)
+    for klass in classes.values():
+        body = {"metadata": {"name": f"gantry-{klass.name}"}, "value": klass.value,
+                "preemptionPolicy": "Never"}  # fmt: skip
+        _create(scheduling.create_priority_class, body)
+    config = KubernetesConfig(
+        flavor_overrides={PRODUCT: FLAVOR}, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
+    )
+    backend = KubernetesBackend(api, config)
+    from tenants.models import Membership
+
+    targets: dict[str, tuple[str, str]] = {}
+    for queue, (tenant, user, project) in org.items():
+        # The team's member who creates its Jobs (the DB half inserts rows, needing none).
+        Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": "member"})
+        backend.ensure_namespace(project.namespace)
+        targets[queue] = (project.namespace, user.get_username())
+    created: dict[str, float] = {}
+    finished = 0
+    phases: dict[str, float] = {}
+
+    def on_cycle(d: Daemon) -> None:
+        nonlocal finished
+        finished += 1
+        for name, ms in (d.last.phases_ms if d.last else {}).items():
+            phases[name] = phases.get(name, 0.0) + ms / 1000
+        over = time.time() - start_wall >= limit_s
+        if over or (
+            finished % 10 == 0
+            and len(created) == len(arrivals)
+            and Job.objects.count() == len(arrivals)
+            and not Job.objects.exclude(state__in=FINAL_STATES).exists()
+        ):
+            d.stop.set()
+
+    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=bench_profile("no-min-runtime").profile,
+                    interval_s=interval_s, max_pending=500, per_queue=50, sync_every_s=1.0,
+                    on_cycle=on_cycle)  # fmt: skip
+    daemon.lease.acquire()
+    daemon.sync_nodes(force=True)
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True),
+        threading.Thread(
+            target=_controller_loop,
+            args=(WorkloadController(backend), stop, controller_every_s),
+            daemon=True,
+        ),
+        threading.Thread(
+            target=_job_submitter,
+            args=(client.BatchV1Api(api), arrivals, targets, time.time(), created, stop),
+            daemon=True,
+        ),
+    ]
+    say(f"Gantry, Kubernetes-native: {len(arrivals)} Jobs")
+    start_wall = time.time()
+    for thread in threads:
+        thread.start()
+    try:
+        daemon.run()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    by_name = {a.name: a for a in arrivals}
+    jobs = dict(Job.objects.values_list("id", "name"))
+    admitted: dict[str, float] = {}
+    for job_id, at in (
+        JobEvent.objects.filter(to_state="admitted").order_by("at").values_list("job_id", "at")
+    ):
+        admitted.setdefault(jobs[job_id], at.timestamp())
+    finished_at = {
+        name: at.timestamp()
+        for name, at in Job.objects.filter(state="succeeded").values_list("name", "finished_at")
+        if at is not None
+    }
+    gpu_s = 0.0
+    for began, ended, milli in Allocation.objects.filter(ended_at__isnull=False).values_list(
+        "started_at", "ended_at", "gpu_milli"
+    ):
+        gpu_s += ((ended or began) - began).total_seconds() * milli / 1000
+    tally = Tally(start_wall, dict(created), admitted, finished_at, gpu_s)
+    figures = tally.figures([by_name[n] for n in created if n in by_name])
+    batch: Any = client.BatchV1Api(api)
+    stuck = []
+    for name, state, namespace in Job.objects.exclude(state="succeeded").values_list(
+        "name", "state", "project__namespace"
+    )[:3]:  # what the Jobs of jobs that did not finish say, to read why
+        found = _json(batch.read_namespaced_job(name, namespace, _preload_content=False))
+        status = found.get("status") or {}
+        stuck.append({"job": name, "state": state, "suspend": found["spec"].get("suspend"),
+                      "active": status.get("active"), "conditions": [
+                          c["type"] for c in status.get("conditions") or ()]})  # fmt: skip
+    return figures | {
+        "not_finished": stuck,
+        "ended_as_their_jobs_did": Job.objects.filter(state="cancelled").count(),
+        "workloads": len(arrivals),
+        "created": len(created),
+        "queued": len(jobs),
+        "preemptions": JobEvent.objects.filter(to_state="preempted").count(),
+        "cycles": finished,
+        "phases_s": {
+            name: round(seconds, 1)
+            for name, seconds in sorted(phases.items(), key=lambda item: -item[1])[:6]
+        },
+        "admission_from": "the Job's creation in Kubernetes (the webhook's answer apart)",
+    }
+
+
 # -- both ----------------------------------------------------------------------------------------
 
 
@@ -1006,6 +1222,8 @@ def run_kueue_scenario(
     fraction: float,
     *,
     kueue: bool = True,
+    native: bool = False,
+    from_database: bool = True,
     database_url: str | None = DEFAULT_DATABASE_URL,
     limit_s: float = 900.0,
     work_dir: Path | None = None,
@@ -1013,8 +1231,11 @@ def run_kueue_scenario(
 ) -> dict[str, Any]:
     """Kueue's scenario at `fraction`, by Kueue and by Gantry on one plane from `plane_factory`
     (a context manager that yields a started ControlPlane and stops it after). `kueue=False`
-    runs Gantry alone, and the Kueue half says why (`skipped`). Gantry's jobs go to a fresh
-    database at `database_url`, or to Django's database as it is when None (a test's)."""
+    runs Gantry alone, and the Kueue half says why (`skipped`). `native` adds Gantry's
+    Kubernetes-native half (the arrivals as batch/v1 Jobs, `gantry_native`);
+    `from_database=False` leaves out the half whose jobs are inserted as rows. Gantry's jobs
+    go to a fresh database at `database_url`, or to Django's database as it is when None (a
+    test's)."""
     from kubernetes import config as kube_config
 
     arrivals = plan(fraction)
@@ -1045,7 +1266,12 @@ def run_kueue_scenario(
                     out["kueue"] = {"error": f"{type(error).__name__}: {error}"}
             else:
                 out["kueue"] = {"skipped": KUEUE_LEFT_OUT}
-            out["gantry"] = run_gantry(api, kubelets, arrivals, database_url, limit_s, say)
+            if from_database:
+                out["gantry"] = run_gantry(api, kubelets, arrivals, database_url, limit_s, say)
+            if native:
+                out["gantry_native"] = run_gantry_native(
+                    api, kubelets, arrivals, database_url, limit_s, say
+                )
         finally:
             stop.set()
             if beating is not None:
@@ -1064,6 +1290,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Kueue's scenario by Kueue and by Gantry")
     parser.add_argument("--fraction", type=float, default=0.1, help="of each queue's workloads")
     parser.add_argument("--no-kueue", action="store_true", help="run Gantry alone")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="also run Gantry's Kubernetes-native half (the jobs as batch/v1 Jobs)",
+    )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--limit", type=float, default=900.0, help="give up after, s (each)")
     parser.add_argument("--plane-dir", type=Path, help="the control plane's folder (a temp one)")
@@ -1074,6 +1305,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="k8s-kueue-"))
     folder = args.plane_dir or work / "plane"
     out = run_kueue_scenario(lambda: own_plane(folder), args.fraction, kueue=not args.no_kueue,
+                             native=args.native,
                              database_url=args.database_url, limit_s=args.limit,
                              work_dir=work)  # fmt: skip
     print(json.dumps(out, indent=2))

@@ -138,3 +138,26 @@ def test_gantry_runs_kueues_scenario_at_a_tiny_fraction_on_a_real_plane(
     assert gantry["finished"] == gantry["admitted"] == gantry["workloads"] == 90
     assert all(gantry["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))
     assert gantry["wall_s"] > 0 and gantry["usage_pct"] > 0
+
+
+def test_gantry_runs_kueues_scenario_from_jobs_created_in_kubernetes(
+    transactional_db: Any, tmp_path: Path
+) -> None:
+    """The same arrivals as batch/v1 Jobs in the teams' namespaces: queued by the workload
+    controller, admitted by the daemon, their pods made by the plane's job controller."""
+    out = k8s_kueue.run_kueue_scenario(
+        lambda: k8s_kueue.own_plane(tmp_path / "cp"),
+        0.0001,
+        kueue=False,
+        native=True,
+        from_database=False,
+        database_url=None,
+        limit_s=300.0,
+        work_dir=tmp_path,
+        say=lambda _line: None,
+    )
+    native = out["gantry_native"]
+    assert "gantry" not in out
+    assert native["created"] == native["queued"] == native["workloads"] == 90
+    assert native["finished"] + native["ended_as_their_jobs_did"] == 90, native["not_finished"]
+    assert all(native["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))

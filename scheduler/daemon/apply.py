@@ -43,6 +43,9 @@ class Plan:
     allocations: dict[int, list[int]] = field(default_factory=dict)  # job id -> allocation ids
     claimed: set[int] = field(default_factory=set)  # queued -> admitted (others grow)
     deletions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, grace
+    # Users' Jobs (issue 37) whose jobs were preempted: suspended, their pods left to their
+    # controller (a pod Gantry deleted would count against the Job's backoffLimit).
+    suspensions: list[tuple[str, str]] = field(default_factory=list)  # ns, "jobs/<name>"
     preempted: int = 0
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
     reasons: dict[int, str] = field(default_factory=dict)  # job id -> changed reason to write
@@ -184,11 +187,26 @@ def _preempt(built: Built, chosen: Decisions, plan: Plan, now: datetime) -> None
             stopping += shrinking
     # The preemptors' histories: what each caused (a victim chosen again is not told again).
     insert_events(preemptor_rows(caused, {job_pk(r.job.id): r for r in built.snapshot.running}))
+    held = _workloads({a.job_id for a in stopping})
     for allocation in stopping:
         allocation.end_reason = "preempted"
-        plan.deletions.append((allocation.namespace, allocation.pod_name, 30))
+        if allocation.job_id not in held:
+            plan.deletions.append((allocation.namespace, allocation.pod_name, 30))
+    plan.suspensions += sorted(
+        {(a.namespace, held[a.job_id]) for a in stopping if a.job_id in held}
+    )
     if stopping:
         Allocation.objects.bulk_update(stopping, ["end_reason"])
+
+
+def _workloads(job_ids: set[int]) -> dict[int, str]:
+    """Of `job_ids`, the jobs of users' Jobs (issue 37): job id -> "jobs/<name>"."""
+    if not job_ids:
+        return {}
+    rows = Job.objects.filter(id__any=list(job_ids)).values_list("id", "spec__workload")
+    return {
+        i: f"jobs/{w['name']}" for i, w in rows if isinstance(w, dict) and w.get("kind") == "Job"
+    }
 
 
 def _victim_devices(built: Built, chosen: Decisions) -> set[tuple[str, int]]:

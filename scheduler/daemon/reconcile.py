@@ -162,7 +162,11 @@ class Reconciler:
             pod, on_lost_node = pods.get(a["pod_name"]), a["node__name"] in lost
             if pod is None or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or on_lost_node:
                 to_release.append(a["id"])
-            if pod is not None and (on_lost_node or not pod.deleting):
+            if (
+                pod is not None
+                and (on_lost_node or not pod.deleting)
+                and not workloads.keeps_pods(job)
+            ):
                 deletions.append((a["namespace"], a["pod_name"], 0 if on_lost_node else 30))
         deadline = timedelta(seconds=self.limits.binding_timeout_s)
         verdicts = {
@@ -201,7 +205,9 @@ class Reconciler:
             [
                 (a["namespace"], a["pod_name"], 30)
                 for a in ended
-                if (p := pods.get(a["pod_name"])) is not None and not p.deleting
+                if (p := pods.get(a["pod_name"])) is not None
+                and not p.deleting
+                and not (workloads.workload_of(jobs[a["job_id"]]) and a in failed)
             ],
         )
         return stats

@@ -1,10 +1,11 @@
 """Reconcile's part for Jobs users created in Kubernetes (issue 37, docs/kubernetes-native.md).
 
-Gantry admits such a Job by labelling its pod template with the job and attempt and
-unsuspending it (`KubernetesBackend.admit_workload`, in the cycle's bind phase); the Job's
-controller then makes the pods, with names of its own. Until it has, each replica's allocation
-holds a stand-in name (`pod_name(job, attempt, replica)`, the name Gantry would have given).
-At each reconcile:
+Gantry admits such a Job by labelling its pod template with the job (once: a Job's template
+cannot change after it has run, so the label names no attempt) and unsuspending it
+(`KubernetesBackend.admit_workload`, in the cycle's bind phase); the Job's controller then
+makes the pods, with names of its own. Until it has, each replica's allocation holds a
+stand-in name (`pod_name(job, attempt, replica)`, the name Gantry would have given). At each
+reconcile:
 
 1. adopt: a pod of an admitted attempt that no allocation names takes the stand-in of a
    replica still waiting for one (its completion index's replica where it has one), and is
@@ -31,6 +32,9 @@ from scheduler.models import Allocation, JobState
 log = logging.getLogger("gantry.daemon")
 Row = Mapping[str, Any]
 WAITING = "its Job has not made the pod yet"
+# A job in these states keeps its Job unsuspended (an older attempt's allocations stopping
+# beside a newer one's must not suspend it again).
+LIVE = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING, JobState.SUCCEEDED})
 
 
 def workload_of(row: Row) -> str:
@@ -53,27 +57,33 @@ def adopt(
     """Steps 1 and 2: `allocs` with the adopted pods' names (new dicts: the given ones are
     the cache's), the adoptions written; `pods` gains a Pending stand-in for each replica
     still waiting."""
-    waiting: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    waiting: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for a in allocs:
         job = jobs.get(a["job_id"])
         if job is None or not workload_of(job) or a["end_reason"] or a["attempt"] != job["attempt"]:
             continue
         if a["pod_name"] == _stand_in(a):
-            waiting[(a["job_id"], a["attempt"])].append(a)
+            waiting[a["job_id"]].append(a)
     if not waiting:
         return list(allocs)
     named = {a["pod_name"] for a in allocs}
+    current = {job_id: slots[0]["attempt"] for job_id, slots in waiting.items()}
     adopted: dict[int, str] = {}
     strays = sorted(
         (
             p
             for p in pods.values()
-            if p.name not in named and (p.job_id, p.attempt) in waiting and not p.deleting
+            if p.name not in named
+            and p.job_id in waiting
+            # A Job's pods name no attempt: the one waiting now is theirs (the last one's
+            # pods were gone, or going, before its job was requeued).
+            and p.attempt in (-1, current[p.job_id])
+            and not p.deleting
         ),
         key=lambda p: p.name,
     )
     for pod in strays:
-        slots = waiting[(pod.job_id, pod.attempt)]
+        slots = waiting[pod.job_id]
         slot = next((a for a in slots if a["replica"] == pod.replica), slots[0] if slots else None)
         if slot is None:
             continue  # more pods than replicas: an orphan, deleted as any other
@@ -130,15 +140,27 @@ def suspend_stopped(
         if job is None or a["job_id"] in done or not (workload := workload_of(job)):
             continue
         done.add(a["job_id"])
-        if job["state"] == JobState.SUCCEEDED and not ended:
-            continue  # its Job completes on its own
-        namespace = a["namespace"]
+        if not ended and job["state"] in LIVE:
+            continue  # its Job completes on its own, or runs again under a newer attempt
+        suspend_workload(cluster, a["namespace"], workload)
 
-        def suspend(namespace: str = namespace, workload: str = workload) -> None:
-            backend: Any = cluster.backend  # the Kubernetes backend: only it has such jobs
-            backend.suspend_workload(namespace, workload)
 
-        try:
-            cluster.call(suspend)
-        except BackendError as error:
-            log.warning("suspending %s failed (tried again next cycle): %s", workload, error)
+def suspend_workload(cluster: Cluster, namespace: str, workload: str) -> None:
+    """Suspend the Job `workload` names ("jobs/<name>"), fenced; a failure is logged (reconcile
+    suspends a stopped job's Job again at its next pass)."""
+
+    def suspend() -> None:
+        backend: Any = cluster.backend  # the Kubernetes backend: only it has such jobs
+        backend.suspend_workload(namespace, workload)
+
+    try:
+        cluster.call(suspend)
+    except BackendError as error:
+        log.warning("suspending %s failed (tried again next cycle): %s", workload, error)
+
+
+def keeps_pods(row: Row) -> bool:
+    """Whether a stopping job's pods are left to its Job's controller (a user's Job that did
+    not succeed: suspended, its controller deletes them; one Gantry deleted would count
+    against the Job's backoffLimit)."""
+    return bool(workload_of(row)) and row["state"] != JobState.SUCCEEDED

@@ -30,6 +30,7 @@ from scheduler.workloads.kinds import at
 from scheduler.workloads.mirror import (
     Mirrored,
     end_deleted,
+    end_finished,
     mirror_job,
     mirror_pods,
     workload_uid,
@@ -132,6 +133,7 @@ class WorkloadController:
             self._mirror(uid, held, stats)
         present = {(str(at(p, ("metadata", "namespace"))), _name(p)) for p in pods}
         self._end_deleted(present, set(workloads), stats)
+        self._end_finished(jobs, stats)
         self._report(stats)
         return stats
 
@@ -194,6 +196,26 @@ class WorkloadController:
                 names = workload["pods"]
                 gone = [f"pod {n}" for n in names if (workload["namespace"], n) not in present]
             if gone and end_deleted(job, gone[0]) is not None:
+                stats.cancelled += 1
+
+    def _end_finished(self, listed: Sequence[Obj], stats: SyncStats) -> None:
+        """A Job its controller marked Complete or Failed while its Gantry job was not running
+        (its pods finished just as Gantry preempted it, and it was queued again): the job
+        ends, as its Job did. A running job's end is read from its pods by the daemon."""
+        ended = {}
+        for obj in listed:
+            conditions = at(obj, ("status", "conditions")) or []
+            for c in conditions:
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+                    ended[str(at(obj, ("metadata", "uid")))] = str(c["type"])
+        if not ended:
+            return
+        live = Job.objects.filter(spec__workload__uid__in=list(ended)).exclude(
+            state__in=[*FINAL_STATES, S.RUNNING]
+        )
+        for job in live.select_related("submitted_by", "tenant"):
+            outcome = ended[job.spec["workload"]["uid"]].lower()
+            if end_finished(job, outcome) is not None:
                 stats.cancelled += 1
 
     # -- 3. report ------------------------------------------------------------------------

@@ -152,3 +152,21 @@ def end_deleted(job: Job, missing: str) -> Job | None:
     except (APIException, DomainError) as error:  # ended meanwhile
         log.info("job %s not cancelled: %s", job.pk, _message(error))
         return None
+
+
+def end_finished(job: Job, outcome: str) -> Job | None:
+    """End the job of a Job its controller marked `outcome` ("complete" or "failed") while
+    Gantry had the job queued or placing it again: nothing is left to run. Cancelled (the
+    lifecycle ends only a running job as succeeded or failed), saying what the Job did."""
+    if job.state in FINAL_STATES:
+        return None
+    try:
+        return job_cancel(
+            user=job.submitted_by,
+            job=job,
+            reason=f"its Job is {outcome} in Kubernetes: its pods finished before Gantry "
+            "stopped them",
+        )
+    except (APIException, DomainError) as error:  # ended meanwhile
+        log.info("job %s not ended: %s", job.pk, _message(error))
+        return None

@@ -61,6 +61,7 @@ from tests.k8s.fake_rules import (
     canonicalize_resources,
     decode_continue,
     encode_continue,
+    job_template_kept,
     merge_patch,
     now,
     only_gates_removed,
@@ -484,6 +485,8 @@ class FakeApiServer:
             if any(current["spec"].get(k) != new.get("spec", {}).get(k) for k in frozen):
                 raise ApiError(422, "Invalid", "spec: Forbidden: pod updates may not change fields")
             only_gates_removed(current, new)
+        if resource == "jobs":
+            job_template_kept(current, new)
         for key in ("uid", "creationTimestamp", "namespace", "name"):
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]

@@ -177,3 +177,21 @@ def only_gates_removed(current: Obj, new: Obj) -> None:
                 f"spec.schedulingGates[{index}].name: Forbidden: only deletion is allowed, "
                 f"but found new scheduling gate '{gate.get('name')}'",
             )
+
+
+def job_template_kept(current: Obj, new: Obj) -> None:
+    """A Job's pod template, as the real API server guards it (issue 37): its spec never
+    changes; its labels and annotations only while the Job is suspended and has never run
+    (the fake marks a Job that has run with `status.startTime` when it is unsuspended, as the
+    job controller starts it). A refusal is a 422, as the real server's."""
+    before = (current.get("spec") or {}).get("template") or {}
+    after = (new.get("spec") or {}).get("template") or {}
+    if before.get("spec") != after.get("spec"):
+        raise ApiError(422, "Invalid", "spec.template.spec: field is immutable")
+    ran = bool((current.get("status") or {}).get("startTime"))
+    if before.get("metadata") != after.get("metadata") and (
+        ran or not (current.get("spec") or {}).get("suspend")
+    ):
+        raise ApiError(422, "Invalid", "spec.template: Invalid value: field is immutable")
+    if not (new.get("spec") or {}).get("suspend") and not ran:
+        new.setdefault("status", {})["startTime"] = now()

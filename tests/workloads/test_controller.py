@@ -446,7 +446,7 @@ def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attem
         jobs.step("low")
     again = world.fake.get("jobs", world.namespace, "low")
     assert again["spec"]["suspend"] is False
-    assert again["spec"]["template"]["metadata"]["labels"]["gantry.io/attempt"] == "1"
+    assert "gantry.io/attempt" not in again["spec"]["template"]["metadata"]["labels"]
     low.refresh_from_db()
     bound = {
         a.pod_name for a in Allocation.objects.filter(job=low, attempt=1, bound_at__isnull=False)
@@ -490,3 +490,18 @@ def test_the_portal_marks_a_job_created_in_kubernetes(world: World) -> None:
     assert "Kubernetes: Job" in page and f"{world.namespace}/shown" in page
     listing = browser.get("/jobs/").content.decode()
     assert "k8s Job" in listing
+
+
+def test_a_job_that_completed_while_queued_again_ends_and_frees_its_place(world: World) -> None:
+    """Its pods finished just as Gantry preempted it: requeued, its Job is Complete; nothing
+    is left to run, so its job ends (cancelled, saying why) instead of waiting for pods."""
+    create_job(world, job("done", parallelism=1))
+    world.controller.sync()
+    queued = Job.objects.get(spec__workload__kind="Job")
+    finished = world.fake.get("jobs", world.namespace, "done")
+    finished["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    world.fake.replace("jobs", world.namespace, "done", finished)
+    world.controller.sync()
+    queued.refresh_from_db()
+    assert queued.state == "cancelled"
+    assert "its Job is complete in Kubernetes" in queued.events.last().message

@@ -313,8 +313,8 @@ class KubernetesBackend(NamespaceContents):
     @_protocol_errors
     def admit_workload(self, pod: PodRequest) -> None:
         """Admit the Job `pod.workload` names (issue 37): Gantry's labels on its pod template
-        (the job and attempt, so its controller's pods are Gantry's to bind) and unsuspended,
-        in one patch. A Job gone is a BindConflict (its job is not run)."""
+        (the job's, so its controller's pods are Gantry's to bind; put on once) and
+        unsuspended, in one patch. A Job gone is a BindConflict (its job is not run)."""
         name = pod.workload.removeprefix("jobs/")
         try:
             read = self.batch.read_namespaced_job

@@ -333,10 +333,12 @@ def _escape(key: str) -> str:
 
 
 def workload_admission(job: dict[str, Any], pod: PodRequest) -> list[dict[str, Any]]:
-    """The JSON patch that admits a Job a user created (issue 37): Gantry's job and attempt
-    labels on its pod template (a suspended Job's template labels may change: Kubernetes'
-    mutable scheduling directives), then `spec.suspend` false. The Job's controller then makes
-    its pods with those labels and Gantry's schedulerName, for the daemon to bind."""
+    """The JSON patch that admits a Job a user created (issue 37): Gantry's job label on its
+    pod template, then `spec.suspend` false. The Job's controller then makes its pods with
+    that label and Gantry's schedulerName, for the daemon to bind. The labels go on at the
+    first admission only (a Job's template may change while it has never run, not after:
+    the real API server refuses it), so they name no attempt: a Job admitted again after a
+    preemption is only unsuspended, and its new pods are adopted by the current attempt."""
     template = (job.get("spec") or {}).get("template") or {}
     ops: list[dict[str, Any]] = []
     if not isinstance((template.get("metadata") or {}).get("labels"), dict):
@@ -346,11 +348,12 @@ def workload_admission(job: dict[str, Any], pod: PodRequest) -> list[dict[str, A
     labels = {
         LABEL_MANAGED: "gantry",
         LABEL_JOB: str(pod.job_id),
-        LABEL_ATTEMPT: str(pod.attempt),
         LABEL_JOB_TYPE: label_value(pod.job_type) or "unknown",
     }
+    have = (template.get("metadata") or {}).get("labels") or {}
     for key, value in labels.items():
-        path = f"/spec/template/metadata/labels/{_escape(key)}"
-        ops.append({"op": "add", "path": path, "value": value})
+        if have.get(key) != value:
+            path = f"/spec/template/metadata/labels/{_escape(key)}"
+            ops.append({"op": "add", "path": path, "value": value})
     ops.append({"op": "replace", "path": "/spec/suspend", "value": False})
     return ops

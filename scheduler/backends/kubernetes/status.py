@@ -26,6 +26,7 @@ from scheduler.backends.kubernetes.render import (
     LABEL_REPLICA,
 )
 
+JOB_NAME = "batch.kubernetes.io/job-name"  # on the pods a Job's controller makes
 _POD_REASONS = {
     "Evicted": FailureReason.EVICTED,
     "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
@@ -126,9 +127,15 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     try:
-        job_id, attempt = int(labels[LABEL_JOB]), int(labels[LABEL_ATTEMPT])
-        # A pod a Job's controller made (issue 37) has Gantry's labels from the Job's template
-        # but no replica: its completion index where it has one; reconcile adopts it.
+        job_id = int(labels[LABEL_JOB])
+        # A pod a Job's controller made (issue 37) has Gantry's job label from the Job's
+        # template, but no attempt (a template's labels cannot change once the Job has run)
+        # and no replica: -1, its completion index where it has one; reconcile adopts it.
+        if LABEL_ATTEMPT not in labels and JOB_NAME not in labels:
+            return None  # neither Gantry's pod nor one a Job's controller made
+        if LABEL_ATTEMPT not in labels and JOB_NAME not in labels:
+            return None  # neither Gantry's own pod nor one a Job's controller made
+        attempt = int(labels.get(LABEL_ATTEMPT, -1))
         replica = int(labels.get(LABEL_REPLICA) or labels.get(LABEL_COMPLETION_INDEX) or -1)
     except (KeyError, ValueError):
         return None
