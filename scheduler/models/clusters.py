@@ -55,7 +55,7 @@ class Cluster(models.Model):
                 fields=["home"], condition=Q(home=True), name="cluster_one_home"
             ),
             models.CheckConstraint(
-                condition=Q(name__regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+                condition=Q(name__regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"),
                 name="cluster_name_dns_label",
             ),
             models.CheckConstraint(
