@@ -536,7 +536,8 @@ def borrowed(plane: Any) -> Iterator[Any]:
 def kueue_scenario(
     plane: Any, api: Any, fraction: float, database_url: str, limit_s: float, log: Any
 ) -> dict[str, Any]:
-    """Kueue's scenario by Kueue and by Gantry (bench/k8s_kueue.py) on this same plane, once
+    """Kueue's scenario by Kueue and by Gantry, from rows and from Jobs created in Kubernetes
+    (bench/k8s_kueue.py: `kueue`, `gantry`, `gantry_native`) on this same plane, once
     the throughput runs' nodes are gone: the scenario brings its own 75 nodes and a fresh
     database (`database_url`, dropped and made again)."""
     from django.db import connections
@@ -557,6 +558,7 @@ def kueue_scenario(
         result: dict[str, Any] = module.run_kueue_scenario(
             lambda: borrowed(plane),
             fraction,
+            native=True,  # and from batch/v1 Jobs created in Kubernetes: `gantry_native`
             database_url=database_url,
             limit_s=limit_s,
             say=log,
