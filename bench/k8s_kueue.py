@@ -48,7 +48,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -874,6 +874,98 @@ def _submitter(arrivals: list[Arrival], start_wall: float, tick: float, rows: An
     connection.close()
 
 
+def _gantry_world(api: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The scenario's organisation and classes (bench/kueue_e2e.py) with their PriorityClasses
+    in the plane, and the Kubernetes backend at kube-scheduler's rate on this plane."""
+    from kubernetes import client
+
+    from bench.kueue_e2e import setup
+    from scheduler.backends.kubernetes.backend import KubernetesBackend
+    from scheduler.backends.kubernetes.config import KubernetesConfig
+
+    org, classes = setup()
+    scheduling: Any = client.SchedulingV1Api(api)
+    for klass in classes.values():
+        body = {
+            "metadata": {"name": f"gantry-{klass.name}"},
+            "value": klass.value,
+            "preemptionPolicy": "Never",  # only Gantry preempts
+        }
+        _create(scheduling.create_priority_class, body)
+    config = KubernetesConfig(
+        flavor_overrides={PRODUCT: FLAVOR}, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
+    )
+    return org, classes, KubernetesBackend(api, config)
+
+
+@dataclass
+class Cycles:
+    """The daemon's cycles as a half runs them: how many, and each phase's seconds summed;
+    `done()` says when the half has nothing left (checked every tenth cycle)."""
+
+    limit_s: float
+    done: Callable[[], bool]
+    start: float = 0.0
+    count: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def daemon(self, backend: Any, interval_s: float) -> Any:
+        from bench.bench_profile import bench_profile
+        from scheduler.daemon.loop import Daemon
+        from scheduler.leader import Lease
+
+        daemon = Daemon(backend, lease=Lease(ttl_s=60),
+                        profile=bench_profile("no-min-runtime").profile, interval_s=interval_s,
+                        max_pending=500, per_queue=50, sync_every_s=1.0,
+                        on_cycle=self.on_cycle)  # fmt: skip
+        daemon.lease.acquire()
+        daemon.sync_nodes(force=True)
+        return daemon
+
+    def on_cycle(self, d: Any) -> None:
+        self.count += 1
+        for name, ms in (d.last.phases_ms if d.last else {}).items():
+            self.phases[name] = self.phases.get(name, 0.0) + ms / 1000
+        over = time.time() - self.start >= self.limit_s
+        if over or (self.count % 10 == 0 and self.done()):
+            d.stop.set()
+
+    def top(self) -> dict[str, float]:
+        """Where the daemon's time went: the busiest phases, seconds summed over the cycles."""
+        busiest = sorted(self.phases.items(), key=lambda item: -item[1])[:6]
+        return {name: round(seconds, 1) for name, seconds in busiest}
+
+
+def _figures(arrivals: list[Arrival], created: dict[str, float], start: float) -> dict[str, Any]:
+    """A Gantry half's figures from its database: first admissions (the jobs' events), ends,
+    allocated GPU-time, preemptions, against each job's creation (`created`, by name)."""
+    from scheduler.models import Allocation, Job, JobEvent
+
+    by_name = {a.name: a for a in arrivals}
+    jobs = dict(Job.objects.values_list("id", "name"))
+    admitted: dict[str, float] = {}
+    for job_id, at in (
+        JobEvent.objects.filter(to_state="admitted").order_by("at").values_list("job_id", "at")
+    ):
+        admitted.setdefault(jobs[job_id], at.timestamp())
+    finished_at = {
+        name: at.timestamp()
+        for name, at in Job.objects.filter(state="succeeded").values_list("name", "finished_at")
+        if at is not None
+    }
+    gpu_s = 0.0
+    for began, ended, milli in Allocation.objects.filter(ended_at__isnull=False).values_list(
+        "started_at", "ended_at", "gpu_milli"
+    ):
+        gpu_s += ((ended or began) - began).total_seconds() * milli / 1000
+    tally = Tally(start, created, admitted, finished_at, gpu_s)
+    figures = tally.figures([by_name[n] for n in jobs.values() if n in by_name and n in created])
+    return figures | {
+        "queued": len(jobs),
+        "preemptions": JobEvent.objects.filter(to_state="preempted").count(),
+    }
+
+
 def run_gantry(
     api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str | None, limit_s: float,
     say: Say, *, interval_s: float = 2.0, tick_s: float = 0.1,
@@ -885,25 +977,10 @@ def run_gantry(
     if database_url:
         fresh_database(database_url)
     from django.db import connections
-    from kubernetes import client
 
-    from bench.bench_profile import bench_profile
-    from bench.kueue_e2e import setup
-    from scheduler.backends.kubernetes.backend import KubernetesBackend
-    from scheduler.backends.kubernetes.config import KubernetesConfig
-    from scheduler.daemon.loop import Daemon
-    from scheduler.leader import Lease
-    from scheduler.models import Allocation, Job, JobEvent
+    from scheduler.models import Job
 
-    org, classes = setup()
-    scheduling: Any = client.SchedulingV1Api(api)
-    for klass in classes.values():
-        body = {
-            "metadata": {"name": f"gantry-{klass.name}"},
-            "value": klass.value,
-            "preemptionPolicy": "Never",  # only Gantry preempts
-        }
-        _create(scheduling.create_priority_class, body)
+    org, classes, backend = _gantry_world(api)
 
     def rows(due: list[Arrival], now: Any) -> list[Any]:
         specs = [
@@ -922,32 +999,11 @@ def run_gantry(
             row.spec["env"] = {DURATION_ENV: str(a.duration_s)}
         return out
 
-    config = KubernetesConfig(
-        flavor_overrides={PRODUCT: FLAVOR}, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
+    cycles = Cycles(
+        limit_s,
+        lambda: not process.is_alive() and not Job.objects.exclude(state="succeeded").exists(),
     )
-    backend = KubernetesBackend(api, config)  # kube-scheduler's rate on this plane
-    finished = 0
-
-    phases: dict[str, float] = {}
-
-    def on_cycle(d: Daemon) -> None:
-        nonlocal finished
-        finished += 1
-        for name, ms in (d.last.phases_ms if d.last else {}).items():
-            phases[name] = phases.get(name, 0.0) + ms / 1000
-        over = time.time() - start_wall >= limit_s
-        if over or (
-            finished % 10 == 0
-            and not process.is_alive()
-            and not Job.objects.exclude(state="succeeded").exists()
-        ):
-            d.stop.set()
-
-    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=bench_profile("no-min-runtime").profile,
-                    interval_s=interval_s, max_pending=500, per_queue=50, sync_every_s=1.0,
-                    on_cycle=on_cycle)  # fmt: skip
-    daemon.lease.acquire()
-    daemon.sync_nodes(force=True)
+    daemon = cycles.daemon(backend, interval_s)
     stop = threading.Event()
     played = threading.Thread(
         target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True
@@ -955,7 +1011,7 @@ def run_gantry(
     played.start()
     connections.close_all()  # the forked submitter opens its own
     say(f"Gantry: {len(arrivals)} jobs")
-    start_wall = time.time()
+    cycles.start = start_wall = time.time()
     process = multiprocessing.get_context("fork").Process(
         target=_submitter, args=(arrivals, start_wall, tick_s, rows), daemon=True
     )
@@ -966,36 +1022,10 @@ def run_gantry(
         process.join(timeout=5)
         stop.set()
         played.join(timeout=10)
-    by_name = {a.name: a for a in arrivals}
-    jobs = dict(Job.objects.values_list("id", "name"))
     created = {name: at.timestamp() for name, at in Job.objects.values_list("name", "created_at")}
-    admitted: dict[str, float] = {}
-    for job_id, at in (
-        JobEvent.objects.filter(to_state="admitted").order_by("at").values_list("job_id", "at")
-    ):
-        admitted.setdefault(jobs[job_id], at.timestamp())
-    finished_at = {
-        name: at.timestamp()
-        for name, at in Job.objects.filter(state="succeeded").values_list("name", "finished_at")
-        if at is not None
-    }
-    gpu_s = 0.0
-    for began, ended, milli in Allocation.objects.filter(ended_at__isnull=False).values_list(
-        "started_at", "ended_at", "gpu_milli"
-    ):
-        gpu_s += ((ended or began) - began).total_seconds() * milli / 1000
-    tally = Tally(start_wall, created, admitted, finished_at, gpu_s)
-    figures = tally.figures([by_name[n] for n in jobs.values() if n in by_name])
-    return figures | {
-        "workloads": len(arrivals),
-        "preemptions": JobEvent.objects.filter(to_state="preempted").count(),
-        "cycles": finished,
-        # Where the daemon's time went: the busiest phases, seconds summed over the cycles.
-        "phases_s": {
-            name: round(seconds, 1)
-            for name, seconds in sorted(phases.items(), key=lambda item: -item[1])[:6]
-        },
-    }
+    figures = _figures(arrivals, created, start_wall)
+    del figures["queued"]
+    return figures | {"workloads": len(arrivals), "cycles": cycles.count, "phases_s": cycles.top()}
 
 
 # -- Gantry, Kubernetes-native -------------------------------------------------------------------
@@ -1095,27 +1125,11 @@ def run_gantry_native(
         fresh_database(database_url)
     from kubernetes import client
 
-    from bench.bench_profile import bench_profile
-    from bench.kueue_e2e import setup
-    from scheduler.backends.kubernetes.backend import KubernetesBackend
-    from scheduler.backends.kubernetes.config import KubernetesConfig
-    from scheduler.daemon.loop import Daemon
-    from scheduler.leader import Lease
-    from scheduler.models import FINAL_STATES, Allocation, Job, JobEvent
+    from scheduler.models import FINAL_STATES, Job
     from scheduler.workloads.controller import WorkloadController
-
-    org, classes = setup()
-    scheduling: Any = client.SchedulingV1Api(api)
-    for klass in classes.values():
-        body = {"metadata": {"name": f"gantry-{klass.name}"}, "value": klass.value,
-                "preemptionPolicy": "Never"}  # fmt: skip
-        _create(scheduling.create_priority_class, body)
-    config = KubernetesConfig(
-        flavor_overrides={PRODUCT: FLAVOR}, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
-    )
-    backend = KubernetesBackend(api, config)
     from tenants.models import Membership
 
+    org, _classes, backend = _gantry_world(api)
     targets: dict[str, tuple[str, str]] = {}
     for queue, (tenant, user, project) in org.items():
         # The team's member who creates its Jobs (the DB half inserts rows, needing none).
@@ -1123,28 +1137,15 @@ def run_gantry_native(
         backend.ensure_namespace(project.namespace)
         targets[queue] = (project.namespace, user.get_username())
     created: dict[str, float] = {}
-    finished = 0
-    phases: dict[str, float] = {}
-
-    def on_cycle(d: Daemon) -> None:
-        nonlocal finished
-        finished += 1
-        for name, ms in (d.last.phases_ms if d.last else {}).items():
-            phases[name] = phases.get(name, 0.0) + ms / 1000
-        over = time.time() - start_wall >= limit_s
-        if over or (
-            finished % 10 == 0
-            and len(created) == len(arrivals)
+    cycles = Cycles(
+        limit_s,
+        lambda: (
+            len(created) == len(arrivals)
             and Job.objects.count() == len(arrivals)
             and not Job.objects.exclude(state__in=FINAL_STATES).exists()
-        ):
-            d.stop.set()
-
-    daemon = Daemon(backend, lease=Lease(ttl_s=60), profile=bench_profile("no-min-runtime").profile,
-                    interval_s=interval_s, max_pending=500, per_queue=50, sync_every_s=1.0,
-                    on_cycle=on_cycle)  # fmt: skip
-    daemon.lease.acquire()
-    daemon.sync_nodes(force=True)
+        ),
+    )
+    daemon = cycles.daemon(backend, interval_s)
     stop = threading.Event()
     threads = [
         threading.Thread(target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True),
@@ -1160,7 +1161,7 @@ def run_gantry_native(
         ),
     ]
     say(f"Gantry, Kubernetes-native: {len(arrivals)} Jobs")
-    start_wall = time.time()
+    cycles.start = start_wall = time.time()
     for thread in threads:
         thread.start()
     try:
@@ -1169,25 +1170,7 @@ def run_gantry_native(
         stop.set()
         for thread in threads:
             thread.join(timeout=15)
-    by_name = {a.name: a for a in arrivals}
-    jobs = dict(Job.objects.values_list("id", "name"))
-    admitted: dict[str, float] = {}
-    for job_id, at in (
-        JobEvent.objects.filter(to_state="admitted").order_by("at").values_list("job_id", "at")
-    ):
-        admitted.setdefault(jobs[job_id], at.timestamp())
-    finished_at = {
-        name: at.timestamp()
-        for name, at in Job.objects.filter(state="succeeded").values_list("name", "finished_at")
-        if at is not None
-    }
-    gpu_s = 0.0
-    for began, ended, milli in Allocation.objects.filter(ended_at__isnull=False).values_list(
-        "started_at", "ended_at", "gpu_milli"
-    ):
-        gpu_s += ((ended or began) - began).total_seconds() * milli / 1000
-    tally = Tally(start_wall, dict(created), admitted, finished_at, gpu_s)
-    figures = tally.figures([by_name[n] for n in created if n in by_name])
+    figures = _figures(arrivals, dict(created), start_wall)
     batch: Any = client.BatchV1Api(api)
     stuck = []
     for name, state, namespace in Job.objects.exclude(state="succeeded").values_list(
@@ -1203,13 +1186,8 @@ def run_gantry_native(
         "ended_as_their_jobs_did": Job.objects.filter(state="cancelled").count(),
         "workloads": len(arrivals),
         "created": len(created),
-        "queued": len(jobs),
-        "preemptions": JobEvent.objects.filter(to_state="preempted").count(),
-        "cycles": finished,
-        "phases_s": {
-            name: round(seconds, 1)
-            for name, seconds in sorted(phases.items(), key=lambda item: -item[1])[:6]
-        },
+        "cycles": cycles.count,
+        "phases_s": cycles.top(),
         "admission_from": "the Job's creation in Kubernetes (the webhook's answer apart)",
     }
 

@@ -198,16 +198,18 @@ class Reconciler:
         stats.seen_at = now
         stats.active = [a for a in allocs if a["id"] not in gone]
         stats.rows = _holders(stats.active, jobs, written, cache)
-        # The Jobs whose jobs failed now (a success completes its Job on its own).
+        # The Jobs whose jobs failed now (a success completes its Job on its own): suspended,
+        # their pods left to their controllers.
         failed = [a for a in ended if not verdicts[a["job_id"]].succeeded]
         workloads.suspend_stopped(failed, jobs, cluster, ended=True)
+        kept = {a["id"] for a in failed if workloads.workload_of(jobs[a["job_id"]])}
         cluster.delete_pods(
             [
                 (a["namespace"], a["pod_name"], 30)
                 for a in ended
                 if (p := pods.get(a["pod_name"])) is not None
                 and not p.deleting
-                and not (workloads.workload_of(jobs[a["job_id"]]) and a in failed)
+                and a["id"] not in kept
             ],
         )
         return stats

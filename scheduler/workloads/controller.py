@@ -226,7 +226,7 @@ class WorkloadController:
         uids = list(self.told)
         if not uids:
             return
-        jobs = Job.objects.filter(spec__workload__uid__in=uids).select_related("project")
+        jobs = list(Job.objects.filter(spec__workload__uid__in=uids).select_related("project"))
         estimates = {
             e.job_id: e for e in JobQueueEstimate.objects.filter(job__in=[j.pk for j in jobs])
         }

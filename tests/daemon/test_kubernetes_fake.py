@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
@@ -21,9 +20,8 @@ from scheduler.models import Allocation, Job, JobEvent
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.builders import make_request
-from tests.k8s.conftest import api_client_for
+from tests.k8s.conftest import api_client_for, started_fake
 from tests.k8s.fake_apiserver import FakeApiServer
-from tests.k8s.real_plane import PRIORITY_CLASSES
 
 
 class World:
@@ -54,13 +52,7 @@ class World:
 
 @pytest.fixture
 def world(db: Any) -> Iterator[World]:
-    fake = FakeApiServer().start()
-    for doc in yaml.safe_load_all(PRIORITY_CLASSES.read_text()):
-        if doc:
-            fake.add_priority_class(
-                doc["metadata"]["name"], doc["value"], doc.get("preemptionPolicy")
-            )
-    fake.add_node("k8s-gpu-1")
+    fake = started_fake("k8s-gpu-1")
     made = World(build_org(), fake)
     yield made
     made.api.close()

@@ -55,14 +55,23 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
+def started_fake(*nodes: str) -> FakeApiServer:
+    """A started fake API server with Gantry's PriorityClasses (as a real cluster has them,
+    from platform/k8s) and 8-GPU `nodes`; the caller stops it."""
     server = FakeApiServer().start()
-    for doc in yaml.safe_load_all(PRIORITY_CLASSES.read_text()):  # as a real cluster has them
+    for doc in yaml.safe_load_all(PRIORITY_CLASSES.read_text()):
         if doc:
             server.add_priority_class(
                 doc["metadata"]["name"], doc["value"], doc.get("preemptionPolicy")
             )
+    for name in nodes:
+        server.add_node(name)
+    return server
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    server = started_fake()
     server.add_namespace(NAMESPACE, RESTRICTED)
     server.add_node("gpu-1")
     server.add_node("gpu-2")

@@ -264,7 +264,13 @@ class Handler(BaseHTTPRequestHandler):
         if reset:
             self._reset()
             return
-        self._stream(fake, res, ns, query, max(since, fake.state.rv), generation, deadline)
+        with fake.cond:
+            fake.streaming[res] = fake.streaming.get(res, 0) + 1
+        try:
+            self._stream(fake, res, ns, query, max(since, fake.state.rv), generation, deadline)
+        finally:
+            with fake.cond:
+                fake.streaming[res] -= 1
 
     def _initial(
         self, fake: FakeApiServer, res: str, ns: str, query: dict[str, str], since: int
@@ -297,25 +303,6 @@ class Handler(BaseHTTPRequestHandler):
         deadline: float,
     ) -> None:
         idle_since = time.monotonic()
-        with fake.cond:
-            fake.streaming[res] = fake.streaming.get(res, 0) + 1
-        try:
-            self._stream_until_ended(fake, res, ns, query, since, generation, deadline, idle_since)
-        finally:
-            with fake.cond:
-                fake.streaming[res] -= 1
-
-    def _stream_until_ended(
-        self,
-        fake: FakeApiServer,
-        res: str,
-        ns: str,
-        query: dict[str, str],
-        since: int,
-        generation: int,
-        deadline: float,
-        idle_since: float,
-    ) -> None:
         while True:
             with fake.cond:
                 linger = fake.watch_linger_s

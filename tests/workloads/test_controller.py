@@ -27,9 +27,8 @@ from scheduler.workloads.kinds import JOB, POD
 from scheduler.workloads.mutate import GATE, plan
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
-from tests.k8s.conftest import api_client_for
+from tests.k8s.conftest import api_client_for, started_fake
 from tests.k8s.fake_apiserver import FakeApiServer
-from tests.k8s.real_plane import PRIORITY_CLASSES
 
 Obj = dict[str, Any]
 
@@ -95,14 +94,7 @@ class World:
 
 @pytest.fixture
 def world(db: Any) -> Iterator[World]:
-    fake = FakeApiServer().start()
-    for doc in yaml.safe_load_all(PRIORITY_CLASSES.read_text()):
-        if doc:
-            fake.add_priority_class(
-                doc["metadata"]["name"], doc["value"], doc.get("preemptionPolicy")
-            )
-    fake.add_node("k8s-gpu-1")
-    fake.add_node("k8s-gpu-2")
+    fake = started_fake("k8s-gpu-1", "k8s-gpu-2")
     made = World(build_org(), fake)
     yield made
     made.api.close()
