@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from kombu import Exchange, Queue
 
+from common.releases.version import gantry_version
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GANTRY_VAR_DIR", BASE_DIR / "var"))
 
@@ -231,7 +233,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Gantry API",
     "DESCRIPTION": "Multi-tenant GPU scheduling: tenants, quotas, priority classes and jobs.",
-    "VERSION": "1.0.0",
+    "VERSION": gantry_version(),  # the release the schema describes (docs/releasing.md)
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

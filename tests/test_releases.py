@@ -72,6 +72,14 @@ def test_the_portal_footer_shows_the_version(db: Any) -> None:
     assert footer is not None and f"Gantry {declared_version()} " in footer.group(1)
 
 
+def test_the_api_schema_carries_the_version(db: Any) -> None:
+    """The OpenAPI document's `info.version` is the release (a literal would stay behind a bump)."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    assert schema["info"]["version"] == declared_version()
+
+
 def test_release_record_prints_this_trees_entry() -> None:
     out = StringIO()
     call_command("release_record", "--commit", "0" * 40, stdout=out)
