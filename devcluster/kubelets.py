@@ -255,7 +255,7 @@ class Kubelets:
             try:
                 self.heartbeat()
                 on_round(self.clock() - began)
-            except (ApiException, OSError) as error:
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
                 logger.warning("devcluster kubelets: heartbeat failed (%s); trying again", error)
 
     def lose_node(self, name: str) -> None:
