@@ -16,6 +16,8 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
    bound but not started within `Limits.binding_timeout_s` (with the cause the cluster
    reports; retried per the job's policy); failed past its max runtime.
 4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
+5. At a new daemon's first reconcile, then every `strays.HELD_JOBS_SWEEP_S`: a held Job that
+   runs while its job is not live is suspended (`scheduler.daemon.strays`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
-from scheduler.daemon import workloads
+from scheduler.daemon import strays, workloads
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.judge import (
     apply_verdicts,
@@ -101,6 +103,7 @@ class Reconciler:
     def __init__(self, nodes: NodeMemory, limits: Limits) -> None:
         self.nodes, self.limits = nodes, limits
         self.requeue_sweep = Every(REQUEUE_SWEEP_S)
+        self.held_jobs_sweep = Every(strays.HELD_JOBS_SWEEP_S)
 
     def run(
         self, cluster: Cluster, lease: Lease, cache: SnapshotCache, clock: Clock
@@ -202,6 +205,8 @@ class Reconciler:
         # their pods left to their controllers.
         failed = [a for a in ended if not verdicts[a["job_id"]].succeeded]
         workloads.suspend_stopped(failed, jobs, cluster, ended=True)
+        if self.held_jobs_sweep.due(clock.now()):
+            strays.suspend_strays(cluster)  # whatever left a held Job running
         kept = {a["id"] for a in failed if workloads.workload_of(jobs[a["job_id"]])}
         cluster.delete_pods(
             [

@@ -14,7 +14,9 @@ reconcile:
    deadline applies, with the reason "its Job has not made the pod yet"), not as a pod gone;
 3. suspend: a Job whose job stopped in Gantry otherwise than by succeeding (preempted,
    cancelled, failed, requeued) is suspended again, before its pods are deleted: its
-   controller then deletes its pods and makes none until admitted again.
+   controller then deletes its pods and makes none until admitted again (and a sweep,
+   `scheduler.daemon.strays`, suspends one that runs while its job is not live, whatever
+   left it so).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodStatus, pod_name
@@ -65,6 +68,7 @@ def adopt(
         if a["pod_name"] == _stand_in(a):
             waiting[a["job_id"]].append(a)
     if not waiting:
+        _bind_unbound(allocs, jobs, pods, cluster)  # a bind that failed (or died) before
         return list(allocs)
     named = {a["pod_name"] for a in allocs}
     current = {job_id: slots[0]["attempt"] for job_id, slots in waiting.items()}
@@ -112,10 +116,11 @@ def adopt(
 
 
 def _bind_unbound(
-    allocs: Iterable[Row], jobs: Mapping[int, Row], pods: Mapping[str, PodStatus], cluster: Cluster
+    allocs: Iterable[Row], jobs: Mapping[int, Row], pods: dict[str, PodStatus], cluster: Cluster
 ) -> None:
     """Bind each adopted pod still on no node to its replica's node (a bind that failed is
-    tried again at the next reconcile)."""
+    tried again at the next reconcile). `pods` shows each bound on its node: the judge that
+    follows must not bind it again (a claim left admitted by a dead daemon is adopted there)."""
     for a in allocs:
         job = jobs.get(a["job_id"])
         pod = pods.get(a["pod_name"])
@@ -127,6 +132,8 @@ def _bind_unbound(
             cluster.bind(a["namespace"], a["pod_name"], a["node__name"])
         except (BackendError, BindConflict) as error:
             log.warning("binding pod %s of a Job failed: %s", a["pod_name"], error)
+        else:
+            pods[a["pod_name"]] = replace(pod, node=a["node__name"])
 
 
 def suspend_stopped(

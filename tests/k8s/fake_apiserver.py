@@ -29,6 +29,9 @@ It keeps the rules the backend depends on, and no more:
   restricted` rejects pods that are not (403), like the real admission plugin.
 - Priority admission: a pod naming a PriorityClass that does not exist is 403; one that names
   an existing class gets its value and preemption policy (`add_priority_class`).
+- Gantry's mutating webhook (`webhook`, tests/k8s/fake_admission.py): creates in managed
+  namespaces are held as the webhook answers; while it is down they are refused (500), as
+  its `failurePolicy: Fail` makes the real API server refuse them.
 - Scheduling gates (issue 37): a pod created with gates is PodScheduled=False, reason
   SchedulingGated; one with gates and a nodeName is 422; pods/binding of a gated pod is 409;
   an update may remove gates, never add one (422).
@@ -52,6 +55,7 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 
+from tests.k8s.fake_admission import FakeWebhook
 from tests.k8s.fake_http import Handler
 from tests.k8s.fake_rules import (
     JSON_PATCH,
@@ -119,6 +123,9 @@ class FakeApiServer:
         # by hand would otherwise wait for it, as they must on a real server.
         self.account_lag = False
         self.accounts_pending: set[str] = set()
+        # Gantry's mutating webhook, called for creates as the API server calls it, and down
+        # on command (tests/k8s/fake_admission.py); none by default.
+        self.webhook: FakeWebhook | None = None
         self._stopping = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -357,6 +364,9 @@ class FakeApiServer:
                 raise ApiError(422, "Invalid", "metadata.name: Required value")
             if namespace and ("namespaces", "", namespace) not in self.state.objects:
                 raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
+            if self.webhook is not None:  # mutating admission comes before storage
+                ns = self.state.objects.get(("namespaces", "", namespace))
+                self.webhook.admit(resource, ns, body)
             key = (resource, namespace, name)
             if key in self.state.objects:
                 raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
