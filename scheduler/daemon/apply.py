@@ -18,6 +18,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from scheduler.backends.base import PodRequest
+from scheduler.backends.workloads import workload_ref
 from scheduler.core.types import CycleResult, DeviceShare, Placement, WaitCode
 from scheduler.daemon.history import preemptor_rows, reason_shape, wait_data, write_wait_events
 from scheduler.daemon.store import insert_allocations, set_reasons
@@ -45,7 +46,7 @@ class Plan:
     deletions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, grace
     # Users' Jobs (issue 37) whose jobs were preempted: suspended, their pods left to their
     # controller (a pod Gantry deleted would count against the Job's backoffLimit).
-    suspensions: list[tuple[str, str]] = field(default_factory=list)  # ns, "jobs/<name>"
+    suspensions: list[tuple[str, str]] = field(default_factory=list)  # ns, "<plural>/<name>"
     preempted: int = 0
     shares: dict[int, tuple[DeviceShare, ...]] = field(default_factory=dict)  # by allocation
     reasons: dict[int, str] = field(default_factory=dict)  # job id -> changed reason to write
@@ -200,13 +201,12 @@ def _preempt(built: Built, chosen: Decisions, plan: Plan, now: datetime) -> None
 
 
 def _workloads(job_ids: set[int]) -> dict[int, str]:
-    """Of `job_ids`, the jobs of users' Jobs (issue 37): job id -> "jobs/<name>"."""
+    """Of `job_ids`, the jobs of objects users created that Gantry resumes (issue 37): job
+    id -> "<plural>/<name>" ("jobs/ddp", "jobsets/train")."""
     if not job_ids:
         return {}
     rows = Job.objects.filter(id__any=list(job_ids)).values_list("id", "spec__workload")
-    return {
-        i: f"jobs/{w['name']}" for i, w in rows if isinstance(w, dict) and w.get("kind") == "Job"
-    }
+    return {i: ref for i, w in rows if (ref := workload_ref(w))}
 
 
 def _victim_devices(built: Built, chosen: Decisions) -> set[tuple[str, int]]:

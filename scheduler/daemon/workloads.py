@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodStatus, pod_name
+from scheduler.backends.workloads import workload_ref
 from scheduler.daemon.cluster import Cluster
 from scheduler.leader import Lease
 from scheduler.models import Allocation, JobState
@@ -41,9 +42,9 @@ LIVE = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING, JobStat
 
 
 def workload_of(row: Row) -> str:
-    """ "jobs/<name>" for the job of a Job a user created; "" for any other."""
-    workload = row.get("spec__workload") or {}
-    return f"jobs/{workload['name']}" if workload.get("kind") == "Job" else ""
+    """ "<plural>/<name>" for the job of an object a user created that Gantry resumes (a
+    Job, JobSet, RayJob, TrainJob); "" for any other."""
+    return workload_ref(row.get("spec__workload"))
 
 
 def _stand_in(a: Row) -> str:
@@ -153,8 +154,8 @@ def suspend_stopped(
 
 
 def suspend_workload(cluster: Cluster, namespace: str, workload: str) -> None:
-    """Suspend the Job `workload` names ("jobs/<name>"), fenced; a failure is logged (reconcile
-    suspends a stopped job's Job again at its next pass)."""
+    """Suspend the object `workload` names ("jobs/<name>", "jobsets/<name>"), fenced; a
+    failure is logged (reconcile suspends a stopped job's object again at its next pass)."""
 
     def suspend() -> None:
         backend: Any = cluster.backend  # the Kubernetes backend: only it has such jobs

@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import F
 
 from scheduler.backends.base import PodRequest, pod_name
+from scheduler.backends.workloads import workload_ref
 from scheduler.core.types import (
     CycleResult,
     Device,
@@ -309,7 +310,7 @@ def pod_request(
         sim_duration_s=sim.get("duration_s"),
         sim_fail=bool(sim.get("fail")),
         held=replica < len(held),
-        workload=f"jobs/{workload['name']}" if workload.get("kind") == "Job" else "",
+        workload=workload_ref(workload),
     )
 
 

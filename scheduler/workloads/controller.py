@@ -26,15 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scheduler.models import FINAL_STATES, Job, JobQueueEstimate, JobState
-from scheduler.workloads.kinds import at
+from scheduler.workloads.kinds import LEADERWORKERSET, Kind, at
 from scheduler.workloads.mirror import (
     Mirrored,
     end_deleted,
     end_finished,
-    mirror_job,
+    mirror_object,
     mirror_pods,
     workload_uid,
 )
+from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, is_lws_pod, lws_groups
 from scheduler.workloads.shape import Refused, group_of
 
 log = logging.getLogger("gantry.workloads")
@@ -57,6 +58,8 @@ REASONS = {
     S.REJECTED: "Rejected",
 }
 WARNINGS = frozenset({S.PREEMPTED, S.FAILED, S.REJECTED})
+# The kinds a mirrored job's workload may record (a LeaderWorkerSet's group: its pods).
+KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 
 
 class HeldObjects(Protocol):
@@ -65,6 +68,8 @@ class HeldObjects(Protocol):
     def list_held_pods(self) -> list[Obj]: ...
 
     def list_held_jobs(self) -> list[Obj]: ...
+
+    def list_held_objects(self, group: str, version: str, plural: str) -> list[Obj]: ...
 
     def record_event(
         self,
@@ -88,16 +93,16 @@ class SyncStats:
 
 @dataclass(frozen=True)
 class Held:
-    """One workload as listed: a Job, or a single pod or pod group (`objects`)."""
+    """One workload as listed: an object Gantry resumes (a Job, JobSet, RayJob, TrainJob), or
+    a single pod or pod group (`objects`), a LeaderWorkerSet's group with its set (`owner`)."""
 
-    kind: str  # "Job" or "Pod"
+    kind: str  # "Pod", or a key of queued_kinds.QUEUED
     objects: tuple[Obj, ...]
+    owner: Obj | None = None
 
     @property
     def refs(self) -> list[Ref]:
-        return [
-            _ref(o, "batch/v1" if self.kind == "Job" else "v1", self.kind) for o in self.objects
-        ]
+        return [_ref(o, str(o.get("apiVersion") or "v1"), self.kind) for o in self.objects]
 
 
 def _ref(obj: Obj, api_version: str, kind: str) -> Ref:
@@ -125,17 +130,31 @@ class WorkloadController:
         stats = SyncStats()
         # Both lists first: either raising, nothing below runs.
         pods, jobs = self.cluster.list_held_pods(), self.cluster.list_held_jobs()
-        stats.listed = len(pods) + len(jobs)
-        workloads = self._pod_workloads(pods, stats)
-        workloads |= {str(at(j, ("metadata", "uid"))): Held("Job", (j,)) for j in jobs}
+        objects = [(q.kind.kind, o) for q in CUSTOM for o in self._list(q.kind)]
+        sets = self._list(LEADERWORKERSET)
+        jobs = [{"apiVersion": "batch/v1", "kind": "Job", **j} for j in jobs]
+        stats.listed = len(pods) + len(jobs) + len(objects)
+        groups, orphans = lws_groups([p for p in pods if is_lws_pod(p)], sets)
+        workloads = self._pod_workloads([p for p in pods if not is_lws_pod(p)], stats)
+        workloads |= {workload_uid(ps): Held("Pod", tuple(ps), owner) for owner, ps in groups}
+        objects += [("Job", j) for j in jobs]
+        workloads |= {str(at(o, ("metadata", "uid"))): Held(k, (o,)) for k, o in objects}
+        gone = {id(o) for o in orphans}  # their set deleted: their group's job is cancelled
+        pods = [p for p in pods if id(p) not in gone]
         self.ended &= set(workloads)  # forgotten once they are gone
         for uid, held in workloads.items():
             self._mirror(uid, held, stats)
         present = {(str(at(p, ("metadata", "namespace"))), _name(p)) for p in pods}
         self._end_deleted(present, set(workloads), stats)
-        self._end_finished(jobs, stats)
+        self._end_finished(objects, stats)
         self._report(stats)
         return stats
+
+    def _list(self, kind: Kind) -> list[Obj]:
+        """The held objects of a custom kind (list items may omit their kind: it is added)."""
+        listed = self.cluster.list_held_objects(kind.group, kind.version, kind.plural)
+        api_version = f"{kind.group}/{kind.version}"
+        return [{"apiVersion": api_version, "kind": kind.kind, **o} for o in listed]
 
     # -- 1. mirror ------------------------------------------------------------------------
 
@@ -163,10 +182,12 @@ class WorkloadController:
             return  # mirrored before (its job is reported below)
         try:
             mirrored: Mirrored
-            if held.kind == "Job":
-                mirrored = mirror_job(held.objects[0], gpu_resource=self.gpu_resource)
+            if held.kind in QUEUED:
+                obj, shape = held.objects[0], QUEUED[held.kind].shape
+                mirrored = mirror_object(obj, lambda: shape(obj, self.gpu_resource))
             else:
-                mirrored = mirror_pods(held.objects, gpu_resource=self.gpu_resource)
+                owner = held.owner
+                mirrored = mirror_pods(held.objects, gpu_resource=self.gpu_resource, owner=owner)
         except Refused as refusal:
             self._refused(uid, held, str(refusal), stats)
             return
@@ -185,37 +206,40 @@ class WorkloadController:
     # -- 2. deleted -----------------------------------------------------------------------
 
     def _end_deleted(self, present: set[tuple[str, str]], uids: set[str], stats: SyncStats) -> None:
-        live = Job.objects.filter(spec__workload__kind__in=["Pod", "Job"]).exclude(
+        live = Job.objects.filter(spec__workload__kind__in=[*KINDS_MIRRORED]).exclude(
             state__in=FINAL_STATES
         )
         for job in live.select_related("submitted_by", "tenant"):
             workload = job.spec["workload"]
-            if workload["kind"] == "Job":
-                gone = [] if workload["uid"] in uids else [f"Job {workload['name']}"]
+            if not workload.get("pods"):
+                gone = [] if workload["uid"] in uids else [f"{workload['kind']} {workload['name']}"]
             else:
                 names = workload["pods"]
                 gone = [f"pod {n}" for n in names if (workload["namespace"], n) not in present]
             if gone and end_deleted(job, gone[0]) is not None:
                 stats.cancelled += 1
 
-    def _end_finished(self, listed: Sequence[Obj], stats: SyncStats) -> None:
-        """A Job its controller marked Complete or Failed while its Gantry job was not running
-        (its pods finished just as Gantry preempted it, and it was queued again): the job
-        ends, as its Job did. A running job's end is read from its pods by the daemon."""
-        ended = {}
-        for obj in listed:
-            conditions = at(obj, ("status", "conditions")) or []
-            for c in conditions:
-                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-                    ended[str(at(obj, ("metadata", "uid")))] = str(c["type"])
+    def _end_finished(self, listed: Sequence[tuple[str, Obj]], stats: SyncStats) -> None:
+        """An object its controller marked complete or failed while its Gantry job was not
+        running (its pods finished just as Gantry preempted it, and it was queued again): the
+        job ends, as its object did. A running job's end is read from its pods by the
+        daemon, but for a kind whose pods outlive its end (a RayJob's cluster)."""
+        ended, running = {}, set()
+        for kind, obj in listed:
+            if (outcome := QUEUED[kind].ended(obj)) is not None:
+                ended[str(at(obj, ("metadata", "uid")))] = outcome
+                if QUEUED[kind].ends_running:
+                    running.add(str(at(obj, ("metadata", "uid"))))
         if not ended:
             return
         live = Job.objects.filter(spec__workload__uid__in=list(ended)).exclude(
-            state__in=[*FINAL_STATES, S.RUNNING]
+            state__in=FINAL_STATES
         )
         for job in live.select_related("submitted_by", "tenant"):
-            outcome = ended[job.spec["workload"]["uid"]].lower()
-            if end_finished(job, outcome) is not None:
+            uid = job.spec["workload"]["uid"]
+            if job.state == S.RUNNING and uid not in running:
+                continue
+            if end_finished(job, ended[uid]) is not None:
                 stats.cancelled += 1
 
     # -- 3. report ------------------------------------------------------------------------
@@ -263,8 +287,9 @@ class WorkloadController:
 def _refs(workload: dict[str, Any]) -> list[Ref]:
     """The objects a mirrored workload's events are about: its Job, or each of its pods."""
     namespace = workload["namespace"]
-    if workload["kind"] == "Job":
-        return [(namespace, workload["name"], "batch/v1", "Job", workload["uid"])]
+    if not workload.get("pods"):
+        api_version, kind = workload["apiVersion"], workload["kind"]
+        return [(namespace, workload["name"], api_version, kind, workload["uid"])]
     uids = workload.get("uids") or [""] * len(workload["pods"])
     return [(namespace, n, "v1", "Pod", u) for n, u in zip(workload["pods"], uids, strict=True)]
 

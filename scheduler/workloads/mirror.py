@@ -16,7 +16,7 @@ submission's idempotency key, and an object already mirrored is found by its uid
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +27,11 @@ from rest_framework.exceptions import APIException, ValidationError
 
 from common.errors import DomainError
 from scheduler.jobs.services import job_cancel, job_submit
-from scheduler.models import FINAL_STATES, Job
+from scheduler.jobs.transitions import job_transition
+from scheduler.models import FINAL_STATES, Job, JobState
 from scheduler.workloads.kinds import at
 from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY
-from scheduler.workloads.shape import Refused, shape_job, shape_pods
+from scheduler.workloads.shape import Refused, Shaped, shape_job, shape_pods
 from tenants.models import Project
 
 log = logging.getLogger("gantry.workloads")
@@ -57,7 +58,9 @@ def mirrored_job(uid: str) -> Job | None:
 def _submitter(pod: Obj) -> Any:
     username = (at(pod, ("metadata", "annotations")) or {}).get(ANNOTATION_SUBMITTED_BY)
     if not username:
-        raise Refused("the pod names no user (its creation was not reviewed by Gantry's webhook)")
+        raise Refused(
+            "the object names no user (its creation was not reviewed by Gantry's webhook)"
+        )
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise Refused(
@@ -78,9 +81,13 @@ def _message(error: Exception) -> str:
     return str(error)
 
 
-def mirror_pods(pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu") -> Mirrored:
+def mirror_pods(
+    pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu", owner: Obj | None = None
+) -> Mirrored:
     """The job of a single held pod, or of a whole pod group: found when mirrored before, else
-    submitted. Raises Refused with what the user should read (no job is made)."""
+    submitted. `owner`: the LeaderWorkerSet whose group the pods are (its user submits, and
+    the job is recorded as its). Raises Refused with what the user should read (no job is
+    made)."""
     uid = workload_uid(pods)
     if (job := mirrored_job(uid)) is not None:
         return Mirrored(job, False)
@@ -95,18 +102,31 @@ def mirror_pods(pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu") ->
         "pods": list(shaped.pods),
         "uids": [uids[name] for name in shaped.pods],
     }
-    return _submit(first, shaped.payload, workload)
+    if owner is not None:
+        workload |= {
+            "apiVersion": str(owner.get("apiVersion")),
+            "kind": str(owner.get("kind")),
+            "name": str(at(owner, ("metadata", "name"))),
+        }
+    return _submit(owner or first, shaped.payload, workload)
 
 
 def mirror_job(job: Obj, *, gpu_resource: str = "nvidia.com/gpu") -> Mirrored:
     """The Gantry job of a held batch/v1 Job (found when mirrored before, else submitted)."""
-    uid = str(at(job, ("metadata", "uid")))
+    return mirror_object(job, lambda: shape_job(job, gpu_resource))
+
+
+def mirror_object(obj: Obj, shape: Callable[[], Shaped]) -> Mirrored:
+    """The Gantry job of a held object Gantry resumes (a Job, JobSet, RayJob, TrainJob),
+    shaped by `shape` (called only when it was not mirrored before)."""
+    uid = str(at(obj, ("metadata", "uid")))
     if (found := mirrored_job(uid)) is not None:
         return Mirrored(found, False)
-    shaped = shape_job(job, gpu_resource)
-    name = str(at(job, ("metadata", "name")))
-    workload = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}
-    return _submit(job, shaped.payload, workload)
+    shaped = shape()
+    name = str(at(obj, ("metadata", "name")))
+    api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
+    workload = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+    return _submit(obj, shaped.payload, workload)
 
 
 def _submit(obj: Obj, payload: dict[str, Any], workload: dict[str, Any]) -> Mirrored:
@@ -155,16 +175,26 @@ def end_deleted(job: Job, missing: str) -> Job | None:
 
 
 def end_finished(job: Job, outcome: str) -> Job | None:
-    """End the job of a Job its controller marked `outcome` ("complete" or "failed") while
-    Gantry had the job queued or placing it again: nothing is left to run. Cancelled (the
-    lifecycle ends only a running job as succeeded or failed), saying what the Job did."""
+    """End the job of an object its controller marked `outcome` ("complete" or "failed"):
+    nothing is left to run. A running job ends as its object did (succeeded or failed: a
+    RayJob's cluster outlives its job); one Gantry had queued or was placing again is
+    cancelled (the lifecycle ends only a running job as succeeded or failed), saying what
+    the object did."""
     if job.state in FINAL_STATES:
         return None
+    kind = job.spec["workload"]["kind"]
     try:
+        if job.state == JobState.RUNNING:
+            return job_transition(
+                job=job,
+                to_state=JobState.SUCCEEDED if outcome == "complete" else JobState.FAILED,
+                message=f"its {kind} is {outcome} in Kubernetes",
+                reason=None if outcome == "complete" else f"its {kind} failed in Kubernetes",
+            )
         return job_cancel(
             user=job.submitted_by,
             job=job,
-            reason=f"its Job is {outcome} in Kubernetes: its pods finished before Gantry "
+            reason=f"its {kind} is {outcome} in Kubernetes: its pods finished before Gantry "
             "stopped them",
         )
     except (APIException, DomainError) as error:  # ended meanwhile

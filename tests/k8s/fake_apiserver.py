@@ -29,6 +29,9 @@ It keeps the rules the backend depends on, and no more:
   restricted` rejects pods that are not (403), like the real admission plugin.
 - Priority admission: a pod naming a PriorityClass that does not exist is 403; one that names
   an existing class gets its value and preemption policy (`add_priority_class`).
+- A JobSet's replicated jobs change only in their pod templates' metadata, and only while the
+  JobSet is suspended (its release's webhook); the custom kinds are served at their CRDs'
+  versions (jobsets, leaderworkersets, rayjobs, trainjobs, issue 37).
 - Gantry's mutating webhook (`webhook`, tests/k8s/fake_admission.py): creates in managed
   namespaces are held as the webhook answers; while it is down they are refused (500), as
   its `failurePolicy: Fail` makes the real API server refuse them.
@@ -66,6 +69,7 @@ from tests.k8s.fake_rules import (
     decode_continue,
     encode_continue,
     job_template_kept,
+    jobset_template_kept,
     merge_patch,
     now,
     only_gates_removed,
@@ -486,6 +490,12 @@ class FakeApiServer:
                 except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
                     raise ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from exc
                 return self._write(resource, current, patched)
+            if not isinstance(body, dict):  # a JSON patch sent as a merge patch
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "json: cannot unmarshal array into Go value of type map[string]interface {}",
+                )
             self._check_version(current, body, name)
             return self._write(resource, current, merge_patch(copy.deepcopy(current), body))
 
@@ -497,6 +507,8 @@ class FakeApiServer:
             only_gates_removed(current, new)
         if resource == "jobs":
             job_template_kept(current, new)
+        if resource == "jobsets":
+            jobset_template_kept(current, new)
         for key in ("uid", "creationTimestamp", "namespace", "name"):
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]

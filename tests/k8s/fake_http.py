@@ -28,9 +28,13 @@ if TYPE_CHECKING:
 
 # -- routing -------------------------------------------------------------------------------------
 
-# The core group, the groups of a project namespace's NetworkPolicies and RoleBinding, and
-# batch (the Jobs users create, issue 37).
-_PREFIX = r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1|/apis/batch/v1)/"
+# The core group, the groups of a project namespace's NetworkPolicies and RoleBinding,
+# batch and the custom kinds at their CRDs' versions (the workloads users create, issue 37).
+_PREFIX = (
+    r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1|/apis/batch/v1"
+    r"|/apis/jobset\.x-k8s\.io/v1alpha2|/apis/leaderworkerset\.x-k8s\.io/v1|/apis/ray\.io/v1"
+    r"|/apis/trainer\.kubeflow\.org/v1alpha1)/"
+)
 _COLLECTION = re.compile(_PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
 _ITEM = re.compile(
     _PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?$"

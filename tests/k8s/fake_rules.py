@@ -11,6 +11,8 @@ from typing import Any
 Obj = dict[str, Any]
 CLUSTER_SCOPED = {"nodes", "namespaces"}
 NAMESPACED = {"pods", "services", "events", "networkpolicies", "rolebindings", "jobs"}
+# The custom kinds users create (issue 37), served as their CRDs serve them.
+NAMESPACED |= {"jobsets", "leaderworkersets", "rayjobs", "trainjobs"}
 # The key a JSON patch's operations travel under, from the handler to `patch`.
 JSON_PATCH = "$json-patch"
 
@@ -195,3 +197,22 @@ def job_template_kept(current: Obj, new: Obj) -> None:
         raise ApiError(422, "Invalid", "spec.template: Invalid value: field is immutable")
     if not (new.get("spec") or {}).get("suspend") and not ran:
         new.setdefault("status", {})["startTime"] = now()
+
+
+def jobset_template_kept(current: Obj, new: Obj) -> None:
+    """A JobSet's replicated jobs, as its release's validating webhook guards them (v0.11.1,
+    `ValidateUpdate`): immutable, but for each pod template's labels and annotations (and
+    scheduling fields) while the JobSet is suspended or being suspended. A refusal is a 422."""
+
+    def munged(obj: Obj) -> list[Any]:
+        jobs = copy.deepcopy((obj.get("spec") or {}).get("replicatedJobs") or [])
+        for job in jobs:
+            template = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+            template.pop("metadata", None)
+        return jobs
+
+    suspended = (current.get("spec") or {}).get("suspend") or (new.get("spec") or {}).get("suspend")
+    before = munged(current) if suspended else (current.get("spec") or {}).get("replicatedJobs")
+    after = munged(new) if suspended else (new.get("spec") or {}).get("replicatedJobs")
+    if before != after:
+        raise ApiError(422, "Invalid", "spec.replicatedJobs: Invalid value: field is immutable")

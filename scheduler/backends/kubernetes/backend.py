@@ -56,17 +56,19 @@ from scheduler.backends.kubernetes.render import (
     render_event,
     render_pod,
     render_service,
-    workload_admission,
 )
+from scheduler.backends.kubernetes.resume import resume_patch
 from scheduler.backends.kubernetes.status import pod_status
 from scheduler.backends.kubernetes.transient import call_with_retry, describe
-from scheduler.backends.kubernetes.watch import ListWatcher
+from scheduler.backends.kubernetes.watch import ListFn, ListWatcher, StreamFn
 from scheduler.backends.rate import TokenBucket
 from scheduler.backends.retry import RetryPolicy, WriteFence
+from scheduler.backends.workloads import JOB, Resumable, parse_ref
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 CONFLICT, NOT_FOUND = 409, 404
+JSON_PATCH = "application/json-patch+json"
 # Namespaces the daemon creates for projects enforce the restricted Pod Security Standard.
 PSS_LABELS = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -158,6 +160,8 @@ class KubernetesBackend(NamespaceContents):
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
         # The Jobs users create, which Gantry admits and suspends (issue 37).
         self.batch = client.BatchV1Api(self.api_client)
+        # The other kinds users create (JobSet, LeaderWorkerSet, RayJob, TrainJob).
+        self.custom = client.CustomObjectsApi(self.api_client)
         self.policy = policy or RetryPolicy()
         self._sleep, self._rand = sleep, rand
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
@@ -198,7 +202,7 @@ class KubernetesBackend(NamespaceContents):
                 response.release_conn()
             return json.loads(body) if body else None
 
-        reads = getattr(fn, "__name__", "").startswith(("read_", "list_"))
+        reads = getattr(fn, "__name__", "").startswith(("read_", "list_", "get_"))
         return call_with_retry(
             once,
             self.policy,
@@ -312,34 +316,57 @@ class KubernetesBackend(NamespaceContents):
 
     @_protocol_errors
     def admit_workload(self, pod: PodRequest) -> None:
-        """Admit the Job `pod.workload` names (issue 37): Gantry's labels on its pod template
-        (the job's, so its controller's pods are Gantry's to bind; put on once) and
-        unsuspended, in one patch. A Job gone is a BindConflict (its job is not run)."""
-        name = pod.workload.removeprefix("jobs/")
+        """Admit the object `pod.workload` names (a Job, JobSet, RayJob or TrainJob a user
+        created, issue 37): Gantry's labels on its pod templates (the job's, so its
+        controller's pods are Gantry's to bind; put on once) and unsuspended, in one patch
+        (`resume.resume_patch`). One gone is a BindConflict (its job is not run)."""
+        kind, name = parse_ref(pod.workload)
         try:
-            read = self.batch.read_namespaced_job
-            job = self._call(f"read job {name}", read, name, pod.namespace)
+            obj = self._call(
+                f"read {kind.kind} {name}", *self._read_object(kind, pod.namespace, name)
+            )
         except ApiException as exc:
             if exc.status == NOT_FOUND:
-                raise BindConflict(f"job {pod.namespace}/{name} is gone", deleting=True) from exc
+                raise BindConflict(
+                    f"{kind.kind} {pod.namespace}/{name} is gone", deleting=True
+                ) from exc
             raise
-        ops = workload_admission(job, pod)
-        self._call(f"admit job {name}", self.batch.patch_namespaced_job, name, pod.namespace, ops)
+        ops = resume_patch(kind, obj, pod)
+        self._call(f"admit {kind.kind} {name}", *self._patch_object(kind, pod.namespace, name, ops))
 
     @_protocol_errors
     def suspend_workload(self, namespace: str, workload: str) -> None:
-        """Suspend the Job `workload` names again (its job was preempted, cancelled or failed
-        in Gantry): its controller deletes its pods and makes none until admitted again. One
-        gone is no error."""
-        name = workload.removeprefix("jobs/")
+        """Suspend the object `workload` names again (its job was preempted, cancelled or
+        failed in Gantry): its controller deletes its pods and makes none until admitted
+        again. One gone is no error."""
+        kind, name = parse_ref(workload)
         patch = [{"op": "replace", "path": "/spec/suspend", "value": True}]
         try:
             self._call(
-                f"suspend job {name}", self.batch.patch_namespaced_job, name, namespace, patch
+                f"suspend {kind.kind} {name}", *self._patch_object(kind, namespace, name, patch)
             )
         except ApiException as exc:
             if exc.status != NOT_FOUND:
                 raise
+
+    def _read_object(self, kind: Resumable, namespace: str, name: str) -> tuple[Any, ...]:
+        """The client call (function and arguments) that reads an object of `kind`."""
+        if kind == JOB:
+            return (self.batch.read_namespaced_job, name, namespace)
+        get = self.custom.get_namespaced_custom_object
+        return (get, kind.group, kind.version, namespace, kind.plural, name)
+
+    def _patch_object(
+        self, kind: Resumable, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> tuple[Any, ...]:
+        """The client call that applies the JSON patch `ops` to an object of `kind`."""
+        if kind == JOB:
+            return (self.batch.patch_namespaced_job, name, namespace, ops)
+        # The custom objects API sends a merge patch unless told: this is a JSON patch.
+        patch = functools.partial(
+            self.custom.patch_namespaced_custom_object, _content_type=JSON_PATCH
+        )
+        return (patch, kind.group, kind.version, namespace, kind.plural, name, ops)
 
     def _create_or_adopt(
         self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
@@ -492,6 +519,51 @@ class KubernetesBackend(NamespaceContents):
             label_selector=f"{LABEL_HELD}=true",
         )
         return items
+
+    @_protocol_errors
+    def list_held_objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        """Every object of a custom kind (JobSet, LeaderWorkerSet, RayJob, TrainJob) Gantry's
+        webhook held, in every namespace; none where the API server does not serve the kind
+        (its CRD is not installed: nobody can have created one)."""
+        try:
+            items, _ = self._pages(
+                f"list held {plural}",
+                self.custom.list_cluster_custom_object,
+                group=group,
+                version=version,
+                plural=plural,
+                label_selector=f"{LABEL_HELD}=true",
+            )
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                return []
+            raise
+        return items
+
+    def held_list_watch(self, group: str, version: str, plural: str) -> tuple[ListFn, StreamFn]:
+        """The list and the watch of the objects of one kind Gantry's webhook held (label
+        `gantry.io/managed=true`, every namespace), for a list/watch loop (the workload
+        controller's, `scheduler.workloads.watched`): `list_all()` -> (items, the list's
+        resourceVersion), raising ApiRejected (a 404 where the kind is not served);
+        `open_stream(resourceVersion, timeout_s)` -> the watch's raw response."""
+        kwargs: dict[str, Any] = {"label_selector": f"{LABEL_HELD}=true"}
+        fn: Callable[..., Any]
+        if (group, plural) == ("", "pods"):
+            fn = self.core.list_pod_for_all_namespaces
+        elif (group, plural) == ("batch", "jobs"):
+            fn = self.batch.list_job_for_all_namespaces
+        else:
+            fn = client.CustomObjectsApi(self.api_client).list_cluster_custom_object
+            kwargs |= {"group": group, "version": version, "plural": plural}
+
+        @_protocol_errors
+        def list_all() -> tuple[list[dict[str, Any]], str]:
+            return self._pages(f"list held {plural}", fn, **kwargs)
+
+        def open_stream(resource_version: str, timeout_s: int) -> Any:
+            return self._open_stream(fn, resource_version, timeout_s, **kwargs)
+
+        return list_all, open_stream
 
     def _pod_selectors(self) -> dict[str, str]:
         return {

@@ -25,8 +25,11 @@ from scheduler.backends.kubernetes.render import (
     LABEL_JOB,
     LABEL_REPLICA,
 )
+from scheduler.backends.kubernetes.resume import LABEL_REPLICA_BASE, LABEL_REPLICA_STRIDE
 
 JOB_NAME = "batch.kubernetes.io/job-name"  # on the pods a Job's controller makes
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"  # on a JobSet's Jobs' pods: which Job
+RAY_NODE_TYPE = "ray.io/node-type"  # on the pods KubeRay makes: head or worker
 _POD_REASONS = {
     "Evicted": FailureReason.EVICTED,
     "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
@@ -122,6 +125,19 @@ def _phase(value: str | None) -> PodPhase:
         return PodPhase.UNKNOWN
 
 
+def _replica(labels: Mapping[str, str]) -> int:
+    """Gantry's replica label; else, for a JobSet's pod, `base + job index * stride +
+    completion index` from the labels Gantry put on its template (`resume.py`); else its
+    completion index; else -1 (adopted by a replica still waiting)."""
+    if LABEL_REPLICA in labels:
+        return int(labels[LABEL_REPLICA])
+    index = int(labels.get(LABEL_COMPLETION_INDEX) or 0) if LABEL_COMPLETION_INDEX in labels else -1
+    if LABEL_REPLICA_BASE in labels and JOBSET_JOB_INDEX in labels and index >= 0:
+        stride = int(labels.get(LABEL_REPLICA_STRIDE) or 1)
+        return int(labels[LABEL_REPLICA_BASE]) + int(labels[JOBSET_JOB_INDEX]) * stride + index
+    return index
+
+
 def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
     """Parse one pod; None for a pod without Gantry's job labels (not one of ours)."""
     metadata = pod.get("metadata") or {}
@@ -131,12 +147,11 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
         # A pod a Job's controller made (issue 37) has Gantry's job label from the Job's
         # template, but no attempt (a template's labels cannot change once the Job has run)
         # and no replica: -1, its completion index where it has one; reconcile adopts it.
-        if LABEL_ATTEMPT not in labels and JOB_NAME not in labels:
-            return None  # neither Gantry's pod nor one a Job's controller made
-        if LABEL_ATTEMPT not in labels and JOB_NAME not in labels:
-            return None  # neither Gantry's own pod nor one a Job's controller made
+        # So has a pod KubeRay made for a RayJob (a head or a worker, never a Job's).
+        if LABEL_ATTEMPT not in labels and not (JOB_NAME in labels or RAY_NODE_TYPE in labels):
+            return None  # neither Gantry's own pod nor one a workload's controller made
         attempt = int(labels.get(LABEL_ATTEMPT, -1))
-        replica = int(labels.get(LABEL_REPLICA) or labels.get(LABEL_COMPLETION_INDEX) or -1)
+        replica = _replica(labels)
     except (KeyError, ValueError):
         return None
     phase = _phase((pod.get("status") or {}).get("phase"))

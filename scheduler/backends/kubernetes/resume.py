@@ -1,0 +1,128 @@
+"""The JSON patches that admit an object a user created and Gantry holds suspended (issue 37):
+Gantry's labels on the pod templates its controller makes pods from, then `spec.suspend`
+false, in one patch, per kind (docs/kubernetes-native.md).
+
+The labels go on once, at the first admission, and name no attempt: a template may change
+only while the object has never run (a Job's, as the API server guards it), so an object
+admitted again after a preemption is only unsuspended. Its controller's pods then carry the
+job's label and Gantry's schedulerName, and reconcile adopts each into a replica.
+
+Which replica a pod is, deterministically: a JobSet's templates also carry the first replica
+of their replicated job (`gantry.io/replica-base`) and its pods per child Job
+(`gantry.io/replica-stride`, the Job's parallelism), so that its pod with job index j and
+completion index c is replica `base + j * stride + c` (`status.pod_status`). A RayJob's and a
+TrainJob's pods are alike in what they ask for, and adopted in name order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.backends.base import PodRequest
+from scheduler.backends.kubernetes.render import (
+    LABEL_JOB,
+    LABEL_JOB_TYPE,
+    LABEL_MANAGED,
+    _escape,
+    label_value,
+    workload_admission,
+)
+from scheduler.backends.workloads import JOB, JOBSET, RAYJOB, TRAINJOB, Resumable
+
+Obj = dict[str, Any]
+Op = dict[str, Any]
+Path = tuple[str | int, ...]
+LABEL_REPLICA_BASE = "gantry.io/replica-base"
+LABEL_REPLICA_STRIDE = "gantry.io/replica-stride"
+# A TrainJob's runtime patch is keyed by its manager; the trainer's own pods are those of
+# the runtime's replicated job `node` (the Trainer's name for its training nodes).
+TRAINJOB_MANAGER = "gantry.io/scheduler"
+TRAINER_NODE_JOB = "node"
+UNSUSPEND: Op = {"op": "replace", "path": "/spec/suspend", "value": False}
+
+
+def resume_patch(kind: Resumable, obj: Obj, pod: PodRequest) -> list[Op]:
+    """The patch that admits `obj` (of `kind`) as the job of `pod` (its replica 0)."""
+    if kind == JOB:
+        return workload_admission(obj, pod)
+    if kind == TRAINJOB:
+        return [*_trainjob_labels(obj, pod), UNSUSPEND]
+    templates = _jobset_templates(obj) if kind == JOBSET else _rayjob_templates(obj)
+    assert kind in (JOBSET, RAYJOB), kind
+    ops = [op for path, extra in templates for op in _labelled(obj, path, _labels(pod) | extra)]
+    return [*ops, UNSUSPEND]
+
+
+def _labels(pod: PodRequest) -> dict[str, str]:
+    return {
+        LABEL_MANAGED: "gantry",
+        LABEL_JOB: str(pod.job_id),
+        LABEL_JOB_TYPE: label_value(pod.job_type) or "unknown",
+    }
+
+
+def _at(obj: Any, path: Path) -> Any:
+    for step in path:
+        if isinstance(step, int):
+            obj = obj[step] if isinstance(obj, list) and step < len(obj) else None
+        else:
+            obj = obj.get(step) if isinstance(obj, dict) else None
+    return obj
+
+
+def _jobset_templates(obj: Obj) -> list[tuple[Path, dict[str, str]]]:
+    """Each replicated job's pod template, with its replicas' base and stride."""
+    out: list[tuple[Path, dict[str, str]]] = []
+    base = 0
+    for index, replicated in enumerate(_at(obj, ("spec", "replicatedJobs")) or ()):
+        stride = _at(replicated, ("template", "spec", "parallelism")) or 1
+        extra = {LABEL_REPLICA_BASE: str(base), LABEL_REPLICA_STRIDE: str(stride)}
+        out.append((("spec", "replicatedJobs", index, "template", "spec", "template"), extra))
+        base += (replicated.get("replicas") or 1) * stride
+    return out
+
+
+def _rayjob_templates(obj: Obj) -> list[tuple[Path, dict[str, str]]]:
+    cluster = ("spec", "rayClusterSpec")
+    workers = _at(obj, (*cluster, "workerGroupSpecs")) or ()
+    return [
+        ((*cluster, "headGroupSpec", "template"), {}),
+        *(((*cluster, "workerGroupSpecs", i, "template"), {}) for i in range(len(workers))),
+    ]
+
+
+def _labelled(obj: Obj, template: Path, labels: dict[str, str]) -> list[Op]:
+    """The ops that put `labels` on the pod template at `template` (nothing already there)."""
+    here = _at(obj, template)
+    pointer = "".join(f"/{_escape(str(step))}" for step in template)
+    if not isinstance(here, dict):
+        return [{"op": "add", "path": pointer, "value": {"metadata": {"labels": labels}}}]
+    if not isinstance(here.get("metadata"), dict):
+        return [{"op": "add", "path": f"{pointer}/metadata", "value": {"labels": labels}}]
+    have = here["metadata"].get("labels")
+    if not isinstance(have, dict):
+        return [{"op": "add", "path": f"{pointer}/metadata/labels", "value": labels}]
+    return [
+        {"op": "add", "path": f"{pointer}/metadata/labels/{_escape(key)}", "value": value}
+        for key, value in labels.items()
+        if have.get(key) != value
+    ]
+
+
+def _trainjob_labels(obj: Obj, pod: PodRequest) -> list[Op]:
+    """Gantry's runtime patch (its own, by manager): the labels on the pods of the runtime's
+    trainer nodes. The Trainer applies it to the JobSet it makes for the TrainJob."""
+    patches = _at(obj, ("spec", "runtimePatches"))
+    if isinstance(patches, list) and any(
+        isinstance(p, dict) and p.get("manager") == TRAINJOB_MANAGER for p in patches
+    ):
+        return []  # labelled at an earlier admission
+    template = {"metadata": {"labels": _labels(pod)}}
+    node = {"name": TRAINER_NODE_JOB, "template": {"spec": {"template": template}}}
+    patch = {
+        "manager": TRAINJOB_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}},
+    }
+    if not isinstance(patches, list):
+        return [{"op": "add", "path": "/spec/runtimePatches", "value": [patch]}]
+    return [{"op": "add", "path": "/spec/runtimePatches/-", "value": patch}]

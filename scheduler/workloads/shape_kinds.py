@@ -1,0 +1,120 @@
+"""What a JobSet, a RayJob or a TrainJob asks for, as one Gantry job (issue 37); the rules a
+Job's and a pod's shape follow (`shape.py`) apply to each of their pod templates.
+
+A Gantry job is a gang of replicas alike in GPUs, so an object is one job when every pod it
+will make asks for the same GPUs; CPU and memory per replica are the largest any of its pods
+asks (a smaller pod holds a little more than it asked, never less). An object whose pods ask
+for different GPUs is Refused, saying which, and stays held.
+
+- JobSet: each replicated job makes `replicas` Jobs of `parallelism` pods (`completions`, if
+  set, must equal `parallelism`: Gantry runs them all at once), from its Job template.
+- RayJob: the head (one pod) and each worker group's `replicas` (else `minReplicas`, else 1)
+  times `numOfHosts` pods. The submitter (a RayJob's `submissionMode: K8sJobMode` Job) is not
+  one of the job's replicas.
+- TrainJob: `spec.trainer.numNodes` (default 1) pods, each asking
+  `spec.trainer.resourcesPerNode`; its image is `spec.trainer.image` (the runtime's own
+  template is not read: without them the TrainJob is Refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scheduler.workloads.kinds import at
+from scheduler.workloads.shape import MAX_GROUP, Refused, Shaped, _labels, _payload, pod_resources
+
+Obj = dict[str, Any]
+# (what the user calls the pods, how many, their pod spec)
+Part = tuple[str, int, Obj]
+
+
+def _count(value: Any, what: str, default: int = 1) -> int:
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise Refused(f"{what} must be a whole number, got {value!r}")
+    return value
+
+
+def _combined(name: str, obj: Obj, parts: Sequence[Part], gpu_resource: str, spec: Obj) -> Shaped:
+    """One payload for the pods of `parts`: their count, alike in GPUs."""
+    parts = [p for p in parts if p[1] > 0]
+    replicas = sum(count for _, count, _ in parts)
+    if not 1 <= replicas <= MAX_GROUP:
+        raise Refused(f"it makes {replicas} pods; a Gantry job has from 1 to {MAX_GROUP}")
+    asked = [(what, pod_resources({"spec": pod}, gpu_resource)) for what, _, pod in parts]
+    gpus = {resources[0] for _, resources in asked}
+    if len(gpus) > 1:
+        each = ", ".join(f"{what} {resources[0]}" for what, resources in asked)
+        raise Refused(
+            f"its pods ask for different GPUs ({each}): a Gantry job's replicas are alike in "
+            "GPUs, so give them the same, or create them as separate objects"
+        )
+    cpu, memory = (max(r[1] for _, r in asked), max(r[2] for _, r in asked))
+    first = {"template": {"spec": parts[0][2]}, **spec}
+    return Shaped(_payload(name, _labels(obj), first, replicas, (gpus.pop(), cpu, memory)))
+
+
+def shape_jobset(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
+    parts: list[Part] = []
+    for index, replicated in enumerate(at(obj, ("spec", "replicatedJobs")) or ()):
+        what = f"replicated job {replicated.get('name') or index!r}"
+        job = at(replicated, ("template", "spec")) or {}
+        parallelism = _count(job.get("parallelism"), f"{what}: parallelism")
+        completions = job.get("completions")
+        if completions is not None and completions != parallelism:
+            raise Refused(
+                f"{what} asks for {completions} completions {parallelism} at a time: Gantry "
+                "runs a job's pods all at once, so completions must equal parallelism"
+            )
+        replicas = _count(replicated.get("replicas"), f"{what}: replicas")
+        parts.append((what, replicas * parallelism, at(job, ("template", "spec")) or {}))
+    if not parts:
+        raise Refused("it has no replicated jobs")
+    return _combined(_name(obj), obj, parts, gpu_resource, {})
+
+
+def shape_rayjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
+    cluster = at(obj, ("spec", "rayClusterSpec"))
+    if not isinstance(cluster, dict):
+        raise Refused(
+            "it names no spec.rayClusterSpec (a RayJob on an existing cluster is that "
+            "cluster's work, not a job of its own)"
+        )
+    parts: list[Part] = [("the head", 1, at(cluster, ("headGroupSpec", "template", "spec")) or {})]
+    for group in cluster.get("workerGroupSpecs") or ():
+        what = f"worker group {group.get('groupName')!r}"
+        count = group.get("replicas", group.get("minReplicas"))
+        hosts = _count(group.get("numOfHosts"), f"{what}: numOfHosts")
+        replicas = _count(count, f"{what}: replicas") * hosts
+        parts.append((what, replicas, at(group, ("template", "spec")) or {}))
+    deadline = at(obj, ("spec", "activeDeadlineSeconds"))
+    return _combined(_name(obj), obj, parts, gpu_resource, {"activeDeadlineSeconds": deadline})
+
+
+def shape_trainjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
+    trainer = at(obj, ("spec", "trainer")) or {}
+    resources = trainer.get("resourcesPerNode")
+    if not isinstance(resources, dict) or not trainer.get("image"):
+        raise Refused(
+            "Gantry reads what a TrainJob asks for from spec.trainer.image and "
+            "spec.trainer.resourcesPerNode (its runtime's template is not read): set both"
+        )
+    nodes = _count(trainer.get("numNodes"), "spec.trainer.numNodes")
+    container = {
+        "name": "node",
+        "image": trainer["image"],
+        "command": trainer.get("command") or [],
+        "args": trainer.get("args") or [],
+        "resources": resources,
+    }
+    deadline = at(obj, ("spec", "activeDeadlineSeconds"))
+    spec = {"activeDeadlineSeconds": deadline}
+    return _combined(
+        _name(obj), obj, [("node", nodes, {"containers": [container]})], gpu_resource, spec
+    )
+
+
+def _name(obj: Obj) -> str:
+    return str(at(obj, ("metadata", "name")))
