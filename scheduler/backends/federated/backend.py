@@ -100,6 +100,14 @@ class FederatedBackend:
         # A member whose writes are not safe from several threads, when others' are sent
         # concurrently (the daemon's call pool): one write at a time each.
         self._locks = {m.name: threading.Lock() for m in members}
+        # A member that takes concurrent writes takes at most its own `max_in_flight`: the
+        # daemon's pool holds the members' sum, and a cycle's writes may all go to one member
+        # (beyond its connection pool, each call would open and drop a connection of its own).
+        self._slots = {
+            m.name: threading.BoundedSemaphore(m.backend.max_in_flight)
+            for m in members
+            if isinstance(m.backend, ConcurrentWrites)
+        }
 
     # -- routing -------------------------------------------------------------------------
 
@@ -116,10 +124,7 @@ class FederatedBackend:
         time after a failed list: a silent cluster's timeouts must not slow every cycle."""
         if self.clock() < self._quiet_until.get(member.name, -math.inf):
             raise BackendError(f"cluster {member.name} does not answer")
-        if isinstance(member.backend, ConcurrentWrites):
-            call()
-            return
-        with self._locks[member.name]:
+        with self._slots.get(member.name) or self._locks[member.name]:
             call()
 
     # -- reads ---------------------------------------------------------------------------
