@@ -60,6 +60,7 @@ from devcluster.kubelets import Kubelets, NodeShape
 from devcluster.plane import SCHEDULER_BURST, SCHEDULER_QPS, ControlPlane, free_port
 
 PlaneFactory = Callable[[], contextlib.AbstractContextManager[ControlPlane]]
+World = tuple[dict[str, Any], dict[str, Any], Any]  # Gantry's teams, classes and backend
 Say = Callable[[str], None]
 
 NODES, GPUS_PER_NODE = 75, 8
@@ -290,8 +291,11 @@ def kueue_config(folder: Path, webhook_port: int, health_port: int) -> dict[str,
     }
 
 
-def queue_objects() -> list[tuple[str, dict[str, Any]]]:
-    """(plural, object) of the flavor, priority classes, ClusterQueues and LocalQueues."""
+def queue_objects(
+    nominal: int = 20, admission_checks: tuple[str, ...] = ()
+) -> list[tuple[str, dict[str, Any]]]:
+    """(plural, object) of the flavor, priority classes, ClusterQueues (`nominal` GPUs each, and
+    the AdmissionChecks named) and LocalQueues."""
     api_version = f"{GROUP}/{VERSION}"
     out: list[tuple[str, dict[str, Any]]] = [
         (
@@ -310,8 +314,8 @@ def queue_objects() -> list[tuple[str, dict[str, Any]]]:
     for c in range(COHORTS):
         for t in range(TEAMS_PER_COHORT):
             queue = f"cohort-{c}-team-{t}"
-            quota = {"name": GPU, "nominalQuota": "20", "borrowingLimit": "100"}
-            cq = {
+            quota = {"name": GPU, "nominalQuota": str(nominal), "borrowingLimit": "100"}
+            cq: dict[str, Any] = {
                 "apiVersion": api_version,
                 "kind": "ClusterQueue",
                 "metadata": {"name": queue},
@@ -330,6 +334,10 @@ def queue_objects() -> list[tuple[str, dict[str, Any]]]:
                     },
                 },
             }
+            if admission_checks:
+                cq["spec"]["admissionChecksStrategy"] = {
+                    "admissionChecks": [{"name": name} for name in admission_checks]
+                }
             lq = {
                 "apiVersion": api_version,
                 "kind": "LocalQueue",
@@ -469,6 +477,10 @@ class KueueDriver:
         self.errors: list[str] = []
         self.due: list[tuple[float, str]] = []  # (finish at, name) of the admitted
         self.wake = threading.Condition(self.lock)
+        # Without a job controller the driver plays its part: it ends each Workload after its
+        # duration (`finishers` threads) and requeues the evicted. A subclass whose Workloads
+        # a job controller owns turns both off (finishers=0, requeues False).
+        self.requeues = True
 
     # the watch ---------------------------------------------------------------------------------
 
@@ -525,7 +537,7 @@ class KueueDriver:
         return resource_version
 
     def _seen(self, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
+        name = self.arrival_name(obj)
         arrival = self.by_name.get(name)
         if arrival is None:
             return
@@ -546,8 +558,22 @@ class KueueDriver:
                 self.wake.notify()
             elif not admitted and name in self.holding:
                 self._release(name, now)
-        if _true(obj, "Evicted") and _true(obj, "QuotaReserved"):
+        if self.requeues and _true(obj, "Evicted") and _true(obj, "QuotaReserved"):
             self._requeue(obj)
+
+    def arrival_name(self, obj: dict[str, Any]) -> str:
+        """The arrival a Workload stands for: here its own name (created by `submit`)."""
+        return str(obj["metadata"]["name"])
+
+    def submit(self, arrival: Arrival) -> None:
+        """Create what the arrival's user creates: here its Workload, fully specified."""
+        body = workload(arrival)
+        _json(
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, body["metadata"]["namespace"], "workloads", body,
+                _preload_content=False,
+            )
+        )  # fmt: skip
 
     def _release(self, name: str, now: float) -> None:
         since = self.holding.pop(name, None)
@@ -616,20 +642,10 @@ class KueueDriver:
             delay = start + arrival.at_s - time.monotonic()
             if delay > 0 and self.stop.wait(delay):
                 return
-            body = workload(arrival)
             with self.lock:
                 self.created[arrival.name] = time.monotonic()
             try:
-                _json(
-                    self.custom.create_namespaced_custom_object(
-                        GROUP,
-                        VERSION,
-                        body["metadata"]["namespace"],
-                        "workloads",
-                        body,
-                        _preload_content=False,
-                    )
-                )
+                self.submit(arrival)
             except Exception as error:  # counted, and the run goes on
                 self.errors.append(f"create {arrival.name}: {error}")
 
@@ -745,32 +761,39 @@ def _wait_queues_active(api: Any, timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-def run_kueue(
-    plane: ControlPlane, api: Any, arrivals: list[Arrival], folder: Path, limit_s: float, say: Say
-) -> dict[str, Any]:
-    """Kueue's half: its figures, or `error` saying what failed."""
-    from kubernetes import client
-
+def kueue_missing() -> str | None:
+    """Why Kueue cannot run here (not built, its module not downloaded), or None."""
     binary = versions.binary("kueue")
     if not (binary.is_file() and versions.binary("versionproxy").is_file()):
-        return {
-            "error": f"Kueue {versions.KUEUE} is not built ({binary} is missing): "
+        return (
+            f"Kueue {versions.KUEUE} is not built ({binary} is missing): "
             "python -m devcluster build --peers, or make control-plane-peers"
-        }
-    module = kueue_module_dir()
-    if module is None:
-        return {
-            "error": f"sigs.k8s.io/kueue@{versions.KUEUE} is not in the Go module cache, where "
+        )
+    if kueue_module_dir() is None:
+        return (
+            f"sigs.k8s.io/kueue@{versions.KUEUE} is not in the Go module cache, where "
             "its CRDs are read: python -m devcluster build --peers downloads it"
-        }
+        )
+    return None
+
+
+@contextlib.contextmanager
+def kueue_process(
+    plane: ControlPlane, api: Any, folder: Path, say: Say, *,
+    configure: Callable[[dict[str, Any]], None] = lambda _config: None,
+) -> Iterator[None]:  # fmt: skip
+    """Kueue's manager on `plane`, ready: its CRDs applied, its namespace and webhook Secret,
+    the version proxy in front of the API server; stopped afterwards. `configure` may change
+    its configuration (kueue_config) before it starts. Assumes `kueue_missing()` is None."""
+    from kubernetes import client
+
+    module = kueue_module_dir()
+    assert module is not None, kueue_missing()
     folder.mkdir(parents=True, exist_ok=True)
     webhook_port, health_port = free_port(), free_port()
     _apply_crds(api, module, webhook_port)
     core: Any = client.CoreV1Api(api)
-    custom: Any = client.CustomObjectsApi(api)
-    queues = sorted({a.queue for a in arrivals})
-    for namespace in [KUEUE_NAMESPACE, *(kueue_namespace(q) for q in queues)]:
-        _create(core.create_namespace, {"metadata": {"name": namespace}})
+    _create(core.create_namespace, {"metadata": {"name": KUEUE_NAMESPACE}})
     # Kueue's manifests ship this Secret empty; its certificate manager fills it.
     secret = {"metadata": {"name": WEBHOOK_SECRET, "namespace": KUEUE_NAMESPACE}}
     _create(core.create_namespaced_secret, KUEUE_NAMESPACE, secret)
@@ -800,12 +823,13 @@ def run_kueue(
         f"--key={key}",
         f"--git-version={versions.KUBERNETES}",
     ]
-    config = folder / "kueue-config.yaml"
-    config.write_text(yaml.safe_dump(kueue_config(folder, webhook_port, health_port)))
+    config = kueue_config(folder, webhook_port, health_port)
+    configure(config)
+    (folder / "kueue-config.yaml").write_text(yaml.safe_dump(config))
     log = folder / "kueue.log"
     command = [
-        str(binary),
-        f"--config={config}",
+        str(versions.binary("kueue")),
+        f"--config={folder / 'kueue-config.yaml'}",
         "--feature-gates=VisibilityOnDemand=false",  # its API service needs an aggregator
         "--zap-log-level=error",
     ]
@@ -821,17 +845,7 @@ def run_kueue(
         )
     try:
         _wait_ready(process, health_port, log, core, folder / "certs")
-        for plural, body in queue_objects():
-            namespace = body["metadata"].get("namespace")
-            if namespace:
-                _create(custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
-                        plural, body)  # fmt: skip
-            else:
-                _create(custom.create_cluster_custom_object, GROUP, VERSION, plural, body)
-        _wait_queues_active(api)
-        say(f"Kueue: {len(arrivals)} workloads")
-        driver = KueueDriver(api, arrivals)
-        tally = driver.run(limit_s)
+        yield
         if process.poll() is not None:
             raise RuntimeError(f"kueue exited ({process.returncode}) during the run")
     finally:
@@ -842,6 +856,38 @@ def run_kueue(
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+def create_queues(api: Any, arrivals: list[Arrival], objects: list[tuple[str, Any]]) -> None:
+    """The arrivals' namespaces, then `objects` (queue_objects), cluster-scoped or not."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    for queue in sorted({a.queue for a in arrivals}):
+        _create(core.create_namespace, {"metadata": {"name": kueue_namespace(queue)}})
+    for plural, body in objects:
+        namespace = body["metadata"].get("namespace")
+        if namespace:
+            _create(custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
+                    plural, body)  # fmt: skip
+        else:
+            _create(custom.create_cluster_custom_object, GROUP, VERSION, plural, body)
+
+
+def run_kueue(
+    plane: ControlPlane, api: Any, arrivals: list[Arrival], folder: Path, limit_s: float, say: Say
+) -> dict[str, Any]:
+    """Kueue's half: its figures, or `error` saying what failed."""
+    missing = kueue_missing()
+    if missing:
+        return {"error": missing}
+    with kueue_process(plane, api, folder, say):
+        create_queues(api, arrivals, queue_objects())
+        _wait_queues_active(api)
+        say(f"Kueue: {len(arrivals)} workloads")
+        driver = KueueDriver(api, arrivals)
+        tally = driver.run(limit_s)
     return tally.figures(arrivals) | {
         "evictions": driver.evictions,
         "driver_errors": driver.errors[:20],
@@ -874,16 +920,23 @@ def _submitter(arrivals: list[Arrival], start_wall: float, tick: float, rows: An
     connection.close()
 
 
-def _gantry_world(api: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def _gantry_world(api: Any) -> World:
     """The scenario's organisation and classes (bench/kueue_e2e.py) with their PriorityClasses
     in the plane, and the Kubernetes backend at kube-scheduler's rate on this plane."""
+    from bench.kueue_e2e import setup
+
+    org, classes = setup()
+    return org, classes, gantry_backend(api, classes)
+
+
+def gantry_backend(api: Any, classes: dict[str, Any]) -> Any:
+    """The Kubernetes backend at kube-scheduler's rate on the plane of `api`, the classes'
+    PriorityClasses made there."""
     from kubernetes import client
 
-    from bench.kueue_e2e import setup
     from scheduler.backends.kubernetes.backend import KubernetesBackend
     from scheduler.backends.kubernetes.config import KubernetesConfig
 
-    org, classes = setup()
     scheduling: Any = client.SchedulingV1Api(api)
     for klass in classes.values():
         body = {
@@ -895,7 +948,7 @@ def _gantry_world(api: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
     config = KubernetesConfig(
         flavor_overrides={PRODUCT: FLAVOR}, api_qps=SCHEDULER_QPS, api_burst=SCHEDULER_BURST
     )
-    return org, classes, KubernetesBackend(api, config)
+    return KubernetesBackend(api, config)
 
 
 @dataclass
@@ -967,11 +1020,15 @@ def _figures(arrivals: list[Arrival], created: dict[str, float], start: float) -
 
 
 def run_gantry(
-    api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str | None, limit_s: float,
-    say: Say, *, interval_s: float = 2.0, tick_s: float = 0.1,
+    api: Any, kubelets: Kubelets | list[Kubelets], arrivals: list[Arrival],
+    database_url: str | None, limit_s: float, say: Say, *, interval_s: float = 2.0,
+    tick_s: float = 0.1, world: Callable[[], World] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Gantry's half: the daemon with the Kubernetes backend on the plane, on a fresh database
-    at `database_url` (dropped and made again), or on Django's database as it is (None)."""
+    at `database_url` (dropped and made again), or on Django's database as it is (None).
+    `world` makes the organisation, classes and backend once the database is there
+    (`_gantry_world` on `api` unless given: bench.multicluster gives a federation), and the
+    simulated nodes are `kubelets`' (one simulator per plane)."""
     from bench.daemon_setup import fresh_database, job_rows
 
     if database_url:
@@ -980,7 +1037,8 @@ def run_gantry(
 
     from scheduler.models import Job
 
-    org, classes, backend = _gantry_world(api)
+    org, classes, backend = world() if world else _gantry_world(api)
+    simulators = kubelets if isinstance(kubelets, list) else [kubelets]
 
     def rows(due: list[Arrival], now: Any) -> list[Any]:
         specs = [
@@ -1005,10 +1063,12 @@ def run_gantry(
     )
     daemon = cycles.daemon(backend, interval_s)
     stop = threading.Event()
-    played = threading.Thread(
-        target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True
-    )  # the scenario's own thread renews the leases
-    played.start()
+    played = [  # the scenario's own thread renews the leases
+        threading.Thread(target=k.run, args=(stop, 0.05, float("inf")), daemon=True)
+        for k in simulators
+    ]
+    for thread in played:
+        thread.start()
     connections.close_all()  # the forked submitter opens its own
     say(f"Gantry: {len(arrivals)} jobs")
     cycles.start = start_wall = time.time()
@@ -1021,7 +1081,8 @@ def run_gantry(
     finally:
         process.join(timeout=5)
         stop.set()
-        played.join(timeout=10)
+        for thread in played:
+            thread.join(timeout=10)
     created = {name: at.timestamp() for name, at in Job.objects.values_list("name", "created_at")}
     figures = _figures(arrivals, created, start_wall)
     del figures["queued"]
