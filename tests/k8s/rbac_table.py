@@ -53,6 +53,18 @@ _LOG_BINDING = _perms(RBAC, "rolebindings", "create") | _perms(
 )
 
 
+# The custom kinds Gantry resumes (scheduler/backends/workloads.py: RESUMABLE, less batch's Job).
+RESUMED = (
+    ("jobset.x-k8s.io", "jobsets"),
+    ("ray.io", "rayjobs"),
+    ("trainer.kubeflow.org", "trainjobs"),
+)
+
+
+def _resumed(*verbs: str) -> set[Permission]:
+    return {p for group, plural in RESUMED for p in _perms(group, plural, *verbs)}
+
+
 # The Kubernetes client methods the backend calls (scheduler/backends/kubernetes/*.py), each
 # with what the API server authorizes for it. The list methods also open the watches (watch=True).
 CLIENT_METHODS: dict[str, set[Permission]] = {
@@ -64,6 +76,13 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "read_namespaced_job": _perms("batch", "jobs", "get"),
     "patch_namespaced_job": _perms("batch", "jobs", "patch"),
     "list_job_for_all_namespaces": _perms("batch", "jobs", "list", "watch"),
+    # The other kinds users create (issue 37), through the custom objects API: a JobSet,
+    # RayJob or TrainJob read, admitted and suspended by the daemon; those and LWSs listed by
+    # the workload controller.
+    "get_namespaced_custom_object": _resumed("get"),
+    "patch_namespaced_custom_object": _resumed("patch"),
+    "list_cluster_custom_object": _resumed("list", "watch")
+    | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch"),
     "delete_namespaced_pod": _perms("", "pods", "delete"),
     "list_pod_for_all_namespaces": _perms("", "pods", "list", "watch"),
     "create_namespaced_pod_binding": _perms("", "pods/binding", "create"),
@@ -95,6 +114,7 @@ MUST: dict[str, set[Permission]] = {
         _perms("", "pods", "create", "get", "list", "watch", "delete", "patch")
         | _perms("", "pods/binding", "create")
         | _perms("batch", "jobs", "get", "patch")
+        | _resumed("get", "patch")
         | _perms("", "nodes", "get", "list", "watch", "patch")
         | _perms("", "services", "create")
         | _perms("", "namespaces", "get", "create")
@@ -109,6 +129,8 @@ MUST: dict[str, set[Permission]] = {
     # Reads the held pods (one list a pass), tells their users in events; writes no pod.
     WORKLOADS: _perms("", "pods", "list", "watch")
     | _perms("batch", "jobs", "list", "watch")
+    | _resumed("list", "watch")
+    | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch")
     | _perms("", "events", "create"),
 }
 # Held in project namespaces only, through the RoleBinding the daemon creates with each one:
@@ -179,6 +201,8 @@ MUST_NOT: dict[str, set[Permission]] = {
     WORKLOADS: _NOBODY
     | _perms("", "pods", "get", "create", "delete", "patch")
     | _perms("batch", "jobs", "get", "create", "patch", "update", "delete")
+    | _resumed("get", "create", "patch", "update", "delete")
+    | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "get", "patch", "delete")
     | _perms("", "pods/binding", "create")
     | _perms("", "pods/log", "get")
     | _perms("", "nodes", "get", "list", "patch")

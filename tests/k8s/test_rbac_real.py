@@ -77,10 +77,11 @@ CLIENTS = {
     "networking": "NetworkingV1Api",
     "rbac": "RbacAuthorizationV1Api",
     "batch": "BatchV1Api",
+    "custom": "CustomObjectsApi",
 }
 # The backend's methods the workload controller calls (scheduler/workloads/controller.py), and
 # those both it and the daemon call.
-CONTROLLER_METHODS = frozenset({"list_held_pods", "list_held_jobs"})
+CONTROLLER_METHODS = frozenset({"list_held_pods", "list_held_jobs", "list_held_objects"})
 SHARED_METHODS = frozenset({"record_event"})
 BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
 PROBE_POD = "rbac-log-probe"
