@@ -14,7 +14,8 @@ It keeps the rules the backend depends on, and no more:
   open streams silently.
 - Faults on command (`inject`): the next N requests matching a method and path answer 429 with
   Retry-After, 500 or 503, hang past the client's timeout, or have their connection reset
-  (a watch is reset after its first events), or do the write and lose the answer.
+  (a watch is reset after its first events), or do the write and lose the answer; a watch
+  can "stall": its backlog sent, then nothing while it stays open.
 - Pods that never start, as the kubelet and scheduler report them: `stay_pending` sets a
   container's waiting reason and message (ImagePullBackOff, CreateContainerConfigError) or
   a PodScheduled=False condition (Unschedulable). A pod never finalized stays Terminating.
@@ -83,7 +84,9 @@ __all__ = ["ApiError", "FakeApiServer", "restricted_violations"]
 
 @dataclass
 class Fault:
-    kind: str  # "429" | "500" | "503" | "timeout" | "reset" | "lost" (done, answer lost)
+    # "429" | "500" | "503" | "timeout" | "reset" | "lost" (done, answer lost) | "stall" (a
+    # watch that sends nothing after its backlog)
+    kind: str
     path: re.Pattern[str]
     method: str | None
     remaining: int

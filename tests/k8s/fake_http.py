@@ -86,12 +86,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         log = _LOG.match(url.path) if method == "GET" else None
         streaming = watching or bool(log and query.get("follow") in ("true", "1"))
-        if fault is not None and not (fault.kind == "reset" and streaming):
+        if fault is not None and not (fault.kind in ("reset", "stall") and streaming):
             self._fail(fault)
             return
         try:
             if watching:
-                self._watch(fake, url.path, query, reset=fault is not None)
+                kind = fault.kind if fault is not None else None
+                self._watch(fake, url.path, query, reset=kind == "reset", stall=kind == "stall")
                 return
             if log:
                 self._log(fake, log["ns"], log["name"], query, reset=fault is not None)
@@ -244,7 +245,16 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
 
-    def _watch(self, fake: FakeApiServer, path: str, query: dict[str, str], reset: bool) -> None:
+    def _watch(
+        self,
+        fake: FakeApiServer,
+        path: str,
+        query: dict[str, str],
+        reset: bool,
+        stall: bool = False,
+    ) -> None:
+        """A watch stream; `stall`: it sends its backlog, then nothing more while it stays
+        open (a proxy that stopped forwarding): what it misses only a list finds."""
         match = _COLLECTION.match(path)
         if not match:
             raise ApiError(404, "NotFound", path)
@@ -271,7 +281,8 @@ class Handler(BaseHTTPRequestHandler):
         with fake.cond:
             fake.streaming[res] = fake.streaming.get(res, 0) + 1
         try:
-            self._stream(fake, res, ns, query, max(since, fake.state.rv), generation, deadline)
+            since = max(since, fake.state.rv)
+            self._stream(fake, res, ns, query, since, generation, deadline, stall=stall)
         finally:
             with fake.cond:
                 fake.streaming[res] -= 1
@@ -305,6 +316,8 @@ class Handler(BaseHTTPRequestHandler):
         since: int,
         generation: int,
         deadline: float,
+        *,
+        stall: bool = False,
     ) -> None:
         idle_since = time.monotonic()
         while True:
@@ -319,7 +332,7 @@ class Handler(BaseHTTPRequestHandler):
             if events:
                 idle_since = now
             try:
-                for event in events:
+                for event in [] if stall else events:
                     self._chunk(event)
             except OSError:
                 return

@@ -113,7 +113,7 @@ MUST: dict[str, set[Permission]] = {
     SCHEDULER: (
         _perms("", "pods", "create", "get", "list", "watch", "delete", "patch")
         | _perms("", "pods/binding", "create")
-        | _perms("batch", "jobs", "get", "patch")
+        | _perms("batch", "jobs", "get", "list", "patch")  # list: reconcile's sweep of held Jobs
         | _resumed("get", "patch")
         | _perms("", "nodes", "get", "list", "watch", "patch")
         | _perms("", "services", "create")

@@ -8,7 +8,11 @@ of deleted ones and writes what Gantry decided as events on them
 server or the database away) is logged and tried again at the next interval; nothing is
 changed on a failed read. SIGTERM or SIGINT ends it after the current pass.
 
-    manage.py run_workload_controller                # a pass every 2 s
+The loop reads the held objects from watches (scheduler/workloads/watched.py): a pass lists
+nothing while nothing changes, a change seen by a watch starts the next pass at once, and each
+kind is listed again every `--relist` seconds (what a broken watch missed). `--once` lists.
+
+    manage.py run_workload_controller                # a pass every 2 s, or at a change
     manage.py run_workload_controller --interval 5
     manage.py run_workload_controller --once         # one pass, then exit (its stats printed)
 """
@@ -25,6 +29,7 @@ from django.db import DatabaseError
 
 from scheduler.backends.base import BackendError
 from scheduler.workloads.controller import WorkloadController
+from scheduler.workloads.watched import WatchedHeld
 
 logger = logging.getLogger("gantry.workloads")
 
@@ -35,11 +40,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--interval", type=float, default=2.0, help="Seconds between passes.")
         parser.add_argument("--once", action="store_true", help="One pass, then exit.")
+        parser.add_argument(
+            "--relist",
+            type=float,
+            default=60.0,
+            help="Seconds between lists of each kind (the watches keep it current between).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         interval = options["interval"]
         if not 0.1 <= interval <= 3600:
             raise CommandError("--interval must be from 0.1 to 3600 seconds")
+        if not 1 <= options["relist"] <= 86400:
+            raise CommandError("--relist must be from 1 to 86400 seconds")
         from kubernetes.config import ConfigException
 
         from scheduler.backends.kubernetes.backend import from_environment
@@ -48,23 +61,43 @@ class Command(BaseCommand):
             backend = from_environment()
         except (ConfigException, OSError) as error:
             raise CommandError(f"the cluster's credentials could not be loaded: {error}") from error
-        controller = WorkloadController(backend, gpu_resource=backend.config.gpu_resource)
         if options["once"]:
+            controller = WorkloadController(backend, gpu_resource=backend.config.gpu_resource)
             stats = controller.sync()
             self.stdout.write(
                 f"listed {stats.listed} held pods: {stats.mirrored} queued, {stats.refused} "
                 f"refused, {stats.cancelled} cancelled, {stats.events} events written"
             )
             return
+        watched = WatchedHeld(backend, relist_s=options["relist"])
+        controller = WorkloadController(watched, gpu_resource=backend.config.gpu_resource)
         stop = threading.Event()
+
+        def stopping(*_: Any) -> None:
+            stop.set()
+            watched.changed.set()  # the wait below ends at once
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        logger.info("workload controller started: a pass every %.1fs", interval)
+            signal.signal(sig, stopping)
+        logger.info("workload controller started: a pass every %.1fs or at a change", interval)
+        try:
+            self._loop(controller, watched, stop, interval)
+        finally:
+            watched.close()
+        logger.info("workload controller stopped")
+
+    @staticmethod
+    def _loop(
+        controller: WorkloadController, watched: WatchedHeld, stop: threading.Event, interval: float
+    ) -> None:
         while not stop.is_set():
+            watched.changed.clear()  # a change from here on starts the next pass at once
             try:
                 stats = controller.sync()
             except (BackendError, DatabaseError) as error:
                 logger.warning("pass failed, tried again in %.1fs: %s", interval, error)
+                stop.wait(interval)  # not sooner, however many changes come meanwhile
+                continue
             else:
                 if stats.mirrored or stats.cancelled or stats.refused:
                     logger.info(
@@ -73,5 +106,4 @@ class Command(BaseCommand):
                         stats.refused,
                         stats.cancelled,
                     )
-            stop.wait(interval)
-        logger.info("workload controller stopped")
+            watched.changed.wait(interval)

@@ -1,0 +1,118 @@
+"""The workload controller reads from watches (issue 37): a pass costs no call to the API
+server while nothing changes, a change arrives by its watch, and what a broken watch missed
+is caught by the periodic relist. Over the fake API server, on a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scheduler.models import Job
+from scheduler.workloads.controller import WorkloadController
+from scheduler.workloads.watched import WatchedHeld
+from tests.conftest import build_org
+from tests.k8s.conftest import started_fake
+from tests.workloads.test_controller import World, create_job, job, mirrored, pod
+
+PODS, JOBS = "/api/v1/pods", "/apis/batch/v1/jobs"
+
+
+@pytest.fixture
+def world(db: Any) -> Iterator[World]:
+    fake = started_fake("k8s-gpu-1", "k8s-gpu-2")
+    made = World(build_org(), fake)
+    made.watched = WatchedHeld(made.backend, clock=made.clock, relist_s=60.0)  # type: ignore[attr-defined]
+    made.controller = WorkloadController(made.watched)  # type: ignore[attr-defined]
+    yield made
+    made.watched.close()  # type: ignore[attr-defined]
+    made.api.close()
+    fake.stop()
+
+
+def reads(world: World, path: str) -> int:
+    """The GET requests the API server had for `path` (a list, or a watch opened)."""
+    return sum(1 for method, p in world.fake.requests if method == "GET" and p == path)
+
+
+def watching(world: World, resource: str, streams: int = 1) -> None:
+    """Wait until `streams` watches of `resource` are open past their backlog."""
+    with world.fake.cond:
+        assert world.fake.cond.wait_for(
+            lambda: world.fake.streaming.get(resource, 0) >= streams, timeout=10
+        )
+
+
+def arrived(world: World, *names: str, gone: bool = False) -> None:
+    """Wait until the watches have told the controller's caches of `names` (their
+    creation, or with `gone` their deletion): each change they see sets `changed`."""
+    watched: WatchedHeld = world.watched  # type: ignore[attr-defined]
+
+    def cached() -> set[str]:
+        kinds = [watched.cache("", "v1", "pods"), watched.cache("batch", "v1", "jobs")]
+        return {o["metadata"]["name"] for c in kinds for o in c.items()}
+
+    while (set(names) & cached()) != (set() if gone else set(names)):
+        assert watched.changed.wait(timeout=10), "no change came"
+        watched.changed.clear()
+
+
+def test_a_pass_costs_no_list_while_nothing_changes_and_changes_come_by_the_watch(
+    world: World,
+) -> None:
+    world.create(pod("first"))
+    world.controller.sync()  # the first pass lists each kind once, then watches
+    assert mirrored("first").state == "queued"
+    watching(world, "pods")
+    watching(world, "jobs")
+    before = reads(world, PODS), reads(world, JOBS)
+    world.watched.changed.clear()  # type: ignore[attr-defined]
+    for _ in range(3):
+        world.controller.sync()
+    assert (reads(world, PODS), reads(world, JOBS)) == before, "a pass listed"
+    world.create(pod("second"))
+    create_job(world, job("third", parallelism=1))
+    arrived(world, "second", "third")
+    world.controller.sync()
+    assert mirrored("second").state == "queued"
+    assert Job.objects.filter(spec__workload__name="third").exists()
+    assert (reads(world, PODS), reads(world, JOBS)) == before, "a change was listed, not watched"
+    world.fake.delete("pods", world.namespace, "second", 0)
+    arrived(world, "second", gone=True)
+    world.controller.sync()
+    assert mirrored("second").state == "cancelled", "a deletion comes by the watch too"
+
+
+def test_an_event_a_stalled_watch_missed_is_caught_by_the_periodic_relist(world: World) -> None:
+    world.controller.sync()
+    watching(world, "pods")
+    # The pods' watch breaks without ending (a proxy stops forwarding): its next stream says
+    # nothing after its backlog.
+    world.fake.inject("stall", f"^{PODS}$", method="GET", watch=True)
+    world.fake.end_watches()
+    with world.fake.cond:
+        assert world.fake.cond.wait_for(lambda: world.fake.faults[-1].remaining == 0, timeout=10)
+    watching(world, "pods")
+    world.create(pod("missed"))
+    world.controller.sync()
+    assert not Job.objects.exists(), "the stalled watch told nothing"
+    world.clock.advance(60)  # the relist period
+    world.controller.sync()
+    assert mirrored("missed").state == "queued"
+
+
+def test_a_relist_that_fails_fails_the_pass_and_changes_nothing(world: World) -> None:
+    world.create(pod("kept"))
+    world.controller.sync()
+    world.clock.advance(60)
+    world.fake.inject("503", f"^{PODS}$", method="GET", watch=False, count=100)
+    with pytest.raises(Exception, match="503"):
+        world.controller.sync()
+    assert mirrored("kept").state == "queued", "a pod not listed is not a deleted pod"
+
+
+def test_a_kind_the_api_server_does_not_serve_reads_as_none_held(world: World) -> None:
+    watched: WatchedHeld = world.watched  # type: ignore[attr-defined]
+    assert watched.list_held_objects("example.com", "v1", "widgets") == []
+    assert not watched.cache("example.com", "v1", "widgets").served
