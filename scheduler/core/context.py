@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from scheduler.core import pinned
 from scheduler.core.facts import Facts, Mix
 from scheduler.core.placement import Placer
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger, QuotaVerdict
-from scheduler.core.tentative import ClusterState
+from scheduler.core.tentative import BoolArray, ClusterState
 from scheduler.core.types import (
     JobRequest,
     Placement,
@@ -120,6 +121,7 @@ class CycleContext:
         if self.counts_against_quota(job):
             milli = sum(a.gpu_milli for a in assignments)
             self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
+            pinned.charge(self.ledger, self.state, job, flavor, assignments, sign)
 
     def hold_devices(
         self, job: JobRequest, assignments: Sequence[ReplicaAssignment], sign: int
@@ -141,7 +143,15 @@ class CycleContext:
     def quota_verdict(self, job: JobRequest, flavor: str, milli: int) -> QuotaVerdict | None:
         if not self.counts_against_quota(job):
             return None
-        return self.ledger.check(job.tenant, job.user, flavor, milli)
+        found = self.ledger.check(job.tenant, job.user, flavor, milli)
+        return found or pinned.verdict(self.ledger, self.state, job, flavor, milli)
+
+    def pinned_mask(self, job: JobRequest, flavor: str, milli: int) -> BoolArray | None:
+        """The nodes of ``flavor`` the job's quotas pinned per cluster leave it (``None``:
+        all): ``Placer.narrow``."""
+        if not self.counts_against_quota(job):
+            return None
+        return pinned.mask(self.ledger, self.state, job, flavor, milli)
 
     def relies_on_stopping(self, job: JobRequest, flavor: str, milli: int) -> bool:
         """Whether `job`, just placed with `milli` on `flavor` (and charged for it), fits
@@ -178,6 +188,7 @@ class CycleContext:
         )
         if placed is not None and self.counts_against_quota(job):
             self.ledger.charge(job.tenant, job.user, flavor, milli)
+            pinned.charge(self.ledger, self.state, job, flavor, placed, +1)
         return placed
 
     def try_place_any(
@@ -196,4 +207,5 @@ class CycleContext:
         found = self.placer.place_gang_any(job, allowed, replicas, avoid_reserved=avoid_reserved)
         if found is not None and self.counts_against_quota(job):
             self.ledger.charge(job.tenant, job.user, found[0], milli)
+            pinned.charge(self.ledger, self.state, job, found[0], found[1], +1)
         return found

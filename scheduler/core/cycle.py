@@ -130,6 +130,8 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
     )
     classes = {pc.name: pc for pc in snapshot.priority_classes}
     ctx = CycleContext(snapshot, profile, state, ledger, placer, classes, facts)
+    if ledger.pinned:
+        placer.narrow = ctx.pinned_mask
     # Unchanged is mostly the very same object (the daemon's cache keeps them): `is` first.
     # A job whose pods started since holds what it held: its hold is not given back and
     # taken again.

@@ -34,6 +34,9 @@ class Placer:
     state: ClusterState
     make_scorers: Callable[[], Sequence[tuple[Scorer, float]]]
     max_scored: int
+    # The nodes a job's quotas pinned per cluster leave it for ``milli`` on a flavor (None:
+    # all); set by the cycle (``CycleContext.pinned_mask``), read afresh at every placement.
+    narrow: Callable[[JobRequest, str, int], BoolArray | None] | None = None
     _scorers: Sequence[tuple[Scorer, float]] | None = field(default=None, init=False)
 
     @property
@@ -81,7 +84,8 @@ class Placer:
     def fits_one(self, job: JobRequest, flavor: str, *, avoid_reserved: bool) -> bool:
         """Whether one replica of ``job`` would be placed on ``flavor`` now: where any node
         is feasible, placement takes the best-scored one, so no scoring is needed here."""
-        return len(self.feasible(job, self._static(job, (flavor,)), avoid_reserved)) > 0
+        static = self._static(job, (flavor,), job.resources.gpu_milli)
+        return len(self.feasible(job, static, avoid_reserved)) > 0
 
     def _gang(
         self,
@@ -98,7 +102,7 @@ class Placer:
         several clusters, each is tried alone: the preferred ones first, then the most free
         GPUs of the candidates first (skipping one with too few in total)."""
         state = self.state
-        static = self._static(job, flavors)
+        static = self._static(job, flavors, job.resources.gpu_milli * len(replicas))
         if beside is not None and beside in state.index:
             static = static & state.cluster_mask(int(state.cluster[state.index[beside]]))
         found = self._gang_in(job, flavors, replicas, avoid_reserved, elastic, static)
@@ -158,11 +162,17 @@ class Placer:
         assert flavor is not None  # replicas is never empty
         return flavor, tuple(out)
 
-    def _static(self, job: JobRequest, flavors: tuple[str, ...]) -> BoolArray:
-        masks = [
-            self.state.static_mask(f, job.pools, job.tolerations, job.clusters, job.regions)
-            for f in flavors
-        ]
+    def usable(self, job: JobRequest, flavor: str, milli: int) -> BoolArray:
+        """The nodes a placement of ``milli`` of ``job`` on ``flavor`` may use at all, free or
+        not (its filters, required clusters and pinned quotas)."""
+        return self._static(job, (flavor,), milli)
+
+    def _static(self, job: JobRequest, flavors: tuple[str, ...], milli: int) -> BoolArray:
+        masks = []
+        for f in flavors:
+            mask = self.state.static_mask(f, job.pools, job.tolerations, job.clusters, job.regions)
+            narrowed = None if self.narrow is None else self.narrow(job, f, milli)
+            masks.append(mask if narrowed is None else mask & narrowed)
         return masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
 
     def feasible(self, job: JobRequest, static: BoolArray, avoid_reserved: bool) -> IntArray:

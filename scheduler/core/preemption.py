@@ -6,7 +6,10 @@ Who may be a victim of job J (tenant T, class C), all on the flavor J tries:
 - best-effort jobs of anyone (they only ever run on idle capacity);
 - jobs of T whose class value is strictly below C's;
 - jobs of other tenants that borrow beyond their guarantee, when J's tenant stays within its
-  own guarantee after admission (reclaim); only while the victim's tenant still borrows.
+  own guarantee after admission (reclaim); only while the victim's tenant still borrows;
+- when J needs its tenant's guarantee pinned to a cluster (``core.pinned``), jobs on that
+  cluster of other tenants that use it beyond their own pinned guarantee there (a reclaim);
+  only while they still do.
 
 Never a non-preemptible class, never a job inside the profile's minimum runtime (unless C is
 critical and the profile lets critical override; a job whose pods have not started has no
@@ -19,9 +22,11 @@ set), and single victims of less harm are tried instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from scheduler.core import pinned
 from scheduler.core.context import BEST_EFFORT_GROUP, CycleContext
+from scheduler.core.tentative import BoolArray
 from scheduler.core.types import (
     MILLI_PER_GPU,
     JobRequest,
@@ -38,6 +43,9 @@ class Candidate:
     elastic_only: bool
     reclaim: bool
     rank: tuple[int, int, float, int, float, str]  # tier, value, lost, milli, -start, id
+    # The cluster of a reclaim for a pinned guarantee there (``core.pinned``): the victim's
+    # tenant gives way while it uses that cluster beyond its own pinned guarantee.
+    pinned_cluster: str = ""
 
     @property
     def tenant(self) -> str:
@@ -99,7 +107,7 @@ def select_victims(
         short = ctx.quota_verdict(job, flavor, job.resources.gpu_milli * len(replicas))
         if short is not None:  # nothing to stop: quota stays short on either path
             return QUOTA_SHORT
-    borrow = {c.tenant: ctx.ledger.borrowing(c.tenant, flavor) for c, _ in listed if c.reclaim}
+    borrow = {c.tenant: _owed(ctx, c, flavor) for c, _ in listed if c.reclaim}
     if not soon:
         return _best(ctx, job, flavor, replicas, avoid_reserved, candidates, borrow)
     mark = ctx.mark()
@@ -194,7 +202,10 @@ def _search(
         return None
     mark = ctx.mark()
     removed: list[Candidate] = []
+    usable = ctx.placer.usable(job, flavor, job.resources.gpu_milli * len(replicas))
     for cand in candidates:
+        if not _frees_room(ctx, cand, usable) and _quota_fits(ctx, job, flavor, replicas):
+            continue  # it frees nothing the job lacks: a reclaim would spend what it may take
         if _take(ctx, cand, flavor):
             removed.append(cand)
             if _fits(ctx, job, flavor, replicas, avoid_reserved):
@@ -206,6 +217,17 @@ def _search(
     placed = ctx.try_place(job, flavor, replicas, avoid_reserved=avoid_reserved)
     assert placed is not None  # _fits just proved it on this very state
     return Plan(tuple(kept), placed)
+
+
+def _frees_room(ctx: CycleContext, cand: Candidate, usable: BoolArray) -> bool:
+    """Whether the candidate holds a node the job could use (its required clusters, pinned
+    quotas and filters)."""
+    index = ctx.state.index
+    return any((i := index.get(a.node)) is not None and usable[i] for a in cand.assignments)
+
+
+def _quota_fits(ctx: CycleContext, job: JobRequest, flavor: str, replicas: tuple[int, ...]) -> bool:
+    return ctx.quota_verdict(job, flavor, job.resources.gpu_milli * len(replicas)) is None
 
 
 def may_make_room(
@@ -253,11 +275,21 @@ def _room_now(
 
 
 def _take(ctx: CycleContext, cand: Candidate, flavor: str) -> bool:
-    """Stop the candidate unless it is a reclaim whose tenant no longer borrows."""
-    if cand.reclaim and ctx.ledger.borrowing(cand.tenant, flavor) <= 0:
+    """Stop the candidate unless it is a reclaim whose tenant no longer borrows (nor, for a
+    pinned guarantee, uses the cluster beyond its own)."""
+    if cand.reclaim and _owed(ctx, cand, flavor) <= 0:
         return False
     _release(ctx, cand, -1)
     return True
+
+
+def _owed(ctx: CycleContext, cand: Candidate, flavor: str) -> int:
+    """What a reclaim may take back from the candidate's tenant: what it borrows, or for a
+    pinned guarantee what it uses of the cluster beyond its own pinned guarantee there."""
+    owed = ctx.ledger.borrowing(cand.tenant, flavor)
+    if cand.pinned_cluster:
+        owed = max(owed, pinned.excess(ctx.ledger, cand.tenant, flavor, cand.pinned_cluster))
+    return owed
 
 
 def _for_quota(
@@ -304,6 +336,8 @@ def _until_quota_fits(
     for cand in candidates:
         if ctx.quota_verdict(job, flavor, milli) is None:
             return out
+        if cand.pinned_cluster and ctx.ledger.borrowing(cand.tenant, flavor) <= 0:
+            continue  # a reclaim of room on a cluster, not of quota
         if id(cand) not in skip and _take(ctx, cand, flavor):
             out.append(cand)
     return out if ctx.quota_verdict(job, flavor, milli) is None else None
@@ -361,14 +395,21 @@ def listed_candidates(
     pc = ctx.priority_class(job)
     if not (pc.may_preempt and pc.counts_against_quota):
         return []
-    reclaim_ok = ctx.ledger.within_guarantee_after(
-        job.tenant, flavor, job.resources.gpu_milli * job.gang_size
-    )
+    milli = job.resources.gpu_milli * job.gang_size
+    reclaim_ok = ctx.ledger.within_guarantee_after(job.tenant, flavor, milli)
     groups = [job.tenant, BEST_EFFORT_GROUP]
     borrow: dict[str, int] = {}
+    owed_in: dict[str, str] = {}  # tenant -> the pinned cluster it uses beyond its own
     if reclaim_ok:
+        only = pinned.owed_in(ctx.ledger, job.tenant, flavor, milli)
         for t in ctx.ledger.tenants:
-            if t != job.tenant and (b := ctx.ledger.borrowing(t, flavor)) > 0:
+            if t == job.tenant:
+                continue
+            b = ctx.ledger.borrowing(t, flavor)
+            for cluster in only:
+                if (e := pinned.excess(ctx.ledger, t, flavor, cluster)) > 0:
+                    b, owed_in[t] = max(b, e), cluster
+            if b > 0:
                 groups.append(t)
                 borrow[t] = b
     if horizon is None:
@@ -381,6 +422,12 @@ def listed_candidates(
             for cand, at in _candidates_of(ctx, job, running, reclaim_ok):
                 if at > horizon:
                     continue
+                if cand.reclaim and tenant in owed_in:
+                    where = pinned.cluster_of(ctx.state, cand.assignments[0].node)
+                    if where == owed_in[tenant]:
+                        cand = replace(cand, pinned_cluster=where)
+                    elif ctx.ledger.borrowing(tenant, flavor) <= 0:
+                        continue  # within its guarantees where it runs
                 breach = max(0, cand.rank[3] - borrow.get(cand.tenant, 0)) if cand.reclaim else 0
                 keyed.append(((cand.rank[0], breach, *cand.rank[1:]), cand, at))
     keyed.sort(key=lambda k: k[0])

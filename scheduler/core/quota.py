@@ -15,19 +15,45 @@ ancestor n, and the root's footprint after it stays within the root's guarantee.
 ``g(t)`` never borrows; beyond it, it comes out of what the rest of the tree leaves idle and
 does not reserve: the promise "beyond guarantee only from idle capacity". Best-effort
 classes are not charged. Usage is milli-GPU of running and admitted jobs.
+
+Quotas pinned to a cluster (``Tenant.pinned``, keyed ``pinned_key(flavor, cluster)``) are
+charged on the same ledger under their own keys, by the use of the flavor on that cluster's
+nodes; only their limits and guarantees are read there (``scheduler.core.pinned``), never
+the cohort. A tenant that pins a flavor but sets no global quota on it holds, globally, the
+sum of its pinned ones (``_own``): pinned guarantees count inside the global one.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from scheduler.core.types import MILLI_PER_GPU, JobRequest, RunningJob, Tenant
+from scheduler.core.types import MILLI_PER_GPU, JobRequest, Quota, RunningJob, Tenant
 
 _Key = tuple[str, str]  # (tenant, flavor)
 T = TypeVar("T", bound=Hashable)
+
+# Separates a flavor from a cluster in a pinned quota's key: in neither a flavor's name nor a
+# cluster's (a DNS label).
+PIN = "@"
+
+
+def pinned_key(flavor: str, cluster: str) -> str:
+    """The ledger's key of ``flavor`` on ``cluster``'s nodes: ``H100@site-b``."""
+    return f"{flavor}{PIN}{cluster}"
+
+
+def implied_global(pinned: dict[str, Quota] | Mapping[str, Quota], flavor: str) -> Quota | None:
+    """The global quota of a tenant that pins ``flavor`` and sets no global quota on it: the
+    sums of its pinned guarantees and limits; None when it pins none."""
+    mine = [q for key, q in pinned.items() if key.partition(PIN)[0] == flavor]
+    if not mine:
+        return None
+    limits = [q.limit for q in mine]
+    limit = None if None in limits else sum(x for x in limits if x is not None)
+    return Quota(sum(q.guaranteed for q in mine), limit)
 
 
 def subtree_usage(
@@ -84,7 +110,43 @@ class QuotaLedger:
         self._reserves: dict[_Key, int] = {}
         self._journal: list[tuple[str, str, str, int]] = []
         self.changes = 0  # bumped by every charge and refund: a version for caches
+        # flavor -> {cluster: key} of every cluster some tenant pins the flavor to
+        self.pinned: dict[str, dict[str, str]] = defaultdict(dict)
+        for t in tenants:
+            for key in t.pinned:
+                flavor, _, cluster = key.partition(PIN)
+                self.pinned[flavor][cluster] = key
+        self._quotas: dict[_Key, Quota | None] = {}
+        # (tenant, flavor) -> the pinned quotas on its chain: see ``pins``
+        self._pins: dict[_Key, tuple[tuple[str, str, Quota], ...]] = {}
         self._init_footprints(flavors)
+
+    def pins(self, tenant: str, flavor: str) -> tuple[tuple[str, str, Quota], ...]:
+        """(tree node, cluster, quota) of every quota pinning ``flavor`` on ``tenant``'s
+        chain, the tenant's own first: empty for most tenants, which then skip every
+        per-cluster rule."""
+        kept = self._pins.get((tenant, flavor))
+        if kept is None:
+            clusters = self.pinned.get(flavor, {})
+            kept = self._pins[(tenant, flavor)] = tuple(
+                (node, cluster, quota)
+                for node in self.chain[tenant]
+                for cluster, key in sorted(clusters.items())
+                if (quota := self.tenants[node].pinned.get(key)) is not None
+            )
+        return kept
+
+    def _own(self, tenant: str, key: str) -> Quota | None:
+        """The tenant's own quota under ``key``: global (a flavor) or pinned (``pinned_key``),
+        a global one implied by its pinned ones when it sets none."""
+        cache = (tenant, key)
+        if cache not in self._quotas:
+            t = self.tenants[tenant]
+            found = t.quotas.get(key) or t.pinned.get(key)
+            if found is None and PIN not in key and t.pinned:
+                found = implied_global(t.pinned, key)
+            self._quotas[cache] = found
+        return self._quotas[cache]
 
     def _chain(self, name: str) -> tuple[str, ...]:
         out: list[str] = []
@@ -98,9 +160,10 @@ class QuotaLedger:
         key = (tenant, flavor)
         kept = self._guarantee.get(key)
         if kept is None:
-            quota = self.tenants[tenant].quotas.get(flavor)
+            quota = self._own(tenant, flavor)
             if quota is not None:
-                kept = quota.guaranteed if self._backed(tenant, flavor) else 0
+                pinned = PIN in flavor  # a cluster's part of a guarantee carved out above
+                kept = quota.guaranteed if pinned or self._backed(tenant, flavor) else 0
             else:
                 kept = sum(self.guarantee(c, flavor) for c in self.children[tenant])
             self._guarantee[key] = kept
@@ -115,7 +178,7 @@ class QuotaLedger:
         parent = self.tenants[tenant].parent
         if parent is None or parent not in self.tenants:
             return True
-        if flavor in self.tenants[parent].quotas:
+        if self._own(parent, flavor) is not None:
             return self._backed(parent, flavor)
         return self.tenants[parent].parent is None
 
@@ -123,7 +186,7 @@ class QuotaLedger:
         key = (tenant, flavor)
         kept = self._reserves.get(key)
         if kept is None:
-            quota = self.tenants[tenant].quotas.get(flavor)
+            quota = self._own(tenant, flavor)
             lend = None if quota is None else quota.lend_limit
             kept = self._reserves[key] = (
                 0 if lend is None else max(0, self.guarantee(tenant, flavor) - lend)
@@ -178,7 +241,7 @@ class QuotaLedger:
         )
 
     def _check_limit(self, node: str, flavor: str, milli: int) -> QuotaVerdict | None:
-        quota = self.tenants[node].quotas.get(flavor)
+        quota = self._own(node, flavor)
         used = self.usage[(node, flavor)]
         if quota is None or quota.limit is None or used + milli <= quota.limit:
             return None

@@ -162,6 +162,9 @@ class Tenant:
     # flavor -> the most milli-GPU of that flavor one user of this tenant may hold; a flavor
     # absent here has no cap (0 is a cap: nothing).
     user_caps: Mapping[str, int] = field(default_factory=dict)
+    # Quotas pinned to one cluster, keyed ``quota.pinned_key(flavor, cluster)``: they hold
+    # only for that cluster's nodes (``scheduler.core.pinned``).
+    pinned: Mapping[str, Quota] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
