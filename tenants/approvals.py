@@ -165,10 +165,12 @@ def quota_request_create(
     """
     require_manage(user, tenant)
     _check_comment(justification, "justification")
-    current = Quota.objects.filter(tenant=tenant, flavor=flavor).first()
+    current = Quota.objects.filter(tenant=tenant, flavor=flavor, cluster__isnull=True).first()
     parent_quota = None
     if tenant.parent_id is not None:
-        parent_quota = Quota.objects.filter(tenant_id=tenant.parent_id, flavor=flavor).first()
+        parent_quota = Quota.objects.filter(
+            tenant_id=tenant.parent_id, flavor=flavor, cluster__isnull=True
+        ).first()
     # A team admin asks for the team's quota without seeing the parent's subtree: the errors
     # must not show the siblings' guarantees or the parent's figures.
     sees_parent = tenant.parent_id is None or (

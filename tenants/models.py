@@ -170,10 +170,23 @@ class Quota(TimeStampedModel):
 
     `guaranteed` is nominal quota, lent to others while idle; `limit` caps the subtree's use,
     borrowing included; `lend_limit` caps how much of the guarantee others may borrow.
+    `cluster` null: the quota holds across every cluster (global); set: it is pinned to that
+    cluster's nodes, and its guarantee counts inside the tenant's global one
+    (docs/multicluster.md, "Quotas pinned to a cluster"). Readers of the global quota tree
+    filter `cluster__isnull=True`.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
     flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="quotas")
+    # By name: tenants sits below scheduler and imports nothing of it.
+    cluster = models.ForeignKey(
+        "scheduler.Cluster",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="pinned_quotas",
+        db_index=False,  # a few rows per tenant; the unique index below leads with tenant
+    )
     guaranteed_milli = models.PositiveBigIntegerField(default=0)
     limit_milli = models.PositiveBigIntegerField(default=0)
     lend_limit_milli = models.PositiveBigIntegerField(null=True, blank=True)
@@ -183,9 +196,20 @@ class Quota(TimeStampedModel):
     )
 
     class Meta:
-        ordering = ["tenant_id", "flavor_id"]
+        ordering = ["tenant_id", "flavor_id", "cluster_id"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "flavor"], name="quota_one_per_flavor"),
+            # NULLs are distinct in a unique index on PostgreSQL and SQLite alike: one
+            # constraint for the pinned rows, a partial one for the global row.
+            models.UniqueConstraint(
+                fields=["tenant", "flavor"],
+                condition=Q(cluster__isnull=True),
+                name="quota_one_global_per_flavor",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "flavor", "cluster"],
+                condition=Q(cluster__isnull=False),
+                name="quota_one_per_flavor_and_cluster",
+            ),
             models.CheckConstraint(
                 condition=Q(limit_milli__gte=F("guaranteed_milli")),
                 name="quota_limit_at_least_guaranteed",

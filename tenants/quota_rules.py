@@ -77,7 +77,7 @@ def check_against_parent(
         return _against_unseen_parent(tenant, parent, flavor, values, parent_quota)
     errors: dict[str, list[str]] = {}
     siblings = (
-        Quota.objects.filter(tenant__parent=parent, flavor=flavor)
+        Quota.objects.filter(tenant__parent=parent, flavor=flavor, cluster__isnull=True)
         .exclude(tenant=tenant)
         .select_related("tenant")
         .order_by("tenant__slug")
@@ -105,7 +105,9 @@ def _against_unseen_parent(
     tenant: Tenant, parent: Tenant, flavor: ResourceFlavor, values: QuotaValues, parent_quota: Quota
 ) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
-    siblings = Quota.objects.filter(tenant__parent=parent, flavor=flavor).exclude(tenant=tenant)
+    siblings = Quota.objects.filter(
+        tenant__parent=parent, flavor=flavor, cluster__isnull=True
+    ).exclude(tenant=tenant)
     taken = sum(siblings.values_list("guaranteed_milli", flat=True))
     if values.guaranteed_milli + taken > parent_quota.guaranteed_milli:
         errors["guaranteed_milli"] = [
@@ -149,7 +151,7 @@ def check_against_children(
     tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues
 ) -> dict[str, list[str]]:
     children = list(
-        Quota.objects.filter(tenant__parent=tenant, flavor=flavor)
+        Quota.objects.filter(tenant__parent=tenant, flavor=flavor, cluster__isnull=True)
         .select_related("tenant")
         .order_by("tenant__slug")
     )

@@ -21,7 +21,9 @@ from tenants.models import (
 
 
 def quota_list_visible(user: Any) -> QuerySet[Quota]:
-    return access.visible_by_tenant(user, Quota.objects.select_related("tenant", "flavor"))
+    return access.visible_by_tenant(
+        user, Quota.objects.select_related("tenant", "flavor", "cluster")
+    )
 
 
 def priority_default_list_visible(user: Any) -> QuerySet[PriorityDefault]:

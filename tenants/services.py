@@ -28,6 +28,7 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import notifications_add, redact_url, webhook_test_event
+from tenants.quota_pins import check_global_holds_pins, validate_pinned
 from tenants.quota_rules import QuotaValues, validate_quota
 
 
@@ -376,10 +377,20 @@ def priority_default_for(*, tenant: Tenant, job_type: str) -> PriorityClass | No
 
 
 @transaction.atomic
-def quota_set(*, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues) -> Quota:
-    """Create or update the quota of `tenant` for `flavor` after checking the whole tree.
+def quota_set(
+    *,
+    user: Any,
+    tenant: Tenant,
+    flavor: ResourceFlavor,
+    values: QuotaValues,
+    cluster: Any = None,
+) -> Quota:
+    """Create or update the quota of `tenant` for `flavor` after checking the whole tree:
+    the global one, or with `cluster` (a `scheduler.Cluster`) the one pinned to that cluster
+    (`tenants.quota_pins`).
 
-    Locks the parent's quota row (and this one) so concurrent changes to siblings serialise.
+    Locks the parent's global quota row (and this one) so concurrent changes to siblings
+    serialise, and the tenant's row, so its global quota and its pins change one at a time.
     """
     if not access.can_set_quota(user, tenant):
         raise PermissionDenied(
@@ -389,13 +400,25 @@ def quota_set(*, user: Any, tenant: Tenant, flavor: ResourceFlavor, values: Quot
     if tenant.parent_id is not None:
         parent_quota = (
             Quota.objects.select_for_update()
-            .filter(tenant_id=tenant.parent_id, flavor=flavor)
+            .filter(tenant_id=tenant.parent_id, flavor=flavor, cluster__isnull=True)
             .first()
         )
-    quota = Quota.objects.select_for_update().filter(tenant=tenant, flavor=flavor).first()
-    validate_quota(tenant, flavor, values, parent_quota)
+    list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+    quota = (
+        Quota.objects.select_for_update().filter(tenant=tenant, flavor=flavor, cluster=cluster)
+        if cluster is not None
+        else Quota.objects.select_for_update().filter(
+            tenant=tenant, flavor=flavor, cluster__isnull=True
+        )
+    ).first()
+    if cluster is not None:
+        validate_pinned(tenant, flavor, cluster, values, parent_quota)
+    else:
+        validate_quota(tenant, flavor, values, parent_quota)
+        if errors := check_global_holds_pins(tenant, flavor, values):
+            raise ValidationError(errors)
     before = audit_snapshot(quota)
-    quota = quota or Quota(tenant=tenant, flavor=flavor)
+    quota = quota or Quota(tenant=tenant, flavor=flavor, cluster=cluster)
     quota.guaranteed_milli = values.guaranteed_milli
     quota.limit_milli = values.limit_milli
     quota.lend_limit_milli = values.lend_limit_milli
@@ -422,9 +445,12 @@ def quota_delete(*, user: Any, quota: Quota) -> None:
         )
     # Without this quota the tenant holds none, and beneath it only 0/0 may stand
     # (`quota_rules`): a child's guarantee or limit would be a quota handed down from nothing.
-    children = Quota.objects.filter(tenant__parent=quota.tenant, flavor=quota.flavor)
+    # A pinned quota hands nothing down: without it the tenant's global quota still holds.
+    children = Quota.objects.filter(
+        tenant__parent=quota.tenant, flavor=quota.flavor, cluster__isnull=True
+    )
     holding = sorted(children.filter(limit_milli__gt=0).values_list("tenant__slug", flat=True))
-    if holding:
+    if holding and quota.cluster_id is None:
         raise ValidationError(
             f"'{quota.tenant.slug}' still gives {quota.flavor.name} quota to its children "
             f"({', '.join(holding)}); remove or zero theirs first."

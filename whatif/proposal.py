@@ -92,7 +92,11 @@ def _quota_errors(
 def _bounds(tenant: Tenant, change: dict[str, Any]) -> dict[str, list[str]]:
     """The limit includes the guarantee, and only a guarantee is lent: with today's values
     for the fields the change leaves out."""
-    today = Quota.objects.filter(tenant=tenant, flavor__name=change["flavor"]).values().first()
+    today = (
+        Quota.objects.filter(tenant=tenant, flavor__name=change["flavor"], cluster__isnull=True)
+        .values()
+        .first()
+    )
     now: dict[str, Any] = dict(today) if today else {}
     merged: dict[str, Any] = {field: now.get(field) for field in QUOTA_FIELDS}
     merged.update({k: v for k, v in change.items() if k in QUOTA_FIELDS})

@@ -30,10 +30,12 @@ from scheduler.profiles.files import built_in, read_profile
 from scheduler.sim import Cluster, SimConfig, Simulation, WorkloadJob
 from scheduler.snapshot.rows import ROW_FIELDS
 from scheduler.snapshot.translate import (
+    QUOTA_VALUES,
     Organisation,
     job_request,
     load_nodes,
     priority_classes,
+    quota_key,
     tenants_from_quotas,
 )
 from tenants.models import PriorityClass as PriorityClassRow
@@ -185,13 +187,7 @@ def _organisation_rows() -> OrgRows:
         [
             dict(q)
             for q in QuotaRow.objects.values(
-                "tenant__slug",
-                "flavor__name",
-                "guaranteed_milli",
-                "limit_milli",
-                "lend_limit_milli",
-                "weight",
-                "user_limit_milli",
+                "tenant__slug", "flavor__name", "cluster__name", *QUOTA_VALUES
             )
         ],
         [
@@ -206,7 +202,10 @@ def _organisation_rows() -> OrgRows:
 def organisation(rows: OrgRows, changes: Sequence[Mapping[str, Any]]) -> Organisation:
     """The engine's tenants and classes as `scheduler.snapshot.translate` builds them, with
     `changes` applied on top."""
-    quotas = {(q["tenant__slug"], q["flavor__name"]): dict(q) for q in rows.quotas}
+    quotas = {
+        (q["tenant__slug"], quota_key(q["flavor__name"], q.get("cluster__name"))): dict(q)
+        for q in rows.quotas
+    }
     values = {c["name"]: c["value"] for c in rows.classes}
     for change in changes:
         if change["kind"] == "quota":

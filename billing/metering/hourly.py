@@ -348,7 +348,7 @@ def _model(record: Record) -> UsageRecord:
 
 def _guarantees() -> list[tuple[int, str, int]]:
     return list(
-        Quota.objects.filter(guaranteed_milli__gt=0).values_list(
+        Quota.objects.filter(guaranteed_milli__gt=0, cluster__isnull=True).values_list(
             "tenant_id", "flavor__name", "guaranteed_milli"
         )
     )

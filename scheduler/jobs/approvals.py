@@ -86,7 +86,7 @@ def job_borrows(job: Job, *, lock: bool = True) -> bool:
         list(Tenant.objects.select_for_update().filter(pk=job.tenant_id).values_list("pk"))
     guaranteed = {
         name: g
-        for name, g in Quota.objects.filter(tenant=job.tenant).values_list(
+        for name, g in Quota.objects.filter(tenant=job.tenant, cluster__isnull=True).values_list(
             "flavor__name", "guaranteed_milli"
         )
     }

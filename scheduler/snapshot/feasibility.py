@@ -146,7 +146,7 @@ def quota_short(job: Job, flavor: str, per_replica: int, gang: int) -> tuple[boo
     rows = {
         q.tenant_id: q
         for q in Quota.objects.filter(
-            flavor__name=flavor, tenant__path__startswith=f"/{chain[0]}/"
+            flavor__name=flavor, tenant__path__startswith=f"/{chain[0]}/", cluster__isnull=True
         ).select_related("tenant")
     }
     own = rows.get(tenant.pk)

@@ -17,6 +17,7 @@ from django.db.models import F
 
 from scheduler.backends.base import PodRequest, pod_name
 from scheduler.backends.workloads import workload_ref
+from scheduler.core.quota import PIN, pinned_key
 from scheduler.core.types import (
     CycleResult,
     Device,
@@ -94,41 +95,33 @@ def load_nodes() -> tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[
     return nodes, device_ids, {r["name"]: r["id"] for r in rows}
 
 
+def quota_key(flavor: str, cluster: str | None) -> str:
+    """The engine's key of a quota row: its flavor, or for one pinned to a cluster the
+    flavor on that cluster (``scheduler.core.quota.pinned_key``)."""
+    return flavor if not cluster else pinned_key(flavor, cluster)
+
+
+QUOTA_VALUES = (
+    "guaranteed_milli",
+    "limit_milli",
+    "lend_limit_milli",
+    "weight",
+    "user_limit_milli",
+)
+
+
 def load_tenants() -> tuple[tuple[CoreTenant, ...], dict[int, str]]:
-    """Every tenant with its quotas, weight and per-user caps; tenant id -> slug."""
+    """Every tenant with its quotas (global and pinned), weight and per-user caps; tenant
+    id -> slug."""
     rows = list(Tenant.objects.values("id", "slug", "parent_id"))
     slugs = {r["id"]: r["slug"] for r in rows}
-    quotas: dict[int, dict[str, Quota]] = defaultdict(dict)
-    weights: dict[int, float] = {}
-    user_caps: dict[int, dict[str, int]] = defaultdict(dict)
-    for q in QuotaRow.objects.values(
-        "tenant_id",
-        "flavor__name",
-        "guaranteed_milli",
-        "limit_milli",
-        "lend_limit_milli",
-        "weight",
-        "user_limit_milli",
-    ):
-        quotas[q["tenant_id"]][q["flavor__name"]] = Quota(
-            guaranteed=q["guaranteed_milli"],
-            limit=q["limit_milli"],
-            lend_limit=q["lend_limit_milli"],
+    quotas = {
+        (q["tenant__slug"], quota_key(q["flavor__name"], q["cluster__name"])): q
+        for q in QuotaRow.objects.values(
+            "tenant__slug", "flavor__name", "cluster__name", *QUOTA_VALUES
         )
-        weights[q["tenant_id"]] = max(weights.get(q["tenant_id"], 0.0), float(q["weight"]))
-        if q["user_limit_milli"] is not None:  # per flavor; 0 is a cap
-            user_caps[q["tenant_id"]][q["flavor__name"]] = q["user_limit_milli"]
-    tenants = tuple(
-        CoreTenant(
-            name=r["slug"],
-            parent=slugs.get(r["parent_id"]),
-            quotas=quotas.get(r["id"], {}),
-            weight=weights.get(r["id"], 1.0),
-            user_caps=user_caps.get(r["id"], {}),
-        )
-        for r in rows
-    )
-    return tenants, slugs
+    }
+    return tenants_from_quotas(rows, quotas), slugs
 
 
 Organisation = tuple[tuple[CoreTenant, ...], tuple[PriorityClass, ...]]
@@ -138,12 +131,17 @@ def tenants_from_quotas(
     tenant_rows: Iterable[Mapping[str, Any]], quotas: Mapping[tuple[str, str], Mapping[str, Any]]
 ) -> tuple[CoreTenant, ...]:
     """The engine's tenants from tenant rows (`id`, `slug`, `parent_id`) and quota rows by
-    (tenant slug, flavor), as a what-if proposes them: a tenant's fair-share weight is the
-    largest of its quotas' weights, its per-user caps those its quotas set."""
+    (tenant slug, ``quota_key``), as the database holds them or a what-if proposes them: a
+    tenant's fair-share weight is the largest of its global quotas' weights, its per-user
+    caps those its global quotas set; a pinned quota holds a guarantee and a limit."""
     per_tenant: dict[str, dict[str, Quota]] = defaultdict(dict)
+    pinned: dict[str, dict[str, Quota]] = defaultdict(dict)
     weights: dict[str, float] = {}
     caps: dict[str, dict[str, int]] = defaultdict(dict)
     for (slug, flavor), q in quotas.items():
+        if PIN in flavor:
+            pinned[slug][flavor] = Quota(q["guaranteed_milli"], q["limit_milli"])
+            continue
         per_tenant[slug][flavor] = Quota(
             q["guaranteed_milli"], q["limit_milli"], q.get("lend_limit_milli")
         )
@@ -159,6 +157,7 @@ def tenants_from_quotas(
             per_tenant.get(r["slug"], {}),
             weights.get(r["slug"], 1.0),
             caps.get(r["slug"], {}),
+            pinned.get(r["slug"], {}),
         )
         for r in rows
     )

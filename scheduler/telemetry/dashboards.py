@@ -346,9 +346,9 @@ def tenant_dashboard(tenant: Tenant, window: Window) -> TenantDashboard:
     ids = list(subtree.values_list("pk", flat=True))
     quotas = {
         name: FlavorQuota(guaranteed / 1000, limit / 1000)
-        for name, guaranteed, limit in Quota.objects.filter(tenant=tenant).values_list(
-            "flavor__name", "guaranteed_milli", "limit_milli"
-        )
+        for name, guaranteed, limit in Quota.objects.filter(
+            tenant=tenant, cluster__isnull=True
+        ).values_list("flavor__name", "guaranteed_milli", "limit_milli")
     }
     rows = (
         UtilizationRollup.objects.filter(

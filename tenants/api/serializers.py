@@ -264,6 +264,13 @@ class FlavorSerializer(serializers.ModelSerializer):
 class QuotaOut(serializers.ModelSerializer):
     tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
     flavor_name = serializers.CharField(source="flavor.name", read_only=True)
+    cluster_name = serializers.CharField(
+        source="cluster.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="The cluster the quota is pinned to; null: global (every cluster).",
+    )
     weight = serializers.FloatField()
 
     class Meta:
@@ -274,6 +281,8 @@ class QuotaOut(serializers.ModelSerializer):
             "tenant_slug",
             "flavor",
             "flavor_name",
+            "cluster",
+            "cluster_name",
             "guaranteed_milli",
             "limit_milli",
             "lend_limit_milli",
@@ -298,6 +307,14 @@ class QuotaValuesIn(StrictInputSerializer):
 class QuotaCreateIn(QuotaValuesIn):
     tenant = VisibleTenantField()
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
+    # Through the relation: tenants imports nothing of scheduler, where clusters live.
+    cluster = serializers.PrimaryKeyRelatedField(
+        queryset=Quota._meta.get_field("cluster").related_model._default_manager.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A cluster's id: the quota holds for its nodes only. Null: global.",
+    )
 
 
 # --- priorities --------------------------------------------------------------------------

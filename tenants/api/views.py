@@ -211,10 +211,14 @@ class FlavorViewSet(ReadWriteViewSet):
 
 class QuotaFilter(StrictFilterSet):
     flavor_name = django_filters.CharFilter(field_name="flavor__name")
+    cluster_name = django_filters.CharFilter(field_name="cluster__name")
+    pinned = django_filters.BooleanFilter(
+        field_name="cluster", lookup_expr="isnull", exclude=True, label="Pinned to a cluster."
+    )
 
     class Meta:
         model = Quota
-        fields = ["tenant", "flavor", "flavor_name"]
+        fields = ["tenant", "flavor", "flavor_name", "cluster", "cluster_name", "pinned"]
 
 
 class QuotaViewSet(ReadWriteViewSet):
@@ -227,9 +231,13 @@ class QuotaViewSet(ReadWriteViewSet):
     @extend_schema(request=s.QuotaCreateIn, responses={201: s.QuotaOut})
     def create(self, request: Request) -> Response:
         data = self.read_input(s.QuotaCreateIn)
-        tenant, flavor = data.pop("tenant"), data.pop("flavor")
+        tenant, flavor, cluster = data.pop("tenant"), data.pop("flavor"), data.pop("cluster")
         quota = services.quota_set(
-            user=request.user, tenant=tenant, flavor=flavor, values=QuotaValues(**data)
+            user=request.user,
+            tenant=tenant,
+            flavor=flavor,
+            values=QuotaValues(**data),
+            cluster=cluster,
         )
         return self.respond(quota, status.HTTP_201_CREATED)
 
@@ -252,6 +260,7 @@ class QuotaViewSet(ReadWriteViewSet):
             tenant=quota.tenant,
             flavor=quota.flavor,
             values=QuotaValues(**serializer.validated_data),
+            cluster=quota.cluster,
         )
         return self.respond(quota)
 

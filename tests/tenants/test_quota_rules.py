@@ -366,7 +366,7 @@ def test_database_refuses_a_second_quota_for_the_same_flavor(org: Org) -> None:
         pytest.raises(
             IntegrityError,
             # PostgreSQL names the constraint, SQLite its columns
-            match=r"quota_one_per_flavor|UNIQUE constraint failed: tenants_quota\.tenant_id",
+            match=r"quota_one_global_per_flavor|UNIQUE constraint failed: tenants_quota\.tenant_id",
         ),
         transaction.atomic(),
     ):
