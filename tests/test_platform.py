@@ -430,11 +430,31 @@ def test_only_the_scheduler_may_change_the_cluster() -> None:
     # A TokenReview is a question to the API server (who holds this token?), and an Event a
     # note to a user (the workload controller's), not changes.
     notes = (["tokenreviews"], ["events"])
+    # The workload controller's patch of what it queues writes Gantry's two status
+    # annotations and nothing else (issue 37): the policy below holds it to them.
+    status = {"pods", "jobs", "jobsets", "rayjobs", "trainjobs"}
     for binding in _docs("ClusterRoleBinding") + _docs("RoleBinding"):
         role = _one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
-        if role["metadata"]["name"] != "gantry-scheduler":
-            granted = {v for r in role["rules"] if r["resources"] not in notes for v in r["verbs"]}
-            assert not granted & writes, f"{role['metadata']['name']} may write: {granted}"
+        name = role["metadata"]["name"]
+        if name != "gantry-scheduler":
+            granted = {
+                v
+                for r in role["rules"]
+                if r["resources"] not in notes
+                for v in r["verbs"]
+                if not (
+                    name == "gantry-workloads" and v == "patch" and set(r["resources"]) <= status
+                )
+            }
+            assert not granted & writes, f"{name} may write: {granted}"
+    policy = _one("ValidatingAdmissionPolicy", "gantry-workloads-status")["spec"]
+    held = {
+        res for rule in policy["matchConstraints"]["resourceRules"] for res in rule["resources"]
+    }
+    assert held == status and "gantry-workloads" in policy["matchConditions"][0]["expression"]
+    assert _one("ValidatingAdmissionPolicyBinding", "gantry-workloads-status")["spec"][
+        "validationActions"
+    ] == ["Deny"]
     workloads = _one("ClusterRole", "gantry-workloads")["rules"]
     assert [(r["resources"], r["verbs"]) for r in workloads if r["resources"] == ["events"]] == [
         (["events"], ["create"])

@@ -37,6 +37,7 @@ from scheduler.workloads.mirror import (
 )
 from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, is_lws_pod, lws_groups
 from scheduler.workloads.shape import Refused, group_of
+from scheduler.workloads.status import status_annotations
 
 log = logging.getLogger("gantry.workloads")
 Obj = dict[str, Any]
@@ -79,6 +80,10 @@ class HeldObjects(Protocol):
         message: str,
         warning: bool = False,
         about: tuple[str, str, str] = ("v1", "Pod", ""),
+    ) -> None: ...
+
+    def annotate(
+        self, namespace: str, name: str, about: tuple[str, str, str], annotations: dict[str, str]
     ) -> None: ...
 
 
@@ -144,7 +149,7 @@ class WorkloadController:
         self.ended &= set(workloads)  # forgotten once they are gone
         for uid, held in workloads.items():
             self._mirror(uid, held, stats)
-        present = {(str(at(p, ("metadata", "namespace"))), _name(p)) for p in pods}
+        present = {(str(at(p, ("metadata", "namespace"))), _name(p)): _uid(p) for p in pods}
         self._end_deleted(present, set(workloads), stats)
         self._end_finished(objects, stats)
         self._report(stats)
@@ -205,7 +210,12 @@ class WorkloadController:
 
     # -- 2. deleted -----------------------------------------------------------------------
 
-    def _end_deleted(self, present: set[tuple[str, str]], uids: set[str], stats: SyncStats) -> None:
+    def _end_deleted(
+        self, present: dict[tuple[str, str], str], uids: set[str], stats: SyncStats
+    ) -> None:
+        """A pod workload is gone when any of its pods is, or was made again under its name
+        (another uid: a LeaderWorkerSet's StatefulSet remakes a preempted group's pods, which
+        are a new group, queued as a new job)."""
         live = Job.objects.filter(spec__workload__kind__in=[*KINDS_MIRRORED]).exclude(
             state__in=FINAL_STATES
         )
@@ -215,7 +225,12 @@ class WorkloadController:
                 gone = [] if workload["uid"] in uids else [f"{workload['kind']} {workload['name']}"]
             else:
                 names = workload["pods"]
-                gone = [f"pod {n}" for n in names if (workload["namespace"], n) not in present]
+                uids_of = workload.get("uids") or [""] * len(names)
+                gone = [
+                    f"pod {name}"
+                    for name, uid in zip(names, uids_of, strict=True)
+                    if _gone(present.get((workload["namespace"], name)), uid)
+                ]
             if gone and end_deleted(job, gone[0]) is not None:
                 stats.cancelled += 1
 
@@ -276,12 +291,16 @@ class WorkloadController:
         self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats
     ) -> None:
         for namespace, name, api_version, kind, uid in refs:
+            about = (api_version, kind, uid)
             try:
-                about = (api_version, kind, uid)
                 self.cluster.record_event(namespace, name, reason, message, warning, about)
                 stats.events += 1
             except Exception as error:  # an event is best effort: the next change tells again
                 log.warning("event on %s/%s not written: %s", namespace, name, error)
+            try:  # the same, kept current on the object (scheduler/workloads/status.py)
+                self.cluster.annotate(namespace, name, about, status_annotations(reason, message))
+            except Exception as error:
+                log.warning("status of %s/%s not written: %s", namespace, name, error)
 
 
 def _refs(workload: dict[str, Any]) -> list[Ref]:
@@ -323,3 +342,13 @@ def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:
 
 def _name(pod: Obj) -> str:
     return str(at(pod, ("metadata", "name")))
+
+
+def _uid(pod: Obj) -> str:
+    return str(at(pod, ("metadata", "uid")) or "")
+
+
+def _gone(now: str | None, uid: str) -> bool:
+    """Whether a pod workload's pod (its uid when mirrored: `uid`, "" if not recorded) is
+    gone, the pod now under its name having uid `now` (None: no pod)."""
+    return now is None or (bool(uid) and now != uid)

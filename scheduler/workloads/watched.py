@@ -50,6 +50,10 @@ class HeldListWatch(Protocol):
         about: tuple[str, str, str] = ("v1", "Pod", ""),
     ) -> None: ...
 
+    def annotate(
+        self, namespace: str, name: str, about: tuple[str, str, str], annotations: dict[str, str]
+    ) -> None: ...
+
 
 class HeldCache:
     """One kind's held objects by uid, as its list/watch last saw them."""
@@ -152,8 +156,9 @@ class HeldCache:
 
 class WatchedHeld:
     """The controller's `HeldObjects` from watches: `list_held_*` read caches (`HeldCache`),
-    events are written through the backend. `changed` is set by every change a watch sees,
-    so the controller's loop may run its next pass at once. `close()` ends the watches."""
+    events and status annotations are written through the backend. `changed` is set by every
+    change a watch sees, so the controller's loop may run its next pass at once. `close()`
+    ends the watches."""
 
     def __init__(
         self,
@@ -205,6 +210,11 @@ class WatchedHeld:
         about: tuple[str, str, str] = ("v1", "Pod", ""),
     ) -> None:
         self.backend.record_event(namespace, pod, reason, message, warning, about)
+
+    def annotate(
+        self, namespace: str, name: str, about: tuple[str, str, str], annotations: dict[str, str]
+    ) -> None:
+        self.backend.annotate(namespace, name, about, annotations)
 
     def close(self) -> None:
         for cache in self.caches.values():

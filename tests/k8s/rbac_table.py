@@ -113,7 +113,7 @@ MUST: dict[str, set[Permission]] = {
     SCHEDULER: (
         _perms("", "pods", "create", "get", "list", "watch", "delete", "patch")
         | _perms("", "pods/binding", "create")
-        | _perms("batch", "jobs", "get", "list", "patch")  # list: reconcile's sweep of held Jobs
+        | _perms("batch", "jobs", "get", "list", "watch", "patch")  # list: reconcile's sweep
         | _resumed("get", "patch")
         | _perms("", "nodes", "get", "list", "watch", "patch")
         | _perms("", "services", "create")
@@ -126,10 +126,11 @@ MUST: dict[str, set[Permission]] = {
     WORKER: set(),
     AGENT: set(),
     MIGRATE: set(),
-    # Reads the held pods (one list a pass), tells their users in events; writes no pod.
-    WORKLOADS: _perms("", "pods", "list", "watch")
-    | _perms("batch", "jobs", "list", "watch")
-    | _resumed("list", "watch")
+    # Reads (watches) the held objects, tells their users in events and in two status
+    # annotations on each (patch, held to those by 26-workload-status.yaml).
+    WORKLOADS: _perms("", "pods", "list", "watch", "patch")
+    | _perms("batch", "jobs", "list", "watch", "patch")
+    | _resumed("list", "watch", "patch")
     | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch")
     | _perms("", "events", "create"),
 }
@@ -197,11 +198,12 @@ MUST_NOT: dict[str, set[Permission]] = {
     | _perms("", "pods/log", "get")
     | _perms("", "nodes", "get", "list", "patch"),
     MIGRATE: _NOBODY | _perms("", "pods", "get", "list", "patch") | _perms("", "nodes", "list"),
-    # It reads and tells; the daemon admits.
+    # It reads and tells; the daemon admits. (Its patches write Gantry's status annotations
+    # only: 26-workload-status.yaml.)
     WORKLOADS: _NOBODY
-    | _perms("", "pods", "get", "create", "delete", "patch")
-    | _perms("batch", "jobs", "get", "create", "patch", "update", "delete")
-    | _resumed("get", "create", "patch", "update", "delete")
+    | _perms("", "pods", "get", "create", "delete", "update")
+    | _perms("batch", "jobs", "get", "create", "update", "delete")
+    | _resumed("get", "create", "update", "delete")
     | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "get", "patch", "delete")
     | _perms("", "pods/binding", "create")
     | _perms("", "pods/log", "get")

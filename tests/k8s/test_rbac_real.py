@@ -36,6 +36,7 @@ from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.kubernetes.render import ADMISSION_GATE as GATE
 from scheduler.backends.kubernetes.render import LABEL_HELD as HELD
 from scheduler.backends.retry import RetryPolicy
+from scheduler.workloads.status import status_annotations
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import (
     ACCOUNTS,
@@ -81,8 +82,13 @@ CLIENTS = {
 }
 # The backend's methods the workload controller calls (scheduler/workloads/controller.py), and
 # those both it and the daemon call.
-CONTROLLER_METHODS = frozenset({"list_held_pods", "list_held_jobs", "list_held_objects"})
-SHARED_METHODS = frozenset({"record_event"})
+# The workload controller's: its reads (`held_list_watch`: its watches) and its writes of
+# Gantry's status annotations; the daemon shares its events and, for reconcile's sweep of
+# held Jobs (scheduler/daemon/strays.py), its list of them.
+CONTROLLER_METHODS = frozenset(
+    {"list_held_pods", "list_held_objects", "held_list_watch", "annotate"}
+)
+SHARED_METHODS = frozenset({"record_event", "list_held_jobs"})
 BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
 PROBE_POD = "rbac-log-probe"
 # Unbound, and admitted by Pod Security `restricted` (a project namespace enforces it).
@@ -282,7 +288,9 @@ class Accounts:
 def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
     api = real_plane.api
     paths = Paths(api)
-    for manifest in manifests("00-namespace.yaml", "02-rbac.yaml", "04-admission.yaml"):
+    for manifest in manifests(
+        "00-namespace.yaml", "02-rbac.yaml", "04-admission.yaml", "26-workload-status.yaml"
+    ):
         answer = apply(api, paths, manifest.doc)
         assert answer.status in (200, 201), f"{manifest.id}: {answer.message}"
     baseline = {
@@ -646,6 +654,7 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
         backend.suspend_workload(namespace, "jobs/users-job")
         assert request(accounts.api, "GET", f"{jobs}/users-job").body["spec"]["suspend"] is True
         assert {first.name, second.name} <= {p.name for p in backend.list_pods()}
+        assert isinstance(backend.list_held_jobs(), list)  # reconcile's sweep
         watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
         watcher.run_once()  # the list
         watcher.run_once()  # the watch, ended by the server after a second
@@ -670,6 +679,15 @@ def test_the_workload_controller_does_its_whole_job_with_its_own_token(
     assert isinstance(backend.list_held_pods(), list)
     assert isinstance(backend.list_held_jobs(), list)
     backend.record_event(accounts.project, PROBE_POD, "Queued", "waiting for a GPU")
+    list_all, open_stream = backend.held_list_watch("", "v1", "pods")
+    assert isinstance(list_all()[0], list)
+    stream = open_stream(list_all()[1], 1)  # its watch, closed unread
+    stream.close()
+    stream.release_conn()
+    pod = ("v1", "Pod", "")
+    backend.annotate(accounts.project, PROBE_POD, pod, status_annotations("Queued", "why"))
+    for about in (("batch/v1", "Job", ""), ("jobset.x-k8s.io/v1alpha2", "JobSet", "")):
+        backend.annotate(accounts.project, "gone", about, status_annotations("Queued", "why"))
     assert recording.used == _methods_of(WORKLOADS)
     with pytest.raises(ApiRejected) as refused:
         backend.delete_pod(accounts.project, PROBE_POD, grace_period_s=0)
@@ -912,3 +930,57 @@ def test_the_scheduler_binds_the_log_reader_only_to_the_web_in_gantrys_namespace
     path = f"/apis/networking.k8s.io/v1/namespaces/{OTHER_NS}/networkpolicies"
     created = request(scheduler, "POST", path, body=policy, query=dry)
     _refused_by_policy(created, "gantry-scheduler-namespaces")
+
+
+@pytest.mark.kubernetes
+def test_the_workload_controller_writes_only_its_status_annotations(
+    accounts: Accounts, policies: None
+) -> None:
+    """gantry-workloads-status (26-workload-status.yaml): the controller's account writes
+    Gantry's two status annotations on a held Job (what `kubectl get -o custom-columns`
+    shows), and nothing else: not a label, another annotation, or the Job's spec."""
+    workloads = accounts.clients[WORKLOADS]
+    jobs = f"/apis/batch/v1/namespaces/{accounts.project}/jobs"
+    spec = {**copy.deepcopy(PROBE["spec"]), "restartPolicy": "Never"}
+    body = {
+        "metadata": {"name": "rbac-status", "labels": {HELD: "true"}, "annotations": {"a": "b"}},
+        "spec": {"suspend": True, "template": {"spec": spec}},
+    }
+    made = request(accounts.api, "POST", jobs, body=body)
+    assert made.status == 201, made.message
+    try:
+        backend, _ = _backend(workloads)
+        about = ("batch/v1", "Job", made.body["metadata"]["uid"])
+        backend.annotate(
+            accounts.project, "rbac-status", about, status_annotations("Queued", "why")
+        )
+        read = request(accounts.api, "GET", f"{jobs}/rbac-status").body
+        assert read["metadata"]["annotations"] == {
+            "a": "b",
+            "gantry.io/status": "Queued",
+            "gantry.io/reason": "why",
+        }
+
+        def patch(change: dict[str, Any]) -> Answer:
+            return request(
+                workloads,
+                "PATCH",
+                f"{jobs}/rbac-status",
+                body=change,
+                query=[("dryRun", "All")],
+                content_type="application/merge-patch+json",
+            )
+
+        policy = "gantry-workloads-status"
+        deadline = time.monotonic() + WAIT_S  # a new policy takes effect a moment later
+        while (label := patch({"metadata": {"labels": {"team": "x"}}})).status != 403:
+            assert time.monotonic() < deadline, f"{policy} never applied: {label}"
+            time.sleep(0.2)
+        _refused_by_policy(label, policy)
+        _refused_by_policy(patch({"metadata": {"annotations": {"a": "c"}}}), policy)
+        _refused_by_policy(patch({"spec": {"suspend": False}}), policy)
+        _refused_by_policy(patch({"spec": {"backoffLimit": 100}}), policy)
+        mine = patch({"metadata": {"annotations": {"gantry.io/status": "Admitted"}}})
+        assert mine.status == 200, mine.message
+    finally:
+        request(accounts.api, "DELETE", f"{jobs}/rbac-status")
