@@ -30,12 +30,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from devcluster import crds
 from scheduler.backends.base import LogTarget
 from scheduler.backends.kubernetes.backend import ApiRejected, KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.kubernetes.render import ADMISSION_GATE as GATE
 from scheduler.backends.kubernetes.render import LABEL_HELD as HELD
 from scheduler.backends.retry import RetryPolicy
+from scheduler.workloads.kinds import LEADERWORKERSET
+from scheduler.workloads.queued_kinds import CUSTOM
 from scheduler.workloads.status import status_annotations
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import (
@@ -288,6 +291,11 @@ class Accounts:
 def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
     api = real_plane.api
     paths = Paths(api)
+    # The kinds users create that Gantry queues, at their pinned releases: the scheduler's
+    # policy for them is typed against their schemas.
+    installed = crds.install(api, ["JobSet", "RayJob", "TrainJob", "LeaderWorkerSet"])
+    for resource in installed.values():
+        _wait_until_served(api, resource)
     for manifest in manifests(
         "00-namespace.yaml", "02-rbac.yaml", "04-admission.yaml", "26-workload-status.yaml"
     ):
@@ -317,6 +325,16 @@ def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
     request(api, "DELETE", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{BASELINE}")
     for namespace in (scratch, probe, project):
         request(api, "DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+def _wait_until_served(api: client.ApiClient, resource: crds.Resource) -> None:
+    """A CRD just Established may still answer a list 429 "storage is (re)initializing" (Retry-
+    After 1) for a moment: wait until its objects list."""
+    path = f"/apis/{resource.group}/{resource.version}/{resource.plural}"
+    deadline = time.monotonic() + WAIT_S
+    while (answer := request(api, "GET", path)).status != 200:
+        assert time.monotonic() < deadline, f"{path} never listed: {answer.message}"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -566,7 +584,7 @@ def _backend(api: client.ApiClient) -> tuple[KubernetesBackend, Recording]:
     )
     recording = Recording(backend.core)
     backend.core = recording  # type: ignore[assignment]
-    for attribute in ("networking", "rbac", "batch"):
+    for attribute in ("networking", "rbac", "batch", "custom"):
         wrapped = Recording(getattr(backend, attribute))
         wrapped.used = recording.used
         setattr(backend, attribute, wrapped)
@@ -653,6 +671,18 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
         assert read["spec"]["template"]["metadata"]["labels"]["gantry.io/job-id"] == "9"
         backend.suspend_workload(namespace, "jobs/users-job")
         assert request(accounts.api, "GET", f"{jobs}/users-job").body["spec"]["suspend"] is True
+        # A JobSet its user created, held suspended: admitted, then suspended again.
+        jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
+        made = request(accounts.api, "POST", jobsets, body=_jobset("users-jobset"))
+        assert made.status == 201, made.message
+        backend.create_pod(dataclasses.replace(for_job, workload="jobsets/users-jobset"))
+        read = request(accounts.api, "GET", f"{jobsets}/users-jobset").body
+        assert read["spec"]["suspend"] is False
+        template = read["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        assert template["metadata"]["labels"]["gantry.io/job-id"] == "9"
+        backend.suspend_workload(namespace, "jobsets/users-jobset")
+        read = request(accounts.api, "GET", f"{jobsets}/users-jobset").body
+        assert read["spec"]["suspend"] is True
         assert {first.name, second.name} <= {p.name for p in backend.list_pods()}
         assert isinstance(backend.list_held_jobs(), list)  # reconcile's sweep
         watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
@@ -678,6 +708,8 @@ def test_the_workload_controller_does_its_whole_job_with_its_own_token(
     backend, recording = _backend(accounts.clients[WORKLOADS])
     assert isinstance(backend.list_held_pods(), list)
     assert isinstance(backend.list_held_jobs(), list)
+    for kind in (*(q.kind for q in CUSTOM), LEADERWORKERSET):
+        assert isinstance(backend.list_held_objects(kind.group, kind.version, kind.plural), list)
     backend.record_event(accounts.project, PROBE_POD, "Queued", "waiting for a GPU")
     list_all, open_stream = backend.held_list_watch("", "v1", "pods")
     assert isinstance(list_all()[0], list)
@@ -836,6 +868,68 @@ def test_the_scheduler_patches_a_job_only_to_admit_or_suspend_it(
         _refused_by_policy(patch(theirs), policy)
     finally:
         request(accounts.api, "DELETE", f"{jobs}/rbac-job")
+
+
+def _jobset(name: str) -> dict[str, Any]:
+    """A JobSet as Gantry's webhook holds it: suspended, labelled held."""
+    spec = {**copy.deepcopy(PROBE["spec"]), "restartPolicy": "Never"}
+    job = {"parallelism": 1, "completions": 1, "template": {"spec": spec}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {HELD: "true"}},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job}}],
+        },
+    }
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_patches_a_jobset_only_to_admit_or_suspend_it(
+    accounts: Accounts, policies: None
+) -> None:
+    """gantry-scheduler-workload-admission: Gantry's labels on the templates and the suspension,
+    nothing else (the JobSet CRD at its pinned release; its own webhook is not running)."""
+    scheduler = accounts.clients[SCHEDULER]
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{accounts.project}/jobsets"
+    made = request(accounts.api, "POST", jobsets, body=_jobset("rbac-jobset"))
+    assert made.status == 201, made.message
+    try:
+
+        def patch(ops: list[dict[str, Any]]) -> Answer:
+            return request(
+                scheduler,
+                "PATCH",
+                f"{jobsets}/rbac-jobset",
+                body=ops,
+                query=[("dryRun", "All")],
+                content_type="application/json-patch+json",
+            )
+
+        template = "/spec/replicatedJobs/0/template/spec/template"
+        admit = [
+            {
+                "op": "add",
+                "path": f"{template}/metadata",
+                "value": {"labels": {"gantry.io/job-id": "8"}},
+            },
+            {"op": "replace", "path": "/spec/suspend", "value": False},
+        ]
+        assert patch(admit).status == 200, patch(admit).message
+        policy = "gantry-scheduler-workload-admission"
+        theirs = [{"op": "add", "path": f"{template}/metadata", "value": {"labels": {"team": "x"}}}]
+        _refused_by_policy(patch(theirs), policy)
+        more = [{"op": "replace", "path": "/spec/replicatedJobs/0/replicas", "value": 5}]
+        _refused_by_policy(patch(more), policy)
+        image = [
+            {"op": "replace", "path": f"{template}/spec/containers/0/image", "value": "evil:1"}
+        ]
+        _refused_by_policy(patch(image), policy)
+        mine = [{"op": "add", "path": "/metadata/labels/team", "value": "x"}]
+        _refused_by_policy(patch(mine), policy)
+    finally:
+        request(accounts.api, "DELETE", f"{jobsets}/rbac-jobset")
 
 
 @pytest.mark.kubernetes

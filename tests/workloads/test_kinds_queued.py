@@ -485,3 +485,26 @@ def test_the_api_and_portal_mark_each_kind(world: World) -> None:
     assert "k8s JobSet" in browser.get("/jobs/").content.decode()
     page = browser.get(f"/jobs/{job_of('JobSet').pk}/").content.decode()
     assert "Kubernetes: JobSet" in page and f"{world.namespace}/marked" in page
+
+
+def test_an_lws_group_made_again_is_a_new_job_and_its_old_one_ends(world: World) -> None:
+    """A group's pods deleted (preempted: a gate cannot come back) and made again under the
+    same names by its StatefulSets: new pods (new uids), so the old job is cancelled and the
+    group is queued anew, never admitted through the old job."""
+    lws = LwsController(world)
+    lws.create("again", replicas=1, size=2)
+    lws.make("again", 0, range(2))
+    world.step()
+    first = Job.objects.get()
+    for name in ("again-0", "again-0-1"):
+        world.fake.delete("pods", world.namespace, name, 0)
+    lws.make("again", 0, range(2))
+    world.controller.sync()
+    first.refresh_from_db()
+    assert first.state == "cancelled"
+    assert "pod again-0 was deleted in Kubernetes" in first.events.last().message
+    second = Job.objects.exclude(pk=first.pk).get()
+    assert second.state == "queued"
+    assert second.spec["workload"]["uids"] == [
+        world.pod(n)["metadata"]["uid"] for n in ("again-0", "again-0-1")
+    ]

@@ -1,0 +1,185 @@
+"""A JobSet and a LeaderWorkerSet created with the client, as `kubectl apply` creates them, on the
+real control plane with their real controller managers (issue 37): Gantry's webhook holds
+them, the controller queues them as the user who created them, the daemon admits them (the
+JobSet unsuspended, the LWS group's gates removed), their controllers' pods are bound where
+Gantry placed them, and they run to their end. Skipped only where a manager is not built
+(`python -m devcluster build --peers`), as tests/devcluster/test_jobset.py is.
+
+RayJob and TrainJob have no operator built here: tests/workloads/test_kinds_queued.py plays
+their operators on the fake API server."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devcluster import controllers
+from devcluster.kubelets import RUN_SECONDS
+from devcluster.versions import binary
+from scheduler.models import Job
+from tests.daemon.test_kubernetes_real import NODES, shared
+from tests.k8s.real_api import request
+from tests.k8s.real_plane import RealPlane, real_plane
+from tests.workloads.builders import pod_spec
+from tests.workloads.test_native_real import Native, native
+from tests.workloads.test_webhook_real import USER, installed, world
+
+pytestmark = pytest.mark.kubernetes
+__all__ = ["installed", "native", "real_plane", "shared", "world"]  # the fixtures
+Obj = dict[str, Any]
+
+
+@contextlib.contextmanager
+def manager(real_plane: RealPlane, kind: str) -> Iterator[None]:
+    if real_plane.plane is None:
+        pytest.skip(f"KUBECONFIG's cluster: {kind}'s manager runs beside devcluster's plane")
+    if not binary(controllers.CONTROLLERS[kind].binary).is_file():
+        pytest.skip(f"{kind}'s manager is not built (python -m devcluster build --peers)")
+    with controllers.running(real_plane.plane, real_plane.api, kind):
+        yield
+
+
+def _pod(gpus: int, run_s: float | None) -> Obj:
+    spec = pod_spec()
+    spec["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": str(gpus)},
+        "requests": {"cpu": "1", "memory": "1Gi"},
+    }
+    metadata = {"annotations": {RUN_SECONDS: str(run_s)}} if run_s is not None else {}
+    return {"metadata": metadata, "spec": spec}
+
+
+def _pods(native: Native, job: Job) -> dict[str, Obj]:
+    path = f"/api/v1/namespaces/{native.world.managed}/pods"
+    query = [("labelSelector", f"gantry.io/job-id={job.pk}")]
+    items = request(native.world.api, "GET", path, query=query).body["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def test_a_jobset_is_admitted_its_jobs_pods_bound_and_it_completes(
+    real_plane: RealPlane, native: Native, installed: Any
+) -> None:
+    """Two Jobs of one 8-GPU pod each: one gang of 2 x 8 GPUs; once Gantry unsuspends the
+    JobSet, JobSet resumes its Jobs with Gantry's labels, the job controller makes the pods,
+    Gantry binds one on each node; they run and exit; the JobSet completes, the job succeeds."""
+    job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": _pod(8, 2)}
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "ddp"},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": job}}]},
+    }
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{native.world.managed}/jobsets"
+    with manager(real_plane, "JobSet"):
+        try:
+            answer = native.world.create(jobsets, body)
+            assert answer.status == 201, answer.body
+            assert answer.body["spec"]["suspend"] is True  # held by Gantry's webhook
+            native.controller.sync()
+            mirrored = Job.objects.get(spec__workload__kind="JobSet")
+            assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+            assert mirrored.submitted_by.username == USER
+
+            def bound() -> dict[str, str]:
+                pods = _pods(native, mirrored)
+                return {
+                    n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")
+                }
+
+            native.until("its pods are bound", lambda: len(bound()) == 2)
+            assert sorted(bound().values()) == sorted(NODES)
+            replicas = {
+                p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]
+                for p in _pods(native, mirrored).values()
+            }
+            assert replicas == {"0", "1"}
+
+            def completed() -> bool:
+                status = request(native.world.api, "GET", f"{jobsets}/ddp").body.get("status")
+                conditions = (status or {}).get("conditions") or ()
+                return any(c["type"] == "Completed" and c["status"] == "True" for c in conditions)
+
+            native.until("the job succeeds", lambda: _state(mirrored) == "succeeded")
+            native.until("the JobSet completes", completed)
+            native.controller.sync()
+            events = native.events("ddp")
+            assert {"Queued", "Admitted", "Running", "Succeeded"} <= set(events), events
+        finally:
+            request(
+                native.world.api,
+                "DELETE",
+                f"{jobsets}/ddp",
+                query=[("propagationPolicy", "Background")],
+            )
+
+
+def test_a_leaderworkerset_group_is_admitted_whole_runs_and_ends_when_deleted(
+    real_plane: RealPlane, native: Native, installed: Any
+) -> None:
+    """One group of a leader and a worker, 4 GPUs each: LWS's StatefulSets make the pods,
+    Gantry's webhook gates them, the group is queued as the set's user once both exist, and
+    admitted whole (gates removed, both bound); deleting the set cancels its job."""
+    template = _pod(4, None)
+    template["spec"]["restartPolicy"] = "Always"  # a StatefulSet's pods: nothing else is valid
+    body = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "serve"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "leaderTemplate": template,
+                "workerTemplate": template,
+            },
+        },
+    }
+    sets = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{native.world.managed}/leaderworkersets"
+    with manager(real_plane, "LeaderWorkerSet"):
+        try:
+            answer = native.world.create(sets, body)
+            assert answer.status == 201, answer.body
+
+            def job() -> Job | None:
+                return Job.objects.filter(spec__workload__kind="LeaderWorkerSet").first()
+
+            def made() -> dict[str, Obj]:
+                path = f"/api/v1/namespaces/{native.world.managed}/pods"
+                query = [("labelSelector", "leaderworkerset.sigs.k8s.io/name=serve")]
+                items = request(native.world.api, "GET", path, query=query).body["items"]
+                return {p["metadata"]["name"]: p for p in items}
+
+            native.until("LWS's StatefulSets make the group's pods", lambda: len(made()) == 2)
+            for pod in made().values():  # held by Gantry's webhook, for the set's user
+                assert pod["spec"]["schedulingGates"] == [{"name": "gantry.io/admission"}]
+            try:
+                native.until("the group is queued", lambda: job() is not None)
+            except AssertionError:
+                labels = {n: p["metadata"].get("labels") for n, p in made().items()}
+                raise AssertionError(f"{native.controller.refusals}; {labels}") from None
+            group = job()
+            assert group is not None and group.submitted_by.username == USER
+            assert (group.replicas, group.gpus_per_replica) == (2, 4)
+            assert group.spec["workload"]["pods"] == ["serve-0", "serve-0-1"]
+
+            def running() -> bool:
+                pods = [native.pod(name) for name in ("serve-0", "serve-0-1")]
+                return all(p.get("status", {}).get("phase") == "Running" for p in pods)
+
+            native.until("both pods run", running)
+            assert {native.pod(n)["spec"]["nodeName"] for n in ("serve-0", "serve-0-1")} <= set(
+                NODES
+            )
+            assert not native.pod("serve-0")["spec"].get("schedulingGates")
+            request(native.world.alice, "DELETE", f"{sets}/serve")
+            native.until("its job is cancelled", lambda: _state(group) == "cancelled")
+        finally:
+            request(native.world.api, "DELETE", f"{sets}/serve")
+
+
+def _state(job: Job) -> str:
+    job.refresh_from_db()
+    return str(job.state)
