@@ -138,7 +138,10 @@ def cmd_quotas(args: argparse.Namespace, client: Client, out: TextIO) -> None:
     for row in rows:
         row["guaranteed"] = row["guaranteed_milli"] / 1000
         row["limit"] = row["limit_milli"] / 1000
-    emit(args, rows, ["tenant_slug", "flavor_name", "guaranteed", "limit", "weight"], out)
+        row["cluster"] = row.get("cluster_name") or "(all)"  # a pinned quota names its cluster
+    emit(
+        args, rows, ["tenant_slug", "flavor_name", "cluster", "guaranteed", "limit", "weight"], out
+    )
 
 
 def read_spec(path: str) -> dict[str, Any]:

@@ -159,7 +159,10 @@ def _quota_initial(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
     """The current values of ?flavor=NAME, so that "edit" starts from what is set."""
     name = request.GET.get("flavor")
     quota = (
-        name and quota_list_visible(request.user).filter(tenant=tenant, flavor__name=name).first()
+        name
+        and quota_list_visible(request.user)
+        .filter(tenant=tenant, flavor__name=name, cluster__isnull=True)
+        .first()
     )
     if not quota:
         return {}

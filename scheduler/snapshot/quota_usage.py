@@ -10,19 +10,23 @@ from dataclasses import dataclass
 from django.db.models import Exists, OuterRef, Q, Sum
 
 from scheduler.core.quota import QuotaLedger, subtree_usage
-from scheduler.models import Allocation, Job, JobState
+from scheduler.models import Allocation, Cluster, Job, JobState
 from scheduler.snapshot.translate import load_tenants
 from tenants.models import Quota, ResourceFlavor, Tenant
 
 
 @dataclass(frozen=True)
 class QuotaRow:
+    """``cluster``: the name of the cluster the quota is pinned to ("" for a global one),
+    whose use is then the subtree's use of the flavor on that cluster's nodes."""
+
     tenant: Tenant
     flavor: ResourceFlavor
     guaranteed_milli: int
     limit_milli: int
     used_milli: int
     user_limit_milli: int | None = None
+    cluster: str = ""
 
     @property
     def used_pct(self) -> int:
@@ -127,20 +131,67 @@ def usage_by_tenant(
     return out
 
 
+def usage_by_cluster(tenants: list[Tenant]) -> dict[int, dict[tuple[str, str], int]]:
+    """tenant id -> (flavor, cluster name) -> milli-GPU its subtree holds on that cluster's
+    nodes, as the engine charges quotas pinned there (a node without a cluster is the home
+    cluster's). One query, two with the home cluster's name."""
+    if not tenants:
+        return {}
+    subtree = Q()
+    for tenant in tenants:
+        subtree |= Q(job__tenant__path__startswith=tenant.path)
+    home = ""
+    rows = (
+        Allocation.objects.filter(
+            subtree, ended_at__isnull=True, job__priority_class__counts_against_quota=True
+        )
+        .values("job__tenant__path", "flavor", "node__cluster__name")
+        .annotate(milli=Sum("gpu_milli"))
+        .values_list("job__tenant__path", "flavor", "node__cluster__name", "milli")
+        .order_by()
+    )
+    claims: list[tuple[str, tuple[str, str], int]] = []
+    for path, flavor, cluster, milli in rows:
+        if cluster is None and not home:
+            home = Cluster.objects.filter(home=True).values_list("name", flat=True).first() or ""
+        claims.append((path, (flavor, cluster or home), milli or 0))
+    used: dict[tuple[str, tuple[str, str]], int] = defaultdict(int)
+    for path, key, milli in claims:
+        for node in _path_chain(path):
+            used[(node, key)] += milli
+    by_path = {t.path: t.pk for t in tenants}
+    out: dict[int, dict[tuple[str, str], int]] = {t.pk: {} for t in tenants}
+    for (path, key), milli in used.items():
+        if path in by_path:
+            out[by_path[path]][key] = milli
+    return out
+
+
 def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
-    """Quota with current use for each of `tenants` (already access-checked), tree order."""
-    quotas = Quota.objects.filter(tenant__in=tenants).select_related("tenant", "flavor")
+    """Quota with current use for each of `tenants` (already access-checked), tree order: a
+    tenant's global quota of a flavor, then those pinned to clusters, by cluster name."""
+    quotas = Quota.objects.filter(tenant__in=tenants).select_related("tenant", "flavor", "cluster")
     used = usage_by_tenant(tenants)
+    pinned = any(q.cluster_id is not None for q in quotas)
+    on_cluster = usage_by_cluster(tenants) if pinned else {}
     return [
         QuotaRow(
             tenant=q.tenant,
             flavor=q.flavor,
             guaranteed_milli=q.guaranteed_milli,
             limit_milli=q.limit_milli,
-            used_milli=used.get(q.tenant_id, {}).get(q.flavor.name, 0),
+            used_milli=(
+                on_cluster.get(q.tenant_id, {}).get((q.flavor.name, q.cluster.name), 0)
+                if q.cluster is not None
+                else used.get(q.tenant_id, {}).get(q.flavor.name, 0)
+            ),
             user_limit_milli=q.user_limit_milli,
+            cluster=q.cluster.name if q.cluster is not None else "",
         )
-        for q in sorted(quotas, key=lambda q: (q.tenant.path, q.flavor.name))
+        for q in sorted(
+            quotas,
+            key=lambda q: (q.tenant.path, q.flavor.name, q.cluster.name if q.cluster else ""),
+        )
     ]
 
 

@@ -253,3 +253,45 @@ def test_a_bad_pin_is_a_400_naming_the_field_and_changes_nothing(
     assert response.status_code == 400
     assert field in response.json()["errors"]
     assert rows() == before
+
+
+# -- what people see ---------------------------------------------------------------------------
+
+
+def test_a_pinned_row_shows_the_use_on_its_cluster_only(org: Org, site_b: Cluster) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    from scheduler.models import JobState
+    from scheduler.snapshot.quota_usage import quota_rows
+
+    home = Cluster.objects.get(home=True)
+    pin(org, "alpha", site_b, 4, 8)
+    pin(org, "alpha", home, 4, 8)
+    on_b = f.NodeFactory(name="site-b:n1", cluster=site_b)
+    unlabelled = f.NodeFactory(cluster=None)  # a node without a cluster is home's
+
+    def running(gpus: int, node: Any) -> None:
+        job = f.JobFactory(
+            project=org.proj_alpha,
+            state=JobState.RUNNING,
+            replicas=1,
+            gpu_milli_per_replica=gpus * 1000,
+            flavors=["H100-80GB"],
+        )
+        f.place(job, node)
+
+    running(3, on_b)
+    running(2, unlabelled)
+    rows = {(r.tenant.slug, r.cluster): r.used_milli for r in quota_rows([org.alpha, org.research])}
+    # global: 3 + 2; on site-b: 3; on the home cluster: 2; research pins nothing
+    assert rows == {
+        ("team-alpha", ""): 5000,
+        ("team-alpha", "site-b"): 3000,
+        ("team-alpha", home.name): 2000,
+        ("research", ""): 5000,
+    }
+    web = Client()
+    web.force_login(org.users["alice"])
+    html = web.get(reverse("portal:tenant-quotas", args=[org.alpha.pk])).content
+    assert b"on site-b" in html and f"on {home.name}".encode() in html
