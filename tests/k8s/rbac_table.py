@@ -113,8 +113,11 @@ MUST: dict[str, set[Permission]] = {
     SCHEDULER: (
         _perms("", "pods", "create", "get", "list", "watch", "delete", "patch")
         | _perms("", "pods/binding", "create")
-        | _perms("batch", "jobs", "get", "list", "watch", "patch")  # list: reconcile's sweep
-        | _resumed("get", "patch")
+        # list: reconcile's sweep of held objects (scheduler/daemon/strays.py)
+        | _perms("batch", "jobs", "get", "list", "watch", "patch")
+        | _resumed("get", "list", "watch", "patch")
+        # the sweep's method (list_cluster_custom_object) reads these too; it never lists them
+        | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch")
         | _perms("", "nodes", "get", "list", "watch", "patch")
         | _perms("", "services", "create")
         | _perms("", "namespaces", "get", "create")

@@ -88,10 +88,8 @@ CLIENTS = {
 # The workload controller's: its reads (`held_list_watch`: its watches) and its writes of
 # Gantry's status annotations; the daemon shares its events and, for reconcile's sweep of
 # held Jobs (scheduler/daemon/strays.py), its list of them.
-CONTROLLER_METHODS = frozenset(
-    {"list_held_pods", "list_held_objects", "held_list_watch", "annotate"}
-)
-SHARED_METHODS = frozenset({"record_event", "list_held_jobs"})
+CONTROLLER_METHODS = frozenset({"list_held_pods", "held_list_watch", "annotate"})
+SHARED_METHODS = frozenset({"record_event", "list_held_jobs", "list_held_objects"})
 BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
 PROBE_POD = "rbac-log-probe"
 # Unbound, and admitted by Pod Security `restricted` (a project namespace enforces it).
@@ -685,6 +683,7 @@ def test_the_scheduler_daemon_does_its_whole_job_with_its_own_token(
         assert read["spec"]["suspend"] is True
         assert {first.name, second.name} <= {p.name for p in backend.list_pods()}
         assert isinstance(backend.list_held_jobs(), list)  # reconcile's sweep
+        assert isinstance(backend.list_held_objects("ray.io", "v1", "rayjobs"), list)
         watcher = backend.pod_watcher(lambda _pods: None, lambda _kind, _pod: None, timeout_s=1)
         watcher.run_once()  # the list
         watcher.run_once()  # the watch, ended by the server after a second

@@ -386,3 +386,22 @@ def test_creates_while_the_webhook_restarts_are_refused_then_held_and_queued_onc
     world.step()
     assert_admitted_once(world)
     assert_nothing_lost(world)
+
+
+def test_a_jobset_running_without_a_live_job_is_suspended_by_the_next_reconcile(
+    world: World,
+) -> None:
+    """The sweep knows every kind Gantry resumes: a held JobSet that runs while no live
+    Gantry job holds it is suspended by a new daemon's first reconcile."""
+    template = {"spec": {"template": {"spec": pod("unused")["spec"]}}}
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "stray-set", "labels": {"gantry.io/managed": "true"}},
+        "spec": {"suspend": False, "replicatedJobs": [{"name": "w", "template": template}]},
+    }
+    world.fake.create("jobsets", world.namespace, body)
+    restart_daemon(world)
+    world.clock.advance(1)
+    world.daemon.step()
+    assert world.fake.get("jobsets", world.namespace, "stray-set")["spec"]["suspend"] is True
