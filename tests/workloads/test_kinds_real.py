@@ -5,8 +5,12 @@ JobSet unsuspended, the LWS group's gates removed), their controllers' pods are 
 Gantry placed them, and they run to their end. Skipped only where a manager is not built
 (`python -m devcluster build --peers`), as tests/devcluster/test_jobset.py is.
 
-RayJob and TrainJob have no operator built here: tests/workloads/test_kinds_queued.py plays
-their operators on the fake API server."""
+RayJob and TrainJob have no operator built here (their CRDs are installed, their managers are
+not): their tests play the operator. Once Gantry unsuspends the object, the test creates the
+pods the operator would (owned by the object, with the labels the operator sets and the
+templates' labels as Gantry left them) and checks that Gantry binds them; for a RayJob it also
+writes the status KubeRay would. tests/workloads/test_kinds_queued.py does the same for every
+kind on the fake API server."""
 
 from __future__ import annotations
 
@@ -183,3 +187,202 @@ def test_a_leaderworkerset_group_is_admitted_whole_runs_and_ends_when_deleted(
 def _state(job: Job) -> str:
     job.refresh_from_db()
     return str(job.state)
+
+
+# -- RayJob and TrainJob: no operator is built here, so the test plays it -------------------
+
+
+def _play_operator(
+    native: Native, owner: Obj, made: list[tuple[str, Obj, dict[str, str]]], run_s: float | None
+) -> None:
+    """What the kind's operator would do once Gantry unsuspends `owner`: its pods, from the
+    templates as Gantry left them (its labels on), with the operator's labels, owned by it;
+    they run `run_s` seconds (None: until deleted, as a Ray cluster's do)."""
+    meta = owner["metadata"]
+    reference = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+    pods = f"/api/v1/namespaces/{native.world.managed}/pods"
+    for name, template, labels in made:
+        template_meta = template.get("metadata") or {}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": {**(template_meta.get("labels") or {}), **labels},
+                "annotations": {
+                    **(template_meta.get("annotations") or {}),
+                    **({RUN_SECONDS: str(run_s)} if run_s is not None else {}),
+                },
+                "ownerReferences": [reference],
+            },
+            "spec": template["spec"],
+        }
+        answer = request(native.world.api, "POST", pods, body=body)
+        assert answer.status == 201, answer.body
+
+
+def _unsuspended(native: Native, path: str) -> Obj:
+    native.until(
+        "Gantry unsuspends it",
+        lambda: request(native.world.api, "GET", path).body["spec"]["suspend"] is False,
+    )
+    body: Obj = request(native.world.api, "GET", path).body
+    return body
+
+
+def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
+    native: Native, installed: Any
+) -> None:
+    """KubeRay is not built here: once Gantry unsuspends the RayJob, the test makes the head
+    and worker pods KubeRay would (owned by the RayJob, its node-type labels, the templates'
+    labels as Gantry left them), and Gantry binds them where it placed the job; when the
+    RayJob reports its job Complete (the test writes its status, as KubeRay would), the
+    Gantry job succeeds, its cluster's pods notwithstanding."""
+    worker = {
+        "groupName": "gpu",
+        "replicas": 1,
+        "minReplicas": 1,
+        "maxReplicas": 1,
+        "template": _pod(8, None),
+    }
+    body = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "ray"},
+        "spec": {
+            "entrypoint": "python train.py",
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": _pod(8, None)},
+                "workerGroupSpecs": [worker],
+            },
+        },
+    }
+    rayjobs = f"/apis/ray.io/v1/namespaces/{native.world.managed}/rayjobs"
+    try:
+        answer = native.world.create(rayjobs, body)
+        assert answer.status == 201, answer.body
+        assert answer.body["spec"]["suspend"] is True
+        native.controller.sync()
+        mirrored = Job.objects.get(spec__workload__kind="RayJob")
+        assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+        admitted = _unsuspended(native, f"{rayjobs}/ray")
+        cluster = admitted["spec"]["rayClusterSpec"]
+        head = cluster["headGroupSpec"]["template"]
+        assert head["metadata"]["labels"]["gantry.io/job-id"] == str(mirrored.pk)
+        _play_operator(
+            native,
+            admitted,
+            [
+                ("ray-head-x1", head, {"ray.io/node-type": "head", "ray.io/cluster": "ray-x"}),
+                (
+                    "ray-gpu-worker-x2",
+                    cluster["workerGroupSpecs"][0]["template"],
+                    {
+                        "ray.io/node-type": "worker",
+                        "ray.io/group": "gpu",
+                        "ray.io/cluster": "ray-x",
+                    },
+                ),
+            ],
+            run_s=None,
+        )
+
+        def bound() -> dict[str, str]:
+            pods = _pods(native, mirrored)
+            return {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
+
+        native.until("its pods are bound", lambda: len(bound()) == 2)
+        assert sorted(bound().values()) == sorted(NODES)
+        native.until("the job runs", lambda: _state(mirrored) == "running")
+        status = {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}
+        answer = request(
+            native.world.api,
+            "PATCH",
+            f"{rayjobs}/ray/status",
+            body=status,
+            content_type="application/merge-patch+json",
+        )
+        assert answer.status == 200, answer.body
+        native.until("the job succeeds", lambda: _state(mirrored) == "succeeded")
+    finally:
+        request(
+            native.world.api,
+            "DELETE",
+            f"{rayjobs}/ray",
+            query=[("propagationPolicy", "Background")],
+        )
+
+
+def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_and_run(
+    native: Native, installed: Any
+) -> None:
+    """The Trainer is not built here: once Gantry unsuspends the TrainJob (its runtime patch
+    labelling the trainer's `node` pods), the test makes the pods the Trainer's JobSet would
+    (the patch's labels, JobSet's and the Job controller's), and Gantry binds them; they run
+    and exit, and the job succeeds."""
+    trainer = {
+        "numNodes": 2,
+        "image": "registry.k8s.io/pause:3.10",
+        "resourcesPerNode": {
+            "limits": {"nvidia.com/gpu": "8"},
+            "requests": {"cpu": "1", "memory": "1Gi"},
+        },
+    }
+    body = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "train"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer},
+    }
+    trainjobs = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{native.world.managed}/trainjobs"
+    try:
+        answer = native.world.create(trainjobs, body)
+        assert answer.status == 201, answer.body
+        native.controller.sync()
+        mirrored = Job.objects.get(spec__workload__kind="TrainJob")
+        assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+        admitted = _unsuspended(native, f"{trainjobs}/train")
+        (patch,) = [
+            p for p in admitted["spec"]["runtimePatches"] if p["manager"] == "gantry.io/scheduler"
+        ]
+        (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        spec = pod_spec()
+        spec["schedulerName"] = "gantry"
+        spec["containers"][0]["resources"] = trainer["resourcesPerNode"]
+        template = {"metadata": node["template"]["spec"]["template"]["metadata"], "spec": spec}
+        made = [
+            (
+                f"train-node-0-{index}-x",
+                template,
+                {
+                    "jobset.sigs.k8s.io/jobset-name": "train",
+                    "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                    "jobset.sigs.k8s.io/job-index": "0",
+                    "batch.kubernetes.io/job-name": "train-node-0",
+                    "batch.kubernetes.io/job-completion-index": str(index),
+                },
+            )
+            for index in range(2)
+        ]
+        _play_operator(native, admitted, made, run_s=2)
+
+        def bound() -> dict[str, str]:
+            pods = _pods(native, mirrored)
+            return {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
+
+        native.until("its pods are bound", lambda: len(bound()) == 2)
+        assert sorted(bound().values()) == sorted(NODES)
+        native.until("the job succeeds", lambda: _state(mirrored) == "succeeded")
+    finally:
+        request(
+            native.world.api,
+            "DELETE",
+            f"{trainjobs}/train",
+            query=[("propagationPolicy", "Background")],
+        )
