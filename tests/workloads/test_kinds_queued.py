@@ -381,8 +381,9 @@ class LwsController:
     def __init__(self, world: World) -> None:
         self.world = world
 
-    def create(self, name: str, replicas: int, size: int, gpus: int = 4) -> Obj:
-        template = {"spec": pod_spec(gpus)}
+    def create(self, name: str, replicas: int, size: int, gpus: int = 4, priority: str = "") -> Obj:
+        labels = {"gantry.io/priority-class": priority} if priority else {}
+        template = {"metadata": {"labels": labels}, "spec": pod_spec(gpus)}
         spec = {
             "replicas": replicas,
             "leaderWorkerTemplate": {
@@ -406,7 +407,9 @@ class LwsController:
                 "leaderworkerset.sigs.k8s.io/group-index": str(group),
                 "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
             }
-            spec = template["leaderTemplate" if worker == 0 else "workerTemplate"]["spec"]
+            chosen = template["leaderTemplate" if worker == 0 else "workerTemplate"]
+            labels |= chosen.get("metadata", {}).get("labels", {})
+            spec = chosen["spec"]
             owner = {
                 "apiVersion": "apps/v1",
                 "kind": "StatefulSet",
@@ -508,3 +511,38 @@ def test_an_lws_group_made_again_is_a_new_job_and_its_old_one_ends(world: World)
     assert second.spec["workload"]["uids"] == [
         world.pod(n)["metadata"]["uid"] for n in ("again-0", "again-0-1")
     ]
+
+
+def test_a_preempted_lws_group_is_deleted_and_queued_again_as_made_anew(world: World) -> None:
+    """A low-priority group holds both nodes; a high-priority job preempts it: its pods are
+    deleted (a gate cannot come back), its job ends cancelled, and the pods its StatefulSets
+    make again, gated, are a new job that waits its turn."""
+    lws = LwsController(world)
+    lws.create("low", replicas=1, size=2, gpus=8, priority="low")
+    lws.make("low", 0, range(2))
+    world.step()
+    group = Job.objects.get()
+    for name in ("low-0", "low-0-1"):
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    group.refresh_from_db()
+    assert group.state == "running", group.reason
+    world.step(400.0)  # past the minimum runtime before a job may be preempted
+    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
+    job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    for _ in range(3):
+        world.step()
+        for name in ("low-0", "low-0-1"):  # the kubelet ends what Gantry deleted
+            pod = world.pod(name)
+            if pod is not None and pod["metadata"].get("deletionTimestamp"):
+                world.fake.finalize_pod(world.namespace, name)
+    assert world.pod("low-0") is None and world.pod("low-0-1") is None
+    lws.make("low", 0, range(2))  # its StatefulSets make the pods again
+    world.controller.sync()
+    group.refresh_from_db()
+    assert group.state == "cancelled"
+    again = Job.objects.exclude(pk=group.pk).get(spec__workload__kind="LeaderWorkerSet")
+    assert again.state == "queued"
+    gates = [g["name"] for g in world.pod("low-0")["spec"]["schedulingGates"]]
+    assert gates == [GATE]
