@@ -37,7 +37,7 @@ from scheduler.workloads.mirror import (
 )
 from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, is_lws_pod, lws_groups
 from scheduler.workloads.shape import Refused, group_of
-from scheduler.workloads.status import status_annotations
+from scheduler.workloads.status import ANNOTATION_REASON, ANNOTATION_STATUS, status_annotations
 
 log = logging.getLogger("gantry.workloads")
 Obj = dict[str, Any]
@@ -198,7 +198,8 @@ class WorkloadController:
             return
         stats.mirrored += int(mirrored.created)
         self.refusals.pop(uid, None)
-        self.told[uid] = ("", "")  # found again after a restart: its state is told once more
+        # Found again after a restart: told once more, unless the object shows it already.
+        self.told[uid] = _shown(held, mirrored.job)
 
     def _refused(self, uid: str, held: Held, why: str, stats: SyncStats) -> None:
         stats.refused += 1
@@ -301,6 +302,23 @@ class WorkloadController:
                 self.cluster.annotate(namespace, name, about, status_annotations(reason, message))
             except Exception as error:
                 log.warning("status of %s/%s not written: %s", namespace, name, error)
+
+
+def _shown(held: Held, job: Job) -> tuple[str, str]:
+    """What `held`'s objects show of `job` in their status annotations (scheduler/workloads/
+    status.py), as `told` keeps it: the job's (state, reason) when each object shows that
+    state's word and the reason, so that a restarted controller does not tell again what was
+    told; ("", "") otherwise (and for an ended job: its end is told, once more)."""
+    state = S(job.state)
+    if state in FINAL_STATES:
+        return ("", "")
+    for obj in held.objects:
+        annotations = at(obj, ("metadata", "annotations")) or {}
+        if annotations.get(ANNOTATION_STATUS) != REASONS.get(state):
+            return ("", "")
+        if job.reason.rstrip(".") not in str(annotations.get(ANNOTATION_REASON, "")):
+            return ("", "")
+    return (job.state, job.reason)
 
 
 def _refs(workload: dict[str, Any]) -> list[Ref]:

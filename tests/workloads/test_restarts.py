@@ -339,6 +339,23 @@ def test_a_controller_that_died_inside_the_submission_queues_once(
     assert events(world) == ["Queued"]
 
 
+def test_a_restarted_controller_does_not_tell_again_what_the_object_shows(
+    world: World,
+) -> None:
+    """Restarted after it told the user (the event, and the status on the object), the
+    controller tells nothing twice; the next change it tells, once."""
+    create_job(world, job("shown", parallelism=1))
+    world.controller.sync()
+    assert events(world) == ["Queued"]
+    world.controller = WorkloadController(world.backend)  # the process restarted
+    world.controller.sync()
+    assert events(world) == ["Queued"], "told again after a restart"
+    world.step()
+    world.controller = WorkloadController(world.backend)
+    world.controller.sync()
+    assert sorted(events(world)) == ["Admitted", "Queued"]
+
+
 def events(world: World) -> list[str]:
     return [e["reason"] for e in world.fake.list_objects("events", world.namespace, {})["items"]]
 
