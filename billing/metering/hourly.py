@@ -33,11 +33,12 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, JSONField, Min, Model, Q, QuerySet, Sum
+from django.db.models import F, Field, JSONField, Min, Model, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from billing.budgets.spend import SpendRun, spend_metered
 from billing.models import CapacityRecord, GuaranteeRecord, MeteringPeriod, UsageRecord
-from scheduler.models import Allocation, GpuDevice
+from scheduler.models import Allocation, Cluster, GpuDevice
 from tenants.models import Quota
 
 HOUR = timedelta(hours=1)
@@ -192,6 +193,7 @@ class Held(NamedTuple):
     priority_class: str
     job_type: str
     counts_against_quota: bool
+    cluster: str  # the name of the cluster of the allocation's node
 
 
 class Record(NamedTuple):
@@ -213,6 +215,7 @@ class Record(NamedTuple):
     job_type: str
     borrowed: bool
     micros: int  # end - start
+    cluster: str
 
 
 class Window:
@@ -249,7 +252,7 @@ def _overlapping(start: datetime, end: datetime) -> list[Held]:
 def held_rows(allocations: QuerySet[Allocation]) -> list[Held]:
     """`allocations` as metering reads them, by id."""
     rows = (
-        allocations.annotate(device_milli=Sum("devices__milli"))
+        allocations.annotate(device_milli=Sum("devices__milli"), cluster_name=_cluster_name())
         .order_by("id")
         .values_list(
             "id",
@@ -266,9 +269,17 @@ def held_rows(allocations: QuerySet[Allocation]) -> list[Held]:
             "job__priority_class__name",
             "job__job_type",
             "job__priority_class__counts_against_quota",
+            "cluster_name",
         )
     )
     return [Held(*row) for row in rows]
+
+
+def _cluster_name() -> Coalesce:
+    """The cluster of an allocation's node: a node without one (inserted by the release
+    before clusters) is the home cluster's, as everywhere (docs/multicluster.md)."""
+    home = Cluster.objects.filter(home=True).values("name")[:1]
+    return Coalesce(F("node__cluster__name"), Subquery(home), Value(""))
 
 
 def record_of(period: MeteringPeriod, held: Held, start: datetime, end: datetime) -> Record:
@@ -292,6 +303,7 @@ def record_of(period: MeteringPeriod, held: Held, start: datetime, end: datetime
         held.job_type,
         not held.counts_against_quota,
         (held_to - held_from) // MICROSECOND,
+        held.cluster,
     )
 
 

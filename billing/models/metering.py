@@ -85,6 +85,11 @@ class UsageRecord(models.Model):
     # end - start in microseconds, written with the record: statements add up quantities as
     # integers in SQL (amount held x micros), exact on every engine.
     micros = models.BigIntegerField(default=0)
+    # The cluster the allocation's node is in, by name when metered (docs/multicluster.md):
+    # the key a rate card per cluster, statements and exports will read. "" on records
+    # metered before clusters were rows. db_default: the release before this one, metering
+    # during an upgrade, leaves it out.
+    cluster = models.CharField(max_length=63, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["period_id", "allocation_id"]
