@@ -486,10 +486,14 @@ def test_a_user_cannot_ungate_relabel_or_rename_the_creator(guarded: World) -> N
     )
     unlabelled = _merge(guarded, f"{pods}/held", {"metadata": {"labels": {LABEL_MANAGED: None}}})
     relabelled = _merge(guarded, f"{pods}/held", {"metadata": {"labels": {"team": "nlp"}}})
+    spoofed = _merge(
+        guarded, f"{pods}/held", {"metadata": {"annotations": {"gantry.io/status": "Running"}}}
+    )
 
     assert ungated.status == 403 and "only Gantry removes" in ungated.message
     assert renamed.status == 403 and "cannot change" in renamed.message
     assert unlabelled.status == 403 and "stays while Gantry holds" in unlabelled.message
+    assert spoofed.status == 403 and "only Gantry writes them" in spoofed.message
     assert relabelled.status == 200, relabelled.body  # the rest is the user's
 
 
