@@ -110,6 +110,10 @@ class PodRequest:
     # A pod its user created, held at creation by Gantry's scheduling gate (issue 37): it is
     # admitted (labelled as Gantry's, its gate removed) and bound, never created.
     held: bool = False
+    # The uid that held pod had when its job was mirrored ("" if not recorded): a pod under
+    # its name with another uid was made again (a LeaderWorkerSet's StatefulSet remakes a
+    # preempted group's pods) and is a new workload's, never this job's to admit.
+    held_uid: str = ""
     # The object whose controller makes this pod once Gantry admits it ("jobs/<name>": a
     # batch/v1 Job a user created, issue 37). Creating replica 0 admits the object (Gantry's
     # labels on its pod template, unsuspended); `name` stands for the pod until its

@@ -288,6 +288,7 @@ def pod_request(
     sim = spec["simulation"] or {}
     workload = spec["workload"] or {}  # created in Kubernetes by a user (issue 37)
     held = tuple(workload.get("pods") or ())
+    uids = tuple(workload.get("uids") or ())
     return PodRequest(
         name=held[replica] if replica < len(held) else pod_name(row["id"], row["attempt"], replica),
         namespace=row["project__namespace"],
@@ -309,6 +310,7 @@ def pod_request(
         sim_duration_s=sim.get("duration_s"),
         sim_fail=bool(sim.get("fail")),
         held=replica < len(held),
+        held_uid=uids[replica] if replica < len(uids) else "",
         workload=workload_ref(workload),
     )
 

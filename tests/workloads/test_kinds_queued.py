@@ -546,3 +546,34 @@ def test_a_preempted_lws_group_is_deleted_and_queued_again_as_made_anew(world: W
     assert again.state == "queued"
     gates = [g["name"] for g in world.pod("low-0")["spec"]["schedulingGates"]]
     assert gates == [GATE]
+
+
+def test_pods_made_again_are_never_admitted_through_the_old_job(world: World) -> None:
+    """The group's pods deleted and made again (new uids) before the controller's next pass:
+    the daemon places the old job, but the pods under those names are not its own, so it
+    admits none of them; they stay gated until their own job is queued."""
+    lws = LwsController(world)
+    lws.create("race", replicas=1, size=2)
+    lws.make("race", 0, range(2))
+    world.controller.sync()
+    old = Job.objects.get()
+    for name in ("race-0", "race-0-1"):
+        world.fake.delete("pods", world.namespace, name, 0)
+    lws.make("race", 0, range(2))
+    world.clock.advance(1.0)
+    world.daemon.step()  # no controller pass between: the old job is placed
+    for name in ("race-0", "race-0-1"):
+        pod = world.pod(name)
+        assert [g["name"] for g in pod["spec"]["schedulingGates"]] == [GATE]
+        assert not pod["spec"].get("nodeName")
+    world.controller.sync()
+    old.refresh_from_db()
+    assert old.state == "cancelled"
+    new = Job.objects.exclude(pk=old.pk).get()
+    world.step()
+    world.step()
+    assert all(world.pod(n)["spec"].get("nodeName") for n in ("race-0", "race-0-1"))
+    assert set(Allocation.objects.filter(job=new).values_list("pod_name", flat=True)) == {
+        "race-0",
+        "race-0-1",
+    }

@@ -285,10 +285,15 @@ class KubernetesBackend(NamespaceContents):
     def _admit_held(self, pod: PodRequest) -> None:
         """Admit a pod its user created, held by Gantry's gate (issue 37): Gantry's labels
         and devices on it and the gate removed (one patch), then bound to its node. A pod
-        already admitted is only bound; one gone, or on another node, is a BindConflict."""
+        already admitted is only bound; one gone, made again under its name (another uid than
+        its job recorded), or on another node, is a BindConflict."""
         existing = self._read_pod(pod.namespace, pod.name)
         if existing is None:
             raise BindConflict(f"{pod.namespace}/{pod.name} is gone", deleting=True)
+        uid = (existing.get("metadata") or {}).get("uid")
+        if pod.held_uid and uid != pod.held_uid:
+            # Not ours: never deleted by us (the daemon leaves a foreign pod alone).
+            raise ForeignPod(f"{pod.namespace}/{pod.name} was made again: a new workload's pod")
         ops = held_pod_admission(existing, pod)
         if ops:
             try:
