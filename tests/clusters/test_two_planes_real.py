@@ -7,8 +7,7 @@ there whole; a plane whose API server is killed holds its job charged until its 
 job is then retried on the other plane, and when the API server is started again its stale pod
 is deleted: read from both API servers, the job runs once. The daemon runs on an injected
 clock (deadlines pass at once); the planes and their kubelets on real time, waited for with a
-deadline. Quotas pinned per cluster are not built yet (docs/multicluster.md, "Not yet"): their
-test belongs with them.
+deadline. A tenant's quota pinned to a cluster keeps its job off that plane.
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Cluster, Job, JobState
+from tenants import services
+from tenants.quota_rules import QuotaValues
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.real_plane import admin_client, apply_priority_classes, require_binaries
@@ -261,6 +262,23 @@ def test_a_gang_that_fits_only_in_one_cluster_whole_runs_there_whole(world: Worl
         "east": [],
         "west": [f"gantry-{gang.pk}-a0-r0", f"gantry-{gang.pk}-a0-r1"],
     }
+
+
+def test_a_pinned_limit_keeps_the_tenants_job_off_that_plane(world: World) -> None:
+    # alpha may use no H100 on east (a pinned limit of 0): its job that prefers east, and
+    # would land there without the pin (the next test), runs on west.
+    services.quota_set(
+        user=world.org.users["pat"],
+        tenant=world.org.alpha,
+        flavor=world.org.h100,
+        values=QuotaValues(0, 0, None, 1.0),
+        cluster=Cluster.objects.get(name="east"),
+    )
+    job = world.submit(placement={"clusters": ["east", "west"], "preferred_clusters": ["east"]})
+    world.cycle()
+    assert _nodes(job) == {"west:gpu-1"}, job.reason
+    world.until("running on west", lambda: _state(job)[0] == JobState.RUNNING)
+    assert world.running(job) == {"east": [], "west": [f"gantry-{job.pk}-a0-r0"]}
 
 
 def test_a_killed_plane_holds_its_job_until_the_deadline_then_it_runs_once_elsewhere(
