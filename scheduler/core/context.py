@@ -84,8 +84,11 @@ class CycleContext:
     candidates: dict[tuple[str, int, int, int, bool], Candidate] = field(default_factory=dict)
     # The quota charges that turn the ledger (this cycle's victims stopped, the placements
     # that wait for them charged) into what runs until the victims' pods are gone (victims
-    # charged, those placements not): (job, flavor, signed milli); and the victims' ids.
-    stopping: list[tuple[JobRequest, str, int]] = field(default_factory=list)
+    # charged, those placements not): (job, flavor, replicas, +1 charge or -1 refund); and
+    # the victims' ids.
+    stopping: list[tuple[JobRequest, str, tuple[ReplicaAssignment, ...], int]] = field(
+        default_factory=list
+    )
     victims: list[str] = field(default_factory=list)
 
     @property
@@ -119,9 +122,15 @@ class CycleContext:
         """Take (+1) or give back (-1) ``assignments`` of ``job`` on state and ledger."""
         self.hold_devices(job, assignments, sign)
         if self.counts_against_quota(job):
-            milli = sum(a.gpu_milli for a in assignments)
-            self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
-            pinned.charge(self.ledger, self.state, job, flavor, assignments, sign)
+            self._charge(job, flavor, assignments, sign)
+
+    def _charge(
+        self, job: JobRequest, flavor: str, assignments: Sequence[ReplicaAssignment], sign: int
+    ) -> None:
+        """The ledger's side of ``hold``: the flavor, and the pinned keys of the clusters."""
+        milli = sum(a.gpu_milli for a in assignments)
+        self.ledger.charge(job.tenant, job.user, flavor, sign * milli)
+        pinned.charge(self.ledger, self.state, job, flavor, assignments, sign)
 
     def hold_devices(
         self, job: JobRequest, assignments: Sequence[ReplicaAssignment], sign: int
@@ -153,18 +162,25 @@ class CycleContext:
             return None
         return pinned.mask(self.ledger, self.state, job, flavor, milli)
 
-    def relies_on_stopping(self, job: JobRequest, flavor: str, milli: int) -> bool:
-        """Whether `job`, just placed with `milli` on `flavor` (and charged for it), fits
-        its quota only on what this cycle's victims free: not with the ledger as it is
-        while they still run (`stopping` applied, the job itself not yet charged)."""
-        if not self.stopping or not self.counts_against_quota(job):
+    def relies_on_stopping(
+        self, job: JobRequest, flavor: str, assignments: Sequence[ReplicaAssignment]
+    ) -> bool:
+        """Whether `job`, just placed with `assignments` on `flavor` (and charged for them),
+        fits its quota (a pinned limit on their cluster included) only on what this cycle's
+        victims free: not with the ledger as it is while they still run (`stopping`
+        applied, the job itself not yet charged)."""
+        if not self.stopping or not self.counts_against_quota(job) or not assignments:
             return False
+        milli = sum(a.gpu_milli for a in assignments)
         mark = self.ledger.mark()
         try:
-            self.ledger.charge(job.tenant, job.user, flavor, -milli)
-            for held, at, charge in self.stopping:
-                self.ledger.charge(held.tenant, held.user, at, charge)
-            return self.ledger.check(job.tenant, job.user, flavor, milli) is not None
+            self._charge(job, flavor, assignments, -1)
+            for held, at, theirs, sign in self.stopping:
+                self._charge(held, at, theirs, sign)
+            if self.ledger.check(job.tenant, job.user, flavor, milli) is not None:
+                return True
+            barred = pinned.over_limit(self.ledger, job.tenant, flavor, milli)
+            return pinned.cluster_of(self.state, assignments[0].node) in barred
         finally:
             self.ledger.rollback(mark)
 

@@ -398,11 +398,10 @@ def _record(
     # Quota, like devices, is held by this cycle's victims until their pods are gone: a job
     # that fits only on the quota they free waits for them, as its preemptor does (the
     # daemon binds a placement once the jobs it lists have stopped).
-    milli = sum(a.gpu_milli for a in assignments)
-    if not victims and ctx.relies_on_stopping(job, flavor, milli):
+    if not victims and ctx.relies_on_stopping(job, flavor, assignments):
         victims = tuple(dict.fromkeys(ctx.victims))
     if victims and ctx.counts_against_quota(job):
-        ctx.stopping.append((job, flavor, -milli))  # charged, but not running before them
+        ctx.stopping.append((job, flavor, assignments, -1))  # charged, not running before them
     out.placements.append(Placement(job.id, flavor, assignments, victims=victims))
     ctx.set_live(RunningJob(job, flavor, assignments, ctx.now, displaced=victims))
     ctx.fresh.add(job.id)
@@ -431,7 +430,7 @@ def _place_extras(
         )
         if placed is None:
             break
-        if held_back and ctx.relies_on_stopping(job, flavor, job.resources.gpu_milli):
+        if held_back and ctx.relies_on_stopping(job, flavor, placed):
             ctx.rollback(mark)
             break
         out.extend(placed)
@@ -471,8 +470,7 @@ def _record_preemption(
     for running, assignments in stopped:
         ctx.victims.append(running.job.id)
         if ctx.counts_against_quota(running.job):
-            milli = sum(a.gpu_milli for a in assignments)
-            ctx.stopping.append((running.job, running.flavor, milli))
+            ctx.stopping.append((running.job, running.flavor, assignments, +1))
     _record(ctx, out, job, flavor, plan.assignments, tuple(v.running.job.id for v in plan.victims))
 
 

@@ -169,6 +169,21 @@ def test_a_reclaim_stops_a_borrower_in_another_cluster_only_when_that_frees_quot
     assert clusters_of(result, "j") == {"a"}
 
 
+def test_a_job_that_fits_its_pinned_limit_only_once_a_victim_stops_waits_for_it() -> None:
+    # team-a may hold 4 on a. "low" holds them; "high" (2) preempts it; "next" (2) then fits
+    # the limit (2 + 2), but only once "low" stopped: 4 + 2 + 2 > 4 while it runs.
+    tenants = (Tenant("org"), team("team-a", 16, 16, pins={"a": (0, 4)}), team("team-b", 16))
+    low = make_running(make_job("low", gpus=4, priority="low"), ("a:1", range(4)))
+    pending = [
+        replace(make_job("high", gpus=2, priority="high"), clusters=("a",)),
+        replace(make_job("next", gpus=2, submitted_at=1.0), clusters=("a",)),
+    ]
+    result = cycle(snapshot(TWO, pending, [low], tenants=tenants))
+    assert victims(result) == {"low"}
+    placed = result.placement_for("next")
+    assert placed is not None and placed.victims == ("low",)
+
+
 def test_fair_share_and_the_global_limit_count_every_cluster() -> None:
     # 2 on a and 2 on b: 4 of the global limit of 4, whatever the cluster
     tenants = (Tenant("org"), team("team-a", 2, 4, pins={"a": (1, 4)}), team("team-b", 16))
