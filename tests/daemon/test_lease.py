@@ -120,8 +120,10 @@ def _show(name: str) -> str:
 
 @pytest.mark.postgresql("server-side session timeouts and row locks")
 def test_the_daemons_loop_runs_with_its_session_timeouts(env: Env, settings: Any) -> None:
-    settings.GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS = 4000
-    settings.GANTRY_DAEMON_STATEMENT_TIMEOUT_MS = 12000
+    # the test's own transaction is the daemon's session here: an idle timeout a loaded host
+    # could reach between two statements would end it (it did at 4 s, load 17)
+    settings.GANTRY_DAEMON_IDLE_IN_TRANSACTION_TIMEOUT_MS = 240000
+    settings.GANTRY_DAEMON_STATEMENT_TIMEOUT_MS = 300000
     settings.GANTRY_DAEMON_LOCK_TIMEOUT_MS = 1500
     seen: dict[str, str] = {}
 
@@ -132,8 +134,8 @@ def test_the_daemons_loop_runs_with_its_session_timeouts(env: Env, settings: Any
     daemon = env.daemon(on_cycle=look)
     daemon.run()
     assert seen == {
-        "idle_in_transaction_session_timeout": "4s",
-        "statement_timeout": "12s",
+        "idle_in_transaction_session_timeout": "4min",
+        "statement_timeout": "5min",
         "lock_timeout": "1500ms",
         "plan_cache_mode": "auto",  # generic plans kept where they cost no more
     }
