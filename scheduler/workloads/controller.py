@@ -63,14 +63,8 @@ WARNINGS = frozenset({S.PREEMPTED, S.FAILED, S.REJECTED})
 KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 
 
-class HeldObjects(Protocol):
-    """What the controller needs of the cluster (the Kubernetes backend provides it)."""
-
-    def list_held_pods(self) -> list[Obj]: ...
-
-    def list_held_jobs(self) -> list[Obj]: ...
-
-    def list_held_objects(self, group: str, version: str, plural: str) -> list[Obj]: ...
+class Teller(Protocol):
+    """How the controller tells a user about an object: events and Gantry's status annotations."""
 
     def record_event(
         self,
@@ -85,6 +79,16 @@ class HeldObjects(Protocol):
     def annotate(
         self, namespace: str, name: str, about: tuple[str, str, str], annotations: dict[str, str]
     ) -> None: ...
+
+
+class HeldObjects(Teller, Protocol):
+    """What the controller needs of the cluster (the Kubernetes backend provides it)."""
+
+    def list_held_pods(self) -> list[Obj]: ...
+
+    def list_held_jobs(self) -> list[Obj]: ...
+
+    def list_held_objects(self, group: str, version: str, plural: str) -> list[Obj]: ...
 
 
 @dataclass

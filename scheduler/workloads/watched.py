@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from scheduler.backends.base import BackendError
 from scheduler.backends.kubernetes.informer import version
 from scheduler.backends.kubernetes.watch import ListFn, ListWatcher, StreamFn
+from scheduler.workloads.controller import Teller
 
 log = logging.getLogger("gantry.workloads")
 Obj = dict[str, Any]
@@ -35,24 +36,10 @@ NOT_FOUND = 404
 POD, JOB = ("", "v1", "pods"), ("batch", "v1", "jobs")
 
 
-class HeldListWatch(Protocol):
+class HeldListWatch(Teller, Protocol):
     """What `WatchedHeld` needs of the cluster (the Kubernetes backend provides it)."""
 
     def held_list_watch(self, group: str, version: str, plural: str) -> tuple[ListFn, StreamFn]: ...
-
-    def record_event(
-        self,
-        namespace: str,
-        pod: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-        about: tuple[str, str, str] = ("v1", "Pod", ""),
-    ) -> None: ...
-
-    def annotate(
-        self, namespace: str, name: str, about: tuple[str, str, str], annotations: dict[str, str]
-    ) -> None: ...
 
 
 class HeldCache:
