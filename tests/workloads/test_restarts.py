@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -32,11 +32,12 @@ from scheduler.models import Allocation, Job
 from scheduler.workloads import mirror as mirror_module
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.mutate import GATE
-from tests.conftest import build_org
 from tests.daemon.conftest import Killed, expire_leases
-from tests.k8s.conftest import api_client_for, started_fake
+from tests.k8s.conftest import api_client_for
 from tests.k8s.fake_admission import FakeWebhook
-from tests.workloads.test_controller import JobController, World, create_job, job, pod
+from tests.workloads.test_controller import JobController, World, create_job, job, pod, world
+
+__all__ = ["world"]  # the fixture, shared with test_controller
 
 Obj = dict[str, Any]
 LIVE = ("admitted", "binding", "running", "succeeded")
@@ -44,15 +45,6 @@ LIVE = ("admitted", "binding", "running", "succeeded")
 
 def _raise() -> None:
     raise Killed
-
-
-@pytest.fixture
-def world(db: Any) -> Iterator[World]:
-    fake = started_fake("k8s-gpu-1", "k8s-gpu-2")
-    made = World(build_org(), fake)
-    yield made
-    made.api.close()
-    fake.stop()
 
 
 def restart_daemon(world: World, hooks: dict[str, Callable[[], None]] | None = None) -> Daemon:

@@ -4,26 +4,22 @@ with the event of each change. Over the fake API server, the daemon on a fake cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from scheduler.workloads.status import ANNOTATION_REASON, ANNOTATION_STATUS
-from tests.conftest import build_org
-from tests.k8s.conftest import started_fake
-from tests.workloads.test_controller import JobController, World, create_job, job, mirrored, pod
+from tests.workloads.test_controller import (
+    JobController,
+    World,
+    create_job,
+    job,
+    mirrored,
+    pod,
+    world,
+)
+
+__all__ = ["world"]  # the fixture, shared with test_controller
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def world(db: Any) -> Iterator[World]:
-    fake = started_fake("k8s-gpu-1", "k8s-gpu-2")
-    made = World(build_org(), fake)
-    yield made
-    made.api.close()
-    fake.stop()
 
 
 def status(obj: Obj | None) -> tuple[str, str]:
