@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from billing.models import RateCard
 from common.api.serializers import StrictInputSerializer
+from scheduler.models import Cluster
 from tenants.models import PriorityClass, ResourceFlavor
 
 DECIMAL = re.compile(r"\d{1,8}(\.\d{1,6})?")
@@ -51,6 +52,16 @@ class DecimalStringField(serializers.Field):
 
 class RateCardIn(StrictInputSerializer):
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
+    cluster = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Cluster.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The cluster whose usage these prices rate, by name; left out or null: the "
+        "default card, for every cluster without a card of its own.",
+        error_messages={"does_not_exist": "no cluster named {value}."},
+    )
     valid_from = serializers.DateTimeField(
         help_text="When the version takes effect; not before the time already metered."
     )
@@ -85,6 +96,13 @@ class RateCardIn(StrictInputSerializer):
 
 class RateCardOut(serializers.ModelSerializer):
     flavor_name = serializers.CharField(source="flavor.name", read_only=True)
+    cluster = serializers.CharField(
+        source="cluster.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="null: the default card.",
+    )
     gpu_hour = serializers.CharField(read_only=True)
     cpu_core_hour = serializers.CharField(read_only=True)
     memory_gib_hour = serializers.CharField(read_only=True)
@@ -97,6 +115,7 @@ class RateCardOut(serializers.ModelSerializer):
             "id",
             "flavor",
             "flavor_name",
+            "cluster",
             "valid_from",
             "valid_to",
             "currency",

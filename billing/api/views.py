@@ -22,8 +22,8 @@ class RateCardViewSet(
     a job will cost before it runs); only platform admins add or withdraw versions."""
 
     serializer_class = s.RateCardOut
-    filterset_fields = ["flavor"]
-    queryset = RateCard.objects.select_related("flavor").prefetch_related(
+    filterset_fields = ["flavor", "cluster"]
+    queryset = RateCard.objects.select_related("flavor", "cluster").prefetch_related(
         "multipliers__priority_class"
     )
 
@@ -36,6 +36,7 @@ class RateCardViewSet(
         card = rates.rate_card_add(
             user=request.user,
             flavor=data["flavor"],
+            cluster=data["cluster"],
             valid_from=data["valid_from"],
             valid_to=data["valid_to"],
             prices=rates.RatePrices(

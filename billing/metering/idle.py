@@ -52,7 +52,7 @@ def allocated_idle_lines(organisation: Tenant, start: datetime, end: datetime) -
         )
     return [
         DraftLine(
-            rating.make_line((account, flavor, "gpu", LineKind.ALLOCATED_IDLE, price), units),
+            rating.make_line((account, flavor, "gpu", LineKind.ALLOCATED_IDLE, price, ""), units),
             charged=False,
         )
         for (account, flavor, price), units in sorted(held.items(), key=str)

@@ -19,13 +19,25 @@ def price(**kwargs: Any) -> models.DecimalField:
 class RateCard(models.Model):
     """One effective-dated version of a flavor's prices, valid on [valid_from, valid_to).
 
-    The versions of a flavor form one unbroken chain: each starts where the previous ends
-    (`billing.rates.cards.rate_card_add` refuses gaps and overlaps); the last may be open-ended
-    (`valid_to` null). A version is never changed once the time it covers has been metered,
-    except that the open end of the last one is closed when a newer version is added.
+    The versions of a flavor on one cluster (or of its default card, `cluster` null) form one
+    unbroken chain: each starts where the previous ends (`billing.rates.cards.rate_card_add`
+    refuses gaps and overlaps); the last may be open-ended (`valid_to` null). A version is
+    never changed once the time it covers has been metered, except that the open end of the
+    last one is closed when a newer version is added.
     """
 
     flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="rate_cards")
+    # The cluster whose usage these prices rate (issue 38); null: the default card, which
+    # rates every cluster without a chain of its own at that time. Each (flavor, cluster)
+    # has its own chain, and so has (flavor, default).
+    cluster = models.ForeignKey(
+        "scheduler.Cluster",
+        null=True,
+        blank=True,
+        db_index=False,
+        on_delete=models.PROTECT,
+        related_name="rate_cards",
+    )
     valid_from = models.DateTimeField()
     valid_to = models.DateTimeField(null=True, blank=True)
     currency = models.CharField(max_length=3)
@@ -40,11 +52,27 @@ class RateCard(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["flavor_id", "valid_from"]
+        ordering = ["flavor_id", "cluster_id", "valid_from"]
         constraints = [
-            models.UniqueConstraint(fields=["flavor", "valid_from"], name="rate_card_one_start"),
             models.UniqueConstraint(
-                fields=["flavor"], condition=Q(valid_to__isnull=True), name="rate_card_one_open"
+                fields=["flavor", "valid_from"],
+                condition=Q(cluster__isnull=True),
+                name="rate_card_default_one_start",
+            ),
+            models.UniqueConstraint(
+                fields=["flavor", "cluster", "valid_from"],
+                condition=Q(cluster__isnull=False),
+                name="rate_card_cluster_one_start",
+            ),
+            models.UniqueConstraint(
+                fields=["flavor"],
+                condition=Q(valid_to__isnull=True, cluster__isnull=True),
+                name="rate_card_default_one_open",
+            ),
+            models.UniqueConstraint(
+                fields=["flavor", "cluster"],
+                condition=Q(valid_to__isnull=True, cluster__isnull=False),
+                name="rate_card_cluster_one_open",
             ),
             models.CheckConstraint(
                 condition=Q(valid_to__isnull=True) | Q(valid_to__gt=F("valid_from")),
@@ -61,7 +89,8 @@ class RateCard(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.flavor_id} from {self.valid_from:%Y-%m-%d %H:%M}"
+        where = f" on cluster {self.cluster_id}" if self.cluster_id else ""
+        return f"{self.flavor_id}{where} from {self.valid_from:%Y-%m-%d %H:%M}"
 
 
 class RateMultiplier(models.Model):

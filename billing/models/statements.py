@@ -76,6 +76,10 @@ class StatementLine(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     flavor = models.CharField(max_length=63, blank=True, default="")
+    # The cluster whose usage the line prices, by name (issue 38): lines are per cluster as
+    # the rate cards are. "" on lines of nobody's job (idle capacity) and of before clusters.
+    # db_default: the release before this one closes statements during an upgrade.
+    cluster = models.CharField(max_length=63, blank=True, default="", db_default="")
     resource = models.CharField(max_length=16, blank=True, default="")
     kind = models.CharField(max_length=16, choices=LineKind.choices)
     unit = models.CharField(max_length=16, blank=True, default="")

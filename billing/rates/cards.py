@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import MeteringPeriod, RateCard, RateMultiplier
+from scheduler.models import Cluster
 from tenants import access
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import FormerFlavorName, PriorityClass, ResourceFlavor
@@ -52,10 +53,25 @@ def _when(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def chain_of(flavor_id: int, cluster_id: int | None) -> Any:
+    """The versions of one chain: the flavor's cards on `cluster_id` (null: its default)."""
+    if cluster_id is None:
+        return RateCard.objects.filter(flavor_id=flavor_id, cluster__isnull=True)
+    return RateCard.objects.filter(flavor_id=flavor_id, cluster_id=cluster_id)
+
+
+def _chain_name(flavor: ResourceFlavor, cluster: Cluster | None) -> str:
+    return f"{flavor.name} on cluster {cluster.name}" if cluster else flavor.name
+
+
 def _chain_errors(
-    flavor: ResourceFlavor, valid_from: datetime, valid_to: datetime | None
+    flavor: ResourceFlavor,
+    cluster: Cluster | None,
+    valid_from: datetime,
+    valid_to: datetime | None,
 ) -> tuple[dict[str, list[str]], RateCard | None]:
-    """Why [valid_from, valid_to) cannot join the flavor's chain, and the last version."""
+    """Why [valid_from, valid_to) cannot join the chain of (flavor, cluster), and its last
+    version."""
     errors: dict[str, list[str]] = {}
     # Rates change on the hour: a metered hour then has one price per flavor, which is what
     # lets the cluster's capacity split reconcile to the cent.
@@ -75,20 +91,20 @@ def _chain_errors(
             f"{_when(valid_from)} is before {_when(metered)}, up to which usage is metered "
             "already: a new rate applies from its start, never retroactively."
         ]
-    last = RateCard.objects.filter(flavor=flavor).order_by("-valid_from").first()
+    last = chain_of(flavor.pk, cluster.pk if cluster else None).order_by("-valid_from").first()
     if last is None or "valid_from" in errors:
         return errors, last
     span = f"{_when(last.valid_from)} to {_when(last.valid_to) if last.valid_to else 'open end'}"
     if valid_from <= last.valid_from or (last.valid_to is not None and valid_from < last.valid_to):
         errors["valid_from"] = [
-            f"overlaps version {last.pk} of {flavor.name} ({span}); a new version starts "
-            f"after {_when(last.valid_from)}"
+            f"overlaps version {last.pk} of {_chain_name(flavor, cluster)} ({span}); a new "
+            f"version starts after {_when(last.valid_from)}"
             + (f", at {_when(last.valid_to)}." if last.valid_to else ".")
         ]
     elif last.valid_to is not None and valid_from > last.valid_to:
         errors["valid_from"] = [
-            f"leaves a gap after version {last.pk} of {flavor.name} ({span}): the next "
-            f"version must start at {_when(last.valid_to)}."
+            f"leaves a gap after version {last.pk} of {_chain_name(flavor, cluster)} ({span}): "
+            f"the next version must start at {_when(last.valid_to)}."
         ]
     return errors, last
 
@@ -102,8 +118,11 @@ def rate_card_add(
     valid_to: datetime | None = None,
     prices: RatePrices,
     suggested: bool = False,
+    cluster: Cluster | None = None,
 ) -> RateCard:
-    """Append a version to `flavor`'s chain (closing the open end of the last one at
+    """Append a version to the chain of (`flavor`, `cluster`): a cluster's own prices, or
+    with `cluster` None the default card, which rates every cluster without a chain of its
+    own (billing.rates.rating.chain_for). Appended (closing the open end of the last one at
     `valid_from`). ValidationError names the field at fault; nothing is written then.
 
     Platform admins add versions. `suggested`: the prices are a rate suggestion finance or a
@@ -116,7 +135,7 @@ def rate_card_add(
     # One writer per flavor's chain at a time: two admins adding versions at once would each
     # see the same last version and both append.
     ResourceFlavor.objects.select_for_update().filter(pk=flavor.pk).first()
-    errors, last = _chain_errors(flavor, valid_from, valid_to)
+    errors, last = _chain_errors(flavor, cluster, valid_from, valid_to)
     if errors:
         raise ValidationError(errors)
     if last is not None and last.valid_to is None:
@@ -126,6 +145,7 @@ def rate_card_add(
         _audit(user, "rate_card.close", last, before)
     card = RateCard(
         flavor=flavor,
+        cluster=cluster,
         valid_from=valid_from,
         valid_to=valid_to,
         currency=settings.GANTRY_BILLING_CURRENCY,
@@ -152,10 +172,15 @@ def rate_card_withdraw(*, user: Any, rate_card: RateCard, now: datetime | None =
     access.require_platform_admin(user)
     now = now or timezone.now()
     ResourceFlavor.objects.select_for_update().filter(pk=rate_card.flavor_id).first()
-    last = RateCard.objects.filter(flavor_id=rate_card.flavor_id).order_by("-valid_from").first()
+    chain = chain_of(rate_card.flavor_id, rate_card.cluster_id)
+    last = chain.order_by("-valid_from").first()
     if last is None or last.pk != rate_card.pk:
         raise ValidationError(
-            {"non_field_errors": ["only the last version of a flavor can be withdrawn."]}
+            {
+                "non_field_errors": [
+                    "only the last version of a flavor's chain (per cluster) can be withdrawn."
+                ]
+            }
         )
     metered = metered_until()
     if rate_card.valid_from <= now or (metered is not None and rate_card.valid_from < metered):
@@ -167,11 +192,7 @@ def rate_card_withdraw(*, user: Any, rate_card: RateCard, now: datetime | None =
                 ]
             }
         )
-    previous = (
-        RateCard.objects.filter(flavor_id=rate_card.flavor_id, valid_to=rate_card.valid_from)
-        .exclude(pk=rate_card.pk)
-        .first()
-    )
+    previous = chain.filter(valid_to=rate_card.valid_from).exclude(pk=rate_card.pk).first()
     before = _snapshot(rate_card)
     target = ("billing.ratecard", rate_card.pk)
     rate_card.delete()

@@ -6,7 +6,11 @@ The contract:
 - Intervals are cut at every hour boundary and every rate boundary (UTC month boundaries are
   hour boundaries), and each piece is priced by the version in force at its start. Quantities
   stay exact integers (milli-GPU-seconds, millicore-seconds, MiB-seconds) until the end.
-- Pieces with the same account, flavor, resource, kind and unit price add up to one line.
+- Rates per cluster (issue 38): a usage's cluster is priced by that cluster's versions of its
+  flavor where they are in force, and by the default versions (cluster "") elsewhere
+  (`chain_for`). A line carries its usage's cluster ("" for records of before clusters).
+- Pieces with the same account, flavor, cluster, resource, kind and unit price add up to one
+  line.
   The unit price is the version's price x the priority class's multiplier x (1 - the
   borrowed discount, for borrowed capacity).
 - Rounding, once per line and never per piece or per second: amount = unit price x exact
@@ -57,6 +61,8 @@ class Rate:
     memory_gib_hour: Decimal = Decimal(0)
     borrowed_discount: Decimal = Decimal(0)
     multipliers: Mapping[str, Decimal] = field(default_factory=dict)
+    # The cluster these prices are for, by name; "": the default, for every other cluster.
+    cluster: str = ""
 
     def covers(self, at: datetime) -> bool:
         return self.valid_from <= at and (self.valid_to is None or at < self.valid_to)
@@ -83,6 +89,7 @@ class Usage:
     memory_mib: int = 0
     priority_class: str = ""
     borrowed: bool = False
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class Line:
     rate: Decimal
     exact: Fraction  # in units (GPU-hours, core-hours, GiB-hours)
     amount: Decimal
+    cluster: str = ""
 
     @property
     def quantity(self) -> Decimal:
@@ -125,9 +133,39 @@ def cut_points(start: datetime, end: datetime, rates: Sequence[Rate]) -> list[da
     return sorted(points)
 
 
+def chain_for(rates: Sequence[Rate], flavor: str, cluster: str) -> list[Rate]:
+    """The versions that price `flavor` on `cluster`, sorted: the cluster's own where they
+    are in force, the default versions (cluster "") cut to the time outside them.
+
+    A cluster's chain is unbroken (billing.rates.cards), so its versions in `rates` cover
+    one span [first start, last end); before and after it the default versions apply, cut at
+    its edges. A cluster without versions of its own is priced by the default chain whole."""
+    default = sorted((r for r in rates if r.flavor == flavor and not r.cluster), key=_valid_from)
+    if not cluster:
+        return default
+    own = sorted((r for r in rates if r.flavor == flavor and r.cluster == cluster), key=_valid_from)
+    if not own:
+        return default
+    first, last = own[0].valid_from, own[-1].valid_to
+    before = [replace(r, valid_to=_earlier(r.valid_to, first)) for r in default]
+    after = (
+        [] if last is None else [replace(r, valid_from=max(r.valid_from, last)) for r in default]
+    )
+    return sorted(
+        [r for r in before if r.valid_from < first]
+        + own
+        + [r for r in after if r.valid_to is None or r.valid_to > r.valid_from],
+        key=_valid_from,
+    )
+
+
+def _earlier(moment: datetime | None, bound: datetime) -> datetime:
+    return bound if moment is None else min(moment, bound)
+
+
 def pieces(usage: Usage, rates: Sequence[Rate]) -> Iterator[tuple[Usage, Rate]]:
     """`usage` cut at hours and rate boundaries, each piece with the version in force."""
-    own = [r for r in rates if r.flavor == usage.flavor]
+    own = chain_for(rates, usage.flavor, usage.cluster)
     points = cut_points(usage.start, usage.end, own)
     for start, end in pairwise(points):
         rate = next((r for r in own if r.covers(start)), None)
@@ -147,7 +185,8 @@ def held(usage: Usage) -> dict[str, Fraction]:
     }
 
 
-LineKey = tuple[Hashable, str, str, str, Decimal]
+# (account, flavor, resource, kind, unit price, cluster)
+LineKey = tuple[Hashable, str, str, str, Decimal, str]
 MICROSECOND = timedelta(microseconds=1)
 RESOURCES = ("gpu", "cpu", "memory")
 
@@ -159,8 +198,13 @@ def spans(usage: Usage, rates: Sequence[Rate]) -> Iterator[tuple[datetime, datet
     price, and the parts' exact quantities add up to the pieces' (integers of microseconds),
     so the lines are identical; a usage of several hours is priced in one step instead of
     one per hour. MissingRate names the first instant no version covers."""
+    return spans_of(usage, chain_for(rates, usage.flavor, usage.cluster))
+
+
+def spans_of(usage: Usage, chain: list[Rate]) -> Iterator[tuple[datetime, datetime, Rate]]:
+    """`spans` over the chain of `usage`'s flavor and cluster (`chain_for`), made already."""
     start, end = usage.start, usage.end
-    for rate in sorted((r for r in rates if r.flavor == usage.flavor), key=_valid_from):
+    for rate in chain:
         if start >= end:
             return
         if rate.valid_to is not None and rate.valid_to <= start:
@@ -186,11 +230,19 @@ def rate_usage(usages: Iterable[Usage], rates: Sequence[Rate]) -> list[Line]:
     once per line; unit prices are computed once per (version, resource, class, borrowed)."""
     totals: dict[LineKey, int] = {}
     prices: dict[tuple[int, str, str, bool], Decimal] = {}
+    # One chain per (flavor, cluster), kept for the call: `prices` is keyed by the id of a
+    # version, which a chain made anew per usage would not keep stable.
+    chains: dict[tuple[str, str], list[Rate]] = {}
     for usage in usages:
         if usage.end <= usage.start:
             continue
         held_per = (usage.gpu_milli, usage.cpu_milli, usage.memory_mib)
-        for start, end, rate in spans(usage, rates):
+        chain = chains.get((usage.flavor, usage.cluster))
+        if chain is None:
+            chain = chains[(usage.flavor, usage.cluster)] = chain_for(
+                rates, usage.flavor, usage.cluster
+            )
+        for start, end, rate in spans_of(usage, chain):
             micros = (end - start) // MICROSECOND
             for resource, amount in zip(RESOURCES, held_per, strict=True):
                 if not amount or not micros:
@@ -200,19 +252,20 @@ def rate_usage(usages: Iterable[Usage], rates: Sequence[Rate]) -> list[Line]:
                 if price is None:
                     price = rate.unit_price(resource, usage.priority_class, usage.borrowed)
                     prices[cached] = price
-                key = (usage.account, usage.flavor, resource, usage.kind, price)
+                key = (usage.account, usage.flavor, resource, usage.kind, price, usage.cluster)
                 totals[key] = totals.get(key, 0) + amount * micros
     return [make_line(key, Fraction(amount, 1_000_000)) for key, amount in totals.items()]
 
 
 def make_line(key: LineKey, held_units: Fraction) -> Line:
     """One line from its key and exact quantity (in integer units: milli-GPU-seconds...)."""
-    account, flavor, resource, kind, price = key
+    account, flavor, resource, kind, price, cluster = key
     unit, per_unit = UNITS[resource]
     exact = held_units / per_unit
     numerator, denominator = price_ratio(price)
     cents = half_even(numerator * exact.numerator * 100, denominator * exact.denominator)
-    return Line(account, flavor, resource, kind, unit, price, exact, Decimal(cents).scaleb(-2))
+    amount = Decimal(cents).scaleb(-2)
+    return Line(account, flavor, resource, kind, unit, price, exact, amount, cluster)
 
 
 @lru_cache(maxsize=4096)

@@ -174,6 +174,7 @@ def _row(statement: Statement, draft: DraftLine) -> StatementLine:
         project_id=project_id,
         user_id=user_id,
         flavor=line.flavor,
+        cluster=line.cluster,
         resource=line.resource,
         kind=line.kind,
         unit=line.unit,

@@ -125,7 +125,7 @@ def _card_of(row: str, *, sqlite: bool = False) -> str:
 
 _PRICED = (
     "flavor_id", "valid_from", "currency", "gpu_hour", "cpu_core_hour", "memory_gib_hour",
-    "borrowed_discount", "created_by_id", "created_at", "id",
+    "borrowed_discount", "created_by_id", "created_at", "id", "cluster_id",
 )  # fmt: skip
 _USED = _metered_in("OLD")
 _CUT = _metered_in("OLD", cut=True)

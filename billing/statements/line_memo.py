@@ -124,6 +124,7 @@ def _rates(start: datetime, end: datetime) -> list[tuple[Any, ...]]:
             rate.memory_gib_hour,
             rate.borrowed_discount,
             sorted(rate.multipliers.items()),
+            rate.cluster,
         )
         for rate in rates_between(start, end)
     )

@@ -87,7 +87,9 @@ def split_lines(detailed: list[rating.Line]) -> list[DraftLine]:
     groups: dict[rating.LineKey, list[rating.Line]] = defaultdict(list)
     for line in detailed:
         account = line.account[:3]  # type: ignore[index]
-        groups[(account, line.flavor, line.resource, line.kind, line.rate)].append(line)
+        groups[(account, line.flavor, line.resource, line.kind, line.rate, line.cluster)].append(
+            line
+        )
     out = []
     for key, parts in groups.items():
         merged, amounts = _merged(key, parts)
@@ -135,7 +137,8 @@ def _merged(key: rating.LineKey, parts: list[rating.Line]) -> tuple[rating.Line,
 
 def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
     """The versions in force in [start, end), under their flavor's name and under each of
-    its former names (what was recorded before a rename is the flavor's: rates.flavor_renames)."""
+    its former names (what was recorded before a rename is the flavor's: rates.flavor_renames);
+    each with its cluster's name ("" for the default cards)."""
     cards = RateCard.objects.filter(valid_from__lt=end).exclude(valid_to__lte=start)
     former: dict[str, list[str]] = defaultdict(list)
     for old, new in flavor_renames().items():
@@ -150,14 +153,22 @@ def rates_between(start: datetime, end: datetime) -> list[rating.Rate]:
             card.memory_gib_hour,
             card.borrowed_discount,
             {m.priority_class.name: m.multiplier for m in card.multipliers.all()},
+            card.cluster.name if card.cluster else "",
         )
-        for card in cards.select_related("flavor").prefetch_related("multipliers__priority_class")
+        for card in cards.select_related("flavor", "cluster").prefetch_related(
+            "multipliers__priority_class"
+        )
     ]
     return rates + [replace(r, flavor=old) for r in rates for old in former.get(r.flavor, ())]
 
 
-def price_at(rates: list[rating.Rate], flavor: str, hour: datetime) -> rating.Rate:
-    found = next((r for r in rates if r.flavor == flavor and r.covers(hour)), None)
+def price_at(
+    rates: list[rating.Rate], flavor: str, hour: datetime, cluster: str = ""
+) -> rating.Rate:
+    """The version that prices `flavor` on `cluster` at `hour` (rating.chain_for: the
+    cluster's own, else the default); "" the default card."""
+    chain = rating.chain_for(rates, flavor, cluster)
+    found = next((r for r in chain if r.covers(hour)), None)
     if found is None:
         raise rating.MissingRate(flavor, hour)
     return found
@@ -229,6 +240,7 @@ def _summed(
             "flavor",
             "borrowed",
             "ending",
+            "cluster",
         )
         .annotate(
             gpu=Sum(F("gpu_milli") * F("micros"), output_field=big),
@@ -266,16 +278,26 @@ def usage_lines(
     parts = rate_windows(start, end, rates)
     if not parts:
         return []
-    in_force = [{rate.flavor: rate for rate in rates if rate.covers(lo)} for lo, _ in parts]
+    # (part, flavor, cluster) -> the version in force: the cluster's own, else the default.
+    # The parts are cut at every version's edges, the clusters' too, so it is one per part.
+    in_force: dict[tuple[int, str, str], rating.Rate | None] = {}
+    chains: dict[tuple[str, str], list[rating.Rate]] = {}
     missing: tuple[datetime, str] | None = None
     renames = flavor_renames()
-    for part, tenant, project, user, job_type, klass, flavor, borrowed, ending, *sums in _summed(
+    for part, tenant, project, user, job_type, klass, flavor, borrowed, ending, *rest in _summed(
         organisation, parts
     ):
-        gpu, cpu, memory, first, since = sums
+        cluster, gpu, cpu, memory, first, since = rest
         # Usage recorded under a former name is the flavor's: one line under its name now.
         flavor = renames.get(flavor, flavor)
-        rate = in_force[part].get(flavor)
+        if (part, flavor, cluster) not in in_force:
+            if (flavor, cluster) not in chains:
+                chains[(flavor, cluster)] = rating.chain_for(rates, flavor, cluster)
+            lo = parts[part][0]
+            in_force[(part, flavor, cluster)] = next(
+                (r for r in chains[(flavor, cluster)] if r.covers(lo)), None
+            )
+        rate = in_force[(part, flavor, cluster)]
         if rate is None:
             missing = min(missing or (since, flavor), (since, flavor))
             continue
@@ -290,7 +312,7 @@ def usage_lines(
             price = prices.get(cached)
             if price is None:
                 price = prices[cached] = rate.unit_price(resource, klass, borrowed)
-            key = (account, flavor, resource, kind, price)
+            key = (account, flavor, resource, kind, price, cluster)
             totals[key] = totals.get(key, 0) + held
             firsts[key] = min(firsts.get(key, (first, index)), (first, index))
     if missing is not None:
@@ -334,7 +356,7 @@ def idle_lines(
         held = _spread(held, used)
     return [
         whole(
-            rating.make_line((account, flavor, "gpu", LineKind.IDLE_RESERVED, price), share),
+            rating.make_line((account, flavor, "gpu", LineKind.IDLE_RESERVED, price, ""), share),
             charged=policy != IdlePolicy.SHOWBACK,
         )
         for (account, flavor, price), share in held.items()

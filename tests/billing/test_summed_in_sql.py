@@ -56,6 +56,7 @@ def _usages(organisation: Tenant, start: datetime, end: datetime, detail: bool) 
                 "priority_class",
                 "borrowed",
                 "job_type",
+                "cluster",
             )
         )
         kinds = attempt_kinds({(r[0], r[1], r[2]) for r in rows})
@@ -67,6 +68,7 @@ def _usages(organisation: Tenant, start: datetime, end: datetime, detail: bool) 
                 *r[7:12],
                 r[12],
                 r[13],
+                r[15],
             )
 
 
