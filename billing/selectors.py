@@ -28,7 +28,17 @@ from billing.statements.rollup import SplitsMemo
 from tenants import access
 from tenants.models import Project, Role, Tenant, TenantKind
 
-DIMENSIONS = ("department", "team", "project", "user", "flavor", "job_type", "priority_class")
+DIMENSIONS = (
+    "department",
+    "team",
+    "project",
+    "user",
+    "flavor",
+    "job_type",
+    "priority_class",
+    # The cluster the usage ran on, by name (issue 38); none for idle reserved capacity.
+    "cluster",
+)
 
 
 def _root(path: str) -> int:

@@ -59,6 +59,8 @@ class CostLine:
     # (1 - the borrowed discount, for borrowed capacity)), the statement line's.
     quantity: Fraction = Fraction(0)
     rate: Decimal = Decimal(0)
+    # The cluster whose usage the line prices, by name: the statement line's (issue 38).
+    cluster: str = ""
 
 
 def organisation_costs(
@@ -99,6 +101,7 @@ def _kept(line: CostLine) -> line_memo.Row:
         line.quantity.numerator,
         line.quantity.denominator,
         str(line.rate),
+        line.cluster,
     )
 
 
@@ -109,10 +112,11 @@ def _unkept(rows: list[line_memo.Row]) -> tuple[CostLine, ...]:
             Decimal(amount),
             Fraction(numerator, denominator),
             charged,
-            Fraction(q_numerator, q_denominator),
+            Fraction(q_num, q_den),
             Decimal(rate),
+            cluster,
         )
-        for *head, amount, numerator, denominator, charged, q_numerator, q_denominator, rate in rows
+        for *head, amount, numerator, denominator, charged, q_num, q_den, rate, cluster in rows
     )
 
 
@@ -181,6 +185,7 @@ def _costs(organisation: Tenant, draft: DraftLine) -> Iterator[CostLine]:
             draft.charged,
             part.quantity,
             line.rate,
+            line.cluster,
         )
 
 
@@ -198,6 +203,7 @@ def _frozen(organisation: Tenant, statement: Statement) -> Iterator[CostLine]:
         amount,
         charged,
         split,
+        cluster,
     ) in rows.values_list(
         "tenant_id",
         "project_id",
@@ -210,6 +216,7 @@ def _frozen(organisation: Tenant, statement: Statement) -> Iterator[CostLine]:
         "amount",
         "charged",
         "split",
+        "cluster",
     ):
         parts = split or [["", "", str(amount), str(quantity if resource == "gpu" else 0)]]
         for job_type, priority_class, part_amount, gpu_hours, *kept in parts:
@@ -228,6 +235,7 @@ def _frozen(organisation: Tenant, statement: Statement) -> Iterator[CostLine]:
                 charged,
                 _part_quantity(kept, resource, gpu_hours, quantity, part_amount, amount),
                 rate,
+                cluster,
             )
 
 

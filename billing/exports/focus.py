@@ -30,7 +30,7 @@ from django.contrib.auth import get_user_model
 from billing.costs.lines import CostLine
 from billing.models import LineKind
 from billing.periods import month_end, month_start
-from billing.rates.rating import Rate, round_cents
+from billing.rates.rating import Rate, chain_for, round_cents
 from billing.rates.rating import quantity as _quantity
 from billing.statements.rollup import rates_between
 from common.text import csv_safe
@@ -81,6 +81,7 @@ COLUMNS = (
     "x_Kind",
     "x_ShowbackCost",
     "x_BilledUnitPrice",
+    "x_ClusterName",
 )
 
 
@@ -118,9 +119,9 @@ class Period:
         multipliers so that a class's price stayed the same are merged into one line: the
         latest is taken). A line priced by no version (a part closed without its class)
         counts its billed price as the list price."""
-        for rate in sorted(self.rates, key=lambda r: r.valid_from, reverse=True):
-            if rate.flavor != line.flavor:
-                continue
+        # The line's cluster's versions where it has its own, the default ones elsewhere.
+        chain = chain_for(self.rates, line.flavor, line.cluster)
+        for rate in sorted(chain, key=lambda r: r.valid_from, reverse=True):
             prices = {
                 rate.unit_price(line.resource, line.priority_class, borrowed)
                 for borrowed in (False, True)
@@ -201,6 +202,10 @@ def focus_row(line: CostLine, period: Period, names: Names, currency: str) -> di
         "x_Kind": line.kind,
         "x_ShowbackCost": Decimal("0.00") if line.charged else _money(line.amount),
         "x_BilledUnitPrice": _price(line.rate) if usage else None,
+        # The cluster the usage ran on (issue 38). A custom column, not RegionId or
+        # AvailabilityZone: a cluster is where Gantry ran the job, not a provider's region
+        # or zone; several clusters may share a site, and one may span zones.
+        "x_ClusterName": csv_safe(line.cluster) if line.cluster else None,
         "ConsumedQuantity": None,
         "ConsumedUnit": None,
         "ContractedUnitPrice": None,
