@@ -17,19 +17,36 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Resumable:
-    """A kind Gantry resumes (`spec.suspend` false) and where its API is."""
+    """A kind Gantry resumes (its suspend flag false) and where its API is."""
 
     group: str
     version: str
     kind: str
     plural: str
+    # Where its suspend flag is (a PyTorchJob's is in its run policy).
+    suspend: tuple[str, ...] = ("spec", "suspend")
+
+    @property
+    def suspend_pointer(self) -> str:
+        """The JSON pointer of the suspend flag (`/spec/suspend`)."""
+        return "".join(f"/{step}" for step in self.suspend)
+
+    def suspended(self, obj: Mapping[str, Any]) -> bool | None:
+        """The object's suspend flag: True, False, or None where it is not set."""
+        value: Any = obj
+        for step in self.suspend:
+            value = value.get(step) if isinstance(value, Mapping) else None
+        return value if isinstance(value, bool) else None
 
 
 JOB = Resumable("batch", "v1", "Job", "jobs")
 JOBSET = Resumable("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
 RAYJOB = Resumable("ray.io", "v1", "RayJob", "rayjobs")
 TRAINJOB = Resumable("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-RESUMABLE = {r.kind: r for r in (JOB, JOBSET, RAYJOB, TRAINJOB)}
+PYTORCHJOB = Resumable(
+    "kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", ("spec", "runPolicy", "suspend")
+)
+RESUMABLE = {r.kind: r for r in (JOB, JOBSET, RAYJOB, TRAINJOB, PYTORCHJOB)}
 _BY_PLURAL = {r.plural: r for r in RESUMABLE.values()}
 
 

@@ -38,10 +38,10 @@ class HeldObjects(Protocol):
 
 
 def suspend_strays(cluster: Cluster) -> int:
-    """Suspend every held object of a kind Gantry resumes (a Job, JobSet, RayJob, TrainJob)
-    that runs while its Gantry job is not live (queued, preempted, ended, or no job at all:
-    nothing but Gantry resumes a held object). Returns how many; a list that fails is tried
-    at the next sweep, a suspension that fails likewise."""
+    """Suspend every held object of a kind Gantry resumes (a Job, JobSet, RayJob, TrainJob,
+    PyTorchJob) that runs while its Gantry job is not live (queued, preempted, ended, or no
+    job at all: nothing but Gantry resumes a held object). Returns how many; a list that
+    fails is tried at the next sweep, a suspension that fails likewise."""
     backend = cluster.backend
     if not isinstance(backend, HeldObjects):
         return 0
@@ -57,7 +57,7 @@ def suspend_strays(cluster: Cluster) -> int:
             log.warning("listing held %s failed (tried at the next sweep): %s", kind.plural, error)
             continue
         for obj in listed:
-            if (obj.get("spec") or {}).get("suspend") is False:
+            if kind.suspended(obj) is False:
                 resumed[str(obj["metadata"]["uid"])] = (kind, obj["metadata"])
     if not resumed:
         return 0

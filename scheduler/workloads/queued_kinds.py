@@ -1,8 +1,8 @@
 """The custom kinds the workload controller queues, one entry per kind (issue 37): how it is
 listed, shaped into a job and read as ended; and a LeaderWorkerSet's pods grouped into gangs.
 
-A JobSet, RayJob or TrainJob is mirrored like a batch/v1 Job: one object, one job, admitted
-by unsuspending it (the daemon's side: `scheduler.backends.kubernetes.resume`). A
+A JobSet, RayJob, TrainJob or PyTorchJob is mirrored like a batch/v1 Job: one object, one
+job, admitted by unsuspending it (the daemon's side: `scheduler.backends.kubernetes.resume`). A
 LeaderWorkerSet has no suspend flag: the webhook gates its pods as they are made, and each of
 its groups (a leader and its workers, `spec.leaderWorkerTemplate.size` pods, one group per
 replica index) is one pod group gang, admitted by removing the gates, exactly as a user's pod
@@ -16,9 +16,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.workloads.kinds import JOB, JOBSET, LEADERWORKERSET, RAYJOB, TRAINJOB, Kind, at
+from scheduler.workloads.kinds import (
+    JOB,
+    JOBSET,
+    LEADERWORKERSET,
+    PYTORCHJOB,
+    RAYJOB,
+    TRAINJOB,
+    Kind,
+    at,
+)
 from scheduler.workloads.shape import Shaped, shape_job
-from scheduler.workloads.shape_kinds import shape_jobset, shape_rayjob, shape_trainjob
+from scheduler.workloads.shape_kinds import (
+    shape_jobset,
+    shape_pytorchjob,
+    shape_rayjob,
+    shape_trainjob,
+)
 
 Obj = dict[str, Any]
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
@@ -64,6 +78,8 @@ QUEUED = {
         Queued(JOBSET, shape_jobset, lambda o: _conditions(o, "Completed")),
         Queued(RAYJOB, shape_rayjob, _rayjob_ended, ends_running=True),
         Queued(TRAINJOB, shape_trainjob, lambda o: _conditions(o, "Complete")),
+        # The training operator's conditions: Succeeded, or Failed.
+        Queued(PYTORCHJOB, shape_pytorchjob, lambda o: _conditions(o, "Succeeded")),
     )
 }
 # Listed through the custom objects API (a Job through batch/v1).

@@ -1,5 +1,6 @@
-"""What a JobSet, a RayJob or a TrainJob asks for, as one Gantry job (issue 37); the rules a
-Job's and a pod's shape follow (`shape.py`) apply to each of their pod templates.
+"""What a JobSet, a RayJob, a TrainJob or a PyTorchJob asks for, as one Gantry job (issue
+37); the rules a Job's and a pod's shape follow (`shape.py`) apply to each of their pod
+templates.
 
 A Gantry job is a gang of replicas alike in GPUs, so an object is one job when every pod it
 will make asks for the same GPUs; CPU and memory per replica are the largest any of its pods
@@ -14,6 +15,9 @@ for different GPUs is Refused, saying which, and stays held.
 - TrainJob: `spec.trainer.numNodes` (default 1) pods, each asking
   `spec.trainer.resourcesPerNode`; its image is `spec.trainer.image` (the runtime's own
   template is not read: without them the TrainJob is Refused).
+- PyTorchJob: its Master's `replicas` (one, as its operator requires) and its Worker's
+  (default 1 each), from `spec.pytorchReplicaSpecs`; the Master is replica 0, Worker i is
+  replica 1 + i. A replica type other than these two is Refused.
 """
 
 from __future__ import annotations
@@ -118,3 +122,28 @@ def shape_trainjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
 
 def _name(obj: Obj) -> str:
     return str(at(obj, ("metadata", "name")))
+
+
+PYTORCH_REPLICA_TYPES = ("Master", "Worker")
+
+
+def shape_pytorchjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
+    specs = at(obj, ("spec", "pytorchReplicaSpecs"))
+    if not isinstance(specs, dict) or not specs:
+        raise Refused("it has no spec.pytorchReplicaSpecs")
+    others = sorted(set(specs) - set(PYTORCH_REPLICA_TYPES))
+    if others:
+        raise Refused(
+            f"its replica types {others} are not Master or Worker, the two a PyTorchJob has"
+        )
+    parts: list[Part] = []
+    for name in PYTORCH_REPLICA_TYPES:
+        if name not in specs:
+            continue
+        replica_spec = specs[name] if isinstance(specs[name], dict) else {}
+        count = _count(replica_spec.get("replicas"), f"{name}: replicas")
+        if name == "Master" and count != 1:
+            raise Refused(f"it asks for {count} Master replicas; a PyTorchJob has one Master")
+        parts.append((name, count, at(replica_spec, ("template", "spec")) or {}))
+    deadline = at(obj, ("spec", "runPolicy", "activeDeadlineSeconds"))
+    return _combined(_name(obj), obj, parts, gpu_resource, {"activeDeadlineSeconds": deadline})

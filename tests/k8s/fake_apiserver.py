@@ -32,7 +32,7 @@ It keeps the rules the backend depends on, and no more:
   an existing class gets its value and preemption policy (`add_priority_class`).
 - A JobSet's replicated jobs change only in their pod templates' metadata, and only while the
   JobSet is suspended (its release's webhook); the custom kinds are served at their CRDs'
-  versions (jobsets, leaderworkersets, rayjobs, trainjobs, issue 37).
+  versions (jobsets, leaderworkersets, rayjobs, trainjobs, pytorchjobs, issue 37).
 - Gantry's mutating webhook (`webhook`, tests/k8s/fake_admission.py): creates in managed
   namespaces are held as the webhook answers; while it is down they are refused (500), as
   its `failurePolicy: Fail` makes the real API server refuse them.

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 _PREFIX = (
     r"^(?:/api/v1|/apis/(?:networking|rbac\.authorization)\.k8s\.io/v1|/apis/batch/v1"
     r"|/apis/jobset\.x-k8s\.io/v1alpha2|/apis/leaderworkerset\.x-k8s\.io/v1|/apis/ray\.io/v1"
-    r"|/apis/trainer\.kubeflow\.org/v1alpha1)/"
+    r"|/apis/trainer\.kubeflow\.org/v1alpha1|/apis/kubeflow\.org/v1)/"
 )
 _COLLECTION = re.compile(_PREFIX + r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)$")
 _ITEM = re.compile(

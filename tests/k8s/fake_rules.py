@@ -12,7 +12,7 @@ Obj = dict[str, Any]
 CLUSTER_SCOPED = {"nodes", "namespaces"}
 NAMESPACED = {"pods", "services", "events", "networkpolicies", "rolebindings", "jobs"}
 # The custom kinds users create (issue 37), served as their CRDs serve them.
-NAMESPACED |= {"jobsets", "leaderworkersets", "rayjobs", "trainjobs"}
+NAMESPACED |= {"jobsets", "leaderworkersets", "rayjobs", "trainjobs", "pytorchjobs"}
 # The key a JSON patch's operations travel under, from the handler to `patch`.
 JSON_PATCH = "$json-patch"
 

@@ -321,10 +321,10 @@ class KubernetesBackend(NamespaceContents):
 
     @_protocol_errors
     def admit_workload(self, pod: PodRequest) -> None:
-        """Admit the object `pod.workload` names (a Job, JobSet, RayJob or TrainJob a user
-        created, issue 37): Gantry's labels on its pod templates (the job's, so its
-        controller's pods are Gantry's to bind; put on once) and unsuspended, in one patch
-        (`resume.resume_patch`). One gone is a BindConflict (its job is not run)."""
+        """Admit the object `pod.workload` names (a Job, JobSet, RayJob, TrainJob or
+        PyTorchJob a user created, issue 37): Gantry's labels on its pod templates (the job's,
+        so its controller's pods are Gantry's to bind; put on once) and unsuspended, in one
+        patch (`resume.resume_patch`). One gone is a BindConflict (its job is not run)."""
         kind, name = parse_ref(pod.workload)
         try:
             obj = self._call(
@@ -345,7 +345,7 @@ class KubernetesBackend(NamespaceContents):
         failed in Gantry): its controller deletes its pods and makes none until admitted
         again. One gone is no error."""
         kind, name = parse_ref(workload)
-        patch = [{"op": "replace", "path": "/spec/suspend", "value": True}]
+        patch = [{"op": "replace", "path": kind.suspend_pointer, "value": True}]
         try:
             self._call(
                 f"suspend {kind.kind} {name}", *self._patch_object(kind, namespace, name, patch)

@@ -10,7 +10,9 @@ job's label and Gantry's schedulerName, and reconcile adopts each into a replica
 Which replica a pod is, deterministically: a JobSet's templates also carry the first replica
 of their replicated job (`gantry.io/replica-base`) and its pods per child Job
 (`gantry.io/replica-stride`, the Job's parallelism), so that its pod with job index j and
-completion index c is replica `base + j * stride + c` (`status.pod_status`). A RayJob's and a
+completion index c is replica `base + j * stride + c` (`status.pod_status`). A PyTorchJob's
+templates carry their replica type's first replica (Master 0, Worker 1 after the one
+Master), so that its pod of replica index i is replica `base + i`. A RayJob's and a
 TrainJob's pods are alike in what they ask for, and adopted in name order.
 """
 
@@ -27,7 +29,7 @@ from scheduler.backends.kubernetes.render import (
     label_value,
     workload_admission,
 )
-from scheduler.backends.workloads import JOB, JOBSET, RAYJOB, TRAINJOB, Resumable
+from scheduler.backends.workloads import JOB, JOBSET, PYTORCHJOB, RAYJOB, TRAINJOB, Resumable
 
 Obj = dict[str, Any]
 Op = dict[str, Any]
@@ -38,19 +40,24 @@ LABEL_REPLICA_STRIDE = "gantry.io/replica-stride"
 # the runtime's replicated job `node` (the Trainer's name for its training nodes).
 TRAINJOB_MANAGER = "gantry.io/scheduler"
 TRAINER_NODE_JOB = "node"
-UNSUSPEND: Op = {"op": "replace", "path": "/spec/suspend", "value": False}
+# A PyTorchJob's replica types, in the order of their replicas (the operator's own).
+PYTORCH_REPLICA_TYPES = ("Master", "Worker")
 
 
 def resume_patch(kind: Resumable, obj: Obj, pod: PodRequest) -> list[Op]:
     """The patch that admits `obj` (of `kind`) as the job of `pod` (its replica 0)."""
     if kind == JOB:
         return workload_admission(obj, pod)
+    unsuspend = {"op": "replace", "path": kind.suspend_pointer, "value": False}
     if kind == TRAINJOB:
-        return [*_trainjob_labels(obj, pod), UNSUSPEND]
-    templates = _jobset_templates(obj) if kind == JOBSET else _rayjob_templates(obj)
-    assert kind in (JOBSET, RAYJOB), kind
+        return [*_trainjob_labels(obj, pod), unsuspend]
+    templates = {
+        JOBSET: _jobset_templates,
+        RAYJOB: _rayjob_templates,
+        PYTORCHJOB: _pytorchjob_templates,
+    }[kind](obj)
     ops = [op for path, extra in templates for op in _labelled(obj, path, _labels(pod) | extra)]
-    return [*ops, UNSUSPEND]
+    return [*ops, unsuspend]
 
 
 def _labels(pod: PodRequest) -> dict[str, str]:
@@ -79,6 +86,22 @@ def _jobset_templates(obj: Obj) -> list[tuple[Path, dict[str, str]]]:
         extra = {LABEL_REPLICA_BASE: str(base), LABEL_REPLICA_STRIDE: str(stride)}
         out.append((("spec", "replicatedJobs", index, "template", "spec", "template"), extra))
         base += (replicated.get("replicas") or 1) * stride
+    return out
+
+
+def _pytorchjob_templates(obj: Obj) -> list[tuple[Path, dict[str, str]]]:
+    """Each replica type's pod template (Master, then Worker), with its first replica."""
+    out: list[tuple[Path, dict[str, str]]] = []
+    base = 0
+    for name in PYTORCH_REPLICA_TYPES:
+        replica_spec = _at(obj, ("spec", "pytorchReplicaSpecs", name))
+        if not isinstance(replica_spec, dict):
+            continue
+        out.append(
+            (("spec", "pytorchReplicaSpecs", name, "template"), {LABEL_REPLICA_BASE: str(base)})
+        )
+        replicas = replica_spec.get("replicas")
+        base += replicas if isinstance(replicas, int) else 1
     return out
 
 

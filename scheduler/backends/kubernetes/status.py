@@ -30,6 +30,9 @@ from scheduler.backends.kubernetes.resume import LABEL_REPLICA_BASE, LABEL_REPLI
 JOB_NAME = "batch.kubernetes.io/job-name"  # on the pods a Job's controller makes
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"  # on a JobSet's Jobs' pods: which Job
 RAY_NODE_TYPE = "ray.io/node-type"  # on the pods KubeRay makes: head or worker
+# On the pods Kubeflow's training operator makes (a PyTorchJob's): master or worker, and which.
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 _POD_REASONS = {
     "Evicted": FailureReason.EVICTED,
     "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
@@ -127,10 +130,13 @@ def _phase(value: str | None) -> PodPhase:
 
 def _replica(labels: Mapping[str, str]) -> int:
     """Gantry's replica label; else, for a JobSet's pod, `base + job index * stride +
-    completion index` from the labels Gantry put on its template (`resume.py`); else its
-    completion index; else -1 (adopted by a replica still waiting)."""
+    completion index` from the labels Gantry put on its template (`resume.py`); for a
+    PyTorchJob's, `base + replica index`; else its completion index; else -1 (adopted by a
+    replica still waiting)."""
     if LABEL_REPLICA in labels:
         return int(labels[LABEL_REPLICA])
+    if LABEL_REPLICA_BASE in labels and KUBEFLOW_REPLICA_INDEX in labels:
+        return int(labels[LABEL_REPLICA_BASE]) + int(labels[KUBEFLOW_REPLICA_INDEX])
     index = int(labels.get(LABEL_COMPLETION_INDEX) or 0) if LABEL_COMPLETION_INDEX in labels else -1
     if LABEL_REPLICA_BASE in labels and JOBSET_JOB_INDEX in labels and index >= 0:
         stride = int(labels.get(LABEL_REPLICA_STRIDE) or 1)
@@ -147,8 +153,10 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
         # A pod a Job's controller made (issue 37) has Gantry's job label from the Job's
         # template, but no attempt (a template's labels cannot change once the Job has run)
         # and no replica: -1, its completion index where it has one; reconcile adopts it.
-        # So has a pod KubeRay made for a RayJob (a head or a worker, never a Job's).
-        if LABEL_ATTEMPT not in labels and not (JOB_NAME in labels or RAY_NODE_TYPE in labels):
+        # So has a pod KubeRay made for a RayJob (a head or a worker, never a Job's), and one
+        # the training operator made for a PyTorchJob.
+        made = (JOB_NAME, RAY_NODE_TYPE, KUBEFLOW_REPLICA_TYPE)
+        if LABEL_ATTEMPT not in labels and not any(key in labels for key in made):
             return None  # neither Gantry's own pod nor one a workload's controller made
         attempt = int(labels.get(LABEL_ATTEMPT, -1))
         replica = _replica(labels)
