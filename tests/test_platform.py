@@ -432,7 +432,7 @@ def test_only_the_scheduler_may_change_the_cluster() -> None:
     notes = (["tokenreviews"], ["events"])
     # The workload controller's patch of what it queues writes Gantry's two status
     # annotations and nothing else (issue 37): the policy below holds it to them.
-    status = {"pods", "jobs", "jobsets", "rayjobs", "trainjobs"}
+    status = {"pods", "jobs", "jobsets", "rayjobs", "trainjobs", "pytorchjobs"}
     for binding in _docs("ClusterRoleBinding") + _docs("RoleBinding"):
         role = _one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
         name = role["metadata"]["name"]

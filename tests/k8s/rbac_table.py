@@ -58,6 +58,7 @@ RESUMED = (
     ("jobset.x-k8s.io", "jobsets"),
     ("ray.io", "rayjobs"),
     ("trainer.kubeflow.org", "trainjobs"),
+    ("kubeflow.org", "pytorchjobs"),
 )
 
 
@@ -77,7 +78,7 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "patch_namespaced_job": _perms("batch", "jobs", "patch"),
     "list_job_for_all_namespaces": _perms("batch", "jobs", "list", "watch"),
     # The other kinds users create (issue 37), through the custom objects API: a JobSet,
-    # RayJob or TrainJob read, admitted and suspended by the daemon; those and LWSs listed by
+    # RayJob, TrainJob or PyTorchJob read, admitted and suspended by the daemon; those and LWSs listed by
     # the workload controller.
     "get_namespaced_custom_object": _resumed("get"),
     "patch_namespaced_custom_object": _resumed("patch"),

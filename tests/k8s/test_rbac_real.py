@@ -36,7 +36,9 @@ from scheduler.backends.kubernetes.backend import ApiRejected, KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.kubernetes.render import ADMISSION_GATE as GATE
 from scheduler.backends.kubernetes.render import LABEL_HELD as HELD
+from scheduler.backends.kubernetes.resume import resume_patch
 from scheduler.backends.retry import RetryPolicy
+from scheduler.backends.workloads import PYTORCHJOB
 from scheduler.workloads.kinds import LEADERWORKERSET
 from scheduler.workloads.queued_kinds import CUSTOM
 from scheduler.workloads.status import status_annotations
@@ -291,7 +293,7 @@ def accounts(real_plane: RealPlane) -> Iterator[Accounts]:
     paths = Paths(api)
     # The kinds users create that Gantry queues, at their pinned releases: the scheduler's
     # policy for them is typed against their schemas.
-    installed = crds.install(api, ["JobSet", "RayJob", "TrainJob", "LeaderWorkerSet"])
+    installed = crds.install(api, ["JobSet", "RayJob", "TrainJob", "PyTorchJob", "LeaderWorkerSet"])
     for resource in installed.values():
         _wait_until_served(api, resource)
     for manifest in manifests(
@@ -929,6 +931,71 @@ def test_the_scheduler_patches_a_jobset_only_to_admit_or_suspend_it(
         _refused_by_policy(patch(mine), policy)
     finally:
         request(accounts.api, "DELETE", f"{jobsets}/rbac-jobset")
+
+
+def _pytorchjob(name: str) -> dict[str, Any]:
+    """A PyTorchJob as Gantry's webhook holds it: suspended by its run policy, labelled held."""
+    spec = {**copy.deepcopy(PROBE["spec"]), "restartPolicy": "Never"}
+    replica = {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": spec}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": {HELD: "true"}},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "pytorchReplicaSpecs": {"Master": replica, "Worker": copy.deepcopy(replica)},
+        },
+    }
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_patches_a_pytorchjob_only_to_admit_or_suspend_it(
+    accounts: Accounts, policies: None
+) -> None:
+    """gantry-scheduler-workload-admission: the daemon's own admission patch (Gantry's labels
+    on the Master's and Worker's templates, spec.runPolicy.suspend false) and its suspension
+    pass; anything else is refused (the PyTorchJob CRD at training-operator v1.9.3; its
+    operator and webhook are not running)."""
+    scheduler = accounts.clients[SCHEDULER]
+    path = f"/apis/kubeflow.org/v1/namespaces/{accounts.project}/pytorchjobs"
+    made = request(accounts.api, "POST", path, body=_pytorchjob("rbac-pytorchjob"))
+    assert made.status == 201, made.message
+    try:
+
+        def patch(ops: list[dict[str, Any]]) -> Answer:
+            return request(
+                scheduler,
+                "PATCH",
+                f"{path}/rbac-pytorchjob",
+                body=ops,
+                query=[("dryRun", "All")],
+                content_type="application/json-patch+json",
+            )
+
+        admit = resume_patch(PYTORCHJOB, made.body, make_request(job_id=8))
+        assert patch(admit).status == 200, patch(admit).message
+        suspend = [{"op": "replace", "path": "/spec/runPolicy/suspend", "value": True}]
+        assert patch(suspend).status == 200, patch(suspend).message
+        policy = "gantry-scheduler-workload-admission"
+        master = "/spec/pytorchReplicaSpecs/Master"
+        theirs = [
+            {"op": "add", "path": f"{master}/template/metadata", "value": {"labels": {"t": "x"}}}
+        ]
+        _refused_by_policy(patch(theirs), policy)
+        more = [{"op": "replace", "path": "/spec/pytorchReplicaSpecs/Worker/replicas", "value": 5}]
+        _refused_by_policy(patch(more), policy)
+        image = [
+            {
+                "op": "replace",
+                "path": f"{master}/template/spec/containers/0/image",
+                "value": "evil:1",
+            }
+        ]
+        _refused_by_policy(patch(image), policy)
+        deadline = [{"op": "add", "path": "/spec/runPolicy/activeDeadlineSeconds", "value": 9}]
+        _refused_by_policy(patch(deadline), policy)
+    finally:
+        request(accounts.api, "DELETE", f"{path}/rbac-pytorchjob")
 
 
 @pytest.mark.kubernetes

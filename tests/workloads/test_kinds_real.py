@@ -5,9 +5,9 @@ JobSet unsuspended, the LWS group's gates removed), their controllers' pods are 
 Gantry placed them, and they run to their end. Skipped only where a manager is not built
 (`python -m devcluster build --peers`), as tests/devcluster/test_jobset.py is.
 
-RayJob and TrainJob have no operator built here (their CRDs are installed, their managers are
-not): their tests play the operator. Once Gantry unsuspends the object, the test creates the
-pods the operator would (owned by the object, with the labels the operator sets and the
+RayJob, TrainJob and PyTorchJob have no operator built here (their CRDs are installed, their
+managers are not): their tests play the operator. Once Gantry unsuspends the object, the test
+creates the pods the operator would (owned by the object, with the labels the operator sets and the
 templates' labels as Gantry left them) and checks that Gantry binds them; for a RayJob it also
 writes the status KubeRay would. tests/workloads/test_kinds_queued.py does the same for every
 kind on the fake API server."""
@@ -384,5 +384,87 @@ def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_an
             native.world.api,
             "DELETE",
             f"{trainjobs}/train",
+            query=[("propagationPolicy", "Background")],
+        )
+
+
+# -- PyTorchJob: Kubeflow's training operator is not built here either -----------------------
+
+
+def test_a_pytorchjob_is_admitted_and_the_pods_its_operator_would_make_are_bound_as_replicas(
+    native: Native, installed: Any
+) -> None:
+    """The training operator (v1.9.3) is NOT running here: the test plays it. Once Gantry
+    unsuspends the PyTorchJob (`spec.runPolicy.suspend` false, its Master and Worker templates
+    labelled), the test makes the pods the operator would (`<name>-master-0`,
+    `<name>-worker-0`, owned by the PyTorchJob, its replica-type and replica-index labels, the
+    templates' labels as Gantry left them), and Gantry binds them as replicas 0 (Master) and 1
+    (Worker 0); they run and exit, and the job succeeds; the Succeeded condition the operator
+    then writes (the test writes it) changes nothing."""
+    spec = {
+        "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(8, None)},
+        "Worker": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(8, None)},
+    }
+    body = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt"},
+        "spec": {"pytorchReplicaSpecs": spec},
+    }
+    pytorchjobs = f"/apis/kubeflow.org/v1/namespaces/{native.world.managed}/pytorchjobs"
+    try:
+        answer = native.world.create(pytorchjobs, body)
+        assert answer.status == 201, answer.body
+        assert answer.body["spec"]["runPolicy"]["suspend"] is True
+        native.controller.sync()
+        mirrored = Job.objects.get(spec__workload__kind="PyTorchJob")
+        assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+
+        def admitted() -> Obj:
+            found: Obj = request(native.world.api, "GET", f"{pytorchjobs}/pt").body
+            return found
+
+        native.until(
+            "Gantry unsuspends it", lambda: admitted()["spec"]["runPolicy"]["suspend"] is False
+        )
+        replicas = admitted()["spec"]["pytorchReplicaSpecs"]
+        made = []
+        for rtype in ("Worker", "Master"):
+            template = replicas[rtype]["template"]
+            assert template["metadata"]["labels"]["gantry.io/job-id"] == str(mirrored.pk)
+            labels = {
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                "training.kubeflow.org/job-name": "pt",
+                "training.kubeflow.org/replica-type": rtype.lower(),
+                "training.kubeflow.org/replica-index": "0",
+            }
+            made.append((f"pt-{rtype.lower()}-0", template, labels))
+        _play_operator(native, admitted(), made, run_s=2)
+
+        def bound() -> dict[str, str]:
+            pods = _pods(native, mirrored)
+            return {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
+
+        native.until("its pods are bound", lambda: len(bound()) == 2)
+        assert sorted(bound().values()) == sorted(NODES)
+        allocations = {a.pod_name: a.replica for a in mirrored.allocations.all()}
+        assert allocations == {"pt-master-0": 0, "pt-worker-0": 1}
+        native.until("the job succeeds", lambda: _state(mirrored) == "succeeded")
+        status = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+        answer = request(
+            native.world.api,
+            "PATCH",
+            f"{pytorchjobs}/pt/status",
+            body=status,
+            content_type="application/merge-patch+json",
+        )
+        assert answer.status == 200, answer.body
+        native.controller.sync()
+        assert _state(mirrored) == "succeeded"
+    finally:
+        request(
+            native.world.api,
+            "DELETE",
+            f"{pytorchjobs}/pt",
             query=[("propagationPolicy", "Background")],
         )
