@@ -13,6 +13,7 @@ the things it priced.
 """
 
 import importlib
+from typing import Any
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -53,7 +54,8 @@ OLD = ["rate_card_one_start", "rate_card_one_open"]
 
 POSTGRESQL_FORWARDS = [
     "ALTER TABLE billing_ratecard ADD COLUMN cluster_id bigint NULL",
-    "ALTER TABLE billing_ratecard ADD CONSTRAINT billing_ratecard_cluster_id_fk_scheduler_cluster_id"
+    "ALTER TABLE billing_ratecard ADD CONSTRAINT"
+    " billing_ratecard_cluster_id_fk_scheduler_cluster_id"
     " FOREIGN KEY (cluster_id) REFERENCES scheduler_cluster (id)"
     " DEFERRABLE INITIALLY DEFERRED NOT VALID",
     "ALTER TABLE billing_ratecard VALIDATE CONSTRAINT"
@@ -83,13 +85,24 @@ POSTGRESQL_BACKWARDS = [
 ]
 
 
-def install_triggers(apps: object, schema_editor: object) -> None:
+def drop_sqlite_triggers(apps: object, schema_editor: Any) -> None:
+    """SQLite: the used-version triggers go before Django remakes billing_ratecard (the
+    multipliers' name it, and a trigger naming a table that is gone fails the rename)."""
+    from billing.statements.guards import SQLITE_RATES
+
+    if schema_editor.connection.vendor == "sqlite":
+        for name in SQLITE_RATES:
+            schema_editor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def install_triggers(apps: object, schema_editor: Any) -> None:
     """The used-version guard now counts the cluster among the prices a version fixed
-    (billing/statements/guards.py): PostgreSQL's function is replaced; SQLite's triggers,
-    dropped with the table Django remade, are put back."""
+    (billing/statements/guards.py): PostgreSQL's function is replaced, SQLite's triggers
+    made again."""
     from billing.statements.guards import ensure_triggers
 
-    ensure_triggers(schema_editor.connection)  # type: ignore[attr-defined]
+    drop_sqlite_triggers(apps, schema_editor)
+    ensure_triggers(schema_editor.connection)
 
 
 def _state() -> list[migrations.operations.base.Operation]:
@@ -110,6 +123,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(drop_sqlite_triggers, install_triggers),
         migrations.AlterModelOptions(
             name="ratecard",
             options={"ordering": ["flavor_id", "cluster_id", "valid_from"]},
@@ -123,5 +137,5 @@ class Migration(migrations.Migration):
                 ),
             ],
         ),
-        migrations.RunPython(install_triggers, migrations.RunPython.noop),
+        migrations.RunPython(install_triggers, drop_sqlite_triggers),
     ]

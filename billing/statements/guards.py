@@ -125,8 +125,13 @@ def _card_of(row: str, *, sqlite: bool = False) -> str:
 
 _PRICED = (
     "flavor_id", "valid_from", "currency", "gpu_hour", "cpu_core_hour", "memory_gib_hour",
-    "borrowed_discount", "created_by_id", "created_at", "id", "cluster_id",
+    "borrowed_discount", "created_by_id", "created_at", "id",
 )  # fmt: skip
+# Priced too since billing 0017 (rate cards per cluster). Earlier migrations install these
+# triggers before the column exists: `_without_cluster` leaves its comparison out then (a
+# trigger naming a column its table lacks breaks SQLite's every ALTER TABLE, and
+# PostgreSQL's every UPDATE of a rate card).
+_CLUSTER = "cluster_id"
 _USED = _metered_in("OLD")
 _CUT = _metered_in("OLD", cut=True)
 _USED_SQLITE = _metered_in("OLD", sqlite=True)
@@ -134,7 +139,14 @@ _CUT_SQLITE = _metered_in("OLD", cut=True, sqlite=True)
 
 
 def _changed(distinct: str) -> str:
-    return " OR ".join(f"NEW.{column} {distinct} OLD.{column}" for column in _PRICED)
+    return " OR ".join(f"NEW.{column} {distinct} OLD.{column}" for column in (*_PRICED, _CLUSTER))
+
+
+def _without_cluster(sql: str) -> str:
+    """`sql` with the comparison of the rate card's cluster left out."""
+    for distinct in ("IS DISTINCT FROM", "IS NOT"):
+        sql = sql.replace(f" OR NEW.{_CLUSTER} {distinct} OLD.{_CLUSTER}", "")
+    return sql
 
 
 POSTGRESQL_RATES = f"""
@@ -218,13 +230,23 @@ def ensure_triggers(connection: Any) -> list[str]:
     for group in GROUPS:
         if not set(group.tables) <= present:
             continue
+        postgresql, sqlite = group.postgresql, group.sqlite
+        if "billing_ratecard" in group.tables and not _has_cluster(connection):
+            postgresql = _without_cluster(postgresql)
+            sqlite = {name: _without_cluster(sql) for name, sql in sqlite.items()}
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute(group.postgresql)
-            installed += list(group.sqlite)
+                cursor.execute(postgresql)
+            installed += list(sqlite)
         else:
-            installed += install_missing(connection, list(group.tables), group.sqlite)
+            installed += install_missing(connection, list(group.tables), sqlite)
     return installed
+
+
+def _has_cluster(connection: Any) -> bool:
+    with connection.cursor() as cursor:
+        columns = connection.introspection.get_table_description(cursor, "billing_ratecard")
+    return any(column.name == _CLUSTER for column in columns)
 
 
 @contextmanager
