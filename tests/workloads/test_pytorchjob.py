@@ -14,12 +14,17 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from scheduler.backends.kubernetes.resume import resume_patch
+from scheduler.backends.kubernetes.status import pod_status
 from scheduler.backends.workloads import PYTORCHJOB as RESUMABLE
+from scheduler.backends.workloads import parse_ref, workload_ref
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.models import Allocation, Job
 from scheduler.workloads.kinds import PYTORCHJOB
 from scheduler.workloads.mutate import plan
+from scheduler.workloads.shape_kinds import shape_pytorchjob
 from tests.conftest import job_spec
+from tests.k8s.builders import make_request
 from tests.workloads.test_controller import World, world
 from tests.workloads.test_kinds_queued import events, pod_spec
 
@@ -119,6 +124,51 @@ def test_a_pytorchjob_is_held_by_its_run_policy() -> None:
     assert held["spec"]["runPolicy"]["suspend"] is True
     assert "suspend" not in held["spec"]
     assert RESUMABLE.suspend_pointer == "/spec/runPolicy/suspend"
+
+
+def test_a_workers_only_pytorchjob_is_its_workers_and_keeps_its_run_policys_deadline() -> None:
+    body = pytorchjob("elastic", gpus=2, workers=3)
+    del body["spec"]["pytorchReplicaSpecs"]["Master"]
+    body["spec"]["runPolicy"] = {"activeDeadlineSeconds": 600}
+    payload = shape_pytorchjob(body).payload
+    assert (payload["replicas"], payload["resources"]["gpus"], payload["max_runtime_s"]) == (
+        3,
+        2,
+        600,
+    )
+    ops = resume_patch(RESUMABLE, body, make_request(job_id=5))
+    (labelled,) = [op for op in ops if "Worker" in op["path"]]
+    assert labelled["path"] == "/spec/pytorchReplicaSpecs/Worker/template/metadata"
+    assert labelled["value"]["labels"]["gantry.io/replica-base"] == "0"
+    assert ops[-1] == {"op": "replace", "path": "/spec/runPolicy/suspend", "value": False}
+    ref = workload_ref({"kind": "PyTorchJob", "name": "elastic"})
+    assert ref == "pytorchjobs/elastic" and parse_ref(ref) == (RESUMABLE, "elastic")
+
+
+@pytest.mark.parametrize(
+    ("labels", "replica"),
+    [
+        ({"training.kubeflow.org/replica-type": "master", "gantry.io/replica-base": "0"}, 0),
+        ({"training.kubeflow.org/replica-type": "worker", "gantry.io/replica-base": "1"}, 3),
+        ({"training.kubeflow.org/replica-type": "worker"}, -1),  # no base: adopted by order
+    ],
+    ids=["master", "worker-2", "unlabelled-template"],
+)
+def test_an_operators_pod_is_the_replica_its_type_and_index_say(
+    labels: dict[str, str], replica: int
+) -> None:
+    index = "2" if replica == 3 else "0"
+    meta = {
+        "name": "p",
+        "namespace": "n",
+        "labels": {
+            "gantry.io/job-id": "5",
+            "training.kubeflow.org/replica-index": index,
+            **labels,
+        },
+    }
+    status = pod_status({"metadata": meta, "spec": {}, "status": {"phase": "Pending"}})
+    assert status is not None and (status.job_id, status.replica) == (5, replica)
 
 
 def test_a_pytorchjob_is_queued_admitted_its_pods_bound_as_replicas_run_and_ended(
