@@ -259,7 +259,11 @@ def spend_metered(period: Any, records: list[Any], run: SpendRun | None = None) 
     month = month_start(period.start)
     run_or_hour = run or SpendRun()
     rates = run_or_hour.rates()
-    in_force = {rate.flavor: rate for rate in rates if rate.covers(period.start)}
+    # (flavor, cluster) -> the version of the hour: the cluster's own card, else the default.
+    in_force = {
+        (flavor, cluster): rating.in_force(rates, flavor, cluster, period.start)
+        for flavor, cluster in {(r.flavor, r.cluster) for r in records}
+    }
     tenants = sorted(
         spend_add(records, in_force, month, prices=run_or_hour.prices, period_id=period.pk)
     )
@@ -294,7 +298,7 @@ Prices = dict[tuple[int, str, bool], ScaledPrices]
 
 def spend_add(
     records: list[Any],
-    in_force: dict[str, rating.Rate],
+    in_force: dict[tuple[str, str], rating.Rate | None],
     month: datetime,
     *,
     prices: Prices | None = None,
@@ -303,8 +307,9 @@ def spend_add(
     """Add the hour's usage `records` (UsageRecord rows of one hour) to their tenants' spend
     and to their jobs' open reservations. Runs inside metering's transaction, so the hour's
     records and their spend are written together or not at all. `in_force`: the rate version
-    of each flavor for the hour (rates change on the hour, billing/rates/cards.py, so one version
-    prices the whole hour, as rating would).
+    of each (flavor, cluster) for the hour, the cluster's card or else the default (rates
+    change on the hour, billing/rates/cards.py, so one version prices the whole hour, as
+    rating would).
 
     Returns {tenant id: (money, GPU-hours)} added. A flavor without a rate for the hour adds
     its GPU-hours and no money (a statement of it would refuse the period until one is set).
@@ -327,7 +332,7 @@ def spend_add(
     by_tenant: dict[tuple[Any, ...], Held] = defaultdict(lambda: [0, 0, 0])
     by_job: dict[tuple[Any, ...], Held] = defaultdict(lambda: [0, 0, 0])
     for record in records:
-        key = (record.flavor, record.priority_class, record.borrowed)
+        key = (record.flavor, record.cluster, record.priority_class, record.borrowed)
         us = (record.end - record.start) // rating.MICROSECOND
         quantities = (record.gpu_milli * us, record.cpu_milli * us, record.memory_mib * us)
         groups = [by_tenant[(record.tenant_id, *key)]]
@@ -344,17 +349,19 @@ def spend_add(
 
 
 def _priced(
-    groups: dict[tuple[Any, ...], Held], in_force: dict[str, rating.Rate], prices: Prices
+    groups: dict[tuple[Any, ...], Held],
+    in_force: dict[tuple[str, str], rating.Rate | None],
+    prices: Prices,
 ) -> dict[int, tuple[Fraction, Fraction]]:
-    """{owner: (money, GPU-hours)}, exact, of groups keyed (owner, flavor, priority class,
-    borrowed): each group is priced once, at its unit prices, which is exactly the sum of its
+    """{owner: (money, GPU-hours)}, exact, of groups keyed (owner, flavor, cluster, priority
+    class, borrowed): each group is priced once, at its unit prices, which is exactly the sum of its
     records priced one by one. Integer sums over each price's common denominator, one
     fraction per owner and denominator at the end: the same exact sums, with few fractions
     (an hour has hundreds of groups)."""
     money: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     gpu: dict[int, int] = defaultdict(int)
-    for (owner, flavor, priority_class, borrowed), quantities in groups.items():
-        rate = in_force.get(flavor)
+    for (owner, flavor, cluster, priority_class, borrowed), quantities in groups.items():
+        rate = in_force.get((flavor, cluster))
         key = (id(rate), priority_class, borrowed)
         scaled = prices.get(key)
         if scaled is None:

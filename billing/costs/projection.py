@@ -155,7 +155,8 @@ def job_cost_estimate(job: Any, *, at: datetime) -> CostEstimate:
     if not names:
         names = list(ResourceFlavor.objects.order_by("name").values_list("name", flat=True))
     cards = (
-        RateCard.objects.filter(flavor__name__in=names, valid_from__lte=at)
+        # The default cards: where the job will run is not known before it is placed.
+        RateCard.objects.filter(flavor__name__in=names, cluster__isnull=True, valid_from__lte=at)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=at))
         .select_related("flavor")
         .prefetch_related("multipliers__priority_class")

@@ -159,6 +159,18 @@ def chain_for(rates: Sequence[Rate], flavor: str, cluster: str) -> list[Rate]:
     )
 
 
+def in_force(rates: Sequence[Rate], flavor: str, cluster: str, at: datetime) -> Rate | None:
+    """The version that prices `flavor` on `cluster` at `at`, as `chain_for` chooses: the
+    cluster's own version covering `at`, else the default one; the very objects of `rates`
+    (callers key caches by them)."""
+    own = next(
+        (r for r in rates if r.flavor == flavor and r.cluster == cluster and r.covers(at)), None
+    )
+    if own is not None and cluster:
+        return own
+    return next((r for r in rates if r.flavor == flavor and not r.cluster and r.covers(at)), None)
+
+
 def _earlier(moment: datetime | None, bound: datetime) -> datetime:
     return bound if moment is None else min(moment, bound)
 

@@ -19,7 +19,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from billing.metering.hourly import meter_usage
-from billing.models import RateCard, StatementLine
+from billing.models import BudgetSpend, RateCard, StatementLine
 from billing.rates import rating
 from billing.rates.cards import RatePrices, rate_card_add, rate_card_withdraw
 from billing.statements.closing import statement_close
@@ -147,6 +147,12 @@ def test_each_clusters_hour_is_priced_by_its_own_card_or_the_default(org: Org) -
         "site-b": Decimal("5.00"),
         "site-c": Decimal("2.00"),
     }
+
+
+def test_budget_spend_prices_each_cluster_by_its_card(org: Org) -> None:
+    installation(org)
+    # Metering adds the hour to the spend as the statement prices it: 3 + 5 + 2.
+    assert BudgetSpend.objects.get(tenant=org.alpha).amount == Decimal("10.00")
 
 
 def test_a_closed_statement_keeps_a_line_per_cluster(org: Org) -> None:
