@@ -137,7 +137,9 @@ def _decide(
 def _prices_from(suggestion: RateSuggestion) -> RatePrices:
     """The suggested GPU-hour price; the rest (CPU, memory, discount, multipliers) as the
     model's open rate card has them, so that accepting changes the GPU price alone."""
-    card = RateCard.objects.filter(flavor=suggestion.flavor, valid_to__isnull=True).first()
+    card = RateCard.objects.filter(
+        flavor=suggestion.flavor, cluster__isnull=True, valid_to__isnull=True
+    ).first()
     if card is None:
         return RatePrices(gpu_hour=suggestion.gpu_hour)
     return RatePrices(
