@@ -107,7 +107,8 @@ class CostRowOut(serializers.Serializer):
     key = serializers.JSONField(
         allow_null=True,
         help_text="Id (department, team, project, user) or name (flavor, job type, priority "
-        "class); null for costs that carry none (idle reserved capacity by project...).",
+        "class, cluster); null for costs that carry none (idle reserved capacity by project or "
+        "by cluster...).",
     )
     name = serializers.CharField(allow_null=True)
     charged = serializers.CharField(help_text="Charged amount, a decimal string.")
