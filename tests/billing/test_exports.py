@@ -31,7 +31,16 @@ from tests.billing.test_statements import cluster
 from tests.conftest import Org
 
 WINDOW = {"from": "2031-01-31T20:00:00Z", "to": "2031-02-01T00:00:00Z"}  # [T0, at(4))
-DIMENSIONS = ["department", "team", "project", "user", "flavor", "job_type", "priority_class"]
+DIMENSIONS = [
+    "department",
+    "team",
+    "project",
+    "user",
+    "flavor",
+    "job_type",
+    "priority_class",
+    "cluster",
+]
 
 
 @pytest.fixture(autouse=True)
