@@ -59,6 +59,9 @@ REASONS = {
     S.REJECTED: "Rejected",
 }
 WARNINGS = frozenset({S.PREEMPTED, S.FAILED, S.REJECTED})
+# The states in which the daemon ends a job from its pods (a kind whose pods outlive its end,
+# a RayJob's cluster, is ended by the controller even then).
+DAEMONS_TO_END = frozenset({S.ADMITTED, S.BINDING, S.RUNNING})
 # The kinds a mirrored job's workload may record (a LeaderWorkerSet's group: its pods).
 KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 
@@ -241,9 +244,10 @@ class WorkloadController:
 
     def _end_finished(self, listed: Sequence[tuple[str, Obj]], stats: SyncStats) -> None:
         """An object its controller marked complete or failed while its Gantry job was not
-        running (its pods finished just as Gantry preempted it, and it was queued again): the
-        job ends, as its object did. A running job's end is read from its pods by the
-        daemon, but for a kind whose pods outlive its end (a RayJob's cluster)."""
+        placed (its pods finished just as Gantry preempted it, and it was queued again): the
+        job ends, as its object did. A placed job's end (admitted, binding, running) is read
+        from its pods by the daemon, but for a kind whose pods outlive its end (a RayJob's
+        cluster)."""
         ended, running = {}, set()
         for kind, obj in listed:
             if (outcome := QUEUED[kind].ended(obj)) is not None:
@@ -257,7 +261,10 @@ class WorkloadController:
         )
         for job in live.select_related("submitted_by", "tenant"):
             uid = job.spec["workload"]["uid"]
-            if job.state == S.RUNNING and uid not in running:
+            if job.state in DAEMONS_TO_END and uid not in running:
+                # running, or admitted with its pods bound or being bound: the daemon reads
+                # their end from the pods (a short job whose condition landed before the
+                # daemon saw it run succeeds, it is not cancelled)
                 continue
             if end_finished(job, ended[uid]) is not None:
                 stats.cancelled += 1

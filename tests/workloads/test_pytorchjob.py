@@ -300,6 +300,29 @@ def test_a_failed_pytorchjob_fails_its_running_job(world: World) -> None:
     assert job.state == "failed", job.reason
 
 
+def test_a_short_pytorchjob_that_succeeds_before_gantry_sees_it_run_succeeds(
+    world: World,
+) -> None:
+    """Its pods bound, run and end, and the operator's Succeeded condition lands, all before
+    the daemon's next cycle sees them running: the controller leaves the job to the daemon,
+    which reads the pods' end (it was cancelled as "finished before Gantry stopped them")."""
+    operator = TrainingOperator(world)
+    operator.create(pytorchjob("quick"))
+    world.step()  # placed and unsuspended
+    operator.step("quick")
+    world.step()  # adopted and bound
+    job = job_of()
+    assert job.state == "binding"
+    operator.end("quick", "Succeeded")
+    world.controller.sync()
+    job.refresh_from_db()
+    assert job.state == "binding"
+    world.step()
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.reason
+
+
 def test_a_pytorchjob_that_succeeded_while_queued_ends(world: World) -> None:
     operator = TrainingOperator(world)
     operator.create(pytorchjob("done"))
