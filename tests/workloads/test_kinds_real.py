@@ -156,7 +156,10 @@ def test_a_leaderworkerset_group_is_admitted_whole_runs_and_ends_when_deleted(
                 items = request(native.world.api, "GET", path, query=query).body["items"]
                 return {p["metadata"]["name"]: p for p in items}
 
-            native.until("LWS's StatefulSets make the group's pods", lambda: len(made()) == 2)
+            # the daemon waits: a group admitted as soon as it is whole shows no gate to check
+            native.until(
+                "LWS's StatefulSets make the group's pods", lambda: len(made()) == 2, daemon=False
+            )
             for pod in made().values():  # held by Gantry's webhook, for the set's user
                 assert pod["spec"]["schedulingGates"] == [{"name": "gantry.io/admission"}]
             try:

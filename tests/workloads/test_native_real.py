@@ -52,17 +52,21 @@ class Native:
         answer = request(self.world.api, "GET", path, query=query)
         return [e["reason"] for e in answer.body["items"]]
 
-    def until(self, what: str, done: Any, within_s: float = 90.0) -> None:
-        """Drive the controller, the kubelets and the daemon until `done()`: a bound on
-        liveness, not a timing (real controllers, e.g. a freshly started LWS manager, took
-        over 30 s on a loaded two-core host)."""
+    def until(self, what: str, done: Any, within_s: float = 90.0, daemon: bool = True) -> None:
+        """Drive the controller, the kubelets and (unless `daemon` is False: nothing is
+        admitted meanwhile) the daemon until `done()`: a bound on liveness, not a timing
+        (real controllers, e.g. a freshly started LWS manager, took over 30 s on a loaded
+        two-core host)."""
         deadline = time.monotonic() + within_s
         while not done():
             assert time.monotonic() < deadline, f"not reached within {within_s:.0f} s: {what}"
             self.controller.sync()
             self.real.kubelets.step()
             self.real.heartbeat()
-            self.real.cycle()
+            if daemon:
+                self.real.cycle()
+            else:
+                time.sleep(0.2)
 
 
 @pytest.fixture
