@@ -78,8 +78,8 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "patch_namespaced_job": _perms("batch", "jobs", "patch"),
     "list_job_for_all_namespaces": _perms("batch", "jobs", "list", "watch"),
     # The other kinds users create (issue 37), through the custom objects API: a JobSet,
-    # RayJob, TrainJob or PyTorchJob read, admitted and suspended by the daemon; those and LWSs listed by
-    # the workload controller.
+    # RayJob, TrainJob or PyTorchJob read, admitted and suspended by the daemon; those and
+    # LWSs listed by the workload controller.
     "get_namespaced_custom_object": _resumed("get"),
     "patch_namespaced_custom_object": _resumed("patch"),
     "list_cluster_custom_object": _resumed("list", "watch")
