@@ -12,13 +12,12 @@ run. The used-version guard's trigger is installed again: a version's cluster is
 the things it priced.
 """
 
-import importlib
 from typing import Any
 
 import django.db.models.deletion
 from django.db import migrations, models
 
-OnVendor = importlib.import_module("tenants.migrations.0014_quota_cluster").OnVendor
+from common.releases.operations import OnVendor
 
 FIELD = models.ForeignKey(
     blank=True,
