@@ -4,11 +4,14 @@ is caught by the periodic relist. Over the fake API server, on a fake clock."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from scheduler.management.commands.run_workload_controller import Command
 from scheduler.models import Job
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.watched import WatchedHeld
@@ -116,3 +119,31 @@ def test_a_kind_the_api_server_does_not_serve_reads_as_none_held(world: World) -
     watched: WatchedHeld = world.watched  # type: ignore[attr-defined]
     assert watched.list_held_objects("example.com", "v1", "widgets") == []
     assert not watched.cache("example.com", "v1", "widgets").served
+
+
+def test_the_commands_loop_passes_at_a_change_not_at_its_interval_and_stops(world: World) -> None:
+    """`run_workload_controller`'s loop (without `--once`): a pod created while it waits out a
+    300 s interval is queued at once, because the watch's change starts the next pass; then
+    the loop stops when told. The user's side runs in a thread and reads only the fake API
+    server (the pass, in this thread, holds the test's database connection)."""
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def user() -> None:
+        try:
+            watching(world, "pods")
+            world.create(pod("looped"))
+            deadline = time.monotonic() + 60  # a bound on liveness, far below the interval
+            while time.monotonic() < deadline and not seen:
+                seen.extend(r for r, _ in world.events("looped") if r == "Queued")
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            world.watched.changed.set()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=user)
+    thread.start()
+    Command._loop(world.controller, world.watched, stop, interval=300.0)  # type: ignore[attr-defined]
+    thread.join()
+    assert seen == ["Queued"], "the change did not start a pass"
+    assert mirrored("looped").state == "queued"
