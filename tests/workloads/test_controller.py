@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonpatch
@@ -395,6 +395,38 @@ def test_a_work_queue_job_is_refused_with_the_reason(world: World) -> None:
     assert "completions must equal parallelism" in event["message"]
 
 
+def preempt_running(world: World, low: Job, make_pods: Callable[[str], list[str]]) -> Job:
+    """Run `low`'s pods (`make_pods`: its kind's controller, played, making or deleting the
+    object "low"'s pods), then, past the minimum runtime, a high-priority 8-GPU job of the same
+    team preempts it: the object suspended, its pods deleted by its controller. The high job."""
+    for name in make_pods("low"):
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    low.refresh_from_db()
+    assert low.state == "running", low.reason
+    world.step(400.0)  # past the minimum runtime before a job may be preempted
+    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
+    high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    for _ in range(4):
+        world.step()
+        make_pods("low")  # its controller deletes the pods of a suspended object
+    low.refresh_from_db()
+    assert low.state in ("queued", "preempted") and low.attempt == 1, (low.state, low.reason)
+    return Job.objects.get(pk=high.pk)
+
+
+def cancel_and_readmit(world: World, high: Job, make_pods: Callable[[str], list[str]]) -> None:
+    """Cancel `high`, its kubelet stops its container (the pod gone, its GPUs free), and step
+    until "low" is admitted again and its new pods made."""
+    job_cancel(user=world.org.users["alice"], job=high)
+    world.step()
+    world.fake.delete("pods", world.namespace, f"gantry-{high.pk}-a0-r0", 0)
+    for _ in range(4):
+        world.step()
+        make_pods("low")
+
+
 def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attempt(
     world: World,
 ) -> None:
@@ -407,20 +439,7 @@ def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attem
     world.step()
     low = Job.objects.get(spec__workload__kind="Job")
     jobs = JobController(world)
-    for name in jobs.step("low"):
-        world.fake.run_container(world.namespace, name)
-    world.step()
-    world.step()
-    low.refresh_from_db()
-    assert low.state == "running", low.reason
-    world.step(400.0)  # past the minimum runtime before a job may be preempted
-    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
-    high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
-    for _ in range(4):
-        world.step()
-        jobs.step("low")  # the Job's controller deletes the pods of a suspended Job
-    low.refresh_from_db()
-    assert low.state in ("queued", "preempted") and low.attempt == 1, (low.state, low.reason)
+    high = preempt_running(world, low, jobs.step)
     assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
     world.controller.sync()
     preempted = [
@@ -429,13 +448,7 @@ def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attem
         if e["reason"] == "Preempted"
     ]
     assert preempted and "preempted" in preempted[0]
-    job_cancel(user=world.org.users["alice"], job=Job.objects.get(pk=high.pk))
-    world.step()
-    # Its kubelet stops its container: the pod is gone, its GPUs free.
-    world.fake.delete("pods", world.namespace, f"gantry-{high.pk}-a0-r0", 0)
-    for _ in range(4):
-        world.step()
-        jobs.step("low")
+    cancel_and_readmit(world, high, jobs.step)
     again = world.fake.get("jobs", world.namespace, "low")
     assert again["spec"]["suspend"] is False
     assert "gantry.io/attempt" not in again["spec"]["template"]["metadata"]["labels"]

@@ -14,12 +14,12 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from scheduler.jobs.services import job_cancel, job_submit
+from scheduler.jobs.services import job_submit
 from scheduler.models import Allocation, Job
 from scheduler.workloads.kinds import JOBSET, LEADERWORKERSET, POD, RAYJOB, TRAINJOB, Kind
 from scheduler.workloads.mutate import GATE, plan
 from tests.conftest import job_spec
-from tests.workloads.test_controller import World, world
+from tests.workloads.test_controller import World, cancel_and_readmit, preempt_running, world
 
 __all__ = ["world"]  # the fixture, for this module
 Obj = dict[str, Any]
@@ -267,29 +267,11 @@ def test_a_preempted_object_is_suspended_and_admitted_again(world: World, kind: 
     operator.create(build("low", **{"gantry.io/priority-class": "low"}))
     world.step()
     low = job_of(kind)
-    for name in operator.step("low"):
-        world.fake.run_container(world.namespace, name)
-    world.step()
-    world.step()
-    low.refresh_from_db()
-    assert low.state == "running", low.reason
-    world.step(400.0)  # past the minimum runtime before a job may be preempted
-    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
-    high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
-    for _ in range(4):
-        world.step()
-        operator.step("low")  # its controller deletes the pods of a suspended object
-    low.refresh_from_db()
-    assert low.state in ("queued", "preempted") and low.attempt == 1, (low.state, low.reason)
+    high = preempt_running(world, low, operator.step)
     assert operator.get("low")["spec"]["suspend"] is True
     world.controller.sync()
     assert "Preempted" in [r for r, _ in events(world, kind)]
-    job_cancel(user=world.org.users["alice"], job=Job.objects.get(pk=high.pk))
-    world.step()
-    world.fake.delete("pods", world.namespace, f"gantry-{high.pk}-a0-r0", 0)
-    for _ in range(4):
-        world.step()
-        operator.step("low")
+    cancel_and_readmit(world, high, operator.step)
     assert operator.get("low")["spec"]["suspend"] is False
     bound = Allocation.objects.filter(job=low, attempt=1, bound_at__isnull=False)
     assert bound.count() == 2

@@ -18,14 +18,12 @@ from scheduler.backends.kubernetes.resume import resume_patch
 from scheduler.backends.kubernetes.status import pod_status
 from scheduler.backends.workloads import PYTORCHJOB as RESUMABLE
 from scheduler.backends.workloads import parse_ref, workload_ref
-from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.models import Allocation, Job
 from scheduler.workloads.kinds import PYTORCHJOB
 from scheduler.workloads.mutate import plan
 from scheduler.workloads.shape_kinds import shape_pytorchjob
-from tests.conftest import job_spec
 from tests.k8s.builders import make_request
-from tests.workloads.test_controller import World, world
+from tests.workloads.test_controller import World, cancel_and_readmit, preempt_running, world
 from tests.workloads.test_kinds_queued import events, pod_spec
 
 __all__ = ["world"]  # the fixture, for this module
@@ -222,31 +220,13 @@ def test_a_preempted_pytorchjob_is_suspended_and_admitted_again_labelled_once(
     operator.create(pytorchjob("low", **{"gantry.io/priority-class": "low"}))
     world.step()
     low = job_of()
-    for name in operator.step("low"):
-        world.fake.run_container(world.namespace, name)
-    world.step()
-    world.step()
-    low.refresh_from_db()
-    assert low.state == "running", low.reason
-    world.step(400.0)  # past the minimum runtime before a job may be preempted
-    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
-    high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
-    for _ in range(4):
-        world.step()
-        operator.step("low")  # the operator deletes the pods of a suspended PyTorchJob
-    low.refresh_from_db()
-    assert low.state in ("queued", "preempted") and low.attempt == 1, (low.state, low.reason)
+    high = preempt_running(world, low, operator.step)
     assert operator.suspended("low") is True
     assert operator.pods("low") == []
     world.controller.sync()
     assert "Preempted" in [r for r, _ in events(world, "PyTorchJob")]
     labelled = copy.deepcopy(operator.get("low")["spec"]["pytorchReplicaSpecs"])
-    job_cancel(user=world.org.users["alice"], job=Job.objects.get(pk=high.pk))
-    world.step()
-    world.fake.delete("pods", world.namespace, f"gantry-{high.pk}-a0-r0", 0)
-    for _ in range(4):
-        world.step()
-        operator.step("low")
+    cancel_and_readmit(world, high, operator.step)
     assert operator.suspended("low") is False
     assert operator.get("low")["spec"]["pytorchReplicaSpecs"] == labelled  # only unsuspended
     bound = Allocation.objects.filter(job=low, attempt=1, bound_at__isnull=False)
