@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from tenants.models import ApprovalPolicy, ApprovalRule, Tenant
-from tenants.quota_rules import QuotaValues, gpus
+from tenants.quotas.rules import QuotaValues, gpus
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import Event, notifications_add
-from tenants.quota_rules import QuotaValues, validate_quota
+from tenants.quotas.rules import QuotaValues, validate_quota
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import notifications_add, redact_url, webhook_test_event
-from tenants.quota_pins import check_global_holds_pins, validate_pinned
-from tenants.quota_rules import QuotaValues, validate_quota
+from tenants.quotas.pins import check_global_holds_pins, validate_pinned
+from tenants.quotas.rules import QuotaValues, validate_quota
 
 
 def _full_clean(obj: Any, exclude: list[str] | None = None) -> None:
@@ -387,7 +387,7 @@ def quota_set(
 ) -> Quota:
     """Create or update the quota of `tenant` for `flavor` after checking the whole tree:
     the global one, or with `cluster` (a `scheduler.Cluster`) the one pinned to that cluster
-    (`tenants.quota_pins`).
+    (`tenants.quotas.pins`).
 
     Locks the parent's global quota row (and this one) so concurrent changes to siblings
     serialise, and the tenant's row, so its global quota and its pins change one at a time.
@@ -444,7 +444,7 @@ def quota_delete(*, user: Any, quota: Quota) -> None:
             "or by platform admins."
         )
     # Without this quota the tenant holds none, and beneath it only 0/0 may stand
-    # (`quota_rules`): a child's guarantee or limit would be a quota handed down from nothing.
+    # (`tenants.quotas.rules`): a child's guarantee or limit would be a quota handed down from nothing.
     # A pinned quota hands nothing down: without it the tenant's global quota still holds.
     children = Quota.objects.filter(
         tenant__parent=quota.tenant, flavor=quota.flavor, cluster__isnull=True

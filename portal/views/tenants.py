@@ -25,7 +25,7 @@ from tenants import access, approvals, services
 from tenants.approval_policies import policy_delete, policy_set
 from tenants.approval_rules import policy_describe
 from tenants.models import ApprovalPolicy, JobType, Tenant
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tenants.selectors import (
     policy_list_visible,
     priority_default_list_visible,

@@ -173,7 +173,7 @@ class QuotaLedger:
         """Whether the tenant's guarantee is carved out of its parent's: the parent holds a
         quota on the flavor that is backed in turn, or is a root without one (a cohort, whose
         capacity is its children's guarantees). Below a tenant without quota there is
-        nothing to guarantee (``tenants.quota_rules`` refuses such a quota): a row left there
+        nothing to guarantee (``tenants.quotas.rules`` refuses such a quota): a row left there
         from before keeps its limit but borrows like its parent."""
         parent = self.tenants[tenant].parent
         if parent is None or parent not in self.tenants:

@@ -30,7 +30,7 @@ from tenants.api import governance_serializers as g
 from tenants.api.views import ReadWriteViewSet
 from tenants.approval_policies import policy_delete, policy_set
 from tenants.models import ApprovalPolicy, AuditEntry, Tenant
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 
 # An export larger than this is refused: narrow it with the filters.
 AUDIT_EXPORT_MAX_ROWS = 100_000

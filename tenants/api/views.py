@@ -26,7 +26,7 @@ from tenants.models import (
     Quota,
     ResourceFlavor,
 )
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 
 
 class ReadWriteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -59,7 +59,7 @@ POSTGRESQL_BACKWARDS = [
 
 
 # The backstop trigger of 0005 (children's guarantees fit the parent's) reads the global
-# quota tree only: a pinned row is checked by `tenants.quota_rules`, and would otherwise be
+# quota tree only: a pinned row is checked by `tenants.quotas.rules`, and would otherwise be
 # summed with its tenant's siblings as if it were a global guarantee.
 TRIGGER_FUNCTION = """
 CREATE OR REPLACE FUNCTION tenants_quota_children_fit() RETURNS trigger AS $$

@@ -34,7 +34,7 @@ from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.models import Allocation, Job
 from tenants.approvals import approval_decide
 from tenants.models import ApprovalPolicy, ApprovalRequest
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tenants.services import quota_set
 from tests.conftest import job_spec
 

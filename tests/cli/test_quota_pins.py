@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.models import Cluster
 from tenants import services
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests.cli.test_cli import gantry, logged_in
 from tests.conftest import Org
 

@@ -11,7 +11,7 @@ from scheduler.core import Profile, run_cycle
 from scheduler.models import Cluster
 from scheduler.snapshot.build import build_snapshot
 from tenants import services
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests.clusters.test_job_placement import _two_clusters
 from tests.conftest import job_spec
 

@@ -38,7 +38,7 @@ from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Cluster, Job, JobState
 from tenants import services
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.real_plane import admin_client, apply_priority_classes, require_binaries

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from config.celery import app as celery_app
 from tenants.approvals import quota_request_create
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests.conftest import Org
 from tests.whatif.builders import a_busy_past
 from whatif.models import WhatIf, WhatIfState

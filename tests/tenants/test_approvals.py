@@ -42,7 +42,7 @@ from tenants.models import (
     Quota,
 )
 from tenants.notifications import approval_notification_send
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests import factories as f
 from tests.concurrency import rendezvous, run_in_threads
 from tests.conftest import Org, job_spec

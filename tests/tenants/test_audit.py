@@ -33,7 +33,7 @@ from tenants.models import (
     ResourceFlavor,
     Tenant,
 )
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests import factories as f
 from tests.conftest import Org, job_spec
 

@@ -11,7 +11,7 @@ from scheduler.jobs.services import job_submit
 from tenants.approvals import approval_decide, quota_request_create
 from tenants.models import ApprovalPolicy, ApprovalRequest
 from tenants.notifications import approval_notification_send
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests.conftest import Org, job_spec
 
 

@@ -1,5 +1,5 @@
 """Quotas pinned to a cluster (issue 38): how they combine with the global tree
-(`tenants.quota_pins`), the database's uniqueness with null clusters, the API, the audit log,
+(`tenants.quotas.pins`), the database's uniqueness with null clusters, the API, the audit log,
 and what the engine is given (`scheduler.snapshot.translate.load_tenants`).
 
 The org fixture's H100 quotas (GPUs guaranteed / limit): acme 64/64, research 32/64,
@@ -21,7 +21,7 @@ from scheduler.models import Cluster
 from scheduler.snapshot.translate import load_tenants
 from tenants import services
 from tenants.models import AuditEntry, Quota
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests import factories as f
 from tests.conftest import Org
 

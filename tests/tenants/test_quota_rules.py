@@ -24,9 +24,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
-from tenants import quota_rules, services
+from tenants import services
 from tenants.models import Quota
-from tenants.quota_rules import QuotaValues, gpus
+from tenants.quotas import rules as quota_rules
+from tenants.quotas.rules import QuotaValues, gpus
 from tests import factories as f
 from tests.conftest import Org
 

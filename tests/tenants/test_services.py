@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from tenants import services
 from tenants.models import PriorityClass, PriorityDefault, Quota, Tenant
-from tenants.quota_rules import QuotaValues
+from tenants.quotas.rules import QuotaValues
 from tests.conftest import Org
 
 

@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Sum
 
 from tenants.models import Quota, ResourceFlavor, Tenant
-from tenants.quota_rules import QuotaValues, check_against_parent, check_own_bounds, gpus
+from tenants.quotas.rules import QuotaValues, check_against_parent, check_own_bounds, gpus
 
 
 def _pinned(tenant: Tenant, flavor: ResourceFlavor, exclude: Any = None) -> Any:
