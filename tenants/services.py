@@ -444,7 +444,8 @@ def quota_delete(*, user: Any, quota: Quota) -> None:
             "or by platform admins."
         )
     # Without this quota the tenant holds none, and beneath it only 0/0 may stand
-    # (`tenants.quotas.rules`): a child's guarantee or limit would be a quota handed down from nothing.
+    # (`tenants.quotas.rules`): a child's guarantee or limit would be a quota handed
+    # down from nothing.
     # A pinned quota hands nothing down: without it the tenant's global quota still holds.
     children = Quota.objects.filter(
         tenant__parent=quota.tenant, flavor=quota.flavor, cluster__isnull=True
