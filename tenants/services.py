@@ -28,7 +28,11 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import notifications_add, redact_url, webhook_test_event
-from tenants.quotas.pins import check_global_holds_pins, validate_pinned
+from tenants.quotas.pins import (
+    check_global_holds_childrens_pins,
+    check_global_holds_pins,
+    validate_pinned,
+)
 from tenants.quotas.rules import QuotaValues, validate_quota
 
 
@@ -403,7 +407,16 @@ def quota_set(
             .filter(tenant_id=tenant.parent_id, flavor=flavor, cluster__isnull=True)
             .first()
         )
-    list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+    # A pin is checked against the parent's pin on the cluster and the siblings' pins there:
+    # lock the parent's row too (ancestors first), so a parent's pin lowered while a child
+    # pins cannot both pass.
+    locked = (
+        [tenant.pk]
+        if cluster is None or tenant.parent_id is None
+        else [tenant.parent_id, tenant.pk]
+    )
+    for pk in locked:
+        list(Tenant.objects.select_for_update().filter(pk=pk).values_list("pk"))
     quota = (
         Quota.objects.select_for_update().filter(tenant=tenant, flavor=flavor, cluster=cluster)
         if cluster is not None
@@ -415,7 +428,10 @@ def quota_set(
         validate_pinned(tenant, flavor, cluster, values, parent_quota)
     else:
         validate_quota(tenant, flavor, values, parent_quota)
-        if errors := check_global_holds_pins(tenant, flavor, values):
+        errors = check_global_holds_pins(tenant, flavor, values)
+        for name, messages in check_global_holds_childrens_pins(tenant, flavor, values).items():
+            errors.setdefault(name, []).extend(messages)
+        if errors:
             raise ValidationError(errors)
     before = audit_snapshot(quota)
     quota = quota or Quota(tenant=tenant, flavor=flavor, cluster=cluster)

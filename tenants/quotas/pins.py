@@ -10,6 +10,9 @@ across every cluster (docs/multicluster.md, "Quotas pinned to a cluster"). They 
   a global quota of the tenant would be;
 - a pinned limit is at most the parent's pinned limit on the same cluster, when the parent
   pins one there;
+- what the parent holds on a cluster caps its children's pinned guarantees there: the parent's
+  pin on that cluster, else its global guarantee; the children's pinned guarantees on the
+  cluster sum within it, and a parent's pin is not lowered below its children's there;
 - a pinned quota sets a guarantee and a limit only: lending, per-user limits and the
   fair-share weight are the global quota's.
 
@@ -85,8 +88,112 @@ def validate_pinned(
             f"the limit of '{tenant.slug}' for {where} ({gpus(values.limit_milli)}) exceeds "
             f"the parent '{parent_pin.tenant.slug}''s limit there ({gpus(parent_pin.limit_milli)})."
         )
+    _within_parent_on_cluster(errors, tenant, flavor, cluster, values, parent_pin, parent_quota)
+    for name, messages in check_pin_holds_children(tenant, flavor, cluster, values).items():
+        errors.setdefault(name, []).extend(messages)
     if errors:
         raise ValidationError(errors)
+
+
+def _within_parent_on_cluster(
+    errors: dict[str, list[str]],
+    tenant: Tenant,
+    flavor: ResourceFlavor,
+    cluster: Any,
+    values: QuotaValues,
+    parent_pin: Quota | None,
+    parent_quota: Quota | None,
+) -> None:
+    """The children's pinned guarantees on `cluster` sum within what the parent holds there:
+    its pin on the cluster, else its global guarantee (a parent without either holds nothing
+    to hand down, which `check_against_parent` already says)."""
+    held = parent_pin if parent_pin is not None else parent_quota
+    if held is None or tenant.parent_id is None:
+        return
+    siblings = (
+        Quota.objects.filter(tenant__parent_id=tenant.parent_id, flavor=flavor, cluster=cluster)
+        .exclude(tenant=tenant)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+    parts = [(tenant.slug, values.guaranteed_milli)]
+    parts += [(q.tenant.slug, q.guaranteed_milli) for q in siblings if q.guaranteed_milli]
+    total = sum(m for _, m in parts)
+    if total <= held.guaranteed_milli:
+        return
+    parent = tenant.parent
+    assert parent is not None
+    what = (
+        f"its pinned guarantee there of {gpus(held.guaranteed_milli)}"
+        if parent_pin is not None
+        else f"its global guarantee of {gpus(held.guaranteed_milli)} (it pins none there)"
+    )
+    terms = " + ".join(f"{slug} {gpus(m)}" for slug, m in parts)
+    errors.setdefault("guaranteed_milli", []).append(
+        f"the guarantees of the children of '{parent.slug}' pinned to cluster {cluster.name} "
+        f"for {flavor.name} would sum to {gpus(total)} ({terms}), above what '{parent.slug}' "
+        f"holds on {cluster.name}: {what}."
+    )
+
+
+def check_pin_holds_children(
+    tenant: Tenant, flavor: ResourceFlavor, cluster: Any, values: QuotaValues
+) -> dict[str, list[str]]:
+    """Errors when the pin of `tenant` on `cluster` would no longer hold its children's pins
+    there: their guarantees' sum above its guarantee, or a child's pinned limit above its
+    limit. Names the children."""
+    children = list(
+        Quota.objects.filter(tenant__parent=tenant, flavor=flavor, cluster=cluster)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+    errors: dict[str, list[str]] = {}
+    total = sum(q.guaranteed_milli for q in children)
+    if total > values.guaranteed_milli:
+        terms = " + ".join(f"{q.tenant.slug} {gpus(q.guaranteed_milli)}" for q in children)
+        errors["guaranteed_milli"] = [
+            f"guaranteed ({gpus(values.guaranteed_milli)}) is below what the children of "
+            f"'{tenant.slug}' are guaranteed on cluster {cluster.name} for {flavor.name}: "
+            f"{gpus(total)} ({terms})."
+        ]
+    over = [q for q in children if q.limit_milli > values.limit_milli]
+    if over:
+        names = ", ".join(f"{q.tenant.slug} {gpus(q.limit_milli)}" for q in over)
+        errors["limit_milli"] = [
+            f"limit ({gpus(values.limit_milli)}) is below the limits the children of "
+            f"'{tenant.slug}' pin on cluster {cluster.name} for {flavor.name}: {names}."
+        ]
+    return errors
+
+
+def check_global_holds_childrens_pins(
+    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues
+) -> dict[str, list[str]]:
+    """Errors when a global quota of `tenant` would fall below its children's pinned
+    guarantees on a cluster where `tenant` pins nothing (there the global guarantee is what
+    it holds)."""
+    own_pins = _pinned(tenant, flavor).values_list("cluster_id", flat=True)
+    children = (
+        Quota.objects.filter(tenant__parent=tenant, flavor=flavor, cluster__isnull=False)
+        .exclude(cluster_id__in=list(own_pins))
+        .select_related("tenant", "cluster")
+        .order_by("cluster__name", "tenant__slug")
+    )
+    by_cluster: dict[str, list[Quota]] = {}
+    for q in children:
+        assert q.cluster is not None  # filtered on cluster__isnull=False
+        by_cluster.setdefault(q.cluster.name, []).append(q)
+    messages = []
+    for name, rows in by_cluster.items():
+        total = sum(q.guaranteed_milli for q in rows)
+        if total > values.guaranteed_milli:
+            terms = " + ".join(f"{q.tenant.slug} {gpus(q.guaranteed_milli)}" for q in rows)
+            messages.append(
+                f"guaranteed ({gpus(values.guaranteed_milli)}) is below what the children of "
+                f"'{tenant.slug}' pin on cluster {name} for {flavor.name}, where "
+                f"'{tenant.slug}' pins nothing: {gpus(total)} ({terms})."
+            )
+    return {"guaranteed_milli": messages} if messages else {}
 
 
 def _within_global(
