@@ -10,11 +10,11 @@ for different GPUs is Refused, saying which, and stays held.
 - JobSet: each replicated job makes `replicas` Jobs of `parallelism` pods (`completions`, if
   set, must equal `parallelism`: Gantry runs them all at once), from its Job template.
 - RayJob: the head (one pod) and each worker group's `replicas` (else `minReplicas`, else 1)
-  times `numOfHosts` pods. The submitter (a RayJob's `submissionMode: K8sJobMode` Job) is not
-  one of the job's replicas.
+  times `numOfHosts` pods; its submitter (`companions.py`) is counted with the head.
 - TrainJob: `spec.trainer.numNodes` (default 1) pods, each asking
-  `spec.trainer.resourcesPerNode`; its image is `spec.trainer.image` (the runtime's own
-  template is not read: without them the TrainJob is Refused).
+  `spec.trainer.resourcesPerNode`; its image is `spec.trainer.image` (the runtime's node
+  template is not read: without them the TrainJob is Refused); the initializers its runtime
+  declares (`companions.py`) are counted with its first node.
 - PyTorchJob: its Master's `replicas` (one, as its operator requires) and its Worker's
   (default 1 each), from `spec.pytorchReplicaSpecs`; the Master is replica 0, Worker i is
   replica 1 + i. A replica type other than these two is Refused.
@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.workloads.companions import Companion, rayjob_companions, trainjob_companions
 from scheduler.workloads.kinds import at
 from scheduler.workloads.shape import MAX_GROUP, Refused, Shaped, _labels, _payload, pod_resources
 
@@ -41,13 +42,22 @@ def _count(value: Any, what: str, default: int = 1) -> int:
     return value
 
 
-def _combined(name: str, obj: Obj, parts: Sequence[Part], gpu_resource: str, spec: Obj) -> Shaped:
-    """One payload for the pods of `parts`: their count, alike in GPUs."""
+def _combined(
+    name: str,
+    obj: Obj,
+    parts: Sequence[Part],
+    gpu_resource: str,
+    spec: Obj,
+    beside: Sequence[Companion] = (),
+) -> Shaped:
+    """One payload for the pods of `parts`: their count, alike in GPUs; the pods `beside`
+    them (no GPUs) counted with the first part's first pod, replica 0."""
     parts = [p for p in parts if p[1] > 0]
     replicas = sum(count for _, count, _ in parts)
     if not 1 <= replicas <= MAX_GROUP:
         raise Refused(f"it makes {replicas} pods; a Gantry job has from 1 to {MAX_GROUP}")
     asked = [(what, pod_resources({"spec": pod}, gpu_resource)) for what, _, pod in parts]
+    asked[0] = (asked[0][0], _with_companions(asked[0][1], beside, gpu_resource))
     gpus = {resources[0] for _, resources in asked}
     if len(gpus) > 1:
         each = ", ".join(f"{what} {resources[0]}" for what, resources in asked)
@@ -58,6 +68,24 @@ def _combined(name: str, obj: Obj, parts: Sequence[Part], gpu_resource: str, spe
     cpu, memory = (max(r[1] for _, r in asked), max(r[2] for _, r in asked))
     first = {"template": {"spec": parts[0][2]}, **spec}
     return Shaped(_payload(name, _labels(obj), first, replicas, (gpus.pop(), cpu, memory)))
+
+
+def _with_companions(
+    resources: tuple[int, int, int], beside: Sequence[Companion], gpu_resource: str
+) -> tuple[int, int, int]:
+    """`resources` (GPUs, milli-CPU, MiB) with the CPU and memory of the pods `beside` added:
+    they run on replica 0's node beside it (a submitter while the head runs; initializers
+    before the first node starts, both at once)."""
+    gpus, cpu, memory = resources
+    for what, pod in beside:
+        more_gpus, more_cpu, more_memory = pod_resources({"spec": pod}, gpu_resource)
+        if more_gpus:
+            raise Refused(
+                f"{what} asks for {more_gpus} GPUs: Gantry counts it with the job's first pod, "
+                "so it may ask for CPU and memory only"
+            )
+        cpu, memory = cpu + more_cpu, memory + more_memory
+    return gpus, cpu, memory
 
 
 def shape_jobset(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
@@ -94,10 +122,15 @@ def shape_rayjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
         replicas = _count(count, f"{what}: replicas") * hosts
         parts.append((what, replicas, at(group, ("template", "spec")) or {}))
     deadline = at(obj, ("spec", "activeDeadlineSeconds"))
-    return _combined(_name(obj), obj, parts, gpu_resource, {"activeDeadlineSeconds": deadline})
+    spec = {"activeDeadlineSeconds": deadline}
+    return _combined(_name(obj), obj, parts, gpu_resource, spec, rayjob_companions(obj))
 
 
-def shape_trainjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
+def shape_trainjob(
+    obj: Obj, gpu_resource: str = "nvidia.com/gpu", runtime: Obj | None = None
+) -> Shaped:
+    """`runtime`: the training runtime the TrainJob names, when it could be read (its
+    initializers are counted); None counts its nodes only."""
     trainer = at(obj, ("spec", "trainer")) or {}
     resources = trainer.get("resourcesPerNode")
     if not isinstance(resources, dict) or not trainer.get("image"):
@@ -115,9 +148,8 @@ def shape_trainjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
     }
     deadline = at(obj, ("spec", "activeDeadlineSeconds"))
     spec = {"activeDeadlineSeconds": deadline}
-    return _combined(
-        _name(obj), obj, [("node", nodes, {"containers": [container]})], gpu_resource, spec
-    )
+    parts: list[Part] = [("node", nodes, {"containers": [container]})]
+    return _combined(_name(obj), obj, parts, gpu_resource, spec, trainjob_companions(runtime))
 
 
 def _name(obj: Obj) -> str:

@@ -1,5 +1,7 @@
-"""What a JobSet, RayJob or TrainJob asks for as one Gantry job (scheduler/workloads/shape_kinds.py)
-and the patch that admits it (scheduler/backends/kubernetes/resume.py): pure, no server."""
+"""What a JobSet, RayJob or TrainJob asks for as one Gantry job
+(scheduler/workloads/shape_kinds.py), the pods beside its replicas included
+(scheduler/workloads/companions.py), and the patch that admits it
+(scheduler/backends/kubernetes/resume.py): pure, no server."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from scheduler.backends.kubernetes.resume import (
     resume_patch,
 )
 from scheduler.backends.workloads import JOBSET, RAYJOB, TRAINJOB, parse_ref, workload_ref
+from scheduler.workloads.companions import runtime_ref
 from scheduler.workloads.shape import Refused
 from scheduler.workloads.shape_kinds import shape_jobset, shape_rayjob, shape_trainjob
 from tests.k8s.builders import make_request
@@ -185,3 +188,133 @@ def test_a_trainjobs_admission_adds_one_runtime_patch_of_gantrys_own() -> None:
     assert node["template"]["spec"]["template"]["metadata"]["labels"]["gantry.io/job-id"] == "3"
     again = resume_patch(TRAINJOB, patched, request)
     assert again == [{"op": "replace", "path": "/spec/suspend", "value": False}]
+
+
+def rayjob_with(head: Obj, worker: Obj, **spec: Any) -> Obj:
+    groups = [{"groupName": "gpu", "replicas": 1, "template": {"spec": worker}}]
+    cluster = {"headGroupSpec": {"template": {"spec": head}}, "workerGroupSpecs": groups}
+    return {"metadata": {"name": "r"}, "spec": {"rayClusterSpec": cluster, **spec}}
+
+
+def per_replica(payload: Obj) -> tuple[int, int, int, int]:
+    resources = payload["resources"]
+    return (
+        payload["replicas"],
+        resources["gpus"],
+        resources["cpu_milli"],
+        resources["memory_mib"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # KubeRay's default submitter (500m, 200Mi) beside the head (2 CPU, 8 GiB):
+        # 2000 + 500 = 2500 mCPU, 8192 + 200 = 8392 MiB, the larger of head and worker
+        pytest.param({}, (2, 8, 2500, 8392), id="k8s-job-mode-by-default"),
+        pytest.param(
+            {"submissionMode": "K8sJobMode"}, (2, 8, 2500, 8392), id="k8s-job-mode-default-pod"
+        ),
+        # the user's submitter template: 2000 + 1000 mCPU, 8192 + 1024 MiB
+        pytest.param(
+            {"submitterPodTemplate": {"spec": pod(0, "1", "1Gi")}},
+            (2, 8, 3000, 9216),
+            id="users-submitter-template",
+        ),
+        # the same container, in the head pod
+        pytest.param({"submissionMode": "SidecarMode"}, (2, 8, 2500, 8392), id="sidecar"),
+        # no submitter pod: the head and the worker alone
+        pytest.param({"submissionMode": "HTTPMode"}, (2, 8, 2000, 8192), id="http-mode"),
+        pytest.param(
+            {"submissionMode": "InteractiveMode"}, (2, 8, 2000, 8192), id="interactive-mode"
+        ),
+    ],
+)
+def test_a_rayjobs_submitter_counts_with_its_head(
+    spec: Obj, expected: tuple[int, int, int, int]
+) -> None:
+    assert per_replica(shape_rayjob(rayjob_with(pod(8), pod(8), **spec)).payload) == expected
+
+
+def test_a_worker_larger_than_the_head_and_its_submitter_sets_the_replicas_size() -> None:
+    # head 2000 + 500 mCPU < worker 4000; memory 8192 + 200 > 8192
+    shaped = shape_rayjob(rayjob_with(pod(8), pod(8, "4", "8Gi"))).payload
+    assert per_replica(shaped) == (2, 8, 4000, 8392)
+
+
+def test_a_submitter_asking_for_gpus_is_refused_saying_so() -> None:
+    obj = rayjob_with(pod(8), pod(8), submitterPodTemplate={"spec": pod(1)})
+    with pytest.raises(Refused, match="its submitter asks for 1 GPUs"):
+        shape_rayjob(obj)
+
+
+def runtime(*jobs: Obj) -> Obj:
+    return {
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch"},
+        "spec": {"template": {"spec": {"replicatedJobs": list(jobs)}}},
+    }
+
+
+def trainjob_of(cpu: str, memory: str) -> Obj:
+    resources = {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": cpu, "memory": memory}}
+    trainer = {"numNodes": 2, "image": "registry.example.com/t:1", "resourcesPerNode": resources}
+    return {
+        "metadata": {"name": "t"},
+        "spec": {"runtimeRef": {"name": "torch"}, "trainer": trainer},
+    }
+
+
+@pytest.mark.parametrize(
+    ("declared", "expected"),
+    [
+        # both initializers (2 CPU, 4 GiB each) beside the first node (4 CPU, 16 GiB):
+        # 4000 + 2 x 2000 mCPU, 16384 + 2 x 4096 MiB
+        pytest.param(
+            runtime(
+                replicated("dataset-initializer", 1, None, pod(0, "2", "4Gi")),
+                replicated("model-initializer", 1, None, pod(0, "2", "4Gi")),
+                replicated("node", 1, None, pod(8, "1", "1Gi")),
+            ),
+            (2, 8, 8000, 24576),
+            id="both-initializers",
+        ),
+        pytest.param(
+            runtime(replicated("model-initializer", None, None, pod(0, "500m", "1Gi"))),
+            (2, 8, 4500, 17408),
+            id="one-initializer",
+        ),
+        # the runtime's node job is the trainer's own (spec.trainer), not an initializer
+        pytest.param(
+            runtime(replicated("node", 1, None, pod(8, "64", "1Gi"))),
+            (2, 8, 4000, 16384),
+            id="no-initializers",
+        ),
+        pytest.param(None, (2, 8, 4000, 16384), id="runtime-not-read"),
+    ],
+)
+def test_a_trainjobs_initializers_count_with_its_first_node(
+    declared: Obj | None, expected: tuple[int, int, int, int]
+) -> None:
+    shaped = shape_trainjob(trainjob_of("4", "16Gi"), runtime=declared)
+    assert per_replica(shaped.payload) == expected
+
+
+def test_an_initializer_asking_for_gpus_is_refused_saying_so() -> None:
+    declared = runtime(replicated("model-initializer", 1, None, pod(1)))
+    with pytest.raises(Refused, match="its model-initializer asks for 1 GPUs"):
+        shape_trainjob(trainjob_of("4", "16Gi"), runtime=declared)
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ({"name": "torch"}, ("ClusterTrainingRuntime", "torch")),
+        ({"name": "torch", "kind": "TrainingRuntime"}, ("TrainingRuntime", "torch")),
+        ({"kind": "TrainingRuntime"}, None),
+        (None, None),
+    ],
+    ids=["cluster-by-default", "namespaced", "no-name", "none"],
+)
+def test_a_trainjob_names_its_runtime(ref: Obj | None, expected: tuple[str, str] | None) -> None:
+    assert runtime_ref({"spec": {"runtimeRef": ref}}) == expected

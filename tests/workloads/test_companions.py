@@ -1,0 +1,81 @@
+"""The pods a RayJob or a TrainJob makes beside its replicas (a RayJob's submitter, a
+TrainJob's initializers) count in its Gantry job (scheduler/workloads/companions.py), through
+the controller and the daemon over the fake API server: what would not fit with them waits,
+saying why (tests/workloads/test_shape_kinds.py has the arithmetic)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scheduler.jobs.services import job_submit
+from scheduler.models import Job
+from scheduler.workloads.kinds import RAYJOB
+from tests.conftest import build_org, job_spec
+from tests.k8s.conftest import started_fake
+from tests.workloads.test_controller import World
+from tests.workloads.test_kinds_queued import IMAGE, Operator, _obj, events
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def small(db: Any) -> Iterator[World]:
+    """One 8-GPU node of 64 CPUs."""
+    fake = started_fake()
+    fake.add_node("k8s-gpu-1", cpu="64")
+    made = World(build_org(), fake)
+    yield made
+    made.api.close()
+    fake.stop()
+
+
+def head_only(name: str, gpus: int, cpu: str, **spec: Any) -> Obj:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": cpu, "memory": "8Gi"}}
+    head = {"containers": [{"name": "ray-head", "image": IMAGE, "resources": resources}]}
+    cluster = {"headGroupSpec": {"template": {"spec": head}}, "workerGroupSpecs": []}
+    body = {"entrypoint": "python train.py", "rayClusterSpec": cluster, **spec}
+    return _obj(RAYJOB, name, body, {})
+
+
+def occupy_two_cpus(world: World) -> Job:
+    """A portal job of 1 GPU and 2 CPUs, admitted on the node: 7 GPUs and 62 CPUs are left."""
+    spec = job_spec(replicas=1, resources={"gpus": 1, "cpu_milli": 2000, "memory_mib": 1024})
+    other, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    world.step()
+    other.refresh_from_db()
+    assert other.state in ("admitted", "binding", "running"), other.reason
+    return other
+
+
+@pytest.mark.parametrize(
+    ("mode", "admitted"),
+    [
+        # 61.8 CPUs for the head and 0.5 for KubeRay's default submitter: 62.3 > 62 left
+        pytest.param("K8sJobMode", False, id="its-submitter-does-not-fit"),
+        # no submitter pod: 61.8 <= 62
+        pytest.param("HTTPMode", True, id="no-submitter"),
+    ],
+)
+def test_a_rayjob_whose_submitter_would_not_fit_waits_saying_why(
+    small: World, mode: str, admitted: bool
+) -> None:
+    occupy_two_cpus(small)
+    operator = Operator(small, RAYJOB)
+    operator.create(head_only("ray", gpus=7, cpu="61800m", submissionMode=mode))
+    small.step()
+    small.step()
+    job = Job.objects.get(spec__workload__kind="RayJob")
+    assert job.cpu_milli == (62300 if mode == "K8sJobMode" else 61800)
+    if admitted:
+        assert job.state in ("admitted", "binding"), job.reason
+        assert operator.get("ray")["spec"]["suspend"] is False
+        return
+    assert job.state == "queued", job.reason
+    assert operator.get("ray")["spec"]["suspend"] is True
+    small.controller.sync()
+    queued = [m for r, m in events(small, "RayJob") if r == "Queued"]
+    assert any("also has 62300 mCPU" in m for m in queued), queued
+    assert "62300 mCPU" in operator.get("ray")["metadata"]["annotations"]["gantry.io/reason"]
