@@ -69,12 +69,15 @@ def member_backend(cluster: Cluster, home_backend: ClusterBackend) -> ClusterBac
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import demo_nodes
 
+    # A simulated cluster has the home's hardware when the home is simulated too (the nodes
+    # `run_scheduler --nodes-csv` read: the flavors the tenants hold quota for), else the demo's.
+    nodes = list(home_backend.nodes) if isinstance(home_backend, SimulatedCluster) else demo_nodes()
     if not settings.GANTRY_SIM_STATE_FILE:
-        return SimulatedCluster(demo_nodes())
+        return SimulatedCluster(nodes)
     from scheduler.backends.simulated.statefile import PersistentCluster
 
     # Each simulated cluster's pods in a file of its own, beside the home one's.
-    return PersistentCluster(demo_nodes(), Path(f"{settings.GANTRY_SIM_STATE_FILE}.{cluster.name}"))
+    return PersistentCluster(nodes, Path(f"{settings.GANTRY_SIM_STATE_FILE}.{cluster.name}"))
 
 
 def log_source() -> LogSource:

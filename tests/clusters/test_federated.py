@@ -285,6 +285,18 @@ def test_one_cluster_row_drives_exactly_the_backend_as_before(db: Any) -> None:
     assert fed is not home and sorted(fed.members) == ["b", "local"]
 
 
+def test_a_simulated_cluster_has_the_simulated_homes_hardware(db: Any) -> None:
+    """Not the demo's: the home's nodes (`run_scheduler --nodes-csv`) are the flavors the
+    tenants hold quota for, and a cluster beside it of other flavors could run none of it."""
+    home = sim(2, "h")
+    Cluster.objects.create(name="b", backend="simulated")
+    fed = backend_for_clusters(home)
+    assert sorted(n.name for n in fed.members["b"].backend.list_nodes()) == [
+        "h-0000",
+        "h-0001",
+    ]
+
+
 def test_a_cluster_silent_since_the_start_is_held_as_the_ledger_says(fenv: Any) -> None:
     env, _, _ = fenv
     daemon = env.daemon()

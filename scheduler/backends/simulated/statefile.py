@@ -13,7 +13,10 @@ process using it shares:
 
 Times are the cluster's clock (wall-clock time in `make run`), so a pod that was due to end
 while no scheduler ran has ended when the next one looks, as on a real cluster. Injected
-faults and call counts are per process (test tooling) and not kept.
+faults and call counts are per process (test tooling) and not kept, but for one: an outage of
+the whole cluster (`lose`, `restore`), which every process using the file sees (a marker file
+beside it), as every client of an API server that stopped answering does. Its pods go on
+running meanwhile; an `observer` (a test harness) sees the cluster through it.
 
 The file holds pickled dataclasses of this module's own making, written and read by the
 same installation: it is a cache of a simulation, not an interchange format. One that cannot
@@ -29,12 +32,14 @@ import logging
 import os
 import pickle
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scheduler.backends.base import (
+    BackendError,
     DeviceUtilization,
     FailureReason,
     NodeInfo,
@@ -51,9 +56,12 @@ FORMAT = 1  # raised whenever what is pickled changes shape
 class PersistentCluster(SimulatedCluster):
     """A `SimulatedCluster` whose state lives in `path` (see the module docstring)."""
 
-    def __init__(self, nodes: Sequence[NodeInfo], path: Path, **kwargs: Any) -> None:
+    def __init__(
+        self, nodes: Sequence[NodeInfo], path: Path, *, observer: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(nodes, **kwargs)
         self.path = Path(path)
+        self.observer = observer  # sees the cluster through an outage (`lose`)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._shared_lock = threading.RLock()
         self._seen: tuple[int, int] | None = None  # (inode, mtime) of the file last read
@@ -143,6 +151,37 @@ class PersistentCluster(SimulatedCluster):
         os.replace(temporary, self.path)
         self._seen, self._written = self._stamp(), data
 
+    # --- an outage of the whole cluster -------------------------------------------------------
+
+    @property
+    def _outage_marker(self) -> Path:
+        return self.path.with_suffix(self.path.suffix + ".unreachable")
+
+    def lose(self, stall_s: float = 2.0) -> None:
+        """From now until `restore`, every API call of every process using this cluster (an
+        observer's excepted) stalls `stall_s`, then fails with a BackendError, as a call to an
+        API server that stopped answering times out: never a clean, empty answer."""
+        temporary = self._outage_marker.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(f"{stall_s}\n")
+        os.replace(temporary, self._outage_marker)
+
+    def restore(self) -> None:
+        """The API server answers again, with what the cluster ran meanwhile."""
+        self._outage_marker.unlink(missing_ok=True)
+
+    def stall_point(self, method: str) -> None:
+        """An injected stall (`stall`), then the outage's, before the file lock: a silent
+        cluster holds no lock that another process's calls would wait on."""
+        super().stall_point(method)
+        if self.observer or self._depth:  # an observer, or the second look of one call
+            return
+        try:
+            stall_s = float(self._outage_marker.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        time.sleep(stall_s)
+        raise BackendError(f"{method}: the cluster's API server did not answer in {stall_s:g} s")
+
     # --- every call that reads or changes the state, through the file ------------------------
     # A stalled API call (`stall`) stalls before the file lock: what runs meanwhile (another
     # daemon, in this process or another) may use the cluster.
@@ -206,6 +245,7 @@ class PersistentCluster(SimulatedCluster):
             return super().list_pods()
 
     def device_readings(self) -> Sequence[DeviceUtilization]:
+        self.stall_point("device_readings")
         with self._shared():
             return super().device_readings()
 

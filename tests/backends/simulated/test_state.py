@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scheduler.backends.base import PodPhase
+import pytest
+
+from scheduler.backends.base import BackendError, PodPhase
 from scheduler.backends.simulated.inventory import make_nodes
 from scheduler.backends.simulated.statefile import PersistentCluster
 from tests.daemon.conftest import FakeClock
@@ -89,3 +91,35 @@ def test_a_stalled_call_lets_another_process_use_the_cluster_meanwhile(tmp_path:
     stalled.stall("list_pods", lambda: other.create_pod(pod))  # no deadlock on the file lock
     assert [p.name for p in stalled.list_pods()] == [pod.name]  # served after, seeing it
     assert [p.name for p in stalled.list_pods()] == [pod.name]  # one stall only
+
+
+def test_a_lost_cluster_fails_every_api_call_of_every_process_until_restored(
+    tmp_path: Path,
+) -> None:
+    """The outage is the file's: a daemon's calls (another process's object) time out, never
+    answer empty, while the pods go on running as the observer (a test harness) sees."""
+    clock = FakeClock()
+    path = tmp_path / "c.state"
+    daemon, harness = cluster(path, clock), cluster(path, clock)
+    observer = PersistentCluster(make_nodes(2, "H100-80GB", 8, prefix="h100"), path, clock=clock,
+                                 observer=True)  # fmt: skip
+    pod = make_request(node="h100-0000", sim_duration_s=100.0)
+    daemon.create_pod(pod)
+    daemon.bind_pod(pod.namespace, pod.name, "h100-0000")
+    harness.lose(stall_s=0)
+    clock.advance(5)
+    calls = (
+        daemon.list_nodes,
+        daemon.list_pods,
+        daemon.device_readings,
+        lambda: daemon.delete_pod(pod.namespace, pod.name),
+        lambda: daemon.create_pod(make_request(node="h100-0001", job_id=2)),
+        lambda: daemon.set_node_unschedulable("h100-0001", True),
+    )
+    for call in calls:
+        with pytest.raises(BackendError, match="did not answer"):
+            call()
+    assert phases(observer) == {pod.name: PodPhase.RUNNING}  # nothing deleted, nothing made
+    harness.restore()
+    assert phases(daemon) == {pod.name: PodPhase.RUNNING}
+    assert not any(node.unschedulable for node in daemon.list_nodes())
