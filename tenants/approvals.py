@@ -44,7 +44,8 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import Event, notifications_add
-from tenants.quotas.rules import QuotaValues, validate_quota
+from tenants.quotas.pins import validate_pinned
+from tenants.quotas.rules import QuotaValues, check_own_bounds, validate_quota
 
 logger = logging.getLogger(__name__)
 
@@ -157,15 +158,21 @@ def quota_request_create(
     flavor: ResourceFlavor,
     values: QuotaValues,
     justification: str = "",
+    cluster: Any = None,
 ) -> ApprovalRequest:
-    """A tenant admin asks for a quota change; approving it applies it through `quota_set`.
+    """A tenant admin asks for a quota change; approving it applies it through `quota_set`:
+    the global quota, or with `cluster` (a `scheduler.Cluster`) the one pinned to it.
 
     The values are checked against the tree now (a request that could never apply is refused
-    at once) and again when approved, under the parent's lock.
+    at once) and again when approved, under the parent's lock. One request per tenant and
+    flavor is pending at a time, global or pinned (its subject is the flavor).
     """
     require_manage(user, tenant)
     _check_comment(justification, "justification")
-    current = Quota.objects.filter(tenant=tenant, flavor=flavor, cluster__isnull=True).first()
+    rows = Quota.objects.filter(tenant=tenant, flavor=flavor)
+    current = (
+        rows.filter(cluster=cluster) if cluster else rows.filter(cluster__isnull=True)
+    ).first()
     parent_quota = None
     if tenant.parent_id is not None:
         parent_quota = Quota.objects.filter(
@@ -176,11 +183,16 @@ def quota_request_create(
     sees_parent = tenant.parent_id is None or (
         access.tenants_visible(user).filter(pk=tenant.parent_id).exists()
     )
-    validate_quota(tenant, flavor, values, parent_quota, reveal_parent=sees_parent)
+    if cluster is not None:
+        _validate_pin_request(tenant, flavor, cluster, values, parent_quota, sees_parent)
+    else:
+        validate_quota(tenant, flavor, values, parent_quota, reveal_parent=sees_parent)
     before = audit_snapshot(current, QUOTA_FIELDS)
     payload = {
         "flavor": flavor.pk,
         "flavor_name": flavor.name,
+        "cluster": cluster.pk if cluster is not None else None,
+        "cluster_name": cluster.name if cluster is not None else None,
         "values": asdict(values),
         "current": before,
         "justification": justification,
@@ -199,9 +211,56 @@ def quota_request_create(
         tenant=tenant,
         target=request,
         before=before,
-        after=asdict(values),
+        after={**asdict(values), "cluster": payload["cluster"]},
     )
     return request
+
+
+def _validate_pin_request(
+    tenant: Tenant,
+    flavor: ResourceFlavor,
+    cluster: Any,
+    values: QuotaValues,
+    parent_quota: Quota | None,
+    sees_parent: bool,
+) -> None:
+    """The pin rules (`tenants.quotas.pins`). For a requester who cannot see the parent, an
+    error that involves the parent or the siblings is said without their figures."""
+    try:
+        validate_pinned(tenant, flavor, cluster, values, parent_quota)
+    except ValidationError as exc:
+        if sees_parent:
+            raise
+        own = check_own_bounds(tenant, values)
+        parent = tenant.parent
+        assert parent is not None  # a root tenant's parent is seen by everyone
+        hidden = (
+            f"does not fit what '{parent.slug}' holds for {flavor.name} on cluster "
+            f"{cluster.name}, or the global quota of '{tenant.slug}'; ask a smaller value or "
+            f"an admin of '{parent.slug}'."
+        )
+        raise ValidationError(
+            {
+                name: own.get(name)
+                or [f"'{tenant.slug}' asks for a {name.removesuffix('_milli')} that {hidden}"]
+                for name in exc.message_dict
+            }
+        ) from None
+
+
+def _cluster_of(request: ApprovalRequest) -> Any:
+    """The cluster a quota request pins to, or None (global). Through the relation: tenants
+    imports nothing of scheduler, where clusters live. A cluster removed since is a
+    ValidationError: the request stays pending."""
+    pk = request.payload.get("cluster")
+    if pk is None:
+        return None
+    model = Quota._meta.get_field("cluster").related_model
+    found = model._default_manager.filter(pk=pk).first()  # type: ignore[union-attr]
+    if found is None:
+        name = request.payload.get("cluster_name") or pk
+        raise ValidationError({"cluster": [f"cluster {name} no longer exists."]})
+    return found
 
 
 QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight", "user_limit_milli")
@@ -214,7 +273,13 @@ def quota_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) 
     if outcome == ApprovalState.APPROVED:
         flavor = ResourceFlavor.objects.get(pk=request.subject_id)
         values = QuotaValues(**request.payload["values"])
-        services.quota_set(user=actor, tenant=request.tenant, flavor=flavor, values=values)
+        services.quota_set(
+            user=actor,
+            tenant=request.tenant,
+            flavor=flavor,
+            values=values,
+            cluster=_cluster_of(request),
+        )
 
 
 register_subject_handler(ApprovalKind.QUOTA, quota_request_settle)

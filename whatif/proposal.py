@@ -1,9 +1,11 @@
 """The changes a what-if proposes, checked against what exists and what the user may change.
 
 A change is a dict, stored as validated:
-- `{"kind": "quota", "tenant": slug, "flavor": name, "guaranteed_milli"?, "limit_milli"?,
-  "lend_limit_milli"?, "weight"?, "user_limit_milli"?}`: a tenant's quota of a flavor (a
-  field left out keeps today's value; a quota that does not exist starts from zero);
+- `{"kind": "quota", "tenant": slug, "flavor": name, "cluster"?: name, "guaranteed_milli"?,
+  "limit_milli"?, "lend_limit_milli"?, "weight"?, "user_limit_milli"?}`: a tenant's quota of
+  a flavor, global, or with `cluster` the one pinned to that cluster (guarantee and limit
+  only, as `tenants.quotas.pins` says) (a field left out keeps today's value; a quota that
+  does not exist starts from zero);
 - `{"kind": "priority_class", "name": name, "value": int}`: a priority class's value.
 
 Who may propose what is who may make the change: quotas are set from above (`can_set_quota`:
@@ -17,6 +19,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from scheduler.models import Cluster
 from scheduler.snapshot.translate import load_nodes
 from tenants import access
 from tenants.models import PriorityClass, Quota, ResourceFlavor, Tenant
@@ -35,10 +38,11 @@ def changes_validate(*, user: Any, scope: Tenant | None, changes: list[dict[str,
     visible = {t.slug: t for t in access.tenants_visible(user).filter(slug__in=_named(changes))}
     flavors = set(ResourceFlavor.objects.values_list("name", flat=True))
     classes = dict(PriorityClass.objects.values_list("name", "value"))
+    clusters = set(Cluster.objects.values_list("name", flat=True))
     seen: set[tuple[str, ...]] = set()
     for i, change in enumerate(changes):
         found = (
-            _quota_errors(user, scope, change, visible, flavors)
+            _quota_errors(user, scope, change, visible, flavors, clusters)
             if change["kind"] == "quota"
             else _class_errors(user, change, classes, changes)
         )
@@ -58,7 +62,7 @@ def _named(changes: list[dict[str, Any]]) -> set[str]:
 
 def _key(change: dict[str, Any]) -> tuple[str, ...]:
     if change["kind"] == "quota":
-        return ("quota", change["tenant"], change["flavor"])
+        return ("quota", change["tenant"], change["flavor"], change.get("cluster") or "")
     return ("priority_class", change["name"])
 
 
@@ -68,6 +72,7 @@ def _quota_errors(
     change: dict[str, Any],
     visible: dict[str, Tenant],
     flavors: set[str],
+    clusters: set[str],
 ) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     tenant = visible.get(change["tenant"])
@@ -82,6 +87,10 @@ def _quota_errors(
         ]
     if change["flavor"] not in flavors:
         errors["flavor"] = [f"unknown flavor '{change['flavor']}'."]
+    if change.get("cluster") and change["cluster"] not in clusters:
+        errors["cluster"] = [f"unknown cluster '{change['cluster']}'."]
+    elif change.get("cluster"):
+        errors.update(_pin_fields(change))
     if not any(field in change for field in QUOTA_FIELDS):
         errors["kind"] = [f"a quota change sets at least one of {', '.join(QUOTA_FIELDS)}."]
     if tenant is not None and not errors:
@@ -89,14 +98,26 @@ def _quota_errors(
     return errors
 
 
+def _pin_fields(change: dict[str, Any]) -> dict[str, list[str]]:
+    """A pinned quota sets a guarantee and a limit only (`tenants.quotas.pins`)."""
+    return {
+        field: [
+            f"a quota pinned to a cluster sets guaranteed_milli and limit_milli only; {field} "
+            f"belongs to the global quota of {change['flavor']}."
+        ]
+        for field in ("lend_limit_milli", "weight", "user_limit_milli")
+        if change.get(field) is not None
+    }
+
+
 def _bounds(tenant: Tenant, change: dict[str, Any]) -> dict[str, list[str]]:
     """The limit includes the guarantee, and only a guarantee is lent: with today's values
-    for the fields the change leaves out."""
-    today = (
-        Quota.objects.filter(tenant=tenant, flavor__name=change["flavor"], cluster__isnull=True)
-        .values()
-        .first()
-    )
+    for the fields the change leaves out (of the pinned row when the change names a
+    cluster)."""
+    rows = Quota.objects.filter(tenant=tenant, flavor__name=change["flavor"])
+    cluster = change.get("cluster")
+    rows = rows.filter(cluster__name=cluster) if cluster else rows.filter(cluster__isnull=True)
+    today = rows.values().first()
     now: dict[str, Any] = dict(today) if today else {}
     merged: dict[str, Any] = {field: now.get(field) for field in QUOTA_FIELDS}
     merged.update({k: v for k, v in change.items() if k in QUOTA_FIELDS})

@@ -209,7 +209,7 @@ def organisation(rows: OrgRows, changes: Sequence[Mapping[str, Any]]) -> Organis
     values = {c["name"]: c["value"] for c in rows.classes}
     for change in changes:
         if change["kind"] == "quota":
-            key = (change["tenant"], change["flavor"])
+            key = (change["tenant"], quota_key(change["flavor"], change.get("cluster")))
             base = quotas.get(key) or {"guaranteed_milli": 0, "limit_milli": 0, "weight": 1}
             quotas[key] = {**base, **{k: v for k, v in change.items() if k in QUOTA_KEYS}}
         else:

@@ -175,16 +175,17 @@ def whatif_for_approval(
     if kept is not None:
         return kept
     values = request.payload.get("values", {})
+    pinned_to = request.payload.get("cluster_name")
+    # A pinned quota sets a guarantee and a limit only (whatif.proposal checks it).
+    fields: tuple[str, ...] = ("guaranteed_milli", "limit_milli")
+    if not pinned_to:
+        fields += ("lend_limit_milli", "user_limit_milli")
     change = {
         "kind": "quota",
         "tenant": request.tenant.slug,
         "flavor": request.payload.get("flavor_name", ""),
-        **{
-            k: values[k]
-            for k in ("guaranteed_milli", "limit_milli", "lend_limit_milli", "user_limit_milli")
-            if k in values
-        },
-        "weight": float(values.get("weight", 1)),
+        **({"cluster": pinned_to} if pinned_to else {"weight": float(values.get("weight", 1))}),
+        **{k: values[k] for k in fields if k in values},
     }
     scope = request.tenant.parent
     return _create(

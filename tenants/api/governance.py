@@ -93,13 +93,14 @@ class QuotaRequestViewSet(viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
         tenant, flavor = data.pop("tenant"), data.pop("flavor")
-        justification = data.pop("justification")
+        justification, cluster = data.pop("justification"), data.pop("cluster")
         approval = approvals.quota_request_create(
             user=request.user,
             tenant=tenant,
             flavor=flavor,
             values=QuotaValues(**data),
             justification=justification,
+            cluster=cluster,
         )
         return Response(g.ApprovalRequestOut(approval).data, status=status.HTTP_201_CREATED)
 

@@ -17,6 +17,7 @@ from tenants.models import (
     ApprovalRule,
     AuditEntry,
     PriorityClass,
+    Quota,
     ResourceFlavor,
 )
 
@@ -133,6 +134,14 @@ class ApprovalDecisionIn(StrictInputSerializer):
 class QuotaRequestIn(QuotaValuesIn):
     tenant = VisibleTenantField()
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
+    # Through the relation: tenants imports nothing of scheduler, where clusters live.
+    cluster = serializers.PrimaryKeyRelatedField(
+        queryset=Quota._meta.get_field("cluster").related_model._default_manager.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A cluster's id: the request is for the quota pinned to it. Null: global.",
+    )
     justification = serializers.CharField(
         max_length=1000, required=False, allow_blank=True, default=""
     )

@@ -33,3 +33,22 @@ def test_a_replay_keeps_the_pins_beside_a_proposed_global_change() -> None:
     team = next(t for t in tenants if t.name == "team")
     assert team.quotas == {"H100": Quota(12000, 16000, None)}
     assert dict(team.pinned) == {pinned_key("H100", "site-b"): Quota(4000, 8000)}
+
+
+def test_a_proposed_pinned_change_changes_that_pin_only() -> None:
+    rows = OrgRows(
+        [{"id": 1, "slug": "org", "parent_id": None}, {"id": 2, "slug": "team", "parent_id": 1}],
+        [quota("team", None, 8000, 16000), quota("team", "site-b", 4000, 8000)],
+        [],
+    )
+    change = {
+        "kind": "quota",
+        "tenant": "team",
+        "flavor": "H100",
+        "cluster": "site-b",
+        "guaranteed_milli": 6000,
+    }
+    tenants, _ = organisation(rows, [change])
+    team = next(t for t in tenants if t.name == "team")
+    assert team.quotas == {"H100": Quota(8000, 16000, None)}
+    assert dict(team.pinned) == {pinned_key("H100", "site-b"): Quota(6000, 8000)}

@@ -22,6 +22,12 @@ class ChangeIn(StrictInputSerializer):
     kind = serializers.ChoiceField(KINDS)
     tenant = serializers.CharField(required=False, max_length=63, help_text="A tenant's slug.")
     flavor = serializers.CharField(required=False, max_length=63, help_text="A flavor's name.")
+    cluster = serializers.CharField(
+        required=False,
+        allow_null=True,
+        max_length=63,
+        help_text="A cluster's name: the quota pinned to it. Omitted or null: the global quota.",
+    )
     guaranteed_milli = serializers.IntegerField(required=False, min_value=0, max_value=MAX_MILLI)
     limit_milli = serializers.IntegerField(required=False, min_value=0, max_value=MAX_MILLI)
     lend_limit_milli = serializers.IntegerField(
@@ -43,6 +49,7 @@ class ChangeIn(StrictInputSerializer):
     QUOTA = {
         "tenant",
         "flavor",
+        "cluster",
         "guaranteed_milli",
         "limit_milli",
         "lend_limit_milli",
@@ -84,6 +91,10 @@ CHANGE_SCHEMA = {
                 "kind": {"type": "string", "enum": ["quota"]},
                 "tenant": _name("A tenant's slug."),
                 "flavor": _name("A flavor's name."),
+                "cluster": {
+                    **_name("A cluster's name: the quota pinned to it; null: global."),
+                    "nullable": True,
+                },
                 "guaranteed_milli": _milli(),
                 "limit_milli": _milli(),
                 "lend_limit_milli": _milli(nullable=True),
