@@ -318,3 +318,22 @@ def test_an_initializer_asking_for_gpus_is_refused_saying_so() -> None:
 )
 def test_a_trainjob_names_its_runtime(ref: Obj | None, expected: tuple[str, str] | None) -> None:
     assert runtime_ref({"spec": {"runtimeRef": ref}}) == expected
+
+
+def test_a_rayjobs_admission_names_the_attempt_on_its_templates_each_time() -> None:
+    """Attempt 0 labels the head and worker templates; attempt 1 replaces the attempt only
+    (KubeRay's pods of the cluster made for attempt 0 are then not attempt 1's)."""
+    obj = rayjob_with(pod(8), pod(8), suspend=True)
+    first = jsonpatch.apply_patch(obj, resume_patch(RAYJOB, obj, make_request(job_id=5)))
+    cluster = first["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]]
+    assert [t["metadata"]["labels"]["gantry.io/attempt"] for t in templates] == ["0", "0"]
+    first["spec"]["suspend"] = True
+    again = resume_patch(RAYJOB, first, make_request(job_id=5, attempt=1))
+    changed = sorted(op["path"] for op in again)
+    assert changed == [
+        "/spec/rayClusterSpec/headGroupSpec/template/metadata/labels/gantry.io~1attempt",
+        "/spec/rayClusterSpec/workerGroupSpecs/0/template/metadata/labels/gantry.io~1attempt",
+        "/spec/suspend",
+    ]
+    assert {op["value"] for op in again if op["path"] != "/spec/suspend"} == {"1"}

@@ -7,6 +7,14 @@ only while the object has never run (a Job's, as the API server guards it), so a
 admitted again after a preemption is only unsuspended. Its controller's pods then carry the
 job's label and Gantry's schedulerName, and reconcile adopts each into a replica.
 
+But a RayJob's templates also name the attempt (`gantry.io/attempt`, replaced at each
+admission: KubeRay reads them only when it makes a RayCluster, and they may change while the
+RayJob is suspended, as Kueue changes them). KubeRay tears a suspended RayJob's cluster down
+while its RayCluster controller still makes the cluster's missing pods again, so pods of the
+old cluster can outlive the suspension, unbound and not being deleted: named by the attempt
+that made them, they are not adopted by the next one (reconcile deletes them as orphans), and
+a new attempt takes only the pods of the cluster made for it.
+
 Which replica a pod is, deterministically: a JobSet's templates also carry the first replica
 of their replicated job (`gantry.io/replica-base`) and its pods per child Job
 (`gantry.io/replica-stride`, the Job's parallelism), so that its pod with job index j and
@@ -22,6 +30,7 @@ from typing import Any
 
 from scheduler.backends.base import PodRequest
 from scheduler.backends.kubernetes.render import (
+    LABEL_ATTEMPT,
     LABEL_JOB,
     LABEL_JOB_TYPE,
     LABEL_MANAGED,
@@ -56,7 +65,8 @@ def resume_patch(kind: Resumable, obj: Obj, pod: PodRequest) -> list[Op]:
         RAYJOB: _rayjob_templates,
         PYTORCHJOB: _pytorchjob_templates,
     }[kind](obj)
-    ops = [op for path, extra in templates for op in _labelled(obj, path, _labels(pod) | extra)]
+    labels = _labels(pod) | ({LABEL_ATTEMPT: str(pod.attempt)} if kind == RAYJOB else {})
+    ops = [op for path, extra in templates for op in _labelled(obj, path, labels | extra)]
     return [*ops, unsuspend]
 
 
