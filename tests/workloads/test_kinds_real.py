@@ -273,11 +273,18 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         assert answer.body["spec"]["suspend"] is True
         native.controller.sync()
         mirrored = Job.objects.get(spec__workload__kind="RayJob")
+        # KubeRay's default submitter (500m, 200Mi) counted with the head (1 CPU, 1 GiB)
         assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+        assert (mirrored.cpu_milli, mirrored.memory_mib) == (1500, 1224)
         admitted = _unsuspended(native, f"{rayjobs}/ray")
         cluster = admitted["spec"]["rayClusterSpec"]
         head = cluster["headGroupSpec"]["template"]
         assert head["metadata"]["labels"]["gantry.io/job-id"] == str(mirrored.pk)
+        # the attempt, on every template: the API server (and Gantry's admission policy)
+        # took it
+        worker_labels = cluster["workerGroupSpecs"][0]["template"]["metadata"]["labels"]
+        assert head["metadata"]["labels"]["gantry.io/attempt"] == "0"
+        assert worker_labels["gantry.io/attempt"] == "0"
         _play_operator(
             native,
             admitted,
