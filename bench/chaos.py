@@ -2,6 +2,7 @@
 
     python -m bench.chaos --json out.json
     python -m bench.chaos --jobs 30 --kills 2 --pg-restarts 1 --redis-down-s 5 --json out.json
+    python -m bench.chaos --lose-cluster --json out.json
 
 On its own PostgreSQL cluster and Redis server (bench.chaos_env; never the shared ones), it
 runs two `run_scheduler` processes (leader and standby) on a simulated cluster shared through
@@ -14,7 +15,9 @@ resumed; every scheduler process is restarted once and the jobs running before m
 PostgreSQL restarts `--pg-restarts` times; Redis is down `--redis-down-s` seconds while jobs
 are submitted and read through the API and the portal (a login, the job form, the pages);
 10 % of the nodes fail and heal; some jobs' pods hang in Pending (never_start) and some in
-Terminating (a partitioned node).
+Terminating (a partitioned node). With `--lose-cluster` (bench.chaos_clusters), a second
+simulated cluster runs beside the first, and stops answering for longer than its deadline
+during the run, then comes back still running its stale pods.
 
 Then the faults stop, the run settles (`--settle-s` at most, until every job is final), and
 bench.chaos_checks checks the promises over the whole history. The JSON holds every check's
@@ -34,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench import chaos_clusters
 from bench import chaos_faults as faults
 from bench.chaos_env import PgCluster, Proc, RedisServer, manage, venv_tool
 from bench.chaos_load import TEAMS, Api, job_spec, seed, write_nodes_csv
@@ -72,6 +76,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add("--redis-port", type=int, default=6441)
     add("--web-port", type=int, default=8441)
     add("--seed", type=int, default=21)
+    add("--node-lost-grace-s", type=float, default=20.0, help="GANTRY_NODE_LOST_GRACE_S")
+    add(
+        "--lose-cluster",
+        action="store_true",
+        help="a second cluster, lost past its deadline and healed during the run",
+    )
+    add("--lose-at", type=float, default=0.3, help="when, as a share of the window")
+    add("--lost-after-s", type=int, default=30, help="the second cluster's deadline")
+    add(
+        "--lost-down-s",
+        type=float,
+        default=None,
+        help="how long it stays silent (default: deadline + node-lost grace + 30 s)",
+    )
+    add("--lost-stall-s", type=float, default=2.0, help="each call to it stalls, then fails")
     add("--keep", action="store_true", help="keep the run's directory (logs, database)")
     return parser.parse_args(argv)
 
@@ -88,7 +107,7 @@ def child_env(run: Run, args: argparse.Namespace) -> dict[str, str]:
         GANTRY_SCHEDULER_PROFILE=str(run.root / "profile.yaml"),
         # Pods that never start, and stopping pods of unreachable nodes, resolve within the run.
         GANTRY_BINDING_TIMEOUT_S="15",
-        GANTRY_NODE_LOST_GRACE_S="20",
+        GANTRY_NODE_LOST_GRACE_S=f"{args.node_lost_grace_s:g}",
         GANTRY_LOG_LEVEL="WARNING",
         DJANGO_DEBUG="0",
         PGAPPNAME="chaos-harness",
@@ -140,7 +159,8 @@ def submitter(run: Run, args: argparse.Namespace) -> None:
         if job_id is None:
             continue
         if index % hang_every == hang_every // 2:
-            run.cluster.never_start(job_id)
+            for cluster in run.clusters():
+                cluster.never_start(job_id)
             run.faults["pods_pending_forever"] += 1
         if index % 5 == 0:
             run.read(token, job_id)
@@ -193,6 +213,39 @@ def inject(run: Run, name: str, args: argparse.Namespace) -> None:
         run.hang_terminating(down_s=args.hold_s)
 
 
+def open_lost_cluster(run: Run, args: argparse.Namespace) -> None:
+    """site-b's row and its observer, before the schedulers start (they federate then)."""
+    chaos_clusters.add_cluster(args.lost_after_s)
+    run.other = chaos_clusters.open_other(run.state_file, run.nodes_csv)
+    down_s = args.lost_down_s
+    if down_s is None:
+        down_s = args.lost_after_s + args.node_lost_grace_s + 30.0
+    run.loss = chaos_clusters.LostCluster(
+        home=run.cluster,
+        other=run.other,
+        url=run.pg.url,
+        lost_after_s=args.lost_after_s,
+        grace_s=args.node_lost_grace_s,
+        down_s=down_s,
+        stall_s=args.lost_stall_s,
+    )
+
+
+def start_loss(run: Run, args: argparse.Namespace) -> threading.Thread | None:
+    """The sampler from now on, and the loss at `--lose-at` of the window, in threads."""
+    if run.loss is None:
+        return None
+    threading.Thread(target=run.loss.sampler, args=(run.pg.url,), daemon=True).start()
+
+    def lose() -> None:
+        time.sleep(max(0.0, run.started + args.lose_at * args.window_s - time.monotonic()))
+        run.loss.run(run)
+
+    thread = threading.Thread(target=lose, daemon=True)
+    thread.start()
+    return thread
+
+
 def stop_on_signal(signum: int, _frame: object) -> None:
     """SIGTERM or SIGINT (ignored by default in a background job) ends the run through its
     `finally`, which stops every process and server it started."""
@@ -219,20 +272,26 @@ def main(argv: list[str] | None = None) -> int:
             "backfill: {unknown_runtime_s: 60}\n"
         )
         run.setup_django(child_env(run, args))
-        run.teams = seed(total_milli=args.nodes * args.gpus * 1000)
+        clusters = 2 if args.lose_cluster else 1
+        run.teams = seed(total_milli=clusters * args.nodes * args.gpus * 1000)
         run.monitor.execute(faults.STALE_WRITE_SQL)
         run.open_cluster()
+        if args.lose_cluster:
+            open_lost_cluster(run, args)
         start_processes(run, args)
         run.api = Api(f"http://127.0.0.1:{args.web_port}")
-        run.wait_ready(args.nodes)
+        run.wait_ready(clusters * args.nodes)
         ready = time.monotonic()
         run.started = ready
         thread = threading.Thread(target=submitter, args=(run, args), daemon=True)
         thread.start()
+        loss = start_loss(run, args)
         for at, name in timeline(run, args):
             time.sleep(max(0.0, ready + at - time.monotonic()))
             inject(run, name, args)
         thread.join()
+        if loss is not None:
+            loss.join()
         faulted = time.monotonic()
         settled = settle(run, args.settle_s)
         results = checks(run)
@@ -255,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.chaos_checks import PROMISES
 
     broken = {k: results[k] for k in (*PROMISES, *MUST_BE_ZERO) if results.get(k)}
+    lost = results.get("lose_cluster") or {}
+    broken |= {f"lose_cluster.{k}": lost[k] for k in chaos_clusters.MUST_BE_ZERO if lost.get(k)}
     if broken:
         print("\n!!! CHAOS: PROMISES BROKEN !!!")
         for name, count in sorted(broken.items()):

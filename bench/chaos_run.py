@@ -31,6 +31,8 @@ class Run:
     others: list[Proc] = field(default_factory=list)
     api: Api = field(init=False)
     cluster: Any = None
+    other: Any = None  # the cluster lost during the run (--lose-cluster), as it is
+    loss: Any = None  # its scenario (bench.chaos_clusters.LostCluster)
     nodes: list[str] = field(default_factory=list)
     teams: dict[str, tuple[str, int]] = field(default_factory=dict)
     started: float = 0.0
@@ -75,6 +77,13 @@ class Run:
         from scheduler.backends.simulated.statefile import PersistentCluster
 
         self.cluster = PersistentCluster(nodes_from_openb_csv(self.nodes_csv), self.state_file)
+
+    def clusters(self) -> list[Any]:
+        return [self.cluster] + ([self.other] if self.other is not None else [])
+
+    def route(self, node: str) -> tuple[Any, str]:
+        """The cluster holding qualified node `node`, and its name there."""
+        return (self.cluster, node) if self.loss is None else self.loss.route(node)
 
     def wait_ready(self, nodes: int, wait_s: float = 180.0) -> None:
         """Until the web server answers and a leader has written the cluster's nodes."""
@@ -184,7 +193,8 @@ class Run:
             self.faults["terminating_skipped"] += 1
             return
         node, jobs = busy[0]
-        self.cluster.partition_node(node)
+        cluster, local = self.route(node)
+        cluster.partition_node(local)
         owners = {
             job: team
             for job, team in self.monitor.query(
@@ -202,7 +212,7 @@ class Run:
             self.faults["pods_terminating_hung"] += status == 200
         self.faults["nodes_partitioned"] += 1
         time.sleep(down_s)
-        self.cluster.heal_node(node)
+        cluster.heal_node(local)
 
     def shutdown(self, *, keep: bool) -> None:
         with contextlib.suppress(AttributeError):
@@ -273,7 +283,9 @@ def checks(run: Run) -> dict[str, Any]:
     died = [proc.name for proc in run.others if not proc.alive()]
     for proc in run.schedulers.procs:
         proc.stop()
-    pods = [pod.name for pod in run.cluster.list_pods()]
+    if run.loss is not None:
+        run.loss.stop.set()
+    pods = [pod.name for cluster in run.clusters() for pod in cluster.list_pods()]
     from django.db import connections
 
     connections.close_all()
@@ -305,6 +317,8 @@ def checks(run: Run) -> dict[str, Any]:
         "died": died,
     }
     out |= celery_catch_up(run)
+    if run.loss is not None:
+        out["lose_cluster"] = run.loss.results(run.monitor)
     return out
 
 

@@ -1,7 +1,8 @@
 """bench/chaos.py at a tiny scale: its own PostgreSQL cluster and Redis, two schedulers, the
 web server and a Celery worker; 30 jobs through the API while the leader is killed twice,
-PostgreSQL restarts once and Redis is down a few seconds. The JSON must hold the counts the
-issue names, and every promise must have held. No figure is asserted."""
+PostgreSQL restarts once and Redis is down a few seconds; and, with a second cluster, one run
+in which it is lost past its deadline and healed. The JSON must hold the counts the issue
+names, and every promise must have held. No figure is asserted."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from django.conf import settings
 
 from bench.chaos import timeline
 from bench.chaos_checks import PROMISES
+from bench.chaos_clusters import MUST_BE_ZERO
 from bench.chaos_env import _pg_bin
 
 REQUIRED = ("jobs", "kills", "lost", "double_allocations", "quota_breaches", "orphan_pods")
@@ -80,4 +82,66 @@ def test_a_tiny_chaos_run_keeps_every_promise(tmp_path: Path) -> None:
     assert {name: results[name] for name in PROMISES} == dict.fromkeys(PROMISES, 0)
     assert results["requests_redis_down"] > 0
     assert results["api_errors_redis_down"] == 0
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_a_job_running_in_both_clusters_is_counted_apart_from_the_outage(tmp_path: Path) -> None:
+    """The sampler's count must be able to fail: a job Running in both clusters while both
+    answer is `ran_on_two_clusters` (must be 0); while site-b is silent, the design's window."""
+    from bench.chaos_clusters import LostCluster
+    from scheduler.backends.simulated.inventory import make_nodes
+    from scheduler.backends.simulated.statefile import PersistentCluster
+    from tests.daemon.conftest import FakeClock
+    from tests.k8s.builders import make_request
+
+    clock = FakeClock()
+
+    def cluster(name: str) -> PersistentCluster:
+        nodes = make_nodes(2, "G3", 8, prefix="n")
+        return PersistentCluster(nodes, tmp_path / name, clock=clock, observer=True)
+
+    home, other = cluster("home.state"), cluster("home.state.site-b")
+    for job, node in ((5, "n-0000"), (6, "n-0001")):
+        for backend in (home, other):
+            request = make_request(job, node=node, sim_duration_s=600.0)
+            backend.create_pod(request)
+            backend.bind_pod(request.namespace, request.name, node)
+    clock.advance(2)
+    loss = LostCluster(home, other, "", lost_after_s=8, grace_s=8, down_s=35, stall_s=0)
+    loss.sample()
+    assert dict(loss.twice) == {"answering": {5, 6}}
+    other.lose(stall_s=0)
+    other.delete_pod("team-a", make_request(5).name, 0)  # the observer sees through it
+    loss.sample()
+    assert dict(loss.twice) == {"answering": {5, 6}, "outage": {6}}
+
+
+@pytest.mark.postgresql("the harness runs its own PostgreSQL cluster (initdb, pg_ctl restart)")
+@pytest.mark.skipif(not servers_installed(), reason="needs PostgreSQL's server and redis-server")
+def test_a_tiny_run_with_a_cluster_lost_and_healed_keeps_every_promise(tmp_path: Path) -> None:
+    """site-b goes silent 35 s (its deadline 8 s, the node-lost grace 8 s) with three long
+    jobs and some of the load on it, then answers with their stale pods still running."""
+    out = tmp_path / "chaos.json"
+    command = [
+        sys.executable, "-m", "bench.chaos", "--json", str(out),
+        "--jobs", "20", "--window-s", "30", "--runtime-s", "1", "3", "--settle-s", "200",
+        "--kills", "1", "--pg-restarts", "0", "--redis-down-s", "0",
+        "--no-freezes", "--no-restart", "--no-node-faults",
+        "--lose-cluster", "--lose-at", "0.1", "--lost-after-s", "8",
+        "--node-lost-grace-s", "8", "--lost-down-s", "35",
+        "--pg-port", str(free_port()), "--redis-port", str(free_port()),
+        "--web-port", str(free_port()),
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    done = subprocess.run(
+        command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    lost = results["lose_cluster"]
+    assert results["jobs"] == 23  # 20 of the load, 3 long ones preferring site-b
+    assert {name: results[name] for name in PROMISES} == dict.fromkeys(PROMISES, 0)
+    assert {name: lost[name] for name in MUST_BE_ZERO} == dict.fromkeys(MUST_BE_ZERO, 0)
+    assert lost["long_jobs_on_site_b"] == 3
+    assert lost["stale_pods_at_heal"] >= 3  # the scenario did what it is for
     assert done.returncode == 0, done.stdout[-3000:]

@@ -30,6 +30,7 @@ from scheduler.clusters.backends import ClusterWatch, backend_for_clusters, last
 from scheduler.models import Allocation, Cluster, Job, JobState
 from tests.conftest import build_org
 from tests.daemon.conftest import Env, FakeClock, watched
+from tests.k8s.builders import make_request
 
 METHODS = (
     "list_nodes",
@@ -160,6 +161,26 @@ def test_a_silent_cluster_is_asked_again_only_after_its_quiet_time() -> None:
     up(b)
     clock.advance(1)
     assert "b:n-0000" in {n.name for n in fed.list_nodes() if n.ready}
+
+
+def test_a_silent_clusters_event_clock_does_not_wake_the_daemon_until_it_answers() -> None:
+    """bench.chaos --lose-cluster: the daemon cycled some 380 times a second while a cluster
+    was silent, its pods' ends (never seen, the lists failing) always an event past."""
+    clock = FakeClock()
+    home, b = sim(1, "h", clock), sim(1, "n", clock)
+    fed = federate([Member("local", home, home=True), Member("b", b)], probe_every_s=0.0)
+    request = make_request(node="b:n-0000", sim_duration_s=10.0)
+    fed.create_pod(request)
+    fed.bind_pod(request.namespace, request.name, request.node)
+    fed.list_pods()
+    assert fed.next_event_at() == clock() + 1.0  # its start, 1 s after binding
+    down(b)
+    clock.advance(60)  # started at 1 s, ended at 11 s: unseen
+    fed.list_pods()
+    assert fed.next_event_at() is None
+    up(b)
+    fed.list_pods()  # seen ended: nothing more to come
+    assert fed.next_event_at() is None
 
 
 def test_capabilities_are_those_the_members_offer(two: Any) -> None:

@@ -68,10 +68,16 @@ class ForwardsPodWatching(_Base):
 
 class ForwardsEventClock(_Base):
     def next_event_at(self) -> float | None:
+        """The earliest of the members' that answered their last list. A silent member's pods
+        cannot be seen to end: a pod due to end there would read as an event already past at
+        every cycle, and the daemon would cycle without pause until the member answered. It
+        is asked again on its own schedule (`probe_every_s`) at the daemon's interval."""
         times = [
             at
             for m in self.members.values()
-            if isinstance(m.backend, EventClock) and (at := m.backend.next_event_at()) is not None
+            if isinstance(m.backend, EventClock)
+            and self.answered.get(m.name, True)
+            and (at := m.backend.next_event_at()) is not None
         ]
         return min(times, default=None)
 
