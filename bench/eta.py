@@ -46,11 +46,13 @@ same figures for the naive estimates (``NAIVE``) made at the same moments.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import random
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,11 +235,12 @@ class EstimatingReplay(Simulation):
     def _calibrated(
         self, ranges: dict[str, tuple[float | None, float | None]], groups: dict[str, Groups]
     ) -> dict[str, tuple[float | None, float | None]]:
-        """Settle the record with the jobs started since (their first start), keep the
-        replay's ranges in it, and return them corrected by it."""
+        """Settle the record with the jobs that left the queue since (each estimate against
+        the start that ended its wait), keep the replay's ranges in it, and return them
+        corrected by it."""
         assert self.log is not None
-        started = {j: self.tracks[j].first_start for j in self.log.waiting}
-        self.log.settle({j: at for j, at in started.items() if at is not None})
+        gone = [j for j in self.log.waiting if j not in self.pending]
+        self.log.settle({j: self.tracks[j].starts for j in gone if self.tracks[j].starts})
         self.log.record(self.now, ranges, groups)
         self.raw += [Estimate(j, self.now, p50, p90) for j, (p50, p90) in ranges.items()]
         adjust, waiting = self.log.calibration.adjust, self.log.waiting_scores(self.now)
@@ -284,10 +287,19 @@ SHORT_WAIT_S = 600.0
 WITHIN_S = 60.0
 
 
-def score(estimates: list[Estimate], starts: dict[str, float | None]) -> dict[str, object]:
+def next_start(starts: Sequence[float], at: float) -> float | None:
+    """The start that ends the wait an estimate made at ``at`` predicted: the job's first
+    start at or after it (``starts`` sorted). A job preempted and requeued waits again:
+    the estimates made then predict its next start, not its first."""
+    index = bisect.bisect_left(starts, at)
+    return starts[index] if index < len(starts) else None
+
+
+def score(estimates: list[Estimate], starts: Mapping[str, Sequence[float]]) -> dict[str, object]:
     """Errors of the p50 estimates against the actual starts, and the p50..p90 coverage,
-    over every estimate of a job that started (an estimate of "not within the horizon" for
-    a job that started counts as a miss of the range and is left out of the errors). A
+    over every estimate of a job that started after it (``next_start``: ``starts`` holds
+    each job's starts, sorted; an estimate of "not within the horizon" for a job that
+    started counts as a miss of the range and is left out of the errors). A
     calibrated estimator covers 0.4 (its p50..p90): `early` and `late` say on which side
     the misses fall (actual start before the p50, after the p90). `median_abs_error_rel`:
     the median of each p50's error over the wait still ahead when it was made (at least
@@ -295,10 +307,12 @@ def score(estimates: list[Estimate], starts: dict[str, float | None]) -> dict[st
     actual start, the share whose p50 was within WITHIN_S of it."""
     errors, relative, inside, beyond, early = [], [], 0, 0, 0
     short = short_right = 0
-    judged = [e for e in estimates if starts.get(e.job) is not None]
-    for e in judged:
-        actual = starts[e.job]
-        assert actual is not None
+    judged = []
+    for e in estimates:
+        actual = next_start(starts.get(e.job, ()), e.at)
+        if actual is not None:
+            judged.append((e, actual))
+    for e, actual in judged:
         wait = actual - e.at
         short += wait < SHORT_WAIT_S
         if e.p50 is None:
@@ -325,7 +339,7 @@ def score(estimates: list[Estimate], starts: dict[str, float | None]) -> dict[st
 
 
 def scored(
-    estimates: list[Estimate], naive: list[Estimate], starts: dict[str, float | None]
+    estimates: list[Estimate], naive: list[Estimate], starts: Mapping[str, Sequence[float]]
 ) -> dict[str, object]:
     """`score` of the estimator, with `baseline`: the same figures for the naive estimates
     (`NAIVE`: every job runs its declared max) made at the same moments."""
@@ -366,7 +380,7 @@ def run(
         arrivals_late_windows=arrivals_late_windows,
     )
     report = replay.run()
-    starts = {j.id: j.first_start_s for j in report.jobs}
+    starts = {j.id: j.starts_s for j in report.jobs}
     waits = [j.first_start_s - j.arrival_s for j in report.jobs if j.first_start_s is not None]
     walls = replay.estimate_wall_s
     raw = {"uncalibrated": score(replay.raw, starts)} if calibrate else {}

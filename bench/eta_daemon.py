@@ -14,7 +14,8 @@ Three processes share one database:
   declared max) of the queue as it stands then, read by `build_snapshot` (fair share from
   no usage history: the daemon's decayed usage is its own), for `baseline`.
 
-A job's actual start is its first `admitted` event (as bench.kueue_e2e measures admission).
+A job's actual start is the `admitted` event that ended the wait an estimate was made in:
+its first admission, or after a requeue the next one (`bench.eta.next_start`).
 The daemon also notes, after each refresh, which jobs it estimated then (ids only, from the
 table): `estimated_unrecorded` counts those the recorder never saw, so the figures say
 whether polling kept up.
@@ -279,17 +280,20 @@ def _figures(
     refreshes_seen: int,
     unrecorded: int,
 ) -> dict[str, Any]:
-    from django.db.models import Min
-
     from scheduler.models import Job, JobEvent
 
     created = {str(i): at.timestamp() for i, at in Job.objects.values_list("id", "created_at")}
-    admitted = JobEvent.objects.filter(to_state="admitted").values("job_id").annotate(at=Min("at"))
-    starts: dict[str, float | None] = dict.fromkeys(created)
-    starts |= {str(row["job_id"]): row["at"].timestamp() for row in admitted}
-    started = {job for job, at in starts.items() if at is not None}
+    admitted = JobEvent.objects.filter(to_state="admitted").values_list("job_id", "at")
+    # every admission: an estimate made while a requeued job waited again is judged on the
+    # admission that ended that wait (bench.eta.next_start)
+    starts: dict[str, list[float]] = {job: [] for job in created}
+    for job_id, at in admitted:
+        starts.setdefault(str(job_id), []).append(at.timestamp())
+    for times in starts.values():
+        times.sort()
+    started = {job for job, times in starts.items() if times}
     estimated_jobs = {e.job for e in estimates}
-    waits = [at - created[job] for job, at in starts.items() if at is not None]
+    waits = [times[0] - created[job] for job, times in starts.items() if times]
     walls = [r["ms"] / 1000 for r in refreshes]
     return scored(estimates, naive, starts) | {
         "jobs": jobs,

@@ -34,7 +34,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Min
 
 from scheduler.core import Profile
 from scheduler.estimates import worker as eta_worker
@@ -188,20 +187,24 @@ def refresh_estimates(
 
 def settle_record(record: EstimateLog, waiting: Iterable[str]) -> int:
     """Turn the recorded estimates of jobs no longer `waiting` (core ids) into pairs: those
-    that started, at their first allocation's start (the admission); the others (cancelled,
-    or started and requeued before this read) are forgotten. Returns the pairs made."""
+    that started, each estimate with the first admission (an allocation's start) at or
+    after it, so that a job preempted and requeued is judged on the start that ended each
+    wait; the others (cancelled, or started and requeued before this read) are forgotten.
+    Returns the pairs made."""
     still = set(waiting)
     gone = [job for job in record.waiting if job not in still]
     if not gone:
         return 0
-    firsts = (
+    rows = (
         Allocation.objects.filter(job_id__any=[job_pk(job) for job in gone])
-        .values("job_id")
-        .annotate(at=Min("started_at"))
+        .values_list("job_id", "started_at")
+        .distinct()
     )
-    starts = {core_job_id(row["job_id"]): row["at"].timestamp() for row in firsts}
+    starts: dict[str, list[float]] = {}
+    for pk, started_at in rows:
+        starts.setdefault(core_job_id(pk), []).append(started_at.timestamp())
     record.forget(job for job in gone if job not in starts)
-    return record.settle(starts)
+    return record.settle({job: sorted(at) for job, at in starts.items()})
 
 
 def _store(

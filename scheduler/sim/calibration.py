@@ -21,9 +21,10 @@ job's future. Pure: times are the caller's clock, nothing is read.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.sim.runtimes import Groups, quantile
@@ -189,13 +190,18 @@ class EstimateLog:
                 kept[:] = kept[1::2]
             kept.append(Outstanding(groups.get(job_id, ()), made_at, p50, p90))
 
-    def settle(self, starts: Mapping[str, float]) -> int:
-        """Jobs that started (job id -> start): their estimates become pairs; returns how
-        many pairs. A start before an estimate (a stale read) is not a pair."""
+    def settle(self, starts: Mapping[str, Sequence[float]]) -> int:
+        """Jobs that left the queue (job id -> its starts, sorted): each of their estimates
+        becomes a pair with the first start at or after it (the start that ended the wait
+        it predicted: a job preempted and requeued waited again, and its later estimates
+        predict its next start, not its first); an estimate no start followed (a stale
+        read) is no pair. Returns how many pairs."""
         pairs = 0
-        for job_id, actual in starts.items():
+        for job_id, when in starts.items():
             for e in self.waiting.pop(job_id, ()):
-                if actual >= e.made_at:
+                index = bisect.bisect_left(when, e.made_at)
+                if index < len(when):
+                    actual = when[index]
                     self.calibration.observe(e.groups, e.made_at, e.p50, e.p90, actual)
                     pairs += 1
         return pairs

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from scheduler.core import Profile, decay_usage, run_cycle
 from scheduler.core.context import Held
@@ -59,6 +59,7 @@ class _Track:
     request: JobRequest
     done_s: float = 0.0  # progress kept across stops (checkpoints)
     first_start: float | None = None
+    starts: list[float] = field(default_factory=list)  # every start, requeues included
     end: float | None = None
     state: str = "pending"
     preemptions: int = 0
@@ -147,7 +148,13 @@ class Simulation:
             job = running.job
             end = max(start.now, start.ends[job.id])
             spec = WorkloadJob(job, job.submitted_at, end - running.started_at)
-            self.tracks[job.id] = _Track(spec, job, first_start=running.started_at, state="running")
+            self.tracks[job.id] = _Track(
+                spec,
+                job,
+                first_start=running.started_at,
+                starts=[running.started_at],
+                state="running",
+            )
             self._run(running)
             self._push(end, END, job.id)
 
@@ -318,6 +325,7 @@ class Simulation:
             )
         )
         track.state, track.reason = "running", ""
+        track.starts.append(self.now)
         if track.first_start is None:
             track.first_start = self.now
         remaining = max(0.0, track.spec.duration_s - track.done_s)
@@ -480,4 +488,5 @@ class Simulation:
             track.preemptions,
             track.gpu_s,
             track.reason,
+            tuple(track.starts),
         )

@@ -55,6 +55,7 @@ class JobOutcome:
     preemptions: int
     gpu_s: float
     reason: str = ""
+    starts_s: tuple[float, ...] = ()  # every start: the first, and each after a requeue
 
     @property
     def wait_s(self) -> float | None:

@@ -41,7 +41,7 @@ def test_relative_error_and_short_waits_worked_example() -> None:
         eta.Estimate("b", 0.0, 900.0, 950.0),
         eta.Estimate("c", 10.0, 10.5, 11.0),
     ]
-    starts = {"a": 150.0, "b": 700.0, "c": 10.2}
+    starts = {"a": [150.0], "b": [700.0], "c": [10.2]}
     scored = eta.score(estimates, starts)
     assert scored["median_abs_error_rel"] == 0.3
     assert scored["within_60s_share"] == 1.0
@@ -61,13 +61,28 @@ def test_score_worked_example() -> None:
         eta.Estimate("b", 0.0, 9.0, 20.0),
         eta.Estimate("never", 0.0, 1.0, 2.0),  # never started: not judged
     ]
-    scored = eta.score(estimates, {"a": 10.0, "b": 5.0, "never": None})
+    scored = eta.score(estimates, {"a": [10.0], "b": [5.0], "never": []})
     assert scored["estimates"] == 3
     assert scored["median_abs_error_s"] == 2.0
     assert scored["p90_abs_error_s"] == quantile([1.0, 2.0, 4.0], 0.9) == 3.6
     assert scored["coverage"] == round(1 / 3, 4)
     # both misses started before their p50; none after its p90
     assert (scored["early"], scored["late"]) == (round(2 / 3, 4), 0.0)
+
+
+def test_a_requeued_job_is_judged_on_the_start_that_ended_each_wait() -> None:
+    # r started at 10, was preempted, and started again at 60. Estimated at 0 to start at
+    # 10 and at 50 to start at 62: errors 0 and 2 (over a wait of 10: 0.2). Against its
+    # first start the second estimate would be error 52 over a wait counted as 1 s.
+    estimates = [eta.Estimate("r", 0.0, 10.0, 12.0), eta.Estimate("r", 50.0, 62.0, 64.0)]
+    scored = eta.score(estimates, {"r": [10.0, 60.0]})
+    assert scored["estimates"] == 2
+    assert scored["median_abs_error_s"] == 1.0  # errors 0 and 2
+    assert scored["median_abs_error_rel"] == 0.1  # 0 / 10 and 2 / 10
+    # an estimate made after the job's last start (a stale read) is not judged
+    late = [*estimates, eta.Estimate("r", 70.0, 80.0, 90.0)]
+    assert eta.score(late, {"r": [10.0, 60.0]})["estimates"] == 2
+    assert eta.next_start([10.0, 60.0], 10.0) == 10.0  # started in the cycle that estimated
 
 
 DAEMON_KEYS = {

@@ -125,18 +125,29 @@ def test_the_log_turns_estimates_into_pairs_when_the_job_starts() -> None:
     log.forget(["j2"])
     # j1 started at 100: scores (100 - 50) / 60 and (90 - 40) / 50 -> 5/6 and 1, median
     # 11/12; a new wait of 45 s (the same scale) moves to 45 + 11/12 * 55
-    assert log.settle({"j1": 100.0}) == 2
+    assert log.settle({"j1": [100.0]}) == 2
     assert log.waiting == {}
     p50, _ = log.calibration.adjust(SMALL, 0.0, 45.0, 45.0)
     assert p50 == pytest.approx(45.0 + 11 / 12 * 55.0)
 
 
 def test_a_start_before_an_estimate_is_no_pair() -> None:
-    # a requeued job estimated at 50, whose first start (10) predates the estimate
+    # a requeued job estimated at 50, whose only start read (10) predates the estimate
     log = EstimateLog(Calibration(floor_s=10.0, min_pairs=1))
     log.record(50.0, {"j": (60.0, 60.0)}, {"j": SMALL})
-    assert log.settle({"j": 10.0}) == 0
+    assert log.settle({"j": [10.0]}) == 0
     assert log.calibration.p50 == {}
+
+
+def test_a_requeued_job_is_judged_on_the_start_that_ended_each_wait() -> None:
+    # estimated at 0 to start at 10, it started at 10; preempted, estimated at 50 to start
+    # at 60, it started again at 60: both estimates were right (score 0). Against its first
+    # start the second would have been no pair, and against its last the first one 5 late.
+    log = EstimateLog(Calibration(floor_s=10.0, min_pairs=2))
+    log.record(0.0, {"j": (10.0, 10.0)}, {"j": SMALL})
+    log.record(50.0, {"j": (60.0, 60.0)}, {"j": SMALL})
+    assert log.settle({"j": [10.0, 60.0]}) == 2
+    assert log.calibration.adjust(SMALL, 100.0, 110.0, 110.0) == (110.0, 110.0)
 
 
 def test_a_long_wait_keeps_estimates_from_all_of_it_in_bounded_memory() -> None:
@@ -154,7 +165,7 @@ def test_jobs_still_waiting_count_as_starting_now_at_the_soonest() -> None:
     # new 10 s wait as it is; with j1's bound the median of (0, 4.5) is 2.25: 10 + 2.25 * 20.
     log = EstimateLog(Calibration(floor_s=10.0, min_pairs=2))
     log.record(0.0, {"j1": (10.0, 10.0), "j2": (10.0, 10.0)}, {"j1": SMALL, "j2": SMALL})
-    log.settle({"j2": 10.0})
+    log.settle({"j2": [10.0]})
     adjust = log.calibration.adjust
     assert adjust(SMALL, 100.0, 110.0, 110.0) == (110.0, 110.0)  # 1 pair of 2 needed
     waiting = log.waiting_scores(100.0)
