@@ -159,6 +159,8 @@ class CostRow:
     gpu_hours: Fraction = field(default_factory=Fraction)
     gpu_hours_used: Fraction = field(default_factory=Fraction)
     gpu_hours_idle_reserved: Fraction = field(default_factory=Fraction)
+    # The cluster of a row split per cluster (`aggregate_per_cluster`); None: every cluster.
+    cluster: str | None = None
 
 
 JOB_KINDS = frozenset({LineKind.USED, LineKind.PREEMPTED, LineKind.FAILED})
@@ -229,6 +231,26 @@ def aggregate(lines: Iterable[CostLine], by: str) -> list[CostRow]:
     for key, row in rows.items():
         hours[key].fill(row)
     return sorted(rows.values(), key=lambda r: (-r.charged, -r.showback, str(r.name)))
+
+
+def aggregate_per_cluster(lines: Iterable[CostLine], by: str) -> list[CostRow]:
+    """`aggregate` split per cluster: a row per value of `by` and cluster (`CostRow.cluster`,
+    the lines' cluster name), the groups in `aggregate`'s order (largest charged first), each
+    group's clusters by name. By "cluster" itself, `aggregate`'s rows with their cluster."""
+    lines = list(lines)
+    groups = aggregate(lines, by)
+    if by == "cluster":
+        return [replace(row, cluster=row.name or "") for row in groups]
+    order = {row.key: i for i, row in enumerate(groups)}
+    parts: dict[str, list[CostLine]] = {}
+    for line in lines:
+        parts.setdefault(line.cluster, []).append(line)
+    rows = [
+        replace(row, cluster=cluster)
+        for cluster, part in parts.items()
+        for row in aggregate(part, by)
+    ]
+    return sorted(rows, key=lambda r: (order[r.key], r.cluster or ""))
 
 
 def totals(lines: Iterable[CostLine]) -> CostRow:

@@ -36,7 +36,7 @@ from billing.exports import focus
 from billing.rates.rating import QUANTITY_PLACES
 from billing.selectors import (
     CostRow,
-    aggregate,
+    aggregate_per_cluster,
     cost_lines_visible,
     line_filter_for,
     totals,
@@ -68,9 +68,9 @@ def export_write(
     """Write the export of `query` (the cost API's validated query: `from`, `to`, `by`, and
     the filters `tenant`, `project`, `flavor`, `kind`) as `user` may see it, to `out`.
 
-    `fmt`: "csv" and "xlsx" hold one row per value of `by` and a totals row; "focus" one row
-    per cost line (no totals row: FOCUS datasets have none). Returns the rows written, the
-    header and totals row left out. `progress(done, total)` is called as rows are written.
+    `fmt`: "csv" and "xlsx" hold one row per value of `by` and cluster, and a totals row;
+    "focus" one row per cost line (no totals row: FOCUS datasets have none). Returns the rows
+    written, the header and totals row left out. `progress(done, total)` is called as rows are written.
     DomainError when a flavor used has no rate (as the cost API)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}")
@@ -84,7 +84,7 @@ def export_write(
         return write_csv(list(focus.COLUMNS), focus.rows(months), out, count, progress)
     lines = cost_lines_visible(user, query["from"], query["to"], line_filter_for(query))
     window = (query["from"], query["to"])
-    rows = aggregate(lines, query["by"])
+    rows = aggregate_per_cluster(lines, query["by"])
     table = CostTable(query["by"], window, rows, totals(lines))
     if fmt == "csv":
         return write_csv(
@@ -156,7 +156,9 @@ def _utc(moment: datetime) -> str:
 
 
 class CostTable:
-    """The cost API's page as a table: one row per value of `by`, then the totals."""
+    """The cost API's page as a table: one row per value of `by` and cluster, then the
+    totals. Beside `by`, a `cluster` column (the rows' `CostRow.cluster`); by "cluster"
+    itself, its `cluster` column is `by`'s own."""
 
     def __init__(
         self,
@@ -170,6 +172,7 @@ class CostTable:
         self.rows = rows
         self.total = total
         self.currency = settings.GANTRY_BILLING_CURRENCY
+        self.cluster_column = by != "cluster"
 
     def header(self) -> list[str]:
         return [
@@ -177,21 +180,21 @@ class CostTable:
             "to",
             f"{self.by}_id",
             self.by,
+            *(["cluster"] if self.cluster_column else []),
             f"charged_{self.currency}",
             f"showback_{self.currency}",
             "gpu_hours_used",
             "gpu_hours_idle_reserved",
         ]
 
-    def cells(
-        self, row: CostRow, text: Callable[[Any], str] = csv_safe
-    ) -> tuple[str, str, Decimal, Decimal, Decimal, Decimal]:
-        """(key, name, charged, showback, GPU-hours used, idle reserved GPU-hours); text
-        through `text` (CSV: escaped against formulas)."""
+    def cells(self, row: CostRow, text: Callable[[Any], str] = csv_safe) -> tuple[Any, ...]:
+        """(key, name, [cluster,] charged, showback, GPU-hours used, idle reserved GPU-hours);
+        text through `text` (CSV: escaped against formulas)."""
         key = "" if row.key is None else text(row.key)
         return (
             key,
             text(row.name),
+            *([text(row.cluster or "")] if self.cluster_column else []),
             _money(row.charged),
             _money(row.showback),
             _hours(row.gpu_hours_used),
@@ -207,10 +210,12 @@ class CostTable:
         start, end = (_utc(moment) for moment in self.window)
         return [start, end, "", *self.total_cells()]
 
-    def total_cells(self) -> tuple[str, Decimal, Decimal, Decimal, Decimal]:
+    def total_cells(self) -> tuple[Any, ...]:
+        """("Total", [cluster: "",] charged, showback, GPU-hours used, idle reserved)."""
         total = self.total
         used, idle = _hours(total.gpu_hours_used), _hours(total.gpu_hours_idle_reserved)
-        return "Total", total.charged, total.showback, used, idle
+        blank = ("",) if self.cluster_column else ()
+        return ("Total", *blank, total.charged, total.showback, used, idle)
 
 
 def _as_typed(value: Any) -> str:
@@ -252,7 +257,15 @@ def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = Non
             made.quotePrefix = True
         return made
 
-    header = ["From (UTC)", "To (UTC)", f"{table.by} id", table.by, "Charged", "Showback"]
+    header = [
+        "From (UTC)",
+        "To (UTC)",
+        f"{table.by} id",
+        table.by,
+        *(["cluster"] if table.cluster_column else []),
+        "Charged",
+        "Showback",
+    ]
     titles = [*header, "GPU-hours used", "Idle reserved GPU-hours"]
     sheet.append([cell(title, font=bold) for title in titles])
     # openpyxl refuses aware datetimes: the window in UTC, said so in the header.
@@ -261,13 +274,14 @@ def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = Non
     if progress is not None:
         progress(0, total)
     for written, row in enumerate(table.rows, start=1):
-        key, name, charged, showback, used, idle = table.cells(row, _as_typed)
+        key, name, *where, charged, showback, used, idle = table.cells(row, _as_typed)
         sheet.append(
             [
                 cell(start, DATE_FORMAT),
                 cell(end, DATE_FORMAT),
                 cell(row.key) if isinstance(row.key, int) else text(key),
                 text(name),
+                *(text(value) for value in where),
                 cell(charged, money),
                 cell(showback, money),
                 cell(used, HOURS_FORMAT),
@@ -275,13 +289,14 @@ def write_xlsx(table: CostTable, out: IO[bytes], progress: Progress | None = Non
             ]
         )
         _report(progress, written, total)
-    label, charged, showback, used, idle = table.total_cells()
+    label, *where, charged, showback, used, idle = table.total_cells()
     sheet.append(
         [
             cell(start, DATE_FORMAT, bold),
             cell(end, DATE_FORMAT, bold),
             cell(None),
             cell(label, font=bold),
+            *(cell(None) for _ in where),
             cell(charged, money, bold),
             cell(showback, money, bold),
             cell(used, HOURS_FORMAT, bold),

@@ -96,37 +96,48 @@ def test_csv_rows_are_the_cost_api_rows_cell_by_cell(org: Org, client_for: Any, 
         in (response["Content-Disposition"])
     )
     header, *rows, total = csv_rows(body(response))
+    where = [] if by == "cluster" else ["cluster"]  # by "cluster": its own column
     assert header == [
         "from",
         "to",
         f"{by}_id",
         by,
+        *where,
         f"charged_{api['currency']}",
         f"showback_{api['currency']}",
         "gpu_hours_used",
         "gpu_hours_idle_reserved",
     ]
-    assert len(rows) == len(api["results"]) > 0
-    for row, expected in zip(rows, api["results"], strict=True):
-        assert row == [
-            WINDOW["from"],
-            WINDOW["to"],
-            key_text(expected["key"]),
-            expected["name"] or "",
-            expected["charged"],
-            expected["showback"],
-            expected["gpu_hours_used"],
-            expected["gpu_hours_idle_reserved"],
-        ]
+    # A row per group and cluster: this cluster's jobs ran on `local`, and its idle reserved
+    # capacity carries no cluster (""). Each group's rows add up to the API's row, cell by
+    # cell, in the API's order.
+    figures = ["charged", "showback", "gpu_hours_used", "gpu_hours_idle_reserved"]
+    summed: dict[tuple[str, str], list[Decimal]] = {}
+    clusters: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        assert row[:2] == [WINDOW["from"], WINDOW["to"]]
+        group = (row[2], row[3])
+        cells = [Decimal(cell) for cell in row[4 + len(where) :]]
+        summed[group] = [a + b for a, b in zip(summed.get(group, [0] * 4), cells, strict=True)]
+        clusters.setdefault(group, []).append(row[4] if where else row[3])
+    expected = {
+        (key_text(r["key"]), r["name"] or ""): [Decimal(r[f]) for f in figures]
+        for r in api["results"]
+    }
+    assert summed == expected and list(summed) == list(expected)
+    assert all(names == sorted(set(names)) for names in clusters.values())
+    assert {name for names in clusters.values() for name in names} == {"local", ""}
     # The totals row: the cost API's total, and the sum of the rows above it.
     assert total[3:] == [
         "Total",
+        *[""] * len(where),
         api["total"]["charged"],
         api["total"]["showback"],
         api["total"]["gpu_hours_used"],
         api["total"]["gpu_hours_idle_reserved"],
     ]
-    assert sum(Decimal(r[4]) for r in rows) == Decimal(total[4])
+    charged = 4 + len(where)
+    assert sum(Decimal(r[charged]) for r in rows) == Decimal(total[charged])
 
 
 def test_gpu_hours_used_and_idle_reserved_are_separate_columns(org: Org, client_for: Any) -> None:
@@ -165,29 +176,33 @@ def test_xlsx_cells_are_typed_and_the_totals_row_adds_up(
         "To (UTC)",
         f"{by} id",
         by,
+        "cluster",
         "Charged",
         "Showback",
         "GPU-hours used",
         "Idle reserved GPU-hours",
     ]
-    assert len(rows) == len(api["results"]) > 0
-    for row, expected in zip(rows, api["results"], strict=True):
-        start, end, key, name, charged, showback, used, idle = row
+    # The rows are the CSV's (a row per group and cluster, checked against the API above),
+    # typed.
+    _, *csv_lines, _ = csv_rows(body(download(client, "csv", by=by)))
+    assert len(rows) == len(csv_lines) >= len(api["results"]) > 0
+    for row, expected in zip(rows, csv_lines, strict=True):
+        start, end, key, name, where, charged, showback, used, idle = row
         assert (start.value, end.value) == (datetime(2031, 1, 31, 20), datetime(2031, 2, 1))
         assert start.is_date and end.is_date
-        assert key_text(key.value) == key_text(expected["key"])
-        assert (name.value or None) == expected["name"]
-        for cell, figure in [(charged, "charged"), (showback, "showback")]:
+        assert key_text(key.value) == expected[2]
+        assert (name.value or "") == expected[3] and (where.value or "") == expected[4]
+        for cell in (charged, showback):
             assert cell.data_type == "n" and isinstance(cell.value, int | float)
-            assert Decimal(str(cell.value)) == Decimal(expected[figure])
             assert api["currency"] in cell.number_format
-        for cell, figure in [(used, "gpu_hours_used"), (idle, "gpu_hours_idle_reserved")]:
+        for cell in (used, idle):
             assert cell.data_type == "n"
-            assert Decimal(str(cell.value)) == Decimal(expected[figure])
+        figures = [Decimal(str(cell.value)) for cell in (charged, showback, used, idle)]
+        assert figures == [Decimal(cell) for cell in expected[5:]]
     assert total[3].value == "Total"
-    assert Decimal(str(total[4].value)) == Decimal(api["total"]["charged"])
-    assert Decimal(str(total[4].value)) == sum(Decimal(str(r[4].value)) for r in rows)
-    assert Decimal(str(total[5].value)) == Decimal(api["total"]["showback"])
+    assert Decimal(str(total[5].value)) == Decimal(api["total"]["charged"])
+    assert Decimal(str(total[5].value)) == sum(Decimal(str(r[5].value)) for r in rows)
+    assert Decimal(str(total[6].value)) == Decimal(api["total"]["showback"])
     assert all(c.data_type != "f" for row in sheet.iter_rows() for c in row)
 
 
@@ -387,7 +402,7 @@ def test_an_export_holds_what_its_user_may_see(
     text = body(download(client, fmt, by="project")).decode("utf-8-sig")
     rows = csv_rows(text.encode())
     if fmt == "csv":
-        assert rows[-1][4] == api["total"]["charged"]
+        assert rows[-1][5] == api["total"]["charged"]  # from, to, id, name, cluster
     else:
         billed = sum(Decimal(r[rows[0].index("BilledCost")]) for r in rows[1:])
         assert billed == Decimal(api["total"]["charged"])
@@ -520,7 +535,7 @@ def test_what_an_export_holds_is_decided_when_it_runs(org: Org) -> None:
     export.refresh_from_db()
     path = Path(export_runs.export_dir()) / export.file
     _header, total = csv_rows(path.read_bytes())
-    assert export.rows == 0 and total[3:5] == ["Total", "0.00"]
+    assert export.rows == 0 and total[3:6] == ["Total", "", "0.00"]
 
 
 def test_a_second_run_of_the_same_export_does_nothing(org: Org) -> None:
