@@ -4,7 +4,8 @@ Gantry decides is told back to the user in Kubernetes.
 One pass (`sync`) reads every held pod and Job (label `gantry.io/managed=true`) and then:
 1. mirrors each batch/v1 Job, each single pod, and each pod group once all of its pods exist,
    into a Gantry job (`mirror`); an object Gantry cannot queue gets a Warning event saying
-   why, once;
+   why, once; a TrainJob's runtime is read as it is mirrored (the initializers it declares
+   count, `companions.py`);
 2. cancels the job of a workload that was deleted (its quota is freed);
 3. writes an event on the workload (the Job, or each of its pods) when its job's state or
    reason changed: `kubectl describe` shows why it waits ("waiting: team nlp's H100 quota
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scheduler.models import FINAL_STATES, Job, JobQueueEstimate, JobState
-from scheduler.workloads.kinds import LEADERWORKERSET, Kind, at
+from scheduler.workloads.companions import runtime_ref
+from scheduler.workloads.kinds import LEADERWORKERSET, TRAINJOB, Kind, at
 from scheduler.workloads.mirror import (
     Mirrored,
     end_deleted,
@@ -36,7 +38,8 @@ from scheduler.workloads.mirror import (
     workload_uid,
 )
 from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, is_lws_pod, lws_groups
-from scheduler.workloads.shape import Refused, group_of
+from scheduler.workloads.shape import Refused, Shaped, group_of
+from scheduler.workloads.shape_kinds import shape_trainjob
 from scheduler.workloads.status import ANNOTATION_REASON, ANNOTATION_STATUS, status_annotations
 
 log = logging.getLogger("gantry.workloads")
@@ -92,6 +95,8 @@ class HeldObjects(Teller, Protocol):
     def list_held_jobs(self) -> list[Obj]: ...
 
     def list_held_objects(self, group: str, version: str, plural: str) -> list[Obj]: ...
+
+    def read_training_runtime(self, namespace: str, kind: str, name: str) -> Obj | None: ...
 
 
 @dataclass
@@ -195,8 +200,8 @@ class WorkloadController:
         try:
             mirrored: Mirrored
             if held.kind in QUEUED:
-                obj, shape = held.objects[0], QUEUED[held.kind].shape
-                mirrored = mirror_object(obj, lambda: shape(obj, self.gpu_resource))
+                obj = held.objects[0]
+                mirrored = mirror_object(obj, lambda: self._shape(held.kind, obj))
             else:
                 owner = held.owner
                 mirrored = mirror_pods(held.objects, gpu_resource=self.gpu_resource, owner=owner)
@@ -207,6 +212,18 @@ class WorkloadController:
         self.refusals.pop(uid, None)
         # Found again after a restart: told once more, unless the object shows it already.
         self.told[uid] = _shown(held, mirrored.job)
+
+    def _shape(self, kind: str, obj: Obj) -> Shaped:
+        """What `obj` of a queued kind asks for; a TrainJob's with the initializers of the
+        runtime it names (read now: a runtime that does not exist counts none, and a read
+        that fails fails the pass, the object mirrored at the next)."""
+        if kind != TRAINJOB.kind:
+            return QUEUED[kind].shape(obj, self.gpu_resource)
+        runtime = None
+        if (ref := runtime_ref(obj)) is not None:
+            namespace = str(at(obj, ("metadata", "namespace")))
+            runtime = self.cluster.read_training_runtime(namespace, *ref)
+        return shape_trainjob(obj, self.gpu_resource, runtime)
 
     def _refused(self, uid: str, held: Held, why: str, stats: SyncStats) -> None:
         stats.refused += 1

@@ -41,6 +41,8 @@ class HeldListWatch(Teller, Protocol):
 
     def held_list_watch(self, group: str, version: str, plural: str) -> tuple[ListFn, StreamFn]: ...
 
+    def read_training_runtime(self, namespace: str, kind: str, name: str) -> Obj | None: ...
+
 
 class HeldCache:
     """One kind's held objects by uid, as its list/watch last saw them."""
@@ -186,6 +188,10 @@ class WatchedHeld:
 
     def list_held_objects(self, group: str, version: str, plural: str) -> list[Obj]:
         return self.cache(group, version, plural).items()
+
+    def read_training_runtime(self, namespace: str, kind: str, name: str) -> Obj | None:
+        """Read through (a runtime is read once per TrainJob, when it is mirrored)."""
+        return self.backend.read_training_runtime(namespace, kind, name)
 
     def record_event(
         self,

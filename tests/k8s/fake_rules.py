@@ -13,6 +13,9 @@ CLUSTER_SCOPED = {"nodes", "namespaces"}
 NAMESPACED = {"pods", "services", "events", "networkpolicies", "rolebindings", "jobs"}
 # The custom kinds users create (issue 37), served as their CRDs serve them.
 NAMESPACED |= {"jobsets", "leaderworkersets", "rayjobs", "trainjobs", "pytorchjobs"}
+# The Trainer's runtimes a TrainJob names (read by the workload controller).
+NAMESPACED |= {"trainingruntimes"}
+CLUSTER_SCOPED |= {"clustertrainingruntimes"}
 # The key a JSON patch's operations travel under, from the handler to `patch`.
 JSON_PATCH = "$json-patch"
 

@@ -84,6 +84,9 @@ CLIENT_METHODS: dict[str, set[Permission]] = {
     "patch_namespaced_custom_object": _resumed("patch"),
     "list_cluster_custom_object": _resumed("list", "watch")
     | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch"),
+    # A TrainJob's runtime, read by the workload controller (its initializers count).
+    "get_cluster_custom_object": _perms("trainer.kubeflow.org", "clustertrainingruntimes", "get"),
+    "list_namespaced_custom_object": _perms("trainer.kubeflow.org", "trainingruntimes", "list"),
     "delete_namespaced_pod": _perms("", "pods", "delete"),
     "list_pod_for_all_namespaces": _perms("", "pods", "list", "watch"),
     "create_namespaced_pod_binding": _perms("", "pods/binding", "create"),
@@ -136,6 +139,8 @@ MUST: dict[str, set[Permission]] = {
     | _perms("batch", "jobs", "list", "watch", "patch")
     | _resumed("list", "watch", "patch")
     | _perms("leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch")
+    | _perms("trainer.kubeflow.org", "clustertrainingruntimes", "get")
+    | _perms("trainer.kubeflow.org", "trainingruntimes", "list")
     | _perms("", "events", "create"),
 }
 # Held in project namespaces only, through the RoleBinding the daemon creates with each one:

@@ -90,7 +90,9 @@ CLIENTS = {
 # The workload controller's: its reads (`held_list_watch`: its watches) and its writes of
 # Gantry's status annotations; the daemon shares its events and, for reconcile's sweep of
 # held Jobs (scheduler/daemon/strays.py), its list of them.
-CONTROLLER_METHODS = frozenset({"list_held_pods", "held_list_watch", "annotate"})
+CONTROLLER_METHODS = frozenset(
+    {"list_held_pods", "held_list_watch", "annotate", "read_training_runtime"}
+)
 SHARED_METHODS = frozenset({"record_event", "list_held_jobs", "list_held_objects"})
 BASELINE = "gantry-rbac-baseline"  # bound to nothing: what every service account may do
 PROBE_POD = "rbac-log-probe"
@@ -712,6 +714,8 @@ def test_the_workload_controller_does_its_whole_job_with_its_own_token(
     for kind in (*(q.kind for q in CUSTOM), LEADERWORKERSET):
         assert isinstance(backend.list_held_objects(kind.group, kind.version, kind.plural), list)
     backend.record_event(accounts.project, PROBE_POD, "Queued", "waiting for a GPU")
+    for runtime in ("ClusterTrainingRuntime", "TrainingRuntime"):  # a TrainJob's: none here
+        assert backend.read_training_runtime(accounts.project, runtime, "absent") is None
     list_all, open_stream = backend.held_list_watch("", "v1", "pods")
     assert isinstance(list_all()[0], list)
     stream = open_stream(list_all()[1], 1)  # its watch, closed unread

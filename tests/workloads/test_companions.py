@@ -12,12 +12,13 @@ import pytest
 
 from scheduler.jobs.services import job_submit
 from scheduler.models import Job
-from scheduler.workloads.kinds import RAYJOB
+from scheduler.workloads.kinds import RAYJOB, TRAINJOB
 from tests.conftest import build_org, job_spec
 from tests.k8s.conftest import started_fake
-from tests.workloads.test_controller import World
-from tests.workloads.test_kinds_queued import IMAGE, Operator, _obj, events
+from tests.workloads.test_controller import World, world
+from tests.workloads.test_kinds_queued import IMAGE, Operator, _obj, events, trainjob
 
+__all__ = ["world"]  # the fixture, for this module
 Obj = dict[str, Any]
 
 
@@ -79,3 +80,57 @@ def test_a_rayjob_whose_submitter_would_not_fit_waits_saying_why(
     queued = [m for r, m in events(small, "RayJob") if r == "Queued"]
     assert any("also has 62300 mCPU" in m for m in queued), queued
     assert "62300 mCPU" in operator.get("ray")["metadata"]["annotations"]["gantry.io/reason"]
+
+
+def runtime(kind: str, name: str, initializer_cpu: str) -> Obj:
+    initializer = {
+        "name": "model-initializer",
+        "template": {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "model-initializer",
+                                "image": IMAGE,
+                                "resources": {"requests": {"cpu": initializer_cpu}},
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"replicatedJobs": [initializer]}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected_cpu"),
+    [
+        # the node's 2 CPUs and the cluster runtime's initializer's 3
+        pytest.param({"name": "torch"}, 5000, id="cluster-runtime"),
+        # the namespace's own runtime of the same name: its initializer's 1
+        pytest.param({"name": "torch", "kind": "TrainingRuntime"}, 3000, id="namespaced-runtime"),
+        # a runtime that does not exist: the nodes alone
+        pytest.param({"name": "absent"}, 2000, id="no-such-runtime"),
+    ],
+)
+def test_a_trainjob_counts_the_initializers_its_runtime_declares(
+    world: World, ref: Obj, expected_cpu: int
+) -> None:
+    world.fake.create(
+        "clustertrainingruntimes", "", runtime("ClusterTrainingRuntime", "torch", "3")
+    )
+    namespaced = runtime("TrainingRuntime", "torch", "1")
+    world.fake.create("trainingruntimes", world.namespace, namespaced)
+    body = trainjob("t")
+    body["spec"]["runtimeRef"] = ref
+    Operator(world, TRAINJOB).create(body)
+    world.controller.sync()
+    job = Job.objects.get(spec__workload__kind="TrainJob")
+    assert (job.replicas, job.gpus_per_replica, job.cpu_milli) == (2, 8, expected_cpu)

@@ -545,6 +545,40 @@ class KubernetesBackend(NamespaceContents):
             raise
         return items
 
+    @_protocol_errors
+    def read_training_runtime(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The training runtime a TrainJob names (the workload controller's read, issue 37):
+        a ClusterTrainingRuntime, or a TrainingRuntime of `namespace`; None where it does not
+        exist or the kind is not served. The namespaced one is listed by name, so that the
+        controller's account alone needs to read runtimes (the daemon's `get` of custom
+        objects is for the kinds it resumes)."""
+        group, version = "trainer.kubeflow.org", "v1alpha1"
+        try:
+            if kind == "TrainingRuntime":
+                items, _ = self._pages(
+                    "list training runtimes",
+                    self.custom.list_namespaced_custom_object,
+                    group=group,
+                    version=version,
+                    namespace=namespace,
+                    plural="trainingruntimes",
+                    field_selector=f"metadata.name={name}",
+                )
+                return items[0] if items else None
+            found: dict[str, Any] | None = self._call(
+                f"get clustertrainingruntime {name}",
+                self.custom.get_cluster_custom_object,
+                group,
+                version,
+                "clustertrainingruntimes",
+                name,
+            )
+            return found
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                return None
+            raise
+
     def held_list_watch(self, group: str, version: str, plural: str) -> tuple[ListFn, StreamFn]:
         """The list and the watch of the objects of one kind Gantry's webhook held (label
         `gantry.io/managed=true`, every namespace), for a list/watch loop (the workload
