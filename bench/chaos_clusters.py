@@ -16,6 +16,8 @@ Counts (the JSON's `lose_cluster`; those of `MUST_BE_ZERO` must be 0):
 - `ran_on_two_clusters_during_outage`: the same while site-b was silent, or being stopped
   after: the design's known window (a partitioned cluster runs on, and nothing outside it can
   stop it), reported, not a failure;
+- `requeued_before_deadline`: jobs that ran on site-b when it went silent whose next attempt
+  started before its deadline (held jobs must stay held until then);
 - `not_requeued_after_deadline`: jobs that ran on site-b when it went silent, neither final
   nor on another attempt once the deadline, the grace and `hold_allowance_s` had passed;
 - `charged_beyond_hold`: those jobs' allocations on site-b still open (charged) past the
@@ -40,6 +42,7 @@ from bench.chaos_load import TEAMS
 OTHER = "site-b"
 MUST_BE_ZERO = (
     "ran_on_two_clusters",
+    "requeued_before_deadline",
     "not_requeued_after_deadline",
     "charged_beyond_hold",
     "cluster_not_marked_lost",
@@ -227,6 +230,22 @@ class LostCluster:
             return "outage"
         return "answering"
 
+    def _requeued_early(self, monitor: Monitor) -> int:
+        if not self.held or self.lost_at is None:
+            return 0
+        rows = monitor.query(
+            "SELECT count(DISTINCT a.job_id) FROM scheduler_allocation a"
+            " JOIN unnest(%s::int[], %s::int[]) AS h(job, attempt) ON h.job = a.job_id"
+            " WHERE a.attempt > h.attempt AND a.started_at < %s + make_interval(secs => %s)",
+            [
+                [job for _, job, _ in self.held],
+                [attempt for _, _, attempt in self.held],
+                self.lost_at,
+                self.lost_after_s,
+            ],
+        )
+        return int(rows[0][0])
+
     def results(self, monitor: Monitor) -> dict[str, Any]:
         """The section's counts, once the run settled (schedulers stopped)."""
         charged = 0
@@ -238,6 +257,7 @@ class LostCluster:
             )[0][0]
         state = monitor.query("SELECT state FROM scheduler_cluster WHERE name = %s", [OTHER])
         return {
+            "requeued_before_deadline": self._requeued_early(monitor),
             **self.counts,
             "ran_on_two_clusters": len(self.twice["answering"]),
             "ran_on_two_clusters_during_outage": len(self.twice["outage"]),

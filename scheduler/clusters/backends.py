@@ -18,13 +18,27 @@ from typing import Any, cast
 from django.conf import settings
 
 from scheduler.backends import factory
-from scheduler.backends.base import ClusterBackend, LogSource, PodPhase, PodStatus
+from scheduler.backends.base import (
+    ClusterBackend,
+    GpuInfo,
+    LogSource,
+    NodeInfo,
+    PodPhase,
+    PodStatus,
+)
 from scheduler.backends.federated import Member, federate
 from scheduler.backends.federated.backend import FederatedBackend, Seen
 from scheduler.backends.federated.logs import FederatedLogs
 from scheduler.backends.federated.naming import split
 from scheduler.clusters.services import clusters_seen
-from scheduler.models import Allocation, Cluster, ClusterBackendKind, ClusterState, JobState
+from scheduler.models import (
+    Allocation,
+    Cluster,
+    ClusterBackendKind,
+    ClusterState,
+    JobState,
+    Node,
+)
 
 log = logging.getLogger("gantry.daemon")
 
@@ -112,9 +126,10 @@ def _federated_logs(shape: tuple[tuple[Any, ...], ...]) -> LogSource:
 
 
 def last_known(clusters: list[Cluster], home: str) -> dict[str, Seen]:
-    """What the database holds of each cluster's pods: a member that does not answer when the
-    daemon starts is held as the ledger says (its jobs charged and held), never as empty
-    (which would read as every pod gone)."""
+    """What the database holds of each cluster's nodes and pods: a member that does not answer
+    when the daemon starts (a standby taking over during an outage) is held as the ledger
+    says (its jobs charged and held until its deadline), never as empty: no pods would read
+    as every pod gone, and no nodes as every node gone, whose jobs fail at once."""
     pods: dict[str, list[PodStatus]] = defaultdict(list)
     rows = Allocation.objects.filter(ended_at__isnull=True).values_list(
         "pod_name",
@@ -129,7 +144,42 @@ def last_known(clusters: list[Cluster], home: str) -> dict[str, Seen]:
         cluster, _ = split(node, home)
         phase = PodPhase.RUNNING if state in RUNNING_STATES else PodPhase.PENDING
         pods[cluster].append(PodStatus(pod, namespace, job_id, attempt, replica, node, phase))
-    return {c.name: Seen(pods=tuple(pods[c.name])) for c in clusters if not c.home}
+    nodes = _nodes_known(clusters, home)
+    return {
+        c.name: Seen(nodes=tuple(nodes[c.name]), pods=tuple(pods[c.name]))
+        for c in clusters
+        if not c.home
+    }
+
+
+def _nodes_known(clusters: list[Cluster], home: str) -> dict[str, list[NodeInfo]]:
+    """Each cluster's present nodes as the daemon last synced them (`node_sync`), qualified."""
+    out: dict[str, list[NodeInfo]] = defaultdict(list)
+    others = [c.pk for c in clusters if not c.home]
+    rows = Node.objects.filter(present=True, cluster_id__in=others).prefetch_related("devices")
+    names = {c.pk: c.name for c in clusters}
+    for node in rows.order_by("name"):
+        if node.cluster_id is None:  # home's, which the filter leaves out
+            continue
+        gpus = tuple(
+            GpuInfo(d.index, d.memory_mib, healthy=d.healthy, uuid=d.uuid)
+            for d in sorted(node.devices.all(), key=lambda d: d.index)
+        )
+        out[names[node.cluster_id]].append(
+            NodeInfo(
+                name=node.name,
+                flavor=node.flavor,
+                gpus=gpus,
+                cpu_milli=node.cpu_milli,
+                memory_mib=node.memory_mib,
+                rdma=node.rdma,
+                ready=node.ready,
+                unschedulable=node.cluster_unschedulable,
+                labels=dict(node.labels),
+                taints=tuple(tuple(t) for t in node.taints),
+            )
+        )
+    return out
 
 
 def backend_for_clusters(home_backend: ClusterBackend) -> ClusterBackend:

@@ -331,6 +331,28 @@ def test_a_cluster_silent_since_the_start_is_held_as_the_ledger_says(fenv: Any) 
     assert Job.objects.get(pk=gang.pk).state == JobState.RUNNING
 
 
+def test_a_leader_starting_while_a_cluster_is_silent_holds_its_nodes_as_last_synced(
+    fenv: Any,
+) -> None:
+    """bench.chaos --lose-cluster: a standby that took over during the outage had never listed
+    the cluster, reported no node of it, and the daemon failed its jobs at once ("gone from
+    the cluster"), not at the deadline. Seeded from the database, they are held (unschedulable,
+    ready) as the previous leader last saw them."""
+    env, home, b = fenv
+    daemon = env.daemon()
+    gang = env.submit(replicas=2, resources={"gpus": 8}, simulation={"duration_s": 10_000})
+    env.run(daemon, seconds=2, cycles=3)
+    down(b)
+    members = [Member("local", home, home=True), Member("b", b, labels={"region": "eu"})]
+    standby = federate(members, seed=last_known(list(Cluster.objects.all()), "local"))
+    held = {n.name: n for n in standby.list_nodes() if n.name.startswith("b:")}
+    assert sorted(held) == ["b:h100-0000", "b:h100-0001"]
+    assert all(n.ready and n.unschedulable for n in held.values())
+    assert [len(n.gpus) for n in held.values()] == [8, 8]
+    assert held["b:h100-0000"].labels["gantry.io/cluster"] == "b"
+    assert Job.objects.get(pk=gang.pk).state == JobState.RUNNING
+
+
 def test_a_cluster_silent_past_its_deadline_is_lost_and_its_job_runs_elsewhere(fenv: Any) -> None:
     env, home, b = fenv
     Cluster.objects.filter(name="b").update(lost_after_s=60)
