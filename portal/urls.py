@@ -20,6 +20,7 @@ from portal.views import (
 from portal.views import tenant_notifications as notify
 from portal.views.clusters import cluster_action, cluster_list
 from portal.views.dashboards import dashboard_cluster, dashboard_tenant
+from portal.views.rate_cards import rate_cards
 from portal.views.tenant_registries import tenant_registries
 from portal.views.whatifs import (
     approval_whatif,
@@ -109,6 +110,7 @@ urlpatterns = [
     path("audit/export.csv", audit.audit_export, name="audit-export"),
     path("costs/", costs.costs, name="costs"),
     path("costs/exports/", cost_exports.cost_export_new, name="cost-export-new"),
+    path("costs/rate-cards/", rate_cards, name="rate-cards"),
     path("costs/exports/<int:pk>/", cost_exports.cost_export_status, name="cost-export-status"),
     path(
         "costs/exports/<int:pk>/download/",
