@@ -1,4 +1,5 @@
-"""Billing API: rate cards (read by everyone signed in, written by platform admins)."""
+"""Billing API: rate cards (read by everyone signed in, added by finance and platform admins,
+withdrawn by platform admins)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ class RateCardViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[RateCard]
 ):
     """Prices are platform-wide, like flavors: every user may read them (a team sees what
-    a job will cost before it runs); only platform admins add or withdraw versions."""
+    a job will cost before it runs); finance and platform admins add versions (the service
+    checks), platform admins withdraw them."""
 
     serializer_class = s.RateCardOut
     filterset_fields = ["flavor", "cluster"]
@@ -29,7 +31,7 @@ class RateCardViewSet(
 
     @extend_schema(request=s.RateCardIn, responses={201: s.RateCardOut})
     def create(self, request: Request) -> Response:
-        access.require_platform_admin(request.user)
+        access.require_books_keeper(request.user)  # before validation: no oracle for others
         serializer = s.RateCardIn(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data: dict[str, Any] = dict(serializer.validated_data)

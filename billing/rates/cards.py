@@ -125,13 +125,10 @@ def rate_card_add(
     own (billing.rates.rating.chain_for). Appended (closing the open end of the last one at
     `valid_from`). ValidationError names the field at fault; nothing is written then.
 
-    Platform admins add versions. `suggested`: the prices are a rate suggestion finance or a
-    platform admin reviewed (capacity.services.rate_suggestion_decide); finance owns prices,
-    so finance may add those too. The audit entry names whoever added the version."""
-    if suggested:
-        access.require_books_keeper(user)
-    else:
-        access.require_platform_admin(user)
+    Finance and platform admins add versions: finance owns prices (the API, the portal's
+    rate cards page, and a rate suggestion accepted in capacity planning, `suggested`, all
+    come here). The audit entry names whoever added the version."""
+    access.require_books_keeper(user)
     # One writer per flavor's chain at a time: two admins adding versions at once would each
     # see the same last version and both append.
     ResourceFlavor.objects.select_for_update().filter(pk=flavor.pk).first()

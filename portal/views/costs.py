@@ -69,6 +69,8 @@ def costs(request: HttpRequest) -> HttpResponse:
         "error": error,
         "top": top,
         "currency": settings.GANTRY_BILLING_CURRENCY,
+        # Finance and platform admins keep the prices (portal.views.rate_cards).
+        "rate_cards_link": grants.sees_everything,
     }
     status = 400 if error else 200
     if start is not None:

@@ -188,6 +188,9 @@ ROUTES: dict[str, list[Case]] = {
     "cost-export-new": [Case(body=lambda w, t: {**EXPORT_BODY, "tenant": t.tenant.pk})],
     "cost-export-status": [Case(kwargs=_export)],
     "cost-export-download": [Case(kwargs=_export)],
+    # Prices are platform-wide, no tenant's data (read by everyone; added by finance and
+    # platform admins: tests/portal/test_rate_cards_page.py walks who may).
+    "rate-cards": [],
     "job-detail": [Case(kwargs=_job)],
     "job-status": [Case(kwargs=_job)],
     "job-logs": [Case(kwargs=_job)],
