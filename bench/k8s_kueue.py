@@ -69,7 +69,10 @@ PRODUCT = "NVIDIA-H100-80GB-HBM3"  # the simulated nodes' GFD product, Gantry's 
 DURATION_ENV = "BENCH_DURATION_S"  # the job's duration, carried to its pod by the job's env
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 KUEUE_NAMESPACE = "kueue-system"
-WEBHOOK_SECRET = "kueue-webhook-server-cert"
+# Kueue v0.17.0 reads a metrics certificate here, a path its code fixes (cmd/kueue/main.go),
+# whenever its internal certificate management is off, and exits when it is missing; with
+# metrics off (`bindAddress: "0"`) it is read, never served.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # The CRDs Kueue's installation gives a conversion webhook (config/components/crd/patches):
 # its certificate manager injects a CA into them and waits until it could.
 CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
@@ -245,8 +248,9 @@ def kueue_module_dir() -> Path | None:
     return found if found.is_dir() else None
 
 
-def crds(module: Path, webhook_port: int) -> list[dict[str, Any]]:
-    """Kueue's CRDs, the converted ones pointing at Kueue's webhook server on loopback."""
+def crds(module: Path, webhook_port: int, ca_bundle: str | None = None) -> list[dict[str, Any]]:
+    """Kueue's CRDs, the converted ones pointing at Kueue's webhook server on loopback (whose
+    certificate `ca_bundle`, base64 PEM, signs)."""
     out = []
     for path in sorted((module / "config/components/crd/bases").glob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
@@ -259,6 +263,8 @@ def crds(module: Path, webhook_port: int) -> list[dict[str, Any]]:
                     "conversionReviewVersions": ["v1"],
                 },
             }
+            if ca_bundle:
+                doc["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] = ca_bundle
         out.append(doc)
     return out
 
@@ -274,7 +280,11 @@ def kueue_config(folder: Path, webhook_port: int, health_port: int) -> dict[str,
         "metrics": {"bindAddress": "0"},
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(folder / "certs")},
         "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": True},
+        # Its webhook serves the plane's own serving certificate (kueue_process), valid for
+        # 127.0.0.1: the certificate its manager would make names its Service, and the API
+        # server, calling the conversion webhook on loopback, refused every conversion
+        # ("x509: cannot validate certificate for 127.0.0.1"), retried dozens of times a second.
+        "internalCertManagement": {"enable": False},
         "controller": {
             "groupKindConcurrency": {
                 "Job.batch": 5,
@@ -682,11 +692,13 @@ class KueueDriver:
                          self.gpu_s)  # fmt: skip
 
 
-def _apply_crds(api: Any, module: Path, webhook_port: int, timeout_s: float = 60.0) -> None:
+def _apply_crds(
+    api: Any, module: Path, webhook_port: int, ca_bundle: str, timeout_s: float = 60.0
+) -> None:
     from kubernetes import client
 
     extensions: Any = client.ApiextensionsV1Api(api)
-    documents = crds(module, webhook_port)
+    documents = crds(module, webhook_port, ca_bundle)
     for doc in documents:
         _create(extensions.create_custom_resource_definition, doc)
     deadline = time.monotonic() + timeout_s
@@ -704,30 +716,35 @@ def _apply_crds(api: Any, module: Path, webhook_port: int, timeout_s: float = 60
             time.sleep(0.2)
 
 
-def _mount_certs(core: Any, cert_dir: Path) -> bool:
-    """Play the kubelet's secret volume: Kueue's certificate manager writes its serving
-    certificate into a Secret and waits to find it in its certificate folder."""
+def serving_certs(plane: ControlPlane, folder: Path) -> str:
+    """Kueue's webhook certificate: the plane's serving one (for 127.0.0.1, signed by the
+    plane's CA) in its `certDir`; a metrics certificate where Kueue requires one
+    (METRICS_CERT_DIR), written once and shared by every Kueue on the host. Returns the CA
+    the CRDs' conversion webhook trusts, base64."""
     import base64
 
-    secret = _json(
-        core.read_namespaced_secret(WEBHOOK_SECRET, KUEUE_NAMESPACE, _preload_content=False)
-    )
-    data = secret.get("data") or {}
-    if not {"tls.crt", "tls.key"} <= data.keys():
-        return False
-    cert_dir.mkdir(parents=True, exist_ok=True)
-    for key, value in data.items():
-        (cert_dir / key).write_bytes(base64.b64decode(value))
-    return True
+    cert, key = plane.pki.serving
+    (folder / "certs").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cert, folder / "certs" / "tls.crt")
+    shutil.copyfile(key, folder / "certs" / "tls.key")
+    try:
+        METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for source, name in ((cert, "tls.crt"), (key, "tls.key")):
+            if not (METRICS_CERT_DIR / name).exists():  # another Kueue may be reading it
+                temporary = METRICS_CERT_DIR / f".{name}.{os.getpid()}"
+                shutil.copyfile(source, temporary)
+                os.replace(temporary, METRICS_CERT_DIR / name)
+    except OSError as error:
+        raise RuntimeError(
+            f"Kueue {versions.KUEUE} without its certificate manager reads a metrics "
+            f"certificate at {METRICS_CERT_DIR}, which cannot be written here: {error}"
+        ) from error
+    return base64.b64encode(plane.pki.ca.read_bytes()).decode()
 
 
-def _wait_ready(
-    process: subprocess.Popen[bytes], port: int, log: Path, core: Any, cert_dir: Path
-) -> None:
+def _wait_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
-    mounted = False
     while time.monotonic() < deadline:
-        mounted = mounted or _mount_certs(core, cert_dir)
         if process.poll() is not None:
             raise RuntimeError(
                 f"kueue exited ({process.returncode}) before it was ready: "
@@ -782,8 +799,9 @@ def kueue_process(
     plane: ControlPlane, api: Any, folder: Path, say: Say, *,
     configure: Callable[[dict[str, Any]], None] = lambda _config: None,
 ) -> Iterator[None]:  # fmt: skip
-    """Kueue's manager on `plane`, ready: its CRDs applied, its namespace and webhook Secret,
-    the version proxy in front of the API server; stopped afterwards. `configure` may change
+    """Kueue's manager on `plane`, ready: its CRDs applied (their conversion webhook trusting
+    its certificate, `serving_certs`), its namespace, the version proxy in front of the API
+    server; stopped afterwards. `configure` may change
     its configuration (kueue_config) before it starts. Assumes `kueue_missing()` is None."""
     from kubernetes import client
 
@@ -791,12 +809,9 @@ def kueue_process(
     assert module is not None, kueue_missing()
     folder.mkdir(parents=True, exist_ok=True)
     webhook_port, health_port = free_port(), free_port()
-    _apply_crds(api, module, webhook_port)
+    _apply_crds(api, module, webhook_port, serving_certs(plane, folder))
     core: Any = client.CoreV1Api(api)
     _create(core.create_namespace, {"metadata": {"name": KUEUE_NAMESPACE}})
-    # Kueue's manifests ship this Secret empty; its certificate manager fills it.
-    secret = {"metadata": {"name": WEBHOOK_SECRET, "namespace": KUEUE_NAMESPACE}}
-    _create(core.create_namespaced_secret, KUEUE_NAMESPACE, secret)
     proxy_port = free_port()
     kubeconfig = folder / "kubeconfig"
     kubeconfig.write_text(
@@ -844,7 +859,7 @@ def kueue_process(
             command, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        _wait_ready(process, health_port, log, core, folder / "certs")
+        _wait_ready(process, health_port, log)
         yield
         if process.poll() is not None:
             raise RuntimeError(f"kueue exited ({process.returncode}) during the run")

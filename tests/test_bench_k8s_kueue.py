@@ -97,6 +97,42 @@ def test_the_converted_crds_point_at_kueues_webhook_on_loopback(tmp_path: Path) 
     conversion = by_plural["workloads"]["spec"]["conversion"]
     assert conversion["webhook"]["clientConfig"] == {"url": "https://127.0.0.1:9443/convert"}
     assert "conversion" not in by_plural["resourceflavors"]["spec"]
+    signed = {d["spec"]["names"]["plural"]: d for d in k8s_kueue.crds(tmp_path, 9443, "Q0E=")}
+    client_config = signed["workloads"]["spec"]["conversion"]["webhook"]["clientConfig"]
+    assert client_config == {"url": "https://127.0.0.1:9443/convert", "caBundle": "Q0E="}
+
+
+def test_kueues_webhook_serves_the_planes_certificate_for_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kueue's own certificate names its Service, and the API servers, calling its conversion
+    webhook on 127.0.0.1, refused every conversion: its certificate manager is off, its
+    webhook serves the plane's serving certificate, and the CRDs trust the plane's CA. Off,
+    Kueue v0.17.0 exits without a metrics certificate at a fixed path: one is written there
+    once, never replaced (another Kueue may be reading it)."""
+    import base64
+    from types import SimpleNamespace
+
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    for name, text in (("ca.crt", "CA"), ("serving.crt", "CERT"), ("serving.key", "KEY")):
+        (pki / name).write_text(text)
+    plane = SimpleNamespace(
+        pki=SimpleNamespace(ca=pki / "ca.crt", serving=(pki / "serving.crt", pki / "serving.key"))
+    )
+    metrics = tmp_path / "etc/kueue/metrics/certs"
+    monkeypatch.setattr(k8s_kueue, "METRICS_CERT_DIR", metrics)
+    folder = tmp_path / "kueue"
+    ca = k8s_kueue.serving_certs(plane, folder)  # type: ignore[arg-type]
+    assert base64.b64decode(ca) == b"CA"
+    config = k8s_kueue.kueue_config(folder, 9443, 8081)
+    assert config["internalCertManagement"] == {"enable": False}
+    served = Path(config["webhook"]["certDir"])
+    assert (served / "tls.crt").read_text() == "CERT" and (served / "tls.key").read_text() == "KEY"
+    assert (metrics / "tls.crt").read_text() == "CERT"
+    (pki / "serving.crt").write_text("ANOTHER PLANE'S")
+    k8s_kueue.serving_certs(plane, tmp_path / "second")
+    assert (metrics / "tls.crt").read_text() == "CERT"
 
 
 def test_tallies_measure_admission_from_creation_and_usage_over_the_whole_pool() -> None:
