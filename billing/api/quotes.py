@@ -33,6 +33,11 @@ class QuoteJobOut(serializers.Serializer):
 
 class FlavorPriceOut(serializers.Serializer):
     flavor = serializers.CharField()
+    cluster = serializers.CharField(
+        allow_null=True,
+        help_text="The cluster whose card prices it (a job that requires clusters); null: the "
+        "default card.",
+    )
     per_hour = serializers.CharField()
 
 
@@ -62,6 +67,11 @@ class EstimateOut(serializers.Serializer):
     worst_case_note = serializers.CharField(help_text="The worst case in a sentence.")
     flavors = FlavorPriceOut(many=True)
     unpriced_flavors = serializers.ListField(child=serializers.CharField())
+    cards_note = serializers.CharField(
+        allow_blank=True,
+        help_text="Which cards price it: the required clusters' own, or the default card and "
+        "which clusters' own cards apply if placed there; '' when no cluster has its own.",
+    )
 
 
 class RuleMatchOut(serializers.Serializer):

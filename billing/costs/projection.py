@@ -14,6 +14,11 @@ one, so an estimate is a range:
   the maximum runtime, which the daemon enforces per attempt). None when the runtime is
   unbounded.
 
+Which card (issue 38, docs/multicluster.md): a job whose placement requires clusters (by name,
+or by region) is priced at the cards of those clusters (each cluster's own, else the default
+card), the range spanning them; any other job at the default card, the estimate saying which
+clusters' own cards apply if it is placed there (`cards_note`).
+
 Rates that change while the job runs are not foreseen: an estimate is priced at the rates in
 force at `at`. Whether a job of a class that counts against quota borrows is known only when
 it is placed, so its borrowed discount is not assumed: such an estimate errs high, the safe
@@ -33,6 +38,7 @@ from django.db.models import Q
 from billing.models import RateCard
 from billing.rates import rating
 from scheduler.jobs.approvals import job_attempts_max, job_replicas_max
+from scheduler.models import Cluster
 from tenants.models import ResourceFlavor
 
 CENT = Decimal("0.01")
@@ -44,6 +50,9 @@ MIB_PER_GIB = Decimal(1024)
 class FlavorPrice:
     flavor: str
     per_hour: Decimal  # exact: the job's whole price for one hour on this flavor
+    # The cluster whose card prices it; None: the default card (where the job will run is
+    # not known).
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class CostEstimate:
     unpriced: tuple[str, ...]  # flavors the job may run on that have no rate card at `at`
     attempts_max: int = 1  # retry limit + 1
     replicas_max: int = 1
+    cards_note: str = ""  # which cards price it, when clusters have cards of their own
 
     def cost_for(self, seconds: int | float | Decimal) -> Decimal:
         """The dearest cost of running for `seconds` (e.g. until the month ends)."""
@@ -105,9 +115,11 @@ class CostEstimate:
             "worst_case_cost": text(self.high),
             "worst_case_note": self.worst_case_note,
             "flavors": [
-                {"flavor": f.flavor, "per_hour": text(_cents(f.per_hour))} for f in self.flavors
+                {"flavor": f.flavor, "cluster": f.cluster, "per_hour": text(_cents(f.per_hour))}
+                for f in self.flavors
             ],
             "unpriced_flavors": list(self.unpriced),
+            "cards_note": self.cards_note,
         }
 
 
@@ -154,19 +166,23 @@ def job_cost_estimate(job: Any, *, at: datetime) -> CostEstimate:
     names = list(job.flavors or [])
     if not names:
         names = list(ResourceFlavor.objects.order_by("name").values_list("name", flat=True))
-    cards = (
-        # The default cards: where the job will run is not known before it is placed.
-        RateCard.objects.filter(flavor__name__in=names, cluster__isnull=True, valid_from__lte=at)
+    cards = list(
+        RateCard.objects.filter(flavor__name__in=names, valid_from__lte=at)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=at))
-        .select_related("flavor")
+        .select_related("flavor", "cluster")
         .prefetch_related("multipliers__priority_class")
     )
-    rates = [_rate(card) for card in cards]
+    required = required_clusters(job)
+    priced_at, note = _cards_for(cards, required)
     replicas_max, attempts = job_replicas_max(job), job_attempts_max(job)
+    rates = [_rate(card) for _, card in priced_at]
     prices = tuple(
         sorted(
-            (FlavorPrice(rate.flavor, _hourly(rate, job, job.replicas)) for rate in rates),
-            key=lambda p: (p.per_hour, p.flavor),
+            (
+                FlavorPrice(card.flavor.name, _hourly(_rate(card), job, job.replicas), cluster)
+                for cluster, card in priced_at
+            ),
+            key=lambda p: (p.per_hour, p.flavor, p.cluster or ""),
         )
     )
     priced = {p.flavor for p in prices}
@@ -196,4 +212,52 @@ def job_cost_estimate(job: Any, *, at: datetime) -> CostEstimate:
         unpriced=unpriced,
         attempts_max=attempts,
         replicas_max=replicas_max,
+        cards_note=note,
     )
+
+
+def required_clusters(job: Any) -> list[str] | None:
+    """The names of the clusters the job's placement allows when it requires some (by name,
+    or by region: the clusters labelled with one of them), by name; None when it may run in
+    any cluster."""
+    placement = (job.spec or {}).get("placement") if isinstance(job.spec, dict) else None
+    placement = placement or {}
+    names, regions = placement.get("clusters") or [], placement.get("regions") or []
+    if not names and not regions:
+        return None
+    found = Cluster.objects.order_by("name")
+    if names:
+        found = found.filter(name__in=names)
+    rows = list(found.values_list("name", "labels"))
+    return [name for name, labels in rows if not regions or (labels or {}).get("region") in regions]
+
+
+def _cards_for(
+    cards: list[RateCard], required: list[str] | None
+) -> tuple[list[tuple[str | None, RateCard]], str]:
+    """(cluster or None, card) pairs that price the job, and the note saying so. A required
+    cluster without a card of its own for a flavor is priced by the default card there."""
+    default = {c.flavor.name: c for c in cards if c.cluster is None}
+    own = {(c.cluster.name, c.flavor.name): c for c in cards if c.cluster is not None}
+    if required is None:
+        elsewhere = sorted({cluster for cluster, _ in own})
+        note = (
+            f"Priced at the default card; the card of cluster{'s' if len(elsewhere) > 1 else ''}"
+            f" {', '.join(elsewhere)} applies if placed there."
+            if elsewhere
+            else ""
+        )
+        return [(None, card) for _, card in sorted(default.items())], note
+    pairs: list[tuple[str | None, RateCard]] = []
+    for cluster in required:
+        for flavor in sorted({*default, *(f for c, f in own if c == cluster)}):
+            card = own.get((cluster, flavor)) or default.get(flavor)
+            if card is not None:
+                pairs.append((cluster, card))
+    said = [
+        f"{cluster}'s card"
+        if any(c == cluster for c, _ in own)
+        else f"the default card ({cluster})"
+        for cluster in required
+    ]
+    return pairs, f"Priced at {', '.join(said)}: the job must run there."
