@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from scheduler.backends.base import BackendError
 from scheduler.models import FINAL_STATES, Job, JobQueueEstimate, JobState
 from scheduler.workloads.companions import runtime_ref
 from scheduler.workloads.kinds import LEADERWORKERSET, TRAINJOB, Kind, at
@@ -208,6 +209,9 @@ class WorkloadController:
         except Refused as refusal:
             self._refused(uid, held, str(refusal), stats)
             return
+        except BackendError as error:  # its runtime could not be read: the next pass reads it
+            log.warning("%s %s not queued yet: %s", held.kind, _name(held.objects[0]), error)
+            return
         stats.mirrored += int(mirrored.created)
         self.refusals.pop(uid, None)
         # Found again after a restart: told once more, unless the object shows it already.
@@ -215,8 +219,8 @@ class WorkloadController:
 
     def _shape(self, kind: str, obj: Obj) -> Shaped:
         """What `obj` of a queued kind asks for; a TrainJob's with the initializers of the
-        runtime it names (read now: a runtime that does not exist counts none, and a read
-        that fails fails the pass, the object mirrored at the next)."""
+        runtime it names (read now: a runtime that does not exist counts none; a read that
+        fails raises BackendError, and the TrainJob alone waits for the next pass)."""
         if kind != TRAINJOB.kind:
             return QUEUED[kind].shape(obj, self.gpu_resource)
         runtime = None

@@ -134,3 +134,19 @@ def test_a_trainjob_counts_the_initializers_its_runtime_declares(
     world.controller.sync()
     job = Job.objects.get(spec__workload__kind="TrainJob")
     assert (job.replicas, job.gpus_per_replica, job.cpu_milli) == (2, 8, expected_cpu)
+
+
+def test_a_runtime_that_cannot_be_read_holds_back_its_trainjob_alone(world: World) -> None:
+    """The API server refuses the read (a 403: the controller's account not yet allowed to
+    read runtimes): the pass queues every other object, the TrainJob is queued at the next
+    pass that reads its runtime."""
+    cluster = runtime("ClusterTrainingRuntime", "torch", "3")
+    world.fake.create("clustertrainingruntimes", "", cluster)
+    Operator(world, TRAINJOB).create(trainjob("t"))
+    Operator(world, RAYJOB).create(head_only("ray", gpus=8, cpu="2"))
+    world.fake.inject("403", r"/clustertrainingruntimes/torch$", method="GET")
+    world.controller.sync()
+    assert list(Job.objects.values_list("spec__workload__kind", flat=True)) == ["RayJob"]
+    world.controller.sync()
+    job = Job.objects.get(spec__workload__kind="TrainJob")
+    assert job.cpu_milli == 5000  # its node's 2 CPUs and the initializer's 3
