@@ -348,15 +348,21 @@ def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_an
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": "train"},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer},
+        "spec": {"runtimeRef": {"name": RUNTIME}, "trainer": trainer},
     }
     trainjobs = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{native.world.managed}/trainjobs"
+    runtimes = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
     try:
+        answer = request(native.world.api, "POST", runtimes, body=_runtime())
+        assert answer.status == 201, answer.body
         answer = native.world.create(trainjobs, body)
         assert answer.status == 201, answer.body
         native.controller.sync()
         mirrored = Job.objects.get(spec__workload__kind="TrainJob")
         assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+        # its runtime's two initializers (2 CPUs, 2 GiB each) counted with the first node
+        # (1 CPU, 1 GiB): 1000 + 2 x 2000 mCPU, 1024 + 2 x 2048 MiB
+        assert (mirrored.cpu_milli, mirrored.memory_mib) == (5000, 5120)
         admitted = _unsuspended(native, f"{trainjobs}/train")
         (patch,) = [
             p for p in admitted["spec"]["runtimePatches"] if p["manager"] == "gantry.io/scheduler"
@@ -396,6 +402,34 @@ def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_an
             f"{trainjobs}/train",
             query=[("propagationPolicy", "Background")],
         )
+        request(native.world.api, "DELETE", f"{runtimes}/{RUNTIME}")
+
+
+RUNTIME = "gantry-test-initializers"
+
+
+def _runtime() -> Obj:
+    """A ClusterTrainingRuntime as the Trainer's own declare theirs: a dataset and a model
+    initializer, then the training nodes (the TrainJob's `spec.trainer`)."""
+
+    def job(name: str, cpu: str, memory: str) -> Obj:
+        spec = pod_spec()
+        spec["containers"][0]["name"] = name
+        spec["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": memory}}
+        return {"name": name, "template": {"spec": {"template": {"spec": spec}}}}
+
+    node = job("node", "1", "1Gi")
+    node["dependsOn"] = [
+        {"name": "dataset-initializer", "status": "Complete"},
+        {"name": "model-initializer", "status": "Complete"},
+    ]
+    replicated = [job("dataset-initializer", "2", "2Gi"), job("model-initializer", "2", "2Gi")]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": RUNTIME},
+        "spec": {"template": {"spec": {"replicatedJobs": [*replicated, node]}}},
+    }
 
 
 # -- PyTorchJob: Kubeflow's training operator is not built here either -----------------------
