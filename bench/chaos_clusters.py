@@ -17,7 +17,8 @@ Counts (the JSON's `lose_cluster`; those of `MUST_BE_ZERO` must be 0):
   after: the design's known window (a partitioned cluster runs on, and nothing outside it can
   stop it), reported, not a failure;
 - `requeued_before_deadline`: jobs that ran on site-b when it went silent whose next attempt
-  started before its deadline (held jobs must stay held until then);
+  started before its deadline: `lost_after_s` after its last answer (`last_seen_at`, in the
+  daemon's clock as the attempts' starts are), the jobs held until then;
 - `not_requeued_after_deadline`: jobs that ran on site-b when it went silent, neither final
   nor on another attempt once the deadline, the grace and `hold_allowance_s` had passed;
 - `charged_beyond_hold`: those jobs' allocations on site-b still open (charged) past the
@@ -105,6 +106,7 @@ class LostCluster:
     counts: dict[str, Any] = field(default_factory=dict)
     held: list[tuple[int, int, int]] = field(default_factory=list)  # (allocation, job, attempt)
     lost_at: Any = None  # the database's clock
+    last_seen: Any = None  # site-b's last answer before the outage, as the daemon recorded it
     window: tuple[float, float] | None = None  # (lost, healed), monotonic
     twice: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     states: set[str] = field(default_factory=set)
@@ -144,6 +146,9 @@ class LostCluster:
         time.sleep(self.down_s)
         self.counts["not_requeued_after_deadline"] = self._not_requeued(monitor)
         self.counts["stale_pods_at_heal"] = self._stale_pods(monitor)
+        self.last_seen = monitor.query(
+            "SELECT last_seen_at FROM scheduler_cluster WHERE name = %s", [OTHER]
+        )[0][0]
         self.window = (began, time.monotonic())  # before: no sample between reads as answering
         self.other.restore()
         monitor.connection and monitor.connection.close()
@@ -231,7 +236,8 @@ class LostCluster:
         return "answering"
 
     def _requeued_early(self, monitor: Monitor) -> int:
-        if not self.held or self.lost_at is None:
+        deadline_from = self.last_seen or self.lost_at
+        if not self.held or deadline_from is None:
             return 0
         rows = monitor.query(
             "SELECT count(DISTINCT a.job_id) FROM scheduler_allocation a"
@@ -240,7 +246,7 @@ class LostCluster:
             [
                 [job for _, job, _ in self.held],
                 [attempt for _, _, attempt in self.held],
-                self.lost_at,
+                deadline_from,
                 self.lost_after_s,
             ],
         )

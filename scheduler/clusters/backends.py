@@ -203,6 +203,14 @@ class ClusterWatch:
     def __init__(self, backend: FederatedBackend) -> None:
         self.backend = backend
 
+    def on_lead(self) -> None:
+        """Daemon hook "leading": what a silent cluster runs is what the database holds, not
+        what this process listed before it last led (`FederatedBackend.reseed`)."""
+        self.backend.reseed(last_known(driven_clusters(), self.backend.home))
+        self.backend.lost = set(
+            Cluster.objects.filter(state=ClusterState.LOST).values_list("name", flat=True)
+        )
+
     def tick(self, daemon: Any) -> None:
         if not daemon.lease.leading or not self.backend.answered:
             return

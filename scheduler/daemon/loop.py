@@ -13,6 +13,8 @@ waiting jobs' reasons.
 
 Test hooks: `hooks[name]()` is called at "claimed" (after phase A committed), "pods_created",
 "bound" and "before_commit" (inside phase C's transaction); raising there simulates a crash.
+"leading" is called when this process takes the lease, before it reads anything: run_scheduler's
+federation starts the term from the ledger there (`ClusterWatch.on_lead`).
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class Daemon:
                     return False
                 log.info("leading as %s with epoch %s", self.lease.holder, self.lease.epoch)
                 self.keeper.mark_renewed()
+                self.hook("leading")
                 self.cache = SnapshotCache()  # nothing read under another leader is kept
                 self.held = Held()
                 self.nominated = ()

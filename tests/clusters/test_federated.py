@@ -353,6 +353,29 @@ def test_a_leader_starting_while_a_cluster_is_silent_holds_its_nodes_as_last_syn
     assert Job.objects.get(pk=gang.pk).state == JobState.RUNNING
 
 
+def test_a_new_leader_holds_a_silent_cluster_as_the_ledger_says_not_as_it_last_listed(
+    fenv: Any,
+) -> None:
+    """bench.chaos --lose-cluster: a scheduler that had led before, listing the cluster empty,
+    took the lease back during its outage and held it as it had listed it: the gang another
+    leader had placed there since read as vanished, failed 12 s into a 30 s deadline."""
+    env, home, b = fenv
+    members = [Member("local", home, home=True), Member("b", b, labels={"region": "eu"})]
+    standby = federate(members, clock=env.clock)
+    assert not [p for p in standby.list_pods()]  # it led once, when nothing ran
+    called: list[str] = []
+    daemon = env.daemon(hooks={"leading": lambda: called.append("leading")})
+    gang = env.submit(replicas=2, resources={"gpus": 8}, simulation={"duration_s": 10_000})
+    env.run(daemon, seconds=2, cycles=3)  # another leader places the gang on b
+    assert called == ["leading"]  # once, when it took the lease
+    down(b)
+    ClusterWatch(standby).on_lead()  # the hook run_scheduler gives its daemon
+    assert {p.name for p in standby.list_pods()} == {
+        f"gantry-{gang.pk}-a0-r0",
+        f"gantry-{gang.pk}-a0-r1",
+    }
+
+
 def test_a_cluster_silent_past_its_deadline_is_lost_and_its_job_runs_elsewhere(fenv: Any) -> None:
     env, home, b = fenv
     Cluster.objects.filter(name="b").update(lost_after_s=60)

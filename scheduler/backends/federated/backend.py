@@ -109,6 +109,18 @@ class FederatedBackend:
             if isinstance(m.backend, ConcurrentWrites)
         }
 
+    def reseed(self, seed: Mapping[str, Seen]) -> None:
+        """A new leadership term starts from `seed` (what the database holds: `last_known`):
+        each seeded member is held so until it answers, and asked at once. This process's
+        own memory of a member dates from before it last led and lacks what other leaders
+        placed there since: a silent member held as that reports their pods vanished, and
+        the daemon fails their jobs before the member's deadline."""
+        for name, seen in seed.items():
+            if name in self.members:
+                self.seen[name] = seen
+                self.answered.pop(name, None)
+                self._quiet_until.pop(name, None)
+
     # -- routing -------------------------------------------------------------------------
 
     def member_of(self, node: str) -> tuple[Member, str]:

@@ -120,8 +120,11 @@ class Command(BaseCommand):
             raise CommandError("--metrics-port must be 0 (off) or a port number")
         cycles = CycleMetrics()
         hooks: list[Any] = [cycles.on_cycle]
+        on_lead: dict[str, Any] = {}
         if isinstance(backend, FederatedBackend):
-            hooks.append(ClusterWatch(backend).tick)
+            cluster_watch = ClusterWatch(backend)
+            hooks.append(cluster_watch.tick)
+            on_lead["leading"] = cluster_watch.on_lead
         if options["backend"] == "simulated" and not options["no_demo_load"]:
             from scheduler.demo.load import DemoLoad
 
@@ -139,6 +142,7 @@ class Command(BaseCommand):
             on_cycle=on_cycle,
             sync_every_s=min(1.0, options["interval"]),
             per_queue=options["per_queue"],
+            hooks=on_lead,
         )
 
         def stop(signum: int, _frame: Any) -> None:
