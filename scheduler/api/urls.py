@@ -1,7 +1,17 @@
 from django.urls import re_path
 
 from common.api.routers import ID_PATTERN, IdRouter
-from scheduler.api import approvals, clusters, nodes, pods, queue, queue_list, usage, views
+from scheduler.api import (
+    approvals,
+    cluster_history,
+    clusters,
+    nodes,
+    pods,
+    queue,
+    queue_list,
+    usage,
+    views,
+)
 
 router = IdRouter()
 router.register("jobs", views.JobViewSet, basename="job")
@@ -24,5 +34,10 @@ urlpatterns = [
     ),
     re_path(r"^queue/\Z", queue_list.QueueListView.as_view(), name="queue-list"),
     re_path(r"^usage/\Z", usage.UsageView.as_view(), name="usage-list"),
+    re_path(
+        r"^clusters/utilization/\Z",
+        cluster_history.ClusterUtilizationView.as_view(),
+        name="cluster-utilization",
+    ),
     *router.urls,
 ]
