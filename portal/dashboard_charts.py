@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from portal.charts import COLOURS, _as_json
-from scheduler.telemetry.dashboards import ClusterDashboard, TenantDashboard
+from scheduler.telemetry.dashboards import CapacityPoint, ClusterDashboard, TenantDashboard
 from scheduler.telemetry.job_dashboard import JobUtilization
 
 
@@ -112,6 +112,16 @@ def cluster_figures(dash: ClusterDashboard) -> dict[str, Any]:
             idle, _layout("Most idle allocations", "idle GPU-hours", xaxis={"type": "category"})
         ),
     }
+
+
+def cluster_history_figure(history: dict[str, list[CapacityPoint]]) -> Any:
+    """Allocated and (dotted) used GPUs per cluster (the Clusters page); None without data."""
+    lines = []
+    for cluster, points in history.items():
+        x = [p.start for p in points]
+        lines.append(_line(f"{cluster} allocated", x, [p.allocated for p in points]))
+        lines.append(_line(f"{cluster} used", x, [p.used for p in points], line={"dash": "dot"}))
+    return _figure(lines, _layout("Allocated and used GPUs per cluster", "GPUs"))
 
 
 def tenant_figures(dash: TenantDashboard) -> dict[str, Any]:

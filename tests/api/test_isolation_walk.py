@@ -160,7 +160,7 @@ LIST_QUERY = {
 }
 # List routes finance may post to (closing the books, capacity planning's costs): a bad body
 # is a 400 there, not a 403.
-BOOKS_KEEPER_WRITES = {"statement-close", "tcoinputs-list", "ratesuggestion-list"}
+BOOKS_KEEPER_WRITES = {"statement-close", "tcoinputs-list", "ratesuggestion-list", "ratecard-list"}
 # List routes where anyone writes for themselves (an export of what they may see): finance too.
 OWN_WRITES = {"costexport-list"}
 # Detail routes of objects that belong to one user: a 404 for anyone else, whatever their role.
@@ -182,6 +182,9 @@ PLANNERS_ONLY = {"pooltarget", "tcoinputs", "ratesuggestion"}
 TENANT_ADMINS = {"tina", "dana"}
 # Routes without tenant data (schema, docs, token, me) are checked for leaks only.
 NO_TENANT_DATA = {"schema", "api-docs", "api-token", "api-token-rotate", "me"}
+# Each cluster's utilization history (read as the clusters API; an empty list for others):
+# sums over clusters, no tenant's rows (tests/clusters/test_cluster_history.py).
+NO_TENANT_DATA |= {"cluster-utilization"}
 
 # persona -> the tenant whose objects they must never see (tests/isolation_personas.py adds
 # april, gus and nobody; "+token" walks as that user through the token, not the session)
