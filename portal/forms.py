@@ -13,7 +13,7 @@ from typing import Any
 
 from django import forms
 
-from scheduler.models import JobState
+from scheduler.models import Cluster, JobState
 from tenants.models import (
     ApprovalKind,
     ApprovalRule,
@@ -317,6 +317,15 @@ class QuotaForm(forms.Form):
     flavor = forms.ModelChoiceField(
         label="GPU model", queryset=ResourceFlavor.objects.all(), to_field_name="name"
     )
+    cluster = forms.ModelChoiceField(
+        label="Cluster",
+        queryset=Cluster.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        empty_label="every cluster (global)",
+        help_text="A quota pinned to a cluster holds on its nodes only, inside the global one: "
+        "a guarantee and a limit.",
+    )
     guaranteed = _gpus_field("Guaranteed (GPUs)")
     limit = _gpus_field("Limit (GPUs)")
     lend_limit = _gpus_field("Lend limit (GPUs)", required=False)
@@ -345,6 +354,7 @@ class QuotaForm(forms.Form):
         "lend_limit_milli": "lend_limit",
         "user_limit_milli": "user_limit",
         "weight": "weight",
+        "cluster": "cluster",
     }
 
     def milli(self, name: str) -> int | None:

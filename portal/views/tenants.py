@@ -180,16 +180,21 @@ def _optional_milli(request: HttpRequest, tenant: Tenant, form: QuotaForm, name:
     """An optional amount (`lend_limit`, `user_limit`) as posted (blank: none; 0 is a value),
     or the current one when the form sent no such field: saving the other values never
     clears it."""
-    if name in form.data:
-        return form.milli(name)
+    if name in form.data or form.cleaned_data.get("cluster") is not None:
+        return form.milli(name)  # a pin has none of its own: whatever was typed, if anything
     flavor = form.cleaned_data["flavor"]
-    current = quota_list_visible(request.user).filter(tenant=tenant, flavor=flavor).first()
+    current = (
+        quota_list_visible(request.user)
+        .filter(tenant=tenant, flavor=flavor, cluster__isnull=True)
+        .first()
+    )
     value: int | None = None if current is None else getattr(current, f"{name}_milli")
     return value
 
 
 def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
-    flavor = form.cleaned_data["flavor"]
+    flavor, cluster = form.cleaned_data["flavor"], form.cleaned_data.get("cluster")
+    where = f"{flavor.name} on {cluster.name}" if cluster is not None else flavor.name
     values = QuotaValues(
         guaranteed_milli=form.milli("guaranteed") or 0,
         limit_milli=form.milli("limit") or 0,
@@ -199,8 +204,10 @@ def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
     )
     try:
         if access.can_set_quota(request.user, tenant):
-            services.quota_set(user=request.user, tenant=tenant, flavor=flavor, values=values)
-            messages.success(request, f"Quota of {tenant.slug} for {flavor.name} saved.")
+            services.quota_set(
+                user=request.user, tenant=tenant, flavor=flavor, values=values, cluster=cluster
+            )
+            messages.success(request, f"Quota of {tenant.slug} for {where} saved.")
         else:
             approvals.quota_request_create(
                 user=request.user,
@@ -208,11 +215,11 @@ def _quota_save(request: HttpRequest, tenant: Tenant, form: QuotaForm) -> bool:
                 flavor=flavor,
                 values=values,
                 justification=form.cleaned_data["justification"],
+                cluster=cluster,
             )
             messages.success(
                 request,
-                f"Quota change for {flavor.name} requested; an admin "
-                f"above {tenant.slug} decides it.",
+                f"Quota change for {where} requested; an admin above {tenant.slug} decides it.",
             )
     except ValidationError as exc:
         form.add_service_errors(

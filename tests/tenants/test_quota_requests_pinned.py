@@ -143,3 +143,54 @@ def test_a_bad_pinned_request_is_a_400_and_changes_nothing(
     assert answer.status_code == 400
     assert field in answer.json()["errors"]
     assert not ApprovalRequest.objects.exists()
+
+
+# -- the portal's quota form ---------------------------------------------------------------
+
+
+def quota_form(org: Org, **change: str) -> dict[str, str]:
+    return {
+        "flavor": org.h100.name,
+        "cluster": "site-b",
+        "guaranteed": "8",
+        "limit": "16",
+        "weight": "1",
+        "justification": "eval on site-b",
+        **change,
+    }
+
+
+def test_the_portal_form_sets_a_pin_for_those_above_and_requests_one_for_the_team(
+    org: Org, site_b: Cluster
+) -> None:
+    url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
+    dana, tina = Client(), Client()
+    dana.force_login(org.users["dana"])  # admin of research: sets alpha's quota
+    tina.force_login(org.users["tina"])  # admin of alpha: asks
+    assert tina.post(url, quota_form(org, guaranteed="4")).status_code == 302
+    request = ApprovalRequest.objects.get()
+    assert request.payload["cluster_name"] == "site-b"
+    assert not Quota.objects.filter(cluster=site_b).exists()
+    request.delete()
+    assert dana.post(url, quota_form(org)).status_code == 302
+    pinned = Quota.objects.get(tenant=org.alpha, cluster=site_b)
+    assert (pinned.guaranteed_milli, pinned.limit_milli, pinned.lend_limit_milli) == (
+        8000,
+        16000,
+        None,
+    )
+    # the global quota keeps its own values
+    assert Quota.objects.get(tenant=org.alpha, cluster__isnull=True).guaranteed_milli == 16000
+
+
+def test_the_portal_form_shows_a_bad_pin_at_its_field(org: Org, site_b: Cluster) -> None:
+    url = reverse("portal:tenant-quotas", args=[org.alpha.pk])
+    dana = Client()
+    dana.force_login(org.users["dana"])
+    before = rows()
+    answer = dana.post(url, quota_form(org, lend_limit="2"))
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    start = html.index('id="field-lend_limit"')
+    assert "a quota pinned to a cluster sets guaranteed_milli and limit_milli only" in html[start:]
+    assert rows() == before
