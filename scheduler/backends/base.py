@@ -139,6 +139,10 @@ class PodStatus:
     # none is reported. The daemon fails an attempt whose pods stay Pending past its binding
     # deadline with this cause.
     waiting: str = ""
+    # A pod its job's operator makes beside the replicas (a RayJob's submitter, a TrainJob's
+    # initializer: the label `gantry.io/companion`, issue 37): never a replica, bound to
+    # replica 0's node while its attempt is admitted; "" for every other pod.
+    companion: str = ""
 
 
 class BackendError(Exception):

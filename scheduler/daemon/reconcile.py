@@ -3,7 +3,9 @@
 Called at the start of every cycle, when no claim of this daemon is in flight, so an
 `admitted` job found here was claimed by a daemon that died before committing its binds.
 
-1. Pods without an active allocation are orphans: reported and deleted.
+1. Pods without an active allocation are orphans: reported and deleted (but not the pods an
+   operator makes beside an admitted attempt's replicas, bound with its replica 0:
+   `scheduler.daemon.companions`).
 2. Allocations that are stopping (preempted, scaled down, an older attempt, a job that
    ended): their pod is deleted; once it is gone the allocation is released. A pod on a node
    NotReady or gone for `Limits.node_lost_grace_s` counts as gone (no kubelet will
@@ -36,6 +38,7 @@ from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
 from scheduler.daemon import strays, workloads
 from scheduler.daemon.cluster import Cluster
+from scheduler.daemon.companions import keep_companions
 from scheduler.daemon.judge import (
     apply_verdicts,
     judge,
@@ -130,7 +133,8 @@ class Reconciler:
         now = clock.dt()
         # 0. the pods that users' Jobs made for their admitted attempts (issue 37)
         allocs = workloads.adopt(allocs, jobs, pods, cluster, lease)
-        known = {a["pod_name"] for a in allocs}
+        # ... and the pods their operators make beside the replicas, bound with replica 0
+        known = {a["pod_name"] for a in allocs} | keep_companions(allocs, jobs, pods, cluster)
         # 1. orphans
         orphans = [
             (p.namespace, p.name, 0)

@@ -84,6 +84,7 @@ def adopt(
             # pods were gone, or going, before its job was requeued).
             and p.attempt in (-1, current[p.job_id])
             and not p.deleting
+            and not p.companion  # a submitter, an initializer: no replica (companions.py)
         ),
         key=lambda p: p.name,
     )

@@ -16,11 +16,13 @@ before the nodes start (`dependsOn`) and then end.
 Kueue counts each as a pod set of the workload. A Gantry job is a gang of replicas alike, so
 these pods are counted with replica 0 (the head; a TrainJob's first node): their CPU and memory
 are added to its own, and every replica of the job then reserves that much (a little more than
-the others asked, never less). They ask for no GPUs: one that does is Refused, saying which.
+the others asked, never less). They ask for no GPUs: one that does is Refused, saying which. Gantry binds their pods to
+replica 0's node (`scheduler.daemon.companions`).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from scheduler.workloads.kinds import at
@@ -57,6 +59,28 @@ def rayjob_companions(obj: Obj) -> list[Companion]:
     if mode == SIDECAR_MODE:
         return [("its submitter", DEFAULT_SUBMITTER)]
     return []
+
+
+def default_submitter_template(obj: Obj, scheduler_name: str) -> Obj | None:
+    """KubeRay's default submitter template (v1.6.0's `GetDefaultSubmitterTemplate`: one
+    container, `DEFAULT_SUBMITTER`, in the head's image), for a RayJob in K8sJobMode that
+    gives none; None for any other (a template of its own, another mode, a head without an
+    image: KubeRay's own validation refuses that one).
+
+    The webhook writes it at creation, as Kueue writes it when it admits a RayJob, so that
+    Gantry's admission only labels the template the submitter pod is made from (the job, the
+    attempt, `gantry.io/companion`) and binds that pod beside replica 0: KubeRay makes the
+    same pod from it as from its default (it fills the command and the environment in both)."""
+    mode = at(obj, ("spec", "submissionMode")) or K8S_JOB_MODE
+    if mode != K8S_JOB_MODE or at(obj, ("spec", "submitterPodTemplate")) is not None:
+        return None
+    head = at(obj, ("spec", "rayClusterSpec", "headGroupSpec", "template", "spec"))
+    image = at(head, ("containers", 0, "image"))
+    if not isinstance(image, str) or not image:
+        return None
+    spec = copy.deepcopy(DEFAULT_SUBMITTER)
+    spec["containers"][0]["image"] = image
+    return {"spec": {**spec, "schedulerName": scheduler_name}}
 
 
 def runtime_ref(obj: Obj) -> tuple[str, str] | None:

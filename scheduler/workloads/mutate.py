@@ -6,7 +6,9 @@ same patch. It refuses nothing: every response is `allowed`, with a JSONPatch wh
 is one Gantry holds (docs/kubernetes-native.md, "Admission"):
 - a workload of a kind in `kinds.WORKLOADS` created by a user: suspended (where the kind has a
   suspend flag), Gantry's schedulerName on every pod template, the annotation naming the
-  creating user and the managed label;
+  creating user and the managed label; a RayJob in K8sJobMode without a submitter template
+  gets KubeRay's default one, written out (`companions.default_submitter_template`), so that
+  Gantry can label the submitter pod's template when it admits the RayJob;
 - a Pod created by a user (single, or one of a pod group by label): the scheduling gate,
   schedulerName, the annotation and the label;
 - a LeaderWorkerSet's pod, owned by a StatefulSet the set made: gated like a user's pod (its
@@ -26,7 +28,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from scheduler.workloads.kinds import OWNED_THROUGH, POD, Kind, Path, at, find, group_of
+from scheduler.workloads.companions import default_submitter_template
+from scheduler.workloads.kinds import OWNED_THROUGH, POD, RAYJOB, Kind, Path, at, find, group_of
 
 Obj = dict[str, Any]
 Op = dict[str, Any]
@@ -91,7 +94,9 @@ def plan(
     else:
         hold = _set(obj, kind.suspend, True) if kind.suspend is not None else []
     managed = _set(obj, ("metadata", "labels", LABEL_MANAGED), "true")
-    return [*hold, *names, *_submitted_by(obj, username), *managed]
+    submitter = default_submitter_template(obj, scheduler_name) if kind is RAYJOB else None
+    written = _set(obj, ("spec", "submitterPodTemplate"), submitter) if submitter else []
+    return [*hold, *names, *written, *_submitted_by(obj, username), *managed]
 
 
 def _controller_group_kind(obj: Obj) -> tuple[str, str] | None:

@@ -138,7 +138,8 @@ class Operator:
             return [head, *workers]
         # A TrainJob: the Trainer's JobSet, its `node` job, with Gantry's runtime patch applied.
         (patch,) = [p for p in spec["runtimePatches"] if p["manager"] == "gantry.io/scheduler"]
-        (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        (node,) = [j for j in jobs if j["name"] == "node"]  # no initializer in its runtime
         trainer = spec["trainer"]
         container = {
             "name": "node",

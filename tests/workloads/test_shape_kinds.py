@@ -181,11 +181,15 @@ def test_a_trainjobs_admission_adds_one_runtime_patch_of_gantrys_own() -> None:
     patched = jsonpatch.apply_patch(obj, resume_patch(TRAINJOB, obj, request))
     managers = [p["manager"] for p in patched["spec"]["runtimePatches"]]
     assert managers == ["kueue.x-k8s.io/manager", "gantry.io/scheduler"]
-    (node,) = patched["spec"]["runtimePatches"][1]["trainingRuntimeSpec"]["template"]["spec"][
+    jobs = patched["spec"]["runtimePatches"][1]["trainingRuntimeSpec"]["template"]["spec"][
         "replicatedJobs"
     ]
-    assert node["name"] == "node"
-    assert node["template"]["spec"]["template"]["metadata"]["labels"]["gantry.io/job-id"] == "3"
+    labels = {j["name"]: j["template"]["spec"]["template"]["metadata"]["labels"] for j in jobs}
+    # the trainer's nodes, and its initializers as companions of the first node
+    assert list(labels) == ["node", "dataset-initializer", "model-initializer"]
+    assert {x["gantry.io/job-id"] for x in labels.values()} == {"3"}
+    assert "gantry.io/companion" not in labels["node"]
+    assert labels["model-initializer"]["gantry.io/companion"] == "model-initializer"
     again = resume_patch(TRAINJOB, patched, request)
     assert again == [{"op": "replace", "path": "/spec/suspend", "value": False}]
 

@@ -15,6 +15,11 @@ old cluster can outlive the suspension, unbound and not being deleted: named by 
 that made them, they are not adopted by the next one (reconcile deletes them as orphans), and
 a new attempt takes only the pods of the cluster made for it.
 
+The pods an operator makes beside the replicas (a RayJob's submitter, a TrainJob's
+initializers) are labelled too, with `gantry.io/companion`: on the RayJob's submitter template
+(with the attempt, as its other templates), and in the TrainJob's runtime patch beside its
+`node` job; reconcile binds them to replica 0's node (`scheduler.daemon.companions`).
+
 Which replica a pod is, deterministically: a JobSet's templates also carry the first replica
 of their replicated job (`gantry.io/replica-base`) and its pods per child Job
 (`gantry.io/replica-stride`, the Job's parallelism), so that its pod with job index j and
@@ -43,12 +48,19 @@ from scheduler.backends.workloads import JOB, JOBSET, PYTORCHJOB, RAYJOB, TRAINJ
 Obj = dict[str, Any]
 Op = dict[str, Any]
 Path = tuple[str | int, ...]
+LABEL_COMPANION = "gantry.io/companion"
 LABEL_REPLICA_BASE = "gantry.io/replica-base"
 LABEL_REPLICA_STRIDE = "gantry.io/replica-stride"
 # A TrainJob's runtime patch is keyed by its manager; the trainer's own pods are those of
 # the runtime's replicated job `node` (the Trainer's name for its training nodes).
 TRAINJOB_MANAGER = "gantry.io/scheduler"
 TRAINER_NODE_JOB = "node"
+# ... and those of its initializers (the Trainer's constants DatasetInitializer and
+# ModelInitializer, v2.2.0), which run before the nodes, on no GPU.
+TRAINER_INITIALIZER_JOBS = ("dataset-initializer", "model-initializer")
+# A RayJob's submitter (its Job's pod) is labelled a companion of replica 0.
+SUBMITTER = "submitter"
+K8S_JOB_MODE = "K8sJobMode"
 # A PyTorchJob's replica types, in the order of their replicas (the operator's own).
 PYTORCH_REPLICA_TYPES = ("Master", "Worker")
 
@@ -67,6 +79,8 @@ def resume_patch(kind: Resumable, obj: Obj, pod: PodRequest) -> list[Op]:
     }[kind](obj)
     labels = _labels(pod) | ({LABEL_ATTEMPT: str(pod.attempt)} if kind == RAYJOB else {})
     ops = [op for path, extra in templates for op in _labelled(obj, path, labels | extra)]
+    if kind == RAYJOB:
+        ops += _submitter_labels(obj, labels | {LABEL_COMPANION: SUBMITTER})
     return [*ops, unsuspend]
 
 
@@ -124,6 +138,21 @@ def _rayjob_templates(obj: Obj) -> list[tuple[Path, dict[str, str]]]:
     ]
 
 
+def _submitter_labels(obj: Obj, labels: dict[str, str]) -> list[Op]:
+    """The labels on a RayJob's submitter template (K8sJobMode, KubeRay's default mode: the
+    pod of the Job KubeRay makes to run `ray job submit`), so that Gantry binds that pod
+    where it reserved its room, beside replica 0 (`scheduler.daemon.companions`). The webhook
+    wrote KubeRay's default template where the user gave none (`mutate.plan`); a RayJob
+    without one (created before it did) is left as it is: a template of labels alone would
+    replace KubeRay's default and leave the submitter without a container."""
+    if (_at(obj, ("spec", "submissionMode")) or K8S_JOB_MODE) != K8S_JOB_MODE:
+        return []
+    path = ("spec", "submitterPodTemplate")
+    if not isinstance(_at(obj, (*path, "spec")), dict):
+        return []
+    return _labelled(obj, path, labels)
+
+
 def _labelled(obj: Obj, template: Path, labels: dict[str, str]) -> list[Op]:
     """The ops that put `labels` on the pod template at `template` (nothing already there)."""
     here = _at(obj, template)
@@ -152,9 +181,22 @@ def _trainjob_labels(obj: Obj, pod: PodRequest) -> list[Op]:
         return []  # labelled at an earlier admission
     template = {"metadata": {"labels": _labels(pod)}}
     node = {"name": TRAINER_NODE_JOB, "template": {"spec": {"template": template}}}
+    # The initializers' pods, companions of the first node (the Trainer merges a job's patch
+    # into the runtime's replicated job of that name, and skips a name the runtime lacks).
+    initializers = [
+        {
+            "name": name,
+            "template": {
+                "spec": {
+                    "template": {"metadata": {"labels": _labels(pod) | {LABEL_COMPANION: name}}}
+                }
+            },
+        }
+        for name in TRAINER_INITIALIZER_JOBS
+    ]
     patch = {
         "manager": TRAINJOB_MANAGER,
-        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}},
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node, *initializers]}}},
     }
     if not isinstance(patches, list):
         return [{"op": "add", "path": "/spec/runtimePatches", "value": [patch]}]

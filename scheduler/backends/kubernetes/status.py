@@ -25,7 +25,11 @@ from scheduler.backends.kubernetes.render import (
     LABEL_JOB,
     LABEL_REPLICA,
 )
-from scheduler.backends.kubernetes.resume import LABEL_REPLICA_BASE, LABEL_REPLICA_STRIDE
+from scheduler.backends.kubernetes.resume import (
+    LABEL_COMPANION,
+    LABEL_REPLICA_BASE,
+    LABEL_REPLICA_STRIDE,
+)
 
 JOB_NAME = "batch.kubernetes.io/job-name"  # on the pods a Job's controller makes
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"  # on a JobSet's Jobs' pods: which Job
@@ -159,7 +163,10 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
         if LABEL_ATTEMPT not in labels and not any(key in labels for key in made):
             return None  # neither Gantry's own pod nor one a workload's controller made
         attempt = int(labels.get(LABEL_ATTEMPT, -1))
-        replica = _replica(labels)
+        # A companion (a RayJob's submitter, a TrainJob's initializer) goes with replica 0
+        # and is no replica itself, whatever index its Job gives it.
+        companion = str(labels.get(LABEL_COMPANION) or "")
+        replica = 0 if companion else _replica(labels)
     except (KeyError, ValueError):
         return None
     phase = _phase((pod.get("status") or {}).get("phase"))
@@ -178,4 +185,5 @@ def pod_status(pod: Mapping[str, Any]) -> PodStatus | None:
         message=message,
         deleting=bool(metadata.get("deletionTimestamp")),
         waiting=waiting_cause(pod) if phase == PodPhase.PENDING else "",
+        companion=companion,
     )

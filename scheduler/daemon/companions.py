@@ -1,0 +1,61 @@
+"""Reconcile's part for the pods an operator makes beside a job's replicas (issue 37,
+docs/kubernetes-native.md): a RayJob's submitter (the pod of the Job KubeRay makes to run
+`ray job submit`), a TrainJob's initializers. Their CPU and memory were reserved with replica
+0 (`scheduler.workloads.companions`), so they go to replica 0's node.
+
+Gantry's admission labels their templates (`gantry.io/companion`, with the job and, for a
+RayJob, the attempt: `scheduler.backends.kubernetes.resume`), and the webhook names Gantry
+their scheduler, so nothing else binds them. At each reconcile, a companion pod is:
+- kept and, while unbound, bound to replica 0's node, when its job is admitted (admitted,
+  binding or running) under the attempt the pod names (a TrainJob's initializer names none:
+  its runtime patch is written once), and that attempt's replica 0 holds a live allocation;
+- otherwise an orphan, deleted as any other pod no allocation names: the pod of a stopped
+  attempt (its operator deletes it too, once the object is suspended), never bound again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodStatus
+from scheduler.daemon.cluster import Cluster
+from scheduler.models import JobState
+
+log = logging.getLogger("gantry.daemon")
+Row = Mapping[str, Any]
+# A job in these states holds its replica 0's node for its companions.
+ADMITTED = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING})
+
+
+def keep_companions(
+    allocs: Sequence[Row], jobs: Mapping[int, Row], pods: dict[str, PodStatus], cluster: Cluster
+) -> set[str]:
+    """The names of the companion pods to keep (not orphans); each of them still unbound is
+    bound to its replica 0's node (a bind that fails is tried again at the next reconcile),
+    and `pods` shows it there."""
+    heads = {
+        (a["job_id"], a["attempt"]): a["node__name"]
+        for a in allocs
+        if a["replica"] == 0 and not a["end_reason"] and a["node__name"]
+    }
+    kept: set[str] = set()
+    for pod in [p for p in pods.values() if p.companion]:
+        job = jobs.get(pod.job_id)
+        if job is None or job["state"] not in ADMITTED or pod.attempt not in (-1, job["attempt"]):
+            continue
+        node = heads.get((pod.job_id, job["attempt"]))
+        if node is None:
+            continue
+        kept.add(pod.name)
+        if pod.node is not None or pod.deleting or pod.phase != PodPhase.PENDING:
+            continue
+        try:
+            cluster.bind(pod.namespace, pod.name, node)
+        except (BackendError, BindConflict) as error:
+            log.warning("binding %s pod %s failed: %s", pod.companion, pod.name, error)
+        else:
+            pods[pod.name] = replace(pod, node=node)
+    return kept
