@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.models import RateCard
+from billing.rates import cards as rates
 from common.api.serializers import StrictInputSerializer
 from scheduler.models import Cluster
 from tenants.models import PriorityClass, ResourceFlavor
@@ -83,6 +84,25 @@ class RateCardIn(StrictInputSerializer):
         default=dict,
         help_text='Priority class name -> multiplier ("0.5"); a class left out costs x1.',
     )
+
+    def add(self, user: Any) -> RateCard:
+        """Add the version these validated fields describe, as ``user``, through
+        ``rate_card_add`` (its checks and its audit): the API and the portal's form alike."""
+        data = self.validated_data
+        return rates.rate_card_add(
+            user=user,
+            flavor=data["flavor"],
+            cluster=data["cluster"],
+            valid_from=data["valid_from"],
+            valid_to=data["valid_to"],
+            prices=rates.RatePrices(
+                gpu_hour=data["gpu_hour"],
+                cpu_core_hour=data["cpu_core_hour"],
+                memory_gib_hour=data["memory_gib_hour"],
+                borrowed_discount=data["borrowed_discount"],
+                multipliers=data["priority_multipliers"],
+            ),
+        )
 
     def validate_priority_multipliers(self, value: dict[str, Decimal]) -> dict[Any, Decimal]:
         classes = {pc.name: pc for pc in PriorityClass.objects.filter(name__in=list(value))}

@@ -3,8 +3,6 @@ withdrawn by platform admins)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.request import Request
@@ -34,21 +32,7 @@ class RateCardViewSet(
         access.require_books_keeper(request.user)  # before validation: no oracle for others
         serializer = s.RateCardIn(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
-        data: dict[str, Any] = dict(serializer.validated_data)
-        card = rates.rate_card_add(
-            user=request.user,
-            flavor=data["flavor"],
-            cluster=data["cluster"],
-            valid_from=data["valid_from"],
-            valid_to=data["valid_to"],
-            prices=rates.RatePrices(
-                gpu_hour=data["gpu_hour"],
-                cpu_core_hour=data["cpu_core_hour"],
-                memory_gib_hour=data["memory_gib_hour"],
-                borrowed_discount=data["borrowed_discount"],
-                multipliers=data["priority_multipliers"],
-            ),
-        )
+        card = serializer.add(request.user)
         card = self.get_queryset().get(pk=card.pk)
         return Response(s.RateCardOut(card).data, status=status.HTTP_201_CREATED)
 

@@ -22,7 +22,6 @@ from django.views.decorators.http import require_http_methods
 
 from billing.api.serializers import RateCardIn
 from billing.models import RateCard, RateMultiplier
-from billing.rates import cards as rates
 from portal.decorators import login_required
 from portal.rate_card_form import RateCardForm
 from tenants import access
@@ -83,22 +82,8 @@ def _add(request: HttpRequest, form: RateCardForm) -> bool:
     if not body.is_valid():
         form.add_errors(body.errors)
         return False
-    data = body.validated_data
     try:
-        card = rates.rate_card_add(
-            user=request.user,
-            flavor=data["flavor"],
-            cluster=data["cluster"],
-            valid_from=data["valid_from"],
-            valid_to=data["valid_to"],
-            prices=rates.RatePrices(
-                gpu_hour=data["gpu_hour"],
-                cpu_core_hour=data["cpu_core_hour"],
-                memory_gib_hour=data["memory_gib_hour"],
-                borrowed_discount=data["borrowed_discount"],
-                multipliers=data["priority_multipliers"],
-            ),
-        )
+        card = body.add(request.user)
     except ValidationError as exc:
         form.add_errors(exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages})
         return False
