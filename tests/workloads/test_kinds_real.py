@@ -23,7 +23,7 @@ import pytest
 from devcluster import controllers
 from devcluster.kubelets import RUN_SECONDS
 from devcluster.versions import binary
-from scheduler.models import Job
+from scheduler.models import Allocation, Job
 from tests.daemon.test_kubernetes_real import NODES, shared
 from tests.k8s.real_api import request
 from tests.k8s.real_plane import RealPlane, real_plane
@@ -246,7 +246,9 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
     and worker pods KubeRay would (owned by the RayJob, its node-type labels, the templates'
     labels as Gantry left them), and Gantry binds them where it placed the job; when the
     RayJob reports its job Complete (the test writes its status, as KubeRay would), the
-    Gantry job succeeds, its cluster's pods notwithstanding."""
+    Gantry job succeeds, its cluster's pods notwithstanding. Its submitter Job (made by the
+    test as KubeRay would, from the submitter template Gantry labelled) gets its pod from the
+    plane's job controller, and Gantry binds that pod to replica 0's node."""
     worker = {
         "groupName": "gpu",
         "replicas": 1,
@@ -285,6 +287,11 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         worker_labels = cluster["workerGroupSpecs"][0]["template"]["metadata"]["labels"]
         assert head["metadata"]["labels"]["gantry.io/attempt"] == "0"
         assert worker_labels["gantry.io/attempt"] == "0"
+        # KubeRay's default submitter, written out by the webhook and labelled at admission
+        # (the admission policy allows Gantry's labels on it, nothing else)
+        submitter = admitted["spec"]["submitterPodTemplate"]
+        assert submitter["metadata"]["labels"]["gantry.io/companion"] == "submitter"
+        assert submitter["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m"
         _play_operator(
             native,
             admitted,
@@ -309,6 +316,23 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
 
         native.until("its pods are bound", lambda: len(bound()) == 2)
         assert sorted(bound().values()) == sorted(NODES)
+        # KubeRay's submitter Job, owned by the RayJob, from the template as Gantry left it:
+        # the plane's job controller makes its pod, which Gantry binds beside replica 0
+        owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "controller": True}
+        owner |= {"name": "ray", "uid": admitted["metadata"]["uid"]}
+        job_body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "ray", "ownerReferences": [owner]},
+            "spec": {"backoffLimit": 2, "template": submitter},
+        }
+        jobs = f"/apis/batch/v1/namespaces/{native.world.managed}/jobs"
+        answer = native.world.create(jobs, job_body)
+        assert answer.status == 201, answer.body
+        native.until("its submitter is bound", lambda: len(bound()) == 3)
+        (submitter_pod,) = set(bound()) - {"ray-head-x1", "ray-gpu-worker-x2"}
+        head_alloc = Allocation.objects.get(job=mirrored, replica=0, ended_at__isnull=True)
+        assert bound()[submitter_pod] == head_alloc.node.name
         native.until("the job runs", lambda: _state(mirrored) == "running")
         status = {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}
         answer = request(
@@ -333,9 +357,10 @@ def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_an
     native: Native, installed: Any
 ) -> None:
     """The Trainer is not built here: once Gantry unsuspends the TrainJob (its runtime patch
-    labelling the trainer's `node` pods), the test makes the pods the Trainer's JobSet would
-    (the patch's labels, JobSet's and the Job controller's), and Gantry binds them; they run
-    and exit, and the job succeeds."""
+    labelling the trainer's `node` pods, and its initializers' as companions), the test makes
+    the pods the Trainer's JobSet would (the patch's labels, JobSet's and the Job
+    controller's), first the initializers', which Gantry binds to replica 0's node, then the
+    nodes', which it binds one per node; they run and exit, and the job succeeds."""
     trainer = {
         "numNodes": 2,
         "image": "registry.k8s.io/pause:3.10",
@@ -367,7 +392,8 @@ def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_an
         (patch,) = [
             p for p in admitted["spec"]["runtimePatches"] if p["manager"] == "gantry.io/scheduler"
         ]
-        (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        (node,) = [j for j in jobs if j["name"] == "node"]
         spec = pod_spec()
         spec["schedulerName"] = "gantry"
         spec["containers"][0]["resources"] = trainer["resourcesPerNode"]
@@ -386,14 +412,35 @@ def test_a_trainjob_is_admitted_and_the_pods_its_trainer_would_make_are_bound_an
             )
             for index in range(2)
         ]
-        _play_operator(native, admitted, made, run_s=2)
 
         def bound() -> dict[str, str]:
             pods = _pods(native, mirrored)
             return {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
 
-        native.until("its pods are bound", lambda: len(bound()) == 2)
-        assert sorted(bound().values()) == sorted(NODES)
+        # First its initializers (the nodes depend on them), labelled by Gantry's runtime
+        # patch as companions of the first node: bound to replica 0's node, as no replica.
+        initializers = []
+        for job in [j for j in jobs if j["name"] != "node"]:
+            init_spec = pod_spec()
+            init_spec["schedulerName"] = "gantry"
+            init_meta = job["template"]["spec"]["template"]["metadata"]
+            labels = {
+                "jobset.sigs.k8s.io/jobset-name": "train",
+                "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
+                "jobset.sigs.k8s.io/job-index": "0",
+                "batch.kubernetes.io/job-name": f"train-{job['name']}-0",
+                "batch.kubernetes.io/job-completion-index": "0",
+            }
+            name = f"train-{job['name']}-0-0-x"
+            initializers.append((name, {"metadata": init_meta, "spec": init_spec}, labels))
+        assert len(initializers) == 2
+        _play_operator(native, admitted, initializers, run_s=1)
+        native.until("its initializers are bound", lambda: len(bound()) == 2)
+        head_alloc = Allocation.objects.get(job=mirrored, replica=0, ended_at__isnull=True)
+        assert set(bound().values()) == {head_alloc.node.name}
+        _play_operator(native, admitted, made, run_s=2)
+        native.until("its pods are bound", lambda: len(bound()) == 4)
+        assert sorted(bound()[n] for n, _, _ in made) == sorted(NODES)
         native.until("the job succeeds", lambda: _state(mirrored) == "succeeded")
     finally:
         request(

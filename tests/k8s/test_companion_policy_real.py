@@ -1,0 +1,103 @@
+"""gantry-scheduler-workload-admission (platform/k8s/04-admission.yaml) on a RayJob's submitter
+template, on the real API server (issue 37): the daemon's own admission patch, which labels the
+submitter template as a companion of replica 0 (scheduler/backends/kubernetes/resume.py), is
+allowed; anything else on that template is refused: another label, another image, a template
+added where the RayJob has none (the webhook writes KubeRay's default at creation, never the
+daemon). The RayJob CRD at KubeRay's pinned release; its operator is not running."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, cast
+
+import pytest
+
+from scheduler.backends.kubernetes.render import LABEL_HELD as HELD
+from scheduler.backends.kubernetes.resume import resume_patch
+from scheduler.backends.workloads import RAYJOB
+from tests.k8s.builders import make_request
+from tests.k8s.rbac_table import SCHEDULER
+from tests.k8s.real_api import Answer, request
+from tests.k8s.test_rbac_real import PROBE, Accounts, _refused_by_policy, accounts, policies
+
+__all__ = ["accounts", "policies"]  # the fixtures, for this module
+POLICY = "gantry-scheduler-workload-admission"
+SUBMITTER = "/spec/submitterPodTemplate"
+
+
+def _rayjob(name: str, submitter: bool) -> dict[str, Any]:
+    """A RayJob as Gantry's webhook holds it: suspended, labelled held, with KubeRay's default
+    submitter written out (`submitter`) or, as one created before the webhook wrote it, none."""
+    spec = copy.deepcopy(cast(dict[str, Any], PROBE["spec"]))
+    cluster = {"headGroupSpec": {"template": {"spec": spec}}, "workerGroupSpecs": []}
+    body: dict[str, Any] = {"suspend": True, "entrypoint": "python x.py", "rayClusterSpec": cluster}
+    if submitter:
+        container = {
+            "name": "ray-job-submitter",
+            "image": spec["containers"][0]["image"],
+            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}},
+        }
+        body["submitterPodTemplate"] = {
+            "spec": {"restartPolicy": "Never", "containers": [container]}
+        }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "labels": {HELD: "true"}},
+        "spec": body,
+    }
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("submitter", [True, False], ids=["default-written", "none"])
+def test_the_scheduler_labels_a_rayjobs_submitter_template_and_nothing_more(
+    accounts: Accounts, policies: None, submitter: bool
+) -> None:
+    scheduler = accounts.clients[SCHEDULER]
+    path = f"/apis/ray.io/v1/namespaces/{accounts.project}/rayjobs"
+    name = f"rbac-rayjob-{'sub' if submitter else 'none'}"
+    made = request(accounts.api, "POST", path, body=_rayjob(name, submitter))
+    assert made.status == 201, made.message
+    try:
+
+        def patch(ops: list[dict[str, Any]]) -> Answer:
+            return request(
+                scheduler,
+                "PATCH",
+                f"{path}/{name}",
+                body=ops,
+                query=[("dryRun", "All")],
+                content_type="application/json-patch+json",
+            )
+
+        admit = resume_patch(RAYJOB, made.body, make_request(job_id=8))
+        assert any(op["path"].startswith(SUBMITTER) for op in admit) is submitter, admit
+        # The policy is in effect once the API server's informer has this version of it
+        # (`policies` waits for another policy only): a user's label on the head refused.
+        head = "/spec/rayClusterSpec/headGroupSpec/template/metadata"
+        foreign = [{"op": "add", "path": head, "value": {"labels": {"t": "x"}}}]
+        deadline = time.monotonic() + 30.0
+        while patch(foreign).status != 403 or patch(admit).status != 200:
+            assert time.monotonic() < deadline, "the workload admission policy never applied"
+            time.sleep(0.2)
+        answer = patch(admit)
+        assert answer.status == 200, answer.message
+        if not submitter:
+            probe: dict[str, Any] = _rayjob(name, submitter=False)["spec"]["rayClusterSpec"]
+            container = probe["headGroupSpec"]["template"]["spec"]["containers"][0]
+            template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+            _refused_by_policy(patch([{"op": "add", "path": SUBMITTER, "value": template}]), POLICY)
+            return
+        labels = answer.body["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+        assert labels["gantry.io/companion"] == "submitter"
+        theirs = [{"op": "add", "path": f"{SUBMITTER}/metadata", "value": {"labels": {"t": "x"}}}]
+        _refused_by_policy(patch(theirs), POLICY)
+        image = [
+            {"op": "replace", "path": f"{SUBMITTER}/spec/containers/0/image", "value": "evil:1"}
+        ]
+        _refused_by_policy(patch(image), POLICY)
+        gone = [{"op": "remove", "path": SUBMITTER}]
+        _refused_by_policy(patch(gone), POLICY)
+    finally:
+        request(accounts.api, "DELETE", f"{path}/{name}")
