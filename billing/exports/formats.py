@@ -70,7 +70,8 @@ def export_write(
 
     `fmt`: "csv" and "xlsx" hold one row per value of `by` and cluster, and a totals row;
     "focus" one row per cost line (no totals row: FOCUS datasets have none). Returns the rows
-    written, the header and totals row left out. `progress(done, total)` is called as rows are written.
+    written, the header and totals row left out. `progress(done, total)` is called as rows
+    are written.
     DomainError when a flavor used has no rate (as the cost API)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}")

@@ -16,8 +16,8 @@ before the nodes start (`dependsOn`) and then end.
 Kueue counts each as a pod set of the workload. A Gantry job is a gang of replicas alike, so
 these pods are counted with replica 0 (the head; a TrainJob's first node): their CPU and memory
 are added to its own, and every replica of the job then reserves that much (a little more than
-the others asked, never less). They ask for no GPUs: one that does is Refused, saying which. Gantry binds their pods to
-replica 0's node (`scheduler.daemon.companions`).
+the others asked, never less). They ask for no GPUs: one that does is Refused, saying which.
+Gantry binds their pods to replica 0's node (`scheduler.daemon.companions`).
 """
 
 from __future__ import annotations

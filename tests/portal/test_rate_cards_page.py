@@ -61,7 +61,9 @@ def form(org: Org, **change: Any) -> dict[str, Any]:
     }
 
 
-def test_the_page_lists_each_chain_with_its_versions(org: Org, cards: Cluster, web_for: Any) -> None:
+def test_the_page_lists_each_chain_with_its_versions(
+    org: Org, cards: Cluster, web_for: Any
+) -> None:
     assert reverse("portal:rate-cards") == URL
     html = web_for("alice").get(URL).content.decode()
     default = html.index("H100-80GB · default")
