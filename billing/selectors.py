@@ -236,11 +236,19 @@ def aggregate(lines: Iterable[CostLine], by: str) -> list[CostRow]:
 def aggregate_per_cluster(lines: Iterable[CostLine], by: str) -> list[CostRow]:
     """`aggregate` split per cluster: a row per value of `by` and cluster (`CostRow.cluster`,
     the lines' cluster name), the groups in `aggregate`'s order (largest charged first), each
-    group's clusters by name. By "cluster" itself, `aggregate`'s rows with their cluster."""
+    group's clusters by name; where the lines name one cluster at most, a row per group named
+    with it. By "cluster" itself, `aggregate`'s rows with their cluster."""
     lines = list(lines)
     groups = aggregate(lines, by)
     if by == "cluster":
         return [replace(row, cluster=row.name or "") for row in groups]
+    named = {line.cluster for line in lines if line.cluster}
+    if len(named) <= 1:
+        # One cluster (or none named): a row per group, as before there were clusters. The
+        # lines that name none (idle reserved capacity) are that installation's too, and a
+        # second row per group for them would only halve every group.
+        only = next(iter(named), "")
+        return [replace(row, cluster=only) for row in groups]
     order = {row.key: i for i, row in enumerate(groups)}
     parts: dict[str, list[CostLine]] = {}
     for line in lines:
