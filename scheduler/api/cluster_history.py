@@ -44,7 +44,7 @@ class PointOut(serializers.Serializer):
     )
 
 
-class SeriesOut(serializers.Serializer):
+class ClusterSeriesOut(serializers.Serializer):
     cluster = serializers.CharField()
     points = PointOut(many=True)
 
@@ -54,7 +54,7 @@ class ClusterUtilizationOut(serializers.Serializer):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
     period = serializers.CharField(help_text="5m or 1h: the roll-ups read.")
-    clusters = SeriesOut(many=True)
+    clusters = ClusterSeriesOut(many=True)
 
 
 class ClusterUtilizationView(APIView):
