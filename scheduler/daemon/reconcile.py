@@ -135,12 +135,10 @@ class Reconciler:
         allocs = workloads.adopt(allocs, jobs, pods, cluster, lease)
         # ... and the pods their operators make beside the replicas, bound with replica 0
         known = {a["pod_name"] for a in allocs} | keep_companions(allocs, jobs, pods, cluster)
-        # 1. orphans
-        orphans = [
-            (p.namespace, p.name, 0)
-            for p in pods.values()
-            if p.name not in known and not p.deleting
-        ]
+        # 1. orphans (a user's Job's own pods left to its controller)
+        unheld = [p for p in pods.values() if p.name not in known and not p.deleting]
+        theirs = workloads.left_to_their_jobs(unheld) if unheld else set()
+        orphans = [(p.namespace, p.name, 0) for p in unheld if p.name not in theirs]
         for _, name, _ in orphans:
             log.warning("pod %s has no allocation: deleting it", name)
         cluster.delete_pods(orphans)

@@ -31,7 +31,7 @@ from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodSta
 from scheduler.backends.workloads import workload_ref
 from scheduler.daemon.cluster import Cluster
 from scheduler.leader import Lease
-from scheduler.models import Allocation, JobState
+from scheduler.models import Allocation, Job, JobState
 
 log = logging.getLogger("gantry.daemon")
 Row = Mapping[str, Any]
@@ -166,6 +166,20 @@ def suspend_workload(cluster: Cluster, namespace: str, workload: str) -> None:
         cluster.call(suspend)
     except BackendError as error:
         log.warning("suspending %s failed (tried again next cycle): %s", workload, error)
+
+
+def left_to_their_jobs(pods: Sequence[PodStatus]) -> set[str]:
+    """The names of `pods` (which no allocation holds) that a user's batch/v1 Job made for a
+    job that did not succeed: its controller deletes them once the Job is suspended, and one
+    Gantry deleted would count as a failed pod against the Job's backoffLimit (at 0, the Job
+    fails with no pod while its job waits to be bound again). A pod made as the Job was
+    being suspended, after its job's allocation ended, is one."""
+    ids = {p.job_id for p in pods if p.job_id}
+    if not ids:
+        return set()
+    rows = Job.objects.filter(pk__in=ids).values("id", "state", "spec__workload")
+    mine = {r["id"] for r in rows if workload_of(r).startswith("jobs/") and keeps_pods(r)}
+    return {p.name for p in pods if p.job_id in mine}
 
 
 def keeps_pods(row: Row) -> bool:

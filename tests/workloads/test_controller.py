@@ -459,6 +459,45 @@ def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attem
     assert len(bound) == 2 and all(world.pod(n)["spec"].get("nodeName") for n in bound)
 
 
+def test_a_jobs_pod_made_as_it_was_suspended_is_left_to_its_controller(world: World) -> None:
+    """The Job controller may make a pod from an admitted Job's template just as Gantry
+    preempts the job and suspends the Job: the pod has no allocation. Gantry leaves it to the
+    controller, which deletes it once it sees the suspension; deleted by Gantry it would count
+    as a failed pod against the Job's backoffLimit (0 here: the Job would fail, podless, while
+    its job waits to be admitted again)."""
+    body = job("low", parallelism=2, gpus=8, backoffLimit=0)
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+    create_job(world, body)
+    world.step()
+    low = Job.objects.get(spec__workload__kind="Job")
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is False
+    jobs = JobController(world)
+    high = preempt_running(world, low, jobs.step)
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
+    assert not Allocation.objects.filter(job=low, ended_at__isnull=True).exists()
+    # the controller's pod of the admitted template, made before it saw the suspension
+    template = world.fake.get("jobs", world.namespace, "low")["spec"]["template"]
+    late = {
+        "metadata": {
+            "name": "low-0-late",
+            "labels": {
+                **template["metadata"]["labels"],
+                "batch.kubernetes.io/job-name": "low",
+                "batch.kubernetes.io/job-completion-index": "0",
+            },
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    world.fake.create("pods", world.namespace, late)
+    for _ in range(3):
+        world.step()
+    assert world.pod("low-0-late") is not None  # not deleted by Gantry
+    assert not world.pod("low-0-late")["spec"].get("nodeName")  # nor bound
+    assert jobs.step("low") == []  # the controller deletes it
+    high.refresh_from_db()
+    assert high.state in ("binding", "running"), high.reason
+
+
 def test_the_api_marks_a_job_created_in_kubernetes_with_its_object(world: World) -> None:
     from rest_framework.test import APIClient
 
