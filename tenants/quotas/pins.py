@@ -29,7 +29,13 @@ from django.core.exceptions import ValidationError
 from django.db.models import Sum
 
 from tenants.models import Quota, ResourceFlavor, Tenant
-from tenants.quotas.rules import QuotaValues, check_against_parent, check_own_bounds, gpus
+from tenants.quotas.rules import (
+    QuotaValues,
+    check_against_children,
+    check_against_parent,
+    check_own_bounds,
+    gpus,
+)
 
 
 def _pinned(tenant: Tenant, flavor: ResourceFlavor, exclude: Any = None) -> Any:
@@ -140,30 +146,8 @@ def check_pin_holds_children(
     tenant: Tenant, flavor: ResourceFlavor, cluster: Any, values: QuotaValues
 ) -> dict[str, list[str]]:
     """Errors when the pin of `tenant` on `cluster` would no longer hold its children's pins
-    there: their guarantees' sum above its guarantee, or a child's pinned limit above its
-    limit. Names the children."""
-    children = list(
-        Quota.objects.filter(tenant__parent=tenant, flavor=flavor, cluster=cluster)
-        .select_related("tenant")
-        .order_by("tenant__slug")
-    )
-    errors: dict[str, list[str]] = {}
-    total = sum(q.guaranteed_milli for q in children)
-    if total > values.guaranteed_milli:
-        terms = " + ".join(f"{q.tenant.slug} {gpus(q.guaranteed_milli)}" for q in children)
-        errors["guaranteed_milli"] = [
-            f"guaranteed ({gpus(values.guaranteed_milli)}) is below what the children of "
-            f"'{tenant.slug}' are guaranteed on cluster {cluster.name} for {flavor.name}: "
-            f"{gpus(total)} ({terms})."
-        ]
-    over = [q for q in children if q.limit_milli > values.limit_milli]
-    if over:
-        names = ", ".join(f"{q.tenant.slug} {gpus(q.limit_milli)}" for q in over)
-        errors["limit_milli"] = [
-            f"limit ({gpus(values.limit_milli)}) is below the limits the children of "
-            f"'{tenant.slug}' pin on cluster {cluster.name} for {flavor.name}: {names}."
-        ]
-    return errors
+    there (`check_against_children` on that cluster). Names the children."""
+    return check_against_children(tenant, flavor, values, cluster)
 
 
 def check_global_holds_childrens_pins(

@@ -10,6 +10,7 @@ row lock on the parent's quota: two siblings raised at once cannot both squeeze 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
 
@@ -148,27 +149,34 @@ def _below_no_quota(
 
 
 def check_against_children(
-    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues
+    tenant: Tenant, flavor: ResourceFlavor, values: QuotaValues, cluster: Any = None
 ) -> dict[str, list[str]]:
-    children = list(
-        Quota.objects.filter(tenant__parent=tenant, flavor=flavor, cluster__isnull=True)
-        .select_related("tenant")
-        .order_by("tenant__slug")
-    )
+    """Errors when `values` would no longer hold the children's quotas of `tenant` for
+    `flavor`: their guarantees' sum above its guarantee, or a child's limit above its limit.
+    With `cluster`, the children's pins on that cluster against `tenant`'s pin there
+    (`tenants.quotas.pins`); without, their global quotas. Names the children."""
+    rows = Quota.objects.filter(tenant__parent=tenant, flavor=flavor)
+    rows = rows.filter(cluster__isnull=True) if cluster is None else rows.filter(cluster=cluster)
+    children = list(rows.select_related("tenant").order_by("tenant__slug"))
+    where = "" if cluster is None else f" on cluster {cluster.name}"
     errors: dict[str, list[str]] = {}
     total = sum(q.guaranteed_milli for q in children)
     if total > values.guaranteed_milli:
         terms = " + ".join(f"{q.tenant.slug} {gpus(q.guaranteed_milli)}" for q in children)
         errors["guaranteed_milli"] = [
             f"guaranteed ({gpus(values.guaranteed_milli)}) is below what the children of "
-            f"'{tenant.slug}' are guaranteed for {flavor.name}: {gpus(total)} ({terms})."
+            f"'{tenant.slug}' are guaranteed{where} for {flavor.name}: {gpus(total)} ({terms})."
         ]
     over = [q for q in children if q.limit_milli > values.limit_milli]
     if over:
         names = ", ".join(f"{q.tenant.slug} {gpus(q.limit_milli)}" for q in over)
+        whose = (
+            f"the limit of children of '{tenant.slug}'"
+            if cluster is None
+            else f"the limits the children of '{tenant.slug}' pin{where}"
+        )
         errors["limit_milli"] = [
-            f"limit ({gpus(values.limit_milli)}) is below the limit of children of "
-            f"'{tenant.slug}' for {flavor.name}: {names}."
+            f"limit ({gpus(values.limit_milli)}) is below {whose} for {flavor.name}: {names}."
         ]
     return errors
 
