@@ -36,7 +36,7 @@ DIMENSIONS = (
     "flavor",
     "job_type",
     "priority_class",
-    # The cluster the usage ran on, by name (issue 38); none for idle reserved capacity.
+    # The cluster the usage ran on, or idle reserved capacity lies on, by name (issue 38).
     "cluster",
 )
 
@@ -245,8 +245,9 @@ def aggregate_per_cluster(lines: Iterable[CostLine], by: str) -> list[CostRow]:
     named = {line.cluster for line in lines if line.cluster}
     if len(named) <= 1:
         # One cluster (or none named): a row per group, as before there were clusters. The
-        # lines that name none (idle reserved capacity) are that installation's too, and a
-        # second row per group for them would only halve every group.
+        # lines that name none (usage of before clusters, allocated-idle showback,
+        # adjustments) are that installation's too, and a second row per group for them
+        # would only halve every group.
         only = next(iter(named), "")
         return [replace(row, cluster=only) for row in groups]
     order = {row.key: i for i, row in enumerate(groups)}

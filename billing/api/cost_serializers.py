@@ -107,8 +107,8 @@ class CostRowOut(serializers.Serializer):
     key = serializers.JSONField(
         allow_null=True,
         help_text="Id (department, team, project, user) or name (flavor, job type, priority "
-        "class, cluster); null for costs that carry none (idle reserved capacity by project or "
-        "by cluster...).",
+        "class, cluster); null for costs that carry none (idle reserved capacity by project, "
+        "adjustments by cluster...).",
     )
     name = serializers.CharField(allow_null=True)
     charged = serializers.CharField(help_text="Charged amount, a decimal string.")
@@ -216,6 +216,7 @@ class StatementLineOut(serializers.ModelSerializer):
             "user",
             "username",
             "flavor",
+            "cluster",
             "resource",
             "kind",
             "unit",
@@ -227,6 +228,13 @@ class StatementLineOut(serializers.ModelSerializer):
             "author",
             "created_at",
         ]
+        extra_kwargs = {
+            "cluster": {
+                "help_text": "The cluster whose card priced the line, by name (issue 38): "
+                "where its usage ran, or where its idle reserved capacity lies; '' for "
+                "adjustments and lines of before clusters."
+            }
+        }
 
 
 class StatementCloseIn(StrictInputSerializer):

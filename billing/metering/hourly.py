@@ -225,8 +225,8 @@ class Window:
     def __init__(self, start: datetime, end: datetime) -> None:
         self.start, self.end = start, end
         self._held: list[Held] | None = None
-        self.guarantees: list[tuple[int, str, int]] = []
-        self.devices: dict[str, tuple[list[int], list[int]]] = {}
+        self.guarantees: list[tuple[int, str, int, str]] = []
+        self.devices: Devices = {}
 
     def overlapping(self, start: datetime, end: datetime) -> list[Held]:
         """The allocations that overlap [start, end) inside the window, by id."""
@@ -358,26 +358,34 @@ def _model(record: Record) -> UsageRecord:
     return UsageRecord(allocation_id=held.id, **values)
 
 
-def _guarantees() -> list[tuple[int, str, int]]:
+def _guarantees() -> list[tuple[int, str, int, str]]:
+    """(tenant, flavor, guaranteed milli, cluster): the global quotas ("") and the pinned
+    ones (their cluster's name)."""
     return list(
-        Quota.objects.filter(guaranteed_milli__gt=0, cluster__isnull=True).values_list(
-            "tenant_id", "flavor__name", "guaranteed_milli"
-        )
+        Quota.objects.filter(guaranteed_milli__gt=0)
+        .annotate(cluster_name=Coalesce(F("cluster__name"), Value("")))
+        .values_list("tenant_id", "flavor__name", "guaranteed_milli", "cluster_name")
     )
 
 
-def _devices() -> dict[str, tuple[list[int], list[int]]]:
-    devices: dict[str, tuple[list[int], list[int]]] = {}
+Devices = dict[tuple[str, str], tuple[list[int], list[int]]]  # (flavor, cluster) -> ids
+
+
+def _devices() -> Devices:
+    """The present devices per flavor and cluster, available or not."""
+    devices: Devices = {}
+    home = Cluster.objects.filter(home=True).values("name")[:1]
     rows = GpuDevice.objects.filter(node__present=True).values_list(
         "id",
         "node__flavor",
+        Coalesce(F("node__cluster__name"), Subquery(home), Value("")),
         "healthy",
         "node__ready",
         "node__cordoned",
         "node__cluster_unschedulable",
     )
-    for device_id, flavor, healthy, ready, cordoned, unschedulable in rows.order_by("id"):
-        available, unavailable = devices.setdefault(flavor, ([], []))
+    for device_id, flavor, cluster, healthy, ready, cordoned, unschedulable in rows.order_by("id"):
+        available, unavailable = devices.setdefault((flavor, cluster), ([], []))
         ok = healthy and ready and not cordoned and not unschedulable
         (available if ok else unavailable).append(device_id)
     return devices
@@ -388,13 +396,16 @@ def _record_guarantees_and_capacity(period: MeteringPeriod, window: Window) -> N
     # window, but for the period.
     _insert(
         GuaranteeRecord,
-        ("period", "tenant", "flavor", "guaranteed_milli"),
-        [(period.pk, tenant_id, flavor, milli) for tenant_id, flavor, milli in window.guarantees],
+        ("period", "tenant", "flavor", "guaranteed_milli", "cluster"),
+        [(period.pk, *guarantee) for guarantee in window.guarantees],
     )
     _insert(
         CapacityRecord,
-        ("period", "flavor", "available", "unavailable"),
-        [(period.pk, flavor, a, u) for flavor, (a, u) in window.devices.items()],
+        ("period", "flavor", "cluster", "available", "unavailable"),
+        [
+            (period.pk, flavor, cluster, a, u)
+            for (flavor, cluster), (a, u) in window.devices.items()
+        ],
     )
 
 

@@ -104,18 +104,24 @@ class UsageRecord(models.Model):
 
 class GuaranteeRecord(models.Model):
     """A tenant's guaranteed quota of a flavor as metering found it for an hour (quotas keep
-    no history of their own): what idle reserved capacity is measured against."""
+    no history of their own): what idle reserved capacity is measured against. `cluster`:
+    "" for the global quota, a cluster's name for a quota pinned to it (issue 38), which
+    says where the guarantee's idle share lies (billing/metering/located.py)."""
 
     period = models.ForeignKey(MeteringPeriod, on_delete=models.PROTECT, related_name="guarantees")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     flavor = models.CharField(max_length=63)
     guaranteed_milli = models.PositiveBigIntegerField()
+    # db_default: the release before this one, metering during an upgrade, records global
+    # quotas only and leaves it out.
+    cluster = models.CharField(max_length=63, blank=True, default="", db_default="")
 
     class Meta:
-        ordering = ["period_id", "tenant_id", "flavor"]
+        ordering = ["period_id", "tenant_id", "flavor", "cluster"]
         constraints = [
             models.UniqueConstraint(
-                fields=["period", "tenant", "flavor"], name="guarantee_record_once"
+                fields=["period", "tenant", "flavor", "cluster"],
+                name="guarantee_record_once_per_cluster",
             )
         ]
 
@@ -124,20 +130,28 @@ class GuaranteeRecord(models.Model):
 
 
 class CapacityRecord(models.Model):
-    """The devices of a flavor metering found for an hour: available ones, and unavailable
-    ones (on a cordoned, not-ready or unschedulable node, or unhealthy). Device ids, so that
-    a device used in the hour but gone by metering time still counts as present."""
+    """The devices of a flavor on a cluster metering found for an hour: available ones, and
+    unavailable ones (on a cordoned, not-ready or unschedulable node, or unhealthy). Device
+    ids, so that a device used in the hour but gone by metering time still counts as present.
+
+    `cluster`: the name of the devices' nodes' cluster (a node without one is the home
+    cluster's, as for usage records). Rows metered before clusters were recorded were given
+    the home cluster's name by migration 0019; "" from the release before this one, metering
+    during an upgrade, is read as the home cluster's too (billing/metering/splits.py)."""
 
     period = models.ForeignKey(MeteringPeriod, on_delete=models.PROTECT, related_name="capacity")
     flavor = models.CharField(max_length=63)
+    cluster = models.CharField(max_length=63, blank=True, default="", db_default="")
     available = models.JSONField(default=list)
     unavailable = models.JSONField(default=list)
 
     class Meta:
-        ordering = ["period_id", "flavor"]
+        ordering = ["period_id", "flavor", "cluster"]
         constraints = [
-            models.UniqueConstraint(fields=["period", "flavor"], name="capacity_record_once")
+            models.UniqueConstraint(
+                fields=["period", "flavor", "cluster"], name="capacity_record_once_per_cluster"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.flavor} devices in {self.period_id}"
+        return f"{self.flavor} devices of {self.cluster or 'home'} in {self.period_id}"

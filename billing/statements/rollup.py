@@ -22,7 +22,7 @@ from django.db.models.functions import Cast
 
 from billing.metering.attempts import ending_state, kind_of
 from billing.metering.capacity import HourSplit, apportion_over
-from billing.metering.splits import SplitKey, hour_splits
+from billing.metering.splits import ClusterKey, cluster_splits
 from billing.models import (
     BillingPolicy,
     IdlePolicy,
@@ -37,10 +37,11 @@ from common.errors import DomainError
 from tenants.models import Tenant
 
 Account = tuple[int, int | None, int | None]  # tenant, project, user
-# (start, end) -> the cluster's hour splits of that window. The splits are the whole
-# cluster's, the same for every organisation: a caller rating several organisations over
-# the same window passes one of these so that they are read and computed once.
-SplitsMemo = dict[tuple[datetime, datetime], dict[SplitKey, HourSplit]]
+Held = tuple[Account, str, Decimal, str]  # idle reserved: account, flavor, price, cluster
+# (start, end) -> the hour splits of that window per flavor and cluster. The splits are the
+# installation's, the same for every organisation: a caller rating several organisations
+# over the same window passes one of these so that they are read and computed once.
+SplitsMemo = dict[tuple[datetime, datetime], dict[ClusterKey, HourSplit]]
 
 
 @dataclass(frozen=True)
@@ -331,22 +332,24 @@ def idle_lines(
     *,
     splits: SplitsMemo | None = None,
 ) -> list[DraftLine]:
-    """Idle reserved capacity of the organisation's guarantee holders, per its policy.
-    `splits`: the window's cluster splits shared with other organisations' (SplitsMemo)."""
+    """Idle reserved capacity of the organisation's guarantee holders, per its policy: a
+    line per cluster its shares are located on (billing/metering/located.py), priced at that
+    cluster's card (its own, else the default). `splits`: the window's splits shared with
+    other organisations' (SplitsMemo)."""
     rates = rates_between(start, end)
     paths = dict(
         Tenant.objects.filter(path__startswith=organisation.path).values_list("id", "path")
     )
-    held: dict[tuple[Account, str, Decimal], Fraction] = defaultdict(Fraction)
+    held: dict[Held, Fraction] = defaultdict(Fraction)
     if splits is None:
         splits = {}
     if (start, end) not in splits:
-        splits[(start, end)] = hour_splits(start, end)
-    for (hour, flavor), split in sorted(splits[(start, end)].items()):
+        splits[(start, end)] = cluster_splits(start, end)
+    for (hour, flavor, cluster), split in sorted(splits[(start, end)].items()):
         for tenant_id, share in split.idle_reserved.items():
             if tenant_id in paths:
-                price = price_at(rates, flavor, hour).gpu_hour
-                held[((tenant_id, None, None), flavor, price)] += share
+                price = price_at(rates, flavor, hour, cluster).gpu_hour
+                held[((tenant_id, None, None), flavor, price, cluster)] += share
     policy = (
         BillingPolicy.objects.filter(organisation=organisation)
         .values_list("idle_policy", flat=True)
@@ -356,16 +359,16 @@ def idle_lines(
         held = _spread(held, used)
     return [
         whole(
-            rating.make_line((account, flavor, "gpu", LineKind.IDLE_RESERVED, price, ""), share),
+            rating.make_line(
+                (account, flavor, "gpu", LineKind.IDLE_RESERVED, price, cluster), share
+            ),
             charged=policy != IdlePolicy.SHOWBACK,
         )
-        for (account, flavor, price), share in held.items()
+        for (account, flavor, price, cluster), share in held.items()
     ]
 
 
-def _spread(
-    held: dict[tuple[Account, str, Decimal], Fraction], used: list[rating.Line]
-) -> dict[tuple[Account, str, Decimal], Fraction]:
+def _spread(held: dict[Held, Fraction], used: list[rating.Line]) -> dict[Held, Fraction]:
     """Idle reserved capacity spread over the accounts that held GPUs in the period, in
     proportion to their GPU-hours; kept by the holders when nobody held any."""
     weights: dict[Hashable, Fraction] = defaultdict(Fraction)
@@ -375,10 +378,10 @@ def _spread(
     total = sum(weights.values(), Fraction(0))
     if not total:
         return held
-    spread: dict[tuple[Account, str, Decimal], Fraction] = defaultdict(Fraction)
-    for (_, flavor, price), share in held.items():
+    spread: dict[Held, Fraction] = defaultdict(Fraction)
+    for (_, flavor, price, cluster), share in held.items():
         for account, weight in weights.items():
-            spread[(account, flavor, price)] += share * weight / total  # type: ignore[index]
+            spread[(account, flavor, price, cluster)] += share * weight / total  # type: ignore[index]
     return spread
 
 

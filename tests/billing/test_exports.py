@@ -108,10 +108,9 @@ def test_csv_rows_are_the_cost_api_rows_cell_by_cell(org: Org, client_for: Any, 
         "gpu_hours_used",
         "gpu_hours_idle_reserved",
     ]
-    # A row per group and cluster: this installation's jobs ran on `local` alone, so each
-    # group has one row, named `local`, its idle reserved capacity (which carries no
-    # cluster) in it. Each group's rows add up to the API's row, cell by cell, in the
-    # API's order.
+    # A row per group and cluster: this installation's jobs ran on `local` alone, and its
+    # idle reserved capacity lies there, so each group has one row, named `local`. Each
+    # group's rows add up to the API's row, cell by cell, in the API's order.
     figures = ["charged", "showback", "gpu_hours_used", "gpu_hours_idle_reserved"]
     summed: dict[tuple[str, str], list[Decimal]] = {}
     clusters: dict[tuple[str, str], list[str]] = {}
@@ -127,11 +126,9 @@ def test_csv_rows_are_the_cost_api_rows_cell_by_cell(org: Org, client_for: Any, 
     }
     assert summed == expected and list(summed) == list(expected)
     assert all(names == sorted(set(names)) for names in clusters.values())
-    if by == "cluster":  # its own rows: the idle reserved capacity's, named by none, apart
-        assert {name for names in clusters.values() for name in names} == {"local", ""}
-    else:
-        assert {name for names in clusters.values() for name in names} == {"local"}
-        assert all(len(names) == 1 for names in clusters.values())
+    # Idle reserved capacity lies on the cluster too (issue 38): one cluster, one row each.
+    assert {name for names in clusters.values() for name in names} == {"local"}
+    assert all(len(names) == 1 for names in clusters.values())
     # The totals row: the cost API's total, and the sum of the rows above it.
     assert total[3:] == [
         "Total",

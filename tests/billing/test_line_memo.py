@@ -232,7 +232,7 @@ def test_the_cluster_reconciliation_is_kept_until_an_hour_is_metered_or_a_price_
         raise AssertionError("split again")
 
     with monkeypatch.context() as patched:
-        patched.setattr(reconcile, "hour_splits", no_splits)
+        patched.setattr(reconcile, "cluster_splits", no_splits)
         line_memo.forget_built()  # another web process: from the shared cache
         assert reconcile.cluster_reconciliation_kept(T0, at(6)) == first
 
