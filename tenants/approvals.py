@@ -118,11 +118,14 @@ def approval_request_create(
     payload: dict[str, Any],
     rules: Sequence[RuleMatch | dict[str, Any]],
     now: datetime | None = None,
+    subject_cluster: int = 0,
+    subject_name: str = "this subject",
 ) -> ApprovalRequest:
     """Open a pending request. Callers check rights and call this inside their transaction.
 
-    A second pending request for the same subject is a ConflictError (the partial unique
-    constraint `approval_one_pending_per_subject` settles a race).
+    A second pending request for the same subject (and cluster: `subject_cluster`, a pinned
+    quota's) is a ConflictError naming `subject_name` and the pending request (the partial
+    unique constraint `approval_one_pending_per_subject_and_cluster` settles a race).
     """
     now = now or timezone.now()
     rows = [r.as_json() if isinstance(r, RuleMatch) else dict(r) for r in rules]
@@ -133,6 +136,7 @@ def approval_request_create(
                 tenant=tenant,
                 requester=requester,
                 subject_id=subject_id,
+                subject_cluster=subject_cluster,
                 payload=payload,
                 rules=rows,
                 expires_at=now + approval_ttl(),
@@ -141,12 +145,17 @@ def approval_request_create(
             return request
     except IntegrityError as exc:
         pending = ApprovalRequest.objects.filter(
-            kind=kind, tenant=tenant, subject_id=subject_id, state=ApprovalState.PENDING
-        )
-        if not pending.exists():
+            kind=kind,
+            tenant=tenant,
+            subject_id=subject_id,
+            subject_cluster=subject_cluster,
+            state=ApprovalState.PENDING,
+        ).first()
+        if pending is None:
             raise
         raise ConflictError(
-            f"A {kind} request for this subject of '{tenant.slug}' is already pending."
+            f"A {kind} request for {subject_name} of '{tenant.slug}' is already pending "
+            f"(#{pending.pk}): wait for its decision, or withdraw it first."
         ) from exc
 
 
@@ -164,8 +173,8 @@ def quota_request_create(
     the global quota, or with `cluster` (a `scheduler.Cluster`) the one pinned to it.
 
     The values are checked against the tree now (a request that could never apply is refused
-    at once) and again when approved, under the parent's lock. One request per tenant and
-    flavor is pending at a time, global or pinned (its subject is the flavor).
+    at once) and again when approved, under the parent's lock. One request per tenant,
+    flavor and cluster is pending at a time: a global and a pinned one may both be.
     """
     require_manage(user, tenant)
     _check_comment(justification, "justification")
@@ -204,6 +213,8 @@ def quota_request_create(
         subject_id=flavor.pk,
         payload=payload,
         rules=quota_matches(tenant, values),
+        subject_cluster=cluster.pk if cluster is not None else 0,
+        subject_name=flavor.name + (f" on cluster {cluster.name}" if cluster else " (global)"),
     )
     audit_record(
         actor=user,

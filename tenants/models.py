@@ -378,10 +378,12 @@ SETTLED_STATES = (ApprovalState.EXPIRED, ApprovalState.CANCELLED)
 class ApprovalRequest(TimeStampedModel):
     """A job or a quota change waiting for an approver.
 
-    `subject_id` is the job's id for job requests and the flavor's id for quota requests (so
-    "one pending request per subject" means one per job, or one per tenant x flavor). It is a
-    plain integer because tenants cannot import the scheduler. `rules` holds the matched
-    rules: [{"policy": id | None, "rule": kind, "reason": text}].
+    `subject_id` is the job's id for job requests and the flavor's id for quota requests, and
+    `subject_cluster` the cluster's id of a quota request pinned to one (0 otherwise: a job,
+    a global quota), so "one pending request per subject" means one per job, or one per
+    tenant x flavor x cluster (a global and a pinned request for one flavor may both be
+    pending, issue 38). Plain integers because tenants cannot import the scheduler. `rules`
+    holds the matched rules: [{"policy": id | None, "rule": kind, "reason": text}].
     """
 
     kind = models.CharField(max_length=16, choices=ApprovalKind.choices)
@@ -390,6 +392,9 @@ class ApprovalRequest(TimeStampedModel):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_requests"
     )
     subject_id = models.PositiveBigIntegerField()
+    # db_default: the release before this one, opening requests during an upgrade, leaves it
+    # out (it opens global ones only).
+    subject_cluster = models.PositiveBigIntegerField(default=0, db_default=0)
     payload = models.JSONField(default=dict, blank=True)
     rules = models.JSONField(default=list, blank=True)
     state = models.CharField(
@@ -423,9 +428,9 @@ class ApprovalRequest(TimeStampedModel):
                 name="approval_not_self_decided",
             ),
             models.UniqueConstraint(
-                fields=["kind", "tenant", "subject_id"],
+                fields=["kind", "tenant", "subject_id", "subject_cluster"],
                 condition=Q(state=ApprovalState.PENDING),
-                name="approval_one_pending_per_subject",
+                name="approval_one_pending_per_subject_and_cluster",
             ),
         ]
 

@@ -145,6 +145,78 @@ def test_a_bad_pinned_request_is_a_400_and_changes_nothing(
     assert not ApprovalRequest.objects.exists()
 
 
+# -- pending at once (one per tenant, flavor and cluster) ---------------------------------
+
+
+def test_a_global_and_a_pinned_request_of_one_flavor_are_pending_at_once(
+    org: Org, site_b: Cluster, client_for: Any
+) -> None:
+    site_c = Cluster.objects.create(name="site-c", backend="simulated")
+    tina = client_for("tina")
+    body = {"tenant": org.alpha.pk, "flavor": org.h100.pk, "limit_milli": 20000}
+    made = [
+        tina.post(QUOTA_REQUESTS, {**body, "guaranteed_milli": g, "cluster": c}, format="json")
+        for g, c in ((16000, None), (8000, site_b.pk), (4000, site_c.pk))
+    ]
+    assert [m.status_code for m in made] == [201, 201, 201], [m.json() for m in made]
+    pending = ApprovalRequest.objects.filter(state=ApprovalState.PENDING)
+    assert sorted(r.subject_cluster for r in pending) == sorted([0, site_b.pk, site_c.pk])
+    # each approved sets its own row
+    for answer in made:
+        decided = client_for("dana").post(
+            f"/api/v1/approval-requests/{answer.json()['id']}/approve/"
+        )
+        assert decided.status_code == 200, decided.json()
+    assert [row for row in rows() if row[0] == "team-alpha"] == [
+        ("team-alpha", "site-b", 8000, 20000),
+        ("team-alpha", "site-c", 4000, 20000),
+        ("team-alpha", None, 16000, 20000),
+    ]
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "global"])
+def test_a_second_request_for_the_same_tenant_flavor_and_cluster_is_a_409(
+    org: Org, site_b: Cluster, client_for: Any, pinned: bool
+) -> None:
+    body = {
+        "tenant": org.alpha.pk,
+        "flavor": org.h100.pk,
+        "cluster": site_b.pk if pinned else None,
+        "guaranteed_milli": 8000,
+        "limit_milli": 16000,
+    }
+    first = client_for("tina").post(QUOTA_REQUESTS, body, format="json")
+    assert first.status_code == 201, first.json()
+    second = client_for("tina").post(QUOTA_REQUESTS, {**body, "limit_milli": 20000}, format="json")
+    assert second.status_code == 409
+    where = "H100-80GB on cluster site-b" if pinned else "H100-80GB (global)"
+    assert second.json()["detail"] == (
+        f"A quota request for {where} of 'team-alpha' is already pending "
+        f"(#{first.json()['id']}): wait for its decision, or withdraw it first."
+    )
+    assert ApprovalRequest.objects.count() == 1
+    assert ApprovalRequest.objects.get().payload["values"]["limit_milli"] == 16000
+
+
+@pytest.mark.postgresql("the partial unique index, not the service's read, refuses the twin")
+def test_the_database_refuses_two_pending_requests_for_one_tenant_flavor_and_cluster(
+    org: Org, site_b: Cluster
+) -> None:
+    from django.db import IntegrityError, transaction
+
+    made = ask(org, site_b, 8, 16)
+    twin = {
+        "kind": made.kind,
+        "tenant": made.tenant,
+        "requester": made.requester,
+        "subject_id": made.subject_id,
+        "expires_at": made.expires_at,
+    }
+    ApprovalRequest.objects.create(**twin)  # the global one of the flavor: allowed
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ApprovalRequest.objects.create(**twin, subject_cluster=site_b.pk)
+
+
 # -- the portal's quota form ---------------------------------------------------------------
 
 
