@@ -2,29 +2,38 @@
 37); the rules a Job's and a pod's shape follow (`shape.py`) apply to each of their pod
 templates.
 
-A Gantry job is a gang of replicas alike in GPUs, so an object is one job when every pod it
-will make asks for the same GPUs; CPU and memory per replica are the largest any of its pods
-asks (a smaller pod holds a little more than it asked, never less). An object whose pods ask
-for different GPUs is Refused, saying which, and stays held.
+A Gantry job is a gang of replicas alike in GPUs. An object's parts whose pods ask for no GPUs,
+beside parts that ask for some (a RayJob's CPU head, a PyTorchJob's CPU Master, a JobSet's
+driver), are companions of replica 0 (`scheduler.backends.companions`, the rule the daemon's
+admission labels them by): counted in CPU and memory with replica 0, the first pod that asks
+for GPUs, at most `MAX_COMPANIONS` of them with the submitter and initializers. The other
+parts must ask for the same GPUs: an object whose GPU pods ask for different GPUs is Refused,
+saying which, and stays held. CPU and memory per replica are the largest any of its replicas
+asks, replica 0's with its companions (a smaller pod holds a little more than it asked, never
+less).
 
 - JobSet: each replicated job makes `replicas` Jobs of `parallelism` pods (`completions`, if
   set, must equal `parallelism`: Gantry runs them all at once), from its Job template.
 - RayJob: the head (one pod) and each worker group's `replicas` (else `minReplicas`, else 1)
-  times `numOfHosts` pods; its submitter (`companions.py`) is counted with the head.
+  times `numOfHosts` pods; its submitter (`companions.py`) is counted with replica 0 (the
+  head, or the first GPU worker where the head asks for no GPUs).
 - TrainJob: `spec.trainer.numNodes` (default 1) pods, each asking
   `spec.trainer.resourcesPerNode`; its image is `spec.trainer.image` (the runtime's node
   template is not read: without them the TrainJob is Refused); the initializers its runtime
   declares (`companions.py`) are counted with its first node.
 - PyTorchJob: its Master's `replicas` (one, as its operator requires) and its Worker's
   (default 1 each), from `spec.pytorchReplicaSpecs`; the Master is replica 0, Worker i is
-  replica 1 + i. A replica type other than these two is Refused.
+  replica 1 + i (a Master without GPUs beside GPU Workers: Worker i is replica i). A replica
+  type other than these two is Refused.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.backends.companions import MAX_COMPANIONS, companion_templates
 from scheduler.workloads.companions import Companion, rayjob_companions, trainjob_companions
 from scheduler.workloads.kinds import at
 from scheduler.workloads.shape import MAX_GROUP, Refused, Shaped, _labels, _payload, pod_resources
@@ -50,9 +59,15 @@ def _combined(
     spec: Obj,
     beside: Sequence[Companion] = (),
 ) -> Shaped:
-    """One payload for the pods of `parts`: their count, alike in GPUs; the pods `beside`
-    them (no GPUs) counted with the first part's first pod, replica 0."""
-    parts = [p for p in parts if p[1] > 0]
+    """One payload for the pods of `parts`: those of the parts asking for GPUs are the
+    replicas, alike in GPUs (replica 0 the first of them); the pods of the parts asking for
+    none beside them (`scheduler.backends.companions`), and the pods `beside` (no GPUs),
+    are counted with replica 0."""
+    is_companion = companion_templates([pod for _, _, pod in parts], gpu_resource)
+    theirs = [p for p, out in zip(parts, is_companion, strict=True) if out and p[1] > 0]
+    _cap([*((what, count) for what, count, _ in theirs), *((what, 1) for what, _ in beside)])
+    beside = [*((what, pod) for what, count, pod in theirs for _ in range(count)), *beside]
+    parts = [p for p, out in zip(parts, is_companion, strict=True) if not out and p[1] > 0]
     replicas = sum(count for _, count, _ in parts)
     if not 1 <= replicas <= MAX_GROUP:
         raise Refused(f"it makes {replicas} pods; a Gantry job has from 1 to {MAX_GROUP}")
@@ -70,12 +85,29 @@ def _combined(
     return Shaped(_payload(name, _labels(obj), first, replicas, (gpus.pop(), cpu, memory)))
 
 
+def _cap(beside: Sequence[tuple[str, int]]) -> None:
+    """Refuse more pods beside replica 0 (what they are, how many) than MAX_COMPANIONS,
+    saying which."""
+    total = sum(count for _, count in beside)
+    if total <= MAX_COMPANIONS:
+        return
+    counts: Counter[str] = Counter()
+    for what, count in beside:
+        counts[what] += count
+    each = ", ".join(f"{what} {count}" for what, count in counts.items())
+    raise Refused(
+        f"it makes {total} pods without GPUs beside its GPU pods ({each}): Gantry runs them "
+        f"on its first GPU pod's node, counted with it, and at most {MAX_COMPANIONS}; give "
+        "them GPUs as the others, or create them as separate objects"
+    )
+
+
 def _with_companions(
     resources: tuple[int, int, int], beside: Sequence[Companion], gpu_resource: str
 ) -> tuple[int, int, int]:
     """`resources` (GPUs, milli-CPU, MiB) with the CPU and memory of the pods `beside` added:
-    they run on replica 0's node beside it (a submitter while the head runs; initializers
-    before the first node starts, both at once)."""
+    they run on replica 0's node beside it (a CPU head or Master while it runs, a submitter
+    while the head runs; initializers before the first node starts, all at once)."""
     gpus, cpu, memory = resources
     for what, pod in beside:
         more_gpus, more_cpu, more_memory = pod_resources({"spec": pod}, gpu_resource)

@@ -27,7 +27,8 @@ from scheduler.workloads.mutate import plan
 from tests.k8s.builders import make_request
 from tests.workloads.test_companions import head_only, occupy_two_cpus, runtime, small
 from tests.workloads.test_controller import World, cancel_and_readmit, preempt_running, world
-from tests.workloads.test_kinds_queued import IMAGE, Operator, rayjob, trainjob
+from tests.workloads.test_kinds_queued import IMAGE, Operator, pod_spec, rayjob, trainjob
+from tests.workloads.test_pytorchjob import TrainingOperator, pytorchjob
 from tests.workloads.test_shape_kinds import pod, rayjob_with
 
 __all__ = ["small", "world"]  # the fixtures, for this module
@@ -337,3 +338,143 @@ def test_a_companion_pod_is_read_as_replica_0s(labels: Obj, replica: int, compan
     assert status is not None
     assert (status.job_id, status.attempt, status.replica) == (4, -1, replica)
     assert status.companion == companion
+
+
+# -- parts without GPUs beside GPU parts: a RayJob's CPU head, a PyTorchJob's CPU Master -----
+
+
+def cpu_head_rayjob(name: str, workers: int = 2) -> Obj:
+    """A RayJob as nearly every RayJob is: a head without GPUs beside GPU workers."""
+    body = rayjob(name, gpus=8, workers=workers)
+    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"] = {"spec": pod_spec(0)}
+    return body
+
+
+def test_a_rayjobs_cpu_head_is_bound_beside_replica_0_and_its_gpu_workers_are_the_replicas(
+    world: World,
+) -> None:
+    """Two 8-GPU workers are the replicas (2 x 8 GPUs, replica 0 the first worker, with the
+    head's and the submitter's CPU and memory); KubeRay's head pod, labelled a companion by
+    the admission, is bound to replica 0's node, never adopted, and kept while the job runs;
+    each worker is bound to its own replica's node."""
+    operator = Operator(world, RAYJOB)
+    operator.create(cpu_head_rayjob("ray"))
+    world.step()
+    job = Job.objects.get(spec__workload__kind="RayJob")
+    # per replica: the worker's 2 CPUs, 8 GiB; on replica 0 also the head's 2 CPUs, 8 GiB
+    # and KubeRay's default submitter's 500m, 200Mi (every replica reserves as much)
+    assert (job.replicas, job.gpus_per_replica, job.cpu_milli, job.memory_mib) == (
+        2,
+        8,
+        4500,
+        16584,
+    )
+    admitted = operator.get("ray")
+    head = admitted["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]
+    assert (head["labels"]["gantry.io/companion"], head["labels"]["gantry.io/attempt"]) == (
+        "head",
+        "0",
+    )
+    made = operator.step("ray")
+    assert made == ["ray-gpu-worker-0", "ray-gpu-worker-1", "ray-head-x"]
+    world.step()
+    allocs = {
+        a.pod_name: (a.replica, a.node.name)
+        for a in Allocation.objects.filter(job=job, ended_at__isnull=True)
+    }
+    assert {n: r for n, (r, _) in allocs.items()} == {"ray-gpu-worker-0": 0, "ray-gpu-worker-1": 1}
+    assert {n: node_of(world, n) for n in allocs} == {n: node for n, (_, node) in allocs.items()}
+    assert node_of(world, "ray-head-x") == head_node(job) == allocs["ray-gpu-worker-0"][1]
+    for name in made:
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "running", job.reason
+    assert world.pod("ray-head-x") is not None  # kept: not an orphan
+
+
+def test_a_preempted_rayjobs_cpu_head_is_not_bound_for_a_stale_attempt(world: World) -> None:
+    """Preempted and admitted again, a head KubeRay makes again from the old cluster's
+    template (attempt 0) is not bound; the new attempt's head is bound to the new replica
+    0's node."""
+    operator = Operator(world, RAYJOB)
+    operator.create(low_priority(cpu_head_rayjob("low")))
+    world.step()
+    low = Job.objects.get(spec__workload__kind="RayJob")
+    first = operator.get("low")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    high = preempt_running(world, low, operator.step)
+    cancel_and_readmit(world, high, operator.step)
+    low.refresh_from_db()
+    assert low.attempt == 1 and low.state in ("binding", "running"), low.reason
+    assert node_of(world, "low-head-x") == head_node(low)  # the new cluster's head
+    stale = {"metadata": {"name": "low-head-old", "labels": {**first["metadata"]["labels"]}}}
+    stale["metadata"]["labels"]["ray.io/node-type"] = "head"
+    world.fake.create("pods", world.namespace, {**stale, "spec": copy.deepcopy(first["spec"])})
+    world.step()
+    old = world.pod("low-head-old")
+    assert old is None or not old["spec"].get("nodeName")
+
+
+def test_a_pytorchjobs_cpu_master_is_bound_beside_worker_0_and_left_to_finish(
+    world: World,
+) -> None:
+    """A Master without GPUs beside two 8-GPU Workers: the Workers are replicas 0 and 1, the
+    Master is bound to replica 0's node; once the Workers succeed, the job has succeeded and
+    the Master, still running (the PyTorchJob succeeds when its Master does), is left to
+    finish, not deleted."""
+    operator = TrainingOperator(world)
+    operator.create(pytorchjob("pt", gpus=8, workers=2, master_gpus=0))
+    world.step()
+    job = Job.objects.get(spec__workload__kind="PyTorchJob")
+    assert (job.replicas, job.gpus_per_replica) == (2, 8)
+    made = operator.step("pt")
+    world.step()
+    allocs = {
+        a.pod_name: a.replica for a in Allocation.objects.filter(job=job, ended_at__isnull=True)
+    }
+    assert allocs == {"pt-worker-0": 0, "pt-worker-1": 1}
+    assert node_of(world, "pt-master-0") == head_node(job)
+    for name in made:
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "running", job.reason
+    for name in ("pt-worker-0", "pt-worker-1"):
+        world.fake.set_pod_status(world.namespace, name, {"phase": "Succeeded"})
+    world.step()
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.reason
+    master = world.pod("pt-master-0")
+    assert master is not None and not master["metadata"].get("deletionTimestamp")
+
+
+def test_an_older_attempts_initializer_is_never_kept_nor_bound(world: World) -> None:
+    """The TrainJob's initializers name the attempt (replaced at each admission, as a RayJob's
+    templates): preempted and admitted again, a pod the old attempt's initializer Job makes
+    (its labels naming attempt 0) is not bound (an orphan), while the new attempt's is bound
+    to the new first node's node."""
+    world.fake.create(
+        "clustertrainingruntimes", "", runtime("ClusterTrainingRuntime", "torch", "3")
+    )
+    operator = Operator(world, TRAINJOB)
+    operator.create(low_priority(trainjob("low")))
+    world.step()
+    low = Job.objects.get(spec__workload__kind="TrainJob")
+    old = patch_labels(operator.get("low"), "dataset-initializer")
+    assert old["gantry.io/attempt"] == "0"
+    high = preempt_running(world, low, operator.step)
+    cancel_and_readmit(world, high, operator.step)
+    low.refresh_from_db()
+    assert low.attempt == 1 and low.state in ("admitted", "binding", "running"), low.reason
+    new = patch_labels(operator.get("low"), "model-initializer")
+    assert new["gantry.io/attempt"] == "1"
+    assert patch_labels(operator.get("low"), "dataset-initializer")["gantry.io/attempt"] == "1"
+    stale = initializer(world, "low", "dataset-initializer", old)["metadata"]["name"]
+    fresh = initializer(world, "low", "model-initializer", new)["metadata"]["name"]
+    world.step()
+    left = world.pod(stale)
+    assert left is None or not left["spec"].get("nodeName")
+    assert node_of(world, fresh) == head_node(low)

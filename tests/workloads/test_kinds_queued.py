@@ -326,7 +326,9 @@ def test_a_failed_rayjob_fails_its_running_job(world: World) -> None:
     ("kind", "body", "why"),
     [
         ("JobSet", "uneven", "replicated job 'a' 8, replicated job 'b' 4"),
-        ("RayJob", "head-without-gpus", "the head 0, worker group 'gpu' 8"),
+        ("RayJob", "uneven", "the head 8, worker group 'gpu' 8, worker group 'half' 4"),
+        # 9 CPU workers and KubeRay's default submitter beside the GPU pods: over 8
+        ("RayJob", "cpu-workers", "10 pods without GPUs beside its GPU pods"),
         ("TrainJob", "no-resources", "spec.trainer.resourcesPerNode"),
     ],
 )
@@ -335,14 +337,16 @@ def test_what_cannot_be_one_job_is_refused_saying_why(
 ) -> None:
     resumable, build = KINDS[kind]
     obj = build(body)
-    if body == "uneven":
+    if kind == "JobSet":
         second = copy.deepcopy(obj["spec"]["replicatedJobs"][0])
         second["name"] = "b"
         second["template"]["spec"]["template"] = {"spec": pod_spec(4)}
         obj["spec"]["replicatedJobs"][0]["name"] = "a"
         obj["spec"]["replicatedJobs"].append(second)
-    elif body == "head-without-gpus":
-        obj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"] = {"spec": pod_spec(0)}
+    elif kind == "RayJob":
+        gpus = 4 if body == "uneven" else 0
+        group = {"groupName": "half", "replicas": 9, "template": {"spec": pod_spec(gpus)}}
+        obj["spec"]["rayClusterSpec"]["workerGroupSpecs"].append(group)
     else:
         del obj["spec"]["trainer"]["resourcesPerNode"]
     Operator(world, resumable).create(obj)

@@ -242,20 +242,24 @@ def _unsuspended(native: Native, path: str) -> Obj:
 def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
     native: Native, installed: Any
 ) -> None:
-    """KubeRay is not built here: once Gantry unsuspends the RayJob, the test makes the head
-    and worker pods KubeRay would (owned by the RayJob, its node-type labels, the templates'
-    labels as Gantry left them), and Gantry binds them where it placed the job; when the
-    RayJob reports its job Complete (the test writes its status, as KubeRay would), the
-    Gantry job succeeds, its cluster's pods notwithstanding. Its submitter Job (made by the
-    test as KubeRay would, from the submitter template Gantry labelled) gets its pod from the
-    plane's job controller, and Gantry binds that pod to replica 0's node."""
+    """A RayJob as nearly every RayJob is: a head without GPUs beside a group of two 8-GPU
+    workers. KubeRay is not built here: once Gantry unsuspends the RayJob, the test makes the
+    head and worker pods KubeRay would (owned by the RayJob, its node-type labels, the
+    templates' labels as Gantry left them); Gantry binds each worker, a replica, where it
+    placed it, and the head, a companion of replica 0, to replica 0's node; when the RayJob
+    reports its job Complete (the test writes its status, as KubeRay would), the Gantry job
+    succeeds, its cluster's pods notwithstanding. Its submitter Job (made by the test as
+    KubeRay would, from the submitter template Gantry labelled) gets its pod from the plane's
+    job controller, and Gantry binds that pod to replica 0's node too."""
     worker = {
         "groupName": "gpu",
-        "replicas": 1,
-        "minReplicas": 1,
-        "maxReplicas": 1,
+        "replicas": 2,
+        "minReplicas": 2,
+        "maxReplicas": 2,
         "template": _pod(8, None),
     }
+    head = _pod(8, None)
+    head["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     body = {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -263,7 +267,7 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         "spec": {
             "entrypoint": "python train.py",
             "rayClusterSpec": {
-                "headGroupSpec": {"template": _pod(8, None)},
+                "headGroupSpec": {"template": head},
                 "workerGroupSpecs": [worker],
             },
         },
@@ -275,9 +279,11 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         assert answer.body["spec"]["suspend"] is True
         native.controller.sync()
         mirrored = Job.objects.get(spec__workload__kind="RayJob")
-        # KubeRay's default submitter (500m, 200Mi) counted with the head (1 CPU, 1 GiB)
+        # the two workers are the replicas; the head (1 CPU, 1 GiB) and KubeRay's default
+        # submitter (500m, 200Mi) counted with the first (1 CPU, 1 GiB): 1000 + 1000 + 500
+        # mCPU, 1024 + 1024 + 200 MiB
         assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
-        assert (mirrored.cpu_milli, mirrored.memory_mib) == (1500, 1224)
+        assert (mirrored.cpu_milli, mirrored.memory_mib) == (2500, 2248)
         admitted = _unsuspended(native, f"{rayjobs}/ray")
         cluster = admitted["spec"]["rayClusterSpec"]
         head = cluster["headGroupSpec"]["template"]
@@ -287,6 +293,9 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         worker_labels = cluster["workerGroupSpecs"][0]["template"]["metadata"]["labels"]
         assert head["metadata"]["labels"]["gantry.io/attempt"] == "0"
         assert worker_labels["gantry.io/attempt"] == "0"
+        # the head, without GPUs, is replica 0's companion; the workers are the replicas
+        assert head["metadata"]["labels"]["gantry.io/companion"] == "head"
+        assert "gantry.io/companion" not in worker_labels
         # KubeRay's default submitter, written out by the webhook and labelled at admission
         # (the admission policy allows Gantry's labels on it, nothing else)
         submitter = admitted["spec"]["submitterPodTemplate"]
@@ -297,14 +306,17 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
             admitted,
             [
                 ("ray-head-x1", head, {"ray.io/node-type": "head", "ray.io/cluster": "ray-x"}),
-                (
-                    "ray-gpu-worker-x2",
-                    cluster["workerGroupSpecs"][0]["template"],
-                    {
-                        "ray.io/node-type": "worker",
-                        "ray.io/group": "gpu",
-                        "ray.io/cluster": "ray-x",
-                    },
+                *(
+                    (
+                        f"ray-gpu-worker-x{index}",
+                        cluster["workerGroupSpecs"][0]["template"],
+                        {
+                            "ray.io/node-type": "worker",
+                            "ray.io/group": "gpu",
+                            "ray.io/cluster": "ray-x",
+                        },
+                    )
+                    for index in (2, 3)
                 ),
             ],
             run_s=None,
@@ -314,8 +326,17 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
             pods = _pods(native, mirrored)
             return {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
 
-        native.until("its pods are bound", lambda: len(bound()) == 2)
-        assert sorted(bound().values()) == sorted(NODES)
+        workers = ("ray-gpu-worker-x2", "ray-gpu-worker-x3")
+        native.until("its pods are bound", lambda: len(bound()) == 3)
+        allocations = {
+            a.pod_name: (a.replica, a.node.name)
+            for a in Allocation.objects.filter(job=mirrored, ended_at__isnull=True)
+        }
+        # the workers are replicas 0 and 1 (in name order), one per node, each on its own
+        assert {n: r for n, (r, _) in allocations.items()} == {workers[0]: 0, workers[1]: 1}
+        assert {bound()[n] for n in workers} == set(NODES)
+        assert all(bound()[n] == node for n, (_, node) in allocations.items())
+        assert bound()["ray-head-x1"] == allocations[workers[0]][1]  # beside replica 0
         # KubeRay's submitter Job, owned by the RayJob, from the template as Gantry left it:
         # the plane's job controller makes its pod, which Gantry binds beside replica 0
         owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "controller": True}
@@ -329,8 +350,8 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         jobs = f"/apis/batch/v1/namespaces/{native.world.managed}/jobs"
         answer = native.world.create(jobs, job_body)
         assert answer.status == 201, answer.body
-        native.until("its submitter is bound", lambda: len(bound()) == 3)
-        (submitter_pod,) = set(bound()) - {"ray-head-x1", "ray-gpu-worker-x2"}
+        native.until("its submitter is bound", lambda: len(bound()) == 4)
+        (submitter_pod,) = set(bound()) - {"ray-head-x1", *workers}
         head_alloc = Allocation.objects.get(job=mirrored, replica=0, ended_at__isnull=True)
         assert bound()[submitter_pod] == head_alloc.node.name
         native.until("the job runs", lambda: _state(mirrored) == "running")

@@ -317,7 +317,7 @@ def test_a_pytorchjob_that_succeeded_while_queued_ends(world: World) -> None:
 @pytest.mark.parametrize(
     ("body", "why"),
     [
-        (pytorchjob("uneven", gpus=8, master_gpus=0), "Master 0, Worker 8"),
+        (pytorchjob("uneven", gpus=8, master_gpus=4), "Master 4, Worker 8"),
         ("two-masters", "2 Master replicas"),
         ("launcher", "['Launcher'] are not Master or Worker"),
     ],

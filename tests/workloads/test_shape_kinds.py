@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonpatch
@@ -15,10 +16,23 @@ from scheduler.backends.kubernetes.resume import (
     LABEL_REPLICA_STRIDE,
     resume_patch,
 )
-from scheduler.backends.workloads import JOBSET, RAYJOB, TRAINJOB, parse_ref, workload_ref
+from scheduler.backends.kubernetes.status import pod_status
+from scheduler.backends.workloads import (
+    JOBSET,
+    PYTORCHJOB,
+    RAYJOB,
+    TRAINJOB,
+    parse_ref,
+    workload_ref,
+)
 from scheduler.workloads.companions import runtime_ref
 from scheduler.workloads.shape import Refused
-from scheduler.workloads.shape_kinds import shape_jobset, shape_rayjob, shape_trainjob
+from scheduler.workloads.shape_kinds import (
+    shape_jobset,
+    shape_pytorchjob,
+    shape_rayjob,
+    shape_trainjob,
+)
 from tests.k8s.builders import make_request
 
 Obj = dict[str, Any]
@@ -87,8 +101,8 @@ def test_a_jobset_is_its_pods(
             "completions must equal parallelism",
         ),
         (
-            jobset(replicated("a", 1, 1, pod(8)), replicated("b", 1, 1, pod(0))),
-            "'a' 8, replicated job 'b' 0",
+            jobset(replicated("a", 1, 1, pod(8)), replicated("b", 1, 1, pod(4))),
+            "'a' 8, replicated job 'b' 4",
         ),
         (jobset(), "no replicated jobs"),
         (jobset(replicated("w", 2000, 1, pod(1))), "a Gantry job has from 1 to 1024"),
@@ -192,6 +206,16 @@ def test_a_trainjobs_admission_adds_one_runtime_patch_of_gantrys_own() -> None:
     assert labels["model-initializer"]["gantry.io/companion"] == "model-initializer"
     again = resume_patch(TRAINJOB, patched, request)
     assert again == [{"op": "replace", "path": "/spec/suspend", "value": False}]
+    # admitted again under attempt 1: only the initializers' attempt is replaced
+    assert labels["dataset-initializer"]["gantry.io/attempt"] == "0"
+    assert "gantry.io/attempt" not in labels["node"]
+    patched["spec"]["suspend"] = True
+    later = resume_patch(TRAINJOB, patched, make_request(job_id=3, attempt=1))
+    jobs_at = "/spec/runtimePatches/1/trainingRuntimeSpec/template/spec/replicatedJobs"
+    assert sorted(op["path"] for op in later if op["path"] != "/spec/suspend") == [
+        f"{jobs_at}/{j}/template/spec/template/metadata/labels/gantry.io~1attempt" for j in (1, 2)
+    ]
+    assert {op["value"] for op in later} == {"1", False}
 
 
 def rayjob_with(head: Obj, worker: Obj, **spec: Any) -> Obj:
@@ -341,3 +365,188 @@ def test_a_rayjobs_admission_names_the_attempt_on_its_templates_each_time() -> N
         "/spec/suspend",
     ]
     assert {op["value"] for op in again if op["path"] != "/spec/suspend"} == {"1"}
+
+
+# -- parts without GPUs beside parts with GPUs: companions of replica 0 ----------------------
+
+
+def pytorchjob_with(master: Obj, worker: Obj, workers: int) -> Obj:
+    specs = {
+        "Master": {"replicas": 1, "template": {"spec": master}},
+        "Worker": {"replicas": workers, "template": {"spec": worker}},
+    }
+    return {"metadata": {"name": "pt"}, "spec": {"pytorchReplicaSpecs": specs}}
+
+
+def rayjob_of(head: Obj, *groups: tuple[str, int, Obj], **spec: Any) -> Obj:
+    workers = [
+        {"groupName": name, "replicas": count, "template": {"spec": worker}}
+        for name, count, worker in groups
+    ]
+    cluster = {"headGroupSpec": {"template": {"spec": head}}, "workerGroupSpecs": workers}
+    return {"metadata": {"name": "r"}, "spec": {"rayClusterSpec": cluster, **spec}}
+
+
+@pytest.mark.parametrize(
+    ("shape", "obj", "expected"),
+    [
+        # a CPU head (4 CPU, 16 GiB) and KubeRay's default submitter (500m, 200Mi) beside the
+        # first of 2 GPU workers (2 CPU, 8 GiB): 2000 + 4000 + 500 mCPU, 8192 + 16384 + 200 MiB
+        pytest.param(
+            shape_rayjob,
+            rayjob_of(pod(0, "4", "16Gi"), ("gpu", 2, pod(8))),
+            (2, 8, 6500, 24776),
+            id="rayjob-cpu-head",
+        ),
+        # the same head in HTTPMode (no submitter pod): 2000 + 4000, 8192 + 16384
+        pytest.param(
+            shape_rayjob,
+            rayjob_of(pod(0, "4", "16Gi"), ("gpu", 2, pod(8)), submissionMode="HTTPMode"),
+            (2, 8, 6000, 24576),
+            id="rayjob-cpu-head-http-mode",
+        ),
+        # a CPU worker group (2 x 1 CPU, 1 GiB) beside a GPU head: with the head, replica 0,
+        # and the GPU group: 2000 + 2 x 1000 + 500 mCPU, 8192 + 2 x 1024 + 200 MiB
+        pytest.param(
+            shape_rayjob,
+            rayjob_of(pod(8), ("cpu", 2, pod(0, "1", "1Gi")), ("gpu", 1, pod(8))),
+            (2, 8, 4500, 10440),
+            id="rayjob-cpu-workers",
+        ),
+        # a CPU Master (1 CPU, 2 GiB) beside 3 GPU Workers: 2000 + 1000, 8192 + 2048
+        pytest.param(
+            shape_pytorchjob,
+            pytorchjob_with(pod(0, "1", "2Gi"), pod(8), 3),
+            (3, 8, 3000, 10240),
+            id="pytorchjob-cpu-master",
+        ),
+        # a driver replicated job (1 x 1 pod of 1 CPU, 1 GiB) beside 2 Jobs x 2 GPU pods
+        pytest.param(
+            shape_jobset,
+            jobset(replicated("driver", 1, 1, pod(0, "1", "1Gi")), replicated("w", 2, 2, pod(8))),
+            (4, 8, 3000, 9216),
+            id="jobset-driver",
+        ),
+        # no part asks for GPUs: alike at none, every pod a replica (as before)
+        pytest.param(
+            shape_jobset,
+            jobset(replicated("a", 1, 1, pod(0)), replicated("b", 1, 2, pod(0, "4"))),
+            (3, 0, 4000, 8192),
+            id="no-gpus-anywhere",
+        ),
+    ],
+)
+def test_parts_without_gpus_beside_gpu_parts_count_with_replica_0(
+    shape: Any, obj: Obj, expected: tuple[int, int, int, int]
+) -> None:
+    assert per_replica(shape(obj).payload) == expected
+
+
+@pytest.mark.parametrize(
+    ("obj", "why"),
+    [
+        # 9 driver pods beside the GPU pods
+        (
+            jobset(replicated("driver", 3, 3, pod(0)), replicated("w", 1, 1, pod(8))),
+            "it makes 9 pods without GPUs beside its GPU pods (replicated job 'driver' 9)",
+        ),
+        # the worker group scaled to none: the CPU head alone beside nothing
+        (
+            jobset(replicated("driver", 1, 1, pod(0)), replicated("w", 0, 1, pod(8))),
+            "it makes 0 pods",
+        ),
+    ],
+    ids=["over-the-cap", "no-gpu-pod-left"],
+)
+def test_what_cannot_go_beside_replica_0_is_refused(obj: Obj, why: str) -> None:
+    with pytest.raises(Refused, match=re.escape(why)):
+        shape_jobset(obj)
+
+
+def test_a_rayjob_over_the_cap_counts_its_submitter() -> None:
+    # 7 CPU workers, the CPU head and KubeRay's default submitter: 9 > 8
+    obj = rayjob_of(pod(0), ("cpu", 7, pod(0)), ("gpu", 1, pod(8)))
+    with pytest.raises(Refused, match=r"9 pods without GPUs .*the head 1, worker group 'cpu' 7"):
+        shape_rayjob(obj)
+    obj["spec"]["submissionMode"] = "HTTPMode"  # 8: at the cap
+    assert per_replica(shape_rayjob(obj).payload)[:2] == (1, 8)
+
+
+def labels_at(obj: Obj, *path: str | int) -> dict[str, str]:
+    here: Any = obj
+    for step in path:
+        here = here[step]
+    found: dict[str, str] = here["metadata"]["labels"]
+    return found
+
+
+def test_a_rayjobs_cpu_head_is_labelled_a_companion_at_each_admission() -> None:
+    """The head's template gets `gantry.io/companion: head` with the attempt; the GPU
+    workers' none (they are the replicas)."""
+    obj = rayjob_of(pod(0), ("gpu", 2, pod(8)), suspend=True)
+    first = jsonpatch.apply_patch(obj, resume_patch(RAYJOB, obj, make_request(job_id=5)))
+    cluster = ("spec", "rayClusterSpec")
+    head = labels_at(first, *cluster, "headGroupSpec", "template")
+    worker = labels_at(first, *cluster, "workerGroupSpecs", 0, "template")
+    assert (head["gantry.io/companion"], head["gantry.io/attempt"]) == ("head", "0")
+    assert "gantry.io/companion" not in worker and worker["gantry.io/attempt"] == "0"
+    first["spec"]["suspend"] = True
+    again = jsonpatch.apply_patch(
+        first, resume_patch(RAYJOB, first, make_request(job_id=5, attempt=1))
+    )
+    assert labels_at(again, *cluster, "headGroupSpec", "template")["gantry.io/attempt"] == "1"
+    # A GPU head is a replica as before: no companion label on any template.
+    gpu_head = rayjob_of(pod(8), ("gpu", 1, pod(8)), suspend=True)
+    ops = resume_patch(RAYJOB, gpu_head, make_request(job_id=5))
+    assert not [op for op in ops if "gantry.io/companion" in str(op)]
+
+
+def test_a_jobsets_driver_is_a_companion_and_its_gpu_jobs_number_the_replicas_from_0() -> None:
+    obj = jobset(replicated("driver", 1, 1, pod(0)), replicated("w", 2, 3, pod(8)))
+    patched = jsonpatch.apply_patch(obj, resume_patch(JOBSET, obj, make_request(job_id=7)))
+    driver, workers = (
+        labels_at(r, "template", "spec", "template") for r in patched["spec"]["replicatedJobs"]
+    )
+    assert driver["gantry.io/companion"] == "driver" and LABEL_REPLICA_BASE not in driver
+    assert (workers[LABEL_REPLICA_BASE], workers[LABEL_REPLICA_STRIDE]) == ("0", "3")
+    assert "gantry.io/companion" not in workers
+
+
+def test_a_pytorchjobs_cpu_master_is_a_companion_and_worker_i_is_replica_i() -> None:
+    obj = pytorchjob_with(pod(0), pod(8), 2)
+    obj["spec"]["runPolicy"] = {"suspend": True}
+    patched = jsonpatch.apply_patch(obj, resume_patch(PYTORCHJOB, obj, make_request(job_id=7)))
+    specs = patched["spec"]["pytorchReplicaSpecs"]
+    master, worker = (labels_at(specs[t], "template") for t in ("Master", "Worker"))
+    assert master["gantry.io/companion"] == "master" and LABEL_REPLICA_BASE not in master
+    assert worker[LABEL_REPLICA_BASE] == "0"
+    # the operator's Master pod is read as replica 0's companion, Worker 1 as replica 1
+    made = {"training.kubeflow.org/replica-type": "master"}
+    read = [
+        pod_status(
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {**labels, **made, "training.kubeflow.org/replica-index": index},
+                },
+                "spec": {},
+                "status": {"phase": "Pending"},
+            }
+        )
+        for name, labels, index in (("m", master, "0"), ("w1", worker, "1"))
+    ]
+    assert [(s.replica, s.companion) for s in read if s is not None] == [(0, "master"), (1, "")]
+
+
+def test_the_gpu_resource_the_controller_uses_decides_what_is_a_companion() -> None:
+    """A cluster whose devices are `amd.com/gpu`: a template asking for nvidia.com/gpu asks for
+    none of them, so the rule is read with the controller's resource, on both sides."""
+    amd = pod(8)
+    amd["containers"][0]["resources"]["limits"] = {"amd.com/gpu": "8"}
+    obj = rayjob_of(pod(0), ("gpu", 1, amd), suspend=True)
+    assert per_replica(shape_rayjob(obj, "amd.com/gpu").payload)[:2] == (1, 8)
+    ops = resume_patch(RAYJOB, obj, make_request(job_id=5), "amd.com/gpu")
+    head = jsonpatch.apply_patch(obj, ops)["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["template"]["metadata"]["labels"]["gantry.io/companion"] == "head"
+    # read with nvidia.com/gpu, neither asks for GPUs: both are replicas, nothing a companion
+    assert per_replica(shape_rayjob(obj).payload)[:2] == (2, 0)

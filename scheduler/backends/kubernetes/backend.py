@@ -336,7 +336,7 @@ class KubernetesBackend(NamespaceContents):
                     f"{kind.kind} {pod.namespace}/{name} is gone", deleting=True
                 ) from exc
             raise
-        ops = resume_patch(kind, obj, pod)
+        ops = resume_patch(kind, obj, pod, self.config.gpu_resource)
         self._call(f"admit {kind.kind} {name}", *self._patch_object(kind, pod.namespace, name, ops))
 
     @_protocol_errors
