@@ -7,6 +7,14 @@ from django.core.exceptions import ValidationError
 
 # Validating regexes end in \Z, never $: $ also matches before a trailing newline.
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+# Kubernetes label syntax: a value is 0-63 letters, digits, '-', '_' or '.', starting and ending
+# alphanumeric; a key is such a name (1-63), optionally after a DNS subdomain prefix and '/'.
+LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_VALUE = re.compile(rf"^({LABEL_NAME})?\Z")
+LABEL_KEY = re.compile(
+    rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{LABEL_NAME}\Z"
+)
+MAX_LABELS = 32
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 # Namespaces jobs never run in: no Pod Security enforcement, and Gantry's own or the cluster's
 # pods live there (and every `kube-*` one).
@@ -22,6 +30,29 @@ def validate_dns_label(value: str) -> None:
             f"{value[:70]!r} is not a valid name: use 1-63 lowercase letters, digits or '-', "
             "starting and ending with a letter or digit."
         )
+
+
+def label_errors(labels: object, *, limit: int = MAX_LABELS) -> list[str]:
+    """What is wrong with `labels` as Kubernetes-style labels (an object of strings), each a
+    sentence; [] when nothing is."""
+    if not isinstance(labels, dict):
+        return ["An object of label keys to values."]
+    if len(labels) > limit:
+        return [f"At most {limit} labels; {len(labels)} given."]
+    errors = []
+    for key, value in labels.items():
+        shown = str(key)[:70]
+        if not isinstance(key, str) or not LABEL_KEY.match(key) or len(key) > 253 + 1 + 63:
+            errors.append(
+                f"{shown!r} is not a label key: 1-63 letters, digits, '-', '_' or '.' "
+                "(alphanumeric at both ends), optionally after a DNS prefix and '/'."
+            )
+        elif not isinstance(value, str) or not LABEL_VALUE.match(value):
+            errors.append(
+                f"{shown}: {str(value)[:70]!r} is not a label value: up to 63 letters, digits, "
+                "'-', '_' or '.', alphanumeric at both ends."
+            )
+    return errors
 
 
 def is_system_namespace(name: str) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
+from scheduler.clusters.selectors import cluster_labels
 from scheduler.core import Profile
 from scheduler.models import Allocation, Job, JobState
 from scheduler.profiles.files import built_in, read_profile
@@ -142,11 +143,15 @@ def workload(start: datetime, now: datetime) -> Workload:
     slugs = dict(Tenant.objects.values_list("id", "slug"))
     classes = {pc["id"]: pc for pc in PriorityClassRow.objects.values("id", "name")}
     default = settings.GANTRY_WHATIF_DEFAULT_RUNTIME_S
+    clusters = cluster_labels()
     out = []
     for row in rows:
         arrival = max(0.0, ((row["queued_at"] or start) - start).total_seconds())
         request = replace(
-            job_request(row, slugs, classes), submitted_at=arrival, not_before=0.0, attempt=0
+            job_request(row, slugs, classes, clusters),
+            submitted_at=arrival,
+            not_before=0.0,
+            attempt=0,
         )
         duration = runs.get(row["id"]) or float(row["max_runtime_s"] or default)
         out.append(WorkloadJob(request, arrival, duration))

@@ -23,13 +23,22 @@ from scheduler.models import Cluster, ClusterBackendKind
 from tenants import access
 
 
-class ClusterLabels(StrictInputSerializer):
-    region = serializers.CharField(max_length=63, required=False)
-    site = serializers.CharField(max_length=63, required=False)
+def labels_field(**kwargs: Any) -> serializers.DictField:
+    """A cluster's labels: `region` and `site` (where it is), and any other Kubernetes-style
+    label an admin marks it with, such as the data it holds; checked by the service."""
+    return serializers.DictField(
+        child=serializers.CharField(max_length=63, allow_blank=True),
+        help_text=(
+            "Labels: region and site (DNS labels), and any other Kubernetes-style label, "
+            'e.g. {"region": "eu", "data.example.com/imagenet": "true"}; jobs ask for clusters '
+            "by them (placement.cluster_labels, preferred_cluster_labels)."
+        ),
+        **kwargs,
+    )
 
 
 class ClusterOut(serializers.ModelSerializer):
-    labels = ClusterLabels(read_only=True)
+    labels = labels_field(read_only=True)
     nodes = serializers.SerializerMethodField(help_text="Nodes the cluster lists.")
     nodes_ready = serializers.SerializerMethodField()
     gpus = serializers.SerializerMethodField()
@@ -90,7 +99,7 @@ class ClusterCreateIn(StrictInputSerializer):
     kubeconfig_path = serializers.CharField(max_length=500, required=False, allow_blank=True)
     kubeconfig_secret = serializers.CharField(max_length=253, required=False, allow_blank=True)
     kube_context = serializers.CharField(max_length=253, required=False, allow_blank=True)
-    labels = ClusterLabels(required=False)
+    labels = labels_field(required=False)
     lost_after_s = serializers.IntegerField(required=False, allow_null=True)
 
 
@@ -98,7 +107,7 @@ class ClusterUpdateIn(StrictInputSerializer):
     kubeconfig_path = serializers.CharField(max_length=500, required=False, allow_blank=True)
     kubeconfig_secret = serializers.CharField(max_length=253, required=False, allow_blank=True)
     kube_context = serializers.CharField(max_length=253, required=False, allow_blank=True)
-    labels = ClusterLabels(required=False)
+    labels = labels_field(required=False)
     lost_after_s = serializers.IntegerField(required=False, allow_null=True)
 
 

@@ -15,6 +15,13 @@ from tenants import access
 from tenants.models import Role
 
 
+def cluster_labels() -> dict[str, dict[str, str]]:
+    """Every cluster's labels by name: what a job's placement names clusters by
+    (`scheduler.core.clusters.resolve_placement`)."""
+    rows = Cluster.objects.order_by("name").values_list("name", "labels")
+    return {name: dict(labels or {}) for name, labels in rows}
+
+
 @dataclass(frozen=True)
 class ClusterUse:
     nodes: int = 0

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from common.errors import ConflictError
-from common.text import DNS_LABEL
+from common.text import DNS_LABEL, label_errors
 from scheduler.models import Cluster, ClusterBackendKind, ClusterState
 from tenants import access
 from tenants.audit import audit_record, audit_snapshot
@@ -26,18 +26,22 @@ from tenants.audit import audit_record, audit_snapshot
 # A key of a Secret's data, mounted as a file of that name (no path: it is read only under
 # GANTRY_CLUSTER_SECRETS_DIR).
 SECRET_KEY = re.compile(r"^[-_a-zA-Z0-9][-._a-zA-Z0-9]{0,252}\Z")
+# Labels with a meaning of their own: where the cluster is (its nodes carry them).
 LABEL_KEYS = frozenset({"region", "site"})
 EDITABLE = ("kubeconfig_path", "kubeconfig_secret", "kube_context", "labels", "lost_after_s")
 
 
 def _labels_errors(labels: Any) -> list[str]:
-    if not isinstance(labels, dict):
-        return ["An object of region and site."]
-    errors = [f"Unknown key {key!r}: region or site." for key in labels if key not in LABEL_KEYS]
-    for key, value in labels.items():
-        if key in LABEL_KEYS and not (isinstance(value, str) and DNS_LABEL.match(value)):
+    """Labels are Kubernetes-style (`common.text.label_errors`): `region` and `site` name
+    where the cluster is (DNS labels: its nodes carry them), any other what it holds or
+    offers, e.g. `data.example.com/imagenet: "true"` for data locality (docs/multicluster.md)."""
+    errors = label_errors(labels)
+    if errors or not isinstance(labels, dict):
+        return errors
+    for key in sorted(LABEL_KEYS & labels.keys()):
+        if not DNS_LABEL.match(labels[key]):
             errors.append(
-                f"{key}: {str(value)[:70]!r} is not 1-63 lowercase letters, digits or '-'."
+                f"{key}: {labels[key][:70]!r} is not 1-63 lowercase letters, digits or '-'."
             )
     return errors
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scheduler.core.clusters import NO_CLUSTER
 from scheduler.core.context import CycleContext
 from scheduler.core.fit import Misfit, describe
 from scheduler.core.quota import QuotaVerdict, gpus
@@ -105,7 +106,13 @@ def never_fits(job: JobRequest, misfits: list[Misfit]) -> WaitReason:
 def _where(job: JobRequest) -> str:
     """Where the job asked to run, as " in pools x, y in clusters z"; "" when anywhere."""
     asked = (("pools", job.pools), ("clusters", job.clusters), ("regions", job.regions))
-    return "".join(f" in {what} {', '.join(names)}" for what, names in asked if names)
+    return "".join(
+        " in a cluster with the labels it asks for (no cluster has them now)"
+        if names == (NO_CLUSTER,)
+        else f" in {what} {', '.join(names)}"
+        for what, names in asked
+        if names
+    )
 
 
 def capacity(ctx: CycleContext, job: JobRequest, flavor: str) -> WaitReason:

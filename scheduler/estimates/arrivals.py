@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from scheduler.clusters.selectors import cluster_labels
 from scheduler.models import Job
 from scheduler.sim.arrivals import (
     LATE_WINDOWS,
@@ -58,11 +59,12 @@ def recent_jobs(
     )
     slugs = dict(Tenant.objects.values_list("id", "slug"))
     classes = {pc["id"]: pc for pc in PriorityClass.objects.values("id", "name")}
+    clusters = cluster_labels()
     jobs, groups = [], {}
     for row in rows:
         if row["priority_class_id"] not in classes:
             continue
-        job = job_request(row, slugs, classes)
+        job = job_request(row, slugs, classes, clusters)
         jobs.append(replace(job, submitted_at=row["created_at"].timestamp()))
         groups[core_job_id(row["id"])] = groups_of(row)
     return jobs, groups

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 from rest_framework.fields import SkipField, get_error_detail
 
-from common.text import DNS_LABEL
+from common.text import DNS_LABEL, label_errors
 from scheduler.backends.base import RESERVED_ENV
+from scheduler.clusters.selectors import cluster_labels
+from scheduler.core.clusters import NO_CLUSTER, resolve_placement
 from scheduler.models import Cluster
 from tenants.models import JobType, PriorityClass, ResourceFlavor
 
@@ -235,14 +238,24 @@ def _names(max_length: int = 16) -> serializers.ListField:
     )
 
 
+def _labels() -> serializers.DictField:
+    return serializers.DictField(
+        child=StrictCharField(max_length=63, allow_blank=True), required=False, default=dict
+    )
+
+
 class PlacementSerializer(StrictDictSerializer):
     """Where the job may run when Gantry drives several clusters (docs/multicluster.md): in one
-    of `clusters` and of `regions` (any when empty), in one of `preferred_clusters` when it fits
-    there. Whatever is asked, a job runs in exactly one cluster."""
+    of `clusters` and of `regions` (any when empty), in a cluster carrying every label of
+    `cluster_labels`; in one of `preferred_clusters`, else one carrying
+    `preferred_cluster_labels` (data locality: the labels of the clusters that hold its data),
+    when it fits there. Whatever is asked, a job runs in exactly one cluster."""
 
     clusters = _names()
     regions = _names()
+    cluster_labels = _labels()
     preferred_clusters = _names()
+    preferred_cluster_labels = _labels()
 
     def _known(self, value: list[str]) -> list[str]:
         known = set(Cluster.objects.values_list("name", flat=True))
@@ -264,6 +277,38 @@ class PlacementSerializer(StrictDictSerializer):
         if bad:
             raise serializers.ValidationError(f"{bad[0][:64]!r} is not a valid region name.")
         return value
+
+    def validate_cluster_labels(self, value: dict[str, str]) -> dict[str, str]:
+        if errors := label_errors(value, limit=16):
+            raise serializers.ValidationError(errors)
+        return value
+
+    def validate_preferred_cluster_labels(self, value: dict[str, str]) -> dict[str, str]:
+        return self.validate_cluster_labels(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Labels a job requires must name some cluster (within the clusters it names)."""
+        selector = attrs.get("cluster_labels") or {}
+        if selector:
+            labels = cluster_labels()
+            required, _ = resolve_placement(attrs, labels)
+            if NO_CLUSTER in required:
+                asked = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
+                within = f" among {', '.join(attrs['clusters'])}" if attrs.get("clusters") else ""
+                raise serializers.ValidationError(
+                    {
+                        "cluster_labels": [
+                            f"no cluster{within} carries {asked}; clusters' labels: "
+                            + "; ".join(f"{name} {_shown(labels[name])}" for name in sorted(labels))
+                            + "."
+                        ]
+                    }
+                )
+        return attrs
+
+
+def _shown(labels: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
 
 
 class JobSpecSerializer(StrictDictSerializer):

@@ -23,6 +23,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from scheduler.clusters.selectors import cluster_labels
 from scheduler.core.types import (
     DeviceShare,
     PriorityClass,
@@ -33,6 +34,7 @@ from scheduler.core.types import Tenant as CoreTenant
 from scheduler.models import (
     Allocation,
     AllocationDevice,
+    Cluster,
     GpuDevice,
     JobEvent,
     JobState,
@@ -87,7 +89,8 @@ def build_snapshot(
     cache = cache if cache is not None else SnapshotCache()
     versions = _versions()
     nodes, devices, node_ids = _nodes(versions[0] if versions else None, cache)
-    tenants, slugs, classes, core_classes = _organisation(versions[1] if versions else None, cache)
+    org = _organisation(versions[1] if versions else None, cache)
+    tenants, slugs, classes, core_classes, clusters = org
     # Every active allocation holds its devices, whatever its job's state: a job requeued
     # or ended keeps its GPUs until its pods are really gone (so it is not pending either:
     # the engine skips queued jobs that are live).
@@ -108,7 +111,7 @@ def build_snapshot(
         shares,
         running_rows,
         _displaced(cache),
-        lambda row: cache.request(row, slugs, classes),
+        lambda row: cache.request(row, slugs, classes, clusters),
         cache.running,
     )
     if per_queue and connection.vendor == "postgresql":
@@ -125,7 +128,7 @@ def build_snapshot(
         del cache.rows[gone]
     for gone in [i for i in cache.requests if i not in seen]:
         del cache.requests[gone]
-    pending = tuple(cache.request(r, slugs, classes) for r in pending_rows)
+    pending = tuple(cache.request(r, slugs, classes, clusters) for r in pending_rows)
     snapshot = Snapshot(
         now=now,
         nodes=tuple(nodes.values()),
@@ -144,13 +147,15 @@ _NodeParts = tuple[dict[str, CoreNode], dict[tuple[str, int], int], dict[str, in
 # Versions of what changes rarely, in one query (PostgreSQL). The inventory: every write to
 # a node bumps its `updated_at` (device health changes included, see `scheduler.nodes.services`),
 # summed rather than maxed so any bump changes it. The organisation: tenants, quotas and
-# priority classes by their row versions (`xmin`, new on every UPDATE) and counts.
+# priority classes by their row versions (`xmin`, new on every UPDATE) and counts, and the
+# clusters' names and labels themselves (their rows change at every cycle that sees them).
 VERSIONS_SQL = (
     "SELECT (SELECT row(count(*), max(id), sum(extract(epoch FROM updated_at)))::text"
     " FROM {node}), (SELECT count(*) FROM {device}),"
     " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {tenant}),"
     " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {quota}),"
-    " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {pclass})"
+    " (SELECT row(count(*), sum(xmin::text::bigint))::text FROM {pclass}),"
+    " (SELECT string_agg(name || '=' || labels::text, ',' ORDER BY name) FROM {cluster})"
 )
 
 
@@ -162,6 +167,7 @@ def _versions_sql() -> str:
         tenant=Tenant._meta.db_table,
         quota=QuotaRow._meta.db_table,
         pclass=PriorityClassRow._meta.db_table,
+        cluster=Cluster._meta.db_table,
     )
 
 
@@ -188,14 +194,18 @@ def _nodes(version: tuple[Any, ...] | None, cache: SnapshotCache) -> _NodeParts:
 
 
 _Org = tuple[
-    tuple[CoreTenant, ...], dict[int, str], dict[int, dict[str, Any]], tuple[PriorityClass, ...]
+    tuple[CoreTenant, ...],
+    dict[int, str],
+    dict[int, dict[str, Any]],
+    tuple[PriorityClass, ...],
+    dict[str, dict[str, str]],
 ]
 
 
 def _organisation(version: tuple[Any, ...] | None, cache: SnapshotCache) -> _Org:
-    """Tenants with their quotas, and priority classes: read again only when `version`
-    changed (always without one). The engine's job views name tenants and classes, so they
-    are dropped with them."""
+    """Tenants with their quotas, priority classes and the clusters' labels: read again only
+    when `version` changed (always without one). The engine's job views name tenants and
+    classes, and name clusters by their labels, so they are dropped with them."""
     if version is not None and cache.org is not None and cache.org[0] == version:
         org: _Org = cache.org[1]
         return org
@@ -207,7 +217,7 @@ def _organisation(version: tuple[Any, ...] | None, cache: SnapshotCache) -> _Org
         )
     }
     core_classes = priority_classes(classes.values())
-    made: _Org = (tenants, slugs, classes, core_classes)
+    made: _Org = (tenants, slugs, classes, core_classes, cluster_labels())
     cache.requests.clear()
     cache.org = (version, made) if version is not None else None
     return made

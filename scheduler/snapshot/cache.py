@@ -73,7 +73,11 @@ class SnapshotCache:
                 self.rows[job_id] = (version, {**kept[1], **fields})
 
     def request(
-        self, row: dict[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
+        self,
+        row: dict[str, Any],
+        slugs: Mapping[int, str],
+        classes: Mapping[int, Any],
+        clusters: Mapping[str, Mapping[str, str]] | None = None,
     ) -> JobRequest:
         """The JobRequest of `row`: built again only when a field it is made of changed.
         A job's row gets a new version at every step of its life (admitted, binding,
@@ -86,15 +90,15 @@ class SnapshotCache:
             if _request_inputs(kept[0]) == _request_inputs(row):
                 self.requests[row["id"]] = (row, kept[1])
                 return kept[1]
-        made = job_request(row, slugs, classes)
+        made = job_request(row, slugs, classes, clusters)
         self.requests[row["id"]] = (row, made)
         return made
 
 
 # The fields of a job row `job_request` reads: every column read except those that change
 # at each step of a job's life and which it does not read (a column added to JOB_FIELDS is
-# compared until it is named here). The organisation's names come from `_organisation`,
-# whose change clears `SnapshotCache.requests`.
+# compared until it is named here). The organisation's names and the clusters' labels come
+# from `_organisation`, whose change clears `SnapshotCache.requests`.
 _NOT_IN_REQUEST = frozenset(
     {"id", "project_id", "state", "started_at", "reason", "project__namespace", "name"}
 )

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.clusters.selectors import cluster_labels
 from scheduler.core import Profile, ProfileError
-from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL
+from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL, resolve_placement
 from scheduler.core.fit import Capacity, Misfit, closest, describe, misfit_in_one_cluster
 from scheduler.core.quota import QuotaLedger, gpus
 from scheduler.core.types import Device, Resources
@@ -85,8 +86,9 @@ class FitJudge:
         self.cluster_of = np.array([names[c] for c in cluster], dtype=np.int64)
         placement = spec.get("placement") or {}
         self.within = np.ones(len(inv.nodes), dtype=np.bool_)
-        if placement.get("clusters"):
-            self.within &= np.isin(np.array(cluster, dtype=object), placement["clusters"])
+        required, _ = resolve_placement(placement, cluster_labels())
+        if required:
+            self.within &= np.isin(np.array(cluster, dtype=object), required)
         if placement.get("regions"):
             self.within &= np.isin(np.array(region, dtype=object), placement["regions"])
         self.misses = Misfits([])

@@ -17,6 +17,7 @@ from django.db.models import F
 
 from scheduler.backends.base import PodRequest, pod_name
 from scheduler.backends.workloads import workload_ref
+from scheduler.core.clusters import Labels, resolve_placement
 from scheduler.core.quota import PIN, pinned_key
 from scheduler.core.types import (
     CycleResult,
@@ -164,10 +165,17 @@ def tenants_from_quotas(
 
 
 def job_request(
-    row: Mapping[str, Any], slugs: Mapping[int, str], classes: Mapping[int, Any]
+    row: Mapping[str, Any],
+    slugs: Mapping[int, str],
+    classes: Mapping[int, Any],
+    clusters: Mapping[str, Labels] | None = None,
 ) -> JobRequest:
+    """The engine's view of a job row. `clusters` (name -> labels, `cluster_labels()`) turns
+    the clusters a placement names by their labels into names (`resolve_placement`); without
+    it, only the names the placement gives (`scheduler.clusters.selectors.cluster_labels`)."""
     spec = {key: row.get(path) for key, path in SPEC_KEYS.items()}
     placement = spec.get("placement") or {}
+    required, preferred = resolve_placement(placement, clusters or {})
     inference = row["job_type"] == "inference"
     return JobRequest(
         id=core_job_id(row["id"]),
@@ -186,9 +194,9 @@ def job_request(
         min_replicas=min(spec.get("min_replicas") or 1, row["replicas"]) if inference else None,
         flavors=tuple(row["flavors"] or ()),
         pools=tuple(spec.get("pools") or ()),
-        clusters=tuple(placement.get("clusters") or ()),
+        clusters=required,
         regions=tuple(placement.get("regions") or ()),
-        preferred_clusters=tuple(placement.get("preferred_clusters") or ()),
+        preferred_clusters=preferred,
         submitted_at=ts(row["queued_at"]),
         max_runtime_s=row["max_runtime_s"],
         estimated_runtime_s=spec.get("estimated_runtime_s"),

@@ -70,3 +70,32 @@ def test_nodes_of_one_cluster(gantry: Any, org: Org) -> None:  # noqa: F811
     code, out, err = gantry("pat", "nodes", "--cluster", "site-b")
     assert code == 0, err
     assert "site-b:n1" in out and "h1" not in out
+
+
+def test_a_platform_admin_labels_a_cluster_with_the_data_it_holds(gantry: Any, org: Org) -> None:  # noqa: F811
+    imagenet = "data.example.com/imagenet"
+    code, _, err = gantry(
+        "pat", "clusters", "add", "site-b", "--backend", "simulated", "--label", f"{imagenet}=true"
+    )
+    assert code == 0, err
+    code, out, err = gantry("pat", "clusters", "label", "site-b", "storage=ceph", "region=eu")
+    assert code == 0, err
+    assert Cluster.objects.get(name="site-b").labels == {
+        imagenet: "true",
+        "storage": "ceph",
+        "region": "eu",
+    }
+    row = next(line for line in out.splitlines() if line.startswith("site-b"))
+    assert f"{imagenet}=true,storage=ceph" in row
+    code, _, err = gantry("pat", "clusters", "label", "site-b", f"{imagenet}-")
+    assert code == 0, err
+    assert Cluster.objects.get(name="site-b").labels == {"storage": "ceph", "region": "eu"}
+    # bad input: said, and nothing changes
+    code, _, err = gantry("pat", "clusters", "label", "site-b", "storage")
+    assert code != 0 and "key=value" in err
+    code, _, err = gantry("pat", "clusters", "label", "site-b", "bad key=x")
+    assert code != 0 and "is not a label key" in err
+    assert Cluster.objects.get(name="site-b").labels == {"storage": "ceph", "region": "eu"}
+    code, _, err = gantry("carol", "clusters", "label", "site-b", "storage=nfs")
+    assert code != 0
+    assert Cluster.objects.get(name="site-b").labels["storage"] == "ceph"

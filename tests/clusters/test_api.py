@@ -60,13 +60,25 @@ def test_readers_may_not_write(org: Any, client_for: Any, persona: str) -> None:
     [
         ({**B, "name": "Site B"}, "name"),
         ({**B, "backend": "slurm"}, "backend"),
-        ({**B, "labels": {"zone": "a"}}, "labels"),
+        ({**B, "labels": {"zone a": "x"}}, "labels"),
+        ({**B, "labels": {"region": "EU West"}}, "labels"),
+        ({**B, "labels": {"data.example.com/imagenet": "-yes"}}, "labels"),
         ({**B, "token": "abc"}, "token"),
         ({**B, "kubeconfig_secret": "", "kubeconfig_path": "relative"}, "kubeconfig_path"),
         ({**B, "lost_after_s": 1}, "lost_after_s"),
         ({**B, "name": 7}, "name"),
     ],
-    ids=["name", "backend", "label-key", "credential", "relative-path", "deadline", "int-name"],
+    ids=[
+        "name",
+        "backend",
+        "label-key",
+        "region-value",
+        "label-value",
+        "credential",
+        "relative-path",
+        "deadline",
+        "int-name",
+    ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_changes_nothing(
     org: Any, client_for: Any, body: dict[str, Any], field: str

@@ -35,8 +35,8 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
         env.submit(resources={"gpus": 8})
     cache = SnapshotCache()
     # Cold: everything, the inventory (nodes, devices) included: it is kept in the cache of
-    # one leadership, not in the process.
-    with django_assert_max_num_queries(13):
+    # one leadership, not in the process; the clusters' labels with the organisation.
+    with django_assert_max_num_queries(14):
         built = build_snapshot(env.clock(), decayed={}, cache=cache)
     assert len(built.snapshot.running) == 3
     assert len(built.snapshot.pending) == 20
@@ -44,7 +44,7 @@ def test_snapshot_query_count_does_not_grow_with_the_cluster(
     # Warm: versions only (inventory and organisation, jobs), no whole rows, device shares,
     # tenants or old preemptions read again.
     # (SQLite has no row versions: it reads the cold set again, but no more.)
-    with django_assert_max_num_queries(6 if connection.vendor == "postgresql" else 13):
+    with django_assert_max_num_queries(6 if connection.vendor == "postgresql" else 14):
         again = build_snapshot(env.clock(), decayed={}, cache=cache)
     assert again.snapshot == built.snapshot
     env.submit(user="bob-bravo", resources={"gpus": 8})
