@@ -11,7 +11,10 @@ reconcile:
    replica still waiting for one (its completion index's replica where it has one), and is
    bound to that replica's node; a replica's pod still unbound is bound again;
 2. wait: a stand-in not adopted yet is judged as a pod Pending on no node (so the binding
-   deadline applies, with the reason "its Job has not made the pod yet"), not as a pod gone;
+   deadline applies, with the reason "its Job has not made the pod yet"), not as a pod gone,
+   while its job is placed (admitted, binding, running); once the job has ended or was
+   preempted (its object failed with no pod, it was cancelled), it is a pod gone, and its
+   allocation is released;
 3. suspend: a Job whose job stopped in Gantry otherwise than by succeeding (preempted,
    cancelled, failed, requeued) is suspended again, before its pods are deleted: its
    controller then deletes its pods and makes none until admitted again (and a sweep,
@@ -39,6 +42,9 @@ WAITING = "its Job has not made the pod yet"
 # A job in these states keeps its Job unsuspended (an older attempt's allocations stopping
 # beside a newer one's must not suspend it again).
 LIVE = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING, JobState.SUCCEEDED})
+# A job in these states waits for its object's controller to make the pods of its replicas;
+# in any other, a replica with no pod has none to wait for (its allocation is released).
+PLACING = frozenset({JobState.ADMITTED, JobState.BINDING, JobState.RUNNING})
 
 
 def workload_of(row: Row) -> str:
@@ -66,6 +72,8 @@ def adopt(
         job = jobs.get(a["job_id"])
         if job is None or not workload_of(job) or a["end_reason"] or a["attempt"] != job["attempt"]:
             continue
+        if job["state"] not in PLACING:
+            continue  # ended meanwhile (its object failed, it was cancelled): no pod will come
         if a["pod_name"] == _stand_in(a):
             waiting[a["job_id"]].append(a)
     if not waiting:

@@ -36,9 +36,10 @@ from scheduler.workloads.mirror import (
     end_finished,
     mirror_object,
     mirror_pods,
+    without_pods,
     workload_uid,
 )
-from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, is_lws_pod, lws_groups
+from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, end_message, is_lws_pod, lws_groups
 from scheduler.workloads.shape import Refused, Shaped, group_of
 from scheduler.workloads.shape_kinds import shape_trainjob
 from scheduler.workloads.status import ANNOTATION_REASON, ANNOTATION_STATUS, status_annotations
@@ -268,26 +269,36 @@ class WorkloadController:
         placed (its pods finished just as Gantry preempted it, and it was queued again): the
         job ends, as its object did. A placed job's end (admitted, binding, running) is read
         from its pods by the daemon, but for a kind whose pods outlive its end (a RayJob's
-        cluster)."""
-        ended, running = {}, set()
+        cluster), and for an object that failed while its job waits in binding with no pod
+        adopted (a Job whose backoffLimit was reached as it was admitted again): no pod will
+        come to bind, so its job fails now with the object's reason, not at the binding
+        deadline."""
+        ended, running, why = {}, set(), {}
         for kind, obj in listed:
             if (outcome := QUEUED[kind].ended(obj)) is not None:
-                ended[str(at(obj, ("metadata", "uid")))] = outcome
+                uid = str(at(obj, ("metadata", "uid")))
+                ended[uid], why[uid] = outcome, end_message(obj)
                 if QUEUED[kind].ends_running:
-                    running.add(str(at(obj, ("metadata", "uid"))))
+                    running.add(uid)
         if not ended:
             return
-        live = Job.objects.filter(spec__workload__uid__in=list(ended)).exclude(
-            state__in=FINAL_STATES
+        live = list(
+            Job.objects.filter(spec__workload__uid__in=list(ended))
+            .exclude(state__in=FINAL_STATES)
+            .select_related("submitted_by", "tenant")
         )
-        for job in live.select_related("submitted_by", "tenant"):
+        waiting = [
+            j for j in live if j.state == S.BINDING and ended[j.spec["workload"]["uid"]] == "failed"
+        ]
+        podless = without_pods(waiting)
+        for job in live:
             uid = job.spec["workload"]["uid"]
-            if job.state in DAEMONS_TO_END and uid not in running:
+            if job.state in DAEMONS_TO_END and uid not in running and job.pk not in podless:
                 # running, or admitted with its pods bound or being bound: the daemon reads
                 # their end from the pods (a short job whose condition landed before the
                 # daemon saw it run succeeds, it is not cancelled)
                 continue
-            if end_finished(job, ended[uid]) is not None:
+            if end_finished(job, ended[uid], why[uid]) is not None:
                 stats.cancelled += 1
 
     # -- 3. report ------------------------------------------------------------------------

@@ -26,9 +26,10 @@ from django.db import transaction
 from rest_framework.exceptions import APIException, ValidationError
 
 from common.errors import DomainError
+from scheduler.backends.base import pod_name
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.jobs.transitions import job_transition
-from scheduler.models import FINAL_STATES, Job, JobState
+from scheduler.models import FINAL_STATES, Allocation, Job, JobState
 from scheduler.workloads.kinds import at
 from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY
 from scheduler.workloads.shape import Refused, Shaped, shape_job, shape_pods
@@ -174,22 +175,42 @@ def end_deleted(job: Job, missing: str) -> Job | None:
         return None
 
 
-def end_finished(job: Job, outcome: str) -> Job | None:
-    """End the job of an object its controller marked `outcome` ("complete" or "failed"):
-    nothing is left to run. A running job ends as its object did (succeeded or failed: a
-    RayJob's cluster outlives its job); one Gantry had queued or was placing again is
-    cancelled (the lifecycle ends only a running job as succeeded or failed), saying what
-    the object did."""
+def without_pods(jobs: Sequence[Job]) -> set[int]:
+    """The ids of `jobs` none of whose current attempt's replicas has a pod yet: each of its
+    live allocations still holds the stand-in name the daemon gave it (`pod_name`) until
+    reconcile adopts a pod its object's controller made."""
+    attempts = {job.pk: job.attempt for job in jobs}
+    if not attempts:
+        return set()
+    rows = Allocation.objects.filter(job_id__in=list(attempts), ended_at__isnull=True)
+    adopted = {
+        job_id
+        for job_id, attempt, replica, name in rows.values_list(
+            "job_id", "attempt", "replica", "pod_name"
+        )
+        if attempt == attempts[job_id] and name != pod_name(job_id, attempt, replica)
+    }
+    return set(attempts) - adopted
+
+
+def end_finished(job: Job, outcome: str, why: str = "") -> Job | None:
+    """End the job of an object its controller marked `outcome` ("complete" or "failed"),
+    saying `why` (its controller's message, if any): nothing is left to run. A running job
+    ends as its object did (succeeded or failed: a RayJob's cluster outlives its job), and so
+    does one that failed while binding (with no pod: the caller knows); one Gantry had
+    queued or was placing again is cancelled (the lifecycle ends only a running job as
+    succeeded), saying what the object did."""
     if job.state in FINAL_STATES:
         return None
     kind = job.spec["workload"]["kind"]
+    failed = f"its {kind} failed in Kubernetes" + (f": {why}" if why else "")
     try:
-        if job.state == JobState.RUNNING:
+        if job.state == JobState.RUNNING or (job.state == JobState.BINDING and outcome == "failed"):
             return job_transition(
                 job=job,
                 to_state=JobState.SUCCEEDED if outcome == "complete" else JobState.FAILED,
                 message=f"its {kind} is {outcome} in Kubernetes",
-                reason=None if outcome == "complete" else f"its {kind} failed in Kubernetes",
+                reason=None if outcome == "complete" else failed,
             )
         return job_cancel(
             user=job.submitted_by,

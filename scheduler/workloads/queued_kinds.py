@@ -50,6 +50,19 @@ def _conditions(obj: Obj, complete: str) -> str | None:
     return None
 
 
+def end_message(obj: Obj) -> str:
+    """What the object's controller says of its end: the message of its True Failed (or
+    complete) condition, else its `status.message` (a RayJob's); "" when it says nothing."""
+    for condition in at(obj, ("status", "conditions")) or ():
+        if (
+            isinstance(condition, dict)
+            and condition.get("status") == "True"
+            and condition.get("type") in ("Failed", "Complete", "Completed", "Succeeded")
+        ):
+            return str(condition.get("message") or "")
+    return str(at(obj, ("status", "message")) or "")
+
+
 def _rayjob_ended(obj: Obj) -> str | None:
     """KubeRay's `status.jobDeploymentStatus`: Complete or Failed once its job has ended."""
     status = at(obj, ("status", "jobDeploymentStatus"))
@@ -119,4 +132,12 @@ def _name(obj: Obj) -> str:
     return str(at(obj, ("metadata", "name")))
 
 
-__all__ = ["CUSTOM", "LEADERWORKERSET", "QUEUED", "Queued", "is_lws_pod", "lws_groups"]
+__all__ = [
+    "CUSTOM",
+    "LEADERWORKERSET",
+    "QUEUED",
+    "Queued",
+    "end_message",
+    "is_lws_pod",
+    "lws_groups",
+]

@@ -549,3 +549,61 @@ def test_a_job_that_completed_while_queued_again_ends_and_frees_its_place(world:
     queued.refresh_from_db()
     assert queued.state == "cancelled"
     assert "its Job is complete in Kubernetes" in queued.events.last().message
+
+
+def test_a_job_that_failed_podless_while_admitted_again_fails_with_its_job(world: World) -> None:
+    """Admitted again after a preemption, a Job fails with no pod (its backoffLimit reached:
+    a pod deleted at the preemption counted against it) before its controller makes any:
+    nothing will come to bind, so its Gantry job, waiting in binding, fails with the Job's
+    own reason at once (not at the binding deadline), and its GPUs are freed."""
+    body = job("low", parallelism=2, gpus=8, backoffLimit=0)
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+    create_job(world, body)
+    world.step()
+    low = Job.objects.get(spec__workload__kind="Job")
+    high = preempt_running(world, low, JobController(world).step)
+    cancel_and_readmit(world, high, lambda _name: [])  # admitted again; no pod comes
+    low.refresh_from_db()
+    assert (low.state, low.attempt) == ("binding", 1), low.reason
+    failed = world.fake.get("jobs", world.namespace, "low")
+    message = "Job has reached the specified backoff limit"
+    condition = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "BackoffLimitExceeded",
+        "message": message,
+    }
+    failed["status"] = {"failed": 1, "active": 0, "conditions": [condition]}
+    world.fake.replace("jobs", world.namespace, "low", failed)
+    world.step()  # well within the binding deadline (600 s)
+    low.refresh_from_db()
+    assert low.state == "failed", low.reason
+    assert low.reason == f"its Job failed in Kubernetes: {message}"
+    world.step()
+    world.step()
+    assert not Allocation.objects.filter(job=low, ended_at__isnull=True).exists()
+    spec = job_spec(replicas=2, resources={"gpus": 8})
+    after, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    world.step()
+    after.refresh_from_db()
+    assert after.state in ("admitted", "binding"), after.reason  # the GPUs were freed
+
+
+def test_a_job_whose_pods_were_adopted_is_left_to_the_daemon_when_it_fails(
+    world: World,
+) -> None:
+    """A Job whose pods Gantry adopted and bound reports Failed: its job's end is read from
+    its pods by the daemon (they say why, and may still be running), not from the Job."""
+    create_job(world, job("mine", parallelism=1))
+    world.step()
+    names = JobController(world).step("mine")
+    world.step()
+    mirrored_job = Job.objects.get(spec__workload__kind="Job")
+    assert mirrored_job.state == "binding", mirrored_job.reason
+    failed = world.fake.get("jobs", world.namespace, "mine")
+    failed["status"] = {"conditions": [{"type": "Failed", "status": "True", "message": "x"}]}
+    world.fake.replace("jobs", world.namespace, "mine", failed)
+    world.controller.sync()
+    mirrored_job.refresh_from_db()
+    assert mirrored_job.state == "binding"
+    assert world.pod(names[0])["spec"].get("nodeName")
