@@ -19,8 +19,9 @@ from typing import Any, TextIO
 
 import yaml
 
-from cli import capacity, cluster, clusters, logs, when
+from cli import capacity, cluster, clusters, logs, quota_requests, rate_cards, what_ifs, when
 from cli.client import ApiError, Client, ConnectionFailed
+from cli.usage import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -53,10 +54,6 @@ def client_version() -> str:
         return version("gantry")
     except PackageNotFoundError:
         return "unknown"
-
-
-class UsageError(Exception):
-    """Bad arguments or an unreadable spec file (exit 2)."""
 
 
 # --- output -------------------------------------------------------------------------------
@@ -348,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parsers(sub, emit)
     clusters.add_parsers(sub, emit)
     capacity.add_parsers(sub, emit)
+    quota_requests.add_parsers(sub, emit)
+    rate_cards.add_parsers(sub, emit)
+    what_ifs.add_parsers(sub, emit)
     return parser
 
 

@@ -1,0 +1,132 @@
+"""`gantry quota-requests` against a live server (issue 38): a team admin asks for a global and
+a pinned quota of one flavor at once, the admin above sees them in the inbox and decides each;
+a twin request, an unknown cluster and an impossible value are said plainly.
+
+The org fixture's H100 quotas (GPUs guaranteed / limit): research 32/64, team-alpha 16/32.
+tina administers team-alpha; dana administers research and decides; alice is a member."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli.main import main
+from scheduler.models import Cluster
+from tenants.models import ApprovalRequest, Quota
+from tests.conftest import Org
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def as_user(live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, org: Org) -> Any:
+    """as_user("tina", "quota-requests") -> (exit code, stdout, stderr), logged in as tina."""
+    monkeypatch.setenv("GANTRY_URL", live_server.url)
+    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
+    monkeypatch.delenv("GANTRY_TOKEN", raising=False)
+
+    def run(user: str, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("GANTRY_CONFIG", str(tmp_path / f"{user}.json"))
+        out, err = io.StringIO(), io.StringIO()
+        if not (tmp_path / f"{user}.json").exists():
+            assert main(["login", user], out=io.StringIO(), err=err) == 0, err.getvalue()
+        code = main(list(argv), out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    return run
+
+
+@pytest.fixture
+def site_b(db: Any) -> Cluster:
+    return Cluster.objects.create(name="site-b", backend="simulated")
+
+
+def ask(as_user: Any, *extra: str) -> tuple[int, str, str]:
+    return as_user("tina", "--json", "quota-requests", "create", "--flavor", "H100-80GB", *extra)
+
+
+def test_a_global_and_a_pinned_request_are_asked_listed_and_decided(
+    as_user: Any, org: Org, site_b: Cluster
+) -> None:
+    code, out, err = ask(as_user, "--gpus", "12", "--limit", "40", "--reason", "fewer evals")
+    assert code == 0, err
+    global_id = json.loads(out)["id"]
+    code, out, err = ask(as_user, "--gpus", "8", "--cluster", "site-b", "--reason", "near data")
+    assert code == 0, err
+    pinned = json.loads(out)
+    assert pinned["payload"]["cluster_name"] == "site-b"
+    # no limit given: the pin has none yet, so the guarantee
+    assert pinned["payload"]["values"]["limit_milli"] == 8000
+    # tina's own, as a table: the cluster column says which is pinned
+    code, out, err = as_user("tina", "quota-requests")
+    assert code == 0, err
+    header, *lines = out.splitlines()
+    assert header.split()[:6] == ["ID", "STATE", "TENANT", "FLAVOR", "CLUSTER", "GPUS"]
+    assert [line.split()[:6] for line in lines] == [
+        [str(pinned["id"]), "pending", "team-alpha", "H100-80GB", "site-b", "8"],
+        [str(global_id), "pending", "team-alpha", "H100-80GB", "(all)", "12"],
+    ]
+    # dana decides both: approve one, reject the other with a reason
+    code, out, err = as_user("dana", "--json", "quota-requests", "--inbox")
+    assert code == 0, err
+    assert sorted(r["id"] for r in json.loads(out)) == sorted([global_id, pinned["id"]])
+    code, _, err = as_user("dana", "quota-requests", "approve", str(pinned["id"]))
+    assert code == 0, err
+    code, _, err = as_user(
+        "dana", "quota-requests", "reject", str(global_id), "--reason", "not this quarter"
+    )
+    assert code == 0, err
+    assert Quota.objects.get(tenant=org.alpha, cluster=site_b).guaranteed_milli == 8000
+    assert Quota.objects.get(tenant=org.alpha, cluster=None).guaranteed_milli == 16000
+    code, out, _ = as_user("tina", "--json", "quota-requests")
+    states = {r["id"]: (r["state"], r["comment"]) for r in json.loads(out)}
+    assert states == {pinned["id"]: ("approved", ""), global_id: ("rejected", "not this quarter")}
+
+
+def test_a_global_request_keeps_the_values_it_does_not_change(as_user: Any, org: Org) -> None:
+    Quota.objects.filter(tenant=org.alpha, cluster=None).update(weight=2.5)
+    code, out, err = ask(as_user, "--gpus", "12", "--reason", "fewer evals")
+    assert code == 0, err
+    values = json.loads(out)["payload"]["values"]
+    # the limit as it was (32 GPUs, above 12), the weight as it was
+    assert (values["limit_milli"], values["weight"]) == (32000, 2.5)
+
+
+def test_a_twin_request_is_refused_with_the_pending_ones_number(
+    as_user: Any, site_b: Cluster
+) -> None:
+    code, out, err = ask(as_user, "--gpus", "8", "--cluster", "site-b", "--reason", "near data")
+    assert code == 0, err
+    first = json.loads(out)["id"]
+    code, _, err = ask(as_user, "--gpus", "6", "--cluster", "site-b", "--reason", "or less")
+    assert code == 1
+    assert err.startswith(
+        "HTTP 409: A quota request for H100-80GB on cluster site-b of 'team-alpha' is already "
+        f"pending (#{first})"
+    )
+    assert ApprovalRequest.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("user", "argv", "code", "said"),
+    [
+        ("tina", ["--gpus", "8", "--cluster", "nowhere"], 2, "no cluster named 'nowhere'"),
+        ("tina", ["--gpus", "-1"], 2, "--gpus must be 0 or more GPUs, not -1."),
+        ("tina", ["--gpus", "40"], 1, "guaranteed_milli: "),  # above research's 32
+        ("alice", ["--gpus", "8"], 2, "you administer no tenant: name the tenant with --tenant"),
+        ("alice", ["--gpus", "8", "--tenant", "team-alpha"], 1, "HTTP 403"),
+    ],
+    ids=["unknown-cluster", "negative", "above-the-parent", "no-tenant", "a-member"],
+)
+def test_bad_requests_are_said_plainly_and_change_nothing(
+    as_user: Any, user: str, argv: list[str], code: int, said: str
+) -> None:
+    answer, _, err = as_user(
+        user, "quota-requests", "create", "--flavor", "H100-80GB", "--reason", "x", *argv
+    )
+    assert answer == code and said in err, err
+    assert not ApprovalRequest.objects.exists()

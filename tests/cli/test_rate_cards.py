@@ -1,0 +1,68 @@
+"""`gantry rate-cards` against a live server (issue 38): each chain of versions per GPU model
+and cluster with its effective dates; finance adds versions (a cluster's own card, a second
+version that closes the first); a member reads but may not add; bad prices are said plainly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from billing.models import RateCard
+from scheduler.models import Cluster
+from tests.cli.test_quota_requests import as_user
+
+__all__ = ["as_user"]
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ADD = ("rate-cards", "add", "--flavor", "H100-80GB")
+
+
+@pytest.fixture
+def site_b(db: Any) -> Cluster:
+    return Cluster.objects.create(name="site-b", backend="simulated")
+
+
+def test_finance_adds_versions_and_everyone_reads_each_chain(as_user: Any, site_b: Cluster) -> None:
+    for argv in (
+        ["--from", "2031-01-01T00:00Z", "--gpu-hour", "2.00", "--multiplier", "high=1.5"],
+        ["--cluster", "site-b", "--from", "2031-01-01T00:00Z", "--gpu-hour", "5.00"],
+        ["--from", "2031-03-01T00:00Z", "--gpu-hour", "2.50", "--borrowed-discount", "0.3"],
+    ):
+        code, _, err = as_user("carol", *ADD, *argv)
+        assert code == 0, err
+    code, out, err = as_user("alice", "rate-cards")
+    assert code == 0, err
+    header, *lines = out.splitlines()
+    assert header.split()[:6] == ["ID", "FLAVOR", "CLUSTER", "VERSION", "VALID_FROM", "VALID_TO"]
+    # the default card's chain first: the second version closed the first where it starts
+    assert [line.split()[1:6] for line in lines] == [
+        ["H100-80GB", "default", "1", "2031-01-01T00:00:00Z", "2031-03-01T00:00:00Z"],
+        ["H100-80GB", "default", "2", "2031-03-01T00:00:00Z", "(open)"],
+        ["H100-80GB", "site-b", "1", "2031-01-01T00:00:00Z", "(open)"],
+    ]
+    assert "high=1.5" in lines[0]
+    code, out, err = as_user("alice", "--json", "rate-cards", "--cluster", "site-b")
+    assert code == 0, err
+    [card] = json.loads(out)
+    assert (card["cluster"], card["gpu_hour"], card["version"]) == ("site-b", "5.000000", 1)
+
+
+@pytest.mark.parametrize(
+    ("user", "argv", "code", "said"),
+    [
+        ("alice", ["--gpu-hour", "2.00"], 1, "HTTP 403"),
+        ("carol", ["--gpu-hour", "two"], 1, 'gpu_hour: must be a decimal number such as "2.50"'),
+        ("carol", ["--gpu-hour", "2", "--cluster", "nowhere"], 1, "cluster: no cluster named"),
+        ("carol", ["--gpu-hour", "2", "--multiplier", "high"], 2, "write it as CLASS=FACTOR"),
+    ],
+    ids=["a-member", "not-a-price", "unknown-cluster", "bad-multiplier"],
+)
+def test_bad_versions_are_said_plainly_and_change_nothing(
+    as_user: Any, user: str, argv: list[str], code: int, said: str
+) -> None:
+    answer, _, err = as_user(user, *ADD, "--from", "2031-01-01T00:00Z", *argv)
+    assert answer == code and said in err, err
+    assert not RateCard.objects.exists()
