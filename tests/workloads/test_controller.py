@@ -607,3 +607,17 @@ def test_a_job_whose_pods_were_adopted_is_left_to_the_daemon_when_it_fails(
     mirrored_job.refresh_from_db()
     assert mirrored_job.state == "binding"
     assert world.pod(names[0])["spec"].get("nodeName")
+
+
+def test_a_job_cancelled_before_its_jobs_pods_come_frees_its_gpus(world: World) -> None:
+    """Cancelled in the portal while it waits in binding for its Job's pods: no pod will
+    come, so its replicas' allocations are released (and the Job suspended), not held."""
+    create_job(world, job("slow", parallelism=2, gpus=8))
+    world.step()
+    slow = Job.objects.get(spec__workload__kind="Job")
+    assert slow.state == "binding", slow.reason
+    job_cancel(user=world.org.users["alice"], job=slow)
+    world.step()
+    world.step()
+    assert not Allocation.objects.filter(job=slow, ended_at__isnull=True).exists()
+    assert world.fake.get("jobs", world.namespace, "slow")["spec"]["suspend"] is True
