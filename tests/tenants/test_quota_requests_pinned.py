@@ -167,11 +167,11 @@ def test_a_global_and_a_pinned_request_of_one_flavor_are_pending_at_once(
             f"/api/v1/approval-requests/{answer.json()['id']}/approve/"
         )
         assert decided.status_code == 200, decided.json()
-    assert [row for row in rows() if row[0] == "team-alpha"] == [
-        ("team-alpha", "site-b", 8000, 20000),
-        ("team-alpha", "site-c", 4000, 20000),
-        ("team-alpha", None, 16000, 20000),
-    ]
+    assert {row[1:] for row in rows() if row[0] == "team-alpha"} == {
+        ("site-b", 8000, 20000),
+        ("site-c", 4000, 20000),
+        (None, 16000, 20000),
+    }
 
 
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "global"])
@@ -198,12 +198,12 @@ def test_a_second_request_for_the_same_tenant_flavor_and_cluster_is_a_409(
     assert ApprovalRequest.objects.get().payload["values"]["limit_milli"] == 16000
 
 
-@pytest.mark.postgresql("the partial unique index, not the service's read, refuses the twin")
 def test_the_database_refuses_two_pending_requests_for_one_tenant_flavor_and_cluster(
     org: Org, site_b: Cluster
 ) -> None:
     from django.db import IntegrityError, transaction
 
+    """The partial unique index, not the service's read, refuses the twin."""
     made = ask(org, site_b, 8, 16)
     twin = {
         "kind": made.kind,
