@@ -151,10 +151,10 @@ class _Hour:
             self.available[cluster] = len(set(available))
         for device in on_device:
             self.where.setdefault(device, ran_on[device])
-        down = {d for c, (a, u) in capacity.items() for d in u} - {
+        # Unavailable and nowhere available (as the flavor's split counts them).
+        self.down = {d for _, u in capacity.values() for d in u} - {
             d for a, _ in capacity.values() for d in a
         }
-        self.down = down
 
     def present(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -172,6 +172,8 @@ class _Hour:
     def per_cluster(
         self, whole: HourSplit, used: dict[str, int], recorded: _Recorded, key: SplitKey
     ) -> dict[str, HourSplit]:
+        """`whole` (the flavor's split of the hour) per cluster: parts that add up to it
+        exactly, each holder's shares included; `used`: milli x microseconds per cluster."""
         # 1. each holder's share located (billing/metering/located.py)
         located: dict[str, dict[int, Fraction]] = defaultdict(dict)
         weights = self.weights()

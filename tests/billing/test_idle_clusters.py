@@ -232,3 +232,42 @@ def test_one_clusters_splits_and_idle_totals_are_the_flavors_unchanged(org: Org)
         ("team-alpha", home): (Fraction(2), Decimal("4.00")),
         ("team-charlie", home): (Fraction(1), Decimal("2.00")),
     }
+
+
+def test_on_a_month_over_two_clusters_the_clusters_add_up_to_the_flavors_split(db: Any) -> None:
+    """A small month of the billing benchmark (preemptions, failures, fractional shares,
+    cordoned nodes) with every other node on site-b and the teams' guarantees half pinned
+    there: for every hour and flavor, the clusters' parts add up exactly to the flavor's
+    split, tenant by tenant, and no cluster holds more idle reserved than it had idle."""
+    from bench.billing import build, meter, shape
+    from scheduler.models import Node
+
+    month = shape(16, 2, 300, 1)
+    build(month)
+    site_b = Cluster.objects.create(name="site-b", backend="simulated")
+    for node in Node.objects.order_by("name")[1::2]:
+        node.cluster = site_b
+        node.save(update_fields=["cluster"])
+    for quota in Quota.objects.filter(cluster=None, guaranteed_milli__gt=0, tenant__parent=None):
+        Quota.objects.create(
+            tenant=quota.tenant,
+            flavor=quota.flavor,
+            cluster=site_b,
+            guaranteed_milli=quota.guaranteed_milli // 2,
+            limit_milli=quota.limit_milli,
+        )
+    meter(month)
+    whole = hour_splits(month.start, month.end)
+    parts = cluster_splits(month.start, month.end)
+    assert {cluster for (_, _, cluster) in parts} == {Cluster.objects.get(home=True).name, "site-b"}
+    for (hour, flavor), split in whole.items():
+        mine = [s for (h, f, _), s in parts.items() if (h, f) == (hour, flavor)]
+        for name in ("capacity", "used", "unavailable", "unreserved"):
+            assert sum((getattr(s, name) for s in mine), Fraction(0)) == getattr(split, name)
+        shares: dict[int, Fraction] = {}
+        for s in mine:
+            assert s.unreserved >= 0
+            for tenant, share in s.idle_reserved.items():
+                shares[tenant] = shares.get(tenant, Fraction(0)) + share
+        assert shares == dict(split.idle_reserved)
+    assert any(s.idle_reserved for (_, _, c), s in parts.items() if c == "site-b")
