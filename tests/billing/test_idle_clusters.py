@@ -42,7 +42,11 @@ GUARANTEES |= {"product": 1, "acme": 3}
 H = Fraction(DEVICE_HOUR)  # one GPU-hour in milli-GPU-seconds
 
 
-def installation(org: Org, home_gpus: int = 2, site_b_gpus: int = 2) -> dict[str, Cluster]:
+def installation(
+    org: Org, home_gpus: int = 2, site_b_gpus: int = 2, *, charlie_pinned: bool = False
+) -> dict[str, Cluster]:
+    """The installation of the module's docstring, hour 0 metered. `charlie_pinned`:
+    team-charlie's 1 GPU is pinned to site-b instead, with no global quota."""
     pat = org.users["pat"]
     clusters = {
         "home": Cluster.objects.get(home=True),
@@ -60,13 +64,17 @@ def installation(org: Org, home_gpus: int = 2, site_b_gpus: int = 2) -> dict[str
         Quota.objects.filter(tenant__slug=slug, flavor=org.h100).update(
             guaranteed_milli=gpus * 1000
         )
-    Quota.objects.create(
-        tenant=org.alpha,
-        flavor=org.h100,
-        cluster=clusters["site-b"],
-        guaranteed_milli=1000,
-        limit_milli=1000,
-    )
+    pins = [org.alpha, org.charlie] if charlie_pinned else [org.alpha]
+    for tenant in pins:
+        Quota.objects.create(
+            tenant=tenant,
+            flavor=org.h100,
+            cluster=clusters["site-b"],
+            guaranteed_milli=1000,
+            limit_milli=1000,
+        )
+    if charlie_pinned:
+        Quota.objects.filter(tenant=org.charlie, cluster=None).update(guaranteed_milli=0)
     for name, gpus in (("home", home_gpus), ("site-b", site_b_gpus)):
         node = make_node("n1" if name == "home" else "site-b:n1", gpus=gpus)
         node.cluster = clusters[name]
@@ -150,6 +158,21 @@ def test_a_cluster_never_holds_more_idle_reserved_than_it_had_idle(org: Org) -> 
     assert on_home.idle_reserved == {org.alpha.pk: H * 7 / 6, org.charlie.pk: H * 5 / 6}
     assert (on_b.unreserved, on_home.unreserved) == (0, H)
     assert all(row.reconciled for row in cluster_reconciliation(at(0), at(1)))
+
+
+def test_a_tenant_with_a_pin_and_no_global_quota_holds_its_pin(org: Org) -> None:
+    # team-charlie: 1 GPU pinned to site-b, no global quota: it holds 1 GPU, as a global
+    # quota of 1 would, so the flavor's split is as above (team-alpha 2, team-charlie 1),
+    # and its share lies on site-b. site-b then holds 1.5 (team-alpha) + 1 = 2.5 GPU-hours
+    # for an idle of 2: a fifth of each share there moves to home. team-alpha: site-b 1.2
+    # (6.00), home 0.5 + 0.3 = 0.8 (1.60); team-charlie: site-b 0.8 (4.00), home 0.2 (0.40).
+    home = installation(org, charlie_pinned=True)["home"].name
+    assert idle(organisation_lines(org.acme, at(0), at(1))) == {
+        ("team-alpha", home): (Fraction(4, 5), Decimal("1.60")),
+        ("team-alpha", "site-b"): (Fraction(6, 5), Decimal("6.00")),
+        ("team-charlie", home): (Fraction(1, 5), Decimal("0.40")),
+        ("team-charlie", "site-b"): (Fraction(4, 5), Decimal("4.00")),
+    }
 
 
 def test_statements_their_api_and_exports_name_the_cluster_of_idle_reserved_lines(
