@@ -3,7 +3,9 @@ template, on the real API server (issue 37): the daemon's own admission patch, w
 submitter template as a companion of replica 0 (scheduler/backends/kubernetes/resume.py), is
 allowed; anything else on that template is refused: another label, another image, a template
 added where the RayJob has none (the webhook writes KubeRay's default at creation, never the
-daemon). The RayJob CRD at KubeRay's pinned release; its operator is not running."""
+daemon). And on a TrainJob's runtime patches: the daemon renames the attempt in its own at
+each admission, never touching another manager's. The CRDs at their pinned releases; their
+operators are not running."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from typing import Any, cast
 import pytest
 
 from scheduler.backends.kubernetes.render import LABEL_HELD as HELD
-from scheduler.backends.kubernetes.resume import resume_patch
-from scheduler.backends.workloads import RAYJOB
+from scheduler.backends.kubernetes.resume import TRAINJOB_MANAGER, resume_patch
+from scheduler.backends.workloads import RAYJOB, TRAINJOB
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import SCHEDULER
 from tests.k8s.real_api import Answer, request
@@ -99,5 +101,102 @@ def test_the_scheduler_labels_a_rayjobs_submitter_template_and_nothing_more(
         _refused_by_policy(patch(image), POLICY)
         gone = [{"op": "remove", "path": SUBMITTER}]
         _refused_by_policy(patch(gone), POLICY)
+    finally:
+        request(accounts.api, "DELETE", f"{path}/{name}")
+
+
+def _trainjob(name: str) -> dict[str, Any]:
+    """A TrainJob as Gantry's webhook holds it: suspended, labelled held, with a runtime patch
+    of another manager's (Kueue's, say) beside which Gantry's goes."""
+    theirs = {
+        "manager": "kueue.x-k8s.io/manager",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {"template": {"metadata": {"labels": {"team": "a"}}}}
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    trainer = {"numNodes": 1, "image": "gantry:0.1.0"}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {HELD: "true"}},
+        "spec": {
+            "suspend": True,
+            "runtimeRef": {"name": "torch"},
+            "trainer": trainer,
+            "runtimePatches": [theirs],
+        },
+    }
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_renames_the_attempt_in_its_own_trainjob_runtime_patch_only(
+    accounts: Accounts, policies: None
+) -> None:
+    """Admitted, preempted (suspended) and admitted again: the daemon's second admission
+    replaces the attempt its runtime patch names on the initializers' labels (so an older
+    attempt's initializer is never kept), which the policy allows; another manager's patch
+    stays as it was (changed or removed: refused)."""
+    scheduler = accounts.clients[SCHEDULER]
+    path = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{accounts.project}/trainjobs"
+    name = "rbac-trainjob-attempt"
+    made = request(accounts.api, "POST", path, body=_trainjob(name))
+    assert made.status == 201, made.message
+    try:
+
+        def patch(ops: list[dict[str, Any]], dry_run: bool = True) -> Answer:
+            return request(
+                scheduler,
+                "PATCH",
+                f"{path}/{name}",
+                body=ops,
+                query=[("dryRun", "All")] if dry_run else [],
+                content_type="application/json-patch+json",
+            )
+
+        first = resume_patch(TRAINJOB, made.body, make_request(job_id=8))
+        foreign = [{"op": "add", "path": "/metadata/labels/team", "value": "x"}]
+        deadline = time.monotonic() + 30.0
+        while (refused := patch(foreign)).status != 403 or (ok := patch(first)).status != 200:
+            assert time.monotonic() < deadline, (
+                f"the workload admission policy never applied: {refused.status} "
+                f"{refused.message}; {patch(first).status} {patch(first).message}"
+            )
+            time.sleep(0.2)
+        assert ok.status == 200
+        admitted = patch(first, dry_run=False)
+        assert admitted.status == 200, admitted.message
+        suspended = patch([{"op": "replace", "path": "/spec/suspend", "value": True}], False)
+        assert suspended.status == 200, suspended.message
+        again = resume_patch(TRAINJOB, suspended.body, make_request(job_id=8, attempt=1))
+        renamed = [op for op in again if op["path"] != "/spec/suspend"]
+        assert len(renamed) == 2 and {op["value"] for op in renamed} == {"1"}, again
+        answer = patch(again)
+        assert answer.status == 200, answer.message
+        (ours,) = [
+            p for p in answer.body["spec"]["runtimePatches"] if p["manager"] == TRAINJOB_MANAGER
+        ]
+        jobs = ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        attempts = {
+            j["name"]: j["template"]["spec"]["template"]["metadata"]["labels"].get(
+                "gantry.io/attempt"
+            )
+            for j in jobs
+        }
+        assert attempts == {"node": None, "dataset-initializer": "1", "model-initializer": "1"}
+        template = "/spec/runtimePatches/0/trainingRuntimeSpec/template/spec/replicatedJobs/0"
+        label = f"{template}/template/spec/template/metadata/labels/team"
+        _refused_by_policy(patch([{"op": "replace", "path": label, "value": "b"}]), POLICY)
+        _refused_by_policy(patch([{"op": "remove", "path": "/spec/runtimePatches/0"}]), POLICY)
     finally:
         request(accounts.api, "DELETE", f"{path}/{name}")
