@@ -200,3 +200,45 @@ def test_the_scheduler_renames_the_attempt_in_its_own_trainjob_runtime_patch_onl
         _refused_by_policy(patch([{"op": "remove", "path": "/spec/runtimePatches/0"}]), POLICY)
     finally:
         request(accounts.api, "DELETE", f"{path}/{name}")
+
+
+@pytest.mark.kubernetes
+def test_the_scheduler_labels_a_cpu_head_a_companion_beside_gpu_workers(
+    accounts: Accounts, policies: None
+) -> None:
+    """A RayJob whose head asks for no GPUs beside a GPU worker group: the daemon's admission
+    labels the head's template a companion of replica 0 (`gantry.io/companion: head`, with
+    the job and the attempt), which the policy allows as Gantry's labels."""
+    scheduler = accounts.clients[SCHEDULER]
+    path = f"/apis/ray.io/v1/namespaces/{accounts.project}/rayjobs"
+    name = "rbac-rayjob-cpu-head"
+    body = _rayjob(name, submitter=True)
+    worker = copy.deepcopy(body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"])
+    worker["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    group = {"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2}
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = [{**group, "template": worker}]
+    made = request(accounts.api, "POST", path, body=body)
+    assert made.status == 201, made.message
+    try:
+        admit = resume_patch(RAYJOB, made.body, make_request(job_id=8))
+        deadline = time.monotonic() + 30.0
+        while True:
+            answer = request(
+                scheduler,
+                "PATCH",
+                f"{path}/{name}",
+                body=admit,
+                query=[("dryRun", "All")],
+                content_type="application/json-patch+json",
+            )
+            if answer.status == 200:
+                break
+            assert time.monotonic() < deadline, f"never allowed: {answer.message}"
+            time.sleep(0.2)
+        cluster = answer.body["spec"]["rayClusterSpec"]
+        head = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
+        worker_labels = cluster["workerGroupSpecs"][0]["template"]["metadata"]["labels"]
+        assert (head["gantry.io/companion"], head["gantry.io/attempt"]) == ("head", "0")
+        assert "gantry.io/companion" not in worker_labels
+    finally:
+        request(accounts.api, "DELETE", f"{path}/{name}")
