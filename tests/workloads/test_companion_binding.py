@@ -22,12 +22,19 @@ from scheduler.backends.kubernetes.resume import resume_patch
 from scheduler.backends.kubernetes.status import pod_status
 from scheduler.backends.workloads import RAYJOB as RESUMABLE_RAYJOB
 from scheduler.models import Allocation, Job
-from scheduler.workloads.kinds import POD, RAYJOB, TRAINJOB
+from scheduler.workloads.kinds import JOBSET, POD, RAYJOB, TRAINJOB
 from scheduler.workloads.mutate import plan
 from tests.k8s.builders import make_request
 from tests.workloads.test_companions import head_only, occupy_two_cpus, runtime, small
 from tests.workloads.test_controller import World, cancel_and_readmit, preempt_running, world
-from tests.workloads.test_kinds_queued import IMAGE, Operator, pod_spec, rayjob, trainjob
+from tests.workloads.test_kinds_queued import (
+    IMAGE,
+    Operator,
+    jobset,
+    pod_spec,
+    rayjob,
+    trainjob,
+)
 from tests.workloads.test_pytorchjob import TrainingOperator, pytorchjob
 from tests.workloads.test_shape_kinds import pod, rayjob_with
 
@@ -478,3 +485,38 @@ def test_an_older_attempts_initializer_is_never_kept_nor_bound(world: World) -> 
     left = world.pod(stale)
     assert left is None or not left["spec"].get("nodeName")
     assert node_of(world, fresh) == head_node(low)
+
+
+def test_a_jobsets_driver_is_bound_beside_replica_0_and_its_gpu_jobs_are_the_replicas(
+    world: World,
+) -> None:
+    """A JobSet of a driver (one pod without GPUs) and two Jobs of one 8-GPU pod: the GPU
+    pods are replicas 0 and 1 (by the base and stride on their template), the driver's pod
+    is bound to replica 0's node, never adopted, and left to finish once the job succeeds."""
+    body = jobset("js")
+    driver = copy.deepcopy(body["spec"]["replicatedJobs"][0])
+    driver |= {"name": "driver", "replicas": 1}
+    driver["template"]["spec"]["template"] = {"spec": pod_spec(0)}
+    body["spec"]["replicatedJobs"].insert(0, driver)
+    operator = Operator(world, JOBSET)
+    operator.create(body)
+    world.step()
+    job = Job.objects.get(spec__workload__kind="JobSet")
+    assert (job.replicas, job.gpus_per_replica, job.cpu_milli) == (2, 8, 4000)
+    made = operator.step("js")
+    world.step()
+    allocs = {
+        a.pod_name: a.replica for a in Allocation.objects.filter(job=job, ended_at__isnull=True)
+    }
+    assert allocs == {"js-w-0-0-x": 0, "js-w-1-0-x": 1}
+    assert node_of(world, "js-driver-0-0-x") == head_node(job)
+    for name in made:
+        world.fake.run_container(world.namespace, name)
+    for name in allocs:
+        world.fake.set_pod_status(world.namespace, name, {"phase": "Succeeded"})
+    for _ in range(3):
+        world.step()
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.reason
+    driver_pod = world.pod("js-driver-0-0-x")
+    assert driver_pod is not None and not driver_pod["metadata"].get("deletionTimestamp")
