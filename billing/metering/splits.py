@@ -127,6 +127,10 @@ def _slice_splits(
             seconds=3600,
             scale=MICROS,
         )
+        clusters = recorded.clusters(key) | set(used.get(key, {}))
+        if len(clusters) <= 1:  # one cluster (most installations): the flavor's split is its
+            splits[key] = (whole, {next(iter(clusters), home): whole})
+            continue
         hour = _Hour(recorded.capacity.get(key, {}), on_device, ran_on, home)
         splits[key] = (whole, hour.per_cluster(whole, used.get(key, {}), recorded, key))
     return splits
@@ -230,6 +234,11 @@ class _Recorded:
         self.pins: dict[SplitKey, dict[int, dict[str, int]]] = defaultdict(
             lambda: defaultdict(dict)
         )
+
+    def clusters(self, key: SplitKey) -> set[str]:
+        """The clusters with devices of the hour's flavor, or a pin of it."""
+        pinned = {c for pins in self.pins.get(key, {}).values() for c in pins}
+        return set(self.capacity.get(key, {})) | pinned
 
     def merged(self) -> dict[SplitKey, Devices]:
         """The devices of each hour and flavor, every cluster's together."""
