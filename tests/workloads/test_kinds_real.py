@@ -120,6 +120,74 @@ def test_a_jobset_is_admitted_its_jobs_pods_bound_and_it_completes(
             )
 
 
+def test_a_jobsets_driver_runs_beside_replica_0_and_outlives_its_gpu_jobs(
+    real_plane: RealPlane, native: Native, installed: Any
+) -> None:
+    """A driver (one pod without GPUs, running longer) beside two Jobs of one 8-GPU pod: the
+    GPU pods are the replicas, one per node; the driver's pod, a companion, is bound to
+    replica 0's node; the GPU pods exit first and the job succeeds, the driver is left to
+    finish (not deleted: the JobSet would fail), and then the JobSet completes."""
+    driver_pod = _pod(0, 6)
+    driver_pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+
+    def replicated(name: str, replicas: int, template: Obj) -> Obj:
+        job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}
+        return {"name": name, "replicas": replicas, "template": {"spec": job}}
+
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "drv"},
+        "spec": {
+            "replicatedJobs": [replicated("driver", 1, driver_pod), replicated("w", 2, _pod(8, 2))]
+        },
+    }
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{native.world.managed}/jobsets"
+    with manager(real_plane, "JobSet"):
+        try:
+            answer = native.world.create(jobsets, body)
+            assert answer.status == 201, answer.body
+            native.controller.sync()
+            mirrored = Job.objects.get(spec__workload__kind="JobSet")
+            # the driver's 1 CPU, 1 GiB counted with replica 0's
+            assert (mirrored.replicas, mirrored.gpus_per_replica) == (2, 8)
+            assert (mirrored.cpu_milli, mirrored.memory_mib) == (2000, 2048)
+
+            def bound() -> dict[str, str]:
+                pods = _pods(native, mirrored)
+                return {
+                    n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")
+                }
+
+            native.until("its pods are bound", lambda: len(bound()) == 3)
+            pods = _pods(native, mirrored)
+            (driver,) = [
+                n
+                for n, p in pods.items()
+                if p["metadata"]["labels"].get("gantry.io/companion") == "driver"
+            ]
+            replica_0 = Allocation.objects.get(job=mirrored, replica=0, ended_at__isnull=True)
+            assert bound()[driver] == replica_0.node.name
+            assert sorted(v for n, v in bound().items() if n != driver) == sorted(NODES)
+
+            def completed() -> bool:
+                status = request(native.world.api, "GET", f"{jobsets}/drv").body.get("status")
+                conditions = (status or {}).get("conditions") or ()
+                return any(c["type"] == "Completed" and c["status"] == "True" for c in conditions)
+
+            native.until("the job succeeds", lambda: _state(mirrored) == "succeeded")
+            left = native.pod(driver)
+            assert not left["metadata"].get("deletionTimestamp"), "the driver was deleted"
+            native.until("the JobSet completes", completed)
+        finally:
+            request(
+                native.world.api,
+                "DELETE",
+                f"{jobsets}/drv",
+                query=[("propagationPolicy", "Background")],
+            )
+
+
 def test_a_leaderworkerset_group_is_admitted_whole_runs_and_ends_when_deleted(
     real_plane: RealPlane, native: Native, installed: Any
 ) -> None:
