@@ -2,7 +2,7 @@
 
 `python -m bench.openb` measures the fragmentation model alone and the baselines; this bench
 checks that the engine, with its plugin weights and tie-breaks, keeps the gain. Same protocol
-and workload (`bench.openb_trace`), the FGD mix learned online as requests arrive, and the
+and workload (`bench.openb.trace`), the FGD mix learned online as requests arrive, and the
 same JSON shape: ``{"trace", "seeds", "policies": {"engine": {"alloc": {...}}, "engine-bestfit":
 ...}}``, the allocation ratio (% of GPU capacity) when 80..130 % of it has arrived.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.bench_profile import bench_profile, profile_output
 from bench.openb import CHECKPOINTS, DEFAULT_TRACE_DIR, _stats
-from bench.openb_trace import TRACES, Nodes, load_nodes, load_pods, workload
+from bench.openb.trace import TRACES, Nodes, load_nodes, load_pods, workload
 from scheduler.core.fragmentation import PodRequest
 from scheduler.core.types import Device, Node, Resources
 from scheduler.sim import replay_placements

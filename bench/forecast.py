@@ -6,7 +6,7 @@
 (a) generated: `--days` (365) days of GPU-hours with a known linear growth and weekly season
     (weekdays busier than weekends) times seeded log-normal noise (`generated_history`),
     forecast `--horizons` (30, 90, 180) days ahead from `--origins` weekly origins;
-(b) openb: the pod list (`openb_pod_list_default.csv`, bench.openb_trace's reader), each pod
+(b) openb: the pod list (`openb_pod_list_default.csv`, bench.openb.trace's reader), each pod
     asking for its GPUs from creation to deletion, spread over days by the product's own
     arithmetic (capacity.daily), over its complete days only (`openb_history`): 33 days, so
     `--openb-horizon` (7) days ahead from `--openb-origins` (13) origins `--openb-step` (1)
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.openb_trace import load_pod_lifetimes
+from bench.openb.trace import load_pod_lifetimes
 from capacity.daily import DAY_S, daily_gpu_hours
 
 DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "openb"

@@ -1,4 +1,4 @@
-"""bench/chaos.py at a tiny scale: its own PostgreSQL cluster and Redis, two schedulers, the
+"""bench/chaos/ at a tiny scale: its own PostgreSQL cluster and Redis, two schedulers, the
 web server and a Celery worker; 30 jobs through the API while the leader is killed twice,
 PostgreSQL restarts once and Redis is down a few seconds; and, with a second cluster, one run
 in which it is lost past its deadline and healed. The JSON must hold the counts the issue
@@ -18,9 +18,9 @@ import pytest
 from django.conf import settings
 
 from bench.chaos import timeline
-from bench.chaos_checks import PROMISES
-from bench.chaos_clusters import MUST_BE_ZERO
-from bench.chaos_env import _pg_bin
+from bench.chaos.checks import PROMISES
+from bench.chaos.clusters import MUST_BE_ZERO
+from bench.chaos.env import _pg_bin
 
 REQUIRED = ("jobs", "kills", "lost", "double_allocations", "quota_breaches", "orphan_pods")
 
@@ -88,7 +88,7 @@ def test_a_tiny_chaos_run_keeps_every_promise(tmp_path: Path) -> None:
 def test_a_job_running_in_both_clusters_is_counted_apart_from_the_outage(tmp_path: Path) -> None:
     """The sampler's count must be able to fail: a job Running in both clusters while both
     answer is `ran_on_two_clusters` (must be 0); while site-b is silent, the design's window."""
-    from bench.chaos_clusters import LostCluster
+    from bench.chaos.clusters import LostCluster
     from scheduler.backends.simulated.inventory import make_nodes
     from scheduler.backends.simulated.statefile import PersistentCluster
     from tests.daemon.conftest import FakeClock

@@ -1,4 +1,4 @@
-"""bench/chaos_checks.py: each promise broken on purpose in a small history is counted
+"""bench/chaos/checks.py: each promise broken on purpose in a small history is counted
 exactly once, and a clean history counts nothing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.chaos_checks import (
+from bench.chaos.checks import (
     COUNTS,
     broken,
     double_allocations,

@@ -1,4 +1,4 @@
-"""bench/fuzz.py on a tiny budget: one fuzzed case per operation as the anonymous visitor, DEBUG
+"""bench/fuzz/ on a tiny budget: one fuzzed case per operation as the anonymous visitor, DEBUG
 off, and its JSON's shape. No finding is asserted here: tests/api/test_schema_fuzz.py does that
 for every persona."""
 

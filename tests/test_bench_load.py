@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load_env import ROOT, free_port
+from bench.load.env import ROOT, free_port
 
 KEYS = {
     "requests",

@@ -1,6 +1,6 @@
 """A Celery worker on Redis outlives a Redis outage that catches it running a task.
 
-Found by bench/chaos.py (issue 21): with Celery 5.7.0 the worker, on losing Redis while a
+Found by bench/chaos/ (issue 21): with Celery 5.7.0 the worker, on losing Redis while a
 task was unacknowledged (Gantry acknowledges late, CELERY_TASK_ACKS_LATE), closed the broken
 connection, and closing the channel raised AttributeError ("'NoneType' object has no attribute
 'hostname'"): "Unrecoverable error", the worker exited, and nothing ran once Redis was back

@@ -1,4 +1,4 @@
-"""The API while PostgreSQL restarts: 503 with Retry-After, not 500 (found by bench/chaos.py,
+"""The API while PostgreSQL restarts: 503 with Retry-After, not 500 (found by bench/chaos/,
 issue 21: a submission during `pg_ctl restart` got a 500 "the database system is starting
 up"). A query that fails on a reachable server stays the error it is."""
 

@@ -6,7 +6,7 @@ anonymous visitor, against an organisation seeded with an object of every kind
 (`bench.fuzz.populate`), with DEBUG off as deployed and on as `make run` serves it. Every
 check the installed schemathesis has runs on every answer (no 5xx, documented status codes,
 content types, headers and bodies, invalid data refused and valid data accepted, `Allow`,
-ignored auth, ...), and ours (`bench.fuzz_checks`). The phases here are the examples, fuzzing
+ignored auth, ...), and ours (`bench.fuzz.checks`). The phases here are the examples, fuzzing
 and stateful ones, one deterministic case per operation and phase: the same requests on every
 run. `python -m bench.fuzz` adds the coverage phase (boundary values, every undocumented
 method, OPTIONS included), thousands of requests per persona, on a larger budget.

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from bench.openb_trace import Nodes
+from bench.openb.trace import Nodes
 from scheduler.core.fragmentation import MILLI, FragmentationModel, PodRequest
 
 IntArray = npt.NDArray[np.int64]

@@ -1,4 +1,4 @@
-"""Our checks, registered with schemathesis (every engine run applies them): bench/fuzz.py."""
+"""Our checks, registered with schemathesis (every engine run applies them): bench/fuzz/."""
 
 from __future__ import annotations
 

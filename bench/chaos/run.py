@@ -1,5 +1,5 @@
 """The chaos benchmark's run: its services, processes and counters, the faults that touch the
-cluster, Redis and the API, the settling, and the final checks (bench.chaos_checks)."""
+cluster, Redis and the API, the settling, and the final checks (bench.chaos.checks)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.chaos_env import PgCluster, Proc, RedisServer
-from bench.chaos_faults import Monitor, Schedulers
-from bench.chaos_load import TEAMS, Api, Portal
+from bench.chaos.env import PgCluster, Proc, RedisServer
+from bench.chaos.faults import Monitor, Schedulers
+from bench.chaos.load import TEAMS, Api, Portal
 
 FINAL = ("succeeded", "failed", "cancelled", "rejected")
 
@@ -32,7 +32,7 @@ class Run:
     api: Api = field(init=False)
     cluster: Any = None
     other: Any = None  # the cluster lost during the run (--lose-cluster), as it is
-    loss: Any = None  # its scenario (bench.chaos_clusters.LostCluster)
+    loss: Any = None  # its scenario (bench.chaos.clusters.LostCluster)
     nodes: list[str] = field(default_factory=list)
     teams: dict[str, tuple[str, int]] = field(default_factory=dict)
     started: float = 0.0
@@ -289,7 +289,7 @@ def checks(run: Run) -> dict[str, Any]:
     from django.db import connections
 
     connections.close_all()
-    from bench.chaos_checks import quota_peaks, run_checks
+    from bench.chaos.checks import quota_peaks, run_checks
 
     counts = run_checks(pods=pods, submitted=list(run.acknowledged))
     known = {row[0] for row in run.monitor.query("SELECT id FROM scheduler_job")}

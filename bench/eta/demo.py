@@ -4,7 +4,7 @@ The demo organisation (`scheduler.demo.seed.seed_demo`: acme's teams, quotas, us
 approval policies) on the demo's simulated cluster (`inventory.demo_nodes`), fed by the demo's
 own load generator (`DemoLoad`, after every cycle as `run_scheduler` runs it), scheduled by the
 daemon on wall-clock time with its estimates refreshed by its own path (`EtaRefresher`), for
-`minutes`; the recorder of bench.eta_daemon records every estimate and the naive baseline.
+`minutes`; the recorder of bench.eta.daemon records every estimate and the naive baseline.
 
 The demo's jobs run minutes (30 s to 15 min); `speed` divides their durations, their max
 runtimes and the generator's period (at 10, the default, a pretraining of 4-15 min runs 24-90
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.eta_daemon import note_refresh
+from bench.eta.daemon import note_refresh
 from scheduler.core import Profile
 
 DEMO_EVERY_S = 15.0  # run_scheduler's --demo-every
@@ -56,12 +56,12 @@ def run(
     workdir: Path,
 ) -> dict[str, Any]:
     """The demo load through the daemon on the database Django is set up on (it must be
-    empty). Returns bench.eta_daemon's figures."""
+    empty). Returns bench.eta.daemon's figures."""
     from django.conf import settings
     from django.db import connections
 
     from bench.eta import Estimate
-    from bench.eta_daemon import _figures, recorder
+    from bench.eta.daemon import _figures, recorder
     from scheduler.backends.simulated.cluster import SimulatedCluster
     from scheduler.backends.simulated.inventory import demo_nodes
     from scheduler.daemon.loop import Daemon

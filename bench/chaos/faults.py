@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.chaos_env import Proc
+from bench.chaos.env import Proc
 
 HOLDER_LINE = re.compile(r"^scheduler (\S+) on the ", re.MULTILINE)
 

@@ -1,7 +1,7 @@
 """The load benchmark's virtual users: a plain asyncio client (aiohttp), run as its own process
 so that its CPU is measured apart from the product's.
 
-    python -m bench.load_client PLAN.json OUT.json
+    python -m bench.load.client PLAN.json OUT.json
 
 PLAN is what bench.load writes: the base URL, the people (username, token, role, team,
 projects), the number of virtual users, the measured window, the think time, the seed and the
@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.load_env import cpu_seconds
+from bench.load.env import cpu_seconds
 
 STATES = ("queued", "running", "succeeded", "failed", "pending_approval", "cancelled")
 # Answers that are the product doing its job, not errors: a request decided by another

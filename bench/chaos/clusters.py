@@ -37,8 +37,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.chaos_faults import Monitor
-from bench.chaos_load import TEAMS
+from bench.chaos.faults import Monitor
+from bench.chaos.load import TEAMS
 
 OTHER = "site-b"
 MUST_BE_ZERO = (

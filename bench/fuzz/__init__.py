@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.fuzz_checks import refused_without_credentials, valid_data_accepted
+from bench.fuzz.checks import refused_without_credentials, valid_data_accepted
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench_fuzz"
 BASE_URL = "http://localhost"
@@ -191,7 +191,7 @@ def engine_config(
 ) -> Any:
     """Schemathesis's configuration for one persona: every check (each one the installed
     version has, `max_response_time` aside: it needs a limit, and timing is not what this
-    measures; `positive_data_acceptance` as `valid_data_accepted`; ours in bench.fuzz_checks),
+    measures; `positive_data_acceptance` as `valid_data_accepted`; ours in bench.fuzz.checks),
     the given phases, valid and invalid data (`mode: all`), `examples` cases per
     operation and phase, every undocumented method in the coverage phase (OPTIONS and TRACE
     included). `seed` None: deterministic, the same requests on every run. One worker: the
@@ -448,7 +448,3 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  error: {error}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()

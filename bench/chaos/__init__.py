@@ -4,23 +4,23 @@
     python -m bench.chaos --jobs 30 --kills 2 --pg-restarts 1 --redis-down-s 5 --json out.json
     python -m bench.chaos --lose-cluster --json out.json
 
-On its own PostgreSQL cluster and Redis server (bench.chaos_env; never the shared ones), it
+On its own PostgreSQL cluster and Redis server (bench.chaos.env; never the shared ones), it
 runs two `run_scheduler` processes (leader and standby) on a simulated cluster shared through
 a state file, the web server (gunicorn) and a Celery worker with beat, and submits `--jobs`
 jobs through the API from four teams (whole, multi-GPU, fractional, gangs, high-priority
-jobs that preempt; bench.chaos_load) over `--window-s` seconds. Meanwhile (bench.chaos_faults):
+jobs that preempt; bench.chaos.load) over `--window-s` seconds. Meanwhile (bench.chaos.faults):
 the leader is SIGKILLed `--kills` times (a new standby started each time); one leader is
 frozen between cycles and one inside a write transaction until a standby took over, then
 resumed; every scheduler process is restarted once and the jobs running before must survive;
 PostgreSQL restarts `--pg-restarts` times; Redis is down `--redis-down-s` seconds while jobs
 are submitted and read through the API and the portal (a login, the job form, the pages);
 10 % of the nodes fail and heal; some jobs' pods hang in Pending (never_start) and some in
-Terminating (a partitioned node). With `--lose-cluster` (bench.chaos_clusters), a second
+Terminating (a partitioned node). With `--lose-cluster` (bench.chaos.clusters), a second
 simulated cluster runs beside the first, and stops answering for longer than its deadline
 during the run, then comes back still running its stale pods.
 
 Then the faults stop, the run settles (`--settle-s` at most, until every job is final), and
-bench.chaos_checks checks the promises over the whole history. The JSON holds every check's
+bench.chaos.checks checks the promises over the whole history. The JSON holds every check's
 count, the faults injected, durations and parameters; the exit status is 1, with the broken
 promises printed, when any count that must be zero is not.
 """
@@ -37,11 +37,11 @@ import threading
 import time
 from pathlib import Path
 
-from bench import chaos_clusters
-from bench import chaos_faults as faults
-from bench.chaos_env import PgCluster, Proc, RedisServer, manage, venv_tool
-from bench.chaos_load import TEAMS, Api, job_spec, seed, write_nodes_csv
-from bench.chaos_run import Run, checks, settle
+from bench.chaos import clusters as chaos_clusters
+from bench.chaos import faults
+from bench.chaos.env import PgCluster, Proc, RedisServer, manage, venv_tool
+from bench.chaos.load import TEAMS, Api, job_spec, seed, write_nodes_csv
+from bench.chaos.run import Run, checks, settle
 
 # Counts in the JSON that must be zero for the run to pass (besides every check's).
 MUST_BE_ZERO = (
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         json.dumps({k: v for k, v in results.items() if not isinstance(v, dict | list)}, indent=2)
     )
-    from bench.chaos_checks import PROMISES
+    from bench.chaos.checks import PROMISES
 
     broken = {k: results[k] for k in (*PROMISES, *MUST_BE_ZERO) if results.get(k)}
     lost = results.get("lose_cluster") or {}
@@ -322,7 +322,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"!!!   {name}: {count}")
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The platform's promises, checked over the database's whole history after a run.
 
-    python -m bench.chaos_checks [--pods FILE] [--submitted FILE] [--json out.json]
+    python -m bench.chaos.checks [--pods FILE] [--submitted FILE] [--json out.json]
 
 `run_checks` is what `bench.chaos` calls once its run has settled; by hand it checks any
 database (DATABASE_URL, e.g. a copy of production's). Each count is zero when its promise
@@ -344,7 +344,7 @@ def _lines(path: Path | None) -> list[str] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.chaos_checks", description=__doc__.split("\n\n")[0]
+        prog="python -m bench.chaos.checks", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--pods", type=Path, help="the cluster's pod names, one a line (-: stdin)")
     parser.add_argument("--submitted", type=Path, help="ids of the jobs submitted, one a line")

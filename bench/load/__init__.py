@@ -6,13 +6,13 @@
 
 Starts its own PostgreSQL cluster (pg_stat_statements preloaded; `--url` for another server,
 whose database it drops and creates) and Redis, migrates, seeds an organisation
-(bench/load_seed.py: `--users` people with tokens and memberships, approvers, admins and one
+(bench/load/seed.py: `--users` people with tokens and memberships, approvers, admins and one
 finance user, approval policies, `--history-hours` of finished jobs, a rate card and that
 history metered), then starts gunicorn with the deployment's command and `--workers` workers
 (WEB_CONCURRENCY), a Celery worker and the scheduler daemon on the simulated cluster, so jobs
 are scheduled while the load runs.
 
-The virtual users run in a separate process (bench/load_client.py) so its CPU share is
+The virtual users run in a separate process (bench/load/client.py) so its CPU share is
 measured apart: they log in to the portal (the warm-up), then for `--duration` seconds list
 and filter jobs, open job pages and their HTMX partials, submit with idempotency keys
 (a fifth sent twice: the repeat must return the same job), approve, and read queues,
@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.daemon_setup import fresh_database, percentile
-from bench.load_env import ROOT, free_port, own_postgres, own_redis, product
-from bench.load_seed import LOAD_PASSWORD, seed
+from bench.load.env import ROOT, free_port, own_postgres, own_redis, product
+from bench.load.seed import LOAD_PASSWORD, seed
 
 READ_TARGET_MS, WRITE_TARGET_MS = 300.0, 500.0
 
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             (Path(tmp) / "plan.json").write_text(json.dumps(plan))
             subprocess.run(  # noqa: S603 - our own module
-                [sys.executable, "-m", "bench.load_client", f"{tmp}/plan.json", f"{tmp}/out.json"],
+                [sys.executable, "-m", "bench.load.client", f"{tmp}/plan.json", f"{tmp}/out.json"],
                 cwd=ROOT,
                 check=True,
                 timeout=args.duration + args.ramp_s + 600,
@@ -310,7 +310,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
     return 0 if result["passed"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

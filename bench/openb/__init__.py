@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from bench.openb_policies import POLICIES, ClusterState, make_policy
-from bench.openb_trace import TRACES, load_nodes, load_pods, workload
+from bench.openb.policies import POLICIES, ClusterState, make_policy
+from bench.openb.trace import TRACES, load_nodes, load_pods, workload
 from scheduler.core.fragmentation import expected_fragmentation
 
 CHECKPOINTS = (80, 90, 100, 110, 120, 130)
-DEFAULT_TRACE_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "openb"
+DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[3] / "shared" / "bench" / "openb"
 
 
 def run_one(task: tuple[str, str, str, int, dict[str, Any]]) -> dict[str, Any]:
@@ -179,7 +179,3 @@ def _print_table(result: dict[str, Any]) -> None:
             for x in CHECKPOINTS
         )
         print(f"{name:<10}{cells}  {figures['frag']['100']['mean']:6.2f}")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,7 +15,7 @@ fifth of each class's jobs of one cohort (600 jobs), arrivals and durations stre
 (``--stretch``) so that they last seconds rather than tenths.
 
 By default the trace goes through the real daemon on the simulated cluster, on wall-clock
-time (bench.eta_daemon): a submitter process inserts the jobs at their arrival times, the
+time (bench.eta.daemon): a submitter process inserts the jobs at their arrival times, the
 daemon refreshes the estimates by its own path (``scheduler.estimates.refresh``, every ``--every`` =
 GANTRY_ETA_EVERY_S, within ``--budget`` = GANTRY_ETA_BUDGET_S, the runtime history re-read
 every ``--history-every``), and a recorder process polls the estimates table, recording every
@@ -556,9 +556,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> dict[str, object]:
-    """The demo mode (bench.eta_demo) on a fresh PostgreSQL database."""
-    from bench import eta_demo
+    """The demo mode (bench.eta.demo) on a fresh PostgreSQL database."""
     from bench.daemon_setup import fresh_database
+    from bench.eta import demo as eta_demo
 
     if args.database_url:
         fresh_database(args.database_url)
@@ -596,9 +596,9 @@ def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> d
 def run_daemon(
     args: argparse.Namespace, profile: Profile, *, stretch: float, every_s: float
 ) -> dict[str, object]:
-    """The daemon mode (bench.eta_daemon) on a fresh PostgreSQL database."""
-    from bench import eta_daemon
+    """The daemon mode (bench.eta.daemon) on a fresh PostgreSQL database."""
     from bench.daemon_setup import fresh_database
+    from bench.eta import daemon as eta_daemon
 
     if args.database_url:
         fresh_database(args.database_url)
@@ -642,7 +642,3 @@ def run_daemon(
             "driven_by": "scheduler daemon on the simulated cluster (wall-clock time)",
         }
     }
-
-
-if __name__ == "__main__":
-    main()
