@@ -294,3 +294,19 @@ def test_on_a_month_over_two_clusters_the_clusters_add_up_to_the_flavors_split(d
                 shares[tenant] = shares.get(tenant, Fraction(0)) + share
         assert shares == dict(split.idle_reserved)
     assert any(s.idle_reserved for (_, _, c), s in parts.items() if c == "site-b")
+
+
+def test_the_costs_page_reconciles_each_cluster_at_its_card(org: Org) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    home = installation(org)["home"].name
+    client = Client()
+    client.force_login(org.users["carol"])
+    html = client.get(reverse("portal:costs"), {"month": "2031-01"}).content.decode()
+    section = html.split('id="costs-reconciliation"')[1]
+    # a row per GPU model and cluster, capacity last: 4.00 on home, 10.00 on site-b
+    for cluster, capacity in ((home, "4.00"), ("site-b", "10.00")):
+        row = section.split(f"<td>{cluster}</td>")[1].split("</tr>")[0]
+        assert f'<td class="num">{capacity}</td>' in row, row
+        assert ">OK<" in row
