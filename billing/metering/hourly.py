@@ -218,6 +218,9 @@ class Record(NamedTuple):
     cluster: str
 
 
+Devices = dict[tuple[str, str], tuple[list[int], list[int]]]  # (flavor, cluster) -> ids
+
+
 class Window:
     """What a run reads once for consecutive due hours [start, end): the allocations that
     overlap them, the guarantees and the devices. Read lazily, on the first hour claimed."""
@@ -276,8 +279,8 @@ def held_rows(allocations: QuerySet[Allocation]) -> list[Held]:
 
 
 def _cluster_name() -> Coalesce:
-    """The cluster of an allocation's node: a node without one (inserted by the release
-    before clusters) is the home cluster's, as everywhere (docs/multicluster.md)."""
+    """The cluster of an allocation's (or a device's) node: a node without one (inserted by
+    the release before clusters) is the home cluster's, as everywhere (docs/multicluster.md)."""
     home = Cluster.objects.filter(home=True).values("name")[:1]
     return Coalesce(F("node__cluster__name"), Subquery(home), Value(""))
 
@@ -368,17 +371,13 @@ def _guarantees() -> list[tuple[int, str, int, str]]:
     )
 
 
-Devices = dict[tuple[str, str], tuple[list[int], list[int]]]  # (flavor, cluster) -> ids
-
-
 def _devices() -> Devices:
     """The present devices per flavor and cluster, available or not."""
     devices: Devices = {}
-    home = Cluster.objects.filter(home=True).values("name")[:1]
     rows = GpuDevice.objects.filter(node__present=True).values_list(
         "id",
         "node__flavor",
-        Coalesce(F("node__cluster__name"), Subquery(home), Value("")),
+        _cluster_name(),  # a device's node's, as an allocation's
         "healthy",
         "node__ready",
         "node__cordoned",
