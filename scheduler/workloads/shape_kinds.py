@@ -17,6 +17,8 @@ less).
 - RayJob: the head (one pod) and each worker group's `replicas` (else `minReplicas`, else 1)
   times `numOfHosts` pods; its submitter (`companions.py`) is counted with replica 0 (the
   head, or the first GPU worker where the head asks for no GPUs).
+  It must end its cluster with its job (`spec.shutdownAfterJobFinishes: true`, as Kueue
+  requires too): a cluster kept after the job would hold GPUs the queue has taken back.
 - TrainJob: `spec.trainer.numNodes` (default 1) pods, each asking
   `spec.trainer.resourcesPerNode`; its image is `spec.trainer.image` (the runtime's node
   template is not read: without them the TrainJob is Refused); the initializers its runtime
@@ -145,6 +147,12 @@ def shape_rayjob(obj: Obj, gpu_resource: str = "nvidia.com/gpu") -> Shaped:
         raise Refused(
             "it names no spec.rayClusterSpec (a RayJob on an existing cluster is that "
             "cluster's work, not a job of its own)"
+        )
+    if at(obj, ("spec", "shutdownAfterJobFinishes")) is not True:
+        raise Refused(
+            "it keeps its Ray cluster after its job finishes (spec.shutdownAfterJobFinishes is "
+            "not true): the cluster's pods would hold their GPUs after Gantry has given them "
+            "back to the queue, so set spec.shutdownAfterJobFinishes: true"
         )
     parts: list[Part] = [("the head", 1, at(cluster, ("headGroupSpec", "template", "spec")) or {})]
     for group in cluster.get("workerGroupSpecs") or ():

@@ -16,7 +16,7 @@ from scheduler.workloads.kinds import RAYJOB, TRAINJOB
 from tests.conftest import build_org, job_spec
 from tests.k8s.conftest import started_fake
 from tests.workloads.test_controller import World, world
-from tests.workloads.test_kinds_queued import IMAGE, Operator, _obj, events, trainjob
+from tests.workloads.test_kinds_queued import IMAGE, RAY_ENDS, Operator, _obj, events, trainjob
 
 __all__ = ["world"]  # the fixture, for this module
 Obj = dict[str, Any]
@@ -37,7 +37,7 @@ def head_only(name: str, gpus: int, cpu: str, **spec: Any) -> Obj:
     resources = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": cpu, "memory": "8Gi"}}
     head = {"containers": [{"name": "ray-head", "image": IMAGE, "resources": resources}]}
     cluster = {"headGroupSpec": {"template": {"spec": head}}, "workerGroupSpecs": []}
-    body = {"entrypoint": "python train.py", "rayClusterSpec": cluster, **spec}
+    body = {"entrypoint": "python train.py", "rayClusterSpec": cluster, **RAY_ENDS, **spec}
     return _obj(RAYJOB, name, body, {})
 
 

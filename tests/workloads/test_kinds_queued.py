@@ -24,6 +24,8 @@ from tests.workloads.test_controller import World, cancel_and_readmit, preempt_r
 __all__ = ["world"]  # the fixture, for this module
 Obj = dict[str, Any]
 IMAGE = "registry.example.com/nlp/bert:1.2"
+# A RayJob Gantry queues ends its cluster with its job.
+RAY_ENDS = {"shutdownAfterJobFinishes": True}
 
 
 def pod_spec(gpus: int) -> Obj:
@@ -42,7 +44,8 @@ def jobset(name: str, gpus: int = 8, jobs: int = 2, parallelism: int = 1, **labe
 def rayjob(name: str, gpus: int = 8, workers: int = 1, **labels: str) -> Obj:
     group = {"groupName": "gpu", "replicas": workers, "template": {"spec": pod_spec(gpus)}}
     cluster = {"headGroupSpec": {"template": {"spec": pod_spec(gpus)}}, "workerGroupSpecs": [group]}
-    return _obj(RAYJOB, name, {"entrypoint": "python train.py", "rayClusterSpec": cluster}, labels)
+    spec = {"entrypoint": "python train.py", "rayClusterSpec": cluster, **RAY_ENDS}
+    return _obj(RAYJOB, name, spec, labels)
 
 
 def trainjob(name: str, gpus: int = 8, nodes: int = 2, **labels: str) -> Obj:
@@ -329,6 +332,8 @@ def test_a_failed_rayjob_fails_its_running_job(world: World) -> None:
         ("RayJob", "uneven", "the head 8, worker group 'gpu' 8, worker group 'half' 4"),
         # 9 CPU workers and KubeRay's default submitter beside the GPU pods: over 8
         ("RayJob", "cpu-workers", "10 pods without GPUs beside its GPU pods"),
+        # KubeRay's default: the cluster outlives its job, holding GPUs the queue took back
+        ("RayJob", "keeps-cluster", "set spec.shutdownAfterJobFinishes: true"),
         ("TrainJob", "no-resources", "spec.trainer.resourcesPerNode"),
     ],
 )
@@ -343,6 +348,8 @@ def test_what_cannot_be_one_job_is_refused_saying_why(
         second["template"]["spec"]["template"] = {"spec": pod_spec(4)}
         obj["spec"]["replicatedJobs"][0]["name"] = "a"
         obj["spec"]["replicatedJobs"].append(second)
+    elif body == "keeps-cluster":
+        del obj["spec"]["shutdownAfterJobFinishes"]
     elif kind == "RayJob":
         gpus = 4 if body == "uneven" else 0
         group = {"groupName": "half", "replicas": 9, "template": {"spec": pod_spec(gpus)}}

@@ -334,6 +334,7 @@ def test_a_rayjob_is_admitted_and_the_pods_its_operator_would_make_are_bound(
         "metadata": {"name": "ray"},
         "spec": {
             "entrypoint": "python train.py",
+            "shutdownAfterJobFinishes": True,
             "rayClusterSpec": {
                 "headGroupSpec": {"template": head},
                 "workerGroupSpecs": [worker],

@@ -34,6 +34,7 @@ from scheduler.workloads.shape_kinds import (
     shape_trainjob,
 )
 from tests.k8s.builders import make_request
+from tests.workloads.test_kinds_queued import RAY_ENDS
 
 Obj = dict[str, Any]
 
@@ -124,7 +125,7 @@ def test_a_rayjob_is_its_head_and_workers() -> None:
     cluster = {"headGroupSpec": {"template": {"spec": pod(8)}}, "workerGroupSpecs": groups}
     obj = {
         "metadata": {"name": "r"},
-        "spec": {"rayClusterSpec": cluster, "activeDeadlineSeconds": 600},
+        "spec": {"rayClusterSpec": cluster, "activeDeadlineSeconds": 600, **RAY_ENDS},
     }
     payload = shape_rayjob(obj).payload
     assert (payload["replicas"], payload["resources"]["gpus"], payload["max_runtime_s"]) == (
@@ -221,7 +222,7 @@ def test_a_trainjobs_admission_adds_one_runtime_patch_of_gantrys_own() -> None:
 def rayjob_with(head: Obj, worker: Obj, **spec: Any) -> Obj:
     groups = [{"groupName": "gpu", "replicas": 1, "template": {"spec": worker}}]
     cluster = {"headGroupSpec": {"template": {"spec": head}}, "workerGroupSpecs": groups}
-    return {"metadata": {"name": "r"}, "spec": {"rayClusterSpec": cluster, **spec}}
+    return {"metadata": {"name": "r"}, "spec": {"rayClusterSpec": cluster, **RAY_ENDS, **spec}}
 
 
 def per_replica(payload: Obj) -> tuple[int, int, int, int]:
@@ -384,7 +385,7 @@ def rayjob_of(head: Obj, *groups: tuple[str, int, Obj], **spec: Any) -> Obj:
         for name, count, worker in groups
     ]
     cluster = {"headGroupSpec": {"template": {"spec": head}}, "workerGroupSpecs": workers}
-    return {"metadata": {"name": "r"}, "spec": {"rayClusterSpec": cluster, **spec}}
+    return {"metadata": {"name": "r"}, "spec": {"rayClusterSpec": cluster, **RAY_ENDS, **spec}}
 
 
 @pytest.mark.parametrize(
@@ -550,3 +551,21 @@ def test_the_gpu_resource_the_controller_uses_decides_what_is_a_companion() -> N
     assert head["template"]["metadata"]["labels"]["gantry.io/companion"] == "head"
     # read with nvidia.com/gpu, neither asks for GPUs: both are replicas, nothing a companion
     assert per_replica(shape_rayjob(obj).payload)[:2] == (2, 0)
+
+
+@pytest.mark.parametrize("ends", [None, False, "true"], ids=["absent", "false", "a-string"])
+def test_a_rayjob_that_keeps_its_cluster_after_its_job_is_refused_saying_what_to_set(
+    ends: Any,
+) -> None:
+    """KubeRay keeps a RayJob's cluster after the job unless told (its default); Gantry
+    would free the job's GPUs while the cluster's pods still hold them, so it refuses, as
+    Kueue does, saying what to set."""
+    obj = rayjob_with(pod(8), pod(8))
+    if ends is None:
+        del obj["spec"]["shutdownAfterJobFinishes"]
+    else:
+        obj["spec"]["shutdownAfterJobFinishes"] = ends
+    with pytest.raises(Refused, match=r"set spec\.shutdownAfterJobFinishes: true"):
+        shape_rayjob(obj)
+    obj["spec"]["shutdownAfterJobFinishes"] = True
+    assert shape_rayjob(obj).payload["replicas"] == 2

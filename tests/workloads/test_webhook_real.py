@@ -298,6 +298,7 @@ CRD_OBJECTS: dict[str, Obj] = {
     },
     "RayJob": {
         "entrypoint": "python -c 'print(1)'",
+        "shutdownAfterJobFinishes": True,
         "rayClusterSpec": {
             "headGroupSpec": {"rayStartParams": {}, "template": template()},
             "workerGroupSpecs": [
