@@ -245,9 +245,9 @@ def aggregate_per_cluster(lines: Iterable[CostLine], by: str) -> list[CostRow]:
     named = {line.cluster for line in lines if line.cluster}
     if len(named) <= 1:
         # One cluster (or none named): a row per group, as before there were clusters. The
-        # lines that name none (usage of before clusters, allocated-idle showback,
-        # adjustments) are that installation's too, and a second row per group for them
-        # would only halve every group.
+        # lines that name none (usage of before clusters, adjustments) are that
+        # installation's too, and a second row per group for them would only halve every
+        # group.
         only = next(iter(named), "")
         return [replace(row, cluster=only) for row in groups]
     order = {row.key: i for i, row in enumerate(groups)}

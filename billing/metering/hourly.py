@@ -255,7 +255,7 @@ def _overlapping(start: datetime, end: datetime) -> list[Held]:
 def held_rows(allocations: QuerySet[Allocation]) -> list[Held]:
     """`allocations` as metering reads them, by id."""
     rows = (
-        allocations.annotate(device_milli=Sum("devices__milli"), cluster_name=_cluster_name())
+        allocations.annotate(device_milli=Sum("devices__milli"), cluster_name=node_cluster_name())
         .order_by("id")
         .values_list(
             "id",
@@ -278,7 +278,7 @@ def held_rows(allocations: QuerySet[Allocation]) -> list[Held]:
     return [Held(*row) for row in rows]
 
 
-def _cluster_name() -> Coalesce:
+def node_cluster_name() -> Coalesce:
     """The cluster of an allocation's (or a device's) node: a node without one (inserted by
     the release before clusters) is the home cluster's, as everywhere (docs/multicluster.md)."""
     home = Cluster.objects.filter(home=True).values("name")[:1]
@@ -377,7 +377,7 @@ def _devices() -> Devices:
     rows = GpuDevice.objects.filter(node__present=True).values_list(
         "id",
         "node__flavor",
-        _cluster_name(),  # a device's node's, as an allocation's
+        node_cluster_name(),  # a device's node's, as an allocation's
         "healthy",
         "node__ready",
         "node__cordoned",

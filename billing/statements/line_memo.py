@@ -56,7 +56,7 @@ K = TypeVar("K")  # what the cache keeps: plain values, pickled
 _RECLASSIFY = [state for state, kind in ENDING.items() if kind != UsageKind.USED]
 
 # Raise it when the rating makes other lines from the same inputs: older entries are ignored.
-VERSION = 3
+VERSION = 4
 # Each metered hour makes a new key, so an entry is dead within the hour on a running
 # cluster: two hours bound what dead entries hold (a month's lines of a large organisation
 # are megabytes), and a quiet one is rated again after that.
