@@ -67,6 +67,9 @@ WARNINGS = frozenset({S.PREEMPTED, S.FAILED, S.REJECTED})
 # The states in which the daemon ends a job from its pods (a kind whose pods outlive its end,
 # a RayJob's cluster, is ended by the controller even then).
 DAEMONS_TO_END = frozenset({S.ADMITTED, S.BINDING, S.RUNNING})
+# The states in which a job whose object failed before any pod of its attempt was adopted
+# fails with it: placed, its pods not made (admitted: claimed, the object perhaps resumed).
+PODLESS_FAILS = frozenset({S.ADMITTED, S.BINDING})
 # The kinds a mirrored job's workload may record (a LeaderWorkerSet's group: its pods).
 KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 
@@ -269,10 +272,10 @@ class WorkloadController:
         placed (its pods finished just as Gantry preempted it, and it was queued again): the
         job ends, as its object did. A placed job's end (admitted, binding, running) is read
         from its pods by the daemon, but for a kind whose pods outlive its end (a RayJob's
-        cluster), and for an object that failed while its job waits in binding with no pod
-        adopted (a Job whose backoffLimit was reached as it was admitted again): no pod will
-        come to bind, so its job fails now with the object's reason, not at the binding
-        deadline."""
+        cluster), and for an object that failed while its job is admitted or waits in binding
+        with no pod adopted (a Job whose backoffLimit was reached as it was admitted again, or
+        while the daemon that admitted it was down before committing): no pod will come to
+        bind, so its job fails now with the object's reason, not at the binding deadline."""
         ended, running, why = {}, set(), {}
         for kind, obj in listed:
             if (outcome := QUEUED[kind].ended(obj)) is not None:
@@ -288,7 +291,9 @@ class WorkloadController:
             .select_related("submitted_by", "tenant")
         )
         waiting = [
-            j for j in live if j.state == S.BINDING and ended[j.spec["workload"]["uid"]] == "failed"
+            j
+            for j in live
+            if j.state in PODLESS_FAILS and ended[j.spec["workload"]["uid"]] == "failed"
         ]
         podless = without_pods(waiting)
         for job in live:

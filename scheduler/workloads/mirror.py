@@ -197,7 +197,7 @@ def end_finished(job: Job, outcome: str, why: str = "") -> Job | None:
     """End the job of an object its controller marked `outcome` ("complete" or "failed"),
     saying `why` (its controller's message, if any): nothing is left to run. A running job
     ends as its object did (succeeded or failed: a RayJob's cluster outlives its job), and so
-    does one that failed while binding (with no pod: the caller knows); one Gantry had
+    does one that failed while admitted or binding (with no pod: the caller knows); one Gantry had
     queued or was placing again is cancelled (the lifecycle ends only a running job as
     succeeded), saying what the object did."""
     if job.state in FINAL_STATES:
@@ -205,7 +205,8 @@ def end_finished(job: Job, outcome: str, why: str = "") -> Job | None:
     kind = job.spec["workload"]["kind"]
     failed = f"its {kind} failed in Kubernetes" + (f": {why}" if why else "")
     try:
-        if job.state == JobState.RUNNING or (job.state == JobState.BINDING and outcome == "failed"):
+        placing = job.state in (JobState.ADMITTED, JobState.BINDING)
+        if job.state == JobState.RUNNING or (placing and outcome == "failed"):
             return job_transition(
                 job=job,
                 to_state=JobState.SUCCEEDED if outcome == "complete" else JobState.FAILED,

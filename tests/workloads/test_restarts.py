@@ -414,3 +414,39 @@ def test_a_jobset_running_without_a_live_job_is_suspended_by_the_next_reconcile(
     world.clock.advance(1)
     world.daemon.step()
     assert world.fake.get("jobsets", world.namespace, "stray-set")["spec"]["suspend"] is True
+
+
+def test_a_job_that_fails_podless_while_its_daemon_is_down_fails_while_admitted(
+    world: World,
+) -> None:
+    """The daemon unsuspends a Job and dies before committing (its job admitted, stand-in pod
+    names); before another daemon leads, the Job fails with no pod (its controller could not
+    make one). The controller fails the job at once with the Job's reason (it used to leave an
+    admitted job to a daemon that was not there), and the next daemon releases its GPUs and
+    suspends the Job."""
+    create_job(world, job("doomed", parallelism=2))
+    world.controller.sync()
+    world.daemon.hooks = {"before_commit": _raise}
+    world.clock.advance(1)
+    with pytest.raises(Killed):
+        world.daemon.step()
+    (mine,) = gantry_jobs()[world.fake.get("jobs", world.namespace, "doomed")["metadata"]["uid"]]
+    assert mine.state == "admitted", mine.reason
+    failed = world.fake.get("jobs", world.namespace, "doomed")
+    message = "Job has reached the specified backoff limit"
+    condition = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+    failed["status"] = {"failed": 1, "active": 0, "conditions": [{**condition, "message": message}]}
+    world.fake.replace("jobs", world.namespace, "doomed", failed)
+    world.controller.sync()
+    mine.refresh_from_db()
+    assert (mine.state, mine.reason) == ("failed", f"its Job failed in Kubernetes: {message}")
+    assert ("Failed", True) in [
+        (e["reason"], message in e["message"])
+        for e in world.fake.list_objects("events", world.namespace, {})["items"]
+    ]
+    restart_daemon(world)
+    world.step()
+    world.step()
+    assert not Allocation.objects.filter(job=mine, ended_at__isnull=True).exists()
+    assert world.fake.get("jobs", world.namespace, "doomed")["spec"]["suspend"] is True
+    assert_admitted_once(world)
