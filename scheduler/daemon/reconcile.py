@@ -16,7 +16,9 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
    cycle's binds, `write_starts`); succeeded when they have; an attempt failed on a failed
    or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy), or a pod
    bound but not started within `Limits.binding_timeout_s` (with the cause the cluster
-   reports; retried per the job's policy); failed past its max runtime.
+   reports; retried per the job's policy); failed past its max runtime. A companion pod
+   that failed (`scheduler.daemon.companion_faults`) is told as the job's reason, or, where
+   its operator would not end the object (a PyTorchJob's Master), fails the attempt.
 4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
 5. At a new daemon's first reconcile, then every `strays.HELD_JOBS_SWEEP_S`: a held Job that
    runs while its job is not live is suspended (`scheduler.daemon.strays`).
@@ -36,10 +38,11 @@ from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
-from scheduler.daemon import strays, workloads
+from scheduler.daemon import companion_faults, strays, workloads
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.companions import keep_companions
 from scheduler.daemon.judge import (
+    Verdict,
     apply_verdicts,
     judge,
     release_lost_claims,
@@ -135,6 +138,7 @@ class Reconciler:
         allocs = workloads.adopt(allocs, jobs, pods, cluster, lease)
         # ... and the pods their operators make beside the replicas, bound with replica 0
         known = {a["pod_name"] for a in allocs} | keep_companions(allocs, jobs, pods, cluster)
+        faults = companion_faults.companion_faults(allocs, jobs, pods)
         # 1. orphans (a user's Job's own pods left to its controller)
         unheld = [p for p in pods.values() if p.name not in known and not p.deleting]
         theirs = workloads.left_to_their_jobs(unheld) if unheld else set()
@@ -179,6 +183,7 @@ class Reconciler:
             for job_id, group in live.items()
             if not (verdict := judge(jobs[job_id], group, pods, bad_gpu, now, deadline)).idle
         }
+        told = _judge_faults(faults, live, verdicts)
         for verdict in verdicts.values():
             for namespace, name, node in verdict.adopt:
                 try:
@@ -192,6 +197,7 @@ class Reconciler:
             stats.released = release(to_release, now, "pod gone")
             written, ended, finished, stats.starts = apply_verdicts(jobs, live, pods, verdicts, now)
             stats.changed = len(written)
+            companion_faults.tell([f for f in told if f.job_id not in written], jobs, now)
             gone = {*to_release, *finished}
             # Preempted jobs whose last allocation ended now; every few seconds, all of them
             # (a job preempted with nothing left running is requeued by the sweep).
@@ -220,6 +226,27 @@ class Reconciler:
             ],
         )
         return stats
+
+
+def _judge_faults(
+    faults: Mapping[int, companion_faults.Fault],
+    live: Mapping[int, list[dict[str, Any]]],
+    verdicts: dict[int, Verdict],
+) -> list[companion_faults.Fault]:
+    """A job's failed companion (step 3's, beside its replicas' pods): the attempt fails
+    with it where its operator would not end the object (`Fault.ends`), unless its replicas
+    already decided (failed, or succeeded); the faults left to tell are returned."""
+    told = []
+    for job_id, fault in faults.items():
+        if job_id not in live:
+            continue
+        verdict = verdicts.get(job_id) or Verdict()
+        if not fault.ends:
+            told.append(fault)
+        elif not (verdict.failure or verdict.succeeded):
+            verdict.failure, verdict.start = (fault.reason, fault.text), False
+            verdicts[job_id] = verdict
+    return told
 
 
 def _lost_nodes(

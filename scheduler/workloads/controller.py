@@ -329,7 +329,7 @@ class WorkloadController:
                 _refs(workload),
                 REASONS.get(state, "Changed"),
                 describe(job, estimates.get(job.pk)),
-                warning=state in WARNINGS,
+                warning=state in WARNINGS or (state in DAEMONS_TO_END and bool(job.reason)),
                 stats=stats,
             )
             if state in FINAL_STATES:
@@ -395,10 +395,12 @@ def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:
                 text += f", estimated start {p50}"
             text += "."
         return text
+    # A placed job's reason is news about it (its companion pod failed: daemon/companion_faults)
+    also = f" Warning: {reason}." if reason else ""
     if state in (S.ADMITTED, S.BINDING):
-        return f"{head} is admitted: its pods are being placed on the nodes Gantry chose."
+        return f"{head} is admitted: its pods are being placed on the nodes Gantry chose.{also}"
     if state == S.RUNNING:
-        return f"{head} is running."
+        return f"{head} is running.{also}"
     if state == S.PREEMPTED:
         return f"{head} was preempted: {reason or 'another job needed its GPUs'}."
     word = {S.SUCCEEDED: "succeeded", S.FAILED: "failed", S.CANCELLED: "was cancelled"}

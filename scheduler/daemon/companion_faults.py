@@ -1,0 +1,163 @@
+"""Reconcile's judgement of a companion pod that failed (issue 37, docs/kubernetes-native.md,
+"A companion that fails").
+
+A companion (`scheduler.daemon.companions`: a RayJob's CPU head, CPU worker group or
+submitter, a JobSet's driver, a PyTorchJob's CPU Master, a TrainJob's initializer) is no
+replica, so the judge of a job's replicas never looks at it. One whose pod ends Failed (an
+OOM kill, a non-zero exit with `restartPolicy: Never`, an eviction) while its attempt is
+placed (binding or running, the pod on that attempt's replica 0's node) is a fault, and what
+follows is its operator's to decide, per kind (`OPERATORS`, from each operator's source):
+
+- KubeRay deletes a head or worker pod that ended (`shouldDeletePod`) and makes it again, and
+  its submitter Job retries up to its `backoffLimit` before the RayJob fails: Gantry tells;
+- a JobSet's driver Job makes its pod again up to its `backoffLimit`, then the JobSet's
+  `failurePolicy` fails the JobSet (or restarts every Job): Gantry tells; so for a TrainJob's
+  initializers (its runtime's JobSet);
+- the training operator fails a PyTorchJob whose Master failed, and its default
+  `cleanPodPolicy: None` leaves the Workers running: nothing would end the Gantry job, whose
+  end the daemon reads from the Workers' pods, so Gantry ends the attempt, per the job's retry
+  policy (`judge._failure_change`).
+
+Telling is the job's reason (written here, fenced, with an event on the job): the workload
+controller tells each change of a job's reason as an event on the object, and keeps it in
+the object's `gantry.io/reason` annotation (`scheduler/workloads/controller.py`).
+
+A companion of a JobSet or a PyTorchJob names no attempt, so a Failed pod an older attempt
+left on the same node is judged again for the new one: its operator keeps a Failed pod until
+the object is deleted (told again, harmless; a PyTorchJob's Failed Master failed the object
+for good anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from scheduler.backends.base import FailureReason, PodPhase, PodStatus
+from scheduler.daemon.workloads import workload_of
+from scheduler.jobs.transitions import insert_events
+from scheduler.models import Job, JobState
+
+S = JobState
+Row = Mapping[str, Any]
+# The states in which a companion's failure is judged: its attempt placed and bound.
+JUDGED = frozenset({S.BINDING, S.RUNNING})
+COMPANION_FAILED = "companion_failed"  # the kind of the job's event that tells it
+
+
+@dataclass(frozen=True)
+class Operator:
+    """What a kind's operator does when a companion's pod fails: whether Gantry must end the
+    attempt (`ends`), and what follows, in the user's words (`then`)."""
+
+    ends: bool
+    then: str
+
+
+# By the workload's plural, then by companion label where the kind's parts differ ("" for
+# any other part of the kind).
+OPERATORS: dict[str, dict[str, Operator]] = {
+    "rayjobs": {
+        "": Operator(False, "KubeRay makes it again; the RayJob fails if its Ray job is lost"),
+        "submitter": Operator(
+            False, "KubeRay's submitter Job retries up to its backoffLimit, then the RayJob fails"
+        ),
+    },
+    "jobsets": {
+        "": Operator(
+            False,
+            "its Job makes it again up to its backoffLimit, then the JobSet's failurePolicy "
+            "fails or restarts the JobSet",
+        ),
+    },
+    "trainjobs": {
+        "": Operator(False, "its Job retries up to its backoffLimit, then the TrainJob fails"),
+    },
+    "pytorchjobs": {
+        "": Operator(
+            True,
+            "the PyTorchJob fails and leaves its Workers running, so Gantry ends the attempt",
+        ),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A placed job's companion pod that failed: what the user is told, and whether the
+    attempt ends (`reason` is then the attempt's failure reason)."""
+
+    job_id: int
+    text: str
+    reason: FailureReason
+    ends: bool
+
+
+def companion_faults(
+    allocs: Sequence[Row], jobs: Mapping[int, Row], pods: Mapping[str, PodStatus]
+) -> dict[int, Fault]:
+    """The first failed companion (by pod name) of each job placed on its nodes, by job id.
+    A pod not on its attempt's replica 0's node (not bound by Gantry, an older cluster's
+    elsewhere) is not its job's concern."""
+    heads = {
+        (a["job_id"], a["attempt"]): a["node__name"]
+        for a in allocs
+        if a["replica"] == 0 and not a["end_reason"]
+    }
+    faults: dict[int, Fault] = {}
+    for pod in sorted(pods.values(), key=lambda p: p.name):
+        job = jobs.get(pod.job_id)
+        if not pod.companion or pod.phase != PodPhase.FAILED or pod.deleting or job is None:
+            continue
+        if job["state"] not in JUDGED or pod.attempt not in (-1, job["attempt"]):
+            continue
+        if pod.node is None or heads.get((pod.job_id, job["attempt"])) != pod.node:
+            continue
+        if pod.job_id not in faults and (fault := _fault(job, pod)) is not None:
+            faults[pod.job_id] = fault
+    return faults
+
+
+def _fault(job: Row, pod: PodStatus) -> Fault | None:
+    plural = workload_of(job).partition("/")[0]
+    kind = OPERATORS.get(plural)
+    if kind is None:
+        return None
+    operator = kind.get(pod.companion) or kind[""]
+    reason = pod.reason or FailureReason.ERROR
+    detail = f"{reason}: {pod.message}" if pod.message else str(reason)
+    text = f"its {part(plural, pod.companion)} pod {pod.name} failed ({detail}); {operator.then}"
+    return Fault(pod.job_id, text, reason, operator.ends)
+
+
+def part(plural: str, companion: str) -> str:
+    """The companion as its kind's users call it."""
+    if plural == "rayjobs":
+        if companion.startswith("worker-group-"):
+            return f"Ray worker group '{companion.removeprefix('worker-group-')}'"
+        return f"Ray {companion}"
+    if plural == "pytorchjobs":
+        return companion.capitalize()  # Master
+    if plural == "jobsets":
+        return f"replicated job '{companion}'"
+    return companion  # a TrainJob's dataset-initializer, model-initializer
+
+
+def tell(faults: Sequence[Fault], jobs: Mapping[int, Row], now: datetime) -> int:
+    """Write each fault's text as its job's reason, with an event, unless the job's state or
+    attempt changed meanwhile or its reason says it already. Inside the caller's fenced
+    transaction. Returns the jobs written."""
+    events = []
+    for fault in faults:
+        job = jobs[fault.job_id]
+        written = (
+            Job.objects.filter(pk=fault.job_id, state=job["state"], attempt=job["attempt"])
+            .exclude(reason=fault.text[:500])
+            .update(reason=fault.text[:500], updated_at=now)
+        )
+        if written:
+            events.append((fault.job_id, COMPANION_FAILED, job["state"], job["state"], fault.text))
+    insert_events(events)
+    return len(events)
