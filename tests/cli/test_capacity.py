@@ -3,37 +3,22 @@ a member's 403 said plainly."""
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cli.capacity import plan_rows
-from cli.main import main
 from tests.capacity.builders import stored_run
 from tests.conftest import Org
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def gantry(live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, org: Org):
-    monkeypatch.setenv("GANTRY_URL", live_server.url)
-    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
-    monkeypatch.delenv("GANTRY_TOKEN", raising=False)
+@pytest.fixture(autouse=True)
+def stored(org: Org) -> None:
+    """A capacity run stored for the organisation, as the refresh leaves one."""
     stored_run(org)
-
-    def run(user: str, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setenv("GANTRY_CONFIG", str(tmp_path / f"{user}.json"))
-        out, err = io.StringIO(), io.StringIO()
-        if not (tmp_path / f"{user}.json").exists():
-            assert main(["login", user], out=io.StringIO(), err=err) == 0, err.getvalue()
-        code = main(list(argv), out=out, err=err)
-        return code, out.getvalue(), err.getvalue()
-
-    return run
 
 
 def test_finance_sees_each_pool_its_forecast_and_the_day_it_is_full(gantry: Any) -> None:

@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
-from cli.main import main
 from scheduler.models import GpuDevice, JobState, XidEvent
 from tests import factories as f
 from tests.conftest import Org
 from tests.eta_builders import small_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def gantry(live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, org: Org):
-    """gantry("alice", "queue") -> (exit code, stdout, stderr), logged in as that persona."""
-    monkeypatch.setenv("GANTRY_URL", live_server.url)
-    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
-    monkeypatch.delenv("GANTRY_TOKEN", raising=False)
-
-    def run(user: str, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setenv("GANTRY_CONFIG", str(tmp_path / f"{user}.json"))
-        out, err = io.StringIO(), io.StringIO()
-        if not (tmp_path / f"{user}.json").exists():
-            assert main(["login", user], out=io.StringIO(), err=err) == 0, err.getvalue()
-        code = main(list(argv), out=out, err=err)
-        return code, out.getvalue(), err.getvalue()
-
-    return run
 
 
 def test_queue_shows_position_reason_and_estimate(gantry: Any, org: Org) -> None:

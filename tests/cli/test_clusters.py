@@ -10,7 +10,6 @@ import pytest
 from scheduler.backends.base import GpuInfo, NodeInfo
 from scheduler.models import Cluster
 from scheduler.nodes.services import node_sync
-from tests.cli.test_cluster_commands import gantry  # noqa: F401 - the fixture
 from tests.conftest import Org
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +24,7 @@ def home() -> Cluster:
     return made
 
 
-def test_a_platform_admin_adds_cordons_and_lists_clusters(gantry: Any, org: Org) -> None:  # noqa: F811
+def test_a_platform_admin_adds_cordons_and_lists_clusters(gantry: Any, org: Org) -> None:
     code, out, err = gantry(
         "pat", "clusters", "add", "site-b", "--kubeconfig-secret", "site-b", "--region", "eu"
     )
@@ -44,19 +43,19 @@ def test_a_platform_admin_adds_cordons_and_lists_clusters(gantry: Any, org: Org)
     assert [c["name"] for c in json.loads(out)] == ["local", "site-b"]
 
 
-def test_a_reader_may_not_add_and_is_told(gantry: Any, org: Org) -> None:  # noqa: F811
+def test_a_reader_may_not_add_and_is_told(gantry: Any, org: Org) -> None:
     code, _, err = gantry("carol", "clusters", "add", "site-b", "--backend", "simulated")
     assert code != 0 and "platform admins" in err.lower()
     assert not Cluster.objects.filter(name="site-b").exists()
 
 
-def test_bad_input_says_what_was_wrong(gantry: Any, org: Org) -> None:  # noqa: F811
+def test_bad_input_says_what_was_wrong(gantry: Any, org: Org) -> None:
     code, _, err = gantry("pat", "clusters", "add", "Site_B", "--backend", "simulated")
     assert code != 0 and "name" in err
     assert Cluster.objects.count() == 1
 
 
-def test_nodes_of_one_cluster(gantry: Any, org: Org) -> None:  # noqa: F811
+def test_nodes_of_one_cluster(gantry: Any, org: Org) -> None:
     Cluster.objects.create(name="site-b", backend="simulated")
     gpu = (GpuInfo(0, 81920),)
     node_sync(
@@ -72,7 +71,7 @@ def test_nodes_of_one_cluster(gantry: Any, org: Org) -> None:  # noqa: F811
     assert "site-b:n1" in out and "h1" not in out
 
 
-def test_a_platform_admin_labels_a_cluster_with_the_data_it_holds(gantry: Any, org: Org) -> None:  # noqa: F811
+def test_a_platform_admin_labels_a_cluster_with_the_data_it_holds(gantry: Any, org: Org) -> None:
     imagenet = "data.example.com/imagenet"
     code, _, err = gantry(
         "pat", "clusters", "add", "site-b", "--backend", "simulated", "--label", f"{imagenet}=true"

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from cli import when
-from cli.main import main
 from scheduler.api import queue as api_queue
 from tests.conftest import Org
 from tests.eta_builders import small_queue
@@ -21,19 +18,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def gantry_as_alice(live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, org: Org):
-    monkeypatch.setenv("GANTRY_CONFIG", str(tmp_path / "config.json"))
-    monkeypatch.setenv("GANTRY_URL", live_server.url)
-    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
-    monkeypatch.delenv("GANTRY_TOKEN", raising=False)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        code = main(list(argv), out=out, err=err)
-        return code, out.getvalue(), err.getvalue()
-
-    assert run("login", "alice")[0] == 0
-    return run
+def gantry_as_alice(gantry: Any) -> Any:
+    return lambda *argv: gantry("alice", *argv)
 
 
 def test_job_shows_position_ahead_and_start(gantry_as_alice: Any, org: Org) -> None:

@@ -3,16 +3,13 @@ cluster's logs; following takes no wall-clock time (the CLI's sleep is replaced)
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from cli import logs as cli_logs
-from cli.main import main
 from scheduler.models import Allocation, Job, JobState
 from tests import factories as f
 from tests.conftest import Org
@@ -22,38 +19,28 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def gantry(live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, org: Org):
-    monkeypatch.setenv("GANTRY_CONFIG", str(tmp_path / "config.json"))
-    monkeypatch.setenv("GANTRY_URL", live_server.url)
-    monkeypatch.setenv("GANTRY_PASSWORD", "correct-horse-battery")
-    monkeypatch.delenv("GANTRY_TOKEN", raising=False)
-
-    def run(*argv: str) -> tuple[int, str]:
-        out = io.StringIO()
-        code = main(list(argv), out=out, err=io.StringIO())
-        return code, out.getvalue()
-
-    assert run("login", "alice")[0] == 0
-    return run
+def logs_cli(gantry: Any) -> Any:
+    """logs_cli(*argv) -> (exit code, stdout), as alice."""
+    return lambda *argv: gantry("alice", *argv)[:2]
 
 
-def test_logs_prints_the_last_lines_of_a_replica(gantry: Any, org: Org) -> None:
+def test_logs_prints_the_last_lines_of_a_replica(logs_cli: Any, org: Org) -> None:
     setup = requeued_job(org, timezone.now())
-    code, out = gantry("logs", str(setup.job.pk), "--replica", "1", "--tail", "4")
+    code, out = logs_cli("logs", str(setup.job.pk), "--replica", "1", "--tail", "4")
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == 4 and all("[rank1]" in line for line in lines)
 
 
-def test_logs_of_an_earlier_attempt_end_with_its_checkpoint(gantry: Any, org: Org) -> None:
+def test_logs_of_an_earlier_attempt_end_with_its_checkpoint(logs_cli: Any, org: Org) -> None:
     setup = requeued_job(org, timezone.now())
-    code, out = gantry("logs", str(setup.job.pk), "--attempt", "0", "--tail", "2")
+    code, out = logs_cli("logs", str(setup.job.pk), "--attempt", "0", "--tail", "2")
     assert code == 0
     assert out.splitlines()[-1] == "Checkpoint saved; exiting"
 
 
 def test_follow_polls_from_the_cursor_until_the_job_ends(
-    gantry: Any, org: Org, monkeypatch: pytest.MonkeyPatch
+    logs_cli: Any, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     setup = requeued_job(org, timezone.now())
     naps: list[float] = []
@@ -65,7 +52,7 @@ def test_follow_polls_from_the_cursor_until_the_job_ends(
         Job.objects.filter(pk=setup.job.pk).update(state=JobState.SUCCEEDED)
 
     monkeypatch.setattr(cli_logs, "sleep", nap)
-    code, out = gantry("logs", str(setup.job.pk), "--follow", "--tail", "3")
+    code, out = logs_cli("logs", str(setup.job.pk), "--follow", "--tail", "3")
     assert code == 0
     lines = out.splitlines()
     assert lines[-1] == "exit code 0"
@@ -74,7 +61,7 @@ def test_follow_polls_from_the_cursor_until_the_job_ends(
 
 
 def test_ctrl_c_while_following_exits_0(
-    gantry: Any, org: Org, monkeypatch: pytest.MonkeyPatch
+    logs_cli: Any, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     setup = requeued_job(org, timezone.now())
 
@@ -82,26 +69,26 @@ def test_ctrl_c_while_following_exits_0(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli_logs, "sleep", interrupted)
-    code, out = gantry("logs", str(setup.job.pk), "--follow", "--tail", "2")
+    code, out = logs_cli("logs", str(setup.job.pk), "--follow", "--tail", "2")
     assert code == 0
     assert len(out.splitlines()) == 2
 
 
-def test_logs_of_another_teams_job_is_not_found(gantry: Any, org: Org) -> None:
+def test_logs_of_another_teams_job_is_not_found(logs_cli: Any, org: Org) -> None:
     job = f.JobFactory(project=org.proj_bravo, submitted_by=org.users["bob-bravo"])
-    assert gantry("logs", str(job.pk))[0] == gantry("job", str(job.pk))[0] == 1
+    assert logs_cli("logs", str(job.pk))[0] == logs_cli("job", str(job.pk))[0] == 1
 
 
-def test_job_shows_its_pods_and_json_carries_them(gantry: Any, org: Org) -> None:
+def test_job_shows_its_pods_and_json_carries_them(logs_cli: Any, org: Org) -> None:
     setup = requeued_job(org, timezone.now())
-    code, out = gantry("job", str(setup.job.pk))
+    code, out = logs_cli("job", str(setup.job.pk))
     assert code == 0
     pods = out.split("\npods:\n", 1)[1].splitlines()
     assert pods[0].split() == ["ATTEMPT", "REPLICA", "NODE", "GPUS", "BOUND_AT", "ENDED_AT",
                                "END_REASON"]  # fmt: skip
     assert pods[1].split()[:6] == ["1", "0", "node-b", "0", "x0.5", "(H100-80GB)"]
     assert "running" in pods[1] and "attempt ended" in pods[3]
-    code, out = gantry("--json", "job", str(setup.job.pk))
+    code, out = logs_cli("--json", "job", str(setup.job.pk))
     body = json.loads(out)
     assert [(p["attempt"], p["node"]) for p in body["pods"]] == [
         (1, "node-b"),
