@@ -85,15 +85,14 @@ def cmd_create(args: argparse.Namespace, client: Client, out: TextIO, emit: Emit
         "guaranteed_milli": guaranteed,
         "justification": args.reason,
     }
+    # A request changes only what it names; the server keeps the rest as the quota has it
+    # when approved. The limit is named when given, or when it must rise to the guarantee
+    # (or there is no quota yet: the guarantee).
     current = _current(client, tenant, args.flavor, args.cluster)
     if args.limit is not None:
         body["limit_milli"] = _milli(args.limit, "--limit")
-    else:  # the limit as it is, raised to the guarantee where it is below
-        body["limit_milli"] = max(guaranteed, current["limit_milli"] if current else 0)
-    if current and not args.cluster:
-        # A request sets the quota's values whole: keep what it does not change.
-        for key in ("lend_limit_milli", "weight", "user_limit_milli"):
-            body[key] = current[key]
+    elif current is None or current["limit_milli"] < guaranteed:
+        body["limit_milli"] = guaranteed
     made = client.post("/api/v1/quota-requests/", body)
     emit(args, made if args.json else rows([made], set()), COLUMNS, out)
 

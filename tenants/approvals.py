@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -44,6 +43,7 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import Event, notifications_add
+from tenants.quotas.changes import QuotaChange, change_of, changes_shown, values_with
 from tenants.quotas.pins import validate_pinned
 from tenants.quotas.rules import QuotaValues, check_own_bounds, validate_quota
 
@@ -165,12 +165,17 @@ def quota_request_create(
     user: Any,
     tenant: Tenant,
     flavor: ResourceFlavor,
-    values: QuotaValues,
+    values: QuotaValues | QuotaChange,
     justification: str = "",
     cluster: Any = None,
 ) -> ApprovalRequest:
     """A tenant admin asks for a quota change; approving it applies it through `quota_set`:
     the global quota, or with `cluster` (a `scheduler.Cluster`) the one pinned to it.
+
+    `values`: the fields the request changes (a QuotaValues names all five). The request
+    carries only those; approving it changes only those, the others as the quota has them
+    then (`tenants.quotas.changes`). Its payload's `changes` (field, old, new) and its audit
+    entry say what it changes.
 
     The values are checked against the tree now (a request that could never apply is refused
     at once) and again when approved, under the parent's lock. One request per tenant,
@@ -178,10 +183,12 @@ def quota_request_create(
     """
     require_manage(user, tenant)
     _check_comment(justification, "justification")
+    change = change_of(values)
     rows = Quota.objects.filter(tenant=tenant, flavor=flavor)
     current = (
         rows.filter(cluster=cluster) if cluster else rows.filter(cluster__isnull=True)
     ).first()
+    asked = values_with(current, change)
     parent_quota = None
     if tenant.parent_id is not None:
         parent_quota = Quota.objects.filter(
@@ -193,17 +200,18 @@ def quota_request_create(
         access.tenants_visible(user).filter(pk=tenant.parent_id).exists()
     )
     if cluster is not None:
-        _validate_pin_request(tenant, flavor, cluster, values, parent_quota, sees_parent)
+        _validate_pin_request(tenant, flavor, cluster, asked, parent_quota, sees_parent)
     else:
-        validate_quota(tenant, flavor, values, parent_quota, reveal_parent=sees_parent)
-    before = audit_snapshot(current, QUOTA_FIELDS)
+        validate_quota(tenant, flavor, asked, parent_quota, reveal_parent=sees_parent)
+    shown = changes_shown(current, change)
     payload = {
         "flavor": flavor.pk,
         "flavor_name": flavor.name,
         "cluster": cluster.pk if cluster is not None else None,
         "cluster_name": cluster.name if cluster is not None else None,
-        "values": asdict(values),
-        "current": before,
+        "values": change,  # only the named fields: what approving it changes
+        "changes": shown,
+        "current": audit_snapshot(current, QUOTA_FIELDS),
         "justification": justification,
     }
     request = approval_request_create(
@@ -212,7 +220,7 @@ def quota_request_create(
         kind=ApprovalKind.QUOTA,
         subject_id=flavor.pk,
         payload=payload,
-        rules=quota_matches(tenant, values),
+        rules=quota_matches(tenant, asked),
         subject_cluster=cluster.pk if cluster is not None else 0,
         subject_name=flavor.name + (f" on cluster {cluster.name}" if cluster else " (global)"),
     )
@@ -221,8 +229,9 @@ def quota_request_create(
         action="quota.request",
         tenant=tenant,
         target=request,
-        before=before,
-        after={**asdict(values), "cluster": payload["cluster"]},
+        # The named fields only: what the request changes, old -> new.
+        before=None if current is None else {c["field"]: c["old"] for c in shown},
+        after={**{c["field"]: c["new"] for c in shown}, "cluster": payload["cluster"]},
     )
     return request
 
@@ -279,16 +288,17 @@ QUOTA_FIELDS = ("guaranteed_milli", "limit_milli", "lend_limit_milli", "weight",
 
 def quota_request_settle(*, request: ApprovalRequest, outcome: str, actor: Any) -> None:
     """Apply an approved quota change through `quota_set` (checked again against the tree,
-    under the parent's lock); a rejection or expiry changes nothing more. Runs inside the
-    deciding transaction, so a change that no longer fits leaves the request pending."""
+    under the parent's lock): the fields the request named, the others as the quota has them
+    now (a request made before requests named fields named all five). A rejection or expiry
+    changes nothing more. Runs inside the deciding transaction, so a change that no longer
+    fits leaves the request pending."""
     if outcome == ApprovalState.APPROVED:
         flavor = ResourceFlavor.objects.get(pk=request.subject_id)
-        values = QuotaValues(**request.payload["values"])
         services.quota_set(
             user=actor,
             tenant=request.tenant,
             flavor=flavor,
-            values=values,
+            values=dict(request.payload["values"]),
             cluster=_cluster_of(request),
         )
 

@@ -28,6 +28,7 @@ from tenants.models import (
     Tenant,
 )
 from tenants.outbox import notifications_add, redact_url, webhook_test_event
+from tenants.quotas.changes import QuotaChange, change_of, values_with
 from tenants.quotas.pins import (
     check_global_holds_childrens_pins,
     check_global_holds_pins,
@@ -386,12 +387,14 @@ def quota_set(
     user: Any,
     tenant: Tenant,
     flavor: ResourceFlavor,
-    values: QuotaValues,
+    values: QuotaValues | QuotaChange,
     cluster: Any = None,
 ) -> Quota:
     """Create or update the quota of `tenant` for `flavor` after checking the whole tree:
     the global one, or with `cluster` (a `scheduler.Cluster`) the one pinned to that cluster
-    (`tenants.quotas.pins`).
+    (`tenants.quotas.pins`). `values`: all of them, or a change naming some (an approved
+    quota request's): the others as the row has them under its lock
+    (`tenants.quotas.changes`).
 
     Locks the parent's global quota row (and this one) so concurrent changes to siblings
     serialise, and the tenant's row, so its global quota and its pins change one at a time.
@@ -424,6 +427,8 @@ def quota_set(
             tenant=tenant, flavor=flavor, cluster__isnull=True
         )
     ).first()
+    if not isinstance(values, QuotaValues):
+        values = values_with(quota, change_of(values))
     if cluster is not None:
         validate_pinned(tenant, flavor, cluster, values, parent_quota)
     else:

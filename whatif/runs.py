@@ -176,15 +176,17 @@ def whatif_for_approval(
         return kept
     values = request.payload.get("values", {})
     pinned_to = request.payload.get("cluster_name")
-    # A pinned quota sets a guarantee and a limit only (whatif.proposal checks it).
+    # A pinned quota sets a guarantee and a limit only (whatif.proposal checks it). A request
+    # carries only the fields it names (tenants.quotas.changes): the others are the quota's
+    # own in the replay, as they would be once approved.
     fields: tuple[str, ...] = ("guaranteed_milli", "limit_milli")
     if not pinned_to:
-        fields += ("lend_limit_milli", "user_limit_milli")
+        fields += ("lend_limit_milli", "weight", "user_limit_milli")
     change = {
         "kind": "quota",
         "tenant": request.tenant.slug,
         "flavor": request.payload.get("flavor_name", ""),
-        **({"cluster": pinned_to} if pinned_to else {"weight": float(values.get("weight", 1))}),
+        **({"cluster": pinned_to} if pinned_to else {}),
         **{k: values[k] for k in fields if k in values},
     }
     scope = request.tenant.parent

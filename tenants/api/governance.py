@@ -30,7 +30,6 @@ from tenants.api import governance_serializers as g
 from tenants.api.views import ReadWriteViewSet
 from tenants.approval_policies import policy_delete, policy_set
 from tenants.models import ApprovalPolicy, AuditEntry, Tenant
-from tenants.quotas.rules import QuotaValues
 
 # An export larger than this is refused: narrow it with the filters.
 AUDIT_EXPORT_MAX_ROWS = 100_000
@@ -98,7 +97,7 @@ class QuotaRequestViewSet(viewsets.GenericViewSet):
             user=request.user,
             tenant=tenant,
             flavor=flavor,
-            values=QuotaValues(**data),
+            values=data,  # only the fields named
             justification=justification,
             cluster=cluster,
         )

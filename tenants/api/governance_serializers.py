@@ -132,6 +132,28 @@ class ApprovalDecisionIn(StrictInputSerializer):
 
 
 class QuotaRequestIn(QuotaValuesIn):
+    """Only the values named: approving the request changes those and keeps the others as
+    the quota has them then (a field left out is absent, not its default)."""
+
+    guaranteed_milli = serializers.IntegerField(
+        min_value=0,
+        max_value=10**12,
+        required=False,
+        help_text="Required when the tenant has no such quota yet.",
+    )
+    limit_milli = serializers.IntegerField(
+        min_value=0,
+        max_value=10**12,
+        required=False,
+        help_text="Required when the tenant has no such quota yet.",
+    )
+    lend_limit_milli = serializers.IntegerField(
+        min_value=0, max_value=10**12, required=False, allow_null=True, help_text="null: none."
+    )
+    weight = serializers.FloatField(min_value=0.001, max_value=10000, required=False)
+    user_limit_milli = serializers.IntegerField(
+        min_value=0, max_value=10**12, required=False, allow_null=True, help_text="null: none."
+    )
     tenant = VisibleTenantField()
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
     # Through the relation: tenants imports nothing of scheduler, where clusters live.

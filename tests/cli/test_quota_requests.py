@@ -91,9 +91,15 @@ def test_a_global_request_keeps_the_values_it_does_not_change(as_user: Any, org:
     Quota.objects.filter(tenant=org.alpha, cluster=None).update(weight=2.5)
     code, out, err = ask(as_user, "--gpus", "12", "--reason", "fewer evals")
     assert code == 0, err
-    values = json.loads(out)["payload"]["values"]
-    # the limit as it was (32 GPUs, above 12), the weight as it was
-    assert (values["limit_milli"], values["weight"]) == (32000, 2.5)
+    made = json.loads(out)
+    # it names the guarantee only: the limit (32 GPUs, above 12) need not rise
+    assert made["payload"]["values"] == {"guaranteed_milli": 12000}
+    # the weight changed after the request is kept when it is approved
+    Quota.objects.filter(tenant=org.alpha, cluster=None).update(weight=3.5)
+    code, _, err = as_user("dana", "quota-requests", "approve", str(made["id"]))
+    assert code == 0, err
+    quota = Quota.objects.get(tenant=org.alpha, cluster=None)
+    assert (quota.guaranteed_milli, quota.limit_milli, float(quota.weight)) == (12000, 32000, 3.5)
 
 
 def test_a_twin_request_is_refused_with_the_pending_ones_number(
