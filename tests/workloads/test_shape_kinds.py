@@ -34,6 +34,7 @@ from scheduler.workloads.shape_kinds import (
     shape_trainjob,
 )
 from tests.k8s.builders import make_request
+from tests.scheduler.core.builders import cycle, make_job, make_node, placed_nodes, snapshot
 from tests.workloads.test_kinds_queued import RAY_ENDS
 
 Obj = dict[str, Any]
@@ -569,3 +570,27 @@ def test_a_rayjob_that_keeps_its_cluster_after_its_job_is_refused_saying_what_to
         shape_rayjob(obj)
     obj["spec"]["shutdownAfterJobFinishes"] = True
     assert shape_rayjob(obj).payload["replicas"] == 2
+
+
+def test_every_replica_reserves_its_companions_cpu_as_the_docs_worked_example_says() -> None:
+    """docs/kubernetes-native.md, "Companions reserved on every replica": a RayJob of a CPU
+    head (16 CPUs, 64 GiB) beside 8 workers of 4 GPUs, 16 CPUs and 64 GiB, in K8sJobMode
+    with KubeRay's default submitter (500m, 200 MiB)."""
+    body = rayjob_with(pod(0, cpu="16", memory="64Gi"), pod(4, cpu="16", memory="64Gi"))
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = 8
+    # each replica: 16 + 16 + 0.5 = 32.5 CPUs; 65536 + 65536 + 200 = 131272 MiB
+    assert per_replica(shape_rayjob(body).payload) == (8, 4, 32500, 131272)
+
+
+def test_the_worked_examples_replicas_take_a_node_each_where_two_would_fit() -> None:
+    """The same job in the engine, on nodes of 8 H100 and 64 CPUs: two replicas of 32.5 CPUs
+    do not fit one node (65 > 64), so it waits on 4 nodes whose GPUs it would fill (what it
+    needs: 16 + 16 + 16.5 = 48.5 CPUs beside replica 0, 32 beside any other two), and takes
+    8 nodes, 4 GPUs each, where there are 8."""
+    job = make_job("ray", gpus=4, replicas=8, cpu=32_500, memory=131_272)
+    four = [make_node(f"n{i}", cpu=64_000) for i in range(4)]
+    waits = cycle(snapshot(four, [job]))
+    assert waits.placement_for("ray") is None
+    assert "hold 4 of the 8 replicas" in str(waits.reason_for("ray"))
+    eight = [make_node(f"n{i}", cpu=64_000) for i in range(8)]
+    assert len(set(placed_nodes(cycle(snapshot(eight, [job])), "ray"))) == 8
