@@ -1,6 +1,7 @@
 """`gantry quota-requests`: ask the admins above for a quota (global, or pinned to a cluster),
-see your requests and, as an approver, the pending ones you decide; approve or reject one.
-Through /api/v1/quota-requests/ and /api/v1/approval-requests/ (docs/multicluster.md)."""
+see your requests and withdraw a pending one; as an approver, the pending ones you decide;
+approve or reject one. Through /api/v1/quota-requests/ and /api/v1/approval-requests/
+(docs/multicluster.md)."""
 
 from __future__ import annotations
 
@@ -110,9 +111,16 @@ def cmd_decide(args: argparse.Namespace, client: Client, out: TextIO, emit: Emit
     emit(args, decided if args.json else rows([decided], set()), COLUMNS, out)
 
 
+def cmd_withdraw(args: argparse.Namespace, client: Client, out: TextIO, emit: Emit) -> None:
+    """The requester (or an admin of the tenant) withdraws a pending request."""
+    withdrawn = client.post(f"{APPROVALS}{args.id}/withdraw/")
+    emit(args, withdrawn if args.json else rows([withdrawn], set()), COLUMNS, out)
+
+
 def add_parsers(sub: Any, emit: Emit) -> None:
     top = sub.add_parser(
-        "quota-requests", help="your quota requests and those you decide; ask, approve, reject"
+        "quota-requests",
+        help="your quota requests and those you decide; ask, withdraw, approve, reject",
     )
     top.add_argument("--state", choices=["pending", "approved", "rejected", "expired", "cancelled"])
     top.add_argument("--inbox", action="store_true", help="only the pending ones you decide")
@@ -135,3 +143,6 @@ def add_parsers(sub: Any, emit: Emit) -> None:
     reject.add_argument("--reason", required=True, help="told to the requester")
     for decide in (approve, reject):
         decide.set_defaults(func=lambda args, client, out: cmd_decide(args, client, out, emit))
+    withdraw = actions.add_parser("withdraw", help="withdraw a pending request of yours")
+    withdraw.add_argument("id", type=int)
+    withdraw.set_defaults(func=lambda args, client, out: cmd_withdraw(args, client, out, emit))

@@ -1,6 +1,7 @@
 """`gantry rate-cards`: the price list, each chain of versions per GPU model and cluster (the
-default card: cluster "default") with its effective dates; finance and platform admins add a
-version (docs/billing.md, "Rates"). Through /api/v1/rate-cards/."""
+default card: cluster "default") with its effective dates and prices as money (the currency's
+minor units; --json keeps the API's strings); finance and platform admins add a version
+(docs/billing.md, "Rates"). Through /api/v1/rate-cards/."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from cli.client import Client
+from cli.money import money
 from cli.usage import UsageError, flavor_id
 
 Emit = Callable[[argparse.Namespace, Any, Sequence[str] | None, TextIO], None]
@@ -51,9 +53,9 @@ def rows(cards: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "version": c.get("version", ""),
             "valid_from": c["valid_from"],
             "valid_to": c["valid_to"] or "(open)",
-            "gpu_hour": f"{c['currency']} {c['gpu_hour']}",
-            "cpu_core_hour": c["cpu_core_hour"],
-            "memory_gib_hour": c["memory_gib_hour"],
+            "gpu_hour": f"{c['currency']} {money(c['gpu_hour'], c['currency'])}",
+            "cpu_core_hour": money(c["cpu_core_hour"], c["currency"]),
+            "memory_gib_hour": money(c["memory_gib_hour"], c["currency"]),
             "borrowed_discount": c["borrowed_discount"],
             "multipliers": ",".join(
                 f"{k}={v}" for k, v in sorted(c["priority_multipliers"].items())

@@ -136,3 +136,27 @@ def test_bad_requests_are_said_plainly_and_change_nothing(
     )
     assert answer == code and said in err, err
     assert not ApprovalRequest.objects.exists()
+
+
+def test_a_pending_request_is_withdrawn_by_its_requester(as_user: Any, org: Org) -> None:
+    code, out, err = ask(as_user, "--gpus", "12", "--reason", "fewer evals")
+    assert code == 0, err
+    asked = json.loads(out)["id"]
+    # alice, a member of team-alpha, neither asked it nor administers the team
+    code, _, err = as_user("alice", "quota-requests", "withdraw", str(asked))
+    assert code == 1 and ("HTTP 403" in err or "HTTP 404" in err), err
+    assert ApprovalRequest.objects.get(pk=asked).state == "pending"
+    code, out, err = as_user("tina", "quota-requests", "withdraw", str(asked))
+    assert code == 0, err
+    header, line = out.splitlines()
+    assert header.split()[:2] == ["ID", "STATE"]
+    assert line.split()[:2] == [str(asked), "cancelled"]
+    # no longer in the approver's inbox; withdrawn twice, said plainly
+    code, out, err = as_user("dana", "--json", "quota-requests", "--inbox")
+    assert code == 0 and json.loads(out) == [], err
+    code, _, err = as_user("tina", "quota-requests", "withdraw", str(asked))
+    assert code == 1
+    assert err.startswith(f"HTTP 409: Approval request {asked} was already cancelled by tina")
+    code, _, err = as_user("tina", "quota-requests", "withdraw", "999999")
+    assert code == 1 and "HTTP 404" in err, err
+    assert Quota.objects.get(tenant=org.alpha, cluster=None).guaranteed_milli == 16000

@@ -1,6 +1,7 @@
 """`gantry rate-cards` against a live server (issue 38): each chain of versions per GPU model
 and cluster with its effective dates; finance adds versions (a cluster's own card, a second
-version that closes the first); a member reads but may not add; bad prices are said plainly."""
+version that closes the first); a member reads but may not add; bad prices are said plainly;
+prices are shown as money, in the currency's minor units (--json keeps the API's strings)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from billing.models import RateCard
+from cli.money import money
 from scheduler.models import Cluster
 from tests.cli.test_quota_requests import as_user
 
@@ -66,3 +68,41 @@ def test_bad_versions_are_said_plainly_and_change_nothing(
     answer, _, err = as_user(user, *ADD, "--from", "2031-01-01T00:00Z", *argv)
     assert answer == code and said in err, err
     assert not RateCard.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("amount", "currency", "shown"),
+    [
+        ("2.500000", "EUR", "2.50"),
+        ("0.000000", "EUR", "0.00"),
+        ("0.012500", "EUR", "0.0125"),  # places the price has are kept, never rounded away
+        ("350.000000", "JPY", "350"),  # no minor unit
+        ("1.500000", "KWD", "1.500"),  # thousandths
+        ("12345678.000000", "usd", "12345678.00"),
+        (None, "EUR", ""),
+    ],
+)
+def test_a_price_is_shown_in_its_currencys_minor_units(
+    amount: str | None, currency: str, shown: str
+) -> None:
+    assert money(amount, currency) == shown
+
+
+def test_the_table_shows_prices_as_money_and_json_keeps_the_api_strings(as_user: Any) -> None:
+    code, _, err = as_user(
+        "carol", *ADD, "--from", "2031-01-01T00:00Z", "--gpu-hour", "2.5", "--cpu-core-hour",
+        "0.0125",
+    )  # fmt: skip
+    assert code == 0, err
+    code, out, err = as_user("alice", "rate-cards")
+    assert code == 0, err
+    header, line = out.splitlines()
+    columns = header.split()
+    cells = line.split()
+    # "EUR 2.50" is two cells of the table's whitespace: the GPU-hour price follows its code
+    at = columns.index("GPU_HOUR")
+    assert cells[at : at + 4] == ["EUR", "2.50", "0.0125", "0.00"]
+    assert "2.500000" not in out
+    code, out, err = as_user("alice", "--json", "rate-cards")
+    [card] = json.loads(out)
+    assert (card["gpu_hour"], card["cpu_core_hour"]) == ("2.500000", "0.012500")
