@@ -18,6 +18,11 @@ follows is its operator's to decide, per kind (`OPERATORS`, from each operator's
   end the daemon reads from the Workers' pods, so Gantry ends the attempt, per the job's retry
   policy (`judge._failure_change`).
 
+A companion that cannot pull its image stays Pending (never Failed), and no operator ends an
+object whose pod never starts: past the binding deadline after its attempt's replica 0 was
+bound, it ends the attempt whatever the kind, as a replica's pod would (an image that cannot
+be pulled is not retried: `judge.FINAL`).
+
 Telling is the job's reason (written here, fenced, with an event on the job): the workload
 controller tells each change of a job's reason as an event on the object, and keeps it in
 the object's `gantry.io/reason` annotation (`scheduler/workloads/controller.py`).
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
@@ -96,31 +101,48 @@ class Fault:
 
 
 def companion_faults(
-    allocs: Sequence[Row], jobs: Mapping[int, Row], pods: Mapping[str, PodStatus]
+    allocs: Sequence[Row],
+    jobs: Mapping[int, Row],
+    pods: Mapping[str, PodStatus],
+    now: datetime,
+    deadline: timedelta,
 ) -> dict[int, Fault]:
-    """The first failed companion (by pod name) of each job placed on its nodes, by job id.
-    A pod not on its attempt's replica 0's node (not bound by Gantry, an older cluster's
-    elsewhere) is not its job's concern."""
+    """The first faulty companion (by pod name) of each job placed on its nodes, by job id:
+    Failed, or pulling its image past `deadline` after replica 0 was bound (`now`: the
+    daemon's clock). A pod not on its attempt's replica 0's node (not bound by Gantry, an
+    older cluster's elsewhere) is not its job's concern."""
     heads = {
-        (a["job_id"], a["attempt"]): a["node__name"]
+        (a["job_id"], a["attempt"]): (a["node__name"], a["bound_at"])
         for a in allocs
         if a["replica"] == 0 and not a["end_reason"]
     }
     faults: dict[int, Fault] = {}
     for pod in sorted(pods.values(), key=lambda p: p.name):
         job = jobs.get(pod.job_id)
-        if not pod.companion or pod.phase != PodPhase.FAILED or pod.deleting or job is None:
+        if not pod.companion or pod.deleting or job is None or pod.job_id in faults:
             continue
         if job["state"] not in JUDGED or pod.attempt not in (-1, job["attempt"]):
             continue
-        if pod.node is None or heads.get((pod.job_id, job["attempt"])) != pod.node:
+        node, bound_at = heads.get((pod.job_id, job["attempt"]), (None, None))
+        if pod.node is None or node != pod.node:
             continue
-        if pod.job_id not in faults and (fault := _fault(job, pod)) is not None:
+        if pod.phase == PodPhase.FAILED:
+            fault = _fault(job, pod, "failed")
+        elif _stuck(pod) and bound_at is not None and now - bound_at > deadline:
+            late = f"cannot pull its image {deadline.total_seconds():.0f} s after binding"
+            fault = _fault(job, pod, late, ends=True)
+        else:
+            continue
+        if fault is not None:
             faults[pod.job_id] = fault
     return faults
 
 
-def _fault(job: Row, pod: PodStatus) -> Fault | None:
+def _stuck(pod: PodStatus) -> bool:
+    return pod.phase == PodPhase.PENDING and pod.reason == FailureReason.IMAGE_PULL
+
+
+def _fault(job: Row, pod: PodStatus, what: str, *, ends: bool = False) -> Fault | None:
     plural = workload_of(job).partition("/")[0]
     kind = OPERATORS.get(plural)
     if kind is None:
@@ -128,8 +150,9 @@ def _fault(job: Row, pod: PodStatus) -> Fault | None:
     operator = kind.get(pod.companion) or kind[""]
     reason = pod.reason or FailureReason.ERROR
     detail = f"{reason}: {pod.message}" if pod.message else str(reason)
-    text = f"its {part(plural, pod.companion)} pod {pod.name} failed ({detail}); {operator.then}"
-    return Fault(pod.job_id, text, reason, operator.ends)
+    then = "no operator ends an object whose pod never starts" if ends else operator.then
+    text = f"its {part(plural, pod.companion)} pod {pod.name} {what} ({detail}); {then}"
+    return Fault(pod.job_id, text, reason, ends or operator.ends)
 
 
 def part(plural: str, companion: str) -> str:

@@ -138,7 +138,8 @@ class Reconciler:
         allocs = workloads.adopt(allocs, jobs, pods, cluster, lease)
         # ... and the pods their operators make beside the replicas, bound with replica 0
         known = {a["pod_name"] for a in allocs} | keep_companions(allocs, jobs, pods, cluster)
-        faults = companion_faults.companion_faults(allocs, jobs, pods)
+        deadline = timedelta(seconds=self.limits.binding_timeout_s)
+        faults = companion_faults.companion_faults(allocs, jobs, pods, now, deadline)
         # 1. orphans (a user's Job's own pods left to its controller)
         unheld = [p for p in pods.values() if p.name not in known and not p.deleting]
         theirs = workloads.left_to_their_jobs(unheld) if unheld else set()
@@ -177,7 +178,6 @@ class Reconciler:
                 and not workloads.keeps_pods(job)
             ):
                 deletions.append((a["namespace"], a["pod_name"], 0 if on_lost_node else 30))
-        deadline = timedelta(seconds=self.limits.binding_timeout_s)
         verdicts = {
             job_id: verdict
             for job_id, group in live.items()

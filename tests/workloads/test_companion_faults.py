@@ -11,7 +11,7 @@ Workers running, suspended or not (a finished job is only cleaned up)."""
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -137,6 +137,32 @@ def test_a_rayjobs_failed_cpu_head_is_told_and_its_remade_head_bound_beside_repl
     assert "is running. Warning: its Ray head pod ray-head-x failed" in warned[0]
 
 
+def test_a_rayjobs_head_that_cannot_pull_its_image_ends_the_attempt_at_the_deadline(
+    world: World,
+) -> None:
+    """The CPU head stays Pending in ImagePullBackOff while the GPU workers run: KubeRay
+    waits for ever (the RayJob never leaves Initializing), so past the binding deadline the
+    attempt fails, saying which pod and why, not retried, and the RayJob is suspended."""
+    operator = Operator(world, RAYJOB)
+    operator.create(cpu_head_rayjob("ray"))
+    world.step()
+    made = operator.step("ray")
+    world.step()
+    pulling = "Back-off pulling image registry.example.com/nlp/ray:typo"
+    world.fake.stay_pending(world.namespace, "ray-head-x", "ImagePullBackOff", pulling)
+    job = running(world, [n for n in made if n != "ray-head-x"], "RayJob")
+    world.step(300.0)
+    job.refresh_from_db()
+    assert job.state == "running", job.reason  # within the deadline (600 s)
+    world.step(301.0)
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "failed", job.reason
+    assert "its Ray head pod ray-head-x cannot pull its image 600 s after binding" in job.reason
+    assert pulling in job.reason
+    assert operator.get("ray")["spec"]["suspend"] is True
+
+
 def test_a_jobsets_failed_driver_is_told_and_left_to_its_failure_policy(world: World) -> None:
     """The driver (no GPUs) exits 1: its Job makes it again up to its backoffLimit, then the
     JobSet's failurePolicy decides: Gantry tells, and its GPU replicas go on."""
@@ -183,7 +209,23 @@ def _row(plural: str, state: str = "running") -> dict[str, Any]:
     return {"id": 7, "state": state, "attempt": 0, "spec__workload": workload}
 
 
-HEAD = [{"job_id": 7, "attempt": 0, "replica": 0, "end_reason": "", "node__name": "n1"}]
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+DEADLINE = timedelta(seconds=600)
+# replica 0 of job 7's attempt 0, bound on n1 10 minutes and 1 second ago
+HEAD = [
+    {
+        "job_id": 7,
+        "attempt": 0,
+        "replica": 0,
+        "end_reason": "",
+        "node__name": "n1",
+        "bound_at": NOW - DEADLINE - timedelta(seconds=1),
+    }
+]
+
+
+def faults(rows: dict[int, Any], pods: dict[str, PodStatus], now: datetime = NOW) -> Any:
+    return companion_faults(HEAD, rows, pods, now, DEADLINE)
 
 
 @pytest.mark.parametrize(
@@ -201,7 +243,7 @@ HEAD = [{"job_id": 7, "attempt": 0, "replica": 0, "end_reason": "", "node__name"
 def test_what_each_operator_does_decides_what_gantry_does(
     plural: str, companion: str, ends: bool, says: str
 ) -> None:
-    (fault,) = companion_faults(HEAD, {7: _row(plural)}, {"p": _pod("p", companion)}).values()
+    (fault,) = faults({7: _row(plural)}, {"p": _pod("p", companion)}).values()
     assert (fault.ends, fault.reason) == (ends, FailureReason.ERROR)
     assert says in fault.text
 
@@ -221,4 +263,15 @@ def test_what_each_operator_does_decides_what_gantry_does(
 def test_a_pod_that_is_not_a_placed_jobs_failed_companion_is_no_fault(
     pod: PodStatus, state: str
 ) -> None:
-    assert companion_faults(HEAD, {7: _row("rayjobs", state)}, {"p": pod}) == {}
+    assert faults({7: _row("rayjobs", state)}, {"p": pod}) == {}
+
+
+def test_a_companion_that_cannot_pull_its_image_ends_the_attempt_past_the_deadline() -> None:
+    """Pending, pulling its image: nothing within the binding deadline after replica 0 was
+    bound; past it, the attempt ends whatever the kind (no operator ends it)."""
+    pulling = _pod("p", "driver", phase=PodPhase.PENDING, reason=FailureReason.IMAGE_PULL)
+    rows = {7: _row("jobsets")}
+    assert faults(rows, {"p": pulling}, now=NOW - timedelta(seconds=2)) == {}
+    (fault,) = faults(rows, {"p": pulling}).values()
+    assert (fault.ends, fault.reason) == (True, FailureReason.IMAGE_PULL)
+    assert "pod p cannot pull its image 600 s after binding" in fault.text
