@@ -13,9 +13,6 @@ import pytest
 from billing.models import RateCard
 from cli.money import money
 from scheduler.models import Cluster
-from tests.cli.test_quota_requests import as_user
-
-__all__ = ["as_user"]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,15 +24,15 @@ def site_b(db: Any) -> Cluster:
     return Cluster.objects.create(name="site-b", backend="simulated")
 
 
-def test_finance_adds_versions_and_everyone_reads_each_chain(as_user: Any, site_b: Cluster) -> None:
+def test_finance_adds_versions_and_everyone_reads_each_chain(gantry: Any, site_b: Cluster) -> None:
     for argv in (
         ["--from", "2031-01-01T00:00Z", "--gpu-hour", "2.00", "--multiplier", "high=1.5"],
         ["--cluster", "site-b", "--from", "2031-01-01T00:00Z", "--gpu-hour", "5.00"],
         ["--from", "2031-03-01T00:00Z", "--gpu-hour", "2.50", "--borrowed-discount", "0.3"],
     ):
-        code, _, err = as_user("carol", *ADD, *argv)
+        code, _, err = gantry("carol", *ADD, *argv)
         assert code == 0, err
-    code, out, err = as_user("alice", "rate-cards")
+    code, out, err = gantry("alice", "rate-cards")
     assert code == 0, err
     header, *lines = out.splitlines()
     assert header.split()[:6] == ["ID", "FLAVOR", "CLUSTER", "VERSION", "VALID_FROM", "VALID_TO"]
@@ -46,7 +43,7 @@ def test_finance_adds_versions_and_everyone_reads_each_chain(as_user: Any, site_
         ["H100-80GB", "site-b", "1", "2031-01-01T00:00:00Z", "(open)"],
     ]
     assert "high=1.5" in lines[0]
-    code, out, err = as_user("alice", "--json", "rate-cards", "--cluster", "site-b")
+    code, out, err = gantry("alice", "--json", "rate-cards", "--cluster", "site-b")
     assert code == 0, err
     [card] = json.loads(out)
     assert (card["cluster"], card["gpu_hour"], card["version"]) == ("site-b", "5.000000", 1)
@@ -63,9 +60,9 @@ def test_finance_adds_versions_and_everyone_reads_each_chain(as_user: Any, site_
     ids=["a-member", "not-a-price", "unknown-cluster", "bad-multiplier"],
 )
 def test_bad_versions_are_said_plainly_and_change_nothing(
-    as_user: Any, user: str, argv: list[str], code: int, said: str
+    gantry: Any, user: str, argv: list[str], code: int, said: str
 ) -> None:
-    answer, _, err = as_user(user, *ADD, "--from", "2031-01-01T00:00Z", *argv)
+    answer, _, err = gantry(user, *ADD, "--from", "2031-01-01T00:00Z", *argv)
     assert answer == code and said in err, err
     assert not RateCard.objects.exists()
 
@@ -88,13 +85,13 @@ def test_a_price_is_shown_in_its_currencys_minor_units(
     assert money(amount, currency) == shown
 
 
-def test_the_table_shows_prices_as_money_and_json_keeps_the_api_strings(as_user: Any) -> None:
-    code, _, err = as_user(
+def test_the_table_shows_prices_as_money_and_json_keeps_the_api_strings(gantry: Any) -> None:
+    code, _, err = gantry(
         "carol", *ADD, "--from", "2031-01-01T00:00Z", "--gpu-hour", "2.5", "--cpu-core-hour",
         "0.0125",
     )  # fmt: skip
     assert code == 0, err
-    code, out, err = as_user("alice", "rate-cards")
+    code, out, err = gantry("alice", "rate-cards")
     assert code == 0, err
     header, line = out.splitlines()
     columns = header.split()
@@ -103,6 +100,6 @@ def test_the_table_shows_prices_as_money_and_json_keeps_the_api_strings(as_user:
     at = columns.index("GPU_HOUR")
     assert cells[at : at + 4] == ["EUR", "2.50", "0.0125", "0.00"]
     assert "2.500000" not in out
-    code, out, err = as_user("alice", "--json", "rate-cards")
+    code, out, err = gantry("alice", "--json", "rate-cards")
     [card] = json.loads(out)
     assert (card["gpu_hour"], card["cpu_core_hour"]) == ("2.500000", "0.012500")

@@ -10,25 +10,22 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_quota_requests import as_user
 from tests.conftest import Org
 from tests.whatif.builders import kept_run
 from whatif.models import WhatIf
 
-__all__ = ["as_user"]
-
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_an_admin_lists_runs_and_reads_one_side_by_side(as_user: Any, org: Org) -> None:
+def test_an_admin_lists_runs_and_reads_one_side_by_side(gantry: Any, org: Org) -> None:
     run = kept_run(org.users["dana"], org.research, ["team-alpha", "team-bravo"])
-    code, out, err = as_user("dana", "whatif")
+    code, out, err = gantry("dana", "whatif")
     assert code == 0, err
     header, line = out.splitlines()
     assert header.split()[:4] == ["ID", "STATE", "PROGRESS", "SCOPE"]
     assert line.split()[:5] == [str(run.pk), "done", "100%", "research", "dana"]
     assert "quota research H100-80GB w=2" in line
-    code, out, err = as_user("dana", "whatif", "show", str(run.pk))
+    code, out, err = gantry("dana", "whatif", "show", str(run.pk))
     assert code == 0, err
     assert "baseline: utilization 50.0%, fairness 1.00" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("team-")]
@@ -37,11 +34,11 @@ def test_an_admin_lists_runs_and_reads_one_side_by_side(as_user: Any, org: Org) 
         ["team-alpha", "baseline", "1", "1", "0", "60", "s", "60", "s", "1", "0", "0"],
         ["team-alpha", "proposed", "1", "1", "0", "60", "s", "60", "s", "1", "0", "0"],
     ]
-    code, out, _ = as_user("dana", "--json", "whatif", "show", str(run.pk))
+    code, out, _ = gantry("dana", "--json", "whatif", "show", str(run.pk))
     assert json.loads(out)["results"]["jobs_replayed"] == 1
 
 
-def test_a_run_starts_from_a_proposal_file(as_user: Any, org: Org, tmp_path: Path) -> None:
+def test_a_run_starts_from_a_proposal_file(gantry: Any, org: Org, tmp_path: Path) -> None:
     proposal = tmp_path / "proposal.yaml"
     proposal.write_text(
         "window_days: 3\n"
@@ -49,9 +46,7 @@ def test_a_run_starts_from_a_proposal_file(as_user: Any, org: Org, tmp_path: Pat
         "  - {kind: quota, tenant: team-bravo, flavor: H100-80GB,"
         " guaranteed_milli: 8000, limit_milli: 16000}\n"
     )
-    code, out, err = as_user(
-        "dana", "--json", "whatif", "run", str(proposal), "--scope", "research"
-    )
+    code, out, err = gantry("dana", "--json", "whatif", "run", str(proposal), "--scope", "research")
     assert code == 0, err
     made = json.loads(out)
     assert (made["scope"], made["window_days"], made["state"]) == ("research", 3, "queued")
@@ -69,11 +64,11 @@ def test_a_run_starts_from_a_proposal_file(as_user: Any, org: Org, tmp_path: Pat
     ids=["not-a-proposal", "unknown-tenant", "a-member"],
 )
 def test_bad_proposals_are_said_plainly_and_start_nothing(
-    as_user: Any, tmp_path: Path, user: str, text: str, code: int, said: str
+    gantry: Any, tmp_path: Path, user: str, text: str, code: int, said: str
 ) -> None:
     proposal = tmp_path / "proposal.yaml"
     proposal.write_text(text)
     scope = "team-alpha" if user == "alice" else "research"  # alice's team, which she sees
-    answer, _, err = as_user(user, "whatif", "run", str(proposal), "--scope", scope)
+    answer, _, err = gantry(user, "whatif", "run", str(proposal), "--scope", scope)
     assert answer == code and said in err, err
     assert not WhatIf.objects.exists()
