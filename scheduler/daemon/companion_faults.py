@@ -13,15 +13,14 @@ follows is its operator's to decide, per kind (`OPERATORS`, from each operator's
 - a JobSet's driver Job makes its pod again up to its `backoffLimit`, then the JobSet's
   `failurePolicy` fails the JobSet (or restarts every Job): Gantry tells; so for a TrainJob's
   initializers (its runtime's JobSet);
-- the training operator fails a PyTorchJob whose Master failed, and its default
-  `cleanPodPolicy: None` leaves the Workers running: nothing would end the Gantry job, whose
-  end the daemon reads from the Workers' pods, so Gantry ends the attempt, per the job's retry
-  policy (`judge._failure_change`).
+- the training operator fails a PyTorchJob whose Master failed (its default `cleanPodPolicy:
+  None` leaves the Workers running): Gantry tells, and the workload controller fails the job
+  with its object, as it fails any running job whose object failed.
 
 A companion that cannot pull its image stays Pending (never Failed), and no operator ends an
 object whose pod never starts: past the binding deadline after its attempt's replica 0 was
-bound, it ends the attempt whatever the kind, as a replica's pod would (an image that cannot
-be pulled is not retried: `judge.FINAL`).
+bound, it ends the attempt whatever the kind (`Fault.ends`), as a replica's pod would (an
+image that cannot be pulled is not retried: `judge.FINAL`).
 
 Telling is the job's reason (written here, fenced, with an event on the job): the workload
 controller tells each change of a job's reason as an event on the object, and keeps it in
@@ -81,10 +80,7 @@ OPERATORS: dict[str, dict[str, Operator]] = {
         "": Operator(False, "its Job retries up to its backoffLimit, then the TrainJob fails"),
     },
     "pytorchjobs": {
-        "": Operator(
-            True,
-            "the PyTorchJob fails and leaves its Workers running, so Gantry ends the attempt",
-        ),
+        "": Operator(False, "the training operator fails the PyTorchJob, and its job with it"),
     },
 }
 

@@ -17,8 +17,8 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
    or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy), or a pod
    bound but not started within `Limits.binding_timeout_s` (with the cause the cluster
    reports; retried per the job's policy); failed past its max runtime. A companion pod
-   that failed (`scheduler.daemon.companion_faults`) is told as the job's reason, or, where
-   its operator would not end the object (a PyTorchJob's Master), fails the attempt.
+   that failed (`scheduler.daemon.companion_faults`) is told as the job's reason; one that
+   cannot pull its image fails the attempt past the binding deadline (no operator would).
 4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
 5. At a new daemon's first reconcile, then every `strays.HELD_JOBS_SWEEP_S`: a held Job that
    runs while its job is not live is suspended (`scheduler.daemon.strays`).
@@ -233,8 +233,8 @@ def _judge_faults(
     live: Mapping[int, list[dict[str, Any]]],
     verdicts: dict[int, Verdict],
 ) -> list[companion_faults.Fault]:
-    """A job's failed companion (step 3's, beside its replicas' pods): the attempt fails
-    with it where its operator would not end the object (`Fault.ends`), unless its replicas
+    """A job's faulty companion (step 3's, beside its replicas' pods): the attempt fails
+    with it where no operator would end the object (`Fault.ends`), unless its replicas
     already decided (failed, or succeeded); the faults left to tell are returned."""
     told = []
     for job_id, fault in faults.items():

@@ -272,10 +272,13 @@ class WorkloadController:
         placed (its pods finished just as Gantry preempted it, and it was queued again): the
         job ends, as its object did. A placed job's end (admitted, binding, running) is read
         from its pods by the daemon, but for a kind whose pods outlive its end (a RayJob's
-        cluster), and for an object that failed while its job is admitted or waits in binding
-        with no pod adopted (a Job whose backoffLimit was reached as it was admitted again, or
-        while the daemon that admitted it was down before committing): no pod will come to
-        bind, so its job fails now with the object's reason, not at the binding deadline."""
+        cluster), for an object that failed while its job runs (its operator deletes the pods
+        it still runs: read by the daemon as gone with a lost node, the attempt was requeued,
+        then cancelled), and for an object that failed while its job is admitted or waits in
+        binding with no pod adopted (a Job whose backoffLimit was reached as it was admitted
+        again, or while the daemon that admitted it was down before committing): no pod will
+        come to bind, so its job fails now with the object's reason, not at the binding
+        deadline."""
         ended, running, why = {}, set(), {}
         for kind, obj in listed:
             if (outcome := QUEUED[kind].ended(obj)) is not None:
@@ -298,10 +301,16 @@ class WorkloadController:
         podless = without_pods(waiting)
         for job in live:
             uid = job.spec["workload"]["uid"]
-            if job.state in DAEMONS_TO_END and uid not in running and job.pk not in podless:
-                # running, or admitted with its pods bound or being bound: the daemon reads
-                # their end from the pods (a short job whose condition landed before the
-                # daemon saw it run succeeds, it is not cancelled)
+            # A running job whose object failed fails with it: its operator deletes the pods
+            # it still runs (a Job's active pods, a JobSet's Jobs), which the daemon would
+            # read as vanished on a lost node and requeue.
+            failed_running = job.state == S.RUNNING and ended[uid] == "failed"
+            if job.state in DAEMONS_TO_END and not (
+                uid in running or job.pk in podless or failed_running
+            ):
+                # admitted with its pods bound or being bound, or running to completion: the
+                # daemon reads their end from the pods (a short job whose condition landed
+                # before the daemon saw it run succeeds, it is not cancelled)
                 continue
             if end_finished(job, ended[uid], why[uid]) is not None:
                 stats.cancelled += 1

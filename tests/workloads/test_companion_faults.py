@@ -62,8 +62,7 @@ class FailingTrainingOperator(TrainingOperator):
     def step(self, name: str) -> list[str]:
         return self.pods(name) if self.finished else super().step(name)
 
-    def master_failed(self, name: str) -> None:
-        fail(self.world, f"{name}-master-0")
+    def fail_job(self, name: str) -> None:
         obj = self.get(name)
         message = f"PyTorchJob {name} is failed because 1 Master replica(s) failed."
         condition = {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed"}
@@ -72,13 +71,13 @@ class FailingTrainingOperator(TrainingOperator):
         self.finished = True
 
 
-def test_a_pytorchjobs_failed_cpu_master_fails_the_attempt_its_operator_leaves_running(
+def test_a_pytorchjobs_failed_cpu_master_is_told_and_its_job_fails_with_the_pytorchjob(
     world: World,
 ) -> None:
-    """The Master (no GPUs, beside two 8-GPU Workers) exits 1: its operator fails the
-    PyTorchJob and leaves the Workers running, so nothing would end the Gantry job (the daemon
-    reads its end from the Workers' pods). Gantry fails the attempt (retry limit 0) saying
-    which pod failed and why, tells it on the PyTorchJob, and suspends it."""
+    """The Master (no GPUs, beside two 8-GPU Workers) exits 1: Gantry tells it (the job's
+    reason, a Warning on the PyTorchJob); its operator then fails the PyTorchJob, leaving the
+    Workers running, and the job fails with it (not left running on the Workers' pods), the
+    PyTorchJob suspended and the Workers' GPUs held until their pods go."""
     operator = FailingTrainingOperator(world)
     body = pytorchjob("pt", gpus=8, workers=2, master_gpus=0)
     body["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] = "Never"
@@ -87,15 +86,23 @@ def test_a_pytorchjobs_failed_cpu_master_fails_the_attempt_its_operator_leaves_r
     made = operator.step("pt")
     world.step()
     job = running(world, made, "PyTorchJob")
-    operator.master_failed("pt")
+    fail(world, "pt-master-0")
+    world.step()
+    job.refresh_from_db()
+    assert job.state == "running", job.reason
+    assert job.reason.startswith("its Master pod pt-master-0 failed (Error: exit code 1)")
+    world.controller.sync()
+    warned = [m for r, m in events(world, "PyTorchJob") if "pt-master-0 failed" in m]
+    assert len(warned) == 1 and "is running. Warning:" in warned[0], warned
+    operator.fail_job("pt")
     world.step()
     world.step()
     job.refresh_from_db()
     assert job.state == "failed", job.reason
-    assert "its Master pod pt-master-0 failed (Error: exit code 1)" in job.reason
-    assert "leaves its Workers running" in job.reason
-    told = [m for r, m in events(world, "PyTorchJob") if r == "Failed"]
-    assert told and "its Master pod pt-master-0 failed" in told[0]
+    assert job.reason == (
+        "its PyTorchJob failed in Kubernetes: PyTorchJob pt is failed because 1 Master "
+        "replica(s) failed."
+    )
     assert operator.get("pt")["spec"]["runPolicy"]["suspend"] is True
     # The Workers, left running by their operator, keep their GPUs until their pods go.
     assert {"pt-worker-0", "pt-worker-1"} <= set(operator.pods("pt"))
@@ -236,7 +243,7 @@ def faults(rows: dict[int, Any], pods: dict[str, PodStatus], now: datetime = NOW
         ("rayjobs", "submitter", False, "KubeRay's submitter Job retries up to its backoffLimit"),
         ("jobsets", "driver", False, "its replicated job 'driver' pod p failed"),
         ("trainjobs", "dataset-initializer", False, "its dataset-initializer pod p failed"),
-        ("pytorchjobs", "master", True, "its Master pod p failed (Error); the PyTorchJob fails"),
+        ("pytorchjobs", "master", False, "its Master pod p failed (Error); the training operator"),
     ],
     ids=["ray-head", "ray-cpu-group", "ray-submitter", "jobset-driver", "initializer", "master"],
 )

@@ -621,3 +621,35 @@ def test_a_job_cancelled_before_its_jobs_pods_come_frees_its_gpus(world: World) 
     world.step()
     assert not Allocation.objects.filter(job=slow, ended_at__isnull=True).exists()
     assert world.fake.get("jobs", world.namespace, "slow")["spec"]["suspend"] is True
+
+
+def test_a_running_job_whose_object_failed_fails_with_it_not_requeued_as_node_lost(
+    world: World,
+) -> None:
+    """A Job of two pods runs; one pod fails and the Job's backoffLimit (0) is reached: its
+    controller marks the Job Failed and deletes the pod still running. The Gantry job fails
+    with the Job's reason; the pod gone is not read as lost with its node (the attempt was
+    requeued, then cancelled as if its pods had finished before Gantry stopped them)."""
+    create_job(world, job("ddp", parallelism=2, backoffLimit=0))
+    world.step()
+    names = JobController(world).step("ddp")
+    world.step()
+    for name in names:
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    mine = Job.objects.get(spec__workload__kind="Job")
+    assert mine.state == "running", mine.reason
+    world.fake.set_pod_status(world.namespace, names[1], {"phase": "Failed"})
+    failed = world.fake.get("jobs", world.namespace, "ddp")
+    message = "Job has reached the specified backoff limit"
+    condition = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+    failed["status"] = {"failed": 1, "active": 0, "conditions": [{**condition, "message": message}]}
+    world.fake.replace("jobs", world.namespace, "ddp", failed)
+    world.fake.delete("pods", world.namespace, names[0], 0)  # the active pod, deleted
+    world.step()
+    world.step()
+    mine.refresh_from_db()
+    assert (mine.state, mine.attempt) == ("failed", 0), mine.reason
+    assert mine.reason == f"its Job failed in Kubernetes: {message}"
+    world.step()
+    assert not Allocation.objects.filter(job=mine, ended_at__isnull=True).exists()

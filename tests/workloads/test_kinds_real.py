@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from devcluster import controllers
-from devcluster.kubelets import RUN_SECONDS
+from devcluster.kubelets import EXIT_CODE, RUN_SECONDS
 from devcluster.versions import binary
 from scheduler.models import Allocation, Job
 from tests.daemon.test_kubernetes_real import NODES, shared
@@ -184,6 +184,76 @@ def test_a_jobsets_driver_runs_beside_replica_0_and_outlives_its_gpu_jobs(
                 native.world.api,
                 "DELETE",
                 f"{jobsets}/drv",
+                query=[("propagationPolicy", "Background")],
+            )
+
+
+def test_a_jobsets_failed_driver_is_told_and_its_jobset_ends_the_job(
+    real_plane: RealPlane, native: Native, installed: Any
+) -> None:
+    """A driver that exits 1 (its Job's backoffLimit 0) beside two GPU Jobs still running, with
+    JobSet's real manager: Gantry tells the driver's failure (the job's reason, a Warning
+    event on the JobSet) and leaves the attempt to the JobSet's failurePolicy (none: the
+    JobSet fails), and the job ends with the JobSet, its GPUs freed."""
+    driver_pod = _pod(0, 1)
+    driver_pod["metadata"]["annotations"][EXIT_CODE] = "1"
+    driver_pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+
+    def replicated(name: str, replicas: int, template: Obj) -> Obj:
+        job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}
+        return {"name": name, "replicas": replicas, "template": {"spec": job}}
+
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "fails"},
+        "spec": {
+            "replicatedJobs": [
+                replicated("driver", 1, driver_pod),
+                replicated("w", 2, _pod(8, 600)),
+            ]
+        },
+    }
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{native.world.managed}/jobsets"
+    with manager(real_plane, "JobSet"):
+        try:
+            answer = native.world.create(jobsets, body)
+            assert answer.status == 201, answer.body
+            native.controller.sync()
+            mirrored = Job.objects.get(spec__workload__kind="JobSet")
+            seen: list[tuple[str, str]] = []
+
+            def told() -> bool:
+                mirrored.refresh_from_db()
+                seen.append((mirrored.state, mirrored.reason))
+                return "its replicated job 'driver' pod" in mirrored.reason
+
+            native.until("the driver's failure is told", told)
+            assert "failed (Error: exit code 1)" in mirrored.reason, seen[-1]
+
+            def failed() -> bool:
+                status = request(native.world.api, "GET", f"{jobsets}/fails").body.get("status")
+                conditions = (status or {}).get("conditions") or ()
+                return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
+
+            native.until("the JobSet fails", failed)
+            native.until("the job ends", lambda: _state(mirrored) in ("failed", "cancelled"))
+            mirrored.refresh_from_db()
+            # JobSet deletes the Jobs of a failed JobSet: its GPU pods went, read until now
+            # as lost with their nodes (requeued, then cancelled)
+            assert (mirrored.state, mirrored.attempt) == ("failed", 0), mirrored.reason
+            assert mirrored.reason.startswith("its JobSet failed in Kubernetes: jobset failed")
+            native.until(
+                "its GPUs are freed",
+                lambda: not Allocation.objects.filter(job=mirrored, ended_at__isnull=True).exists(),
+            )
+            native.controller.sync()
+            assert "Failed" in native.events("fails")
+        finally:
+            request(
+                native.world.api,
+                "DELETE",
+                f"{jobsets}/fails",
                 query=[("propagationPolicy", "Background")],
             )
 
