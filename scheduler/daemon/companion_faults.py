@@ -1,21 +1,22 @@
-"""Reconcile's judgement of a companion pod that failed (issue 37, docs/kubernetes-native.md,
-"A companion that fails").
+"""Reconcile's judgement of a companion pod that failed or never starts (issue 37,
+docs/kubernetes-native.md, "A companion that fails").
 
 A companion (`scheduler.daemon.companions`: a RayJob's CPU head, CPU worker group or
 submitter, a JobSet's driver, a PyTorchJob's CPU Master, a TrainJob's initializer) is no
 replica, so the judge of a job's replicas never looks at it. One whose pod ends Failed (an
 OOM kill, a non-zero exit with `restartPolicy: Never`, an eviction) while its attempt is
 placed (binding or running, the pod on that attempt's replica 0's node) is a fault, and what
-follows is its operator's to decide, per kind (`OPERATORS`, from each operator's source):
+follows is its operator's to decide, per kind (`OPERATORS`, read in each operator's source),
+and Gantry tells the user:
 
 - KubeRay deletes a head or worker pod that ended (`shouldDeletePod`) and makes it again, and
-  its submitter Job retries up to its `backoffLimit` before the RayJob fails: Gantry tells;
+  its submitter Job retries up to its `backoffLimit` before the RayJob fails;
 - a JobSet's driver Job makes its pod again up to its `backoffLimit`, then the JobSet's
-  `failurePolicy` fails the JobSet (or restarts every Job): Gantry tells; so for a TrainJob's
-  initializers (its runtime's JobSet);
+  `failurePolicy` fails the JobSet (or restarts every Job); so for a TrainJob's initializers
+  (its runtime's JobSet);
 - the training operator fails a PyTorchJob whose Master failed (its default `cleanPodPolicy:
-  None` leaves the Workers running): Gantry tells, and the workload controller fails the job
-  with its object, as it fails any running job whose object failed.
+  None` leaves the Workers running), and the workload controller fails the job with its
+  object, as it fails any running job whose object failed.
 
 A companion that cannot pull its image stays Pending (never Failed), and no operator ends an
 object whose pod never starts: past the binding deadline after its attempt's replica 0 was
@@ -49,46 +50,31 @@ Row = Mapping[str, Any]
 # The states in which a companion's failure is judged: its attempt placed and bound.
 JUDGED = frozenset({S.BINDING, S.RUNNING})
 COMPANION_FAILED = "companion_failed"  # the kind of the job's event that tells it
+NEVER_STARTS = "no operator ends an object whose pod never starts"
 
 
-@dataclass(frozen=True)
-class Operator:
-    """What a kind's operator does when a companion's pod fails: whether Gantry must end the
-    attempt (`ends`), and what follows, in the user's words (`then`)."""
-
-    ends: bool
-    then: str
-
-
-# By the workload's plural, then by companion label where the kind's parts differ ("" for
-# any other part of the kind).
-OPERATORS: dict[str, dict[str, Operator]] = {
+# What each kind's operator does when a companion's pod fails, in the user's words: by the
+# workload's plural, then by companion label where the kind's parts differ ("" for any other
+# part of the kind). Gantry only tells: each of them ends the object, or makes the pod again.
+OPERATORS: dict[str, dict[str, str]] = {
     "rayjobs": {
-        "": Operator(False, "KubeRay makes it again; the RayJob fails if its Ray job is lost"),
-        "submitter": Operator(
-            False, "KubeRay's submitter Job retries up to its backoffLimit, then the RayJob fails"
-        ),
+        "": "KubeRay makes it again; the RayJob fails if its Ray job is lost",
+        "submitter": "KubeRay's submitter Job retries up to its backoffLimit, then the RayJob "
+        "fails",
     },
     "jobsets": {
-        "": Operator(
-            False,
-            "its Job makes it again up to its backoffLimit, then the JobSet's failurePolicy "
-            "fails or restarts the JobSet",
-        ),
+        "": "its Job makes it again up to its backoffLimit, then the JobSet's failurePolicy "
+        "fails or restarts the JobSet",
     },
-    "trainjobs": {
-        "": Operator(False, "its Job retries up to its backoffLimit, then the TrainJob fails"),
-    },
-    "pytorchjobs": {
-        "": Operator(False, "the training operator fails the PyTorchJob, and its job with it"),
-    },
+    "trainjobs": {"": "its Job retries up to its backoffLimit, then the TrainJob fails"},
+    "pytorchjobs": {"": "the training operator fails the PyTorchJob, and its job with it"},
 }
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A placed job's companion pod that failed: what the user is told, and whether the
-    attempt ends (`reason` is then the attempt's failure reason)."""
+    """A placed job's faulty companion pod: what the user is told, and whether the attempt
+    ends (one that never starts; `reason` is then the attempt's failure reason)."""
 
     job_id: int
     text: str
@@ -143,12 +129,11 @@ def _fault(job: Row, pod: PodStatus, what: str, *, ends: bool = False) -> Fault 
     kind = OPERATORS.get(plural)
     if kind is None:
         return None
-    operator = kind.get(pod.companion) or kind[""]
     reason = pod.reason or FailureReason.ERROR
     detail = f"{reason}: {pod.message}" if pod.message else str(reason)
-    then = "no operator ends an object whose pod never starts" if ends else operator.then
+    then = NEVER_STARTS if ends else kind.get(pod.companion) or kind[""]
     text = f"its {part(plural, pod.companion)} pod {pod.name} {what} ({detail}); {then}"
-    return Fault(pod.job_id, text, reason, ends or operator.ends)
+    return Fault(pod.job_id, text, reason, ends)
 
 
 def part(plural: str, companion: str) -> str:
