@@ -17,7 +17,7 @@ Called at the start of every cycle, when no claim of this daemon is in flight, s
    or vanished pod, a lost node or an unhealthy GPU (retried per the job's policy), or a pod
    bound but not started within `Limits.binding_timeout_s` (with the cause the cluster
    reports; retried per the job's policy); failed past its max runtime. A companion pod
-   that failed (`scheduler.daemon.companion_faults`) is told as the job's reason; one that
+   that failed (`scheduler.daemon.companions.faults`) is told as the job's reason; one that
    cannot pull its image fails the attempt past the binding deadline (no operator would).
 4. Preempted jobs whose pods are all gone go back to the queue with a new attempt.
 5. At a new daemon's first reconcile, then every `strays.HELD_JOBS_SWEEP_S`: a held Job that
@@ -38,9 +38,10 @@ from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
 from scheduler.backends.base import BackendError, BindConflict, PodPhase
-from scheduler.daemon import companion_faults, strays, workloads
+from scheduler.daemon import strays, workloads
 from scheduler.daemon.cluster import Cluster
-from scheduler.daemon.companions import keep_companions
+from scheduler.daemon.companions import faults as companion_faults
+from scheduler.daemon.companions.binding import keep_companions
 from scheduler.daemon.judge import (
     Verdict,
     apply_verdicts,

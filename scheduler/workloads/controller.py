@@ -404,7 +404,7 @@ def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:
                 text += f", estimated start {p50}"
             text += "."
         return text
-    # A placed job's reason is news about it (its companion pod failed: daemon/companion_faults)
+    # A placed job's reason is news about it (its companion pod failed: daemon/companions/faults.py)
     also = f" Warning: {reason}." if reason else ""
     if state in (S.ADMITTED, S.BINDING):
         return f"{head} is admitted: its pods are being placed on the nodes Gantry chose.{also}"

@@ -4,7 +4,7 @@ fake API server: a RayJob's submitter (the pod of the Job KubeRay makes from
 initializer Jobs) go to the node of replica 0, where their CPU and memory were reserved
 (tests/workloads/test_companions.py), are not taken as replicas nor deleted as orphans while
 their attempt is admitted, and are never bound for an attempt that is not (a stale attempt's,
-a queued job's): scheduler/daemon/companions.py.
+a queued job's): scheduler/daemon/companions/binding.py.
 
 The tests play the operators: the webhook holds what the user creates (`Operator.create`),
 Gantry's admission labels the templates, and the test makes the pods the operator's Job

@@ -1,4 +1,4 @@
-"""A companion pod that fails (issue 37, scheduler/daemon/companion_faults.py): a RayJob's CPU
+"""A companion pod that fails (issue 37, scheduler/daemon/companions/faults.py): a RayJob's CPU
 head, a JobSet's driver or a PyTorchJob's CPU Master bound beside replica 0 whose pod ends
 Failed. Its user is told (the job's reason, an event on the object); where the operator will
 not end the object, the attempt ends per the job's retry policy.
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
-from scheduler.daemon.companion_faults import companion_faults
+from scheduler.daemon.companions.faults import companion_faults
 from scheduler.models import Allocation, Job
 from scheduler.workloads.kinds import JOBSET, RAYJOB
 from tests.workloads.test_companion_binding import cpu_head_rayjob, head_node, node_of
