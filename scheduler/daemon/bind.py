@@ -46,6 +46,8 @@ class Outcome:
     failed: dict[int, str] = field(default_factory=dict)  # job id -> why
     # Pods whose name something else already holds: not ours, so never deleted by us.
     foreign: set[tuple[str, str]] = field(default_factory=set)
+    # Held pods (a user's, gated: `PodRequest.held`) this phase admitted: Gantry's from then on.
+    admitted: set[tuple[str, str]] = field(default_factory=set)
 
 
 def bind_plan(cluster: Cluster, plan: Plan, hook: Hook, deadline_s: float = 15.0) -> Outcome:
@@ -74,6 +76,8 @@ def _bind_in_order(cluster: Cluster, plan: Plan, hook: Hook) -> Outcome:
             for pod in pods:
                 cluster.create(pod)
                 created[job_id].append(pod)
+                if pod.held:
+                    out.admitted.add((pod.namespace, pod.name))
         except BackendError as error:
             out.failed[job_id] = f"creating pods failed: {error}"
         except BindConflict as conflict:
@@ -191,6 +195,8 @@ class _Binding:
                 out.foreign.add((call.what.namespace, call.what.name))
         elif call.step == "create":
             self.created[job_id].append(call.what)
+            if call.what.held:
+                out.admitted.add((call.what.namespace, call.what.name))
         self.left[job_id] -= 1
         if self.left[job_id] or job_id in out.failed:
             return
@@ -214,6 +220,22 @@ class _Binding:
         return f"binding failed: {error}"
 
 
+def failed_pods(plan: Plan, out: Outcome) -> list[tuple[str, str, int]]:
+    """The pods of the jobs that did not bind, deleted at the commit: Gantry's own whatever
+    became of their calls (one never sent or unanswered may exist), but never a pod another
+    owner holds under our name (`foreign`), nor a user's held pod this phase did not admit:
+    its call failed or was never sent (a gang's other pod failed first), so it is the user's
+    as it was, gated (a LeaderWorkerSet's pod made again under its name is a new workload's).
+    A held pod it did admit is Gantry's now, and goes."""
+    return [
+        (p.namespace, p.name, 0)
+        for j in out.failed
+        for p in plan.pods.get(j, [])
+        if (p.namespace, p.name) not in out.foreign
+        and (not p.held or (p.namespace, p.name) in out.admitted)
+    ]
+
+
 def commit_binds(
     plan: Plan,
     out: Outcome,
@@ -232,13 +254,7 @@ def commit_binds(
     session holds locked stays admitted and keeps them (its pods were deleted, so the next
     reconcile releases the claim), never admitted without an allocation. Nothing bound or
     failed: no transaction, and `within` is not called."""
-    failed_pods = [
-        (p.namespace, p.name, 0)
-        for j in out.failed
-        for p in plan.pods.get(j, [])
-        if (p.namespace, p.name) not in out.foreign
-    ]
-    cluster.delete_pods(failed_pods)
+    cluster.delete_pods(failed_pods(plan, out))
     if not (out.bound or out.failed):
         return  # nothing was bound or failed: nothing to record
     bound_jobs = [j for j in out.bound if j in plan.claimed]

@@ -17,7 +17,7 @@ import pytest
 
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
 from scheduler.daemon.apply import Plan
-from scheduler.daemon.bind import bind_plan
+from scheduler.daemon.bind import bind_plan, failed_pods
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.state import Clock
@@ -285,3 +285,33 @@ def test_reconciles_deletions_go_out_concurrently_and_a_stalled_one_is_given_up(
     assert backend.peak == 4
     assert "could not delete pod team-a/done-3: 503 Service Unavailable" in caplog.text
     assert "could not delete pod team-a/done-5: no answer" in caplog.text
+
+
+def held(pod: PodRequest) -> PodRequest:
+    """A user's pod, gated by Gantry's webhook: admitted, never created (issue 37)."""
+    return replace(pod, held=True, held_uid="uid-then")
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 4], ids=["in-order", "threads"])
+def test_a_users_held_pod_is_deleted_only_once_admitted(max_in_flight: int) -> None:
+    """A gang of a user's held pods whose first admission fails (its pod was made again
+    under its name: a new workload's): the job fails, and its pods not admitted are left
+    to their user, gated (deleting the one whose call was never sent killed the new
+    workload's pod); one that was admitted is Gantry's and deleted at the commit."""
+    backend = NetworkCluster(max_in_flight=max_in_flight)
+    plan = plan_of((1, 2))
+    plan.pods[1] = [held(p) for p in plan.pods[1]]
+    backend.refused[("create", "gantry-1-a0-r0")] = BindConflict("made again: not ours")
+    out = bind_plan(cluster_of(backend), plan, no_hook)
+    assert 1 in out.failed and out.foreign == {("team-a", "gantry-1-a0-r0")}
+    assert failed_pods(plan, out) == [
+        ("team-a", name, 0) for name in sorted(n for _, n in out.admitted)
+    ]
+    assert ("team-a", "gantry-1-a0-r1", 0) not in failed_pods(plan, replace(out, admitted=set()))
+    # admitted, then its gang failed: Gantry's now, deleted
+    backend = NetworkCluster(max_in_flight=1)
+    backend.refused.clear()
+    backend.refused[("create", "gantry-1-a0-r1")] = BindConflict("made again: not ours")
+    out = bind_plan(cluster_of(backend), plan, no_hook)
+    assert out.admitted == {("team-a", "gantry-1-a0-r0")}
+    assert failed_pods(plan, out) == [("team-a", "gantry-1-a0-r0", 0)]
