@@ -56,6 +56,28 @@ def _pod(gpus: int, run_s: float | None) -> Obj:
     return {"metadata": metadata, "spec": spec}
 
 
+def _driver(seconds: int) -> Obj:
+    """A JobSet driver's pod: no GPUs, one CPU, running `seconds`."""
+    pod = _pod(0, seconds)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    return pod
+
+
+def _jobset_with_driver(name: str, driver: Obj, worker: Obj) -> Obj:
+    """A JobSet of a driver Job of one pod beside two Jobs of one `worker` pod each."""
+
+    def replicated(what: str, replicas: int, template: Obj) -> Obj:
+        job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}
+        return {"name": what, "replicas": replicas, "template": {"spec": job}}
+
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {"replicatedJobs": [replicated("driver", 1, driver), replicated("w", 2, worker)]},
+    }
+
+
 def _pods(native: Native, job: Job) -> dict[str, Obj]:
     path = f"/api/v1/namespaces/{native.world.managed}/pods"
     query = [("labelSelector", f"gantry.io/job-id={job.pk}")]
@@ -127,21 +149,7 @@ def test_a_jobsets_driver_runs_beside_replica_0_and_outlives_its_gpu_jobs(
     GPU pods are the replicas, one per node; the driver's pod, a companion, is bound to
     replica 0's node; the GPU pods exit first and the job succeeds, the driver is left to
     finish (not deleted: the JobSet would fail), and then the JobSet completes."""
-    driver_pod = _pod(0, 6)
-    driver_pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-
-    def replicated(name: str, replicas: int, template: Obj) -> Obj:
-        job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}
-        return {"name": name, "replicas": replicas, "template": {"spec": job}}
-
-    body = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "drv"},
-        "spec": {
-            "replicatedJobs": [replicated("driver", 1, driver_pod), replicated("w", 2, _pod(8, 2))]
-        },
-    }
+    body = _jobset_with_driver("drv", _driver(6), _pod(8, 2))
     jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{native.world.managed}/jobsets"
     with manager(real_plane, "JobSet"):
         try:
@@ -195,25 +203,9 @@ def test_a_jobsets_failed_driver_is_told_and_its_jobset_ends_the_job(
     JobSet's real manager: Gantry tells the driver's failure (the job's reason, a Warning
     event on the JobSet) and leaves the attempt to the JobSet's failurePolicy (none: the
     JobSet fails), and the job ends with the JobSet, its GPUs freed."""
-    driver_pod = _pod(0, 1)
+    driver_pod = _driver(1)
     driver_pod["metadata"]["annotations"][EXIT_CODE] = "1"
-    driver_pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-
-    def replicated(name: str, replicas: int, template: Obj) -> Obj:
-        job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}
-        return {"name": name, "replicas": replicas, "template": {"spec": job}}
-
-    body = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "fails"},
-        "spec": {
-            "replicatedJobs": [
-                replicated("driver", 1, driver_pod),
-                replicated("w", 2, _pod(8, 600)),
-            ]
-        },
-    }
+    body = _jobset_with_driver("fails", driver_pod, _pod(8, 600))
     jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{native.world.managed}/jobsets"
     with manager(real_plane, "JobSet"):
         try:
