@@ -1,8 +1,10 @@
-"""Filters of config/settings.py's LOGGING."""
+"""Filters and the console handler of config/settings.py's LOGGING."""
 
 from __future__ import annotations
 
 import logging
+import sys
+from typing import TextIO
 
 from django.core.exceptions import PermissionDenied
 from rest_framework.exceptions import NotAuthenticated
@@ -23,3 +25,21 @@ class RefusalWithoutTraceback(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+class CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The console: each record written to `sys.stderr` as it is when the record is
+    emitted, not as it was when logging was configured. `logging.StreamHandler` keeps the
+    stream it was made with; each `django.setup()` configures logging again, so one run
+    in-process while `sys.stderr` was a temporary stream (a test's captured output, a
+    benchmark run inside a test) left the root handler writing to a closed file, and every
+    later record printed a "--- Logging error ---" traceback instead (as the standard
+    library's own last-resort handler does, the stream is looked up at each write)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        """Ignored: the stream is always the current `sys.stderr`."""

@@ -424,7 +424,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # A refused request (PermissionDenied) is a warning line, not a traceback; a 5xx keeps its.
     "filters": {"refusals": {"()": "common.log_filters.RefusalWithoutTraceback"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The console writes to sys.stderr as it is at each record (common.log_filters).
+    "handlers": {
+        "console": {"class": "common.log_filters.CurrentStderrHandler", "formatter": "plain"}
+    },
     "loggers": {"django.request": {"filters": ["refusals"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("GANTRY_LOG_LEVEL", "INFO")},
 }

@@ -57,3 +57,31 @@ def test_a_500_keeps_its_traceback(
     (record,) = request_records(caplog, "/scheduler/profile/")
     assert record.levelname == "ERROR" and record.exc_info is not None
     assert isinstance(record.exc_info[1], RuntimeError)
+
+
+def test_the_console_writes_to_stderr_as_it_is_at_each_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Logging configured while sys.stderr was a stream since closed (each django.setup()
+    configures it again: a benchmark run inside a test did, under a test's captured output)
+    still writes each record to the current sys.stderr, not a "--- Logging error ---"
+    traceback there (tests/k8s/test_logs_cli.py saw one, intermittently)."""
+    import io
+    import logging.config
+
+    from django.conf import settings
+
+    then = io.StringIO()
+    monkeypatch.setattr("sys.stderr", then)
+    logger = logging.getLogger("gantry.test.console")
+    logging.config.dictConfig(settings.LOGGING)  # as django.setup() does
+    then.close()
+    now = io.StringIO()
+    monkeypatch.setattr("sys.stderr", now)
+    try:
+        logger.warning("after the stream it was set up with closed")
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+    written = now.getvalue()
+    assert "after the stream it was set up with closed" in written
+    assert "Logging error" not in written
