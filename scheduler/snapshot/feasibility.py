@@ -86,7 +86,10 @@ class FitJudge:
         self.cluster_of = np.array([names[c] for c in cluster], dtype=np.int64)
         placement = spec.get("placement") or {}
         self.within = np.ones(len(inv.nodes), dtype=np.bool_)
-        required, _ = resolve_placement(placement, cluster_labels())
+        # The clusters' labels are read only for a placement that names clusters (by name or
+        # label): a submit without one reads nothing more.
+        named = placement.get("clusters") or placement.get("cluster_labels")
+        required = resolve_placement(placement, cluster_labels())[0] if named else ()
         if required:
             self.within &= np.isin(np.array(cluster, dtype=object), required)
         if placement.get("regions"):

@@ -123,6 +123,21 @@ def apply(
     )
 
 
+def json_patch(
+    api: client.ApiClient, path: str, ops: list[dict[str, Any]], *, dry_run: bool = True
+) -> Answer:
+    """A JSON patch of the object at `path`, a dry run unless told: every admission step and
+    policy runs, nothing is kept."""
+    return request(
+        api,
+        "PATCH",
+        path,
+        body=ops,
+        query=[("dryRun", "All")] if dry_run else [],
+        content_type="application/json-patch+json",
+    )
+
+
 def create_pod(api: client.ApiClient, namespace: str, pod: dict[str, Any]) -> Answer:
     """A dry-run create: every admission step (Pod Security included) runs, nothing is kept."""
     return request(

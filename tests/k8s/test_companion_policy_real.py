@@ -20,7 +20,7 @@ from scheduler.backends.kubernetes.resume import TRAINJOB_MANAGER, resume_patch
 from scheduler.backends.workloads import RAYJOB, TRAINJOB
 from tests.k8s.builders import make_request
 from tests.k8s.rbac_table import SCHEDULER
-from tests.k8s.real_api import Answer, request
+from tests.k8s.real_api import Answer, json_patch, request
 from tests.k8s.test_rbac_real import PROBE, Accounts, _refused_by_policy, accounts, policies
 
 __all__ = ["accounts", "policies"]  # the fixtures, for this module
@@ -64,14 +64,7 @@ def test_the_scheduler_labels_a_rayjobs_submitter_template_and_nothing_more(
     try:
 
         def patch(ops: list[dict[str, Any]]) -> Answer:
-            return request(
-                scheduler,
-                "PATCH",
-                f"{path}/{name}",
-                body=ops,
-                query=[("dryRun", "All")],
-                content_type="application/json-patch+json",
-            )
+            return json_patch(scheduler, f"{path}/{name}", ops)
 
         admit = resume_patch(RAYJOB, made.body, make_request(job_id=8))
         assert any(op["path"].startswith(SUBMITTER) for op in admit) is submitter, admit
@@ -155,14 +148,7 @@ def test_the_scheduler_renames_the_attempt_in_its_own_trainjob_runtime_patch_onl
     try:
 
         def patch(ops: list[dict[str, Any]], dry_run: bool = True) -> Answer:
-            return request(
-                scheduler,
-                "PATCH",
-                f"{path}/{name}",
-                body=ops,
-                query=[("dryRun", "All")] if dry_run else [],
-                content_type="application/json-patch+json",
-            )
+            return json_patch(scheduler, f"{path}/{name}", ops, dry_run=dry_run)
 
         first = resume_patch(TRAINJOB, made.body, make_request(job_id=8))
         foreign = [{"op": "add", "path": "/metadata/labels/team", "value": "x"}]
@@ -223,14 +209,7 @@ def test_the_scheduler_labels_a_cpu_head_a_companion_beside_gpu_workers(
         admit = resume_patch(RAYJOB, made.body, make_request(job_id=8))
         deadline = time.monotonic() + 30.0
         while True:
-            answer = request(
-                scheduler,
-                "PATCH",
-                f"{path}/{name}",
-                body=admit,
-                query=[("dryRun", "All")],
-                content_type="application/json-patch+json",
-            )
+            answer = json_patch(scheduler, f"{path}/{name}", admit)
             if answer.status == 200:
                 break
             assert time.monotonic() < deadline, f"never allowed: {answer.message}"
