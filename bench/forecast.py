@@ -10,7 +10,12 @@
     asking for its GPUs from creation to deletion, spread over days by the product's own
     arithmetic (capacity.daily), over its complete days only (`openb_history`): 33 days, so
     `--openb-horizon` (7) days ahead from `--openb-origins` (13) origins `--openb-step` (1)
-    days apart; `--openb-all-days` takes every day from day 0 instead (see openb_history).
+    days apart; `--openb-all-days` takes every day from day 0 instead (see openb_history);
+(c) philly: Microsoft Philly's nodes in use, node-hours a day over 73 days of 2017
+    (bench.philly: allocated nodes, not GPUs), read from `--philly` (the CSV or the git directory
+    the fetch tool brings for github:S-Lab-System-Group/HeliosArtifact), forecast
+    `--philly-horizon` (30) days ahead from `--philly-origins` (4) origins `--philly-step` (7)
+    days apart. When it is absent the history is skipped and `skipped.philly` says why.
 
 Each fit sees the last `--window` (180, the product's GANTRY_CAPACITY_HISTORY_DAYS) days before
 its origin, as the refresh does; 0: every day before it. Scores, averaged over origins:
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,6 +47,8 @@ from typing import Any
 import numpy as np
 
 from bench.openb.trace import load_pod_lifetimes
+from bench.philly import DEFAULT_SOURCE as PHILLY_SOURCE
+from bench.philly import HistoryMissing, philly_history
 from capacity.daily import DAY_S, daily_gpu_hours
 
 DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "openb"
@@ -146,6 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--openb-all-days", action="store_true", help="from day 0, survivors-only days too"
     )
+    parser.add_argument("--philly", type=Path, default=PHILLY_SOURCE, help="CSV or git dir")
+    parser.add_argument("--philly-horizon", type=int, default=30)
+    parser.add_argument("--philly-origins", type=int, default=4)
+    parser.add_argument("--philly-step", type=int, default=7, help="days between its origins")
     parser.add_argument("--candidates", help="keys of the models to choose from (default all)")
     parser.add_argument(
         "--fit-horizon", type=int, default=0, help="forecast this far, score the first days"
@@ -163,7 +175,27 @@ def main(argv: list[str] | None = None) -> None:
     openb, openb_first = openb_history(args.trace_dir, all_days=args.openb_all_days)
     runs = [("generated", generated, int(h), args.origins, 7) for h in args.horizons.split(",")]
     runs.append(("openb", openb, args.openb_horizon, args.openb_origins, args.openb_step))
-    by_horizon: dict[str, dict[str, Any]] = {"generated": {}, "openb": {}}
+    data: dict[str, Any] = {
+        "generated": {"days": len(generated), "training_days": window},
+        "openb": {"days": len(openb), "first_day": openb_first, "training_days": window},
+    }
+    skipped: dict[str, str] = {}
+    try:
+        philly = philly_history(args.philly)
+    except HistoryMissing as e:
+        skipped["philly"] = str(e)
+        print(f"philly skipped: {e}", file=sys.stderr)
+    else:
+        history = philly.node_hours
+        runs.append(("philly", history, args.philly_horizon, args.philly_origins, args.philly_step))
+        data["philly"] = {
+            "days": len(history),
+            "first_day": philly.first_day,
+            "gap_minutes": philly.gap_minutes,
+            "training_days": window,
+            "demand": "allocated: node-hours a day of Philly nodes running jobs (not GPUs)",
+        }
+    by_horizon: dict[str, dict[str, Any]] = {name: {} for name in data}
     histories: dict[str, Any] = {}
     for name, history, horizon, count, step in runs:
         t0 = time.perf_counter()
@@ -186,10 +218,8 @@ def main(argv: list[str] | None = None) -> None:
         "baseline": BASELINE,
         "definitions": DEFINITIONS,
         "by_horizon": by_horizon,
-        "data": {
-            "generated": {"days": len(generated), "training_days": window},
-            "openb": {"days": len(openb), "first_day": openb_first, "training_days": window},
-        },
+        "data": data,
+        "skipped": skipped,
         "timing": timing,
     }
     print(json.dumps(out, indent=2))

@@ -25,9 +25,13 @@ def test_the_generated_history_grows_with_a_weekly_season() -> None:
 def test_the_json_holds_both_histories(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     args = ["--days", "120", "--origins", "2", "--horizons", "14,21", "--openb-origins", "2"]
-    main(["--json", str(out), *args])
+    main(["--json", str(out), *args, "--philly", str(tmp_path / "absent")])
     got = json.loads(out.read_text())
-    assert set(got["histories"]) == {"generated", "openb"}
+    assert set(got["histories"]) == {"generated", "openb"}  # philly is skipped, saying why:
+    assert (
+        "absent does not exist: fetch github:S-Lab-System-Group/HeliosArtifact"
+        in (got["skipped"]["philly"])
+    )
     for scores in got["histories"].values():
         assert set(scores) == {"mase", "smape", "coverage", "horizon_days", "origins"}
         assert scores["origins"] == 2
