@@ -1,19 +1,20 @@
 """Microsoft Philly's nodes in use, a real GPU cluster's history for bench.forecast.
 
 Source: `framework/CES Service/data/philly_node_sequence.csv` of the public repository
-S-Lab-System-Group/HeliosArtifact (the SC '21 Helios paper's artifact, which derived it from
-Microsoft's Philly trace, msr-fiddle/philly-traces): one row a minute from 2017-10-03 00:00 to
-2017-12-15 18:42, `time,active,total`, `active` the nodes running jobs out of `total` (420
-most of the time). Bring it with the `fetch` tool (`github:S-Lab-System-Group/HeliosArtifact`)
-and pass the returned git directory, or the CSV itself, to `--philly`; nothing of it is kept in
-this repository.
+S-Lab-System-Group/HeliosArtifact (the artifact of the SC '21 Helios paper; Philly is the
+cluster of msr-fiddle/philly-traces): one row a minute from 2017-10-03 00:00 to 2017-12-15
+18:42, `time,active,total`, `active` the nodes running jobs (the artifact plots it as the
+running node number) out of `total` (420 most of the time). Bring it with the `fetch` tool
+(`github:S-Lab-System-Group/HeliosArtifact`) and pass the returned git directory, or the CSV
+itself, to `--philly`; nothing of it is kept in this repository.
 
 Demand here is allocated nodes (nodes that ran a job), in node-hours a day: not GPUs (the file
 does not say how many GPUs each node has; Philly's have 2 to 8) and not requested (jobs that
 waited are not in it). A sample of 0 active nodes is a gap in the log, not an idle cluster (it
-comes in one block of 18 hours on 2017-10-26 and two of minutes; no other minute falls below 93
-nodes); so is a missing minute. A day's node-hours are 24 times the mean of its samples, over
-the whole days between the log's first and last minutes.
+comes in one block of 18 hours on 2017-10-26, ended by five minutes of 1 to 7 nodes as the log
+comes back, and two blocks of minutes; no other minute falls below 93 nodes); so is a missing
+minute. A day's node-hours are 24 times the mean of its samples, over the whole days between
+the log's first and last minutes.
 """
 
 from __future__ import annotations
