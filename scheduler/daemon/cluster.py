@@ -11,10 +11,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
+from typing import Any
 
-from scheduler.backends.base import BackendError, ClusterBackend, FencedWrites, PodRequest
+from scheduler.backends.base import (
+    BackendError,
+    BindConflict,
+    ClusterBackend,
+    FencedWrites,
+    PodRequest,
+)
 from scheduler.daemon.calls import Call, CallPool
 from scheduler.daemon.lease import LeaseKeeper
 
@@ -58,30 +65,50 @@ class Cluster:
         """Delete each (namespace, pod, grace seconds): concurrently over the call pool's
         threads where the backend allows it, else one after the other. A failure, or no answer
         within `deadline_s`, is logged, and reconcile deletes the pod on a later cycle."""
-        if self.calls.threaded and len(deletions) > 1:
-            self._delete_concurrently(deletions, deadline_s)
-            return
-        for namespace, name, grace in deletions:
+        failed = self._each(
+            "delete", deletions, self.backend.delete_pod, self.delete_from_thread, deadline_s
+        )
+        for (namespace, name, _), error in failed.items():
+            log.warning("could not delete pod %s/%s: %s", namespace, name, error)
 
-            def delete(namespace: str = namespace, name: str = name, grace: int = grace) -> None:
-                self.backend.delete_pod(namespace, name, grace)
+    def bind_pods(
+        self, binds: Sequence[tuple[str, str, str]], deadline_s: float = DELETE_DEADLINE_S
+    ) -> dict[tuple[str, str, str], Exception]:
+        """Bind each (namespace, pod, node) of pods that exist already (a user's Job's,
+        adopted by their replicas; companions): concurrently where the backend allows it, as
+        the bind phase's calls go, else one after the other. Returns the binds that failed
+        (BackendError, BindConflict, or no answer within `deadline_s`), for the caller to
+        judge; LeaseLost, or a bug, raises."""
+        return self._each(
+            "bind", list(binds), self.backend.bind_pod, self.bind_named_from_thread, deadline_s
+        )
 
-            try:
-                self.call(delete)
-            except BackendError as error:
-                log.warning("could not delete pod %s/%s: %s", namespace, name, error)
-
-    def _delete_concurrently(
-        self, deletions: list[tuple[str, str, int]], deadline_s: float
-    ) -> None:
+    def _each(
+        self,
+        step: str,
+        items: list[tuple[Any, ...]],
+        direct: Callable[..., None],
+        from_thread: Callable[..., None],
+        deadline_s: float,
+    ) -> dict[Any, Exception]:
+        """`direct(*item)` for each item, fenced, one after the other; or `from_thread(*item)`
+        over the call pool's threads where it has more than one, at most `in_flight` at once.
+        Returns the items whose call failed as a call may (BackendError, BindConflict) or gave
+        no answer within `deadline_s` of its start (a BackendError saying so)."""
+        failed: dict[Any, Exception] = {}
+        if not (self.calls.threaded and len(items) > 1):
+            for item in items:
+                try:
+                    self.call(functools.partial(direct, *item))
+                except (BackendError, BindConflict) as refused:
+                    failed[item] = refused
+            return failed
         with self.threads_writing():
             waiting = {
                 call.future: call
                 for call in (
-                    self.calls.send(
-                        Call(0, "delete", what), functools.partial(self.delete_from_thread, *what)
-                    )
-                    for what in deletions
+                    self.calls.send(Call(0, step, item), functools.partial(from_thread, *item))
+                    for item in items
                 )
             }
             while waiting:
@@ -96,14 +123,16 @@ class Cluster:
                     if f not in done and c.started is not None and now - c.started >= deadline_s
                 ]
                 for future in [*done, *late]:
-                    namespace, name, _ = waiting.pop(future).what
-                    error = future.exception() if future in done else None
+                    item = waiting.pop(future).what
                     if future in late:
-                        log.warning("could not delete pod %s/%s: no answer", namespace, name)
-                    elif isinstance(error, BackendError):
-                        log.warning("could not delete pod %s/%s: %s", namespace, name, error)
-                    elif error is not None:
-                        raise error  # LeaseLost, or a bug: the cycle ends here
+                        failed[item] = BackendError(f"no answer within {deadline_s:g} s")
+                        continue
+                    outcome = future.exception()
+                    if isinstance(outcome, BackendError | BindConflict):
+                        failed[item] = outcome
+                    elif outcome is not None:
+                        raise outcome  # LeaseLost, or a bug: the cycle ends here
+        return failed
 
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
         """Cordon or uncordon `node` in the cluster."""
@@ -128,6 +157,10 @@ class Cluster:
     def bind_from_thread(self, pod: PodRequest) -> None:
         self.keeper.fence_from_thread()
         self.backend.bind_pod(pod.namespace, pod.name, pod.node)
+
+    def bind_named_from_thread(self, namespace: str, name: str, node: str) -> None:
+        self.keeper.fence_from_thread()
+        self.backend.bind_pod(namespace, name, node)
 
     def delete_from_thread(self, namespace: str, name: str, grace: int) -> None:
         self.keeper.fence_from_thread()

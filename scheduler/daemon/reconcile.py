@@ -37,7 +37,7 @@ from typing import Any
 from django.db import connection
 
 from common.compiled import fetch_by_ids, fetch_compiled
-from scheduler.backends.base import BackendError, BindConflict, PodPhase
+from scheduler.backends.base import PodPhase
 from scheduler.daemon import strays, workloads
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.companions import faults as companion_faults
@@ -185,13 +185,10 @@ class Reconciler:
             if not (verdict := judge(jobs[job_id], group, pods, bad_gpu, now, deadline)).idle
         }
         told = _judge_faults(faults, live, verdicts)
-        for verdict in verdicts.values():
-            for namespace, name, node in verdict.adopt:
-                try:
-                    cluster.bind(namespace, name, node)
-                except (BackendError, BindConflict) as error:
-                    log.warning("adopting pod %s failed: %s", name, error)
-                    verdict.adopted, verdict.release_claim = False, True
+        adopting = {bind: v for v in verdicts.values() for bind in v.adopt}
+        for bind, error in cluster.bind_pods(list(adopting)).items():
+            log.warning("adopting pod %s failed: %s", bind[1], error)
+            adopting[bind].adopted, adopting[bind].release_claim = False, True
         workloads.suspend_stopped(stopped, jobs, cluster)  # before their pods go
         cluster.delete_pods(deletions)
         with lease.writing():

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodStatus, pod_name
+from scheduler.backends.base import BackendError, PodPhase, PodStatus, pod_name
 from scheduler.backends.workloads import workload_ref
 from scheduler.daemon.cluster import Cluster
 from scheduler.leader import Lease
@@ -131,6 +131,7 @@ def _bind_unbound(
     """Bind each adopted pod still on no node to its replica's node (a bind that failed is
     tried again at the next reconcile). `pods` shows each bound on its node: the judge that
     follows must not bind it again (a claim left admitted by a dead daemon is adopted there)."""
+    binds = []
     for a in allocs:
         job = jobs.get(a["job_id"])
         pod = pods.get(a["pod_name"])
@@ -138,12 +139,14 @@ def _bind_unbound(
             continue
         if not workload_of(job) or pod.deleting or pod.phase != PodPhase.PENDING:
             continue
-        try:
-            cluster.bind(a["namespace"], a["pod_name"], a["node__name"])
-        except (BackendError, BindConflict) as error:
-            log.warning("binding pod %s of a Job failed: %s", a["pod_name"], error)
+        binds.append((a["namespace"], a["pod_name"], a["node__name"]))
+    failed = cluster.bind_pods(binds)  # concurrently, as the bind phase's calls
+    for bind in binds:
+        _, name, node = bind
+        if (error := failed.get(bind)) is not None:
+            log.warning("binding pod %s of a Job failed: %s", name, error)
         else:
-            pods[a["pod_name"]] = replace(pod, node=a["node__name"])
+            pods[name] = replace(pods[name], node=node)
 
 
 def suspend_stopped(

@@ -287,6 +287,53 @@ def test_reconciles_deletions_go_out_concurrently_and_a_stalled_one_is_given_up(
     assert "could not delete pod team-a/done-5: no answer" in caplog.text
 
 
+def test_pods_of_users_jobs_are_bound_concurrently_and_each_failure_is_returned() -> None:
+    """The pods a user's Job made for its admitted replicas exist before Gantry binds them:
+    reconcile binds them all at once, at most max_in_flight (one after the other, a
+    Kueue-sized burst of Jobs took most of the daemon's time); a refused bind and a stalled
+    one come back for the caller to judge, and the others are bound meanwhile."""
+    backend = NetworkCluster(max_in_flight=4)
+    backend.delay_s = 0.02
+    conflict = BindConflict("bound elsewhere", bound_node="gpu-9")
+    backend.refused[("bind", "job-3")] = conflict
+    gate = backend.hold("bind", "job-5")
+    binds = [("team-a", f"job-{i}", f"gpu-{i}") for i in range(12)]
+    try:
+        failed = cluster_of(backend).bind_pods(binds, deadline_s=0.5)
+    finally:
+        gate.set()
+    assert set(failed) == {binds[3], binds[5]}
+    assert failed[binds[3]] is conflict
+    assert "no answer within 0.5 s" in str(failed[binds[5]])
+    bound = {name for kind, name in backend.calls if kind == "bind"}
+    assert {f"job-{i}" for i in range(12)} - {"job-5"} <= bound
+    assert backend.peak == 4
+
+
+def test_the_adopted_pods_of_jobs_made_in_kubernetes_go_out_together() -> None:
+    """reconcile's `_bind_unbound`: every adopted pod still on no node, bound in one burst;
+    `pods` shows each bound one on its node, and a refused one still unbound."""
+    from scheduler.backends.base import PodPhase, PodStatus
+    from scheduler.daemon.workloads import _bind_unbound
+
+    backend = NetworkCluster(max_in_flight=4)
+    backend.delay_s = 0.02
+    backend.refused[("bind", "ddp-1")] = BackendError("500")
+    job = {"id": 7, "spec__workload": {"kind": "Job", "name": "ddp", "uid": "u"}}
+    allocs = [
+        {"job_id": 7, "namespace": "team-a", "pod_name": f"ddp-{r}", "node__name": f"gpu-{r}"}
+        for r in range(8)
+    ]
+    pods = {
+        a["pod_name"]: PodStatus(a["pod_name"], "team-a", 7, 1, r, None, PodPhase.PENDING)
+        for r, a in enumerate(allocs)
+    }
+    _bind_unbound(allocs, {7: job}, pods, cluster_of(backend))
+    assert backend.peak == 4
+    assert pods["ddp-0"].node == "gpu-0" and pods["ddp-7"].node == "gpu-7"
+    assert pods["ddp-1"].node is None  # tried again at the next reconcile
+
+
 def held(pod: PodRequest) -> PodRequest:
     """A user's pod, gated by Gantry's webhook: admitted, never created (issue 37)."""
     return replace(pod, held=True, held_uid="uid-then")

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from scheduler.backends.base import BackendError, BindConflict, PodPhase, PodStatus
+from scheduler.backends.base import PodPhase, PodStatus
 from scheduler.daemon.cluster import Cluster
 from scheduler.models import Job, JobState
 
@@ -49,6 +49,7 @@ def keep_companions(
         if a["replica"] == 0 and not a["end_reason"] and a["node__name"]
     }
     kept: set[str] = set()
+    binds: list[tuple[str, str, str]] = []
     succeeded = _succeeded({p.job_id for p in pods.values() if p.companion and p.node})
     for pod in [p for p in pods.values() if p.companion]:
         if _finishing(pod, succeeded):
@@ -63,12 +64,14 @@ def keep_companions(
         kept.add(pod.name)
         if pod.node is not None or pod.deleting or pod.phase != PodPhase.PENDING:
             continue
-        try:
-            cluster.bind(pod.namespace, pod.name, node)
-        except (BackendError, BindConflict) as error:
-            log.warning("binding %s pod %s failed: %s", pod.companion, pod.name, error)
+        binds.append((pod.namespace, pod.name, node))
+    failed = cluster.bind_pods(binds)  # concurrently where the backend allows it
+    for bind in binds:
+        _, name, node = bind
+        if (error := failed.get(bind)) is not None:
+            log.warning("binding %s pod %s failed: %s", pods[name].companion, name, error)
         else:
-            pods[pod.name] = replace(pod, node=node)
+            pods[name] = replace(pods[name], node=node)
     return kept
 
 
