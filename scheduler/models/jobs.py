@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.json import KeyTransform
 
 from tenants.models import JobType, PriorityClass, Project, Tenant
 
@@ -94,6 +95,12 @@ class Job(models.Model):
                 fields=["tenant", "priority_class", "queued_at", "id"],
                 condition=Q(state="queued"),
                 name="job_queue_heads",
+            ),
+            # The job of an object created in Kubernetes, found by the object's uid at every
+            # pass of the workload controller (scheduler/workloads/mirror.py): without it, a
+            # scan of every job ever submitted per object.
+            models.Index(
+                KeyTransform("uid", KeyTransform("workload", "spec")), name="job_workload_uid"
             ),
         ]
         constraints = [

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,6 +40,7 @@ from scheduler.workloads.mirror import (
     without_pods,
     workload_uid,
 )
+from scheduler.workloads.order import class_values, queue_order
 from scheduler.workloads.queued_kinds import CUSTOM, QUEUED, end_message, is_lws_pod, lws_groups
 from scheduler.workloads.shape import Refused, Shaped, group_of
 from scheduler.workloads.shape_kinds import shape_trainjob
@@ -72,6 +74,9 @@ DAEMONS_TO_END = frozenset({S.ADMITTED, S.BINDING, S.RUNNING})
 PODLESS_FAILS = frozenset({S.ADMITTED, S.BINDING})
 # The kinds a mirrored job's workload may record (a LeaderWorkerSet's group: its pods).
 KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
+# Events and status annotations written at once by a pass (`WorkloadController._tell_all`):
+# the API server's client is shared by the threads, and its connection pool holds ten.
+TELLERS = 8
 
 
 class Teller(Protocol):
@@ -147,6 +152,7 @@ class WorkloadController:
     told: dict[str, tuple[str, str]] = field(default_factory=dict)
     refusals: dict[str, str] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    _tellers: ThreadPoolExecutor | None = field(default=None, repr=False)
 
     def sync(self) -> SyncStats:
         stats = SyncStats()
@@ -164,8 +170,8 @@ class WorkloadController:
         gone = {id(o) for o in orphans}  # their set deleted: their group's job is cancelled
         pods = [p for p in pods if id(p) not in gone]
         self.ended &= set(workloads)  # forgotten once they are gone
-        for uid, held in workloads.items():
-            self._mirror(uid, held, stats)
+        for uid in self._in_queue_order(workloads):
+            self._mirror(uid, workloads[uid], stats)
         present = {(str(at(p, ("metadata", "namespace"))), _name(p)): _uid(p) for p in pods}
         self._end_deleted(present, set(workloads), stats)
         self._end_finished(objects, stats)
@@ -199,8 +205,20 @@ class WorkloadController:
                 complete[workload_uid(members)] = Held("Pod", tuple(members))
         return complete
 
+    def _in_queue_order(self, workloads: dict[str, Held]) -> list[str]:
+        """Every uid; those not queued yet highest priority class first, then oldest
+        (`scheduler.workloads.order`: a burst is queued as the queue would serve it)."""
+        new = [(u, h.objects[0]) for u, h in workloads.items() if not self._known(u)]
+        known = [u for u in workloads if self._known(u)]
+        if len(new) < 2:
+            return known + [u for u, _ in new]
+        return known + queue_order(new, class_values([obj for _, obj in new]))
+
+    def _known(self, uid: str) -> bool:
+        return uid in self.told or uid in self.ended
+
     def _mirror(self, uid: str, held: Held, stats: SyncStats) -> None:
-        if uid in self.told or uid in self.ended:
+        if self._known(uid):
             return  # mirrored before (its job is reported below)
         try:
             mirrored: Mirrored
@@ -327,6 +345,7 @@ class WorkloadController:
         estimates = {
             e.job_id: e for e in JobQueueEstimate.objects.filter(job__in=[j.pk for j in jobs])
         }
+        tells = []
         for job in jobs:
             workload = job.spec["workload"]
             now = (job.state, job.reason)
@@ -334,16 +353,40 @@ class WorkloadController:
                 continue
             self.told[workload["uid"]] = now
             state = S(job.state)
-            self._tell(
-                _refs(workload),
-                REASONS.get(state, "Changed"),
-                describe(job, estimates.get(job.pk)),
-                warning=state in WARNINGS or (state in DAEMONS_TO_END and bool(job.reason)),
-                stats=stats,
+            tells.append(
+                (
+                    _refs(workload),
+                    REASONS.get(state, "Changed"),
+                    describe(job, estimates.get(job.pk)),
+                    state in WARNINGS or (state in DAEMONS_TO_END and bool(job.reason)),
+                )
             )
             if state in FINAL_STATES:
                 del self.told[workload["uid"]]
                 self.ended.add(workload["uid"])
+        self._tell_all(tells, stats)
+
+    def _tell_all(
+        self, tells: Sequence[tuple[Sequence[Ref], str, str, bool]], stats: SyncStats
+    ) -> None:
+        """Each (refs, reason, message, warning) told; many at once over up to TELLERS threads
+        (two calls to the API server each, a burst of jobs changing state in one pass told
+        one after the other held the next pass's queueing for seconds). The calls touch no
+        database."""
+        if len(tells) < 2:
+            for refs, reason, message, warning in tells:
+                self._tell(refs, reason, message, warning=warning, stats=stats)
+            return
+        if self._tellers is None:
+            self._tellers = ThreadPoolExecutor(TELLERS, thread_name_prefix="gantry-tell")
+        counts = [SyncStats() for _ in tells]
+        futures = [
+            self._tellers.submit(self._tell, refs, reason, message, warning=warning, stats=count)
+            for (refs, reason, message, warning), count in zip(tells, counts, strict=True)
+        ]
+        for future in futures:
+            future.result()  # _tell logs and swallows a failed call: this only waits
+        stats.events += sum(count.events for count in counts)
 
     def _tell(
         self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats

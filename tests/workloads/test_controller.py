@@ -22,6 +22,7 @@ from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Job
+from scheduler.workloads import order
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.kinds import JOB, POD
 from scheduler.workloads.mutate import GATE, plan
@@ -653,3 +654,36 @@ def test_a_running_job_whose_object_failed_fails_with_it_not_requeued_as_node_lo
     assert mine.reason == f"its Job failed in Kubernetes: {message}"
     world.step()
     assert not Allocation.objects.filter(job=mine, ended_at__isnull=True).exists()
+
+
+def test_class_values_read_the_label_else_the_default_for_the_job_type(world: World) -> None:
+    ns = world.namespace
+    labelled = {"metadata": {"namespace": ns, "labels": {"gantry.io/priority-class": "high"}}}
+    unknown = {"metadata": {"namespace": ns, "labels": {"gantry.io/priority-class": "nope"}}}
+    batch = {"metadata": {"namespace": ns, "labels": {}}, "spec": {"parallelism": 1}}
+    training = {"metadata": {"namespace": ns, "labels": {}}, "spec": {"parallelism": 2}}
+    elsewhere = {"metadata": {"namespace": "not-gantrys", "labels": {}}, "spec": {}}
+    value = order.class_values([labelled, unknown, batch, training, elsewhere])
+    assert [value(o) for o in (labelled, unknown, batch, training, elsewhere)] == [
+        800,  # high
+        order.LOWEST,  # a class no one has: its submission refuses it
+        200,  # batch: low, the platform's default
+        500,  # training: normal
+        order.LOWEST,  # no project's namespace
+    ]
+
+
+def test_a_burst_found_in_one_pass_is_queued_highest_class_first(world: World) -> None:
+    """Three Jobs created at once, the high one last: one pass queues it first (the jobs'
+    ids say the order of their submissions)."""
+    for name, labels in (
+        ("first-low", {"gantry.io/priority-class": "low"}),
+        ("second-default", {}),  # a training Job: normal
+        ("last-high", {"gantry.io/priority-class": "high"}),
+    ):
+        body = job(name)
+        body["metadata"]["labels"] = labels
+        create_job(world, body)
+    world.controller.sync()
+    names = list(Job.objects.order_by("id").values_list("name", flat=True))
+    assert names == ["last-high", "second-default", "first-low"]

@@ -1,0 +1,35 @@
+"""An index of the jobs of objects created in Kubernetes by the object's uid (issue 37): the
+workload controller finds an object's job by it at every pass (scheduler/workloads/mirror.py),
+which scanned every job ever submitted per object.
+
+Written for an installation that runs while it applies (docs/upgrading.md, "Migrations"): on
+PostgreSQL the index is built CONCURRENTLY (hence `atomic = False`), the jobs table written
+meanwhile; on SQLite (the embedded path, no concurrent upgrade) Django's own operation runs.
+"""
+
+from django.contrib.postgres.operations import AddIndexConcurrently
+from django.db import migrations, models
+from django.db.models.fields.json import KeyTransform
+
+from common.releases.operations import OnVendor
+
+INDEX = models.Index(
+    KeyTransform("uid", KeyTransform("workload", "spec")),
+    name="job_workload_uid",
+)
+
+
+class Migration(migrations.Migration):
+    atomic = False
+
+    dependencies = [("scheduler", "0026_cluster_name_whole")]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[migrations.AddIndex(model_name="job", index=INDEX)],
+            database_operations=[
+                OnVendor("sqlite", migrations.AddIndex(model_name="job", index=INDEX)),
+                OnVendor("postgresql", AddIndexConcurrently(model_name="job", index=INDEX)),
+            ],
+        )
+    ]
