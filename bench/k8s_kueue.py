@@ -392,6 +392,65 @@ def workload(arrival: Arrival) -> dict[str, Any]:
     }
 
 
+def batch_job(
+    arrival: Arrival, namespace: str, *, labels: dict[str, str],
+    annotations: dict[str, str] | None = None, scheduler_name: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The batch/v1 Job a user creates for `arrival`, suspended (as a queueing webhook leaves
+    it): one shape for Kueue's and Gantry's Kubernetes-native halves, each adding its labels,
+    annotations and scheduler."""
+    container = {
+        "name": "main",
+        "image": "bench/job:1",
+        # A project namespace enforces Pod Security `restricted`: its Jobs' pods comply.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "env": [{"name": DURATION_ENV, "value": str(arrival.duration_s)}],
+        "resources": {
+            "requests": {GPU: str(arrival.gpus), "cpu": "1", "memory": "1Gi"},
+            "limits": {GPU: str(arrival.gpus)},
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+    if scheduler_name:
+        pod_spec["schedulerName"] = scheduler_name
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": arrival.name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "suspend": True,
+            "parallelism": arrival.replicas,
+            "completions": arrival.replicas,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {"spec": pod_spec},
+        },
+    }
+
+
+def kueue_job(arrival: Arrival) -> dict[str, Any]:
+    """The same Job as Kueue's webhook leaves it: suspended, in its LocalQueue with its
+    WorkloadPriorityClass; kube-scheduler places its pods."""
+    labels = {
+        "kueue.x-k8s.io/queue-name": arrival.queue,
+        "kueue.x-k8s.io/priority-class": f"kueue-{arrival.klass}",
+    }
+    return batch_job(arrival, kueue_namespace(arrival.queue), labels=labels)
+
+
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for condition in (obj.get("status") or {}).get("conditions") or ():
         if condition.get("type") == kind:
@@ -910,6 +969,76 @@ def run_kueue(
     }
 
 
+class KueueJobsDriver(KueueDriver):
+    """Creates each arrival's batch/v1 Job and watches the Workloads Kueue's job integration
+    makes for them (named by Kueue, owned by the Job). The plane's job controller makes the
+    pods, kube-scheduler binds them, the simulated kubelets end them, and Kueue finishes and
+    requeues the Workloads itself: no finisher, no requeue here."""
+
+    def __init__(self, api: Any, arrivals: list[Arrival]) -> None:
+        from kubernetes import client
+
+        super().__init__(api, arrivals, finishers=0)
+        self.requeues = False
+        self.batch: Any = client.BatchV1Api(api)
+
+    def arrival_name(self, obj: dict[str, Any]) -> str:
+        owners = obj["metadata"].get("ownerReferences") or ()
+        return next((o["name"] for o in owners if o.get("kind") == "Job"), "")
+
+    def job(self, arrival: Arrival) -> dict[str, Any]:
+        return kueue_job(arrival)
+
+    def submit(self, arrival: Arrival) -> None:
+        body = self.job(arrival)
+        _json(
+            self.batch.create_namespaced_job(
+                body["metadata"]["namespace"], body, _preload_content=False
+            )
+        )
+
+
+def _jobs_config(config: dict[str, Any]) -> None:
+    """Kueue queues the GPUs alone, as its ClusterQueues cover them: the Jobs' pods also ask
+    for CPU and memory, which it would otherwise refuse as resources no queue covers."""
+    config["resources"] = {"excludeResourcePrefixes": ["cpu", "memory"]}
+
+
+def run_kueue_jobs(
+    plane: ControlPlane, api: Any, kubelets: Kubelets, arrivals: list[Arrival], folder: Path,
+    limit_s: float, say: Say,
+) -> dict[str, Any]:  # fmt: skip
+    """Kueue's half from batch/v1 Jobs (`kueue_job`, the shape Gantry's native half creates):
+    Kueue admits and unsuspends, the job controller makes the pods, kube-scheduler binds them.
+    Its figures, or `error` saying what failed."""
+    missing = kueue_missing()
+    if missing:
+        return {"error": missing}
+    with kueue_process(plane, api, folder, say, configure=_jobs_config):
+        create_queues(api, arrivals, queue_objects())
+        _wait_queues_active(api)
+        plane.start_scheduler()
+        stop = threading.Event()
+        played = threading.Thread(target=kubelets.run, args=(stop, 0.05, float("inf")),
+                                  daemon=True)  # fmt: skip
+        played.start()
+        try:
+            say(f"Kueue with kube-scheduler: {len(arrivals)} Jobs")
+            driver = KueueJobsDriver(api, arrivals)
+            tally = driver.run(limit_s)
+        finally:
+            stop.set()
+            played.join(timeout=10)
+            # Its informers would otherwise watch Gantry's pods too, on the same two cores.
+            plane.stop_process("kube-scheduler")
+    return tally.figures(arrivals) | {
+        "evictions": driver.evictions,
+        "driver_errors": driver.errors[:20],
+        "version": versions.KUEUE,
+        "admission_from": "the Job's creation to its Workload's Admitted condition",
+    }
+
+
 # -- Gantry ------------------------------------------------------------------------------------
 
 
@@ -1108,51 +1237,15 @@ def run_gantry(
 
 
 def native_job(arrival: Arrival, namespace: str, username: str) -> dict[str, Any]:
-    """The batch/v1 Job a user would create for `arrival`, as Gantry's webhook stores it (held:
-    suspended, labelled, its creator annotated, Gantry's scheduler on its template). The
-    webhook's own answer is measured apart (`python -m bench.webhook`)."""
+    """The Job of `arrival` as Gantry's webhook stores it (held: suspended, labelled, its
+    creator annotated, Gantry's scheduler on its template). The webhook's own answer is
+    measured apart (`python -m bench.webhook`)."""
     from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY, LABEL_MANAGED, SCHEDULER_NAME
 
-    container = {
-        "name": "main",
-        "image": "bench/job:1",
-        # A project namespace enforces Pod Security `restricted`: its Jobs' pods comply.
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "env": [{"name": DURATION_ENV, "value": str(arrival.duration_s)}],
-        "resources": {
-            "requests": {GPU: str(arrival.gpus), "cpu": "1", "memory": "1Gi"},
-            "limits": {GPU: str(arrival.gpus)},
-        },
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": arrival.name,
-            "namespace": namespace,
-            "labels": {LABEL_MANAGED: "true", "gantry.io/priority-class": f"kueue-{arrival.klass}"},
-            "annotations": {ANNOTATION_SUBMITTED_BY: username},
-        },
-        "spec": {
-            "suspend": True,
-            "parallelism": arrival.replicas,
-            "completions": arrival.replicas,
-            "completionMode": "Indexed",
-            "backoffLimit": 0,
-            "template": {
-                "spec": {
-                    "schedulerName": SCHEDULER_NAME,
-                    "restartPolicy": "Never",
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [container],
-                }
-            },
-        },
-    }
+    labels = {LABEL_MANAGED: "true", "gantry.io/priority-class": f"kueue-{arrival.klass}"}
+    return batch_job(arrival, namespace, labels=labels,
+                     annotations={ANNOTATION_SUBMITTED_BY: username},
+                     scheduler_name=SCHEDULER_NAME)  # fmt: skip
 
 
 def _job_submitter(
@@ -1187,9 +1280,48 @@ def _controller_loop(controller: Any, stop: threading.Event, every_s: float) -> 
         connection.close()
 
 
+def _database_url() -> str | None:
+    """The URL of the PostgreSQL database Django uses now (a test's, or the bench's fresh
+    one), for another process; None on SQLite (a test's in-memory database)."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    if connection.vendor != "postgresql":
+        return None
+    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
+    return (
+        f"postgres://{settings['USER']}{password}@{settings['HOST'] or '127.0.0.1'}:"
+        f"{settings['PORT'] or 5432}/{settings['NAME']}"
+    )
+
+
+@contextlib.contextmanager
+def controller_process(kubeconfig: Path, database_url: str, log: Path) -> Iterator[None]:
+    """`manage.py run_workload_controller` as it is deployed (its own process, the held
+    objects read from watches, a pass at each change), on `database_url` and the plane of
+    `kubeconfig`; stopped (SIGTERM: after its pass) at the end."""
+    env = {**os.environ, "DATABASE_URL": database_url, "KUBECONFIG": str(kubeconfig)}
+    root = Path(__file__).resolve().parents[1]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(  # noqa: S603 - this repository's manage.py
+            [sys.executable, str(root / "manage.py"), "run_workload_controller"],
+            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def run_gantry_native(
     api: Any, kubelets: Kubelets, arrivals: list[Arrival], database_url: str | None,
     limit_s: float, say: Say, *, interval_s: float = 2.0, controller_every_s: float = 0.5,
+    kubeconfig: Path | None = None, log_dir: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Gantry's Kubernetes-native half: each arrival is a batch/v1 Job created in its team's
     namespace; the workload controller queues it as its user, the daemon admits it
@@ -1226,26 +1358,41 @@ def run_gantry_native(
     threads = [
         threading.Thread(target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True),
         threading.Thread(
-            target=_controller_loop,
-            args=(WorkloadController(backend), stop, controller_every_s),
-            daemon=True,
-        ),
-        threading.Thread(
             target=_job_submitter,
             args=(client.BatchV1Api(api), arrivals, targets, time.time(), created, stop),
             daemon=True,
         ),
     ]
-    say(f"Gantry, Kubernetes-native: {len(arrivals)} Jobs")
-    cycles.start = start_wall = time.time()
-    for thread in threads:
-        thread.start()
-    try:
-        daemon.run()
-    finally:
-        stop.set()
+    # The workload controller as deployed, a process of its own, where it can be (PostgreSQL,
+    # the plane's kubeconfig); else a thread of this one listing every `controller_every_s`.
+    url = _database_url()
+    if url and kubeconfig is not None:
+        log = (log_dir or Path(tempfile.mkdtemp(prefix="k8s-kueue-"))) / "controller.log"
+        controller: contextlib.AbstractContextManager[None] = controller_process(
+            kubeconfig, url, log
+        )
+        how = f"the workload controller's process (log: {log})"
+    else:
+        controller = contextlib.nullcontext()
+        threads.append(
+            threading.Thread(
+                target=_controller_loop,
+                args=(WorkloadController(backend), stop, controller_every_s),
+                daemon=True,
+            )
+        )
+        how = "the workload controller in a thread"
+    say(f"Gantry, Kubernetes-native: {len(arrivals)} Jobs, {how}")
+    with controller:
+        cycles.start = start_wall = time.time()
         for thread in threads:
-            thread.join(timeout=15)
+            thread.start()
+        try:
+            daemon.run()
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=15)
     figures = _figures(arrivals, dict(created), start_wall)
     batch: Any = client.BatchV1Api(api)
     stuck = []
@@ -1265,6 +1412,7 @@ def run_gantry_native(
         "cycles": cycles.count,
         "phases_s": cycles.top(),
         "admission_from": "the Job's creation in Kubernetes (the webhook's answer apart)",
+        "controller": "process" if url and kubeconfig is not None else "thread",
     }
 
 
@@ -1285,9 +1433,11 @@ def run_kueue_scenario(
 ) -> dict[str, Any]:
     """Kueue's scenario at `fraction`, by Kueue and by Gantry on one plane from `plane_factory`
     (a context manager that yields a started ControlPlane and stops it after). `kueue=False`
-    runs Gantry alone, and the Kueue half says why (`skipped`). `native` adds Gantry's
-    Kubernetes-native half (the arrivals as batch/v1 Jobs, `gantry_native`);
-    `from_database=False` leaves out the half whose jobs are inserted as rows. Gantry's jobs
+    runs Gantry alone, and the Kueue halves say why (`skipped`). `native` adds the halves
+    from batch/v1 Jobs created in Kubernetes, the same Jobs for both: Kueue's with
+    kube-scheduler (`kueue_jobs`) and Gantry's Kubernetes-native path (`gantry_native`);
+    `from_database=False` leaves out the two halves whose arrivals are made as their
+    scheduler's own records (Kueue's Workloads, Gantry's rows). Gantry's jobs
     go to a fresh database at `database_url`, or to Django's database as it is when None (a
     test's)."""
     from kubernetes import config as kube_config
@@ -1313,19 +1463,29 @@ def run_kueue_scenario(
             # kubelets never post Ready again.
             beating = threading.Thread(target=_heartbeats, args=(kubelets, stop), daemon=True)
             beating.start()
-            if kueue:
+            if kueue and from_database:
                 try:
                     out["kueue"] = run_kueue(plane, api, arrivals, folder / "kueue", limit_s, say)
                 except Exception as error:  # the report says what failed
                     out["kueue"] = {"error": f"{type(error).__name__}: {error}"}
-            else:
+            elif from_database:
                 out["kueue"] = {"skipped": KUEUE_LEFT_OUT}
             if from_database:
                 out["gantry"] = run_gantry(api, kubelets, arrivals, database_url, limit_s, say)
+            if native and kueue:
+                try:
+                    out["kueue_jobs"] = run_kueue_jobs(
+                        plane, api, kubelets, arrivals, folder / "kueue-jobs", limit_s, say
+                    )
+                except Exception as error:  # the report says what failed
+                    out["kueue_jobs"] = {"error": f"{type(error).__name__}: {error}"}
+            elif native:
+                out["kueue_jobs"] = {"skipped": KUEUE_LEFT_OUT}
             if native:
                 out["gantry_native"] = run_gantry_native(
-                    api, kubelets, arrivals, database_url, limit_s, say
-                )
+                    api, kubelets, arrivals, database_url, limit_s, say,
+                    kubeconfig=plane.kubeconfig, log_dir=folder,
+                )  # fmt: skip
         finally:
             stop.set()
             if beating is not None:
@@ -1347,7 +1507,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--native",
         action="store_true",
-        help="also run Gantry's Kubernetes-native half (the jobs as batch/v1 Jobs)",
+        help="also run the halves from batch/v1 Jobs: Kueue's with kube-scheduler "
+        "(kueue_jobs) and Gantry's Kubernetes-native path (gantry_native)",
+    )
+    parser.add_argument(
+        "--native-only",
+        action="store_true",
+        help="run only the halves from batch/v1 Jobs (implies --native)",
     )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--limit", type=float, default=900.0, help="give up after, s (each)")
@@ -1359,7 +1525,8 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="k8s-kueue-"))
     folder = args.plane_dir or work / "plane"
     out = run_kueue_scenario(lambda: own_plane(folder), args.fraction, kueue=not args.no_kueue,
-                             native=args.native,
+                             native=args.native or args.native_only,
+                             from_database=not args.native_only,
                              database_url=args.database_url, limit_s=args.limit,
                              work_dir=work)  # fmt: skip
     print(json.dumps(out, indent=2))

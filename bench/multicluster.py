@@ -54,7 +54,7 @@ from bench.k8s_kueue import (
     GPUS_PER_NODE,
     PRODUCT,
     Arrival,
-    KueueDriver,
+    KueueJobsDriver,
     World,
     _json,
     _true,
@@ -371,29 +371,13 @@ def multikueue_job(arrival: Arrival) -> dict[str, Any]:
     }
 
 
-class MultiKueueDriver(KueueDriver):
-    """Creates each arrival's Job on the manager and watches the manager's Workloads (named
-    by Kueue, owned by the Job). The pods end on their own (the workers' kubelets), and Kueue's
-    job controllers requeue what was evicted: no finisher, no requeue here."""
+class MultiKueueDriver(KueueJobsDriver):
+    """Creates each arrival's Job on the manager and watches the manager's Workloads. The pods
+    end on their own (the workers' kubelets), and Kueue's job controllers requeue what was
+    evicted."""
 
-    def __init__(self, api: Any, arrivals: list[Arrival]) -> None:
-        from kubernetes import client
-
-        super().__init__(api, arrivals, finishers=0)
-        self.requeues = False
-        self.batch: Any = client.BatchV1Api(api)
-
-    def arrival_name(self, obj: dict[str, Any]) -> str:
-        owners = obj["metadata"].get("ownerReferences") or ()
-        return next((o["name"] for o in owners if o.get("kind") == "Job"), "")
-
-    def submit(self, arrival: Arrival) -> None:
-        body = multikueue_job(arrival)
-        _json(
-            self.batch.create_namespaced_job(
-                body["metadata"]["namespace"], body, _preload_content=False
-            )
-        )
+    def job(self, arrival: Arrival) -> dict[str, Any]:
+        return multikueue_job(arrival)
 
 
 def _manager_config(config: dict[str, Any]) -> None:

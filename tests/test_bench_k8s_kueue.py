@@ -48,6 +48,49 @@ def test_a_large_workload_asks_for_the_gang_gantry_places() -> None:
     assert body["metadata"]["namespace"] == k8s_kueue.kueue_namespace(large.queue)
 
 
+def test_kueue_and_gantry_are_given_the_same_job_but_for_queue_and_scheduler() -> None:
+    """The halves from batch/v1 Jobs: one Job shape; Kueue's in its LocalQueue's namespace with
+    its queue and priority labels, placed by kube-scheduler; Gantry's as its webhook stores it."""
+    from scheduler.workloads.mutate import SCHEDULER_NAME
+
+    large = next(a for a in plan(0.01) if a.klass == "large")
+    kueue = k8s_kueue.kueue_job(large)
+    gantry = k8s_kueue.native_job(large, "team-ns", "alice")
+    assert kueue["metadata"]["namespace"] == k8s_kueue.kueue_namespace(large.queue)
+    assert kueue["metadata"]["labels"] == {
+        "kueue.x-k8s.io/queue-name": large.queue,
+        "kueue.x-k8s.io/priority-class": "kueue-large",
+    }
+    assert "schedulerName" not in kueue["spec"]["template"]["spec"]  # kube-scheduler's
+    assert gantry["spec"]["template"]["spec"].pop("schedulerName") == SCHEDULER_NAME
+    assert kueue["spec"] == gantry["spec"]  # suspended, 5 x 4 GPUs, the duration, no retry
+    assert kueue["spec"]["suspend"] is True
+    assert (kueue["spec"]["parallelism"], kueue["spec"]["completions"]) == (5, 5)
+
+
+def test_kueue_queues_the_gpus_alone_as_its_cluster_queues_cover_them(tmp_path: Path) -> None:
+    config = k8s_kueue.kueue_config(tmp_path, 9443, 8081)
+    k8s_kueue._jobs_config(config)
+    assert config["resources"] == {"excludeResourcePrefixes": ["cpu", "memory"]}
+    assert config["integrations"] == {"frameworks": ["batch/job"]}
+    covered = {
+        resource
+        for plural, body in k8s_kueue.queue_objects()
+        if plural == "clusterqueues"
+        for group in body["spec"]["resourceGroups"]
+        for resource in group["coveredResources"]
+    }
+    assert covered == {"nvidia.com/gpu"}
+
+
+def test_the_jobs_driver_reads_the_arrival_from_the_workloads_owner() -> None:
+    owned = {"metadata": {"name": "job-large-0-1-2-ab12c", "ownerReferences": [
+        {"kind": "Job", "name": "large-0-1-2"}]}}  # fmt: skip
+    driver = k8s_kueue.KueueJobsDriver.__new__(k8s_kueue.KueueJobsDriver)
+    assert driver.arrival_name(owned) == "large-0-1-2"
+    assert driver.arrival_name({"metadata": {"name": "large-0-1-2"}}) == ""  # not a Job's
+
+
 def _workload(conditions: list[dict[str, Any]], **status: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": "small-0-0-0", "namespace": "kueue-q", "generation": 3},
@@ -193,7 +236,8 @@ def test_gantry_runs_kueues_scenario_from_jobs_created_in_kubernetes(
         say=lambda _line: None,
     )
     native = out["gantry_native"]
-    assert "gantry" not in out
+    assert "gantry" not in out and "kueue" not in out
+    assert out["kueue_jobs"] == {"skipped": k8s_kueue.KUEUE_LEFT_OUT}
     assert native["created"] == native["queued"] == native["workloads"] == 90
     assert native["finished"] + native["ended_as_their_jobs_did"] == 90, native["not_finished"]
     assert all(native["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))
