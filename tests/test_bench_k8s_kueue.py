@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.db import connection
 
 from bench import k8s_kueue
 from bench.k8s_kueue import Arrival, plan
@@ -238,6 +239,9 @@ def test_gantry_runs_kueues_scenario_from_jobs_created_in_kubernetes(
     native = out["gantry_native"]
     assert "gantry" not in out and "kueue" not in out
     assert out["kueue_jobs"] == {"skipped": k8s_kueue.KUEUE_LEFT_OUT}
+    # As deployed, a process of its own, where it can share the database (not SQLite's test
+    # database in memory).
+    assert native["controller"] == ("process" if connection.vendor == "postgresql" else "thread")
     assert native["created"] == native["queued"] == native["workloads"] == 90
     assert native["finished"] + native["ended_as_their_jobs_did"] == 90, native["not_finished"]
     assert all(native["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))
