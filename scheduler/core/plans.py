@@ -19,6 +19,7 @@ from scheduler.core.preemption import (
     Plan,
     _best,
     _fits,
+    _owed,
     _take,
     listed_candidates,
 )
@@ -89,7 +90,7 @@ def plan_later(
             low = middle + 1
     at = times[low]
     eligible = [c for c, when in listed if when <= at]
-    borrow = {c.tenant: ctx.ledger.borrowing(c.tenant, flavor) for c in eligible if c.reclaim}
+    borrow = {c.tenant: _owed(ctx, c, flavor) for c in eligible if c.reclaim}
     mark = ctx.mark()
     try:
         plan = _best(ctx, job, flavor, replicas, avoid_reserved, eligible, borrow)

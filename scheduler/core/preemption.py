@@ -6,7 +6,9 @@ Who may be a victim of job J (tenant T, class C), all on the flavor J tries:
 - best-effort jobs of anyone (they only ever run on idle capacity);
 - jobs of T whose class value is strictly below C's;
 - jobs of other tenants that borrow beyond their guarantee, when J's tenant stays within its
-  own guarantee after admission (reclaim); only while the victim's tenant still borrows;
+  own guarantee after admission (reclaim); only while the victim's tenant still borrows, and
+  its branch toward T too (the victim's ancestor just below where the two meet: a team that
+  borrows only its own cohort's unused guarantees owes nothing to another cohort's team);
 - when J needs its tenant's guarantee pinned to a cluster (``core.pinned``), jobs on that
   cluster of other tenants that use it beyond their own pinned guarantee there (a reclaim);
   only while they still do.
@@ -46,6 +48,10 @@ class Candidate:
     # The cluster of a reclaim for a pinned guarantee there (``core.pinned``): the victim's
     # tenant gives way while it uses that cluster beyond its own pinned guarantee.
     pinned_cluster: str = ""
+    # A reclaim across the tree: the victim's ancestor just below where it meets the
+    # preemptor's tenant (``QuotaLedger.branch_toward``); the victim gives way only while that
+    # branch borrows too. "": the victim's tenant itself (siblings).
+    owed_by: str = ""
 
     @property
     def tenant(self) -> str:
@@ -287,6 +293,8 @@ def _owed(ctx: CycleContext, cand: Candidate, flavor: str) -> int:
     """What a reclaim may take back from the candidate's tenant: what it borrows, or for a
     pinned guarantee what it uses of the cluster beyond its own pinned guarantee there."""
     owed = ctx.ledger.borrowing(cand.tenant, flavor)
+    if cand.owed_by:
+        owed = min(owed, ctx.ledger.borrowing(cand.owed_by, flavor))
     if cand.pinned_cluster:
         owed = max(owed, pinned.excess(ctx.ledger, cand.tenant, flavor, cand.pinned_cluster))
     return owed
@@ -405,7 +413,7 @@ def listed_candidates(
         for t in ctx.ledger.tenants:
             if t == job.tenant:
                 continue
-            b = ctx.ledger.borrowing(t, flavor)
+            b = ctx.ledger.borrowing_from(t, job.tenant, flavor)
             for cluster in only:
                 if (e := pinned.excess(ctx.ledger, t, flavor, cluster)) > 0:
                     b, owed_in[t] = max(b, e), cluster
@@ -422,6 +430,9 @@ def listed_candidates(
             for cand, at in _candidates_of(ctx, job, running, reclaim_ok):
                 if at > horizon:
                     continue
+                branch = ctx.ledger.branch_toward(tenant, job.tenant)
+                if cand.reclaim and branch != tenant:
+                    cand = replace(cand, owed_by=branch)
                 if cand.reclaim and tenant in owed_in:
                     where = pinned.cluster_of(ctx.state, cand.assignments[0].node)
                     if where == owed_in[tenant]:
@@ -513,7 +524,7 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
     if not (pc.may_preempt and pc.counts_against_quota) or relation is None:
         return None
     if relation[1] and not (
-        ctx.ledger.borrowing(running.job.tenant, running.flavor) > 0
+        ctx.ledger.borrowing_from(running.job.tenant, job.tenant, running.flavor) > 0
         and ctx.ledger.within_guarantee_after(
             job.tenant, running.flavor, job.resources.gpu_milli * job.gang_size
         )

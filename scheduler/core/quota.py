@@ -256,6 +256,26 @@ class QuotaLedger:
         """Milli-GPU the tenant uses beyond its guarantee (0 when within)."""
         return max(0, self.usage[(tenant, flavor)] - self.guarantee(tenant, flavor))
 
+    def branch_toward(self, tenant: str, claimant: str) -> str:
+        """The ancestor of ``tenant`` (itself, or higher) just below its lowest common ancestor
+        with ``claimant``: where the two meet, what ``tenant`` borrows of ``claimant``'s side
+        is what that branch uses beyond its guarantee. A team borrowing only its own
+        cohort's unused guarantees borrows nothing from another cohort."""
+        theirs = set(self.chain.get(claimant, ()))
+        branch = tenant
+        for node in self.chain.get(tenant, (tenant,)):
+            if node in theirs:
+                return branch
+            branch = node
+        return branch
+
+    def borrowing_from(self, tenant: str, claimant: str, flavor: str) -> int:
+        """Milli-GPU ``claimant`` may reclaim of what ``tenant`` borrows: what it borrows, at
+        most what its branch toward ``claimant`` borrows (``branch_toward``)."""
+        own = self.borrowing(tenant, flavor)
+        branch = self.branch_toward(tenant, claimant)
+        return own if branch == tenant else min(own, self.borrowing(branch, flavor))
+
     def within_guarantee_after(self, tenant: str, flavor: str, milli: int) -> bool:
         return self.usage[(tenant, flavor)] + milli <= self.guarantee(tenant, flavor)
 

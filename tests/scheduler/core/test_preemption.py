@@ -303,3 +303,92 @@ def test_precheck_counts_devices_candidates_free():
     result = cycle(snapshot(nodes, [make_job("new", gpus=5)], running, now=NOW), profile)
     assert result.placement_for("new") is not None
     assert len(victims(result)) == 1
+
+
+def _two_cohorts(cohort_b_limit: float) -> tuple:
+    """org -> cohort-a, cohort-b (guarantee 16 each); each cohort's two teams guarantee 8."""
+    from scheduler.core.types import Quota, Tenant
+
+    gpu = 1000
+
+    def quota(guaranteed: float, limit: float) -> dict:
+        return {"H100": Quota(round(guaranteed * gpu), round(limit * gpu))}
+
+    return (
+        Tenant("org"),
+        Tenant("cohort-a", "org", quota(16, 16)),
+        Tenant("cohort-b", "org", quota(16, cohort_b_limit)),
+        Tenant("a1", "cohort-a", quota(8, 16)),
+        Tenant("a2", "cohort-a", quota(8, 16)),
+        Tenant("b1", "cohort-b", quota(8, 24)),
+        Tenant("b2", "cohort-b", quota(8, 16)),
+    )
+
+
+def _fragmented(extra_b: bool):
+    """b1 runs 16 GPUs on n1 and n2 (8 beyond its team's guarantee, borrowed from b2);
+    a2 runs 4 on n3 and 4 on n4; `extra_b`: b2 runs 4 more on n4 too... (then cohort-b uses
+    beyond its own guarantee). a1 asks for one 8-GPU replica: no node has 8 free."""
+    running = [
+        make_running(make_job(f"b1-{i}", "b1", gpus=8, priority="high"), (f"n{i}", range(8)))
+        for i in (1, 2)
+    ]
+    running += [
+        make_running(make_job("a2-3", "a2", gpus=4, priority="high"), ("n3", range(4))),
+        make_running(make_job("a2-4", "a2", gpus=4, priority="high"), ("n4", range(4))),
+    ]
+    if extra_b:
+        running.append(
+            make_running(make_job("b2-3", "b2", gpus=4, priority="high"), ("n3", range(4, 8)))
+        )
+    return running
+
+
+def test_no_reclaim_from_another_cohorts_team_that_borrows_only_within_its_cohort():
+    """b1 borrows of its own cohort (cohort-b uses its 16, no more): a team of cohort-a,
+    within its guarantee, may not reclaim from it; what a1 lacks is a whole free node, not
+    quota b1 took from cohort-a (before: a1 took one of b1's jobs, and b1 took it back)."""
+    result = cycle(
+        snapshot(
+            [make_node(f"n{i}") for i in (1, 2, 3, 4)],
+            [make_job("a1", "a1", gpus=8, priority="low")],
+            _fragmented(extra_b=False),
+            tenants=_two_cohorts(cohort_b_limit=16),
+            now=NOW,
+        ),
+        PROFILE,
+    )
+    assert victims(result) == set()
+    assert result.placement_for("a1") is None
+
+
+def test_a_team_reclaims_from_another_cohort_when_that_cohort_borrows():
+    """cohort-b uses 20 of its 16 (b2's 4 on n3 borrowed from cohort-a): a1 reclaims from
+    cohort-b's borrowing team."""
+    result = cycle(
+        snapshot(
+            [make_node(f"n{i}") for i in (1, 2, 3, 4)],
+            [make_job("a1", "a1", gpus=8, priority="low")],
+            _fragmented(extra_b=True),
+            tenants=_two_cohorts(cohort_b_limit=32),
+            now=NOW,
+        ),
+        PROFILE,
+    )
+    assert victims(result)
+    assert victims(result) <= {"b1-1", "b1-2", "b2-3"}
+    assert result.placement_for("a1") is not None
+
+
+def test_the_branch_toward_a_claimant_is_below_where_the_two_meet():
+    from scheduler.core.quota import QuotaLedger
+
+    ledger = QuotaLedger(_two_cohorts(cohort_b_limit=16), ["H100"])
+    assert ledger.branch_toward("b1", "a1") == "cohort-b"
+    assert ledger.branch_toward("b1", "b2") == "b1"
+    assert ledger.branch_toward("b1", "cohort-a") == "cohort-b"
+    ledger.charge("b1", "u", "H100", 16_000)  # b1 borrows 8, cohort-b none
+    assert ledger.borrowing_from("b1", "b2", "H100") == 8_000
+    assert ledger.borrowing_from("b1", "a1", "H100") == 0
+    ledger.charge("b2", "u", "H100", 4_000)  # cohort-b now uses 20 of 16
+    assert ledger.borrowing_from("b1", "a1", "H100") == 4_000
