@@ -6,6 +6,7 @@
     python -m bench.eta --engine-only --cohorts 5 --fraction 1   # the whole scenario
     python -m bench.eta --engine-only --runtimes recurring       # runtimes near their group's
     python -m bench.eta --engine-only --oracle runtimes          # the error split by cause
+    python -m bench.eta --engine-only --breakdown                # by wait ahead and class
     python -m bench.eta --demo --minutes 10                      # the demo load, the daemon
     python -m bench.eta --calibrate ...                          # corrected by the record
 
@@ -40,7 +41,9 @@ Reports the median and p90 absolute error of the p50 estimate against the actual
 waits under 10 minutes within a minute, and the share of estimates whose actual start fell
 inside p50..p90 (JSON keys ``estimates``, ``median_abs_error_s``, ``p90_abs_error_s``,
 ``median_abs_error_rel``, ``within_60s_share``, ``coverage``), and under ``baseline`` the
-same figures for the naive estimates (``NAIVE``) made at the same moments.
+same figures for the naive estimates (``NAIVE``) made at the same moments; engine-only,
+``--breakdown`` adds them split by the wait ahead, the predicted wait and the class
+(``bench.eta.breakdown``).
 """
 
 from __future__ import annotations
@@ -362,7 +365,13 @@ def run(
     arrivals_max: int = 0,
     arrivals_in_p50: bool = True,
     arrivals_late_windows: float = LATE_WINDOWS,
+    split: bool = False,
 ) -> dict[str, object]:
+    """The trace replayed on virtual time, its estimates scored (``scored``); with
+    ``split``, also their error by the wait ahead, the predicted wait and the class
+    (``bench.eta.breakdown``)."""
+    from bench.eta.breakdown import breakdown
+
     jobs = workload(cohorts, fraction, seed, stretch, runtimes)
     replay = EstimatingReplay(
         jobs,
@@ -383,7 +392,10 @@ def run(
     starts = {j.id: j.starts_s for j in report.jobs}
     waits = [j.first_start_s - j.arrival_s for j in report.jobs if j.first_start_s is not None]
     walls = replay.estimate_wall_s
-    raw = {"uncalibrated": score(replay.raw, starts)} if calibrate else {}
+    raw: dict[str, object] = {"uncalibrated": score(replay.raw, starts)} if calibrate else {}
+    if split:
+        classes = {j.request.id: j.request.priority_class for j in jobs}
+        raw |= {"breakdown": breakdown(replay.estimates, starts, classes)}
     return (
         scored(replay.estimates, replay.naive, starts)
         | raw
@@ -489,6 +501,12 @@ def main(argv: list[str] | None = None) -> None:
         help="engine-only: estimate knowing the true runtimes ('runtimes') and the arrivals "
         "to come ('all'), to split the error by cause",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="engine-only: the error also by the wait ahead, the predicted wait and the "
+        "class (bench.eta.breakdown)",
+    )
     daemon = parser.add_argument_group("through the daemon")
     daemon.add_argument("--budget", type=float, default=1.0, help="GANTRY_ETA_BUDGET_S")
     daemon.add_argument(
@@ -535,6 +553,7 @@ def main(argv: list[str] | None = None) -> None:
             arrivals_max=args.arrivals_max,
             arrivals_in_p50=args.arrivals_in_p50,
             arrivals_late_windows=args.arrivals_late_windows,
+            split=args.breakdown,
         )
     elif args.demo:
         out = run_demo(args, loaded.profile, every_s=args.every or 1.0)
