@@ -90,6 +90,10 @@ class CycleContext:
         default_factory=list
     )
     victims: list[str] = field(default_factory=list)
+    # Milli-GPU held per (tenant or ancestor, flavor) by jobs already giving their devices
+    # back (``RunningJob.leaving``): charged to the ledger while their pods stop, but no
+    # borrowing to reclaim (a reclaim of it would take what is on its way back, twice).
+    leaving: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @property
     def now(self) -> float:

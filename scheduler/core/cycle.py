@@ -147,6 +147,10 @@ def build_context(snapshot: Snapshot, profile: Profile, held: Held | None = None
             mix.run(running.job, +1)
         ctx.set_live(running)
         ctx.guarded.update(running.displaced)
+        if running.leaving and ctx.counts_against_quota(running.job):
+            for node in ledger.chain.get(running.job.tenant, ()):
+                where = (node, running.flavor)
+                ctx.leaving[where] = ctx.leaving.get(where, 0) + running.gpu_milli
     if held is not None:
         state.commit()
         ledger.commit()

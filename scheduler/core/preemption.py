@@ -292,9 +292,9 @@ def _take(ctx: CycleContext, cand: Candidate, flavor: str) -> bool:
 def _owed(ctx: CycleContext, cand: Candidate, flavor: str) -> int:
     """What a reclaim may take back from the candidate's tenant: what it borrows, or for a
     pinned guarantee what it uses of the cluster beyond its own pinned guarantee there."""
-    owed = ctx.ledger.borrowing(cand.tenant, flavor)
+    owed = ctx.ledger.borrowing(cand.tenant, flavor, ctx.leaving)
     if cand.owed_by:
-        owed = min(owed, ctx.ledger.borrowing(cand.owed_by, flavor))
+        owed = min(owed, ctx.ledger.borrowing(cand.owed_by, flavor, ctx.leaving))
     if cand.pinned_cluster:
         owed = max(owed, pinned.excess(ctx.ledger, cand.tenant, flavor, cand.pinned_cluster))
     return owed
@@ -413,7 +413,7 @@ def listed_candidates(
         for t in ctx.ledger.tenants:
             if t == job.tenant:
                 continue
-            b = ctx.ledger.borrowing_from(t, job.tenant, flavor)
+            b = ctx.ledger.borrowing_from(t, job.tenant, flavor, ctx.leaving)
             for cluster in only:
                 if (e := pinned.excess(ctx.ledger, t, flavor, cluster)) > 0:
                     b, owed_in[t] = max(b, e), cluster
@@ -430,6 +430,8 @@ def listed_candidates(
             for cand, at in _candidates_of(ctx, job, running, reclaim_ok):
                 if at > horizon:
                     continue
+                if cand.reclaim and running.leaving:
+                    continue  # on its way back already: no borrowing to take
                 branch = ctx.ledger.branch_toward(tenant, job.tenant)
                 if cand.reclaim and branch != tenant:
                     cand = replace(cand, owed_by=branch)
@@ -524,7 +526,7 @@ def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) ->
     if not (pc.may_preempt and pc.counts_against_quota) or relation is None:
         return None
     if relation[1] and not (
-        ctx.ledger.borrowing_from(running.job.tenant, job.tenant, running.flavor) > 0
+        ctx.ledger.borrowing_from(running.job.tenant, job.tenant, running.flavor, ctx.leaving) > 0
         and ctx.ledger.within_guarantee_after(
             job.tenant, running.flavor, job.resources.gpu_milli * job.gang_size
         )

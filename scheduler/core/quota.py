@@ -252,9 +252,12 @@ class QuotaLedger:
             f"limit {gpus(quota.limit)}; job needs {gpus(milli)}",
         )
 
-    def borrowing(self, tenant: str, flavor: str) -> int:
-        """Milli-GPU the tenant uses beyond its guarantee (0 when within)."""
-        return max(0, self.usage[(tenant, flavor)] - self.guarantee(tenant, flavor))
+    def borrowing(self, tenant: str, flavor: str, leaving: Mapping[_Key, int] | None = None) -> int:
+        """Milli-GPU the tenant uses beyond its guarantee (0 when within); with `leaving`, not
+        counting what its jobs already giving their devices back hold (a preempted job whose
+        pods are stopping)."""
+        gone = leaving.get((tenant, flavor), 0) if leaving else 0
+        return max(0, self.usage[(tenant, flavor)] - gone - self.guarantee(tenant, flavor))
 
     def branch_toward(self, tenant: str, claimant: str) -> str:
         """The ancestor of ``tenant`` (itself, or higher) just below its lowest common ancestor
@@ -269,12 +272,15 @@ class QuotaLedger:
             branch = node
         return branch
 
-    def borrowing_from(self, tenant: str, claimant: str, flavor: str) -> int:
+    def borrowing_from(
+        self, tenant: str, claimant: str, flavor: str, leaving: Mapping[_Key, int] | None = None
+    ) -> int:
         """Milli-GPU ``claimant`` may reclaim of what ``tenant`` borrows: what it borrows, at
-        most what its branch toward ``claimant`` borrows (``branch_toward``)."""
-        own = self.borrowing(tenant, flavor)
+        most what its branch toward ``claimant`` borrows (``branch_toward``); `leaving` as
+        for ``borrowing``."""
+        own = self.borrowing(tenant, flavor, leaving)
         branch = self.branch_toward(tenant, claimant)
-        return own if branch == tenant else min(own, self.borrowing(branch, flavor))
+        return own if branch == tenant else min(own, self.borrowing(branch, flavor, leaving))
 
     def within_guarantee_after(self, tenant: str, flavor: str, milli: int) -> bool:
         return self.usage[(tenant, flavor)] + milli <= self.guarantee(tenant, flavor)

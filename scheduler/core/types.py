@@ -251,6 +251,9 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     displaced: tuple[str, ...] = ()
     started: bool = True
+    # Its job no longer runs (preempted or requeued: its pods stopping): it holds its devices
+    # until they are gone, but its tenant no longer borrows them (``CycleContext.leaving``).
+    leaving: bool = False
 
     @property
     def gpu_milli(self) -> int:

@@ -54,6 +54,9 @@ S = JobState
 # Holding states whose pods have not started: the engine may preempt them inside the
 # minimum runtime (`RunningJob.started`).
 NOT_STARTED = frozenset({S.ADMITTED, S.BINDING})
+# Holding states whose job runs (or is about to); a job holding devices in any other is giving
+# them back (`RunningJob.leaving`): preempted or requeued, its pods stopping.
+HOLDING_LIVE = frozenset({S.ADMITTED, S.BINDING, S.RUNNING})
 CLOSED_CLUSTER_STATES = frozenset({ClusterState.CORDONED, ClusterState.LOST})
 # A node's taints are stored as [key, value, effect] lists.
 TAINT_FIELDS = ("key", "value", "effect")
@@ -231,9 +234,11 @@ def running_jobs(
         flavor = allocs[0]["flavor"]  # the first allocation's, as read
         allocs.sort(key=lambda a: a["replica"])
         started = rows[job_id]["state"] not in NOT_STARTED
+        leaving = rows[job_id]["state"] not in HOLDING_LIVE
         inputs = (
             job,
             started,
+            leaving,
             displaced.get(job_id, ()),
             *allocs,
             *(shares[a["id"]] for a in allocs),
@@ -263,6 +268,7 @@ def running_jobs(
             started_at=min(ts(a["started_at"]) for a in allocs),
             displaced=displaced.get(job_id, ()),
             started=started,
+            leaving=leaving,
         )
         made[job_id] = (inputs, running)
         out.append(running)

@@ -159,3 +159,20 @@ def test_a_running_job_made_of_the_same_objects_is_the_same_running_job() -> Non
     assert [a.replica for a in grown.assignments] == [0, 1]
     assert grown == running_jobs([alloc, second], shares, running, {}, lambda _row: job)[0]
     assert list(kept) == [7]
+    assert not grown.leaving
+
+
+@pytest.mark.parametrize(
+    ("state", "leaving"),
+    [("admitted", False), ("binding", False), ("running", False), ("preempted", True),
+     ("queued", True), ("cancelled", True)],
+)  # fmt: skip
+def test_a_job_holding_devices_it_is_giving_back_is_leaving(state: str, leaving: bool) -> None:
+    """Preempted, requeued or ended with its pods still stopping: it holds its devices, but
+    its tenant no longer borrows them (`RunningJob.leaving`, read by reclaims)."""
+    job = JobRequest("7", "t", "normal", Resources(gpu_milli=1000))
+    alloc = {"id": 1, "job_id": 7, "replica": 0, "node__name": "n1", "flavor": "H100",
+             "elastic": False, "started_at": datetime(2026, 1, 1, tzinfo=UTC)}  # fmt: skip
+    rows = {7: {"id": 7, "state": state}}
+    [held] = running_jobs([alloc], {1: (DeviceShare(0, 1000, 0),)}, rows, {}, lambda _r: job)
+    assert held.leaving is leaving

@@ -392,3 +392,26 @@ def test_the_branch_toward_a_claimant_is_below_where_the_two_meet():
     assert ledger.borrowing_from("b1", "a1", "H100") == 0
     ledger.charge("b2", "u", "H100", 4_000)  # cohort-b now uses 20 of 16
     assert ledger.borrowing_from("b1", "a1", "H100") == 4_000
+
+
+def test_no_reclaim_of_borrowing_already_on_its_way_back():
+    """team-b ran 16 of its 8 GPUs, but one of its two jobs was preempted and its pods are
+    stopping (leaving): team-b no longer borrows, and team-a's job waits for that room
+    instead of reclaiming team-b's other job too (before: both went)."""
+    tenants = make_tenants(("team-a", 8, 16), ("team-b", 8, 16))
+    staying = make_running(make_job("b1", "team-b", gpus=8), ("n1", range(8)))
+    leaving = replace(
+        make_running(make_job("b2", "team-b", gpus=8), ("n2", range(8))), leaving=True
+    )
+    result = cycle(
+        snapshot(
+            [make_node("n1"), make_node("n2")],
+            [make_job("a", "team-a", gpus=8, priority="low")],
+            [staying, leaving],
+            tenants=tenants,
+            now=NOW,
+        ),
+        PROFILE,
+    )
+    assert victims(result) == set()
+    assert result.placement_for("a") is None
