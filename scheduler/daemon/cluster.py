@@ -83,24 +83,6 @@ class Cluster:
             "bind", list(binds), self.backend.bind_pod, self.bind_named_from_thread, deadline_s
         )
 
-    def suspend_workloads(
-        self, suspends: Sequence[tuple[str, str]], deadline_s: float = DELETE_DEADLINE_S
-    ) -> dict[tuple[str, str], Exception]:
-        """Suspend each (namespace, "<plural>/<name>") object a user created that Gantry
-        resumes (a Job, JobSet, RayJob...: only the Kubernetes backend has them), concurrently
-        where the backend allows it. Returns those that failed or gave no answer, for the
-        caller to log (reconcile suspends a stopped job's object again at its next pass)."""
-        if not suspends:
-            return {}
-        backend: Any = self.backend
-        return self._each(
-            "suspend",
-            list(suspends),
-            backend.suspend_workload,
-            self.suspend_from_thread,
-            deadline_s,
-        )
-
     def _each(
         self,
         step: str,
@@ -179,11 +161,6 @@ class Cluster:
     def bind_named_from_thread(self, namespace: str, name: str, node: str) -> None:
         self.keeper.fence_from_thread()
         self.backend.bind_pod(namespace, name, node)
-
-    def suspend_from_thread(self, namespace: str, workload: str) -> None:
-        self.keeper.fence_from_thread()
-        backend: Any = self.backend
-        backend.suspend_workload(namespace, workload)
 
     def delete_from_thread(self, namespace: str, name: str, grace: int) -> None:
         self.keeper.fence_from_thread()

@@ -155,7 +155,6 @@ def suspend_stopped(
     """Step 3, for the jobs of the allocations `stopping`, once each (`ended`: their jobs
     failed in this reconcile, and their rows still say what they were)."""
     done: set[int] = set()
-    suspends: list[tuple[str, str]] = []
     for a in stopping:
         job = jobs.get(a["job_id"])
         if job is None or a["job_id"] in done or not (workload := workload_of(job)):
@@ -163,11 +162,7 @@ def suspend_stopped(
         done.add(a["job_id"])
         if not ended and job["state"] in LIVE:
             continue  # its Job completes on its own, or runs again under a newer attempt
-        suspends.append((a["namespace"], workload))
-    # All at once, as the bind phase's calls (a burst of preemptions suspended one after the
-    # other held reconcile for seconds).
-    for (_, workload), error in cluster.suspend_workloads(suspends).items():
-        log.warning("suspending %s failed (tried again next cycle): %s", workload, error)
+        suspend_workload(cluster, a["namespace"], workload)
 
 
 def suspend_workload(cluster: Cluster, namespace: str, workload: str) -> None:

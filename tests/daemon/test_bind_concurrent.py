@@ -75,9 +75,6 @@ class NetworkCluster:
     def delete_pod(self, namespace: str, name: str, grace_period_s: int = 30) -> None:
         self._call("delete", name)
 
-    def suspend_workload(self, namespace: str, workload: str) -> None:
-        self._call("suspend", workload)
-
     def _call(self, kind: str, name: str) -> None:
         if self.check is not None:
             try:
@@ -335,28 +332,6 @@ def test_the_adopted_pods_of_jobs_made_in_kubernetes_go_out_together() -> None:
     assert backend.peak == 4
     assert pods["ddp-0"].node == "gpu-0" and pods["ddp-7"].node == "gpu-7"
     assert pods["ddp-1"].node is None  # tried again at the next reconcile
-
-
-def test_the_jobs_of_a_burst_of_preemptions_are_suspended_together(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Reconcile suspends the objects of the jobs it stops (a user's Jobs, preempted): all at
-    once, at most max_in_flight, a refused one logged and left to the next cycle."""
-    from scheduler.daemon.workloads import suspend_stopped
-
-    backend = NetworkCluster(max_in_flight=4)
-    backend.delay_s = 0.02
-    backend.refused[("suspend", "jobs/train-3")] = BackendError("500")
-    jobs = {
-        i: {"id": i, "state": "preempted", "spec__workload": {"kind": "Job", "name": f"train-{i}"}}
-        for i in range(8)
-    }
-    stopping = [{"job_id": i, "namespace": "team-a"} for i in range(8)]
-    suspend_stopped(stopping, jobs, cluster_of(backend))
-    suspended = {name for kind, name in backend.calls if kind == "suspend"}
-    assert suspended == {f"jobs/train-{i}" for i in range(8)}
-    assert backend.peak == 4
-    assert "suspending jobs/train-3 failed" in caplog.text
 
 
 def held(pod: PodRequest) -> PodRequest:
