@@ -57,7 +57,13 @@ import yaml
 from bench.kueue_e2e import CLASSES, COHORTS, FLAVOR, TEAMS_PER_COHORT
 from devcluster import versions
 from devcluster.kubelets import Kubelets, NodeShape
-from devcluster.plane import SCHEDULER_BURST, SCHEDULER_QPS, ControlPlane, free_port
+from devcluster.plane import (
+    SCHEDULER_BURST,
+    SCHEDULER_QPS,
+    ControlPlane,
+    free_port,
+    stop_child,
+)
 
 PlaneFactory = Callable[[], contextlib.AbstractContextManager[ControlPlane]]
 World = tuple[dict[str, Any], dict[str, Any], Any]  # Gantry's teams, classes and backend
@@ -924,12 +930,7 @@ def kueue_process(
             raise RuntimeError(f"kueue exited ({process.returncode}) during the run")
     finally:
         for child in (process, proxy):
-            child.terminate()
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            stop_child(child, 15)
 
 
 def create_queues(api: Any, arrivals: list[Arrival], objects: list[tuple[str, Any]]) -> None:
@@ -1310,12 +1311,7 @@ def controller_process(kubeconfig: Path, database_url: str, log: Path) -> Iterat
     try:
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process, 30)
 
 
 def run_gantry_native(

@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from devcluster import crds
-from devcluster.plane import ControlPlane, free_port
+from devcluster.plane import ControlPlane, free_port, stop_child
 from devcluster.versions import binary
 
 READY_TIMEOUT_S = 60.0
@@ -89,12 +89,7 @@ def running(
         yield process
     finally:
         _unregister(api, names)
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process, 15)
 
 
 def _configure(

@@ -352,6 +352,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def stop_child(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stop a process this one started: SIGTERM, then SIGKILL after `timeout_s`; reaped."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _terminate(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)

@@ -344,40 +344,25 @@ def _fragmented(extra_b: bool):
     return running
 
 
-def test_no_reclaim_from_another_cohorts_team_that_borrows_only_within_its_cohort():
-    """b1 borrows of its own cohort (cohort-b uses its 16, no more): a team of cohort-a,
-    within its guarantee, may not reclaim from it; what a1 lacks is a whole free node, not
-    quota b1 took from cohort-a (before: a1 took one of b1's jobs, and b1 took it back)."""
+@pytest.mark.parametrize("cohort_b_borrows", [False, True], ids=["within", "beyond"])
+def test_a_reclaim_across_cohorts_only_from_a_cohort_that_borrows(cohort_b_borrows):
+    """b1 borrows 8 of its own cohort's guarantees. Cohort-b within its 16: a team of
+    cohort-a, within its guarantee, may not reclaim from b1; what a1 lacks is a whole free
+    node, not quota b1 took from cohort-a (before: a1 took one of b1's jobs, and b1 took it
+    back). Cohort-b at 20 of its 16 (b2's 4 on n3 borrowed from cohort-a): a1 reclaims."""
     result = cycle(
         snapshot(
             [make_node(f"n{i}") for i in (1, 2, 3, 4)],
             [make_job("a1", "a1", gpus=8, priority="low")],
-            _fragmented(extra_b=False),
-            tenants=_two_cohorts(cohort_b_limit=16),
+            _fragmented(extra_b=cohort_b_borrows),
+            tenants=_two_cohorts(cohort_b_limit=32 if cohort_b_borrows else 16),
             now=NOW,
         ),
         PROFILE,
     )
-    assert victims(result) == set()
-    assert result.placement_for("a1") is None
-
-
-def test_a_team_reclaims_from_another_cohort_when_that_cohort_borrows():
-    """cohort-b uses 20 of its 16 (b2's 4 on n3 borrowed from cohort-a): a1 reclaims from
-    cohort-b's borrowing team."""
-    result = cycle(
-        snapshot(
-            [make_node(f"n{i}") for i in (1, 2, 3, 4)],
-            [make_job("a1", "a1", gpus=8, priority="low")],
-            _fragmented(extra_b=True),
-            tenants=_two_cohorts(cohort_b_limit=32),
-            now=NOW,
-        ),
-        PROFILE,
-    )
-    assert victims(result)
     assert victims(result) <= {"b1-1", "b1-2", "b2-3"}
-    assert result.placement_for("a1") is not None
+    assert bool(victims(result)) is cohort_b_borrows
+    assert (result.placement_for("a1") is not None) is cohort_b_borrows
 
 
 def test_the_branch_toward_a_claimant_is_below_where_the_two_meet():
