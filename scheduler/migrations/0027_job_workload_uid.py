@@ -7,16 +7,18 @@ PostgreSQL the index is built CONCURRENTLY (hence `atomic = False`), the jobs ta
 meanwhile; on SQLite (the embedded path, no concurrent upgrade) Django's own operation runs.
 """
 
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 from django.db.models.fields.json import KeyTransform
 
 from common.releases.operations import OnVendor
 
-INDEX = models.Index(
-    KeyTransform("uid", KeyTransform("workload", "spec")),
-    name="job_workload_uid",
+INDEX = models.Index(KeyTransform("uid", KeyTransform("workload", "spec")), name="job_workload_uid")
+# The expression Django writes for `spec__workload__uid` lookups, so that they use the index.
+POSTGRESQL_FORWARDS = (
+    "CREATE INDEX CONCURRENTLY IF NOT EXISTS job_workload_uid"
+    " ON scheduler_job ((spec #> '{workload,uid}'))"
 )
+POSTGRESQL_BACKWARDS = "DROP INDEX CONCURRENTLY IF EXISTS job_workload_uid"
 
 
 class Migration(migrations.Migration):
@@ -29,7 +31,10 @@ class Migration(migrations.Migration):
             state_operations=[migrations.AddIndex(model_name="job", index=INDEX)],
             database_operations=[
                 OnVendor("sqlite", migrations.AddIndex(model_name="job", index=INDEX)),
-                OnVendor("postgresql", AddIndexConcurrently(model_name="job", index=INDEX)),
+                OnVendor(
+                    "postgresql",
+                    migrations.RunSQL(POSTGRESQL_FORWARDS, POSTGRESQL_BACKWARDS),
+                ),
             ],
         )
     ]
