@@ -424,6 +424,8 @@ def listed_candidates(
         horizon = ctx.now + ctx.profile.wait_for_cheaper_s
     keyed: list[tuple[tuple[object, ...], Candidate, float]] = []
     for tenant in groups:
+        # A reclaim across the tree is owed by the victim's branch toward the job's tenant.
+        branch = ctx.ledger.branch_toward(tenant, job.tenant)
         for running in ctx.live_by.get((flavor, tenant), {}).values():
             if running.job.id in ctx.fresh:
                 continue
@@ -432,7 +434,6 @@ def listed_candidates(
                     continue
                 if cand.reclaim and running.leaving:
                     continue  # on its way back already: no borrowing to take
-                branch = ctx.ledger.branch_toward(tenant, job.tenant)
                 if cand.reclaim and branch != tenant:
                     cand = replace(cand, owed_by=branch)
                 if cand.reclaim and tenant in owed_in:

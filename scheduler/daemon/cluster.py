@@ -155,8 +155,7 @@ class Cluster:
         self.backend.create_pod(pod)
 
     def bind_from_thread(self, pod: PodRequest) -> None:
-        self.keeper.fence_from_thread()
-        self.backend.bind_pod(pod.namespace, pod.name, pod.node)
+        self.bind_named_from_thread(pod.namespace, pod.name, pod.node)
 
     def bind_named_from_thread(self, namespace: str, name: str, node: str) -> None:
         self.keeper.fence_from_thread()

@@ -208,8 +208,13 @@ class WorkloadController:
     def _in_queue_order(self, workloads: dict[str, Held]) -> list[str]:
         """Every uid; those not queued yet highest priority class first, then oldest
         (`scheduler.workloads.order`: a burst is queued as the queue would serve it)."""
-        new = [(u, h.objects[0]) for u, h in workloads.items() if not self._known(u)]
-        known = [u for u in workloads if self._known(u)]
+        known: list[str] = []
+        new: list[tuple[str, Obj]] = []
+        for uid, held in workloads.items():
+            if self._known(uid):
+                known.append(uid)
+            else:
+                new.append((uid, held.objects[0]))
         if len(new) < 2:
             return known + [u for u, _ in new]
         return known + queue_order(new, class_values([obj for _, obj in new]))
