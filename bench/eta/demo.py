@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.eta.daemon import note_refresh
+from bench.eta.daemon import WORKER_READY_S, note_refresh
 from scheduler.core import Profile
 
 DEMO_EVERY_S = 15.0  # run_scheduler's --demo-every
@@ -108,6 +108,11 @@ def run(
     daemon.estimates = EtaRefresher(config=config, history_every_s=history_every_s)
     daemon.lease.acquire()
     daemon.sync_nodes(force=True)
+    if connections["default"].vendor == "postgresql":
+        # the daemon's loop refreshes in a worker there: its start (seconds under load) is
+        # not the estimates' to pay, so the replay's clock starts with it set up
+        daemon.estimates.start_background()
+        daemon.estimates.wait_ready(WORKER_READY_S)
     connections.close_all()  # the forked recorder opens its own
     stop = multiprocessing.get_context("fork").Event()
     recorded = workdir / "estimates.json"

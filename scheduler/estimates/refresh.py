@@ -301,6 +301,7 @@ class EtaRefresher:
     last: Refreshed | None = None
     _pool: ProcessPoolExecutor | None = None
     _running: Future[tuple[Refreshed | None, str]] | None = None
+    _ready: Future[int] | None = None
 
     def after_cycle(
         self,
@@ -391,8 +392,8 @@ class EtaRefresher:
         return self._pool is not None
 
     def start_background(self) -> None:
-        """Refresh in a process of its own from now on (see the class), spawned at the first
-        refresh and set up on this process's database settings."""
+        """Refresh in a process of its own from now on (see the class), spawned now and set
+        up on this process's database settings."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=1,
@@ -406,11 +407,21 @@ class EtaRefresher:
                     self.history_every_s,
                 ),
             )
+            # spawned and set up now, not at the first refresh: a worker's start (Django's
+            # set-up, seconds on a loaded host) would otherwise delay the first estimates
+            self._ready = self._pool.submit(eta_worker.ready)
+
+    def wait_ready(self, timeout_s: float) -> int:
+        """Block until the background worker is set up; its pid (the benchmarks start their
+        clock with the worker ready)."""
+        if self._ready is None:
+            raise RuntimeError("no background worker: call start_background first")
+        return self._ready.result(timeout_s)
 
     def close(self) -> None:
         """Wait for a refresh still running (at most its budget and its write) and stop the
         worker; refreshes run in the loop again after this."""
-        pool, self._pool, self._running = self._pool, None, None
+        pool, self._pool, self._running, self._ready = self._pool, None, None, None
         if pool is not None:
             pool.shutdown(wait=True)
 

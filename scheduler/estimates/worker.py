@@ -55,6 +55,11 @@ def _exit_with(daemon: int) -> None:
     os._exit(0)
 
 
+def ready() -> int:
+    """The worker's pid, once it is set up (`EtaRefresher.wait_ready`)."""
+    return os.getpid()
+
+
 def refresh(asked: Any) -> tuple[Any, str]:
     """One refresh in the worker: what it did (None for a bug, which it logs), and why it
     was not made ("" when it was): a database error or a lost lease."""

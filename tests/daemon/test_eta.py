@@ -412,6 +412,23 @@ def test_a_worker_that_died_is_replaced_at_the_next_refresh(
     assert JobQueueEstimate.objects.count() == 1  # written by the new worker
 
 
+def test_the_worker_is_set_up_when_the_background_starts_not_at_the_first_refresh() -> None:
+    """A worker's start (Django's set-up: seconds on a loaded host) is paid when the
+    background starts, not by the first estimates."""
+    refresher = EtaRefresher(SETTINGS)
+    refresher.start_background()
+    try:
+        pool = refresher._pool
+        assert pool is not None and pool._processes  # spawned before any refresh was asked
+        worker = refresher.wait_ready(LOOP_WATCHDOG_S)
+        assert worker in pool._processes and worker != os.getpid()
+        assert refresher._running is None
+    finally:
+        refresher.close()
+    with pytest.raises(RuntimeError, match="start_background first"):
+        refresher.wait_ready(1)
+
+
 _DAEMON_THEN_KILLED = """
 import os, sys, time
 
