@@ -1276,6 +1276,8 @@ def _controller_loop(controller: Any, stop: threading.Event, every_s: float) -> 
                 if stats.refused:
                     why = next(iter(controller.refusals.values()), "")
                     _say(f"workload controller: {stats.refused} refused, e.g. {why}")
+                if stats.deferred:
+                    continue  # its queueing budget spent: the next pass at once, as deployed
             stop.wait(every_s)
     finally:
         connection.close()

@@ -21,8 +21,9 @@ is not a deleted one.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -77,6 +78,10 @@ KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 # Events and status annotations written at once by a pass (`WorkloadController._tell_all`):
 # the API server's client is shared by the threads, and its connection pool holds ten.
 TELLERS = 8
+# Seconds a pass spends queueing new workloads before it lists again (`sync`): a burst of
+# thousands is queued over several passes, and what arrives meanwhile is queued in class order
+# among what is left, not after the whole burst.
+QUEUEING_BUDGET_S = 1.0
 
 
 class Teller(Protocol):
@@ -116,6 +121,9 @@ class SyncStats:
     refused: int = 0
     cancelled: int = 0
     events: int = 0
+    # new workloads left for the next pass, this one's queueing budget spent: the loop runs
+    # the next pass at once
+    deferred: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,8 @@ class WorkloadController:
     told: dict[str, tuple[str, str]] = field(default_factory=dict)
     refusals: dict[str, str] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    queueing_budget_s: float = QUEUEING_BUDGET_S
+    monotonic: Callable[[], float] = time.monotonic
     _tellers: ThreadPoolExecutor | None = field(default=None, repr=False)
 
     def sync(self) -> SyncStats:
@@ -170,8 +180,7 @@ class WorkloadController:
         gone = {id(o) for o in orphans}  # their set deleted: their group's job is cancelled
         pods = [p for p in pods if id(p) not in gone]
         self.ended &= set(workloads)  # forgotten once they are gone
-        for uid in self._in_queue_order(workloads):
-            self._mirror(uid, workloads[uid], stats)
+        self._queue_new(workloads, stats)
         present = {(str(at(p, ("metadata", "namespace"))), _name(p)): _uid(p) for p in pods}
         self._end_deleted(present, set(workloads), stats)
         self._end_finished(objects, stats)
@@ -205,26 +214,24 @@ class WorkloadController:
                 complete[workload_uid(members)] = Held("Pod", tuple(members))
         return complete
 
-    def _in_queue_order(self, workloads: dict[str, Held]) -> list[str]:
-        """Every uid; those not queued yet highest priority class first, then oldest
-        (`scheduler.workloads.order`: a burst is queued as the queue would serve it)."""
-        known: list[str] = []
-        new: list[tuple[str, Obj]] = []
-        for uid, held in workloads.items():
-            if self._known(uid):
-                known.append(uid)
-            else:
-                new.append((uid, held.objects[0]))
-        if len(new) < 2:
-            return known + [u for u, _ in new]
-        return known + queue_order(new, class_values([obj for _, obj in new]))
+    def _queue_new(self, workloads: dict[str, Held], stats: SyncStats) -> None:
+        """Mirror the workloads not mirrored yet, highest priority class first, then oldest
+        (`scheduler.workloads.order`: a burst is queued as the queue would serve it), for at
+        most the queueing budget (one at least): the rest wait for the next pass, which lists
+        again, so a higher class created during a long burst is queued before its lower ones."""
+        new = [(uid, held.objects[0]) for uid, held in workloads.items() if not self._known(uid)]
+        ordered = queue_order(new, class_values([o for _, o in new])) if len(new) > 1 else []
+        deadline = self.monotonic() + self.queueing_budget_s
+        for done, uid in enumerate(ordered or [uid for uid, _ in new]):
+            if done and self.monotonic() >= deadline:
+                stats.deferred = len(new) - done
+                return
+            self._mirror(uid, workloads[uid], stats)
 
     def _known(self, uid: str) -> bool:
         return uid in self.told or uid in self.ended
 
     def _mirror(self, uid: str, held: Held, stats: SyncStats) -> None:
-        if self._known(uid):
-            return  # mirrored before (its job is reported below)
         try:
             mirrored: Mirrored
             if held.kind in QUEUED:

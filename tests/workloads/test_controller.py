@@ -22,6 +22,7 @@ from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Job
+from scheduler.workloads import controller as controller_module
 from scheduler.workloads import order
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.kinds import JOB, POD
@@ -256,6 +257,8 @@ def test_the_command_says_when_it_has_no_credentials(
         call_command("run_workload_controller", "--once")
     with pytest.raises(CommandError, match="--interval"):
         call_command("run_workload_controller", "--interval", "0")
+    with pytest.raises(CommandError, match="--queueing-budget must be from"):
+        call_command("run_workload_controller", "--queueing-budget", "0")
 
 
 # -- batch/v1 Jobs ---------------------------------------------------------------------------
@@ -687,3 +690,46 @@ def test_a_burst_found_in_one_pass_is_queued_highest_class_first(world: World) -
     world.controller.sync()
     names = list(Job.objects.order_by("id").values_list("name", flat=True))
     assert names == ["last-high", "second-default", "first-low"]
+
+
+def test_a_pass_queues_for_its_budget_then_a_later_higher_class_goes_before_the_rest(
+    world: World,
+) -> None:
+    """A burst longer than a pass's queueing budget is queued over several passes, each
+    listing again: a high Job created after the burst is queued before the burst's rest (in
+    one pass it came after all of it). Each submission here takes 0.4 s of the controller's
+    clock; the budget is 1 s."""
+    now = [0.0]
+    world.controller.monotonic = lambda: now[0]
+    real = controller_module.mirror_object
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        now[0] += 0.4
+        return real(*args, **kwargs)
+
+    for i in range(5):
+        body = job(f"low-{i}")
+        body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+        create_job(world, body)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(controller_module, "mirror_object", slow)
+        stats = world.controller.sync()  # 0.4, 0.8, then 1.2: the budget is spent
+        assert (stats.mirrored, stats.deferred) == (3, 2)
+        high = job("late-high")
+        high["metadata"]["labels"] = {"gantry.io/priority-class": "high"}
+        create_job(world, high)
+        stats = world.controller.sync()
+        assert (stats.mirrored, stats.deferred) == (3, 0)
+    names = list(Job.objects.order_by("id").values_list("name", flat=True))
+    assert names == ["low-0", "low-1", "low-2", "late-high", "low-3", "low-4"]
+    assert world.controller.sync().deferred == 0  # nothing new: nothing left
+
+
+def test_a_pass_queues_one_workload_at_least_whatever_its_budget(world: World) -> None:
+    world.controller.queueing_budget_s = 0.0
+    for i in range(2):
+        create_job(world, job(f"slowest-{i}"))
+    first = world.controller.sync()
+    assert (first.mirrored, first.deferred) == (1, 1)
+    second = world.controller.sync()
+    assert (second.mirrored, second.deferred) == (1, 0)

@@ -147,3 +147,35 @@ def test_the_commands_loop_passes_at_a_change_not_at_its_interval_and_stops(worl
     thread.join()
     assert seen == ["Queued"], "the change did not start a pass"
     assert mirrored("looped").state == "queued"
+
+
+def test_the_commands_loop_runs_the_next_pass_at_once_while_a_burst_is_left(
+    world: World,
+) -> None:
+    """A pass that left workloads for the next (its queueing budget spent) is followed at
+    once by the next pass, not after the interval: three pods, one a pass, all queued
+    within a 300 s interval."""
+    world.controller.queueing_budget_s = 0.0  # one workload a pass
+    for i in range(3):
+        world.create(pod(f"burst-{i}"))
+    stop = threading.Event()
+    passes: list[int] = []
+    real = world.controller.sync
+
+    def counted() -> Any:
+        stats = real()
+        passes.append(stats.deferred)
+        if not stats.deferred:
+            stop.set()
+            world.watched.changed.set()  # type: ignore[attr-defined]
+        return stats
+
+    world.controller.sync = counted  # type: ignore[method-assign]
+    timer = threading.Timer(60, stop.set)  # a bound on liveness, far below the interval
+    timer.start()
+    try:
+        Command._loop(world.controller, world.watched, stop, interval=300.0)  # type: ignore[attr-defined]
+    finally:
+        timer.cancel()
+    assert passes == [2, 1, 0]
+    assert {mirrored(f"burst-{i}").state for i in range(3)} == {"queued"}

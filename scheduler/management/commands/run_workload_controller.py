@@ -10,7 +10,10 @@ changed on a failed read. SIGTERM or SIGINT ends it after the current pass.
 
 The loop reads the held objects from watches (scheduler/workloads/watched.py): a pass lists
 nothing while nothing changes, a change seen by a watch starts the next pass at once, and each
-kind is listed again every `--relist` seconds (what a broken watch missed). `--once` lists.
+kind is listed again every `--relist` seconds (what a broken watch missed). A pass queues new
+workloads for `--queueing-budget` seconds at most, then the next pass starts at once: a burst
+is queued over several passes, and a higher class created meanwhile goes before the burst's
+lower ones. `--once` lists.
 
     manage.py run_workload_controller                # a pass every 2 s, or at a change
     manage.py run_workload_controller --interval 5
@@ -20,6 +23,7 @@ kind is listed again every `--relist` seconds (what a broken watch missed). `--o
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 from typing import Any
@@ -28,7 +32,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from scheduler.backends.base import BackendError
-from scheduler.workloads.controller import WorkloadController
+from scheduler.workloads.controller import QUEUEING_BUDGET_S, WorkloadController
 from scheduler.workloads.watched import WatchedHeld
 
 logger = logging.getLogger("gantry.workloads")
@@ -46,9 +50,17 @@ class Command(BaseCommand):
             default=60.0,
             help="Seconds between lists of each kind (the watches keep it current between).",
         )
+        parser.add_argument(
+            "--queueing-budget",
+            type=float,
+            default=QUEUEING_BUDGET_S,
+            help="Seconds a pass spends queueing new workloads before the next pass lists again.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        interval = options["interval"]
+        interval, budget = options["interval"], options["queueing_budget"]
+        if not 0.1 <= budget <= 3600:
+            raise CommandError("--queueing-budget must be from 0.1 to 3600 seconds")
         if not 0.1 <= interval <= 3600:
             raise CommandError("--interval must be from 0.1 to 3600 seconds")
         if not 1 <= options["relist"] <= 86400:
@@ -62,7 +74,10 @@ class Command(BaseCommand):
         except (ConfigException, OSError) as error:
             raise CommandError(f"the cluster's credentials could not be loaded: {error}") from error
         if options["once"]:
-            controller = WorkloadController(backend, gpu_resource=backend.config.gpu_resource)
+            # one pass queues every workload it lists: no next pass to leave any to
+            controller = WorkloadController(
+                backend, gpu_resource=backend.config.gpu_resource, queueing_budget_s=math.inf
+            )
             stats = controller.sync()
             self.stdout.write(
                 f"listed {stats.listed} held pods: {stats.mirrored} queued, {stats.refused} "
@@ -70,7 +85,9 @@ class Command(BaseCommand):
             )
             return
         watched = WatchedHeld(backend, relist_s=options["relist"])
-        controller = WorkloadController(watched, gpu_resource=backend.config.gpu_resource)
+        controller = WorkloadController(
+            watched, gpu_resource=backend.config.gpu_resource, queueing_budget_s=budget
+        )
         stop = threading.Event()
 
         def stopping(*_: Any) -> None:
@@ -101,9 +118,12 @@ class Command(BaseCommand):
             else:
                 if stats.mirrored or stats.cancelled or stats.refused:
                     logger.info(
-                        "%d queued, %d refused, %d cancelled",
+                        "%d queued, %d refused, %d cancelled, %d left for the next pass",
                         stats.mirrored,
                         stats.refused,
                         stats.cancelled,
+                        stats.deferred,
                     )
+                if stats.deferred:
+                    continue  # the pass's queueing budget was spent: the next one at once
             watched.changed.wait(interval)
