@@ -1280,6 +1280,7 @@ def _controller_loop(controller: Any, stop: threading.Event, every_s: float) -> 
                     continue  # its queueing budget spent: the next pass at once, as deployed
             stop.wait(every_s)
     finally:
+        controller.close()
         connection.close()
 
 
@@ -1375,7 +1376,7 @@ def run_gantry_native(
         threads.append(
             threading.Thread(
                 target=_controller_loop,
-                args=(WorkloadController(backend), stop, controller_every_s),
+                args=(WorkloadController(backend, background_tells=True), stop, controller_every_s),
                 daemon=True,
             )
         )

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,6 +78,8 @@ KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 # Events and status annotations written at once by a pass (`WorkloadController._tell_all`):
 # the API server's client is shared by the threads, and its connection pool holds ten.
 TELLERS = 8
+# Tells waiting to be written in the background before a pass waits for the oldest.
+MAX_TELLS = 1000
 # Seconds a pass spends queueing new workloads before it lists again (`sync`): a burst of
 # thousands is queued over several passes, and what arrives meanwhile is queued in class order
 # among what is left, not after the whole burst.
@@ -162,7 +164,10 @@ class WorkloadController:
     ended: set[str] = field(default_factory=set)
     queueing_budget_s: float = QUEUEING_BUDGET_S
     monotonic: Callable[[], float] = time.monotonic
-    _tellers: ThreadPoolExecutor | None = field(default=None, repr=False)
+    # Tell without waiting (the deployed loop; see _tell_all).
+    background_tells: bool = False
+    _lanes: list[ThreadPoolExecutor] = field(default_factory=list, repr=False)
+    _pending: deque[Future[None]] = field(default_factory=deque, repr=False)
 
     def sync(self) -> SyncStats:
         stats = SyncStats()
@@ -391,24 +396,45 @@ class WorkloadController:
     def _tell_all(
         self, tells: Sequence[tuple[Sequence[Ref], str, str, bool]], stats: SyncStats
     ) -> None:
-        """Each (refs, reason, message, warning) told; many at once over up to TELLERS threads
-        (two calls to the API server each, a burst of jobs changing state in one pass told
-        one after the other held the next pass's queueing for seconds). The calls touch no
-        database."""
-        if len(tells) < 2:
+        """Each (refs, reason, message, warning) told (two calls to the API server each),
+        many at once over TELLERS lanes, a thread each: one object's tells always go by the
+        same lane, so they land in the order they were made. The calls touch no database.
+
+        In the background (`background_tells`, the deployed loop) the pass does not wait for
+        them: on a loaded API server a pass's tells took seconds (a burst's jobs queued,
+        admitted and ended), which held the next pass's queueing. A backlog of MAX_TELLS
+        waits for its oldest. Otherwise the pass waits for its own."""
+        if not self.background_tells and len(tells) < 2:
             for refs, reason, message, warning in tells:
                 self._tell(refs, reason, message, warning=warning, stats=stats)
             return
-        if self._tellers is None:
-            self._tellers = ThreadPoolExecutor(TELLERS, thread_name_prefix="gantry-tell")
+        if not self._lanes:
+            self._lanes = [
+                ThreadPoolExecutor(1, thread_name_prefix=f"gantry-tell-{i}") for i in range(TELLERS)
+            ]
         counts = [SyncStats() for _ in tells]
         futures = [
-            self._tellers.submit(self._tell, refs, reason, message, warning=warning, stats=count)
+            self._lanes[hash(refs[0][4]) % TELLERS].submit(
+                self._tell, refs, reason, message, warning=warning, stats=count
+            )
             for (refs, reason, message, warning), count in zip(tells, counts, strict=True)
         ]
+        if self.background_tells:
+            self._pending = deque(f for f in self._pending if not f.done())
+            self._pending.extend(futures)
+            while len(self._pending) > MAX_TELLS:
+                self._pending.popleft().result()
+            return
         for future in futures:
             future.result()  # _tell logs and swallows a failed call: this only waits
         stats.events += sum(count.events for count in counts)
+
+    def close(self) -> None:
+        """Wait for the tells still being written, and stop their threads."""
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            lane.shutdown(wait=True)
+        self._pending.clear()
 
     def _tell(
         self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats

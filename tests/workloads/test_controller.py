@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +24,7 @@ from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Job
 from scheduler.workloads import controller as controller_module
-from scheduler.workloads import order
+from scheduler.workloads import order, status
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.kinds import JOB, POD
 from scheduler.workloads.mutate import GATE, plan
@@ -733,3 +734,28 @@ def test_a_pass_queues_one_workload_at_least_whatever_its_budget(world: World) -
     assert (first.mirrored, first.deferred) == (1, 1)
     second = world.controller.sync()
     assert (second.mirrored, second.deferred) == (1, 0)
+
+
+def test_in_the_background_a_pass_does_not_wait_for_a_stalled_tell_and_each_objects_tells_keep_their_order(  # noqa: E501
+    world: World,
+) -> None:
+    """The deployed loop tells in the background: a pass whose event call hangs (3 s here)
+    returns without waiting for it, and the object's later tells land after it, in order;
+    `close` waits for what is under way."""
+    world.controller.background_tells = True
+    create_job(world, job("told"))
+    world.fake.inject("timeout", "/events$", method="POST", delay_s=3.0, count=1)
+    started = time.monotonic()
+    world.controller.sync()  # queued: its "Queued" event hangs
+    assert time.monotonic() - started < 2.5, "the pass waited for its tell"
+    job_cancel(user=world.org.users["alice"], job=_job_named("told"), reason="")
+    world.controller.sync()  # "Cancelled", behind "Queued" on the object's lane
+    world.controller.close()
+    reasons = [r for r, _ in world.events("told")]
+    assert reasons[-1] == "Cancelled"
+    annotations = world.fake.get("jobs", world.namespace, "told")["metadata"]["annotations"]
+    assert annotations[status.ANNOTATION_STATUS] == "Cancelled", "an older tell landed last"
+
+
+def _job_named(name: str) -> Job:
+    return Job.objects.get(name=name)

@@ -86,7 +86,10 @@ class Command(BaseCommand):
             return
         watched = WatchedHeld(backend, relist_s=options["relist"])
         controller = WorkloadController(
-            watched, gpu_resource=backend.config.gpu_resource, queueing_budget_s=budget
+            watched,
+            gpu_resource=backend.config.gpu_resource,
+            queueing_budget_s=budget,
+            background_tells=True,
         )
         stop = threading.Event()
 
@@ -100,6 +103,7 @@ class Command(BaseCommand):
         try:
             self._loop(controller, watched, stop, interval)
         finally:
+            controller.close()  # the tells under way are written
             watched.close()
         logger.info("workload controller stopped")
 
