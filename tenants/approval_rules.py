@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
+from common.shared_reads import shared
 from tenants.models import ApprovalPolicy, ApprovalRule, Tenant
 from tenants.quotas.rules import QuotaValues, gpus
 
@@ -27,6 +28,7 @@ class RuleMatch:
         return {"policy": self.policy_id, "rule": self.rule, "reason": self.reason}
 
 
+@shared
 def policies_applying(tenant: Tenant, *, jobs: bool) -> list[ApprovalPolicy]:
     """Active policies of `tenant` and its ancestors for jobs (or quota requests), root first."""
     rows = ApprovalPolicy.objects.filter(tenant_id__in=tenant.ancestor_ids(), active=True)

@@ -23,6 +23,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from common.shared_reads import shared
 from tenants import access
 from tenants.audit import audit_record
 from tenants.models import Tenant
@@ -109,6 +110,7 @@ def _covers(outer: str, inner: str) -> bool:
     return inner == outer or inner.startswith(outer + "/")
 
 
+@shared
 def chain_lists(tenant: Tenant) -> list[tuple[Tenant, list[str]]]:
     """The lists set on the way from the root down to `tenant` (itself included), root first;
     one query."""

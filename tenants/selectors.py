@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from common.shared_reads import shared
 from tenants import access
 from tenants.models import (
     ApprovalKind,
@@ -14,10 +15,23 @@ from tenants.models import (
     ApprovalRequest,
     ApprovalState,
     AuditEntry,
+    PriorityClass,
     PriorityDefault,
     Quota,
+    ResourceFlavor,
     Role,
 )
+
+
+@shared
+def flavor_names() -> list[str]:
+    """Every flavor's name, in order (shared by a batch of submissions: common/shared_reads)."""
+    return list(ResourceFlavor.objects.order_by("name").values_list("name", flat=True))
+
+
+@shared
+def priority_class_named(name: str) -> PriorityClass | None:
+    return PriorityClass.objects.filter(name=name).first()
 
 
 def quota_list_visible(user: Any) -> QuerySet[Quota]:

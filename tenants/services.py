@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from common.shared_reads import shared
 from common.text import is_system_namespace
 from tenants import access, webhooks
 from tenants.audit import audit_record, audit_snapshot
@@ -358,6 +359,7 @@ def priority_default_delete(*, user: Any, row: PriorityDefault) -> None:
     )
 
 
+@shared
 def priority_default_for(*, tenant: Tenant, job_type: str) -> PriorityClass | None:
     """The nearest ancestor's default for the job type, else the platform's."""
     ids = tenant.ancestor_ids()

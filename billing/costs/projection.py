@@ -39,7 +39,7 @@ from billing.models import RateCard
 from billing.rates import rating
 from scheduler.jobs.approvals import job_attempts_max, job_replicas_max
 from scheduler.models import Cluster
-from tenants.models import ResourceFlavor
+from tenants.selectors import flavor_names
 
 CENT = Decimal("0.01")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -165,7 +165,7 @@ def job_cost_estimate(job: Any, *, at: datetime) -> CostEstimate:
     flavor has one, the range is zero (nothing would be charged at today's rates)."""
     names = list(job.flavors or [])
     if not names:
-        names = list(ResourceFlavor.objects.order_by("name").values_list("name", flat=True))
+        names = flavor_names()
     cards = list(
         RateCard.objects.filter(flavor__name__in=names, valid_from__lte=at)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=at))

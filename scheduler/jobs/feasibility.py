@@ -25,7 +25,8 @@ from rest_framework.exceptions import ValidationError
 
 from scheduler.models import Job
 from scheduler.snapshot.feasibility import FitJudge, Misfits, inventory, quota_short
-from tenants.models import JobType, ResourceFlavor
+from tenants.models import JobType
+from tenants.selectors import flavor_names
 
 RESOURCE_FIELDS = {
     "gpus",
@@ -42,11 +43,7 @@ def job_check_fits(*, job: Job, spec: dict[str, Any]) -> None:
     """Raise a ValidationError naming the fields (as the spec names them) when ``job`` can
     never run on any flavor it allows; return when it may."""
     nodes = inventory(tuple(spec.get("pools") or ()))
-    flavors = (
-        list(job.flavors)
-        or nodes.flavors
-        or list(ResourceFlavor.objects.values_list("name", flat=True))
-    )
+    flavors = list(job.flavors) or nodes.flavors or flavor_names()
     judge_nodes = bool(nodes) and settings.GANTRY_REFUSE_BEYOND_INVENTORY
     if not flavors or (not judge_nodes and not job.priority_class.counts_against_quota):
         return

@@ -25,6 +25,7 @@ from tenants.approvals import approval_cancel_for_subject, approval_request_crea
 from tenants.audit import audit_record, audit_snapshot
 from tenants.models import ApprovalKind, PriorityClass, Project
 from tenants.registries import image_refusal
+from tenants.selectors import priority_class_named
 from tenants.services import priority_default_for
 
 MAX_IDEMPOTENCY_KEY = 128
@@ -51,7 +52,10 @@ def request_hash(project_id: int, payload: dict[str, Any]) -> str:
 
 def _resolve_priority(project: Project, spec: dict[str, Any]) -> PriorityClass:
     if spec["priority_class"]:
-        return PriorityClass.objects.get(name=spec["priority_class"])
+        named = priority_class_named(spec["priority_class"])
+        if named is None:  # removed since the spec was validated
+            raise ValidationError({"priority_class": ["no such priority class."]})
+        return named
     default = priority_default_for(tenant=project.tenant, job_type=spec["type"])
     if default is not None:
         return default

@@ -23,6 +23,7 @@ from scheduler.clusters.selectors import cluster_labels
 from scheduler.core.clusters import NO_CLUSTER, resolve_placement
 from scheduler.models import Cluster
 from tenants.models import JobType, PriorityClass, ResourceFlavor
+from tenants.selectors import flavor_names, priority_class_named
 
 IMAGE_RE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*"
@@ -416,7 +417,9 @@ class JobSpecSerializer(StrictDictSerializer):
         return value
 
     def validate_flavors(self, value: list[str]) -> list[str]:
-        known = set(ResourceFlavor.objects.values_list("name", flat=True))
+        if not value:
+            return []
+        known = set(flavor_names())
         unknown = [name for name in value if name not in known]
         if unknown:
             raise serializers.ValidationError(
@@ -426,7 +429,7 @@ class JobSpecSerializer(StrictDictSerializer):
         return list(dict.fromkeys(value))
 
     def validate_priority_class(self, value: str | None) -> str | None:
-        if value is not None and not PriorityClass.objects.filter(name=value).exists():
+        if value is not None and priority_class_named(value) is None:
             names = ", ".join(PriorityClass.objects.values_list("name", flat=True))
             raise serializers.ValidationError(
                 f"unknown priority class {value[:64]!r}; known classes: {names or 'none'}."

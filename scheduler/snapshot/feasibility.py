@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from common.shared_reads import shared
 from scheduler.clusters.selectors import cluster_labels
 from scheduler.core import Profile, ProfileError
 from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL, resolve_placement
@@ -42,6 +43,7 @@ class Inventory:
         return bool(self.nodes)
 
 
+@shared
 def inventory(pools: tuple[str, ...]) -> Inventory:
     return Inventory(_inventory(pools))
 
@@ -148,12 +150,7 @@ def quota_short(job: Job, flavor: str, per_replica: int, gang: int) -> tuple[boo
     if not need or not job.priority_class.counts_against_quota:
         return None
     tenant, chain = job.tenant, job.tenant.ancestor_ids()
-    rows = {
-        q.tenant_id: q
-        for q in Quota.objects.filter(
-            flavor__name=flavor, tenant__path__startswith=f"/{chain[0]}/", cluster__isnull=True
-        ).select_related("tenant")
-    }
+    rows = _quotas_in_tree(flavor, chain[0])
     own = rows.get(tenant.pk)
     if own is not None and own.user_limit_milli is not None and need > own.user_limit_milli:
         return per_replica <= own.user_limit_milli, (
@@ -177,10 +174,27 @@ def quota_short(job: Job, flavor: str, per_replica: int, gang: int) -> tuple[boo
     )
 
 
+@shared
+def _quotas_in_tree(flavor: str, root: int) -> dict[int, Quota]:
+    """The cluster-wide quotas on ``flavor`` of the tree under ``root``, by tenant id."""
+    return {
+        q.tenant_id: q
+        for q in Quota.objects.filter(
+            flavor__name=flavor, tenant__path__startswith=f"/{root}/", cluster__isnull=True
+        ).select_related("tenant")
+    }
+
+
+@shared
+def _tree(root: int) -> list[dict[str, Any]]:
+    """The id, slug and parent of every tenant of the tree under ``root``."""
+    rows = Tenant.objects.filter(path__startswith=f"/{root}/").values("id", "slug", "parent_id")
+    return [dict(row) for row in rows]
+
+
 def _ledger(tenant: Tenant, flavor: str, rows: dict[int, Quota]) -> QuotaLedger:
     """The engine's quota ledger over the tenant's tree, for ``flavor`` alone."""
-    root = tenant.ancestor_ids()[0]
-    tree = Tenant.objects.filter(path__startswith=f"/{root}/").values("id", "slug", "parent_id")
+    tree = _tree(tenant.ancestor_ids()[0])
     slugs = {t["id"]: t["slug"] for t in tree}
     core = tuple(
         CoreTenant(

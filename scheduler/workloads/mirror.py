@@ -26,6 +26,7 @@ from django.db import transaction
 from rest_framework.exceptions import APIException, ValidationError
 
 from common.errors import DomainError
+from common.shared_reads import shared
 from scheduler.backends.base import pod_name
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.jobs.transitions import job_transition
@@ -62,13 +63,23 @@ def _submitter(pod: Obj) -> Any:
         raise Refused(
             "the object names no user (its creation was not reviewed by Gantry's webhook)"
         )
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    user = _active_user(username)
     if user is None:
         raise Refused(
             f"{username!r}, who created it, is not a Gantry user: a platform admin adds the "
             "user with the same username"
         )
     return user
+
+
+@shared
+def _active_user(username: str) -> Any:
+    return get_user_model().objects.filter(username=username, is_active=True).first()
+
+
+@shared
+def _project_of(namespace: str) -> Project | None:
+    return Project.objects.filter(namespace=namespace).select_related("tenant").first()
 
 
 def _message(error: Exception) -> str:
@@ -134,7 +145,7 @@ def _submit(obj: Obj, payload: dict[str, Any], workload: dict[str, Any]) -> Mirr
     """Submit `payload` as the user `obj` names, to the project of its namespace, recording
     `workload` in the job's spec."""
     namespace = str(at(obj, ("metadata", "namespace")))
-    project = Project.objects.filter(namespace=namespace).select_related("tenant").first()
+    project = _project_of(namespace)
     if project is None:
         raise Refused(f"namespace {namespace!r} is not a Gantry project's")
     user = _submitter(obj)
