@@ -72,6 +72,8 @@ Say = Callable[[str], None]
 NODES, GPUS_PER_NODE = 75, 8
 GPU = "nvidia.com/gpu"
 PRODUCT = "NVIDIA-H100-80GB-HBM3"  # the simulated nodes' GFD product, Gantry's flavor FLAVOR
+# Threads creating the arrivals' objects, in each half alike.
+CREATORS = 8
 DURATION_ENV = "BENCH_DURATION_S"  # the job's duration, carried to its pod by the job's env
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 KUEUE_NAMESPACE = "kueue-system"
@@ -532,7 +534,7 @@ class KueueDriver:
     after its duration and requeues the evicted; tallies on the monotonic clock."""
 
     def __init__(
-        self, api: Any, arrivals: list[Arrival], *, creators: int = 8, finishers: int = 4
+        self, api: Any, arrivals: list[Arrival], *, creators: int = CREATORS, finishers: int = 4
     ) -> None:
         from kubernetes import client
 
@@ -1253,14 +1255,29 @@ def _job_submitter(
     batch: Any, arrivals: list[Arrival], targets: dict[str, tuple[str, str]], start_wall: float,
     created: dict[str, float], stop: threading.Event,
 ) -> None:  # fmt: skip
-    """Creates each arrival's Job at its time, noting when the API server had it."""
-    for arrival in arrivals:
-        wait = start_wall + arrival.at_s - time.time()
-        if wait > 0 and stop.wait(wait):
-            return
-        namespace, username = targets[arrival.queue]
-        _create(batch.create_namespaced_job, namespace, native_job(arrival, namespace, username))
-        created[arrival.name] = time.time()
+    """Creates each arrival's Job at its time over CREATORS threads, as Kueue's half creates
+    its Jobs (`KueueDriver`), each noted as created when its creation is asked, as there: one
+    thread creating one Job after the other made a tenth's 1,500 Jobs over three minutes on a
+    loaded plane (8 a second), a floor under Gantry's wall time that Kueue's half did not have."""
+
+    def create(mine: list[Arrival]) -> None:
+        for arrival in mine:
+            wait = start_wall + arrival.at_s - time.time()
+            if wait > 0 and stop.wait(wait):
+                return
+            namespace, username = targets[arrival.queue]
+            created[arrival.name] = time.time()
+            body = native_job(arrival, namespace, username)
+            _create(batch.create_namespaced_job, namespace, body)
+
+    creators = [
+        threading.Thread(target=create, args=(arrivals[i::CREATORS],), daemon=True)
+        for i in range(CREATORS)
+    ]
+    for thread in creators:
+        thread.start()
+    for thread in creators:
+        thread.join()
 
 
 def _controller_loop(controller: Any, stop: threading.Event, every_s: float) -> None:

@@ -4,8 +4,11 @@ its cold build is opt-in (make control-plane-peers). No timing is asserted."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -245,3 +248,28 @@ def test_gantry_runs_kueues_scenario_from_jobs_created_in_kubernetes(
     assert native["created"] == native["queued"] == native["workloads"] == 90
     assert native["finished"] + native["ended_as_their_jobs_did"] == 90, native["not_finished"]
     assert all(native["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))
+
+
+def test_the_native_half_creates_its_jobs_over_as_many_threads_as_kueues_half() -> None:
+    """Gantry's half creates its Jobs as Kueue's half does, over CREATORS threads, each noted
+    when its creation is asked: one thread made Gantry's Jobs arrive at the pace of one
+    call after another."""
+    arrivals = [Arrival(0.0, 0, t, "small", i, 1, 1, 1.0, 50) for t in range(2) for i in range(8)]
+    targets = {a.queue: (f"ns-{a.team}", "alice") for a in arrivals}
+    lock, running, most = threading.Lock(), [0], [0]
+    all_in = threading.Barrier(k8s_kueue.CREATORS, timeout=10)
+
+    class Batch:
+        def create_namespaced_job(self, namespace: str, body: Any, **_: Any) -> Any:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            all_in.wait()  # every creator inside a call at once, or this times out
+            with lock:
+                running[0] -= 1
+            return SimpleNamespace(data=b"{}", release_conn=lambda: None)
+
+    created: dict[str, float] = {}
+    k8s_kueue._job_submitter(Batch(), arrivals, targets, time.time(), created, threading.Event())
+    assert most[0] == k8s_kueue.CREATORS == 8
+    assert set(created) == {a.name for a in arrivals}
