@@ -169,6 +169,9 @@ class WorkloadController:
     background_tells: bool = False
     _lanes: list[ThreadPoolExecutor] = field(default_factory=list, repr=False)
     _pending: deque[Future[None]] = field(default_factory=deque, repr=False)
+    # The lane and the last tell of each object with a tell under way; the last lane taken.
+    _last: dict[str, tuple[int, Future[None]]] = field(default_factory=dict, repr=False)
+    _turn: int = field(default=-1, repr=False)
 
     def sync(self) -> SyncStats:
         stats = SyncStats()
@@ -400,8 +403,9 @@ class WorkloadController:
         self, tells: Sequence[tuple[Sequence[Ref], str, str, bool]], stats: SyncStats
     ) -> None:
         """Each (refs, reason, message, warning) told (two calls to the API server each),
-        many at once over TELLERS lanes, a thread each: one object's tells always go by the
-        same lane, so they land in the order they were made. The calls touch no database.
+        many at once over TELLERS lanes, a thread each, taken in turn: an object's tell goes
+        by the lane of its tell still under way, if any, so they land in the order they were
+        made. The calls touch no database.
 
         In the background (`background_tells`, the deployed loop) the pass does not wait for
         them, and the next pass's queueing goes on while they are written (a burst's jobs are
@@ -416,13 +420,20 @@ class WorkloadController:
             self._lanes = [
                 ThreadPoolExecutor(1, thread_name_prefix=f"gantry-tell-{i}") for i in range(TELLERS)
             ]
+        self._last = {uid: lane for uid, lane in self._last.items() if not lane[1].done()}
         counts = [SyncStats() for _ in tells]
-        futures = [
-            self._lanes[hash(refs[0][4]) % TELLERS].submit(
+        futures = []
+        for (refs, reason, message, warning), count in zip(tells, counts, strict=True):
+            uid = refs[0][4]
+            if uid in self._last:
+                lane = self._last[uid][0]
+            else:
+                lane = self._turn = (self._turn + 1) % TELLERS
+            future = self._lanes[lane].submit(
                 self._tell, refs, reason, message, warning=warning, stats=count
             )
-            for (refs, reason, message, warning), count in zip(tells, counts, strict=True)
-        ]
+            self._last[uid] = (lane, future)
+            futures.append(future)
         if self.background_tells:
             self._pending = deque(f for f in self._pending if not f.done())
             self._pending.extend(futures)
@@ -439,6 +450,7 @@ class WorkloadController:
         for lane in lanes:
             lane.shutdown(wait=True)
         self._pending.clear()
+        self._last.clear()
 
     def _tell(
         self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats
