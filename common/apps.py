@@ -5,4 +5,4 @@ class CommonConfig(AppConfig):
     name = "common"
 
     def ready(self) -> None:
-        from common import lookups  # noqa: F401  (registers `__any`)
+        from common.db import lookups  # noqa: F401  (registers `__any`)

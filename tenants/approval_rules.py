@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from common.shared_reads import shared
+from common.db.shared_reads import shared
 from tenants.models import ApprovalPolicy, ApprovalRule, Tenant
 from tenants.quotas.rules import QuotaValues, gpus
 

@@ -23,7 +23,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from common.shared_reads import shared
+from common.db.shared_reads import shared
 from tenants import access
 from tenants.audit import audit_record
 from tenants.models import Tenant

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from common.shared_reads import shared
+from common.db.shared_reads import shared
 from tenants import access
 from tenants.models import (
     ApprovalKind,
@@ -25,7 +25,7 @@ from tenants.models import (
 
 @shared
 def flavor_names() -> list[str]:
-    """Every flavor's name, in order (shared by a batch of submissions: common/shared_reads)."""
+    """Every flavor's name, in order (shared by a batch of submissions: common/db/shared_reads)."""
     return list(ResourceFlavor.objects.order_by("name").values_list("name", flat=True))
 
 

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from common.shared_reads import shared
+from common.db.shared_reads import shared
 from common.text import is_system_namespace
 from tenants import access, webhooks
 from tenants.audit import audit_record, audit_snapshot

@@ -1,4 +1,4 @@
-"""`field__any=values` (common.lookups): one array parameter on PostgreSQL, IN elsewhere."""
+"""`field__any=values` (common.db.lookups): one array parameter on PostgreSQL, IN elsewhere."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""common/shared_reads: a batch's reads of what it does not change are made once."""
+"""common/db/shared_reads: a batch's reads of what it does not change are made once."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from common.shared_reads import shared, shared_reads
+from common.db.shared_reads import shared, shared_reads
 
 calls: list[tuple[Any, ...]] = []
 

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from common.sqlite_triggers import install_missing
+from common.db.sqlite_triggers import install_missing
 
 # The frozen tables of migration 0004 (its reverse reads these names).
 TABLES = ("billing_statement", "billing_statementline")

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection
 
-from common.bulk import copy_rows
+from common.db.bulk import copy_rows
 from scheduler.models import (
     Allocation,
     AllocationDevice,

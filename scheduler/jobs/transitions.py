@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from common.bulk import copy_rows
+from common.db.bulk import copy_rows
 from common.errors import ConflictError
 from scheduler.jobs.hooks import jobs_final
 from scheduler.jobs.lifecycle import is_allowed

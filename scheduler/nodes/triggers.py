@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.sqlite_triggers import install_missing
+from common.db.sqlite_triggers import install_missing
 
 TRIGGERS = {
     "gantry_device_shares_ins": """

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from common.shared_reads import shared
+from common.db.shared_reads import shared
 from scheduler.clusters.selectors import cluster_labels
 from scheduler.core import Profile, ProfileError
 from scheduler.core.clusters import CLUSTER_LABEL, REGION_LABEL, resolve_placement

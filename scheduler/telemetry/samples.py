@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from common.bulk import copy_rows
+from common.db.bulk import copy_rows
 from scheduler.models import AllocationDevice, GpuDevice, UtilizationSample
 
 BATCH = 2000  # rows per INSERT where there is no COPY: one statement per node group's report

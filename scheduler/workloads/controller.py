@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from common.shared_reads import shared_reads
+from common.db.shared_reads import shared_reads
 from scheduler.backends.base import BackendError
 from scheduler.models import FINAL_STATES, Job, JobQueueEstimate, JobState
 from scheduler.workloads.companions import runtime_ref
@@ -231,7 +231,7 @@ class WorkloadController:
         new = [(uid, held.objects[0]) for uid, held in workloads.items() if not self._known(uid)]
         ordered = queue_order(new, class_values([o for _, o in new])) if len(new) > 1 else []
         deadline = self.monotonic() + self.queueing_budget_s
-        # The pass's submissions read the platform's configuration once (common/shared_reads)
+        # The pass's submissions read the platform's configuration once (common/db/shared_reads)
         with shared_reads():
             for done, uid in enumerate(ordered or [uid for uid, _ in new]):
                 if done and self.monotonic() >= deadline:

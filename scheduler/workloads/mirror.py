@@ -25,8 +25,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from rest_framework.exceptions import APIException, ValidationError
 
+from common.db.shared_reads import shared
 from common.errors import DomainError
-from common.shared_reads import shared
 from scheduler.backends.base import pod_name
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.jobs.transitions import job_transition

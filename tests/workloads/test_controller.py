@@ -766,7 +766,7 @@ def test_a_pass_reads_the_platforms_configuration_once_for_all_its_submissions(
     world: World,
 ) -> None:
     """Five Jobs queued in one pass read the approval policies, the registries, the nodes'
-    inventory, the submitting user and the project once (common/shared_reads), not once or
+    inventory, the submitting user and the project once (common/db/shared_reads), not once or
     twice per submission; what the submissions change (the jobs) is read for each."""
     for i in range(5):
         create_job(world, job(f"batch-{i}"))
