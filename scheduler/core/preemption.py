@@ -292,9 +292,8 @@ def _take(ctx: CycleContext, cand: Candidate, flavor: str) -> bool:
 def _owed(ctx: CycleContext, cand: Candidate, flavor: str) -> int:
     """What a reclaim may take back from the candidate's tenant: what it borrows, or for a
     pinned guarantee what it uses of the cluster beyond its own pinned guarantee there."""
-    owed = ctx.ledger.borrowing(cand.tenant, flavor, ctx.leaving)
-    if cand.owed_by:
-        owed = min(owed, ctx.ledger.borrowing(cand.owed_by, flavor, ctx.leaving))
+    branch = cand.owed_by or cand.tenant
+    owed = ctx.ledger.borrowing_within(cand.tenant, branch, flavor, ctx.leaving)
     if cand.pinned_cluster:
         owed = max(owed, pinned.excess(ctx.ledger, cand.tenant, flavor, cand.pinned_cluster))
     return owed

@@ -278,8 +278,14 @@ class QuotaLedger:
         """Milli-GPU ``claimant`` may reclaim of what ``tenant`` borrows: what it borrows, at
         most what its branch toward ``claimant`` borrows (``branch_toward``); `leaving` as
         for ``borrowing``."""
+        return self.borrowing_within(tenant, self.branch_toward(tenant, claimant), flavor, leaving)
+
+    def borrowing_within(
+        self, tenant: str, branch: str, flavor: str, leaving: Mapping[_Key, int] | None = None
+    ) -> int:
+        """What ``tenant`` borrows, at most what its ancestor ``branch`` borrows (``branch``
+        the tenant itself: what it borrows); `leaving` as for ``borrowing``."""
         own = self.borrowing(tenant, flavor, leaving)
-        branch = self.branch_toward(tenant, claimant)
         return own if branch == tenant else min(own, self.borrowing(branch, flavor, leaving))
 
     def within_guarantee_after(self, tenant: str, flavor: str, milli: int) -> bool:
