@@ -20,7 +20,6 @@ from scheduler.daemon.calls import Call
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.state import Hook, Limits
 from scheduler.daemon.store import mark_bound, release
-from scheduler.daemon.workloads import suspend_workload
 from scheduler.jobs.transitions import Change, transition
 from scheduler.leader import Lease
 from scheduler.models import (
@@ -58,8 +57,7 @@ def bind_plan(cluster: Cluster, plan: Plan, hook: Hook, deadline_s: float = 15.0
     this thread (`_bind_in_order`). Either way a gang binds all or nothing: its pods are
     bound only once all were created, and a job with any pod that failed is failed whole (its
     pods deleted at the commit)."""
-    for namespace, workload in plan.suspensions:  # before anything else frees their GPUs
-        suspend_workload(cluster, namespace, workload)
+    cluster.suspend_workloads(plan.suspensions)  # before anything else frees their GPUs
     if cluster.calls.threaded:
         return _Binding(cluster, plan, hook, deadline_s).run()
     return _bind_in_order(cluster, plan, hook)
@@ -137,6 +135,7 @@ class _Binding:
             for job_id, pods in self.plan.pods.items():
                 self.left[job_id] = len(pods)
                 for pod in pods:
+                    self.cluster.admitting(pod)
                     self._send(Call(job_id, "create", pod))
             while self.waiting:
                 self._wait()

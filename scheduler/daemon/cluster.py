@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
@@ -27,6 +28,9 @@ from scheduler.daemon.lease import LeaseKeeper
 
 log = logging.getLogger("gantry.daemon")
 DELETE_DEADLINE_S = 15.0  # as GANTRY_CALL_DEADLINE_S's default: a delete is retried next cycle
+# How many suspended objects a daemon remembers (`Cluster.suspend_workloads`); one forgotten is
+# only suspended again (the patch is idempotent).
+SUSPENDED_KEPT = 10_000
 
 
 class Cluster:
@@ -36,6 +40,11 @@ class Cluster:
         # made once, not per call).
         self._fenced = backend if isinstance(backend, FencedWrites) else None
         self.calls = CallPool.for_backend(backend)
+        # The users' objects (namespace, "<plural>/<name>") this daemon suspended and has not
+        # admitted since, under the lease's epoch it held then: not suspended again while
+        # their pods go (`suspend_workloads`).
+        self._suspended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._suspended_epoch: int | None = None
 
     @property
     def creates_bound(self) -> bool:
@@ -54,7 +63,45 @@ class Cluster:
             call()
 
     def create(self, pod: PodRequest) -> None:
+        self.admitting(pod)
         self.call(lambda: self.backend.create_pod(pod))
+
+    def admitting(self, pod: PodRequest) -> None:
+        """`pod` is about to be created, or its user's object admitted: an object admitted
+        runs again, and a later preemption must suspend it again."""
+        if pod.workload:
+            self._suspended.pop((pod.namespace, pod.workload), None)
+
+    def suspend_workloads(
+        self, objects: Iterable[tuple[str, str]], deadline_s: float = DELETE_DEADLINE_S
+    ) -> dict[tuple[str, str], Exception]:
+        """Suspend each user's object (namespace, "<plural>/<name>": a Job, JobSet...) whose
+        job stopped, concurrently over the call pool's threads where the backend allows it.
+        One this daemon suspended already, and has not admitted since, is not sent again
+        (reconcile sees a stopped job's allocations every cycle until its pods are gone).
+        Returns the objects whose suspension failed or gave no answer within `deadline_s`
+        (logged; suspended again on a later cycle)."""
+        epoch = getattr(self.keeper.lease, "epoch", None)
+        if epoch != self._suspended_epoch:  # led again: another daemon may have admitted some
+            self._suspended.clear()
+            self._suspended_epoch = epoch
+        todo = [o for o in dict.fromkeys(objects) if o not in self._suspended]
+        suspend: Any = getattr(self.backend, "suspend_workload", None)
+        if not todo or suspend is None:  # only the Kubernetes backend has users' objects
+            return {}
+        failed = self._each("suspend", todo, suspend, self.suspend_from_thread, deadline_s)
+        for namespace, workload in todo:
+            if (namespace, workload) in failed:
+                log.warning(
+                    "suspending %s failed (tried again next cycle): %s",
+                    workload,
+                    failed[(namespace, workload)],
+                )
+                continue
+            self._suspended[(namespace, workload)] = None
+        while len(self._suspended) > SUSPENDED_KEPT:
+            self._suspended.popitem(last=False)
+        return failed
 
     def bind(self, namespace: str, name: str, node: str) -> None:
         self.call(lambda: self.backend.bind_pod(namespace, name, node))
@@ -153,6 +200,11 @@ class Cluster:
     def create_from_thread(self, pod: PodRequest) -> None:
         self.keeper.fence_from_thread()
         self.backend.create_pod(pod)
+
+    def suspend_from_thread(self, namespace: str, workload: str) -> None:
+        self.keeper.fence_from_thread()
+        backend: Any = self.backend  # the Kubernetes backend: only it has users' objects
+        backend.suspend_workload(namespace, workload)
 
     def bind_from_thread(self, pod: PodRequest) -> None:
         self.bind_named_from_thread(pod.namespace, pod.name, pod.node)

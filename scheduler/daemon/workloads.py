@@ -153,21 +153,23 @@ def suspend_stopped(
     stopping: Iterable[Row], jobs: Mapping[int, Row], cluster: Cluster, *, ended: bool = False
 ) -> None:
     """Step 3, for the jobs of the allocations `stopping`, once each (`ended`: their jobs
-    failed in this reconcile, and their rows still say what they were)."""
-    done: set[int] = set()
+    failed in this reconcile, and their rows still say what they were): their objects
+    suspended concurrently, none this daemon suspended already (`Cluster.suspend_workloads`)."""
+    objects: dict[tuple[str, str], None] = {}
     for a in stopping:
         job = jobs.get(a["job_id"])
-        if job is None or a["job_id"] in done or not (workload := workload_of(job)):
+        if job is None or not (workload := workload_of(job)):
             continue
-        done.add(a["job_id"])
         if not ended and job["state"] in LIVE:
             continue  # its Job completes on its own, or runs again under a newer attempt
-        suspend_workload(cluster, a["namespace"], workload)
+        objects[(a["namespace"], workload)] = None
+    cluster.suspend_workloads(objects)
 
 
 def suspend_workload(cluster: Cluster, namespace: str, workload: str) -> None:
-    """Suspend the object `workload` names ("jobs/<name>", "jobsets/<name>"), fenced; a
-    failure is logged (reconcile suspends a stopped job's object again at its next pass)."""
+    """Suspend the object `workload` names ("jobs/<name>", "jobsets/<name>"), fenced, even one
+    this daemon suspended before (the strays' sweep: something left it running); a failure is
+    logged (reconcile suspends a stopped job's object again at its next pass)."""
 
     def suspend() -> None:
         backend: Any = cluster.backend  # the Kubernetes backend: only it has such jobs

@@ -466,6 +466,91 @@ def test_a_preempted_job_is_suspended_requeued_and_admitted_again_as_a_new_attem
     assert len(bound) == 2 and all(world.pod(n)["spec"].get("nodeName") for n in bound)
 
 
+def _count_suspensions(world: World) -> list[str]:
+    """The objects the daemon's backend is asked to suspend, from now on, in order."""
+    asked: list[str] = []
+    suspend = world.backend.suspend_workload
+
+    def counted(namespace: str, workload: str) -> None:
+        asked.append(workload)
+        suspend(namespace, workload)
+
+    world.backend.suspend_workload = counted  # type: ignore[method-assign]
+    return asked
+
+
+def test_a_preempted_jobs_object_is_suspended_once_while_its_pods_go_and_again_when_preempted_again(
+    world: World,
+) -> None:
+    """Reconcile sees a preempted job's allocations every cycle until its pods are gone, and
+    its Job's controller takes its time to delete them: the Job is suspended once, not again at
+    every cycle (a call a cycle per preempted job was most of the daemon's time in Kueue's
+    scenario). Admitted again and preempted again, it is suspended again."""
+    body = job("low", parallelism=2, gpus=8)
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+    create_job(world, body)
+    world.step()
+    low = Job.objects.get(spec__workload__kind="Job")
+    jobs = JobController(world)
+    for name in jobs.step("low"):
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    world.step(400.0)  # past the minimum runtime
+    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
+    high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    asked = _count_suspensions(world)
+    for _ in range(5):  # its controller has not deleted the pods yet: they still run
+        world.step()
+    low.refresh_from_db()
+    assert low.state == "preempted", (low.state, low.reason)
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
+    assert asked == ["jobs/low"]
+    jobs.step("low")  # now it does
+    world.step()
+    cancel_and_readmit(world, Job.objects.get(pk=high.pk), jobs.step)
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is False
+    for name in jobs.step("low"):
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step(400.0)
+    asked.clear()
+    job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    for _ in range(3):
+        world.step()
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
+    assert asked == ["jobs/low"]
+
+
+def test_a_suspension_that_failed_is_sent_again_at_the_next_cycle(world: World) -> None:
+    """The API server refuses the suspension (every try of the call's retries): the daemon
+    does not count the Job as suspended, and the next cycle's reconcile sends it again."""
+    body = job("low", parallelism=2, gpus=8)
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+    create_job(world, body)
+    world.step()
+    low = Job.objects.get(spec__workload__kind="Job")
+    jobs = JobController(world)
+    for name in jobs.step("low"):
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    world.step()
+    world.step(400.0)
+    path = f"/apis/batch/v1/namespaces/{world.namespace}/jobs/low$"
+    world.fake.inject("500", path, method="PATCH", count=3)  # the client's three tries
+    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
+    job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    world.step()
+    low.refresh_from_db()
+    assert low.state == "preempted", (low.state, low.reason)
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is False
+    world.step()
+    assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
+    asked = _count_suspensions(world)
+    world.step()
+    assert asked == []  # suspended: not sent again
+
+
 def test_a_jobs_pod_made_as_it_was_suspended_is_left_to_its_controller(world: World) -> None:
     """The Job controller may make a pod from an admitted Job's template just as Gantry
     preempts the job and suspends the Job: the pod has no allocation. Gantry leaves it to the
