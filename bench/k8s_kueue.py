@@ -1349,7 +1349,7 @@ def run_gantry_native(
         fresh_database(database_url)
     from kubernetes import client
 
-    from scheduler.models import FINAL_STATES, Job
+    from scheduler.models import FINAL_STATES, Job, JobEvent
     from scheduler.workloads.controller import WorkloadController
     from tenants.models import Membership
 
@@ -1423,6 +1423,10 @@ def run_gantry_native(
     return figures | {
         "not_finished": stuck,
         "ended_as_their_jobs_did": Job.objects.filter(state="cancelled").count(),
+        # preempted as their pods finished, their Jobs completed while they waited again
+        "succeeded_while_queued": JobEvent.objects.filter(
+            to_state="succeeded", from_state__in=("queued", "preempted")
+        ).count(),
         "workloads": len(arrivals),
         "created": len(created),
         "cycles": cycles.count,

@@ -16,7 +16,10 @@ S = JobState
 # from-state -> states it may move to. Cancel is allowed from every non-final state.
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({S.QUEUED, S.REJECTED, S.CANCELLED}),
-    S.QUEUED: frozenset({S.ADMITTED, S.CANCELLED}),
+    # queued/preempted -> succeeded: a user's Kubernetes object (issue 37) that completed as
+    # Gantry preempted its job: its pods finished before they were stopped, and its work is
+    # done (`scheduler.workloads.mirror.end_finished`); nothing else ends a job not running.
+    S.QUEUED: frozenset({S.ADMITTED, S.SUCCEEDED, S.CANCELLED}),
     # admitted -> queued: a claim released (bind failed, lease lost) before anything ran;
     # admitted -> failed: binding refused past its attempt limit.
     # Every state that holds devices (admitted, binding, running) may be preempted or drained:
@@ -25,7 +28,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.BINDING: frozenset({S.RUNNING, S.QUEUED, S.FAILED, S.PREEMPTED, S.CANCELLED}),
     # running -> queued: a failed attempt retried per the job's retry policy.
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.QUEUED, S.CANCELLED}),
-    S.PREEMPTED: frozenset({S.QUEUED, S.CANCELLED}),
+    S.PREEMPTED: frozenset({S.QUEUED, S.SUCCEEDED, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),

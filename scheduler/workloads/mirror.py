@@ -208,9 +208,11 @@ def end_finished(job: Job, outcome: str, why: str = "") -> Job | None:
     """End the job of an object its controller marked `outcome` ("complete" or "failed"),
     saying `why` (its controller's message, if any): nothing is left to run. A running job
     ends as its object did (succeeded or failed: a RayJob's cluster outlives its job), and so
-    does one that failed while admitted or binding (with no pod: the caller knows); one Gantry had
-    queued or was placing again is cancelled (the lifecycle ends only a running job as
-    succeeded), saying what the object did."""
+    does one that failed while admitted or binding (with no pod: the caller knows). One Gantry
+    had admitted, then preempted or queued again, whose object completed succeeds: its pods
+    finished before Gantry stopped them, and its work is done. Any other (failed while queued,
+    complete while placed again, or complete without Gantry ever admitting it: run by someone
+    else) is cancelled, saying what the object did."""
     if job.state in FINAL_STATES:
         return None
     kind = job.spec["workload"]["kind"]
@@ -223,6 +225,14 @@ def end_finished(job: Job, outcome: str, why: str = "") -> Job | None:
                 to_state=JobState.SUCCEEDED if outcome == "complete" else JobState.FAILED,
                 message=f"its {kind} is {outcome} in Kubernetes",
                 reason=None if outcome == "complete" else failed,
+            )
+        stopped = job.state in (JobState.QUEUED, JobState.PREEMPTED)
+        if outcome == "complete" and stopped and job.allocations.exists():
+            return job_transition(
+                job=job,
+                to_state=JobState.SUCCEEDED,
+                message=f"its {kind} is complete in Kubernetes: its pods finished before "
+                "Gantry stopped them",
             )
         return job_cancel(
             user=job.submitted_by,

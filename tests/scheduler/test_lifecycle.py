@@ -27,12 +27,15 @@ FINAL = {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.REJECTED}
 # state. Plus the recovery edges the engine needs: a claim released before anything ran
 # (admitted/binding -> queued), a bind that fails for good (admitted/binding -> failed), a failed
 # attempt retried (running -> queued), an approval refused (pending_approval -> rejected), and
-# preemption or drain from every state that holds devices (admitted/binding/running -> preempted).
+# preemption or drain from every state that holds devices (admitted/binding/running -> preempted),
+# and a user's Kubernetes object that completed as its job was preempted (queued/preempted ->
+# succeeded: its pods finished before they were stopped).
 ALLOWED: set[tuple[str, str]] = {
     (S.PENDING_APPROVAL, S.QUEUED),
     (S.PENDING_APPROVAL, S.REJECTED),
     (S.PENDING_APPROVAL, S.CANCELLED),
     (S.QUEUED, S.ADMITTED),
+    (S.QUEUED, S.SUCCEEDED),
     (S.QUEUED, S.CANCELLED),
     (S.ADMITTED, S.BINDING),
     (S.ADMITTED, S.QUEUED),
@@ -50,6 +53,7 @@ ALLOWED: set[tuple[str, str]] = {
     (S.RUNNING, S.QUEUED),
     (S.RUNNING, S.CANCELLED),
     (S.PREEMPTED, S.QUEUED),
+    (S.PREEMPTED, S.SUCCEEDED),
     (S.PREEMPTED, S.CANCELLED),
 }
 ALL_PAIRS = [(a, b) for a in S for b in S]  # 10 x 10 = 100 pairs, self-loops included

@@ -69,7 +69,7 @@ def _job_updates(queries: CaptureQueriesContext) -> list[str]:
     ("from_state", "to_state"),
     [
         (S.QUEUED, S.RUNNING),
-        (S.QUEUED, S.SUCCEEDED),
+        (S.QUEUED, S.FAILED),
         (S.SUCCEEDED, S.QUEUED),
         (S.ADMITTED, S.RUNNING),
     ],

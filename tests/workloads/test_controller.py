@@ -629,7 +629,7 @@ def test_the_portal_marks_a_job_created_in_kubernetes(world: World) -> None:
 
 
 def test_a_job_that_completed_while_queued_again_ends_and_frees_its_place(world: World) -> None:
-    """Its pods finished just as Gantry preempted it: requeued, its Job is Complete; nothing
+    """Its Job is Complete though Gantry never admitted it (something else ran it): nothing
     is left to run, so its job ends (cancelled, saying why) instead of waiting for pods."""
     create_job(world, job("done", parallelism=1))
     world.controller.sync()
@@ -641,6 +641,28 @@ def test_a_job_that_completed_while_queued_again_ends_and_frees_its_place(world:
     queued.refresh_from_db()
     assert queued.state == "cancelled"
     assert "its Job is complete in Kubernetes" in queued.events.last().message
+
+
+def test_a_job_preempted_as_its_pods_finished_succeeds_when_its_job_completes(
+    world: World,
+) -> None:
+    """Its pods finished just as Gantry preempted it: the Job's controller marks it Complete
+    while its job waits in the queue again. The work is done, so the job succeeds (not
+    cancelled), says why, and holds nothing."""
+    body = job("low", parallelism=2, gpus=8)
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
+    create_job(world, body)
+    world.step()
+    low = Job.objects.get(spec__workload__kind="Job")
+    preempt_running(world, low, JobController(world).step)
+    finished = world.fake.get("jobs", world.namespace, "low")
+    finished["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    world.fake.replace("jobs", world.namespace, "low", finished)
+    world.controller.sync()
+    low.refresh_from_db()
+    assert low.state == "succeeded", (low.state, low.reason)
+    assert "finished before Gantry stopped them" in low.events.last().message
+    assert not Allocation.objects.filter(job=low, ended_at__isnull=True).exists()
 
 
 def test_a_job_that_failed_podless_while_admitted_again_fails_with_its_job(world: World) -> None:
