@@ -9,7 +9,7 @@ second finds the state changed, writes nothing and reports a miss (ConflictError
 
 from __future__ import annotations
 
-from scheduler.models import FINAL_STATES, JobState
+from scheduler.models import FINAL_STATES, HOLDING_STATES, JobState
 
 S = JobState
 
@@ -39,8 +39,8 @@ assert all(not TRANSITIONS[s] for s in FINAL_STATES)
 assert all(S.CANCELLED in TRANSITIONS[s] for s in S if s not in FINAL_STATES)
 
 
-# The states in which a job holds (or is about to hold) an allocation.
-HOLDING_STATES = (S.ADMITTED, S.BINDING, S.RUNNING)
+__all__ = ["HOLDING_STATES", "TRANSITIONS", "is_allowed"]
+
 assert all(S.PREEMPTED in TRANSITIONS[s] for s in HOLDING_STATES)
 
 

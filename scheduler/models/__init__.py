@@ -8,6 +8,7 @@ from scheduler.models.clusters import ClusterState as ClusterState
 from scheduler.models.daemon import SchedulerLease as SchedulerLease
 from scheduler.models.daemon import SchedulingProfileRecord as SchedulingProfileRecord
 from scheduler.models.jobs import FINAL_STATES as FINAL_STATES
+from scheduler.models.jobs import HOLDING_STATES as HOLDING_STATES
 from scheduler.models.jobs import Job as Job
 from scheduler.models.jobs import JobEvent as JobEvent
 from scheduler.models.jobs import JobQueueEstimate as JobQueueEstimate

@@ -26,6 +26,10 @@ class JobState(models.TextChoices):
 FINAL_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED}
 )
+# The states in which a job holds (or is about to hold) an allocation: its job runs or is about
+# to. A job holding devices in any other gives them back (preempted or requeued, its pods
+# stopping). Here, beside the states, so that the snapshot and the lifecycle read one list.
+HOLDING_STATES = (JobState.ADMITTED, JobState.BINDING, JobState.RUNNING)
 
 
 class Job(models.Model):

@@ -38,6 +38,7 @@ from scheduler.core.types import (
 from scheduler.core.types import Node as CoreNode
 from scheduler.core.types import Tenant as CoreTenant
 from scheduler.models import (
+    HOLDING_STATES,
     ClusterState,
     GpuDevice,
     JobState,
@@ -54,9 +55,6 @@ S = JobState
 # Holding states whose pods have not started: the engine may preempt them inside the
 # minimum runtime (`RunningJob.started`).
 NOT_STARTED = frozenset({S.ADMITTED, S.BINDING})
-# Holding states whose job runs (or is about to); a job holding devices in any other is giving
-# them back (`RunningJob.leaving`): preempted or requeued, its pods stopping.
-HOLDING_LIVE = frozenset({S.ADMITTED, S.BINDING, S.RUNNING})
 CLOSED_CLUSTER_STATES = frozenset({ClusterState.CORDONED, ClusterState.LOST})
 # A node's taints are stored as [key, value, effect] lists.
 TAINT_FIELDS = ("key", "value", "effect")
@@ -234,7 +232,7 @@ def running_jobs(
         flavor = allocs[0]["flavor"]  # the first allocation's, as read
         allocs.sort(key=lambda a: a["replica"])
         started = rows[job_id]["state"] not in NOT_STARTED
-        leaving = rows[job_id]["state"] not in HOLDING_LIVE
+        leaving = rows[job_id]["state"] not in HOLDING_STATES  # its pods stopping
         inputs = (
             job,
             started,
