@@ -110,6 +110,9 @@ class Kubelets:
         self.held: dict[tuple[str, str], str] = {}  # (namespace, name) -> waiting reason
         self.endings: dict[tuple[str, str], int] = {}  # -> the exit code its containers end with
         self.running: dict[tuple[str, str], _Running] = {}
+        # The wall time (time.time()) each Job's first pod was started, by the Job's name (its
+        # pods' `batch.kubernetes.io/job-name`): benchmarks measure creation to running by it.
+        self.first_running: dict[str, float] = {}
         # Pods whose containers take their time to stop: a deletion waits for `stopped`.
         self.stopping: set[tuple[str, str]] = set()
         self.passes = 0  # steps finished, for tests that wait until the kubelets looked again
@@ -416,6 +419,9 @@ class Kubelets:
         if not self._patch_status(pod, status):
             return False
         self._track(key, pod)
+        job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
+        if job:
+            self.first_running.setdefault(job, time.time())
         return True
 
     def _restart(self, pod: Obj, exit_code: int) -> None:

@@ -193,10 +193,12 @@ def test_tallies_measure_admission_from_creation_and_usage_over_the_whole_pool()
         admitted={"small-0-0-0": 101.0, "large-0-0-0": 101.0},
         finished={"small-0-0-0": 101.5, "large-0-0-0": 102.0},
         gpu_s=600.0,
+        running={"small-0-0-0": 101.25, "large-0-0-0": 101.5},
     )
     figures = tally.figures(arrivals)
     assert figures["wall_s"] == 2.0
     assert figures["admission_mean_s"] == {"small": 1.0, "medium": None, "large": 0.5}
+    assert figures["running_mean_s"] == {"small": 1.25, "medium": None, "large": 1.0}
     assert figures["usage_pct"] == 50.0  # 600 GPU-s over 600 GPUs x 2 s
     assert (figures["admitted"], figures["finished"]) == (2, 2)
 
@@ -248,6 +250,10 @@ def test_gantry_runs_kueues_scenario_from_jobs_created_in_kubernetes(
     assert native["created"] == native["queued"] == native["workloads"] == 90
     assert native["finished"] + native["ended_as_their_jobs_did"] == 90, native["not_finished"]
     assert all(native["admission_mean_s"][c] is not None for c in ("small", "medium", "large"))
+    # each class's first pods seen running by the simulated kubelets, after their admission
+    for c in ("small", "medium", "large"):
+        assert native["running_mean_s"][c] is not None
+        assert native["running_mean_s"][c] >= native["admission_mean_s"][c]
 
 
 def test_the_native_half_creates_its_jobs_over_as_many_threads_as_kueues_half() -> None:
