@@ -21,6 +21,7 @@ is not a deleted one.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -53,6 +54,9 @@ Obj = dict[str, Any]
 S = JobState
 # An object an event is about: (namespace, name, apiVersion, kind, uid).
 Ref = tuple[str, str, str, str, str]
+# What a pass tells about one workload: its objects, the reason (Queued, Admitted...), the
+# message, and whether it is a warning.
+Tell = tuple[Sequence[Ref], str, str, bool]
 
 # The event's reason (CamelCase, as Kubernetes writes them) for each state of the job.
 REASONS = {
@@ -79,7 +83,8 @@ KINDS_MIRRORED = frozenset({"Pod", LEADERWORKERSET.kind, *QUEUED})
 # Events and status annotations written at once by a pass (`WorkloadController._tell_all`):
 # the API server's client is shared by the threads, and its connection pool holds ten.
 TELLERS = 8
-# Tells waiting to be written in the background before a pass waits for the oldest.
+# Objects with tells waiting to be written in the background before a pass waits for the
+# oldest (an object's unsent tells are one write: `WorkloadController._tell_all`).
 MAX_TELLS = 1000
 # Seconds a pass spends queueing new workloads before it lists again (`sync`): a burst of
 # thousands is queued over several passes, and what arrives meanwhile is queued in class order
@@ -172,6 +177,9 @@ class WorkloadController:
     # The lane and the last tell of each object with a tell under way; the last lane taken.
     _last: dict[str, tuple[int, Future[None]]] = field(default_factory=dict, repr=False)
     _turn: int = field(default=-1, repr=False)
+    # The tells of each object not yet taken by its lane, oldest first (`_tell_all`).
+    _unsent: dict[str, list[Tell]] = field(default_factory=dict, repr=False)
+    _unsent_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def sync(self) -> SyncStats:
         stats = SyncStats()
@@ -399,40 +407,47 @@ class WorkloadController:
                 self.ended.add(workload["uid"])
         self._tell_all(tells, stats)
 
-    def _tell_all(
-        self, tells: Sequence[tuple[Sequence[Ref], str, str, bool]], stats: SyncStats
-    ) -> None:
-        """Each (refs, reason, message, warning) told (two calls to the API server each),
-        many at once over TELLERS lanes, a thread each, taken in turn: an object's tell goes
-        by the lane of its tell still under way, if any, so they land in the order they were
-        made. The calls touch no database.
+    def _tell_all(self, tells: Sequence[Tell], stats: SyncStats) -> None:
+        """Each (refs, reason, message, warning) told (an event and the status annotations:
+        two calls to the API server), many at once over TELLERS lanes, a thread each, taken in
+        turn: an object's tells go by the lane of its write still under way, if any, so they
+        land in the order they were made. The calls touch no database.
 
         In the background (`background_tells`, the deployed loop) the pass does not wait for
         them, and the next pass's queueing goes on while they are written (a burst's jobs are
         queued, admitted and ended within seconds: a tell each, on an API server that is
-        slowest then). A backlog of MAX_TELLS waits for its oldest. Otherwise the pass waits
-        for its own."""
+        slowest then). An object's tells made before its lane took the first are written
+        together (`_write`): an event each, a waiting reason that changed again (its place in
+        the queue, its estimate) only as it is now, and the annotations once, as they are now.
+        So a slow API server gets fewer calls, not a longer backlog. A backlog of MAX_TELLS
+        objects waits for its oldest. Otherwise the pass waits for its own."""
         if not self.background_tells and len(tells) < 2:
-            for refs, reason, message, warning in tells:
-                self._tell(refs, reason, message, warning=warning, stats=stats)
+            for tell in tells:
+                self._write([tell], stats)
             return
         if not self._lanes:
             self._lanes = [
                 ThreadPoolExecutor(1, thread_name_prefix=f"gantry-tell-{i}") for i in range(TELLERS)
             ]
         self._last = {uid: lane for uid, lane in self._last.items() if not lane[1].done()}
-        counts = [SyncStats() for _ in tells]
+        counts: list[SyncStats] = []
         futures = []
-        for (refs, reason, message, warning), count in zip(tells, counts, strict=True):
-            uid = refs[0][4]
+        for tell in tells:
+            uid = tell[0][0][4]
+            with self._unsent_lock:
+                waiting = self._unsent.get(uid)
+                if waiting is not None:  # its lane has not taken them yet: written with them
+                    waiting.append(tell)
+                    continue
+                self._unsent[uid] = [tell]
             if uid in self._last:
                 lane = self._last[uid][0]
             else:
                 lane = self._turn = (self._turn + 1) % TELLERS
-            future = self._lanes[lane].submit(
-                self._tell, refs, reason, message, warning=warning, stats=count
-            )
+            count = SyncStats()
+            future = self._lanes[lane].submit(self._send_unsent, uid, count)
             self._last[uid] = (lane, future)
+            counts.append(count)
             futures.append(future)
         if self.background_tells:
             self._pending = deque(f for f in self._pending if not f.done())
@@ -441,8 +456,14 @@ class WorkloadController:
                 self._pending.popleft().result()
             return
         for future in futures:
-            future.result()  # _tell logs and swallows a failed call: this only waits
+            future.result()  # _write logs and swallows a failed call: this only waits
         stats.events += sum(count.events for count in counts)
+
+    def _send_unsent(self, uid: str, stats: SyncStats) -> None:
+        """In a lane: the object's tells made so far, taken at once and written."""
+        with self._unsent_lock:
+            tells = self._unsent.pop(uid, [])
+        self._write(tells, stats)
 
     def close(self) -> None:
         """Wait for the tells still being written, and stop their threads."""
@@ -451,17 +472,33 @@ class WorkloadController:
             lane.shutdown(wait=True)
         self._pending.clear()
         self._last.clear()
+        self._unsent.clear()
 
     def _tell(
         self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats
     ) -> None:
+        self._write([(refs, reason, message, warning)], stats)
+
+    def _write(self, tells: Sequence[Tell], stats: SyncStats) -> None:
+        """One object's tells, oldest first: an event for each (a run of one reason, such as
+        Queued, as the last of it: the place and estimate it gave before are out of date), then
+        the status annotations once, as the last tell says."""
+        kept = [t for t, after in zip(tells, [*tells[1:], None], strict=True)
+                if after is None or after[1] != t[1]]  # fmt: skip
+        for refs, reason, message, warning in kept:
+            for namespace, name, api_version, kind, uid in refs:
+                try:
+                    self.cluster.record_event(
+                        namespace, name, reason, message, warning, (api_version, kind, uid)
+                    )
+                    stats.events += 1
+                except Exception as error:  # an event is best effort: the next change tells
+                    log.warning("event on %s/%s not written: %s", namespace, name, error)
+        if not kept:
+            return
+        refs, reason, message, _ = kept[-1]
         for namespace, name, api_version, kind, uid in refs:
             about = (api_version, kind, uid)
-            try:
-                self.cluster.record_event(namespace, name, reason, message, warning, about)
-                stats.events += 1
-            except Exception as error:  # an event is best effort: the next change tells again
-                log.warning("event on %s/%s not written: %s", namespace, name, error)
             try:  # the same, kept current on the object (scheduler/workloads/status.py)
                 self.cluster.annotate(namespace, name, about, status_annotations(reason, message))
             except Exception as error:

@@ -865,6 +865,35 @@ def test_in_the_background_a_pass_does_not_wait_for_a_stalled_tell_and_each_obje
     assert annotations[status.ANNOTATION_STATUS] == "Cancelled", "an older tell landed last"
 
 
+def test_in_the_background_an_objects_tells_made_while_its_lane_is_busy_are_written_together(
+    world: World,
+) -> None:
+    """While an object's first tell hangs (3 s), its job's reason changes twice and it is
+    cancelled: its lane then writes what was made meanwhile at once: the waiting reason only
+    as it is now (the one before it is out of date), the cancellation, and the status
+    annotations once. A slow API server gets fewer calls, not a longer backlog."""
+    world.controller.background_tells = True
+    create_job(world, job("told"))
+    world.fake.inject("timeout", "/events$", method="POST", delay_s=3.0, count=1)
+    world.controller.sync()  # queued: its "Queued" event hangs
+    queued = _job_named("told")
+    for reason in ("quota: team nlp uses 40 of 40 gpu", "quota: team nlp uses 38 of 40 gpu"):
+        Job.objects.filter(pk=queued.pk).update(reason=reason)
+        world.controller.sync()
+    job_cancel(user=world.org.users["alice"], job=queued, reason="")
+    world.controller.sync()
+    world.fake.requests.clear()
+    world.controller.close()
+    told = world.events("told")
+    assert [r for r, _ in told] == ["Queued", "Queued", "Cancelled"], told
+    assert "38 of 40" in told[1][1] and not any("40 of 40" in m for _, m in told)
+    path = f"/apis/batch/v1/namespaces/{world.namespace}/jobs/told"
+    annotated = [m for m, at in world.fake.requests if m == "PATCH" and at == path]
+    assert len(annotated) == 2  # the first tell's, then the three made meanwhile's once
+    annotations = world.fake.get("jobs", world.namespace, "told")["metadata"]["annotations"]
+    assert annotations[status.ANNOTATION_STATUS] == "Cancelled"
+
+
 def _job_named(name: str) -> Job:
     return Job.objects.get(name=name)
 
