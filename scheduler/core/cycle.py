@@ -18,7 +18,14 @@ from scheduler.core.nomination import hold_nominated, release, retake
 from scheduler.core.order import effective_priority, fair_share, ordered_jobs
 from scheduler.core.placement import Placer
 from scheduler.core.plans import cause_of, describe, plan_later
-from scheduler.core.preemption import QUOTA_SHORT, Plan, Waiting, select_victims, work_lost_gpu_s
+from scheduler.core.preemption import (
+    QUOTA_SHORT,
+    Plan,
+    Waiting,
+    select_victims,
+    work_lost_gpu_s,
+    would_preempt,
+)
 from scheduler.core.profile import Profile
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.scoring import FragmentationScore, GpuFit, Scorer, TopologyScore
@@ -34,6 +41,7 @@ from scheduler.core.types import (
     Reservation,
     RunningJob,
     Snapshot,
+    WaitCode,
     WaitReason,
 )
 
@@ -53,6 +61,10 @@ class _Decisions:
     # told its quota reason without a victim search. Cleared with the memo on a preemption,
     # not on a reservation (quota is not reserved).
     floors: dict[int, int] = field(default_factory=dict)
+    # The jobs left waiting for room in this cycle, which hold it against the jobs they
+    # could preempt (``hold_for_higher_priority``): the first of each tenant, class and
+    # flavors.
+    holding: dict[tuple[str, int, tuple[str, ...]], JobRequest] = field(default_factory=dict)
 
     def result(self) -> CycleResult:
         return CycleResult(
@@ -258,19 +270,77 @@ def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     if job.not_before > ctx.now:
         out.waiting.append(reasons.backoff(job, ctx.now))
         return
+    if (ahead := _held_for(ctx, job, facts, out)) is not None:
+        out.waiting.append(reasons.behind(job, ahead))
+        return
     # A job the ping-pong guard makes its own shares no memo and no floor.
     guarded = job.id in ctx.guarded
     key = None if guarded else (facts.request, ends_before_reservation(ctx, job))
     cached = out.memo.get(key) if key is not None else None
     if cached is not None:
         out.waiting.append(replace(cached, job_id=job.id))
+        _hold(ctx, job, facts, cached, out)
         return
     reservations_before = len(out.reservations)
     reason = _admit_and_place(ctx, job, facts, _floor_key(facts, guarded), out)
     if reason is not None:
         out.waiting.append(reason)
+        _hold(ctx, job, facts, reason, out)
         if key is not None and len(out.reservations) == reservations_before:
             out.memo[key] = reason
+
+
+# The reasons of a job that waits for room, which it holds against the jobs it could preempt
+# there (``hold_for_higher_priority``): quota, or devices.
+WAITS_FOR_ROOM = frozenset(
+    {
+        WaitCode.QUOTA,
+        WaitCode.CAPACITY,
+        WaitCode.FRAGMENTATION,
+        WaitCode.GPU_MEMORY,
+        WaitCode.RESERVATION,
+    }
+)
+
+
+def _hold(
+    ctx: CycleContext, job: JobRequest, facts: JobFacts, reason: WaitReason, out: _Decisions
+) -> None:
+    """Note ``job``, left waiting for room, as holding it against the jobs later in the cycle
+    it could preempt (the first of its tenant, class and flavors), on the flavors whose room
+    is its tenant's to give it: where it fits in its tenant's guarantee. A gang larger than
+    its tenant's guarantee needs what other tenants lend, which may not come for long: it
+    holds nothing, and keeps no job of its tenant from room it could not have."""
+    if not (ctx.profile.hold_for_higher_priority and reason.code in WAITS_FOR_ROOM):
+        return
+    guaranteed = tuple(
+        f for f in facts.flavors if facts.milli <= ctx.ledger.guarantee(job.tenant, f)
+    )
+    if guaranteed:
+        out.holding.setdefault((job.tenant, ctx.priority_class(job).value, guaranteed), job)
+
+
+def _held_for(
+    ctx: CycleContext, job: JobRequest, facts: JobFacts, out: _Decisions
+) -> JobRequest | None:
+    """A job left waiting for room that ``job`` would take on every flavor it may use, and
+    that could preempt it there (by priority in their tenant, or by a reclaim): started now,
+    ``job`` would only be preempted for it once it fits. None when there is none."""
+    if not out.holding or not facts.flavors:
+        return None
+    holder = None
+    for flavor in facts.flavors:
+        holder = next(
+            (
+                h
+                for (_, _, theirs), h in out.holding.items()
+                if flavor in theirs and would_preempt(ctx, h, job, flavor)
+            ),
+            None,
+        )
+        if holder is None:
+            return None  # a flavor no waiting job holds against it
+    return holder
 
 
 def _floor_key(facts: JobFacts, guarded: bool) -> int | None:

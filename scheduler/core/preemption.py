@@ -517,6 +517,34 @@ def _too_large(
     return held > ratio * job.resources.gpu_milli * job.gang_size
 
 
+def would_preempt(ctx: CycleContext, job: JobRequest, other: JobRequest, flavor: str) -> bool:
+    """Whether ``job`` could preempt ``other`` were ``other`` started now on ``flavor`` with its
+    request: by priority within their tenant (the rules of ``_relation``: a strictly higher
+    class that may preempt, ``other``'s preemptible and within the GPU ratio), or by a reclaim
+    (``job`` stays within its guarantee, and ``other``'s branch toward it would borrow)."""
+    mine, theirs = ctx.priority_class(job), ctx.priority_class(other)
+    if not (mine.may_preempt and mine.counts_against_quota):
+        return False
+    if not (theirs.preemptible and theirs.counts_against_quota):
+        return False
+    held = other.resources.gpu_milli * other.gang_size
+    ledger = ctx.ledger
+    if other.tenant == job.tenant:
+        if theirs.value >= mine.value:
+            return False
+        asked = job.resources.gpu_milli * job.gang_size
+        ratio = ctx.profile.within_tenant_gpu_ratio
+        return not (ratio and not mine.critical and held > ratio * asked)
+    if not (ctx.profile.reclaim_any_priority or theirs.value < mine.value):
+        return False
+    if not ledger.within_guarantee_after(
+        job.tenant, flavor, job.resources.gpu_milli * job.gang_size
+    ):
+        return False
+    branch = ledger.branch_toward(other.tenant, job.tenant)
+    return not ledger.within_guarantee_after(branch, flavor, held)
+
+
 def preemptible_from(ctx: CycleContext, job: JobRequest, running: RunningJob) -> float | None:
     """The earliest time ``running`` may give way to ``job`` by the rules above (its minimum
     runtime and the ping-pong guard passed), or None when it never may. Backfill uses it: a

@@ -7,7 +7,7 @@ manner of kube-scheduler's ``KubeSchedulerConfiguration``: a header, then the pr
     kind: SchedulingProfile
     name: default
     plugins: {score: {FragmentationScore: 2, GpuFit: 1, TopologyScore: 1}}
-    order: {guaranteed_first: true}
+    order: {guaranteed_first: true, hold_for_higher_priority: true}
     fair_share: {half_life_s: 86400, history_weight: 0.5}
     aging: {per_hour: 10, max_boost: 1000}
     preemption: {min_runtime_s: 300, critical_overrides_min_runtime: true,
@@ -24,6 +24,12 @@ given (``ProfileError.errors``), as kube-scheduler's strict decoding does.
 ``guaranteed_first`` orders jobs that fit in their tenant's guarantee before jobs that would
 borrow, then by priority (as Kueue orders its queue heads): capacity freed by reclaiming a
 guarantee goes to the reclaimer, not back to a higher-priority borrower.
+``hold_for_higher_priority``: a job that waits for room (quota or devices) holds it against the
+jobs of its own tenant it could preempt: one of lower priority is not started in its stead, to
+be preempted once the higher one fits (it waits, told so), unless it is too large for the
+higher one to preempt (``within_tenant_gpu_ratio``). Off: the lower job starts on whatever the
+higher one cannot use yet, as Kueue's BestEffortFIFO admits, and may be preempted for it soon
+after.
 ``max_scored_nodes`` bounds how many feasible nodes are scored per replica (as
 kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order.
 ``fragmentation_step_milli`` is how coarsely ``FragmentationScore`` compares the fragmentation
@@ -65,6 +71,7 @@ class Profile:
         default_factory=lambda: {"FragmentationScore": 2.0, "GpuFit": 1.0, "TopologyScore": 1.0}
     )
     guaranteed_first: bool = True
+    hold_for_higher_priority: bool = True
     half_life_s: float = 86_400.0
     history_weight: float = 0.5
     aging_per_hour: float = 10.0
@@ -141,7 +148,10 @@ class Profile:
 # section -> key -> (Profile attribute, kind); kinds: "pos" > 0, "nonneg" >= 0,
 # "unit" in [0, 1], "bool", "count" positive int.
 _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
-    "order": {"guaranteed_first": ("guaranteed_first", "bool")},
+    "order": {
+        "guaranteed_first": ("guaranteed_first", "bool"),
+        "hold_for_higher_priority": ("hold_for_higher_priority", "bool"),
+    },
     "fair_share": {
         "half_life_s": ("half_life_s", "pos"),
         "history_weight": ("history_weight", "unit"),

@@ -40,6 +40,23 @@ def reservation(job: JobRequest, held: Reservation, now: float) -> WaitReason:
     )
 
 
+def behind(job: JobRequest, holder: JobRequest) -> WaitReason:
+    """Held back for a job that waits for room this job would take, and could preempt it
+    there: of higher priority in its tenant, or reclaiming its guarantee
+    (``Profile.hold_for_higher_priority``). Another tenant's job is not named."""
+    whose = (
+        "of higher priority in its team"
+        if holder.tenant == job.tenant
+        else ("of a team reclaiming its guarantee")
+    )
+    return WaitReason(
+        job.id,
+        WaitCode.RESERVATION,
+        f"waiting behind a job {whose}, which waits for room this job would take (started "
+        "now, it would be preempted for it)",
+    )
+
+
 def planned(reason: WaitReason, plan: PlannedPreemption, now: float) -> WaitReason:
     """``reason``, and the preemption planned for the job: whose jobs, how many GPUs, when.
     Another tenant is named only as "reclaims its guarantee from <slug>", the phrase

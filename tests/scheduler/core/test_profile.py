@@ -15,7 +15,7 @@ def test_defaults_and_overrides():
             "fair_share": {"half_life_s": 3600, "history_weight": 0.25},
             "preemption": {"min_runtime_s": 60, "max_candidates": 16},
             "backfill": {"enabled": False},
-            "order": {"guaranteed_first": False},
+            "order": {"guaranteed_first": False, "hold_for_higher_priority": False},
         }
     )
     assert profile.name == "research"
@@ -24,6 +24,7 @@ def test_defaults_and_overrides():
     assert (profile.min_runtime_s, profile.max_preemption_candidates) == (60.0, 16)
     assert profile.backfill is False
     assert profile.guaranteed_first is False and Profile().guaranteed_first is True
+    assert profile.hold_for_higher_priority is False and Profile().hold_for_higher_priority
     assert profile.aging_per_hour == Profile().aging_per_hour
 
 
@@ -40,6 +41,7 @@ BAD = [
     ("bool-is-not-a-number", {"preemption": {"min_runtime_s": True}}, "min_runtime_s"),
     ("enabled-not-bool", {"backfill": {"enabled": "yes"}}, "backfill.enabled"),
     ("guaranteed-first-not-bool", {"order": {"guaranteed_first": 1}}, "order.guaranteed_first"),
+    ("hold-not-bool", {"order": {"hold_for_higher_priority": "yes"}}, "hold_for_higher_priority"),
     ("candidates-not-int", {"preemption": {"max_candidates": 2.5}}, "max_candidates"),
 ]
 
