@@ -17,6 +17,7 @@ from django.db import connection
 
 from bench import k8s_kueue
 from bench.k8s_kueue import Arrival, plan
+from tests.k8s.conftest import api_client_for, started_fake
 
 
 def test_the_whole_scenario_is_kueues_15000_workloads_and_a_fraction_keeps_every_queue() -> None:
@@ -279,3 +280,29 @@ def test_the_native_half_creates_its_jobs_over_as_many_threads_as_kueues_half() 
     k8s_kueue._job_submitter(Batch(), arrivals, targets, time.time(), created, threading.Event())
     assert most[0] == k8s_kueue.CREATORS == 8
     assert set(created) == {a.name for a in arrivals}
+
+
+def test_a_half_leaves_no_job_or_pod_behind_for_the_next() -> None:
+    """Kueue's half deletes its Jobs and pods before Gantry's starts (`clear_jobs`): left
+    there, every pass of the simulated kubelets (a list of every bound pod) and the job
+    controller carried them through Gantry's half, and Gantry's half alone ran faster."""
+    fake = started_fake("n1")
+    api = api_client_for(fake.url)
+    try:
+        for queue in ("a", "b"):
+            namespace = k8s_kueue.kueue_namespace(queue)
+            fake.add_namespace(namespace)
+            for i in range(2):
+                fake.create("jobs", namespace, {"metadata": {"name": f"j{i}"}, "spec": {}})
+                fake.create("pods", namespace, {"metadata": {"name": f"j{i}-p"}, "spec": {}})
+        fake.add_namespace("other")
+        fake.create("pods", "other", {"metadata": {"name": "keep"}, "spec": {}})
+        cleared = k8s_kueue.clear_jobs(api, ["kueue-a", "kueue-b"], timeout_s=10)
+        assert cleared is not None
+        for namespace in ("kueue-a", "kueue-b"):
+            assert fake.list_objects("jobs", namespace, {})["items"] == []
+            assert fake.list_objects("pods", namespace, {})["items"] == []
+        assert fake.get("pods", "other", "keep") is not None
+    finally:
+        api.close()
+        fake.stop()

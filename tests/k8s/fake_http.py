@@ -153,6 +153,16 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, fake.list_objects(res, ns, query)
             if method == "POST":
                 return 201, fake.create(res, ns, body)
+            if method == "DELETE":  # deletecollection: each listed object, as one DELETE
+                grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+                listed = fake.list_objects(res, ns, query)
+                for obj in listed["items"]:
+                    meta = obj["metadata"]
+                    fake.delete(
+                        res, meta.get("namespace") or "", meta["name"],
+                        None if grace is None else int(grace),
+                    )  # fmt: skip
+                return 200, listed
         item = _ITEM.match(path)
         if item and item["res"] in CLUSTER_SCOPED | NAMESPACED:
             ns, res, name, sub = item["ns"] or "", item["res"], item["name"], item["sub"]
