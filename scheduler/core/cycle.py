@@ -63,8 +63,10 @@ class _Decisions:
     floors: dict[int, int] = field(default_factory=dict)
     # The jobs left waiting for room in this cycle, which hold it against the jobs they
     # could preempt (``hold_for_higher_priority``): the first of each tenant, class and
-    # flavors.
-    holding: dict[tuple[str, int, tuple[str, ...]], JobRequest] = field(default_factory=dict)
+    # flavors, by tenant (against its own jobs); and those within their guarantee (against
+    # borrowers they would reclaim from).
+    holding: dict[str, dict[tuple[int, tuple[str, ...]], JobRequest]] = field(default_factory=dict)
+    reclaiming: dict[tuple[str, int, tuple[str, ...]], JobRequest] = field(default_factory=dict)
 
     def result(self) -> CycleResult:
         return CycleResult(
@@ -260,7 +262,8 @@ def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     if retaken is not None:
         _record_preemption(ctx, out, job, *retaken)
         return
-    if release(ctx, job):  # the room held for it is free again, for it first
+    nominated = release(ctx, job)  # the room held for it is free again, for it first
+    if nominated:
         out.memo.clear()
         out.floors.clear()
     facts = ctx.facts.of(ctx, job)
@@ -270,7 +273,7 @@ def _schedule(ctx: CycleContext, job: JobRequest, out: _Decisions) -> None:
     if job.not_before > ctx.now:
         out.waiting.append(reasons.backoff(job, ctx.now))
         return
-    if (ahead := _held_for(ctx, job, facts, out)) is not None:
+    if not nominated and (ahead := _held_for(ctx, job, facts, out)) is not None:
         out.waiting.append(reasons.behind(job, ahead))
         return
     # A job the ping-pong guard makes its own shares no memo and no floor.
@@ -313,11 +316,15 @@ def _hold(
     holds nothing, and keeps no job of its tenant from room it could not have."""
     if not (ctx.profile.hold_for_higher_priority and reason.code in WAITS_FOR_ROOM):
         return
-    guaranteed = tuple(
-        f for f in facts.flavors if facts.milli <= ctx.ledger.guarantee(job.tenant, f)
-    )
-    if guaranteed:
-        out.holding.setdefault((job.tenant, ctx.priority_class(job).value, guaranteed), job)
+    ledger = ctx.ledger
+    guaranteed = tuple(f for f in facts.flavors if facts.milli <= ledger.guarantee(job.tenant, f))
+    if not guaranteed:
+        return
+    value = ctx.priority_class(job).value
+    out.holding.setdefault(job.tenant, {}).setdefault((value, guaranteed), job)
+    owed = tuple(f for f in guaranteed if ledger.within_guarantee_after(job.tenant, f, facts.milli))
+    if owed:
+        out.reclaiming.setdefault((job.tenant, value, owed), job)
 
 
 def _held_for(
@@ -326,18 +333,24 @@ def _held_for(
     """A job left waiting for room that ``job`` would take on every flavor it may use, and
     that could preempt it there (by priority in their tenant, or by a reclaim): started now,
     ``job`` would only be preempted for it once it fits. None when there is none."""
-    if not out.holding or not facts.flavors:
+    own = out.holding.get(job.tenant)
+    if not (own or out.reclaiming) or not facts.flavors:
         return None
+    held = job.resources.gpu_milli * job.gang_size
     holder = None
     for flavor in facts.flavors:
         holder = next(
-            (
-                h
-                for (_, _, theirs), h in out.holding.items()
-                if flavor in theirs and would_preempt(ctx, h, job, flavor)
-            ),
+            (h for (_, theirs), h in (own or {}).items()
+             if flavor in theirs and would_preempt(ctx, h, job, flavor)),
             None,
-        )
+        )  # fmt: skip
+        if holder is None and not ctx.ledger.within_guarantee_after(job.tenant, flavor, held):
+            holder = next(  # it would borrow: a reclaim's to take back
+                (h for (tenant, _, theirs), h in out.reclaiming.items()
+                 if tenant != job.tenant and flavor in theirs
+                 and would_preempt(ctx, h, job, flavor)),
+                None,
+            )  # fmt: skip
         if holder is None:
             return None  # a flavor no waiting job holds against it
     return holder

@@ -24,12 +24,12 @@ given (``ProfileError.errors``), as kube-scheduler's strict decoding does.
 ``guaranteed_first`` orders jobs that fit in their tenant's guarantee before jobs that would
 borrow, then by priority (as Kueue orders its queue heads): capacity freed by reclaiming a
 guarantee goes to the reclaimer, not back to a higher-priority borrower.
-``hold_for_higher_priority``: a job that waits for room (quota or devices) holds it against the
-jobs of its own tenant it could preempt: one of lower priority is not started in its stead, to
-be preempted once the higher one fits (it waits, told so), unless it is too large for the
-higher one to preempt (``within_tenant_gpu_ratio``). Off: the lower job starts on whatever the
-higher one cannot use yet, as Kueue's BestEffortFIFO admits, and may be preempted for it soon
-after.
+``hold_for_higher_priority``: a job that waits for room (quota or devices), where it fits in its
+tenant's guarantee, holds it against the jobs it could preempt there: a lower-priority job of
+its tenant (within ``within_tenant_gpu_ratio``) or a borrower it would reclaim from is not
+started in its stead, to be preempted once it fits (it waits, told so). Off: such a job starts
+on whatever the waiting one cannot use yet, as Kueue's BestEffortFIFO admits, and may be
+preempted for it soon after.
 ``max_scored_nodes`` bounds how many feasible nodes are scored per replica (as
 kube-scheduler's percentageOfNodesToScore): the best-fitting ones, in node order.
 ``fragmentation_step_milli`` is how coarsely ``FragmentationScore`` compares the fragmentation

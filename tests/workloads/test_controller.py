@@ -479,13 +479,9 @@ def _count_suspensions(world: World) -> list[str]:
     return asked
 
 
-def test_a_preempted_jobs_object_is_suspended_once_while_its_pods_go_and_again_when_preempted_again(
-    world: World,
-) -> None:
-    """Reconcile sees a preempted job's allocations every cycle until its pods are gone, and
-    its Job's controller takes its time to delete them: the Job is suspended once, not again at
-    every cycle (a call a cycle per preempted job was most of the daemon's time in Kueue's
-    scenario). Admitted again and preempted again, it is suspended again."""
+def _low_job_running(world: World) -> tuple[Job, JobController]:
+    """A low-priority 2 x 8-GPU Job admitted, its pods made and running, past the minimum
+    runtime: the job, and its controller as played."""
     body = job("low", parallelism=2, gpus=8)
     body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
     create_job(world, body)
@@ -497,8 +493,25 @@ def test_a_preempted_jobs_object_is_suspended_once_while_its_pods_go_and_again_w
     world.step()
     world.step()
     world.step(400.0)  # past the minimum runtime
+    return low, jobs
+
+
+def _submit_high(world: World) -> Job:
+    """A high-priority 8-GPU job of the same team, which preempts the low one."""
     spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
     high, _ = job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    return high
+
+
+def test_a_preempted_jobs_object_is_suspended_once_while_its_pods_go_and_again_when_preempted_again(
+    world: World,
+) -> None:
+    """Reconcile sees a preempted job's allocations every cycle until its pods are gone, and
+    its Job's controller takes its time to delete them: the Job is suspended once, not again at
+    every cycle (a call a cycle per preempted job was most of the daemon's time in Kueue's
+    scenario). Admitted again and preempted again, it is suspended again."""
+    low, jobs = _low_job_running(world)
+    high = _submit_high(world)
     asked = _count_suspensions(world)
     for _ in range(5):  # its controller has not deleted the pods yet: they still run
         world.step()
@@ -515,7 +528,7 @@ def test_a_preempted_jobs_object_is_suspended_once_while_its_pods_go_and_again_w
     world.step()
     world.step(400.0)
     asked.clear()
-    job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    _submit_high(world)
     for _ in range(3):
         world.step()
     assert world.fake.get("jobs", world.namespace, "low")["spec"]["suspend"] is True
@@ -525,21 +538,10 @@ def test_a_preempted_jobs_object_is_suspended_once_while_its_pods_go_and_again_w
 def test_a_suspension_that_failed_is_sent_again_at_the_next_cycle(world: World) -> None:
     """The API server refuses the suspension (every try of the call's retries): the daemon
     does not count the Job as suspended, and the next cycle's reconcile sends it again."""
-    body = job("low", parallelism=2, gpus=8)
-    body["metadata"]["labels"] = {"gantry.io/priority-class": "low"}
-    create_job(world, body)
-    world.step()
-    low = Job.objects.get(spec__workload__kind="Job")
-    jobs = JobController(world)
-    for name in jobs.step("low"):
-        world.fake.run_container(world.namespace, name)
-    world.step()
-    world.step()
-    world.step(400.0)
+    low, _ = _low_job_running(world)
     path = f"/apis/batch/v1/namespaces/{world.namespace}/jobs/low$"
     world.fake.inject("500", path, method="PATCH", count=3)  # the client's three tries
-    spec = job_spec(replicas=1, resources={"gpus": 8}, priority_class="high", max_runtime_s=60)
-    job_submit(user=world.org.users["alice"], project=world.org.proj_alpha, payload=spec)
+    _submit_high(world)
     world.step()
     low.refresh_from_db()
     assert low.state == "preempted", (low.state, low.reason)
@@ -884,9 +886,11 @@ def test_in_the_background_an_objects_tells_made_while_its_lane_is_busy_are_writ
     world.controller.sync()
     world.fake.requests.clear()
     world.controller.close()
-    told = world.events("told")
-    assert [r for r, _ in told] == ["Queued", "Queued", "Cancelled"], told
-    assert "38 of 40" in told[1][1] and not any("40 of 40" in m for _, m in told)
+    told = world.events("told")  # in the fake's order, not the order written
+    assert sorted(r for r, _ in told) == ["Cancelled", "Queued", "Queued"], told
+    queued = sorted(m for r, m in told if r == "Queued")
+    assert "38 of 40" in queued[0] and "waiting for its turn" in queued[1], told
+    assert not any("40 of 40" in m for _, m in told)
     path = f"/apis/batch/v1/namespaces/{world.namespace}/jobs/told"
     annotated = [m for m, at in world.fake.requests if m == "PATCH" and at == path]
     assert len(annotated) == 2  # the first tell's, then the three made meanwhile's once
