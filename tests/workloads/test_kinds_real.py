@@ -232,8 +232,10 @@ def test_a_jobsets_failed_driver_is_told_and_its_jobset_ends_the_job(
             native.until("the job ends", lambda: _state(mirrored) in ("failed", "cancelled"))
             mirrored.refresh_from_db()
             # JobSet deletes the Jobs of a failed JobSet: its GPU pods went, read until now
-            # as lost with their nodes (requeued, then cancelled)
-            assert (mirrored.state, mirrored.attempt) == ("failed", 0), mirrored.reason
+            # as lost with their nodes (requeued, then cancelled). The controller fails it
+            # as it runs (attempt 0) or, when the daemon saw the pods go first and placed it
+            # again, as it waits for pods that will not come (attempt 1): failed either way.
+            assert mirrored.state == "failed" and mirrored.attempt <= 1, mirrored.reason
             assert mirrored.reason.startswith("its JobSet failed in Kubernetes: jobset failed")
             native.until(
                 "its GPUs are freed",
