@@ -172,27 +172,24 @@ class Tally:
 
     def figures(self, arrivals: list[Arrival]) -> dict[str, Any]:
         by_name = {a.name: a for a in arrivals}
-        waits: dict[str, list[float]] = {name: [] for name in CLASSES}
-        for name, at in self.admitted.items():
-            if name in self.created:
-                waits[by_name[name].klass].append(at - self.created[name])
-        starts: dict[str, list[float]] = {name: [] for name in CLASSES}
-        for name, at in self.running.items():
-            if name in self.created and name in by_name:
-                starts[by_name[name].klass].append(at - self.created[name])
+
+        def means(marks: dict[str, float]) -> dict[str, float | None]:
+            """Each class's mean from creation to `marks` (by name), s."""
+            waits: dict[str, list[float]] = {name: [] for name in CLASSES}
+            for name, at in marks.items():
+                if name in self.created and name in by_name:
+                    waits[by_name[name].klass].append(at - self.created[name])
+            return {c: round(sum(w) / len(w), 3) if w else None for c, w in waits.items()}
+
         wall = max(self.finished.values(), default=self.start) - self.start
         capacity = NODES * GPUS_PER_NODE
         return {
             "wall_s": round(wall, 2),
-            "admission_mean_s": {
-                c: round(sum(w) / len(w), 3) if w else None for c, w in waits.items()
-            },
+            "admission_mean_s": means(self.admitted),
             # creation to the first pod running (the simulated kubelet started it): the mark
             # that means the same for both halves, where admission does not (Kueue admits by
             # quota, its pods then wait for kube-scheduler; Gantry admits placed)
-            "running_mean_s": {
-                c: round(sum(w) / len(w), 3) if w else None for c, w in starts.items()
-            },
+            "running_mean_s": means(self.running),
             "usage_pct": round(100 * self.gpu_s / (capacity * wall), 1) if wall > 0 else 0.0,
             "workloads": len(arrivals),
             "admitted": len(self.admitted),

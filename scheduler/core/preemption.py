@@ -496,7 +496,8 @@ def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[
     if not theirs.counts_against_quota:
         return (1, False)
     if running.job.tenant == job.tenant:
-        if theirs.value >= mine.value or _too_large(ctx, job, mine, running):
+        held = sum(a.gpu_milli for a in running.assignments if not a.elastic)
+        if theirs.value >= mine.value or _too_large(ctx, job, mine, held):
             return None
         return (2, False)
     if ctx.profile.reclaim_any_priority or theirs.value < mine.value:
@@ -504,16 +505,14 @@ def _relation(ctx: CycleContext, job: JobRequest, running: RunningJob) -> tuple[
     return None
 
 
-def _too_large(
-    ctx: CycleContext, job: JobRequest, mine: PriorityClass, running: RunningJob
-) -> bool:
+def _too_large(ctx: CycleContext, job: JobRequest, mine: PriorityClass, held: int) -> bool:
     """Within a tenant, a job preempts by priority only jobs of at most
     ``within_tenant_gpu_ratio`` times the GPUs it asks for (0: no bound), unless its class
-    is critical: a small inference job does not evict its team's large training job."""
+    is critical: a small inference job does not evict its team's large training job.
+    ``held``: the other job's milli-GPU (a running job's, its elastic extras apart)."""
     ratio = ctx.profile.within_tenant_gpu_ratio
     if not ratio or mine.critical:
         return False
-    held = sum(a.gpu_milli for a in running.assignments if not a.elastic)
     return held > ratio * job.resources.gpu_milli * job.gang_size
 
 
@@ -530,11 +529,7 @@ def would_preempt(ctx: CycleContext, job: JobRequest, other: JobRequest, flavor:
     held = other.resources.gpu_milli * other.gang_size
     ledger = ctx.ledger
     if other.tenant == job.tenant:
-        if theirs.value >= mine.value:
-            return False
-        asked = job.resources.gpu_milli * job.gang_size
-        ratio = ctx.profile.within_tenant_gpu_ratio
-        return not (ratio and not mine.critical and held > ratio * asked)
+        return theirs.value < mine.value and not _too_large(ctx, job, mine, held)
     if not (ctx.profile.reclaim_any_priority or theirs.value < mine.value):
         return False
     if not ledger.within_guarantee_after(

@@ -288,7 +288,7 @@ class WorkloadController:
             return
         self.refusals[uid] = why
         message = f"Gantry cannot queue this workload: {why}. It stays held until fixed."
-        self._tell(held.refs, "Refused", message, warning=True, stats=stats)
+        self._write([(held.refs, "Refused", message, True)], stats)
 
     # -- 2. deleted -----------------------------------------------------------------------
 
@@ -473,11 +473,6 @@ class WorkloadController:
         self._pending.clear()
         self._last.clear()
         self._unsent.clear()
-
-    def _tell(
-        self, refs: Sequence[Ref], reason: str, message: str, *, warning: bool, stats: SyncStats
-    ) -> None:
-        self._write([(refs, reason, message, warning)], stats)
 
     def _write(self, tells: Sequence[Tell], stats: SyncStats) -> None:
         """One object's tells, oldest first: an event for each (a run of one reason, such as
