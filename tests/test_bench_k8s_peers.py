@@ -8,14 +8,25 @@ from typing import Any
 
 import pytest
 
-from bench.k8s_peers import run_here
+from bench.k8s_peers import figures, run_here
 from tenants.models import PriorityClass
 
-pytestmark = pytest.mark.kubernetes
+PEER_KEYS = {
+    "pods_per_s",
+    "p50_s",
+    "p99_s",
+    "p50_from_start_s",
+    "p99_from_start_s",
+    "bound",
+    "wall_s",
+    "started_s",
+    "first_bound_s",
+    "created_s",
+    "pods_per_s_from_creation",
+}
 
-PEER_KEYS = {"pods_per_s", "p50_s", "p99_s", "bound", "wall_s", "created_s"}
 
-
+@pytest.mark.kubernetes
 def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
     transactional_db: Any, tmp_path: Any
 ) -> None:
@@ -38,3 +49,26 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
         assert figures["pods_per_s"] > 0 and 0 <= figures["p50_s"] <= figures["p99_s"], peer
     assert out["kueue_scenario"] == {"skipped": "not asked for (--kueue-fraction 0)"}
     assert set(out["versions"]) == {"kubernetes", "etcd", "kueue", "gantry"}
+
+
+def test_created_first_the_rate_and_the_wait_count_from_the_schedulers_start() -> None:
+    # Four pods created over 20 s while their scheduler was stopped, then started at 20 s,
+    # binding one a second from 21 s: 4 pods in 4 s, not in 24 (the client's creations are no
+    # scheduler's doing); the wait from the start is 1..4 s, from creation 8..24 s.
+    created = {i: 100.0 + 20 * i / 3 for i in range(4)}
+    bound = {i: 121.0 + i for i in range(4)}
+    out = figures(created, bound, started=120.0)
+    assert (out["pods_per_s"], out["wall_s"], out["started_s"]) == (1.0, 4.0, 20.0)
+    assert out["pods_per_s_from_creation"] == round(4 / 24, 1)
+    assert out["first_bound_s"] == 1.0 and out["created_s"] == 20.0
+    assert out["p50_from_start_s"] <= out["p99_from_start_s"] <= 4.0
+    assert out["p99_s"] > 20.0
+
+
+def test_arrival_paced_the_rate_counts_from_the_first_creation() -> None:
+    created = {i: 100.0 + i for i in range(4)}
+    bound = {i: 100.5 + i for i in range(4)}
+    out = figures(created, bound)
+    assert (out["wall_s"], out["started_s"]) == (3.5, 0.0)
+    assert out["pods_per_s"] == out["pods_per_s_from_creation"] == round(4 / 3.5, 1)
+    assert out["p50_s"] == out["p50_from_start_s"] == 0.5
