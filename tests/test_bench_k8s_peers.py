@@ -43,10 +43,10 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
     assert out["heartbeat"]["rounds"] >= 1 and out["heartbeat"]["not_ready_at_end"] == 0
     assert (out["nodes"], out["pods"]) == (4, 8)
     assert set(out["throughput"]) == {"gantry", "kube_scheduler", "kube_scheduler_arrival_paced"}
-    for peer, figures in out["throughput"].items():
-        assert set(figures) == PEER_KEYS, peer
-        assert figures["bound"] == 8, peer
-        assert figures["pods_per_s"] > 0 and 0 <= figures["p50_s"] <= figures["p99_s"], peer
+    for peer, measured in out["throughput"].items():
+        assert set(measured) == PEER_KEYS, peer
+        assert measured["bound"] == 8, peer
+        assert measured["pods_per_s"] > 0 and 0 <= measured["p50_s"] <= measured["p99_s"], peer
     assert out["kueue_scenario"] == {"skipped": "not asked for (--kueue-fraction 0)"}
     assert set(out["versions"]) == {"kubernetes", "etcd", "kueue", "gantry"}
 
