@@ -30,8 +30,8 @@ first creation (created first: kube-scheduler is started, and Gantry's daemon ru
 pod or job exists; arrival-paced: the first creation). p50/p99: of (bound - created) per pod, as
 the issue asks, and `p50_from_start_s` / `p99_from_start_s` of (bound - the later of its
 creation and the scheduler's start): created first, a pod created while its scheduler was not
-yet running waits for the creations after it (kube-scheduler's 10,000 pods take the client 20
-to 30 s, Gantry's rows under 2 s), which is no scheduler's doing. `first_bound_s`: the start
+yet running waits for the creations after it (kube-scheduler's 10,000 pods took the client 12
+to 28 s here, Gantry's rows under 2 s), which is no scheduler's doing. `first_bound_s`: the start
 to the first pod bound (kube-scheduler's includes its process start and its caches' sync;
 Gantry's inventory is synced before its clock starts, as its daemon keeps it between cycles).
 `pods_per_s_from_creation` is the figure the runs before 2026-12-07 reported as pods_per_s
