@@ -1025,8 +1025,8 @@ def clear_jobs(api: Any, namespaces: list[str], timeout_s: float = 300.0) -> flo
         batch.delete_collection_namespaced_job(namespace, propagation_policy="Background")
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
     while time.monotonic() - started < timeout_s:
-        left = sum(
-            len(_json(list_(namespace, _preload_content=False))["items"])
+        left = any(  # a page of one says whether any is left
+            _json(list_(namespace, limit=1, _preload_content=False))["items"]
             for namespace in namespaces
             for list_ in (batch.list_namespaced_job, core.list_namespaced_pod)
         )

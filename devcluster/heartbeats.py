@@ -56,13 +56,15 @@ def renew_leases(fanout: Fanout, names: list[str]) -> list[Failure]:
     missing = [n for n, a in zip(names, answers, strict=True) if a.status == 404]
     if missing:  # a new node, or its lease deleted: created, as the kubelet would
         created = fanout.send([_lease_creation(name) for name in missing])
-        failed += [
-            (n, a) for n, a in zip(missing, created, strict=True) if not ok(a) and a.status != 409
-        ]
         # Created meanwhile by another round (a node's registration beats its new nodes while
         # the periodic round beats every node): renewed, as the kubelet does when its create
         # finds the lease there.
-        raced = [n for n, a in zip(missing, created, strict=True) if a.status == 409]
+        raced = []
+        for name, answer in zip(missing, created, strict=True):
+            if answer.status == 409:
+                raced.append(name)
+            elif not ok(answer):
+                failed.append((name, answer))
         if raced:
             answers = fanout.send([lease_renewal(name) for name in raced])
             failed += [(n, a) for n, a in zip(raced, answers, strict=True) if not ok(a)]

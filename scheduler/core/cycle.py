@@ -336,7 +336,6 @@ def _held_for(
     own = out.holding.get(job.tenant)
     if not (own or out.reclaiming) or not facts.flavors:
         return None
-    held = job.resources.gpu_milli * job.gang_size
     holder = None
     for flavor in facts.flavors:
         holder = next(
@@ -344,7 +343,9 @@ def _held_for(
              if flavor in theirs and would_preempt(ctx, h, job, flavor)),
             None,
         )  # fmt: skip
-        if holder is None and not ctx.ledger.within_guarantee_after(job.tenant, flavor, held):
+        if holder is None and not ctx.ledger.within_guarantee_after(
+            job.tenant, flavor, facts.milli
+        ):
             holder = next(  # it would borrow: a reclaim's to take back
                 (h for (tenant, _, theirs), h in out.reclaiming.items()
                  if tenant != job.tenant and flavor in theirs
