@@ -27,13 +27,16 @@ from rest_framework.exceptions import APIException
 
 from common.errors import DomainError
 from scheduler.jobs.services import job_submit
+from scheduler.jobs.spec import MIN_MAX_RUNTIME_S
 from scheduler.models import Job, JobState
 from tenants.models import Project
 
 log = logging.getLogger("gantry.demo")
 
 # The maximum runtime a template's jobs declare: twice their longest simulated run (a
-# preempted job's next attempt gets a fresh maximum), far under the demo's 48-hour policy.
+# preempted job's next attempt gets a fresh maximum), far under the demo's 48-hour policy,
+# and never under the spec's least (MIN_MAX_RUNTIME_S: templates sped up, as bench.eta's
+# demo runs them, would be refused).
 MAX_RUNTIME_FACTOR = 2
 
 # submitter, project, name, type, replicas, gpus, flavor, (min, max) duration s, extra spec
@@ -124,7 +127,7 @@ class DemoLoad:
             "resources": {"gpus": gpus, "cpu_milli": 4000 * gpus, "memory_mib": 16384 * gpus},
             "flavors": [flavor],
             "simulation": {"duration_s": self.rng.randint(*span), "fail": self.rng.random() < 0.05},
-            "max_runtime_s": MAX_RUNTIME_FACTOR * span[1],
+            "max_runtime_s": max(MIN_MAX_RUNTIME_S, MAX_RUNTIME_FACTOR * span[1]),
             **extra,
         }
         try:

@@ -58,6 +58,8 @@ PRIVILEGED_FIELDS = frozenset(
     }
 )
 MAX_RUNTIME_S = 30 * 24 * 3600
+# A declared maximum runtime shorter than this is refused: a cycle or two would end it.
+MIN_MAX_RUNTIME_S = 60
 DEFAULT_MAX_RUNTIME_S = {
     JobType.INTERACTIVE: 8 * 3600,
     JobType.EVALUATION: 24 * 3600,
@@ -343,7 +345,11 @@ class JobSpecSerializer(StrictDictSerializer):
     placement = PlacementSerializer(required=False)
     priority_class = StrictCharField(required=False, allow_null=True, default=None, max_length=63)
     max_runtime_s = StrictIntegerField(
-        required=False, allow_null=True, default=None, min_value=60, max_value=MAX_RUNTIME_S
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=MIN_MAX_RUNTIME_S,
+        max_value=MAX_RUNTIME_S,
     )
     estimated_runtime_s = StrictIntegerField(
         required=False, allow_null=True, default=None, min_value=1, max_value=MAX_RUNTIME_S

@@ -57,11 +57,11 @@ def test_a_refused_demo_submission_is_skipped_and_said_once(
 SUBMISSIONS = 140  # 20 rounds of the demo's 7 templates
 
 
-def demo_load_run(ticks: int) -> DemoLoad:
+def demo_load_run(ticks: int, templates: list[Template] | None = None) -> DemoLoad:
     """The demo load on the seeded demo, `ticks` times on a clock that moves past each next
     tick; the queue bound is lifted (no daemon runs here to admit anything)."""
     now = [0.0]
-    load = DemoLoad(lambda: now[0], every_s=10, max_queued=10**6, seed=7)
+    load = DemoLoad(lambda: now[0], every_s=10, max_queued=10**6, seed=7, templates=templates)
     for _ in range(ticks):
         now[0] += 20  # every_s 10: the next tick is at most 15 s away
         load.tick()
@@ -102,3 +102,23 @@ def test_a_policy_that_catches_the_load_costs_the_approvers_one_request_per_temp
     from_load = ApprovalRequest.objects.count() - seeded
     # 140 ticks, every one of them caught: one request per template, the rest not submitted
     assert 0 < from_load == load.count <= len(TEMPLATES), (from_load, load.count)
+
+
+def test_sped_up_templates_declare_a_maximum_the_spec_accepts(
+    db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """bench.eta's demo runs the templates ten times faster (`scaled_templates`): twice the
+    longest run of eval (18 s) and augment (24 s) fell under the spec's least maximum runtime
+    (60 s), and both were refused all along, two kinds of job fewer in the load measured."""
+    from bench.eta.demo import scaled_templates
+
+    f.seed_priority_classes()
+    seed_demo()
+    caplog.set_level(logging.WARNING, logger="gantry.demo")
+    load = demo_load_run(SUBMISSIONS, templates=scaled_templates(10))
+    assert not [r.getMessage() for r in caplog.records if r.name == "gantry.demo"]
+    kinds = {name.rsplit("-", 1)[0] for name in Job.objects.values_list("name", flat=True)}
+    assert {t[2] for t in TEMPLATES} <= kinds, kinds
+    assert load.count >= SUBMISSIONS * 0.9
+    short = Job.objects.filter(name__startswith="eval-").values_list("spec", flat=True)
+    assert short and all(spec["max_runtime_s"] == 60 for spec in short)
