@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=0.0,
         help="expect arrivals like those of the last so many s (scheduler.sim.arrivals, "
-        "GANTRY_ETA_ARRIVALS_WINDOW_S; 0: none); not with --demo",
+        "GANTRY_ETA_ARRIVALS_WINDOW_S; 0: none)",
     )
     parser.add_argument(
         "--arrivals-max",
@@ -595,6 +595,9 @@ def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> d
             interval_s=args.interval,
             calibrate=args.calibrate,
             workdir=Path(workdir),
+            arrivals_window_s=args.arrivals_window,
+            arrivals_max=args.arrivals_max,
+            arrivals_late_windows=args.arrivals_late_windows,
         )
     return out | {
         "trace": {
@@ -607,6 +610,9 @@ def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> d
             "budget_s": args.budget,
             "history_every_s": args.history_every,
             "max_jobs": args.max_jobs,
+            "arrivals_window_s": args.arrivals_window,
+            "arrivals_max": args.arrivals_max,
+            "arrivals_late_windows": args.arrivals_late_windows,
             "driven_by": "scheduler daemon on the demo's simulated cluster (wall-clock time)",
         }
     }

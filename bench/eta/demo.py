@@ -54,6 +54,9 @@ def run(
     interval_s: float,
     calibrate: bool,
     workdir: Path,
+    arrivals_window_s: float = 0.0,
+    arrivals_max: int = 200,
+    arrivals_late_windows: float = 3.0,
 ) -> dict[str, Any]:
     """The demo load through the daemon on the database Django is set up on (it must be
     empty). Returns bench.eta.daemon's figures."""
@@ -80,7 +83,14 @@ def run(
         time.time, every_s=DEMO_EVERY_S / speed, seed=seed, templates=scaled_templates(speed)
     )
     config = EtaSettings(
-        every_s, budget_s, max_jobs, settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S, calibrate
+        every_s,
+        budget_s,
+        max_jobs,
+        settings.GANTRY_ETA_UNBOUNDED_RUNTIME_S,
+        calibrate,
+        arrivals_window_s=arrivals_window_s,
+        arrivals_max=arrivals_max,
+        arrivals_late_windows=arrivals_late_windows,
     )
     refreshes: list[dict[str, Any]] = []
     estimated: set[tuple[int, float]] = set()  # (job, estimated_at) per the daemon's refreshes
