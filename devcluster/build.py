@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from devcluster.versions import COMMANDS, GO_MODULES, PEERS, cache_dir
 
@@ -48,6 +49,19 @@ def build_all(say: Say = _say, *, peers: bool = False) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another build may finish what we came to do
         for module in missing(peers=peers):
             _build(module, say)
+
+
+def _name_binary(folder: Path, name: str, package: str) -> None:
+    """Give the binary built for `package` its command's `name`: go names it for the
+    package's folder (sigs.k8s.io/jobset -> jobset, ./versionproxy -> versionproxy), and the
+    module's own ("." : its go.mod's last path element) already as wanted here."""
+    wanted = folder / name
+    if wanted.is_file():
+        return
+    built = folder / package.rstrip("/").rsplit("/", 1)[-1]
+    if package.rstrip("/") in ("", ".") or not built.is_file():
+        raise SystemExit(f"control-plane: go built no binary named {name} for {package}")
+    built.rename(wanted)
 
 
 def _build(module: str, say: Say) -> None:
@@ -83,18 +97,17 @@ def _build(module: str, say: Say) -> None:
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
     assert process.stdout is not None
-    for line in process.stdout:
-        compiled += 1
-        tail = [*tail[-30:], line.rstrip()]
+    with process.stdout:
+        for line in process.stdout:
+            compiled += 1
+            tail = [*tail[-30:], line.rstrip()]
     code = process.wait()
     done.set()
     if code != 0:
         shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit(f"control-plane: go build failed ({code}):\n" + "\n".join(tail))
-    for name, package in commands.items():  # go names a binary for its package's folder
-        built = partial / package.rstrip("/").rsplit("/", 1)[-1]
-        if built.name not in (".", name):
-            built.rename(partial / name)
+    for name, package in commands.items():
+        _name_binary(partial, name, package)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     say(f"built {module} {release} in {(time.monotonic() - started) / 60:.1f} min -> {target}")
