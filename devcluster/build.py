@@ -53,8 +53,8 @@ def build_all(say: Say = _say, *, peers: bool = False) -> None:
 
 def _name_binary(folder: Path, name: str, package: str) -> None:
     """Give the binary built for `package` its command's `name`: go names it for the
-    package's folder (sigs.k8s.io/jobset -> jobset, ./versionproxy -> versionproxy), and the
-    module's own ("." : its go.mod's last path element) already as wanted here."""
+    package's folder (sigs.k8s.io/jobset -> jobset, ./versionproxy -> versionproxy), and for
+    the module's own package (".") for the module, which is already the name wanted."""
     wanted = folder / name
     if wanted.is_file():
         return

@@ -24,6 +24,7 @@ from typing import Any
 
 from bench.eta.daemon import WORKER_READY_S, note_refresh
 from scheduler.core import Profile
+from scheduler.sim.arrivals import LATE_WINDOWS
 
 DEMO_EVERY_S = 15.0  # run_scheduler's --demo-every
 
@@ -56,7 +57,7 @@ def run(
     workdir: Path,
     arrivals_window_s: float = 0.0,
     arrivals_max: int = 200,
-    arrivals_late_windows: float = 3.0,
+    arrivals_late_windows: float = LATE_WINDOWS,
 ) -> dict[str, Any]:
     """The demo load through the daemon on the database Django is set up on (it must be
     empty). Returns bench.eta.daemon's figures."""
