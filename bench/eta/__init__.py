@@ -7,6 +7,7 @@
     python -m bench.eta --engine-only --runtimes recurring       # runtimes near their group's
     python -m bench.eta --engine-only --oracle runtimes          # the error split by cause
     python -m bench.eta --engine-only --breakdown                # by wait ahead and class
+    python -m bench.eta --demo --breakdown                       # the same, the demo load
     python -m bench.eta --demo --minutes 10                      # the demo load, the daemon
     python -m bench.eta --calibrate ...                          # corrected by the record
 
@@ -41,9 +42,9 @@ Reports the median and p90 absolute error of the p50 estimate against the actual
 waits under 10 minutes within a minute, and the share of estimates whose actual start fell
 inside p50..p90 (JSON keys ``estimates``, ``median_abs_error_s``, ``p90_abs_error_s``,
 ``median_abs_error_rel``, ``within_60s_share``, ``coverage``), and under ``baseline`` the
-same figures for the naive estimates (``NAIVE``) made at the same moments; engine-only,
+same figures for the naive estimates (``NAIVE``) made at the same moments;
 ``--breakdown`` adds them split by the wait ahead, the predicted wait and the class
-(``bench.eta.breakdown``).
+(``bench.eta.breakdown``; through the daemon the class is the job's priority class and type).
 """
 
 from __future__ import annotations
@@ -504,8 +505,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--breakdown",
         action="store_true",
-        help="engine-only: the error also by the wait ahead, the predicted wait and the "
-        "class (bench.eta.breakdown)",
+        help="the error also by the wait ahead, the predicted wait and the class "
+        "(bench.eta.breakdown; through the daemon, the class is the job's priority class "
+        "and type)",
     )
     daemon = parser.add_argument_group("through the daemon")
     daemon.add_argument("--budget", type=float, default=1.0, help="GANTRY_ETA_BUDGET_S")
@@ -598,6 +600,7 @@ def run_demo(args: argparse.Namespace, profile: Profile, *, every_s: float) -> d
             arrivals_window_s=args.arrivals_window,
             arrivals_max=args.arrivals_max,
             arrivals_late_windows=args.arrivals_late_windows,
+            split=args.breakdown,
         )
     return out | {
         "trace": {
@@ -647,6 +650,7 @@ def run_daemon(
             arrivals_window_s=args.arrivals_window,
             arrivals_max=args.arrivals_max,
             arrivals_late_windows=args.arrivals_late_windows,
+            split=args.breakdown,
         )
     return out | {
         "trace": {

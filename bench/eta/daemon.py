@@ -166,6 +166,7 @@ def run(
     arrivals_window_s: float = 0.0,
     arrivals_max: int = 200,
     arrivals_late_windows: float = LATE_WINDOWS,
+    split: bool = False,
 ) -> dict[str, Any]:
     """The daemon-mode replay on the database Django is set up on (PostgreSQL or SQLite;
     it must be empty of jobs). Returns the figures and `bench.eta.score`'s."""
@@ -265,6 +266,7 @@ def run(
         refreshes=refreshes,
         refreshes_seen=seen["refreshes_seen"],
         unrecorded=len(estimated - recorded_keys),
+        split=split,
     )
 
 
@@ -286,7 +288,12 @@ def _figures(
     refreshes: list[dict[str, Any]],
     refreshes_seen: int,
     unrecorded: int,
+    split: bool = False,
 ) -> dict[str, Any]:
+    """`bench.eta.scored` against each job's admissions, with the run's own counts; with
+    `split`, the error split by the wait ahead, the predicted wait and the job's priority
+    class and type (`bench.eta.breakdown`)."""
+    from bench.eta.breakdown import breakdown
     from scheduler.models import Job, JobEvent
 
     created = {str(i): at.timestamp() for i, at in Job.objects.values_list("id", "created_at")}
@@ -302,26 +309,38 @@ def _figures(
     estimated_jobs = {e.job for e in estimates}
     waits = [times[0] - created[job] for job, times in starts.items() if times]
     walls = [r["ms"] / 1000 for r in refreshes]
-    return scored(estimates, naive, starts) | {
-        "jobs": jobs,
-        "jobs_started": len(started),
-        "jobs_estimated": len(estimated_jobs),
-        # admitted in the cycle after they arrived, before any refresh could see them wait
-        "started_never_estimated": len(started - estimated_jobs),
-        "estimated_unrecorded": unrecorded,
-        "succeeded": Job.objects.filter(state="succeeded").count(),
-        "failed": Job.objects.filter(state="failed").count(),
-        "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
-        "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
-        "refreshes": len(refreshes),
-        # refreshes whose rows the recorder read (one of an empty queue writes none)
-        "refreshes_seen": refreshes_seen,
-        "refreshes_out_of_budget": sum(bool(r["stopped"]) for r in refreshes),
-        "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
-        "refresh_wall_max_s": round(max(walls), 4) if walls else None,
-        "cycles": cycles,
-        "replay_wall_s": round(wall_s, 1),
-    }
+    return (
+        scored(estimates, naive, starts)
+        | {
+            "jobs": jobs,
+            "jobs_started": len(started),
+            "jobs_estimated": len(estimated_jobs),
+            # admitted in the cycle after they arrived, before any refresh could see them wait
+            "started_never_estimated": len(started - estimated_jobs),
+            "estimated_unrecorded": unrecorded,
+            "succeeded": Job.objects.filter(state="succeeded").count(),
+            "failed": Job.objects.filter(state="failed").count(),
+            "wait_median_s": round(quantile(waits, 0.5), 3) if waits else None,
+            "wait_p90_s": round(quantile(waits, 0.9), 3) if waits else None,
+            "refreshes": len(refreshes),
+            # refreshes whose rows the recorder read (one of an empty queue writes none)
+            "refreshes_seen": refreshes_seen,
+            "refreshes_out_of_budget": sum(bool(r["stopped"]) for r in refreshes),
+            "refresh_wall_median_s": round(quantile(walls, 0.5), 4) if walls else None,
+            "refresh_wall_max_s": round(max(walls), 4) if walls else None,
+            "cycles": cycles,
+            "replay_wall_s": round(wall_s, 1),
+        }
+        | ({"breakdown": breakdown(estimates, starts, _classes())} if split else {})
+    )
+
+
+def _classes() -> dict[str, str]:
+    """job id -> "priority class/type" (the demo's templates differ by both)."""
+    from scheduler.models import Job
+
+    rows = Job.objects.values_list("id", "priority_class__name", "job_type")
+    return {str(job): f"{cls}/{kind}" for job, cls, kind in rows}
 
 
 def note_refresh(

@@ -58,6 +58,7 @@ def run(
     arrivals_window_s: float = 0.0,
     arrivals_max: int = 200,
     arrivals_late_windows: float = LATE_WINDOWS,
+    split: bool = False,
 ) -> dict[str, Any]:
     """The demo load through the daemon on the database Django is set up on (it must be
     empty). Returns bench.eta.daemon's figures."""
@@ -150,6 +151,7 @@ def run(
         refreshes=refreshes,
         refreshes_seen=seen["refreshes_seen"],
         unrecorded=len(estimated - {(int(e.job), e.at) for e in estimates}),
+        split=split,
     )
 
 

@@ -81,3 +81,28 @@ def test_bench_eta_breakdown_option(tmp_path: Path) -> None:
     assert set(result["breakdown"]["by_class"]) <= {"small", "medium", "large"}
     eta.main(argv)
     assert "breakdown" not in json.loads(out.read_text())
+
+
+def test_through_the_daemon_the_split_is_by_priority_class_and_type(db: object) -> None:
+    """`bench.eta --demo --breakdown` (and the trace's daemon mode): the estimates recorded
+    from the daemon's table, judged on the job's admission, split as on virtual time, the
+    class being the job's priority class and type (the demo's templates differ by both)."""
+    from datetime import timedelta
+
+    from bench.eta.daemon import _figures
+    from scheduler.models import JobEvent
+    from tests import factories as f
+
+    job = f.JobFactory(job_type="batch")
+    admitted = JobEvent.objects.create(job=job, kind="state", to_state="admitted")
+    JobEvent.objects.filter(pk=admitted.pk).update(at=job.created_at + timedelta(seconds=30))
+    made = job.created_at.timestamp()
+    # p50 20 s ahead, p90 40 s: the start at 30 s is 10 s after the p50, inside the range
+    estimates = [eta.Estimate(str(job.pk), made, made + 20, made + 40)]
+    counts = {"jobs": 1, "wall_s": 1.0, "cycles": 1, "refreshes": [], "refreshes_seen": 0}
+    out = _figures(estimates, [], unrecorded=0, split=True, **counts)
+    part = out["breakdown"]["by_class"][f"{job.priority_class.name}/batch"]
+    assert part["estimates"] == 1 and part["coverage"] == 1.0
+    assert part["median_signed_error_s"] == pytest.approx(-10.0, abs=1e-3)
+    assert out["breakdown"]["by_wait_ahead"]["20-80s"]["estimates"] == 1
+    assert "breakdown" not in _figures(estimates, [], unrecorded=0, **counts)
