@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from devcluster.versions import COMMANDS, GO_MODULES, PEERS, cache_dir
 
@@ -58,8 +58,8 @@ def _name_binary(folder: Path, name: str, package: str) -> None:
     wanted = folder / name
     if wanted.is_file():
         return
-    built = folder / package.rstrip("/").rsplit("/", 1)[-1]
-    if package.rstrip("/") in ("", ".") or not built.is_file():
+    built = folder / PurePosixPath(package).name  # "." names nothing: the folder itself
+    if not built.is_file():
         raise SystemExit(f"control-plane: go built no binary named {name} for {package}")
     built.rename(wanted)
 

@@ -296,7 +296,11 @@ def _figures(
     from bench.eta.breakdown import breakdown
     from scheduler.models import Job, JobEvent
 
-    created = {str(i): at.timestamp() for i, at in Job.objects.values_list("id", "created_at")}
+    rows = Job.objects.values_list("id", "created_at", "priority_class__name", "job_type")
+    created, classes = {}, {}  # job id -> created at; -> "priority class/type" (`split`)
+    for job_id, at, cls, kind in rows:
+        created[str(job_id)] = at.timestamp()
+        classes[str(job_id)] = f"{cls}/{kind}"
     admitted = JobEvent.objects.filter(to_state="admitted").values_list("job_id", "at")
     # every admission: an estimate made while a requeued job waited again is judged on the
     # admission that ended that wait (bench.eta.next_start)
@@ -331,16 +335,8 @@ def _figures(
             "cycles": cycles,
             "replay_wall_s": round(wall_s, 1),
         }
-        | ({"breakdown": breakdown(estimates, starts, _classes())} if split else {})
+        | ({"breakdown": breakdown(estimates, starts, classes)} if split else {})
     )
-
-
-def _classes() -> dict[str, str]:
-    """job id -> "priority class/type" (the demo's templates differ by both)."""
-    from scheduler.models import Job
-
-    rows = Job.objects.values_list("id", "priority_class__name", "job_type")
-    return {str(job): f"{cls}/{kind}" for job, cls, kind in rows}
 
 
 def note_refresh(
