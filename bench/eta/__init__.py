@@ -41,10 +41,12 @@ Reports the median and p90 absolute error of the p50 estimate against the actual
 (seconds), the median of that error over the wait still ahead, the share of estimates of
 waits under 10 minutes within a minute, and the share of estimates whose actual start fell
 inside p50..p90 (JSON keys ``estimates``, ``median_abs_error_s``, ``p90_abs_error_s``,
-``median_abs_error_rel``, ``within_60s_share``, ``coverage``), and under ``baseline`` the
-same figures for the naive estimates (``NAIVE``) made at the same moments;
-``--breakdown`` adds them split by the wait ahead, the predicted wait and the class
-(``bench.eta.breakdown``; through the daemon the class is the job's priority class and type).
+``median_abs_error_rel``, ``within_60s_share``, ``coverage``; beside them the error over
+the job's whole wait, ``median_abs_error_rel_of_wait``, and each wait's first estimate alone,
+``first_estimates``), and under ``baseline`` the same figures for the naive estimates
+(``NAIVE``) made at the same moments; ``--breakdown`` adds them split by the wait ahead,
+the predicted wait and the class (``bench.eta.breakdown``; through the daemon the class is
+the job's priority class and type).
 """
 
 from __future__ import annotations
@@ -309,13 +311,15 @@ def score(estimates: list[Estimate], starts: Mapping[str, Sequence[float]]) -> d
     the median of each p50's error over the wait still ahead when it was made (at least
     MIN_WAIT_S); `within_60s_share`: of the estimates made less than SHORT_WAIT_S before the
     actual start, the share whose p50 was within WITHIN_S of it."""
-    errors, relative, inside, beyond, early = [], [], 0, 0, 0
+    errors, relative, of_wait, inside, beyond, early = [], [], [], 0, 0, 0
     short = short_right = 0
     judged = []
     for e in estimates:
         actual = next_start(starts.get(e.job, ()), e.at)
         if actual is not None:
             judged.append((e, actual))
+    began = waits_began(judged)
+    firsts = []
     for e, actual in judged:
         wait = actual - e.at
         short += wait < SHORT_WAIT_S
@@ -325,6 +329,10 @@ def score(estimates: list[Estimate], starts: Mapping[str, Sequence[float]]) -> d
         error = abs(actual - e.p50)
         errors.append(error)
         relative.append(error / max(MIN_WAIT_S, wait))
+        whole = actual - began[e.job, actual]
+        of_wait.append(error / max(MIN_WAIT_S, whole))
+        if e.at == began[e.job, actual]:
+            firsts.append((e, actual))
         short_right += wait < SHORT_WAIT_S and error <= WITHIN_S
         late = e.p90 if e.p90 is not None else float("inf")
         inside += e.p50 <= actual <= late
@@ -334,11 +342,39 @@ def score(estimates: list[Estimate], starts: Mapping[str, Sequence[float]]) -> d
         "median_abs_error_s": round(quantile(errors, 0.5), 3) if errors else None,
         "p90_abs_error_s": round(quantile(errors, 0.9), 3) if errors else None,
         "median_abs_error_rel": round(quantile(relative, 0.5), 4) if relative else None,
+        "median_abs_error_rel_of_wait": round(quantile(of_wait, 0.5), 4) if of_wait else None,
+        "first_estimates": _firsts(firsts),
         "within_60s_share": round(short_right / short, 4) if short else None,
         "coverage": round(inside / len(judged), 4) if judged else None,
         "early": round(early / len(judged), 4) if judged else None,
         "late": round((len(judged) - beyond - inside - early) / len(judged), 4) if judged else None,
         "estimates_beyond_horizon": beyond,
+    }
+
+
+def waits_began(judged: Sequence[tuple[Estimate, float]]) -> dict[tuple[str, float], float]:
+    """When each wait began, as far as the estimates saw it: (job, the start that ended the
+    wait) -> the time of its first estimate (a refresh period or less after the job's
+    submission or requeue, so a wait counts a little short, never long)."""
+    began: dict[tuple[str, float], float] = {}
+    for e, actual in judged:
+        key = (e.job, actual)
+        began[key] = min(began.get(key, e.at), e.at)
+    return began
+
+
+def _firsts(firsts: Sequence[tuple[Estimate, float]]) -> dict[str, object]:
+    """The figures of each wait's first estimate (the one a submitter sees on submitting):
+    their count, the median of the p50's error over the wait, and the p50..p90 coverage."""
+    relative = [abs(a - e.p50) / max(MIN_WAIT_S, a - e.at) for e, a in firsts if e.p50 is not None]
+    inside = sum(
+        e.p50 is not None and e.p50 <= a <= (e.p90 if e.p90 is not None else float("inf"))
+        for e, a in firsts
+    )
+    return {
+        "waits": len(firsts),
+        "median_abs_error_rel": round(quantile(relative, 0.5), 4) if relative else None,
+        "coverage": round(inside / len(firsts), 4) if firsts else None,
     }
 
 

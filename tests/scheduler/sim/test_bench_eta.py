@@ -85,6 +85,35 @@ def test_a_requeued_job_is_judged_on_the_start_that_ended_each_wait() -> None:
     assert eta.next_start([10.0, 60.0], 10.0) == 10.0  # started in the cycle that estimated
 
 
+def test_the_error_over_the_whole_wait_and_each_waits_first_estimate() -> None:
+    # a waited from its first estimate (0) to 10: estimated at 0 for 8 (error 2, inside
+    # 8..12) and at 8 for 11 (error 1, outside). Over the wait ahead: 2 / 10 and 1 / 2,
+    # median 0.35; over the whole wait (10): 0.2 and 0.1, median 0.15. r's second wait
+    # began at its estimate of 50 and ended at 60 (error 2 over 10); its first at 0.
+    estimates = [
+        eta.Estimate("a", 0.0, 8.0, 12.0),
+        eta.Estimate("a", 8.0, 11.0, 11.0),
+        eta.Estimate("r", 0.0, 10.0, 12.0),
+        eta.Estimate("r", 50.0, 62.0, 64.0),
+    ]
+    scored = eta.score(estimates, {"a": [10.0], "r": [10.0, 60.0]})
+    ahead = eta.score(estimates[:2], {"a": [10.0]})
+    assert ahead["median_abs_error_rel"] == 0.35
+    assert ahead["median_abs_error_rel_of_wait"] == pytest.approx(0.15)
+    # each wait's first estimate: a's at 0 (0.2, inside), r's at 0 (0, inside) and at 50
+    # (0.2, outside: 60 is before its p50 of 62)
+    assert scored["first_estimates"] == {
+        "waits": 3,
+        "median_abs_error_rel": 0.2,
+        "coverage": round(2 / 3, 4),
+    }
+    assert eta.waits_began([(e, 10.0 if e.at < 50 else 60.0) for e in estimates]) == {
+        ("a", 10.0): 0.0,
+        ("r", 10.0): 0.0,
+        ("r", 60.0): 50.0,
+    }
+
+
 DAEMON_KEYS = {
     "estimates",
     "median_abs_error_s",
