@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 ## (simulated cluster of the demo inventory, demo load on) and the web server.
 run: venv
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo --host $(HOST) --port $(PORT)
 	@echo "Gantry on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
 	$(PY) manage.py run_embedded --host $(HOST) --port $(PORT)
 

@@ -82,12 +82,15 @@ def _deciders(request: ApprovalRequest) -> list[str]:
 
 def approval_needed_event(request: ApprovalRequest) -> Event:
     """The 'approval needed' notification: the tenant's webhook, and those who may decide."""
-    what = request.payload.get("job_name") or request.payload.get("flavor_name") or ""
+    who = request.requester.get_username()
+    if request.kind == ApprovalKind.JOB:
+        name = request.payload.get("job_name")
+        asks = f"{who} asks to run job {name}" if name else f"{who} asks to run a job"
+    else:
+        flavor = request.payload.get("flavor_name")
+        asks = f"{who} asks for a quota change{f' for {flavor}' if flavor else ''}"
     link = settings.GANTRY_BASE_URL.rstrip("/") + reverse("portal:approvals")
-    text = (
-        f"Approval needed: {request.requester.get_username()} asks for a {request.kind} request"
-        f"{f' ({what})' if what else ''} in '{request.tenant.slug}'. {link}"
-    )
+    text = f"Approval needed: {asks} in '{request.tenant.slug}'. {link}"
     return Event(
         tenant_id=request.tenant_id,
         kind=NotificationKind.APPROVAL_NEEDED,

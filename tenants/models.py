@@ -545,7 +545,9 @@ class NotificationState(models.TextChoices):
     PENDING = "pending"
     SENT = "sent"
     FAILED = "failed"  # gave up after GANTRY_NOTIFY_MAX_ATTEMPTS
-    DROPPED = "dropped"  # pushed out by newer ones past GANTRY_NOTIFY_MAX_PENDING
+    # pushed out by newer ones past GANTRY_NOTIFY_MAX_PENDING, or an email no longer worth
+    # sending (tenants/outbox.py `_stale`)
+    DROPPED = "dropped"
 
 
 class Notification(models.Model):

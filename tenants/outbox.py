@@ -41,6 +41,8 @@ from django.utils import timezone
 
 from tenants import webhooks
 from tenants.models import (
+    ApprovalRequest,
+    ApprovalState,
     Notification,
     NotificationChannel,
     NotificationKind,
@@ -230,8 +232,9 @@ def outbox_deliver(*, now: datetime, limit: int = 500) -> Delivery:
 
 
 def notification_send(row_id: int, attempt: int, *, now: datetime) -> str | None:
-    """Send one claimed row and record the outcome: "sent", "retrying" or "failed"; None when
-    the row is no longer this claim's (sent, or claimed again after a lost message)."""
+    """Send one claimed row and record the outcome: "sent", "retrying" or "failed", or
+    "dropped" for an email that is no longer worth sending (`_stale`); None when the row is
+    no longer this claim's (sent, or claimed again after a lost message)."""
     row = (
         Notification.objects.select_related("tenant")
         .filter(pk=row_id, state=NotificationState.PENDING, attempts=attempt)
@@ -240,6 +243,10 @@ def notification_send(row_id: int, attempt: int, *, now: datetime) -> str | None
     if row is None:
         return None
     mine = Notification.objects.filter(pk=row_id, state=NotificationState.PENDING, attempts=attempt)
+    stale = _stale(row)
+    if stale:
+        mine.update(state=NotificationState.DROPPED, last_error=stale)
+        return "dropped"
     try:
         _send(row, now)
     except (webhooks.DeliveryFailed, webhooks.WebhookRefused, OSError, ValueError) as error:
@@ -251,6 +258,20 @@ def notification_send(row_id: int, attempt: int, *, now: datetime) -> str | None
         return "failed" if given_up else "retrying"
     mine.update(state=NotificationState.SENT, sent_at=now)
     return "sent"
+
+
+def _stale(row: Notification) -> str:
+    """Why an email is no longer worth sending ("" while it is): an "approval needed" email
+    whose request was decided, withdrawn or expired before it went out (the outbox sends a
+    second or more after the request, and a decider may be quicker) would ask its reader to
+    decide what is settled. A webhook gets every event in order, as an integration's log."""
+    if row.channel != NotificationChannel.EMAIL or row.kind != NotificationKind.APPROVAL_NEEDED:
+        return ""
+    request_id = row.payload.get("gantry", {}).get("request")
+    state = ApprovalRequest.objects.filter(pk=request_id).values_list("state", flat=True).first()
+    if state is None or state == ApprovalState.PENDING:
+        return ""
+    return f"not sent: the request was {state} before this email went out"
 
 
 def _reason(row: Notification, error: Exception) -> str:

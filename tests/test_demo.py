@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from io import StringIO
 from typing import Any
 
@@ -13,6 +14,7 @@ from scheduler.models import Job, JobState
 from tenants.models import (
     ApprovalPolicy,
     Membership,
+    Notification,
     PlatformRole,
     Quota,
     ResourceFlavor,
@@ -70,3 +72,30 @@ def test_if_enabled_respects_the_setting(db: Any, settings: Any) -> None:
     call_command("seed_demo", "--if-enabled", stdout=out)
     assert "not seeding" in out.getvalue()
     assert not Tenant.objects.exists()
+
+
+def test_the_seeded_requests_emails_link_to_the_port_make_run_serves_on(
+    db: Any, settings: Any, monkeypatch: Any
+) -> None:
+    """`make run PORT=8123` mailed the seeded requests' deciders links to port 8000 (the
+    settings' default): the seed ran before `run_embedded` set the address."""
+    f.seed_priority_classes()
+    monkeypatch.delenv("GANTRY_BASE_URL", raising=False)
+    settings.GANTRY_BASE_URL = "http://127.0.0.1:8000"
+    call_command("seed_demo", "--port", "8123", stdout=StringIO())
+    texts = [n.payload["text"] for n in Notification.objects.filter(kind="approval_needed")]
+    assert texts and all("http://127.0.0.1:8123/approvals/" in t for t in texts), texts
+    assert settings.GANTRY_BASE_URL == "http://127.0.0.1:8000"  # this process's, as it was
+    make = subprocess.run(
+        ["make", "-n", "run", "PORT=8123"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "manage.py seed_demo --host 127.0.0.1 --port 8123" in make
+
+
+def test_an_operators_base_url_is_kept(db: Any, settings: Any, monkeypatch: Any) -> None:
+    f.seed_priority_classes()
+    monkeypatch.setenv("GANTRY_BASE_URL", "https://gantry.example.com")
+    settings.GANTRY_BASE_URL = "https://gantry.example.com"
+    call_command("seed_demo", "--port", "8123", stdout=StringIO())
+    texts = [n.payload["text"] for n in Notification.objects.filter(kind="approval_needed")]
+    assert texts and all("https://gantry.example.com/approvals/" in t for t in texts)

@@ -747,6 +747,13 @@ def test_approving_a_quota_request_applies_it(tight_research: Org) -> None:
     assert AuditEntry.objects.filter(action="quota.set", tenant=org.alpha).count() == 1
 
 
+def test_a_quota_request_asks_its_deciders_in_words(tight_research: Org) -> None:
+    request = ask(tight_research, "tina", tight_research.alpha, 14)
+    text = approvals.approval_needed_event(request).text
+    assert text.startswith("Approval needed: tina asks for a quota change for H100")
+    assert "in 'team-alpha'. http" in text
+
+
 def test_quota_requests_are_made_by_admins_and_decided_above(tight_research: Org) -> None:
     org = tight_research
     with pytest.raises(PermissionDenied):
