@@ -66,8 +66,10 @@ def cmd_usage(args: argparse.Namespace, client: Client, out: TextIO, emit: Emit)
                 "flavor": row["flavor_name"],
                 "in_use": _gpus(row["used_milli"]),
                 "guaranteed": _gpus(row["guaranteed_milli"]),
-                "limit": _gpus(row["limit_milli"]),
-                "borrowing": "yes" if row["borrowing"] else "",
+                "limit": "none" if row["limit_milli"] is None else _gpus(row["limit_milli"]),
+                "borrowing": ("yes" if row.get("quota", True) else "yes (no quota)")
+                if row["borrowing"]
+                else "",
             }
             for row in rows
         ]

@@ -1,5 +1,6 @@
 """`/api/v1/usage/`: your tenants against their quotas (`gantry usage`): per tenant and
-flavor, the GPUs in use in its subtree, its guarantee and its limit. Read-only."""
+flavor, the GPUs in use in its subtree, its guarantee and its limit, and the models its
+subtree holds without a quota (borrowed). Read-only."""
 
 from __future__ import annotations
 
@@ -22,8 +23,14 @@ class UsageOut(serializers.Serializer):
     flavor_name = serializers.CharField(source="flavor.name")
     used_milli = serializers.IntegerField(help_text="milli-GPU held now in the subtree.")
     guaranteed_milli = serializers.IntegerField()
-    limit_milli = serializers.IntegerField()
+    limit_milli = serializers.IntegerField(
+        allow_null=True, help_text="null where the tenant sets no quota on the model (`quota`)."
+    )
     borrowing = serializers.BooleanField(help_text="In use beyond the guarantee.")
+    quota = serializers.BooleanField(
+        help_text="false: the subtree holds GPUs of a model its tenant sets no quota on, "
+        "borrowed (no guarantee, no limit of its own: its ancestors' limits apply)."
+    )
 
 
 class UsageQuery(serializers.Serializer):

@@ -18,19 +18,24 @@ from tenants.models import Quota, ResourceFlavor, Tenant
 @dataclass(frozen=True)
 class QuotaRow:
     """``cluster``: the name of the cluster the quota is pinned to ("" for a global one),
-    whose use is then the subtree's use of the flavor on that cluster's nodes."""
+    whose use is then the subtree's use of the flavor on that cluster's nodes. ``quota``
+    False: the subtree holds GPUs of a flavor its tenant sets no quota on, which it can only
+    borrow (guarantee 0, ``limit_milli`` None: no limit of its own, its ancestors' apply)."""
 
     tenant: Tenant
     flavor: ResourceFlavor
     guaranteed_milli: int
-    limit_milli: int
+    limit_milli: int | None
     used_milli: int
     user_limit_milli: int | None = None
     cluster: str = ""
+    quota: bool = True
 
     @property
     def used_pct(self) -> int:
         """Use as a share of the limit, for the bar (capped at 100)."""
+        if self.limit_milli is None:
+            return 0
         if not self.limit_milli:
             return 100 if self.used_milli else 0
         return min(100, round(100 * self.used_milli / self.limit_milli))
@@ -169,11 +174,48 @@ def usage_by_cluster(tenants: list[Tenant]) -> dict[int, dict[tuple[str, str], i
 
 def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
     """Quota with current use for each of `tenants` (already access-checked), tree order: a
-    tenant's global quota of a flavor, then those pinned to clusters, by cluster name."""
-    quotas = Quota.objects.filter(tenant__in=tenants).select_related("tenant", "flavor", "cluster")
+    tenant's global quota of a flavor, then those pinned to clusters, by cluster name; and a
+    row without quota (`QuotaRow.quota` False) for each flavor the tenant's subtree holds
+    GPUs of while the tenant sets no quota on it (borrowed: hidden, the tables would show
+    less in use than the dashboards and the bill)."""
+    quotas = list(
+        Quota.objects.filter(tenant__in=tenants).select_related("tenant", "flavor", "cluster")
+    )
     used = usage_by_tenant(tenants)
     pinned = any(q.cluster_id is not None for q in quotas)
     on_cluster = usage_by_cluster(tenants) if pinned else {}
+    return sorted(
+        [*_quota_rows(quotas, used, on_cluster), *_unquoted_rows(tenants, quotas, used)],
+        key=lambda r: (r.tenant.path, r.flavor.name, r.cluster),
+    )
+
+
+def _unquoted_rows(
+    tenants: list[Tenant], quotas: Sequence[Quota], used: dict[int, dict[str, int]]
+) -> list[QuotaRow]:
+    """The rows of flavors held without a quota (see `quota_rows`). One query, when any."""
+    quoted = {(q.tenant_id, q.flavor.name) for q in quotas}
+    held = [
+        (tenant, name, milli)
+        for tenant in tenants
+        for name, milli in used.get(tenant.pk, {}).items()
+        if milli > 0 and (tenant.pk, name) not in quoted
+    ]
+    if not held:
+        return []
+    flavors = ResourceFlavor.objects.in_bulk({name for _, name, _ in held}, field_name="name")
+    return [
+        QuotaRow(tenant, flavors[name], 0, None, milli, quota=False)
+        for tenant, name, milli in held
+        if name in flavors
+    ]
+
+
+def _quota_rows(
+    quotas: Sequence[Quota],
+    used: dict[int, dict[str, int]],
+    on_cluster: dict[int, dict[tuple[str, str], int]],
+) -> list[QuotaRow]:
     return [
         QuotaRow(
             tenant=q.tenant,
@@ -188,10 +230,7 @@ def quota_rows(tenants: list[Tenant]) -> list[QuotaRow]:
             user_limit_milli=q.user_limit_milli,
             cluster=q.cluster.name if q.cluster is not None else "",
         )
-        for q in sorted(
-            quotas,
-            key=lambda q: (q.tenant.path, q.flavor.name, q.cluster.name if q.cluster else ""),
-        )
+        for q in quotas
     ]
 
 

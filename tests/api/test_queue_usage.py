@@ -55,6 +55,7 @@ def test_usage_shows_my_teams_in_use_guarantee_and_limit(org: Org, client_for: A
             "guaranteed_milli": 16000,
             "limit_milli": 32000,
             "borrowing": False,
+            "quota": True,
         }
     ]
     # an admin of research sees the department's subtree use, not the teams by name

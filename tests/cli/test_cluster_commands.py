@@ -48,6 +48,16 @@ def test_usage_shows_in_use_against_guarantee_and_limit(gantry: Any, org: Org) -
     assert json.loads(out)[0]["used_milli"] == 2000
 
 
+def test_usage_shows_a_model_held_without_a_quota(gantry: Any, org: Org) -> None:
+    f.FlavorFactory(name="T4-16GB")
+    job = f.JobFactory(project=org.proj_alpha, state=JobState.RUNNING)
+    f.place(job, f.NodeFactory(flavor="T4-16GB"))
+    code, out, err = gantry("alice", "usage")
+    assert code == 0, err
+    t4 = next(line for line in out.splitlines() if "T4-16GB" in line)
+    assert t4.split() == ["team-alpha", "T4-16GB", "1", "0", "none", "yes", "(no", "quota)"]
+
+
 def test_usage_of_a_foreign_tenant_is_not_found(gantry: Any, org: Org) -> None:
     code, _, err = gantry("alice", "usage", "--tenant", str(org.bravo.pk))
     assert code == 1 and "HTTP 404" in err

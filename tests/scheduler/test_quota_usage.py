@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from scheduler.backends.simulated.cluster import SimulatedCluster
 from scheduler.backends.simulated.inventory import make_nodes
@@ -147,3 +149,34 @@ def test_engine_portal_and_approvals_agree_on_a_tenants_usage(
     assert first.state == JobState.QUEUED, first.reason
     second = _submit(org, name="second", resources={"gpus": 8})
     assert second.state == JobState.PENDING_APPROVAL, second.reason
+
+
+def test_a_model_held_without_a_quota_is_shown_borrowed(org: Org, client_for: Any) -> None:
+    # alpha sets no T4 quota; its job borrowed T4s from the cluster. The quota tables and the
+    # usage API listed only the models with a quota, while the dashboards and the bill
+    # showed the T4s: now a row says they are held, borrowed, with no limit of alpha's own.
+    job = f.JobFactory(project=org.proj_alpha, state=JobState.RUNNING, gpu_milli_per_replica=1000)
+    f.place(job, f.NodeFactory(flavor="T4-16GB"))
+    f.FlavorFactory(name="T4-16GB")
+    rows = {r.flavor.name: r for r in quota_rows([org.alpha])}
+    t4 = rows["T4-16GB"]
+    assert (t4.used_milli, t4.guaranteed_milli, t4.limit_milli) == (1000, 0, None)
+    assert not t4.quota and t4.borrowing and t4.used_pct == 0
+    assert all(r.quota for name, r in rows.items() if name != "T4-16GB")
+    api = {r["flavor_name"]: r for r in client_for("alice").get("/api/v1/usage/").json()}
+    assert api["T4-16GB"] | {"tenant": 0} == {
+        "tenant": 0,
+        "tenant_slug": "team-alpha",
+        "flavor_name": "T4-16GB",
+        "used_milli": 1000,
+        "guaranteed_milli": 0,
+        "limit_milli": None,
+        "borrowing": True,
+        "quota": False,
+    }
+    browser = Client()
+    browser.force_login(org.users["alice"])
+    answer = browser.get(reverse("portal:tenant-detail", args=[org.alpha.pk]))
+    assert answer.status_code == 200
+    page = answer.content.decode()
+    assert "T4-16GB" in page and "none of its own" in page and "all borrowed" in page
