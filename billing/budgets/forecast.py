@@ -8,7 +8,9 @@ tenant page; issue 18, "Spend, committed, forecast").
 - Forecast: spend to date + the burn rate x the hours left in the month after the last
   metered hour. The burn rate is the subtree's spend per hour over the last 24 metered
   hours (or as many as were metered), rated from those hours' usage records alone, so a
-  page view rates a day, never the month.
+  page view rates a day, never the month. Until an hour of the month is metered there is
+  none: no spend to date to start from, and a burn rate of another month's hours (or of
+  none, 0.00 beside jobs running) would mislead; the page says when metering runs next.
 
 All three are the jobs' usage, in the installation's currency: idle reserved capacity and
 adjustments, which only statements carry, are left out (as in budgets).
@@ -27,6 +29,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.budgets.spend import subtree_committed, subtree_spent
+from billing.metering.schedule import metering_times
 from billing.models import BudgetUnit, MeteringPeriod, UsageRecord
 from billing.periods import month_end, month_start
 from billing.rates import rating
@@ -52,7 +55,8 @@ class SpendForecast:
     burn_hours: int
     metered_until: datetime | None  # the end of the last metered hour; None: nothing yet
     hours_left: Decimal  # from max(metered_until, the month's start) to the month's end
-    forecast: Decimal
+    forecast: Decimal | None  # None until an hour of the month is metered
+    next_metering: datetime  # when metering runs next (billing/metering/schedule.py)
 
 
 def tenant_cost_scope(user: Any, tenant: Tenant) -> str | None:
@@ -140,6 +144,7 @@ def tenant_spend_forecast(tenant: Tenant, *, at: datetime | None = None) -> Spen
     burn, hours = _burn(tenant, last) if last is not None else (Decimal(0), 0)
     anchor = min(max(last or month, month), end)
     hours_left = Decimal((end - anchor).total_seconds()) / SECONDS_PER_HOUR
+    metered = last is not None and last > month  # an hour of this month
     return SpendForecast(
         month=month,
         currency=settings.GANTRY_BILLING_CURRENCY,
@@ -149,5 +154,6 @@ def tenant_spend_forecast(tenant: Tenant, *, at: datetime | None = None) -> Spen
         burn_hours=hours,
         metered_until=last,
         hours_left=hours_left,
-        forecast=(spent + burn * hours_left).quantize(CENT, ROUND_HALF_EVEN),
+        forecast=(spent + burn * hours_left).quantize(CENT, ROUND_HALF_EVEN) if metered else None,
+        next_metering=metering_times(at).next_run,
     )

@@ -144,3 +144,28 @@ def test_the_page_rates_a_day_in_the_same_queries_whatever_the_usage(
     # The new hours are in: 6 x a quarter GPU x 3 h x 4.00 = 18.00 more.
     assert figures(html)["spent"] == "46.00"
     assert len(many.captured_queries) == len(few.captured_queries)
+
+
+def test_before_an_hour_of_the_month_is_metered_there_is_no_forecast_yet(
+    org: Org, web_for: Any
+) -> None:
+    # `make run` on 7 December, metering not run yet: the page said "Forecast to month end
+    # EUR 0.00" beside jobs running and committing money, "x the 744 hours left after the
+    # month's start". Now it says there is none yet, and when metering runs.
+    job_submit(
+        user=org.users["alice"],
+        project=org.proj_alpha,
+        payload=job_spec(name="queued", max_runtime_s=10 * 3600),
+    )
+    rate_card_add(
+        user=org.users["pat"],
+        flavor=org.h100,
+        valid_from=T0 - timedelta(days=2),
+        prices=RatePrices(Decimal(4)),
+    )
+    html = page(web_for, "tina", org.alpha).content.decode()
+    assert 'id="spend-forecast"><span class="muted">not yet</span>' in html
+    method = re.sub(r"\s+", " ", re.search(r'id="spend-method">(.*?)</p>', html, re.S).group(1))
+    assert "No hour of February 2031 is metered yet" in method
+    assert "next at 08:05 UTC" in method and "744" not in method
+    assert tenant_spend_forecast(org.alpha).forecast is None
