@@ -79,6 +79,20 @@ def test_absurd_page_size_is_400(org: Org, client_for: Any, size: str) -> None:
     assert "page_size" in response.json()["errors"]
 
 
+@pytest.mark.parametrize("page", ["0", "-1", "abc", "1.5"])
+def test_a_page_that_is_no_page_number_is_400(org: Org, client_for: Any, page: str) -> None:
+    response = client_for("pat").get(f"/api/v1/tenants/?page={page}")
+    assert response.status_code == 400
+    assert response.json()["errors"]["page"] == [f"must be a whole number from 1, got {page!r}."]
+
+
+def test_a_page_past_the_last_is_404_naming_the_last(org: Org, client_for: Any) -> None:
+    response = client_for("pat").get("/api/v1/tenants/?page=99999&page_size=4")
+    assert response.status_code == 404
+    assert response.json()["detail"] == "Page 99999 is past the last page, 2 (4 a page)."
+    assert client_for("pat").get("/api/v1/tenants/?page=last&page_size=4").status_code == 200
+
+
 def test_page_size_within_bounds_is_honoured(org: Org, client_for: Any) -> None:
     response = client_for("pat").get("/api/v1/tenants/?page_size=2")
     assert response.status_code == 200
