@@ -175,11 +175,19 @@ def project_create(
             "Only platform admins assign a namespace to a project; leave it out and Gantry "
             "creates the project's own namespace, named after its slug."
         )
+    named = namespace is not None
     namespace = namespace or slug
     if is_system_namespace(namespace):
-        raise ValidationError({"namespace": [f"{namespace!r} is a system namespace."]})
+        if named:
+            raise ValidationError({"namespace": [f"{namespace!r} is a system namespace."]})
+        raise ValidationError(
+            {"slug": [f"{slug!r} names a system namespace (a project's is named after its slug)."]}
+        )
     project = Project(tenant=tenant, slug=slug, name=name, namespace=namespace)
-    _full_clean(project)
+    try:
+        _full_clean(project)
+    except ValidationError as invalid:
+        raise _namespace_as_slug(invalid, slug) if not named else invalid from None
     project.save()
     audit_record(
         actor=user,
@@ -190,6 +198,20 @@ def project_create(
         after=audit_snapshot(project),
     )
     return project
+
+
+def _namespace_as_slug(invalid: ValidationError, slug: str) -> ValidationError:
+    """A namespace the caller did not name is the slug's: its errors are the slug's, said so
+    (the caller sent no `namespace`, and an error on it would name a field they never saw)."""
+    errors = dict(invalid.message_dict)
+    if "namespace" not in errors:
+        return invalid
+    errors.pop("namespace")
+    errors.setdefault("slug", []).append(
+        f"{slug!r} is taken: a project's Kubernetes namespace is named after its slug, and "
+        "another project has that namespace."
+    )
+    return ValidationError(errors)
 
 
 @transaction.atomic

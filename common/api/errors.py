@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 import psycopg
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -45,6 +46,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         errors = (
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         )
+        # A model's full_clean files what no one field owns (a unique-together clash) under
+        # NON_FIELD_ERRORS ("__all__"); the API names it as DRF does, one key for both.
+        if NON_FIELD_ERRORS in errors:
+            errors = {
+                "non_field_errors" if key == NON_FIELD_ERRORS else key: value
+                for key, value in errors.items()
+            }
         exc = exceptions.ValidationError(errors)
     elif isinstance(exc, RateLimitedError):
         return Response(

@@ -236,3 +236,16 @@ def test_read_only_tenant_fields_are_refused(org: Org, client_for: Any) -> None:
     assert response.status_code == 400
     org.alpha.refresh_from_db()
     assert org.alpha.parent_id == org.research.pk
+
+
+def test_a_clash_no_one_field_owns_is_filed_as_non_field_errors(org: Org, client_for: Any) -> None:
+    """A model's own check of a unique pair came back under "__all__", beside DRF's
+    "non_field_errors" for the same kind of error elsewhere: one key now."""
+    taken = {"tenant": org.alpha.pk, "slug": org.proj_alpha.slug, "name": "Again"}
+    response = client_for("tina").post("/api/v1/projects/", taken, format="json")
+    assert response.status_code == 400, response.json()
+    errors = response.json()["errors"]
+    assert "__all__" not in errors and errors["non_field_errors"], errors
+    # the namespace, named after the slug, clashed too: said of the slug, the field sent
+    assert "namespace" not in errors
+    assert "a project's Kubernetes namespace is named after its slug" in errors["slug"][0]
