@@ -13,6 +13,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 from rest_framework.fields import SkipField, get_error_detail
@@ -21,7 +22,7 @@ from common.text import DNS_LABEL, label_errors
 from scheduler.backends.base import RESERVED_ENV
 from scheduler.clusters.selectors import cluster_labels
 from scheduler.core.clusters import NO_CLUSTER, resolve_placement
-from scheduler.models import Cluster
+from scheduler.models import Cluster, Node
 from tenants.models import JobType, PriorityClass, ResourceFlavor
 from tenants.selectors import flavor_names, priority_class_named
 
@@ -310,6 +311,21 @@ class PlacementSerializer(StrictDictSerializer):
         return attrs
 
 
+def _known_pools() -> set[str] | None:
+    """The pools a job may name, or None when pools are not judged.
+
+    Nodes come and go, so "known" is every pool a node Gantry has recorded carries (its
+    `gantry.io/pool` label), present now or not: the cluster's leaving nodes keep their rows
+    (`present=False`), so a pool whose nodes are drained, rebooting or scaled to zero stays
+    known and a job for it waits for them, while a name no node ever carried (a typo) would
+    wait forever. Not judged, as `scheduler.jobs.feasibility` does not judge the inventory:
+    before any node is recorded (the cluster not listed yet), and where nodes may be added
+    (`GANTRY_REFUSE_BEYOND_INVENTORY` off: an autoscaler may bring a pool no node had)."""
+    if not settings.GANTRY_REFUSE_BEYOND_INVENTORY:
+        return None
+    return set(Node.objects.values_list("pool", flat=True).distinct()) or None
+
+
 def _shown(labels: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
 
@@ -420,6 +436,16 @@ class JobSpecSerializer(StrictDictSerializer):
         bad = [pool for pool in value if not DNS_LABEL.match(pool)]
         if bad:
             raise serializers.ValidationError(f"{bad[0][:64]!r} is not a valid pool name.")
+        known = _known_pools() if value else None
+        if known is None:
+            return value
+        unknown = list(dict.fromkeys(pool for pool in value if pool not in known))
+        if unknown:
+            raise serializers.ValidationError(
+                f"unknown pool{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(pool) for pool in unknown)}; known pools (those of the "
+                f"nodes Gantry has seen, present now or not): {', '.join(sorted(known))}."
+            )
         return value
 
     def validate_flavors(self, value: list[str]) -> list[str]:

@@ -110,6 +110,20 @@ def test_an_image_outside_the_tenants_registries_is_refused_naming_them(
     assert Job.objects.count() == 0
 
 
+def test_an_unknown_pool_is_refused_naming_the_known_ones(
+    logged_in: Any, org: Org, tmp_path: Path
+) -> None:
+    from tests import factories as f
+
+    f.NodeFactory(name="spot-1", pool="spot")
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(job_spec(pools=["nope"])))
+    code, _, err = logged_in("submit", str(spec_file), "--project", str(org.proj_alpha.pk))
+    assert code == 1
+    assert "spec.pools: unknown pool 'nope'; known pools" in err and "): spot." in err
+    assert Job.objects.count() == 0
+
+
 def test_other_teams_job_is_not_found(logged_in: Any, org: Org) -> None:
     from tests import factories as f
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.models import Job
+from scheduler.models import GpuDevice, Job
+from tests import factories as f
 from tests.conftest import Org, job_spec
 
 JOBS = "/api/v1/jobs/"
@@ -316,6 +317,67 @@ def test_bad_spec_is_refused_with_its_own_message(
     assert path in errors, errors
     assert any(message in text for text in errors[path]), errors[path]
     assert not Job.objects.exists()
+
+
+@pytest.fixture
+def pools(org: Org) -> None:
+    """An 8-GPU H100 node in pool "default", and one of pool "spot" the cluster no longer
+    lists (its row is kept, not present)."""
+    for name, pool, present in (("h100-1", "default", True), ("spot-1", "spot", False)):
+        node = f.NodeFactory(name=name, pool=pool, present=present)
+        for index in range(8):
+            GpuDevice.objects.create(node=node, index=index, model="H100-80GB", memory_mib=81920)
+
+
+@pytest.mark.parametrize(
+    ("asked", "message"),
+    [
+        (
+            ["nope"],
+            "unknown pool 'nope'; known pools (those of the nodes Gantry has seen, present "
+            "now or not): default, spot.",
+        ),
+        (
+            ["default", "nope", "gone", "nope"],
+            "unknown pools 'nope', 'gone'; known pools (those of the nodes Gantry has seen, "
+            "present now or not): default, spot.",
+        ),
+    ],
+    ids=["one", "several"],
+)
+def test_an_unknown_pool_is_refused_naming_the_known_ones(
+    org: Org, client_for: Any, pools: None, asked: list[str], message: str
+) -> None:
+    # was a 201: the job waited forever "in pools nope", counted ahead of others
+    response = client_for("alice").post(
+        JOBS, {"project": org.proj_alpha.pk, "spec": job_spec(pools=asked)}, format="json"
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["errors"]["spec"]["pools"] == [message]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("asked", [["default"], ["spot"]], ids=["present", "not-listed-now"])
+def test_a_pool_of_a_node_present_or_gone_is_taken(
+    org: Org, client_for: Any, pools: None, asked: list[str]
+) -> None:
+    response = client_for("alice").post(
+        JOBS, {"project": org.proj_alpha.pk, "spec": job_spec(pools=asked)}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().spec["pools"] == asked
+
+
+def test_pools_are_not_judged_before_any_node_nor_where_nodes_may_be_added(
+    org: Org, client_for: Any, settings: Any
+) -> None:
+    client = client_for("alice")
+    body = {"project": org.proj_alpha.pk, "spec": job_spec(pools=["nope"])}
+    assert client.post(JOBS, body, format="json").status_code == 201  # no node recorded yet
+    f.NodeFactory(name="h100-1")
+    settings.GANTRY_REFUSE_BEYOND_INVENTORY = False  # an autoscaler may bring new pools
+    second = {**body, "spec": job_spec(name="second", pools=["nope"])}
+    assert client.post(JOBS, second, format="json").status_code == 201
 
 
 def test_every_error_is_reported_at_once(org: Org, client_for: Any) -> None:
