@@ -1,7 +1,9 @@
 """`gantry` command line: log in, submit jobs from a YAML or JSON spec, follow and cancel them.
 
 Exit codes: 0 success, 1 the server refused (4xx/5xx, message printed), 2 bad usage or input,
-3 the server could not be reached.
+3 the server could not be reached, 4 a dry run whose quote says a submit would be refused
+(the quote and why are printed; nothing was submitted), so that `submit --dry-run && submit`
+stops there.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import getpass
 import json
 import os
 import sys
+import textwrap
 import uuid
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -24,6 +27,11 @@ from cli.client import ApiError, Client, ConnectionFailed
 from cli.usage import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+WOULD_BE_REFUSED = 4  # the exit code of a dry run a submit would be refused for
+
+
+class WouldBeRefused(Exception):
+    """A dry run's quote says a submit would be refused (the quote itself is printed)."""
 
 
 def config_path() -> Path:
@@ -70,10 +78,14 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO) -
         out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
 
 
-def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
+def _printable(value: Any) -> str:
     # Never let a server value move the terminal cursor or change colours.
-    return "".join(ch if ch.isprintable() else "?" for ch in text)[:60]
+    text = "" if value is None else str(value)
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def _cell(value: Any) -> str:
+    return _printable(value)[:60]
 
 
 def emit(args: argparse.Namespace, data: Any, columns: Sequence[str] | None, out: TextIO) -> None:
@@ -177,10 +189,17 @@ def print_quote(quote: dict[str, Any], out: TextIO) -> None:
     if estimate["unpriced_flavors"]:
         unpriced = ", ".join(estimate["unpriced_flavors"])
         out.write(f"{'no rate for':>14}: {_cell(unpriced)}\n")
-    approval = quote["approval"]
-    out.write(f"{'approval':>14}: {'needed' if approval['needed'] else 'not needed'}\n")
-    for reason in approval["reasons"]:
-        out.write(f"{'':>14}  - {_cell(reason['reason'])}\n")
+    refused = quote.get("refused")
+    if refused:
+        out.write(f"{'submit':>14}: would be REFUSED\n")
+        for line in textwrap.wrap(_printable(refused["reason"]), width=72):  # whole: its figures
+            out.write(f"{'':>14}  {line}\n")
+        out.write(f"{'approval':>14}: not judged (a submit stops at the refusal)\n")
+    else:
+        approval = quote["approval"]
+        out.write(f"{'approval':>14}: {'needed' if approval['needed'] else 'not needed'}\n")
+        for reason in approval["reasons"]:
+            out.write(f"{'':>14}  - {_cell(reason['reason'])}\n")
     budget = quote["budget"]
     if budget is None:
         out.write(f"{'budget':>14}: none set\n")
@@ -207,6 +226,8 @@ def cmd_submit(args: argparse.Namespace, client: Client, out: TextIO) -> None:
             emit(args, quote, None, out)
         else:
             print_quote(quote, out)
+        if quote.get("refused"):
+            raise WouldBeRefused
         return
     # One key per invocation: the client's own retries can never create a second job.
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
@@ -315,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--dry-run",
         action="store_true",
-        help="show the quote (cost range, approval and why, budget left); submit nothing",
+        help="show the quote (cost range, approval and why, budget left, whether a submit "
+        f"would be refused and why: then exit {WOULD_BE_REFUSED}); submit nothing",
     )
     submit.set_defaults(func=cmd_submit)
     jobs = sub.add_parser("jobs", help="list jobs")
@@ -371,6 +393,9 @@ def main(
     except ConnectionFailed as exc:
         err.write(f"gantry: {exc}\n")
         return 3
+    except WouldBeRefused:
+        err.write("gantry: a submit would be refused (see the quote); nothing was submitted\n")
+        return WOULD_BE_REFUSED
     return 0
 
 

@@ -100,20 +100,42 @@ class BudgetOut(serializers.Serializer):
     remaining_after = serializers.CharField(help_text="Left once this job is reserved.")
 
 
+class RefusalOut(serializers.Serializer):
+    reason = serializers.CharField(
+        help_text="What a submit would answer (its 409): the budget, its spend, committed and "
+        "limit, and the job's worst case."
+    )
+    budget = BudgetOut(
+        allow_null=True,
+        help_text="The refusing budget (the job's tenant's or an ancestor's) as it stands; "
+        "null if it was deleted meanwhile.",
+    )
+
+
 class QuoteOut(serializers.Serializer):
     job = QuoteJobOut()
     estimate = EstimateOut()
-    approval = ApprovalOut()
+    approval = ApprovalOut(
+        help_text="As submit would judge it; not judged (needed false, no reasons) when "
+        "`refused`: submit stops at the refusal."
+    )
     budget = BudgetOut(allow_null=True)
     fits = serializers.BooleanField(
         help_text="Always true in a quote: a job that can never run is a 400, as at submit."
     )
+    refused = RefusalOut(
+        allow_null=True,
+        help_text="Why a submit would be refused now (a hard budget), so that the job can be "
+        "changed first; null when a submit would be taken. A quote is a question: it is a "
+        "200 either way.",
+    )
 
 
 class QuoteView(APIView):
-    """What a job would cost, whether it would need approval and why, and the budget left,
-    before anything is created. Validated exactly as a submit: the same 400s, a 404 for a
-    project the user cannot see, a 403 for one they may see but not submit to."""
+    """What a job would cost, whether it would need approval and why, the budget left, and
+    whether a submit would be refused and why, before anything is created. Validated exactly
+    as a submit: the same 400s, a 404 for a project the user cannot see, a 403 for one they
+    may see but not submit to; a job a hard budget would refuse is a 200 with `refused`."""
 
     @extend_schema(request=JobSubmitIn, responses={200: QuoteOut}, operation_id="quote_create")
     def post(self, request: Request) -> Response:

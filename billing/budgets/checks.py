@@ -78,7 +78,12 @@ def job_projection(job: Any, *, at: datetime) -> Projection:
 
 class BudgetRefused(ConflictError):
     """A job a `hard` budget refuses (409): it names the budget, its spend and the job's
-    projected (worst-case) cost."""
+    projected (worst-case) cost. `breach` holds those figures where the refusing budget is
+    known (a quote shows them: billing.costs.quotes)."""
+
+    def __init__(self, message: str, *, breach: BudgetBreach | None = None) -> None:
+        super().__init__(message)
+        self.breach = breach
 
 
 @dataclass(frozen=True)
@@ -178,7 +183,7 @@ def budget_admission_check(job: Any, *, lock: bool = True) -> Verdict:
     breaches = budget_breaches(job, projection, at=now)
     hard = next((b for b in breaches if b.position.policy == BudgetPolicy.HARD), None)
     if hard is not None:
-        raise BudgetRefused(hard.refusal("submit"))
+        raise BudgetRefused(hard.refusal("submit"), breach=hard)
     approvals = cost_rule_matches(job, projection)
     payload: dict[str, Any] = {}
     if approvals or breaches:

@@ -65,7 +65,7 @@ def test_a_quote_prices_the_job_worked_out_and_creates_nothing(org: Org, client_
     assert len(estimate["currency"]) == 3
     assert body["approval"] == {"needed": False, "reasons": []}
     assert body["budget"] is None
-    assert body["fits"] is True
+    assert body["fits"] is True and body["refused"] is None
     assert body["job"]["gpus_total"] == 2 and body["job"]["priority_class"]
     assert rows() == before
 
@@ -219,6 +219,43 @@ def test_a_quote_shows_the_budget_left_before_and_after_the_job(
     assert budget["remaining_after"] == "617.90"
     assert said["estimate"]["high"] == "281.60"
     assert said["approval"]["needed"] is False
+
+
+def test_a_quote_a_hard_budget_would_refuse_is_a_200_saying_why_and_submit_agrees(
+    org: Org, client_for: Any, clock: None
+) -> None:
+    """A quote is a question, not a submit: it was submit's 409 ("Refused at submit: ...
+    Nothing was created"), which told neither the price nor the budget's figures."""
+    rates(org)
+    Budget.objects.create(tenant=org.alpha, month=FEB, limit=Decimal(10_000))  # notify
+    Budget.objects.create(
+        tenant=org.research, month=FEB, limit=Decimal(100), policy=BudgetPolicy.HARD
+    )
+    BudgetSpend.objects.create(tenant=org.bravo, month=FEB, amount=Decimal("20.00"))
+    client = client_for("alice")
+    body = {"project": org.proj_alpha.pk, "spec": hours_spec(10)}
+    before = rows()
+    said = quote(client, body)
+    assert rows() == before
+    submitted = client.post("/api/v1/jobs/", body, format="json")
+    assert submitted.status_code == 409
+    # The refusal in submit's own words, and the refusing budget (research's, an ancestor's,
+    # not the nearest: team-alpha's) as it stands: 20.00 spent of 100.00, and the job's
+    # worst case of 10 h x 28.16 = 281.60 leaves 100.00 - 20.00 - 281.60 = -201.60.
+    refused = said["refused"]
+    assert refused["reason"] == submitted.json()["detail"]
+    assert "research's budget for 2031-02" in refused["reason"] and "is hard" in refused["reason"]
+    budget = refused["budget"]
+    assert (budget["tenant"], budget["policy"], budget["unit"]) == ("research", "hard", "money")
+    assert (budget["limit"], budget["spent"], budget["committed"]) == ("100.00", "20.00", "0.00")
+    assert (budget["job_projected"], budget["remaining_after"]) == ("281.60", "-201.60")
+    assert said["budget"]["tenant"] == "team-alpha"
+    assert said["estimate"]["high"] == "281.60"
+    assert said["approval"] == {"needed": False, "reasons": []}  # submit stops at the refusal
+    # A job within the budget is quoted as taken, and taken: 20.00 + 2 h x 28.16 = 76.32.
+    fits = {"project": org.proj_alpha.pk, "spec": hours_spec(2, name="short")}
+    assert quote(client, fits)["refused"] is None
+    assert client.post("/api/v1/jobs/", fits, format="json").status_code == 201
 
 
 def test_a_quote_over_an_approval_budget_needs_approval_and_submit_agrees(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from billing.budgets import checks as admission
-from billing.models import Budget
+from billing.models import Budget, BudgetPolicy
 from billing.rates.cards import RatePrices, rate_card_add
 from scheduler.models import Job, JobEvent
 from tenants.approval_policies import policy_set
@@ -67,6 +67,45 @@ def test_dry_run_prints_the_quote_and_creates_nothing(
     body = json.loads(out)
     assert (body["estimate"]["low"], body["estimate"]["high"]) == ("60.00", "60.00")
     assert body["approval"]["needed"] is True
+    assert created() == before
+
+
+def test_dry_run_a_hard_budget_would_refuse_prints_the_quote_and_why_and_exits_4(
+    logged_in: Any,  # noqa: F811
+    org: Org,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # was "HTTP 409: Refused at submit: ..." and exit 1, with no quote
+    monkeypatch.setattr(admission, "clock", lambda: datetime(2031, 2, 10, 12, tzinfo=UTC))
+    Budget.objects.create(
+        tenant=org.alpha,
+        month=datetime(2031, 2, 1, tzinfo=UTC),
+        limit=Decimal("5.00"),
+        policy=BudgetPolicy.HARD,
+    )
+    rate_card_add(
+        user=org.users["pat"],
+        flavor=org.h100,
+        valid_from=datetime(2020, 1, 1, tzinfo=UTC),
+        prices=RatePrices(Decimal("2.50")),
+    )
+    before = created()
+    path = spec_file(tmp_path, max_runtime_s=3 * 3600)  # 60.00 at worst, over the 5.00
+    code, out, err = logged_in("submit", path, "--project", "proj-alpha", "--dry-run")
+    assert code == 4, err
+    assert "HTTP" not in out + err
+    assert "nothing was submitted" in out and "60.00" in out  # the quote's figures
+    assert "submit: would be REFUSED" in out
+    said = " ".join(out.split())  # the reason, wrapped over lines
+    assert "team-alpha's budget for 2031-02" in said and "is hard" in said
+    assert "EUR 0.00 committed of EUR 5.00" in said
+    assert "may cost up to" in said and "60.00 (its worst case)" in said
+    assert "a submit would be refused" in err
+    code, out, _ = logged_in("--json", "submit", path, "--project", "proj-alpha", "--dry-run")
+    assert code == 4
+    body = json.loads(out)
+    assert body["refused"]["budget"]["limit"] == "5.00" and body["estimate"]["high"] == "60.00"
     assert created() == before
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
+from html import unescape as html_unescape
 from typing import Any
 
 import pytest
@@ -84,6 +85,38 @@ def test_quote_shows_cost_approval_and_budget_and_submits_nothing(
     assert rows() == before
     # The form keeps what was typed, so that Submit sends the same job.
     assert 'value="bert-pretrain"' in response.content.decode()
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["plain-post", "htmx"])
+def test_a_quote_a_hard_budget_would_refuse_shows_the_quote_and_why_not_an_error(
+    org: Org, web_for: Any, htmx: bool
+) -> None:
+    # was the submit's 409 shown as a form error ("Refused at submit: ..."), with no quote
+    rates(org)
+    Budget.objects.create(
+        tenant=org.alpha,
+        month=datetime(2031, 2, 1, tzinfo=UTC),
+        limit=Decimal(5),
+        policy=BudgetPolicy.HARD,
+    )
+    before = rows()
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    body = form_body(org, max_runtime_hours=3, action="quote")
+    response = web_for("alice").post(reverse("portal:job-new"), body, **headers)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="form-errors"' not in html and 'id="quote"' in html
+    refused = re.search(r'<div[^>]*id="quote-refused"[^>]*>(.*?)</div>', html, re.S)
+    assert refused is not None
+    said = html_unescape(text(refused.group(1)))
+    # 2 replicas x 4 GPUs x 2.50 x 3 h = 60.00 an attempt; the form's one retry: 120.00
+    assert "A submit would be refused." in said
+    assert "team-alpha's budget for 2031-02" in said and "is hard" in said
+    assert "EUR 0.00 committed of EUR 5.00" in said and "up to EUR 120.00" in said
+    page = text(html)
+    assert re.search(r"[A-Z]{3} 60\.00 to [A-Z]{3} 120\.00", page), page  # the quote itself
+    assert "Approval not judged" in page
+    assert rows() == before
 
 
 def test_a_quote_of_a_bad_form_or_a_foreign_project_shows_no_quote(org: Org, web_for: Any) -> None:
