@@ -23,28 +23,15 @@ RESULTS += ["gpu_hours", "borrowed_gpu_hours", "preemptions"]
 URL = "/api/v1/what-ifs/"
 
 
-def _change(change: dict[str, Any]) -> str:
-    """One change in a few words: "quota team-bravo H100-80GB on site-b g=0 l=0"."""
-    if change.get("kind") == "priority":
-        return f"priority {change.get('name')}={change.get('value')}"
-    words = [str(change.get("kind")), str(change.get("tenant")), str(change.get("flavor"))]
-    if change.get("cluster"):
-        words.append(f"on {change['cluster']}")
-    for key, short in (("guaranteed_milli", "g"), ("limit_milli", "l")):
-        if change.get(key) is not None:
-            words.append(f"{short}={change[key] / 1000:g}")
-    if change.get("weight") is not None:
-        words.append(f"w={change['weight']:g}")
-    return " ".join(words)
-
-
 def row(run: dict[str, Any]) -> dict[str, Any]:
+    """A run as a line; its changes in the server's words ("team-bravo, H100-80GB: limit 24
+    GPUs, weight 2"), every kind of change with its own units."""
     progress = run["progress"]
     return {
         **run,
         "progress": f"{progress['percent']}% {progress['stage']}".strip(),
         "scope": run["scope"] or "(platform)",
-        "changes": "; ".join(_change(c) for c in run["changes"]),
+        "changes": "; ".join(run["changes_described"]),
     }
 
 

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from tenants.models import ApprovalRequest, Tenant
+from whatif.describe import change_describe
 
 MAX_WINDOW_DAYS = 90
 
@@ -62,3 +63,8 @@ class WhatIf(models.Model):
 
     def __str__(self) -> str:
         return f"what-if {self.pk} ({self.state})"
+
+    @property
+    def changes_described(self) -> list[str]:
+        """Each proposed change in words, each figure with its unit (`whatif.describe`)."""
+        return [change_describe(change) for change in self.changes]

@@ -24,7 +24,7 @@ def test_an_admin_lists_runs_and_reads_one_side_by_side(gantry: Any, org: Org) -
     header, line = out.splitlines()
     assert header.split()[:4] == ["ID", "STATE", "PROGRESS", "SCOPE"]
     assert line.split()[:5] == [str(run.pk), "done", "100%", "research", "dana"]
-    assert "quota research H100-80GB w=2" in line
+    assert "research, H100-80GB: weight 2" in line
     code, out, err = gantry("dana", "whatif", "show", str(run.pk))
     assert code == 0, err
     assert "baseline: utilization 50.0%, fairness 1.00" in out

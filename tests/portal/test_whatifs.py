@@ -61,6 +61,8 @@ def test_an_admin_proposes_and_reads_the_result_side_by_side(
         }
     ]
     detail = dana.get(answer["Location"]).content.decode()
+    # the change in words, each figure with its unit (a weight would have none)
+    assert "<li>team-bravo, H100-80GB: guaranteed 0 GPUs, limit 0 GPUs</li>" in detail
     rows = re.findall(r'<tr><th scope="row">(.*?)</th>', detail)
     assert rows[-3:] == ["team-alpha", "team-bravo", "<em>others</em>"]
     assert "charlie" not in detail

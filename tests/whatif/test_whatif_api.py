@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from drf_spectacular.generators import SchemaGenerator
 
 from config.celery import app as celery_app
 from tenants.approvals import quota_request_create
+from tenants.models import Quota
 from tenants.quotas.rules import QuotaValues
 from tests.conftest import Org
 from tests.whatif.builders import a_busy_past
@@ -190,6 +192,36 @@ def test_malformed_bodies_are_400_and_change_nothing(
     assert answer.status_code == 400
     assert answer.json()["errors"]
     assert WhatIf.objects.count() == 0
+
+
+def test_a_weight_a_quota_cannot_take_is_refused_as_setting_the_quota_is(
+    past: Org, client_for: Any, eager: Any
+) -> None:
+    # was a 201: the what-if took weights up to 99999, PATCH /quotas/ up to 10000, so it
+    # proposed a setting that could never be made
+    dana = client_for("dana")
+    quota = Quota.objects.get(tenant=past.bravo, flavor=past.h100, cluster=None)
+    for weight, status in [(50000, 400), (10000.5, 400), (0.0001, 400), (10000, 201)]:
+        change = {"kind": "quota", "tenant": "team-bravo", "flavor": "H100-80GB", "weight": weight}
+        body = {"scope": past.research.pk, "window_days": 1, "changes": [change]}
+        proposed = start(dana, eager, body)
+        patched = dana.patch(f"/api/v1/quotas/{quota.pk}/", {"weight": weight}, format="json")
+        assert (proposed.status_code, patched.status_code) == (
+            status,
+            200 if status == 201 else 400,
+        )
+        if status == 400:
+            errors = proposed.json()["errors"]["changes"]["0"]["weight"]
+            assert errors == patched.json()["errors"]["weight"]
+    assert WhatIf.objects.count() == 1
+
+
+def test_the_schema_bounds_a_proposed_weight_as_the_quotas_own() -> None:
+    schemas = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+    quota = schemas["PatchedQuotaValuesInRequest"]["properties"]["weight"]
+    proposal = schemas["WhatIfInRequest"]["properties"]["changes"]["items"]["oneOf"][0]
+    weight = proposal["properties"]["weight"]
+    assert (weight["minimum"], weight["maximum"]) == (quota["minimum"], quota["maximum"])
 
 
 def test_a_tenant_admin_scopes_only_to_a_tenant_they_administer(

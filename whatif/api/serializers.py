@@ -8,12 +8,23 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.api.serializers import StrictInputSerializer
-from tenants.api.serializers import PRIORITY_BOUND
+from tenants.api.serializers import PRIORITY_BOUND, QuotaValuesIn
 from whatif.models import MAX_WINDOW_DAYS, WhatIf
 from whatif.present import results_for
 
 KINDS = [("quota", "quota"), ("priority_class", "priority_class")]
-MAX_MILLI = 10**12
+
+
+def _quota_bounds(field: str) -> tuple[Any, Any]:
+    """(least, most) of a quota field as `PATCH /quotas/` takes it: a what-if proposes only
+    a setting that could then be made, so its bounds are read from the quota's serializer
+    (one number each, never a copy that drifts from it)."""
+    quota_field = QuotaValuesIn().fields[field]
+    return quota_field.min_value, quota_field.max_value  # type: ignore[attr-defined]
+
+
+MAX_MILLI = _quota_bounds("limit_milli")[1]
+WEIGHT_MIN, WEIGHT_MAX = _quota_bounds("weight")
 
 
 class ChangeIn(StrictInputSerializer):
@@ -33,7 +44,7 @@ class ChangeIn(StrictInputSerializer):
     lend_limit_milli = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_MILLI
     )
-    weight = serializers.FloatField(required=False, min_value=0.001, max_value=99999)
+    weight = serializers.FloatField(required=False, min_value=WEIGHT_MIN, max_value=WEIGHT_MAX)
     user_limit_milli = serializers.IntegerField(
         required=False,
         allow_null=True,
@@ -98,7 +109,7 @@ CHANGE_SCHEMA = {
                 "guaranteed_milli": _milli(),
                 "limit_milli": _milli(),
                 "lend_limit_milli": _milli(nullable=True),
-                "weight": {"type": "number", "minimum": 0.001, "maximum": 99999},
+                "weight": {"type": "number", "minimum": WEIGHT_MIN, "maximum": WEIGHT_MAX},
                 "user_limit_milli": {**_milli(nullable=True), "description": "One user's cap."},
             },
             "required": ["kind", "tenant", "flavor"],
@@ -164,6 +175,11 @@ class WhatIfOut(serializers.ModelSerializer):
     )
     progress = serializers.SerializerMethodField()
     results = serializers.SerializerMethodField()
+    changes_described = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Each change in words, each figure with its unit (GPUs, a bare weight).",
+    )
 
     class Meta:
         model = WhatIf
@@ -173,6 +189,7 @@ class WhatIfOut(serializers.ModelSerializer):
             "requested_by",
             "window_days",
             "changes",
+            "changes_described",
             "approval_request",
             "state",
             "progress",
