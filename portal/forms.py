@@ -12,7 +12,9 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from rest_framework.exceptions import ErrorDetail
 
+from scheduler.jobs.spec import MAX_RUNTIME_S
 from scheduler.models import Cluster, JobState
 from tenants.models import (
     ApprovalKind,
@@ -90,6 +92,10 @@ NESTED_FIELDS = {
     "retry": {"limit": "retry_limit", "backoff_s": "retry_limit"},
 }
 RENAMED_FIELDS = {"max_runtime_s": "max_runtime_hours", "type": "job_type"}
+# The spec's bounds are in seconds; the form asks for hours, so its messages say hours.
+IN_FORM_UNITS = {
+    "max_runtime_s": {"max_value": f"must be at most {Decimal(MAX_RUNTIME_S) / 3600:f} hours."}
+}
 
 
 class JobSubmitForm(forms.Form):
@@ -180,13 +186,20 @@ class JobSubmitForm(forms.Form):
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
+        lines: dict[str, int] = {}  # the line each variable was set on
         for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
             if not line.strip():
                 continue
             key, sep, value = line.partition("=")
             if not sep:
                 raise forms.ValidationError(f"line {number}: write KEY=value.")
-            env[key.strip()] = value
+            key = key.strip()
+            if key in lines:  # which value was meant is the user's to say, not the last's
+                raise forms.ValidationError(
+                    f"line {number}: {key[:64]} is already set on line {lines[key]}; "
+                    "set each variable once."
+                )
+            env[key], lines[key] = value, number
         return env
 
     def to_payload(self) -> dict[str, Any]:
@@ -244,6 +257,7 @@ class JobSubmitForm(forms.Form):
                 for sub, sub_value in value.items():
                     self._add(NESTED_FIELDS[key].get(sub), sub_value, prefix=f"{sub}: ")
             else:
+                value = _in_form_units(IN_FORM_UNITS.get(key, {}), value)
                 self._add(RENAMED_FIELDS.get(key, key), value, prefix=f"{key}: ")
 
     def _add(self, field: str | None, value: Any, prefix: str) -> None:
@@ -258,6 +272,17 @@ def _choice_field(form: forms.Form, name: str) -> forms.ChoiceField:
     field = form.fields[name]
     assert isinstance(field, forms.ChoiceField)
     return field
+
+
+def _in_form_units(messages: dict[str, str], value: Any) -> Any:
+    """`value` (a field's errors) with each message that `messages` words in the form's unit,
+    by its code, replaced; the others as they are."""
+    if not isinstance(value, list):
+        return value
+    return [
+        messages.get(error.code or "", error) if isinstance(error, ErrorDetail) else error
+        for error in value
+    ]
 
 
 def _flatten(value: Any) -> str:

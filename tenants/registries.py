@@ -88,7 +88,7 @@ def entry_normalise(entry: str) -> str:
     first = first.lower()
     if not _is_host(first):
         raise ValueError(
-            f"{entry[:80]!r} does not start with a registry host (e.g. docker.io/{text[:40]} "
+            f"{entry[:80]!r} does not start with a registry host (e.g. {_on_docker_hub(text)} "
             "or registry.example.com)."
         )
     if "@" in text or ":" in rest:
@@ -97,6 +97,13 @@ def entry_normalise(entry: str) -> str:
     if not ENTRY_RE.match(text):
         raise ValueError(f"{entry[:80]!r} is not a registry host or host/path prefix.")
     return text
+
+
+def _on_docker_hub(text: str) -> str:
+    """An example entry for `text` that names no host: `text` on Docker Hub where that is
+    an entry (pytorch -> docker.io/pytorch), else a Docker Hub entry that is one."""
+    example = f"{DOCKER_HUB}/{text}"
+    return example if len(text) <= 40 and ENTRY_RE.match(example) else f"{DOCKER_HUB}/pytorch"
 
 
 def allows(entry: str, image: ImageName) -> bool:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from tenants import access
 from tenants.models import ROLE_RANK, Role
@@ -28,6 +31,18 @@ def duration(seconds: int | None) -> str:
     hours, rest = divmod(int(seconds), 3600)
     minutes = rest // 60
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+@register.filter
+def ago(when: datetime | None) -> str:
+    """How long ago, for lists: "just now" under a minute (timesince alone says "0 minutes"),
+    else Django's timesince with "ago": "1 minute ago", "2 hours, 5 minutes ago"."""
+    if when is None:
+        return "—"
+    now = timezone.now()
+    if now - when < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(when, now)} ago"
 
 
 @register.filter

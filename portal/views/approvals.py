@@ -17,6 +17,7 @@ from portal.decorators import login_required
 from portal.forms import DecisionForm, HistoryFilterForm
 from portal.templatetags.portal_tags import portal_nav
 from portal.views.whatifs import with_whatifs
+from scheduler.jobs.approvals import job_attempts_max
 from scheduler.models import Job
 from scheduler.snapshot.quota_usage import QuotaRow, quota_rows
 from tenants import approvals
@@ -50,9 +51,23 @@ def with_team_usage(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
     return requests
 
 
+def with_attempts(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
+    """Set `attempts` on each job request: the most attempts its job may make, which its
+    GPU-hour figure (`payload.est_gpu_hours`, every attempt's) counts; None on a quota
+    request. One read of the jobs, however many requests."""
+    job_ids = [r.subject_id for r in requests if r.kind == ApprovalKind.JOB]
+    jobs = Job.objects.filter(pk__in=job_ids).only("pk", "spec") if job_ids else []
+    attempts = {job.pk: job_attempts_max(job) for job in jobs}
+    for request in requests:
+        found = attempts.get(request.subject_id) if request.kind == ApprovalKind.JOB else None
+        request.attempts = found  # type: ignore[attr-defined]
+    return requests
+
+
 def inbox_for(user: Any) -> list[ApprovalRequest] | None:
     """The user's pending requests, or None for users who never decide anything."""
-    requests = with_whatifs(user, with_team_usage(list(approval_list_inbox(user)[:100])))
+    requests = with_attempts(with_team_usage(list(approval_list_inbox(user)[:100])))
+    requests = with_whatifs(user, requests)
     if requests or _decides_anything(user):
         return requests
     return None
@@ -73,7 +88,7 @@ def access_approval(user: Any, pk: int) -> ApprovalRequest:
 @login_required
 @require_GET
 def approval_inbox(request: HttpRequest) -> HttpResponse:
-    rows = with_team_usage(list(approval_list_inbox(request.user)[:200]))
+    rows = with_attempts(with_team_usage(list(approval_list_inbox(request.user)[:200])))
     rows = with_whatifs(request.user, rows)
     return render(request, "portal/approvals/inbox.html", {"requests": rows})
 
@@ -89,7 +104,7 @@ def approval_history(request: HttpRequest) -> HttpResponse:
         if form.cleaned_data["kind"]:
             rows = rows.filter(kind=form.cleaned_data["kind"])
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    with_whatifs(request.user, list(page.object_list))
+    with_whatifs(request.user, with_attempts(list(page.object_list)))
     return render(request, "portal/approvals/history.html", {"filter_form": form, "page": page})
 
 
@@ -113,7 +128,7 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
             error = " ".join(getattr(exc, "messages", None) or [str(exc)])
             approval.refresh_from_db()
     if request.headers.get("HX-Request") == "true":
-        context = {"req": approval, "error": error}
+        context = {"req": with_attempts([approval])[0], "error": error}
         return render(request, "portal/approvals/_decided.html", context)
     if error:
         messages.error(request, error)
@@ -129,4 +144,7 @@ def pending_request_for_job(user: Any, job: Any) -> ApprovalRequest | None:
     """The job's pending request if this user may decide it (for the job page)."""
     if job.state != "pending_approval":
         return None
-    return approval_list_inbox(user).filter(kind="job", subject_id=job.pk).first()
+    request = approval_list_inbox(user).filter(kind="job", subject_id=job.pk).first()
+    if request is not None:
+        request.attempts = job_attempts_max(job)  # type: ignore[attr-defined]
+    return request

@@ -2,7 +2,8 @@
 the drivers, expansion options side by side (owning against renting), TCO, and the export.
 The rules are the API's (capacity/access.py): platform admins and finance see every pool, a
 tenant admin their subtrees' forecasts, anyone else a 403. Finance enters TCO inputs here.
-The forms' writes are the API's: capacity/api/submissions.py checks the values and applies them.
+The forms' writes are the API's: capacity/api/submissions.py checks the values and applies them;
+a bad value is the page again (400) with the form as typed and the error beside its field.
 Nothing is fitted at a page view: the plans are the latest refresh's (Celery beat)."""
 
 from __future__ import annotations
@@ -23,10 +24,23 @@ from capacity.api.serializers import ExportQueryIn, PlansQueryIn
 from capacity.present import capacity_plans
 from common.errors import ConflictError, RateLimitedError
 from portal.capacity_charts import forecast_figure
+from portal.capacity_forms import (
+    ExpansionForm,
+    PlanningForm,
+    PoolTargetForm,
+    RateSuggestionForm,
+    TcoForm,
+)
 from portal.decorators import login_required
 from tenants.models import ResourceFlavor
 
 SUGGESTIONS = 10  # the latest rate suggestions on the page; the API lists them all
+PLANNING_FORMS: tuple[type[PlanningForm], ...] = (
+    ExpansionForm,
+    TcoForm,
+    RateSuggestionForm,
+    PoolTargetForm,
+)
 
 
 def _query(request: HttpRequest, serializer: type[PlansQueryIn]) -> dict[str, Any] | None:
@@ -53,6 +67,11 @@ def _view(plan: Any, index: int) -> dict[str, Any]:
 @login_required
 @require_GET
 def capacity_page(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+def _page(request: HttpRequest, posted: PlanningForm | None = None) -> HttpResponse:
+    """The page; with `posted`, a form that was refused, shown as typed with its errors (400)."""
     access.require_capacity_viewer(request.user)
     query = _query(request, PlansQueryIn)
     run = selectors.forecast_run_latest()
@@ -61,7 +80,7 @@ def capacity_page(request: HttpRequest) -> HttpResponse:
         plans = capacity_plans(
             request.user, run=run, flavor=query.get("flavor"), extra_gpus=query.get("gpus")
         )
-    context = {
+    context: dict[str, Any] = {
         "run": run,
         "views": [_view(plan, i) for i, plan in enumerate(plans)],
         "bad_query": query is None,
@@ -75,9 +94,12 @@ def capacity_page(request: HttpRequest) -> HttpResponse:
         else [],
         "query": request.GET,
     }
-    return render(
-        request, "portal/capacity/page.html", context, status=400 if query is None else 200
-    )
+    for form_class in PLANNING_FORMS:
+        context[f"{form_class.key}_form"] = form_class()
+    if posted is not None:
+        context[f"{posted.key}_form"] = posted
+    status = 400 if query is None or posted is not None else 200
+    return render(request, "portal/capacity/page.html", context, status=status)
 
 
 @login_required
@@ -98,24 +120,15 @@ def capacity_export(request: HttpRequest) -> HttpResponse:
     return export.attachment(plans, query["format"], now=timezone.now())
 
 
-# The form fields that the API takes as JSON integers; every other field stays text.
-INTEGER_FIELDS = frozenset({"flavor", "depreciation_months", "gpus", "window_days", "at_day"})
-
-
 def _form(post: Any) -> dict[str, Any]:
-    """A form's text as the API's body: integers read, empty fields left out (the checks,
-    capacity/api/submissions.py's, say what is wrong with a value that is not one)."""
-    data: dict[str, Any] = {}
-    for key, value in post.items():
-        if key == "csrfmiddlewaretoken" or value == "":
-            continue
-        data[key] = int(value) if key in INTEGER_FIELDS and value.isdigit() else value
-    return data
+    """The rate suggestion decision's text as the API's body, empty fields left out."""
+    return {k: v for k, v in post.items() if k != "csrfmiddlewaretoken" and v != ""}
 
 
 def _submitted(request: HttpRequest, submit: Callable[[], Any], done: Callable[[Any], str]) -> Any:
-    """Run a submission; its result, with `done(result)` as the success message, or None with
-    each field at fault as an error message (ConflictError and 429s too)."""
+    """Run a suggestion's decision (a form of one field in a table row, so its errors are
+    messages); its result, with `done(result)` as the success message, or None with each
+    field at fault as an error message (ConflictError and 429s too)."""
     try:
         result = submit()
     except ValidationError as exc:
@@ -132,23 +145,58 @@ def _submitted(request: HttpRequest, submit: Callable[[], Any], done: Callable[[
     return result
 
 
-def _planner_form(request: HttpRequest) -> dict[str, Any]:
-    """The posted form of a planning input; a 404 for anyone but finance and platform admins
-    (the forms are not theirs to find)."""
+def _require_planning_inputs(request: HttpRequest) -> None:
+    """A 404 for anyone but finance and platform admins: the forms are not theirs to find."""
     if not access.sees_pools(request.user):
         raise Http404("Not found.")
+
+
+def _planner_form(request: HttpRequest) -> dict[str, Any]:
+    _require_planning_inputs(request)
     return _form(request.POST)
 
 
-def _planning_write(submit: Callable[..., Any], done: Callable[[Any], str]) -> Callable[..., Any]:
+def _planning_submit(
+    request: HttpRequest,
+    form: PlanningForm,
+    gate: Callable[[Any], None],
+    submit: Callable[[dict[str, Any]], Any],
+) -> Any:
+    """Run a planning form's submission with the form's values; its result, or None with the
+    errors on the form. `gate(user)` comes before the form is read: a user the form is not
+    for gets its 403 (PermissionDenied), never its errors."""
+    _require_planning_inputs(request)
+    gate(request.user)
+    if not form.is_valid():
+        return None
+    try:
+        return submit(form.api_data())
+    except ValidationError as exc:
+        form.add_api_errors(exc)
+    except (ConflictError, RateLimitedError) as exc:
+        form.add_error(None, str(exc))
+    return None
+
+
+def _planning_write(
+    form_class: type[PlanningForm],
+    gate: Callable[[Any], None],
+    submit: Callable[..., Any],
+    done: Callable[[Any], str],
+) -> Callable[..., Any]:
     """A form of planning inputs: `submit(user=, data=)` (capacity/api/submissions.py) with the
     form's values, `done(result)` as the success message, and back to the page."""
 
     @login_required
     @require_POST
     def view(request: HttpRequest) -> HttpResponse:
-        data = _planner_form(request)
-        _submitted(request, lambda: submit(user=request.user, data=data), done)
+        form = form_class(request.POST)
+        result = _planning_submit(
+            request, form, gate, lambda data: submit(user=request.user, data=data)
+        )
+        if result is None:
+            return _page(request, form)
+        messages.success(request, done(result))
         return redirect("portal:capacity")
 
     return view
@@ -156,15 +204,22 @@ def _planning_write(submit: Callable[..., Any], done: Callable[[Any], str]) -> C
 
 # Finance's (or a platform admin's) TCO inputs for one GPU model.
 capacity_tco = _planning_write(
-    submissions.tco_inputs_submit, lambda inputs: f"TCO inputs of {inputs.flavor.name} saved."
+    TcoForm,
+    access.require_planner,
+    submissions.tco_inputs_submit,
+    lambda inputs: f"TCO inputs of {inputs.flavor.name} saved.",
 )
 # A platform admin sets a pool's target utilization (finance: 403).
 capacity_target = _planning_write(
+    PoolTargetForm,
+    access.require_platform_admin,
     submissions.pool_target_submit,
     lambda target: f"{target.flavor.name} is full at its new target from the next page view.",
 )
 # Finance (or a platform admin) asks for a rate card that recovers a model's cost.
 capacity_suggest = _planning_write(
+    RateSuggestionForm,
+    access.require_planner,
     submissions.rate_suggestion_submit,
     lambda g: f"Suggested {g.gpu_hour} per GPU-hour for {g.flavor.name}.",
 )
@@ -175,14 +230,16 @@ capacity_suggest = _planning_write(
 def capacity_expansion(request: HttpRequest) -> HttpResponse:
     """A platform admin's expansion what-if from the capacity page; its run's page follows.
     Finance: 403 (it reads what-ifs, starts none)."""
-    data = _planner_form(request)
-    started = _submitted(
+    form = ExpansionForm(request.POST)
+    started = _planning_submit(
         request,
-        lambda: submissions.expansion_submit(user=request.user, data=data, now=timezone.now()),
-        lambda started: f"What-if {started.run.pk} started.",
+        form,
+        access.require_platform_admin,
+        lambda data: submissions.expansion_submit(user=request.user, data=data, now=timezone.now()),
     )
     if started is None:
-        return redirect("portal:capacity")
+        return _page(request, form)
+    messages.success(request, f"What-if {started.run.pk} started.")
     return redirect("portal:whatif-detail", pk=started.run.pk)
 
 

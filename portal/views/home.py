@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.text import capfirst
 from django.views.decorators.http import require_GET
 
 from billing.budgets.burn_down import burn_downs
@@ -23,6 +24,20 @@ from scheduler.jobs.selectors import job_list_visible, queue_depth, scheduler_he
 from scheduler.snapshot.quota_usage import quota_rows
 from tenants import access
 from tenants.models import TenantKind
+
+# The home page's subtitle: what each section shows, in the order of the page.
+SUBTITLE_PARTS = (
+    ("member", "your jobs and your teams' GPU quota"),
+    ("inbox", "requests waiting for you"),
+    ("admin", "the tenants you administer"),
+    ("finance", "GPU quota and use across the organisation"),
+)
+
+
+def _subtitle(context: dict[str, Any]) -> str:
+    """The sections the page has (an inbox of None: the user decides nothing), as a sentence."""
+    parts = [text for key, text in SUBTITLE_PARTS if context.get(key) is not None]
+    return capfirst(f"{' · '.join(parts)}.") if parts else ""
 
 
 def _member_section(user: Any) -> dict[str, Any]:
@@ -87,4 +102,5 @@ def home(request: HttpRequest) -> HttpResponse:
     if grants.platform_admin:
         now = timezone.now()
         context["scheduler"], context["queue"] = scheduler_health(now), queue_depth(now)
+    context["subtitle"] = _subtitle(context)
     return render(request, "portal/home.html", context)

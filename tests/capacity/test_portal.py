@@ -1,9 +1,12 @@
 """The capacity page: finance's pools with the band, saturation, drivers and options; a
-department admin's subtree only; a member's 403; the export; finance's TCO form."""
+department admin's subtree only; a member's 403; the export; finance's TCO form, and a refused
+form shown again as typed with the error beside its field."""
 
 from __future__ import annotations
 
+import html
 import io
+import re
 
 import pytest
 from django.test import Client
@@ -24,6 +27,14 @@ TCO = {
     "on_demand_per_gpu_hour": "2.5",
     "committed_per_gpu_hour": "1.8",
 }
+
+
+def field_errors(page: str, form: str, field: str) -> str:
+    """One field of one of the page's forms, with its label and errors ('' when it has none)."""
+    found = re.search(
+        rf'<div class="field has-error" id="{form}-field-{field}">.*?</div>\s*</div>', page, re.S
+    )
+    return html.unescape(found.group(0)) if found else ""
 
 
 @pytest.fixture
@@ -118,8 +129,9 @@ def test_a_platform_admin_starts_an_expansion_from_the_page(org, web) -> None:
     assert response.status_code == 302 and response["Location"] == f"/what-ifs/{run.pk}/"
     page = client.get(response["Location"]).content.decode()
     assert "add 8 GPUs of H100-80GB" in page
-    bad = client.post(reverse("portal:capacity-expansion"), {**form, "gpus": "0"}, follow=True)
-    assert "gpus:" in bad.content.decode() and WhatIf.objects.count() == 1
+    bad = client.post(reverse("portal:capacity-expansion"), {**form, "gpus": "0"})
+    assert bad.status_code == 400 and WhatIf.objects.count() == 1
+    assert "greater than or equal to 1" in field_errors(bad.content.decode(), "expansion", "gpus")
     assert web("carol").post(reverse("portal:capacity-expansion"), form).status_code == 403
 
 
@@ -157,22 +169,37 @@ def test_finance_suggests_rejects_and_accepts_a_rate(org, web) -> None:
 
 
 @pytest.mark.parametrize(
-    ("route", "api", "persona", "body", "field"),
+    ("route", "form", "api", "persona", "body", "field"),
     [
-        ("capacity-target", "targets", "pat", {"target_utilization": "1.5"}, "target_utilization"),
+        (
+            "capacity-target",
+            "target",
+            "targets",
+            "pat",
+            {"target_utilization": "1.5"},
+            "target_utilization",
+        ),
         (
             "capacity-suggest",
+            "suggest",
             "rate-suggestions",
             "carol",
             {"target_utilization": "0"},
             "target_utilization",
         ),
-        ("capacity-tco", "tco-inputs", "carol", {**TCO, "purchase_price": "-1"}, "purchase_price"),
+        (
+            "capacity-tco",
+            "tco",
+            "tco-inputs",
+            "carol",
+            {**TCO, "purchase_price": "-1"},
+            "purchase_price",
+        ),
     ],
     ids=["target", "suggestion", "tco"],
 )
 def test_the_page_and_the_api_refuse_a_bad_value_in_the_same_words(
-    org, web, client_for, route, api, persona, body, field
+    org, web, client_for, route, form, api, persona, body, field
 ) -> None:
     # One check (capacity/api/submissions.py) behind both: the page's message is the API's 400.
     from capacity.models import PoolTarget, RateSuggestion
@@ -182,7 +209,59 @@ def test_the_page_and_the_api_refuse_a_bad_value_in_the_same_words(
     answer = client_for(persona).post(f"/api/v1/capacity/{api}/", as_json, format="json")
     assert answer.status_code == 400
     said = " ".join(answer.json()["errors"][field])
-    page = web(persona).post(reverse(f"portal:{route}"), sent, follow=True).content.decode()
-    assert f"{field}: {said}".replace('"', "&quot;") in page
+    page = web(persona).post(reverse(f"portal:{route}"), sent)
+    assert page.status_code == 400
+    assert said in field_errors(page.content.decode(), form, field)
     assert not (PoolTarget.objects.exists() or RateSuggestion.objects.exists())
     assert not TcoInputs.objects.exists()
+
+
+def test_a_refused_tco_form_comes_back_as_typed_with_the_error_beside_its_field(org, web) -> None:
+    typed = {"flavor": org.h100.pk, **TCO, "power_cooling_per_gpu_hour": "abc"}
+    response = web("carol").post(reverse("portal:capacity-tco"), typed)
+    page = response.content.decode()
+    assert response.status_code == 400 and not TcoInputs.objects.exists()
+    errors = field_errors(page, "tco", "power_cooling_per_gpu_hour")
+    assert "Power and cooling per GPU-hour" in errors and "must be a decimal number" in errors
+    assert "power_cooling_per_gpu_hour:" not in page  # the API's name for it, not its label
+    form = page[page.index('id="tco-form"') :]
+    for name, value in {**TCO, "power_cooling_per_gpu_hour": "abc"}.items():
+        assert f'name="{name}" value="{value}"' in form, name
+    assert f'<option value="{org.h100.pk}" selected>' in form
+    # The page's other forms are there, empty, and the page around them as on a GET.
+    assert 'id="suggest-form"' in page and 'id="figure-capacity-0"' in page
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("gpus", "-3", "greater than or equal to 1"),
+        ("at_day", "-1", "greater than or equal to 1"),
+        ("window_days", "0", "greater than or equal to 1"),
+        ("gpus", "many", "Enter a whole number."),
+    ],
+    ids=["negative-gpus", "negative-day", "no-days", "not-a-number"],
+)
+def test_a_refused_expansion_says_what_is_wrong_with_the_number(
+    org, web, field, value, said
+) -> None:
+    from whatif.models import WhatIf
+
+    form = {"action": "add", "gpus": "8", "flavor": "H100-80GB", "window_days": "1"}
+    response = web("pat").post(reverse("portal:capacity-expansion"), {**form, field: value})
+    page = response.content.decode()
+    assert response.status_code == 400 and not WhatIf.objects.exists()
+    assert said in field_errors(page, "expansion", field)
+    assert "got a string" not in page
+    assert f'name="{field}" value="{value}"' in page
+
+
+def test_a_refused_target_comes_back_as_typed_beside_its_label(org, web) -> None:
+    from capacity.models import PoolTarget
+
+    typed = {"flavor": org.h100.pk, "target_utilization": "most"}
+    response = web("pat").post(reverse("portal:capacity-target"), typed)
+    errors = field_errors(response.content.decode(), "target", "target_utilization")
+    assert response.status_code == 400 and not PoolTarget.objects.exists()
+    assert "Full at utilization" in errors and "must be a decimal number" in errors
+    assert 'value="most"' in errors

@@ -6,6 +6,7 @@ import csv
 import io
 from typing import Any
 
+import pytest
 from django.urls import reverse
 from django.utils import timezone
 
@@ -269,3 +270,36 @@ def test_the_inbox_shows_the_teams_quota_now_for_the_models_asked_for(
     assert "A100" not in row.split("</tr>")[0]  # the job asks for H100 only
     home = web_for("tina").get(reverse("portal:home")).content.decode()
     assert expected in home
+
+
+@pytest.mark.parametrize(
+    ("retries", "said"),
+    [(1, "up to 96.0 GPU-h over 2 attempts"), (0, "up to 48.0 GPU-h")],
+    ids=["two-attempts", "one-attempt"],
+)
+def test_the_gpu_hours_asked_for_say_they_count_every_attempt(
+    org: Org, web_for: Any, retries: int, said: str
+) -> None:
+    # 3 replicas x 8 GPUs x 2 h = 48 GPU-h an attempt; a retry allows a second attempt: 96.
+    approval_policies.policy_set(
+        user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4
+    )
+    body = form_body(org, replicas=3, gpus=8, max_runtime_hours="2", retry_limit=retries)
+    web_for("alice").post(reverse("portal:job-new"), body)
+    job = Job.objects.get(name="bert-pretrain", state=JobState.PENDING_APPROVAL)
+    request = ApprovalRequest.objects.get(subject_id=job.pk, kind="job")
+    tina = web_for("tina")
+    pages = {
+        "inbox": tina.get(reverse("portal:approvals")),
+        "home": tina.get(reverse("portal:home")),
+        "job page": tina.get(reverse("portal:job-detail", args=[job.pk])),
+        "decided row": tina.post(
+            reverse("portal:approval-decide", args=[request.pk]),
+            {"decision": "approve"},
+            HTTP_HX_REQUEST="true",
+        ),
+        "history": tina.get(reverse("portal:approval-history")),
+    }
+    for name, response in pages.items():
+        html = response.content.decode()
+        assert f"{said}<" in html, name  # "<": nothing more, on one attempt

@@ -274,9 +274,15 @@ ROUTES: dict[str, list[Case]] = {
 # Routes without tenant data: only the leak check applies.
 NO_TENANT_DATA = {"login", "logout"}
 # Writes that change nothing of anyone else's: an export of what the user sees, for themselves;
-# capacity planning's TCO inputs and rate suggestions, finance's own (the walk's bodies are
-# refused: a redirect, nothing saved).
-OWN_WRITES = {"cost-export-new", "capacity-tco", "capacity-suggest", "capacity-suggestion-decide"}
+# capacity planning's TCO inputs and rate suggestions, finance's own. The walk's bodies are
+# refused and nothing is saved: a redirect with the reason, or the capacity page's form again
+# with its error (400). Route -> the status it answers.
+OWN_WRITES = {
+    "cost-export-new": 302,
+    "capacity-tco": 400,
+    "capacity-suggest": 400,
+    "capacity-suggestion-decide": 302,
+}
 # Pages of platform admins alone: 404 for everyone else, finance included.
 PLATFORM_ADMIN_ONLY = {"nodes", "node-detail", "node-action", "clusters", "cluster-action"}
 # What only the team's own members and platform admins read (logs may hold secrets and are
@@ -473,7 +479,7 @@ def test_finance_sees_everything_but_changes_nothing(world: World, web_for: Any)
                 continue
             url = reverse(f"portal:{name}", kwargs=case.kwargs(team, team) if case.kwargs else None)
             response = client.post(url, case.body(world, team))
-            expected = 302 if name in OWN_WRITES else 404 if name in PLATFORM_ADMIN_ONLY else 403
+            expected = OWN_WRITES.get(name, 404 if name in PLATFORM_ADMIN_ONLY else 403)
             assert response.status_code == expected, (name, response.status_code)
             posted += 1
     assert posted >= 12

@@ -54,6 +54,21 @@ def test_a_job_not_estimated_yet_says_so(org: Org, web_for: Any) -> None:
     assert "not estimated yet" in _text(html.decode())
 
 
+@pytest.mark.parametrize("view", ["portal:job-detail", "portal:job-status"])
+def test_the_expected_start_says_when_it_was_estimated(org: Org, web_for: Any, view: str) -> None:
+    # The time in brackets is when the estimate was made: read as "estimated 11:21" it
+    # looked like a start time.
+    now = timezone.now()
+    queue = small_queue(org, now)
+    made = now - timedelta(minutes=7)
+    JobQueueEstimate.objects.filter(job=queue.second).update(
+        eta_p50=None, eta_p90=None, estimated_at=made
+    )
+    text = _text(web_for("alice").get(reverse(view, args=[queue.second.pk])).content.decode())
+    assert f"not within the next week (as of {made:%H:%M} UTC)" in text
+    assert "(estimated" not in text
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [

@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from scheduler.jobs.spec import MAX_RUNTIME_S
 from scheduler.models import Job, JobState
 from tenants.models import PriorityDefault
 from tests import factories as f
@@ -68,6 +69,22 @@ def test_double_submit_of_one_form_makes_one_job(org: Org, web_for: Any) -> None
     assert "already submitted" in second.content.decode()
 
 
+# The spec's message comes from job_submit, or from spec_errors beside the form's own.
+@pytest.mark.parametrize(
+    "overrides", [{}, {"env": "NOEQUALS"}], ids=["submitted", "with-a-form-error"]
+)
+def test_max_runtime_over_the_bound_is_told_in_hours(
+    org: Org, web_for: Any, overrides: dict[str, Any]
+) -> None:
+    # 1000 h is past the spec's bound of 30 days = 30 * 24 = 720 h (2592000 s).
+    body = form_body(org, max_runtime_hours="1000", **overrides)
+    html = web_for("alice").post(reverse("portal:job-new"), body).content.decode()
+    errors = field_errors(html, "max_runtime_hours")
+    assert f"must be at most {MAX_RUNTIME_S // 3600} hours." in errors
+    assert str(MAX_RUNTIME_S) not in html
+    assert not Job.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("overrides", "field", "message"),
     [
@@ -83,6 +100,8 @@ def test_double_submit_of_one_form_makes_one_job(org: Org, web_for: Any) -> None
         ({"command": "python 'unclosed"}, "command", "cannot split the command"),
         ({"env": "NOEQUALS"}, "env", "write KEY=value"),
         ({"env": "RANK=3"}, "env", "RANK is "),
+        # was accepted, keeping A=2
+        ({"env": "A=1\nB=x\n A=2"}, "env", "line 3: A is already set on line 1"),
         ({"replicas": 0}, "replicas", "greater than or equal to 1"),
     ],
     ids=[
@@ -94,6 +113,7 @@ def test_double_submit_of_one_form_makes_one_job(org: Org, web_for: Any) -> None
         "command-quotes",
         "env-syntax",
         "env-reserved",
+        "env-duplicate",
         "replicas",
     ],
 )

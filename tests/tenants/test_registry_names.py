@@ -92,6 +92,31 @@ def test_an_entry_without_a_registry_host_or_with_a_tag_is_refused(entry: str) -
         entry_normalise(entry)
 
 
+def _example(entry: str) -> str:
+    """The example a refusal for a missing registry host gives ("... (e.g. X or ...")."""
+    with pytest.raises(ValueError, match="does not start with a registry host") as refusal:
+        entry_normalise(entry)
+    return str(refusal.value).rsplit("(e.g. ", 1)[1].split(" or ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("entry", "example"),
+    [
+        ("pytorch", "docker.io/pytorch"),
+        ("myteam/models", "docker.io/myteam/models"),
+        ("not a host!!", "docker.io/pytorch"),  # "docker.io/not a host!!" is no entry
+        ("PyTorch", "docker.io/pytorch"),
+        ("a" * 41, "docker.io/pytorch"),  # cut short, it would name another account
+    ],
+    ids=["a-hub-account", "a-hub-path", "not-a-name", "upper-case", "too-long"],
+)
+def test_the_refusal_of_an_entry_without_a_host_gives_a_valid_example(
+    entry: str, example: str
+) -> None:
+    assert _example(entry) == example
+    assert entry_normalise(example) == example
+
+
 # --- properties --------------------------------------------------------------------------
 
 label = st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True)
@@ -151,3 +176,13 @@ def test_an_entry_allows_exactly_the_repositories_below_it(
     )
     # The same entry followed by more characters in its last component never allows it.
     assert not allows(entry_normalise(entry), image_name(f"{entry}{extra}x/{path}"))
+
+
+@given(entry=st.text(max_size=60))
+def test_every_example_a_refusal_gives_is_an_entry(entry: str) -> None:
+    try:
+        entry_normalise(entry)
+    except ValueError as refusal:
+        if "does not start with a registry host" in str(refusal):
+            example = _example(entry)
+            assert entry_normalise(example) == example
