@@ -24,6 +24,7 @@ import yaml
 
 from cli import capacity, cluster, clusters, logs, quota_requests, rate_cards, what_ifs, when
 from cli.client import ApiError, Client, ConnectionFailed
+from cli.files import load_yaml
 from cli.usage import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -156,7 +157,7 @@ def cmd_quotas(args: argparse.Namespace, client: Client, out: TextIO) -> None:
 def read_spec(path: str) -> dict[str, Any]:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        spec = yaml.safe_load(text)
+        spec = load_yaml(text)
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read the spec {path}: {exc}") from None
     if not isinstance(spec, dict):

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import yaml
 
 from cli.client import Client
+from cli.files import load_yaml
 from cli.usage import UsageError, tenant_id
 
 Emit = Callable[[argparse.Namespace, Any, Sequence[str] | None, TextIO], None]
@@ -92,7 +93,7 @@ def read_proposal(path: str) -> dict[str, Any]:
     `changes` (and `scope`, `window_days`)."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read the proposal {path}: {exc}") from None
     if isinstance(data, list):

@@ -9,7 +9,14 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tenants.api.serializers import QuotaValuesIn, StrictInputSerializer, VisibleTenantField
+from tenants.api.serializers import (
+    MAX_QUOTA_MILLI,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+    QuotaValuesIn,
+    StrictInputSerializer,
+    VisibleTenantField,
+)
 from tenants.approval_rules import policy_describe
 from tenants.models import (
     ApprovalPolicy,
@@ -137,22 +144,30 @@ class QuotaRequestIn(QuotaValuesIn):
 
     guaranteed_milli = serializers.IntegerField(
         min_value=0,
-        max_value=10**12,
+        max_value=MAX_QUOTA_MILLI,
         required=False,
         help_text="Required when the tenant has no such quota yet.",
     )
     limit_milli = serializers.IntegerField(
         min_value=0,
-        max_value=10**12,
+        max_value=MAX_QUOTA_MILLI,
         required=False,
         help_text="Required when the tenant has no such quota yet.",
     )
     lend_limit_milli = serializers.IntegerField(
-        min_value=0, max_value=10**12, required=False, allow_null=True, help_text="null: none."
+        min_value=0,
+        max_value=MAX_QUOTA_MILLI,
+        required=False,
+        allow_null=True,
+        help_text="null: none.",
     )
-    weight = serializers.FloatField(min_value=0.001, max_value=10000, required=False)
+    weight = serializers.FloatField(min_value=MIN_WEIGHT, max_value=MAX_WEIGHT, required=False)
     user_limit_milli = serializers.IntegerField(
-        min_value=0, max_value=10**12, required=False, allow_null=True, help_text="null: none."
+        min_value=0,
+        max_value=MAX_QUOTA_MILLI,
+        required=False,
+        allow_null=True,
+        help_text="null: none.",
     )
     tenant = VisibleTenantField()
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())

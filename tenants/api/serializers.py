@@ -292,15 +292,23 @@ class QuotaOut(serializers.ModelSerializer):
         ]
 
 
+# A quota's bounds, one place for every input that sets or proposes one (the quota itself, a
+# quota request, a what-if's proposal reads them from QuotaValuesIn).
+MAX_QUOTA_MILLI = 10**12
+MIN_WEIGHT, MAX_WEIGHT = 0.001, 10000
+
+
 class QuotaValuesIn(StrictInputSerializer):
-    guaranteed_milli = serializers.IntegerField(min_value=0, max_value=10**12)
-    limit_milli = serializers.IntegerField(min_value=0, max_value=10**12)
+    guaranteed_milli = serializers.IntegerField(min_value=0, max_value=MAX_QUOTA_MILLI)
+    limit_milli = serializers.IntegerField(min_value=0, max_value=MAX_QUOTA_MILLI)
     lend_limit_milli = serializers.IntegerField(
-        min_value=0, max_value=10**12, required=False, allow_null=True, default=None
+        min_value=0, max_value=MAX_QUOTA_MILLI, required=False, allow_null=True, default=None
     )
-    weight = serializers.FloatField(min_value=0.001, max_value=10000, required=False, default=1.0)
+    weight = serializers.FloatField(
+        min_value=MIN_WEIGHT, max_value=MAX_WEIGHT, required=False, default=1.0
+    )
     user_limit_milli = serializers.IntegerField(
-        min_value=0, max_value=10**12, required=False, allow_null=True, default=None
+        min_value=0, max_value=MAX_QUOTA_MILLI, required=False, allow_null=True, default=None
     )
 
 

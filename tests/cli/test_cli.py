@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from cli.client import _flatten
+from cli.files import load_yaml
 from cli.main import main
 from scheduler.models import Job, JobState
 from tests.conftest import Org, job_spec
@@ -122,6 +123,30 @@ def test_an_unknown_pool_is_refused_naming_the_known_ones(
     assert code == 1
     assert "spec.pools: unknown pool 'nope'; known pools" in err and "): spot." in err
     assert Job.objects.count() == 0
+
+
+def test_a_spec_file_giving_a_key_twice_is_refused_before_anything_is_sent(
+    logged_in: Any, org: Org, tmp_path: Path
+) -> None:
+    # YAML's reading kept the last (A=2, silently), where the API refuses a JSON body that
+    # repeats a key
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(
+        "name: twice\ntype: training\nimage: registry.example.com/nlp/bert:1.2\n"
+        "command: [python, train.py]\nresources: {gpus: 1}\n"
+        "env:\n  A: '1'\n  A: '2'\n"
+    )
+    code, _, err = logged_in("submit", str(spec_file), "--project", "proj-alpha")
+    assert code == 2, err
+    assert "cannot read the spec" in err and "'A' is given twice (lines 7 and 8)" in err
+    assert Job.objects.count() == 0
+    # keys alike in different mappings, and YAML's merge key, are no repeats
+    assert load_yaml("a: {x: 1}\nb: {x: 2}\nbase: &b {y: 1}\nc: {<<: *b, z: 2}\n") == {
+        "a": {"x": 1},
+        "b": {"x": 2},
+        "base": {"y": 1},
+        "c": {"y": 1, "z": 2},
+    }
 
 
 def test_other_teams_job_is_not_found(logged_in: Any, org: Org) -> None:
