@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 from django.core.management import call_command
@@ -87,7 +88,11 @@ def test_the_seeded_requests_emails_link_to_the_port_make_run_serves_on(
     assert texts and all("http://127.0.0.1:8123/approvals/" in t for t in texts), texts
     assert settings.GANTRY_BASE_URL == "http://127.0.0.1:8000"  # this process's, as it was
     make = subprocess.run(
-        ["make", "-n", "run", "PORT=8123"], capture_output=True, text=True, check=True
+        ["make", "-n", "run", "PORT=8123"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],  # the repository's Makefile
     ).stdout
     assert "manage.py seed_demo --host 127.0.0.1 --port 8123" in make
 
