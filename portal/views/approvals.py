@@ -27,14 +27,25 @@ from tenants.selectors import approval_list_inbox, approval_list_visible
 PAGE_SIZE = 25
 
 
-def with_team_usage(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
+def _jobs_asked(requests: list[ApprovalRequest]) -> dict[int, Job]:
+    """The jobs the job requests ask to run, by id: one read (their flavors and spec)."""
+    job_ids = [r.subject_id for r in requests if r.kind == ApprovalKind.JOB]
+    return Job.objects.only("pk", "flavors", "spec").in_bulk(job_ids) if job_ids else {}
+
+
+def with_decision_context(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
+    """`with_team_usage` and `with_attempts`, on one read of the jobs."""
+    jobs = _jobs_asked(requests)
+    return with_attempts(with_team_usage(requests, jobs), jobs)
+
+
+def with_team_usage(requests: list[ApprovalRequest], jobs: dict[int, Job]) -> list[ApprovalRequest]:
     """Set `team_usage` on each request: its team's quota rows (guarantee, limit, in use now)
     for the models it asks for: a quota request's flavor, a job's allowed flavors (every
-    flavor the team has quota for when the job allows any). One read of the jobs and one of
-    the quotas and their use, however many requests; the approver may decide for the team,
-    so they may see its quota."""
-    job_ids = [r.subject_id for r in requests if r.kind == ApprovalKind.JOB]
-    flavors_of_job = dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "flavors"))
+    flavor the team has quota for when the job allows any), `jobs` the requests' own
+    (`_jobs_asked`). One read of the quotas and their use, however many requests; the
+    approver may decide for the team, so they may see its quota."""
+    flavors_of_job = {pk: job.flavors for pk, job in jobs.items()}
     tenants = list({r.tenant_id: r.tenant for r in requests}.values())
     rows: dict[int, list[QuotaRow]] = {}
     for row in quota_rows(tenants):
@@ -51,13 +62,14 @@ def with_team_usage(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
     return requests
 
 
-def with_attempts(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
+def with_attempts(
+    requests: list[ApprovalRequest], jobs: dict[int, Job] | None = None
+) -> list[ApprovalRequest]:
     """Set `attempts` on each job request: the most attempts its job may make, which its
     GPU-hour figure (`payload.est_gpu_hours`, every attempt's) counts; None on a quota
-    request. One read of the jobs, however many requests."""
-    job_ids = [r.subject_id for r in requests if r.kind == ApprovalKind.JOB]
-    jobs = Job.objects.filter(pk__in=job_ids).only("pk", "spec") if job_ids else []
-    attempts = {job.pk: job_attempts_max(job) for job in jobs}
+    request. `jobs`: the requests' own when read already, else one read of them."""
+    jobs = _jobs_asked(requests) if jobs is None else jobs
+    attempts = {pk: job_attempts_max(job) for pk, job in jobs.items()}
     for request in requests:
         found = attempts.get(request.subject_id) if request.kind == ApprovalKind.JOB else None
         request.attempts = found  # type: ignore[attr-defined]
@@ -66,7 +78,7 @@ def with_attempts(requests: list[ApprovalRequest]) -> list[ApprovalRequest]:
 
 def inbox_for(user: Any) -> list[ApprovalRequest] | None:
     """The user's pending requests, or None for users who never decide anything."""
-    requests = with_attempts(with_team_usage(list(approval_list_inbox(user)[:100])))
+    requests = with_decision_context(list(approval_list_inbox(user)[:100]))
     requests = with_whatifs(user, requests)
     if requests or _decides_anything(user):
         return requests
@@ -88,7 +100,7 @@ def access_approval(user: Any, pk: int) -> ApprovalRequest:
 @login_required
 @require_GET
 def approval_inbox(request: HttpRequest) -> HttpResponse:
-    rows = with_attempts(with_team_usage(list(approval_list_inbox(request.user)[:200])))
+    rows = with_decision_context(list(approval_list_inbox(request.user)[:200]))
     rows = with_whatifs(request.user, rows)
     return render(request, "portal/approvals/inbox.html", {"requests": rows})
 

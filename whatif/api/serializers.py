@@ -8,23 +8,15 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.api.serializers import StrictInputSerializer
-from tenants.api.serializers import PRIORITY_BOUND, QuotaValuesIn
+from tenants.api.serializers import MAX_QUOTA_MILLI, MAX_WEIGHT, MIN_WEIGHT, PRIORITY_BOUND
 from whatif.models import MAX_WINDOW_DAYS, WhatIf
 from whatif.present import results_for
 
 KINDS = [("quota", "quota"), ("priority_class", "priority_class")]
 
-
-def _quota_bounds(field: str) -> tuple[Any, Any]:
-    """(least, most) of a quota field as `PATCH /quotas/` takes it: a what-if proposes only
-    a setting that could then be made, so its bounds are read from the quota's serializer
-    (one number each, never a copy that drifts from it)."""
-    quota_field = QuotaValuesIn().fields[field]
-    return quota_field.min_value, quota_field.max_value  # type: ignore[attr-defined]
-
-
-MAX_MILLI = _quota_bounds("limit_milli")[1]
-WEIGHT_MIN, WEIGHT_MAX = _quota_bounds("weight")
+# A what-if proposes only a setting that could then be made: the quota's own bounds.
+MAX_MILLI = MAX_QUOTA_MILLI
+WEIGHT_MIN, WEIGHT_MAX = MIN_WEIGHT, MAX_WEIGHT
 
 
 class ChangeIn(StrictInputSerializer):
