@@ -39,6 +39,12 @@ _BINDING = {"state": S.BINDING, "reason": ""}
 BIND_FAILED = "bind_failed"  # the kind of a failed bind's event, counted for its limit
 
 
+class _NotSent(Exception):
+    """A call its thread did not send: another call of its gang had failed by then. Told
+    apart from a call that succeeded, so a held pod never admitted is not taken as admitted
+    (and deleted at the commit: the user's pod made again under its name)."""
+
+
 @dataclass
 class Outcome:
     bound: dict[int, list[int]] = field(default_factory=dict)
@@ -147,7 +153,7 @@ class _Binding:
 
         def send() -> None:
             if call.job_id in out.failed:
-                return  # another pod of its gang failed: nothing more is sent for it
+                raise _NotSent  # another pod of its gang failed: nothing more is sent for it
             if call.step == "create":
                 cluster.create_from_thread(call.what)
             elif call.step == "bind":
@@ -185,6 +191,8 @@ class _Binding:
                 raise error
             return
         job_id, out = call.job_id, self.out
+        if isinstance(error, _NotSent):
+            return  # its job failed already, and nothing more is sent for it
         if error is not None:
             if not isinstance(error, BackendError | BindConflict):
                 raise error  # LeaseLost, or a bug: the cycle ends here

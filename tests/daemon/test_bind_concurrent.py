@@ -18,6 +18,7 @@ import pytest
 from scheduler.backends.base import BackendError, BindConflict, PodRequest
 from scheduler.daemon.apply import Plan
 from scheduler.daemon.bind import bind_plan, failed_pods
+from scheduler.daemon.calls import Call
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.lease import LeaseKeeper
 from scheduler.daemon.state import Clock
@@ -362,3 +363,45 @@ def test_a_users_held_pod_is_deleted_only_once_admitted(max_in_flight: int) -> N
     out = bind_plan(cluster_of(backend), plan, no_hook)
     assert out.admitted == {("team-a", "gantry-1-a0-r0")}
     assert failed_pods(plan, out) == [("team-a", "gantry-1-a0-r0", 0)]
+
+
+def test_a_call_its_thread_did_not_send_is_never_taken_as_an_admission(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race behind a CI failure (29a00ba): a gang's second admission reaches its thread
+    only after the first one's refusal was answered, so it is not sent. It was taken as sent
+    and admitted, and the user's pod, made again under its name, was deleted at the commit."""
+    from scheduler.daemon import bind
+
+    backend = NetworkCluster(max_in_flight=4)
+    plan = plan_of((1, 2))
+    plan.pods[1] = [held(p) for p in plan.pods[1]]
+    backend.refused[("create", "gantry-1-a0-r0")] = BindConflict("made again: not ours")
+    first_answered = threading.Event()
+    answered = bind._Binding._answered
+
+    def answered_then_told(self: bind._Binding, call: object, error: BaseException | None) -> None:
+        answered(self, call, error)  # type: ignore[arg-type]
+        if getattr(call, "what", None) == plan.pods[1][0]:
+            first_answered.set()
+
+    monkeypatch.setattr(bind._Binding, "_answered", answered_then_told)
+    cluster = cluster_of(backend)
+    send = cluster.calls.send
+
+    def second_sent_late(call: Call, fn: Callable[[], None]) -> Call:
+        if call.what == plan.pods[1][1]:
+
+            def late() -> None:
+                assert first_answered.wait(WAIT_S)
+                fn()
+
+            return send(call, late)
+        return send(call, fn)
+
+    monkeypatch.setattr(cluster.calls, "send", second_sent_late)
+    out = bind_plan(cluster, plan, no_hook)
+    assert out.failed == {1: "creating pods failed: made again: not ours"}
+    assert ("create", "gantry-1-a0-r1") not in backend.calls  # never sent
+    assert out.admitted == set()
+    assert failed_pods(plan, out) == []  # the user's pods stay, gated
