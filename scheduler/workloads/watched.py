@@ -12,7 +12,11 @@ replaces the cache (a pass that cannot list fails, and changes nothing, as befor
 of a stream is also a list (the loop's own), at least every `timeout_s`.
 
 Order: an event no newer than the list the cache holds is dropped (a late event must not
-bring back an object the list says is gone). A kind the API server does not serve (its CRD
+bring back an object the list says is gone), and a list does not undo what the watch saw after
+it was taken: a read's list is answered while the watch goes on in its own thread, so a
+creation (or deletion) the watch applied between the list's answer and its replacing the cache
+would otherwise be lost until the next relist (an object created then was not queued for up to
+`relist_s`; one deleted then not cancelled). A kind the API server does not serve (its CRD
 not installed) reads as empty and starts no watch; it is listed again at the next relist.
 """
 
@@ -60,6 +64,9 @@ class HeldCache:
         self.list_all, self.clock, self.relist_s, self.changed = list_all, clock, relist_s, changed
         self._objects: dict[str, Obj] = {}
         self._listed_rv = -1  # the version of the list the cache holds
+        # uid -> the version of its deletion, as the watch saw it: a list older than that
+        # still holds the object, and must not bring it back (`_replace`).
+        self._deleted: dict[str, int] = {}
         self._listed_at = -math.inf  # when (controller's clock) a read last listed
         self._lock = threading.Lock()
         self._relisting = threading.Lock()  # one list at a time from the readers
@@ -118,10 +125,20 @@ class HeldCache:
                 self._thread.start()
 
     def _replace(self, items: list[Obj], rv: int | None) -> None:
+        """The cache becomes the list of version `rv`, but for what the watch saw after it
+        (newer than `rv`): an object it created or changed is kept as it saw it, one it
+        deleted stays gone."""
         with self._lock:
             if rv is not None and rv < self._listed_rv:
                 return  # the loop's own list, newer, landed meanwhile
-            self._objects = {str((o.get("metadata") or {}).get("uid")): o for o in items}
+            objects = {_uid(o): o for o in items}
+            if rv is not None:
+                newer = {u: o for u, o in self._objects.items() if (version(_rv(o)) or -1) > rv}
+                objects.update(newer)
+                self._deleted = {u: gone for u, gone in self._deleted.items() if gone > rv}
+                for uid in self._deleted:
+                    objects.pop(uid, None)
+            self._objects = objects
             self._listed_rv = -1 if rv is None else rv
 
     # -- from the watch's thread ------------------------------------------------------------
@@ -138,9 +155,19 @@ class HeldCache:
                 return  # the list the cache holds already says what this says, or more
             if kind == "DELETED":
                 self._objects.pop(str(meta.get("uid")), None)
+                if rv is not None:
+                    self._deleted[str(meta.get("uid"))] = rv
             else:
                 self._objects[str(meta.get("uid"))] = obj
         self.changed.set()
+
+
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid"))
+
+
+def _rv(obj: Obj) -> object:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 class WatchedHeld:

@@ -14,7 +14,7 @@ import pytest
 from scheduler.management.commands.run_workload_controller import Command
 from scheduler.models import Job
 from scheduler.workloads.controller import WorkloadController
-from scheduler.workloads.watched import WatchedHeld
+from scheduler.workloads.watched import HeldCache, WatchedHeld
 from tests.conftest import build_org
 from tests.k8s.conftest import started_fake
 from tests.workloads.test_controller import World, create_job, job, mirrored, pod
@@ -179,3 +179,45 @@ def test_the_commands_loop_runs_the_next_pass_at_once_while_a_burst_is_left(
         timer.cancel()
     assert passes == [2, 1, 0]
     assert {mirrored(f"burst-{i}").state for i in range(3)} == {"queued"}
+
+
+def _held(uid: str, rv: int) -> dict[str, Any]:
+    return {"metadata": {"name": uid, "uid": uid, "resourceVersion": str(rv)}}
+
+
+def test_a_relist_keeps_what_the_watch_saw_while_the_list_was_answered() -> None:
+    """A read's relist runs in the pass while the watch goes on in its own thread: the watch
+    can apply a creation or a deletion newer than the list after the list was answered and
+    before it replaces the cache. The list must not undo them: on the real plane, a pod group
+    created as a relist was answered was neither queued nor refused for half a minute, until
+    its pods changed again (else up to `relist_s` later). The interleaving is forced: the
+    watch's events land inside the list call, through the handler the watch thread calls."""
+    clock = [0.0]
+    lists = [([_held("a", 3), _held("b", 4)], "5"), ([_held("a", 3), _held("b", 4)], "10")]
+    streams_may_end = threading.Event()
+
+    def list_all() -> tuple[list[dict[str, Any]], str]:
+        items, rv = lists.pop(0)
+        if rv == "10":  # answered at 10; then the watch sees c made and b deleted
+            cache._event("ADDED", _held("c", 11))
+            cache._event("DELETED", _held("b", 12))
+        return items, rv
+
+    def open_stream(rv: str, timeout_s: int) -> Any:
+        streams_may_end.wait(10)
+        raise ConnectionResetError("closed by the test")
+
+    cache = HeldCache(
+        list_all,
+        open_stream,
+        clock=lambda: clock[0],
+        relist_s=60.0,
+        changed=threading.Event(),
+    )
+    try:
+        assert sorted(o["metadata"]["name"] for o in cache.items()) == ["a", "b"]
+        clock[0] = 60.0  # the relist period: this read lists again
+        assert sorted(o["metadata"]["name"] for o in cache.items()) == ["a", "c"]
+    finally:
+        cache.close()
+        streams_may_end.set()
