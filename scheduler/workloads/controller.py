@@ -287,7 +287,10 @@ class WorkloadController:
         if self.refusals.get(uid) == why:
             return
         self.refusals[uid] = why
-        message = f"Gantry cannot queue this workload: {why}. It stays held until fixed."
+        # a reason may end its own sentence (the job spec's errors do): one full stop
+        message = (
+            f"Gantry cannot queue this workload: {why.rstrip('.')}. It stays held until fixed."
+        )
         self._write([(held.refs, "Refused", message, True)], stats)
 
     # -- 2. deleted -----------------------------------------------------------------------
@@ -390,9 +393,12 @@ class WorkloadController:
         for job in jobs:
             workload = job.spec["workload"]
             now = (job.state, job.reason)
-            if self.told.get(workload["uid"]) == now:
+            before = self.told.get(workload["uid"])
+            if before == now:
                 continue  # changed back between the two reads
             self.told[workload["uid"]] = now
+            if before is not None and _same_tell(before, now):
+                continue  # admitted, then binding: the user was told that already
             state = S(job.state)
             tells.append(
                 (
@@ -498,6 +504,15 @@ class WorkloadController:
                 self.cluster.annotate(namespace, name, about, status_annotations(reason, message))
             except Exception as error:
                 log.warning("status of %s/%s not written: %s", namespace, name, error)
+
+
+def _same_tell(before: tuple[str, str], now: tuple[str, str]) -> bool:
+    """Whether the user already read what `now` would tell: two states told with one word
+    (admitted and binding are both `Admitted`, their message the same) and the same reason.
+    A second event would repeat the first word for word in `kubectl describe`."""
+    if not before[0]:
+        return False  # nothing shown yet (`_shown`: a restarted controller tells it once more)
+    return REASONS.get(S(before[0])) == REASONS.get(S(now[0])) and before[1] == now[1]
 
 
 def _shown(held: Held, job: Job) -> tuple[str, str]:

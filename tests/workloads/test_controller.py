@@ -928,3 +928,29 @@ def test_a_pass_reads_the_platforms_configuration_once_for_all_its_submissions(
     # the queue order's and the submissions' lookups, two queries each (not two a submission)
     assert reads("tenants_prioritydefault") == 4
     assert reads("scheduler_job") >= 5  # each submission still looks for its own job
+
+
+def test_admitted_then_binding_is_told_once_not_twice_word_for_word(world: World) -> None:
+    """Admitted and binding are both told `Admitted`, with one message: a pass that saw the
+    job admitted and the next that saw it binding wrote that event twice (on the real plane,
+    every Job's `kubectl describe` listed the same Admitted line two times)."""
+    create_job(world, job("told", parallelism=1))
+    world.controller.sync()
+    queued = Job.objects.get(spec__workload__kind="Job")
+    for state in ("admitted", "binding", "running"):
+        Job.objects.filter(pk=queued.pk).update(state=state)
+        world.controller.sync()
+    told = sorted(reason for reason, _ in world.events("told"))
+    assert told == ["Admitted", "Queued", "Running"]  # each once
+
+
+def test_a_refusal_whose_reason_ends_its_sentence_reads_with_one_full_stop(world: World) -> None:
+    """The job spec's errors end with a full stop ("known classes: ... best-effort."): the
+    refusal read "best-effort.. It stays held until fixed." in `kubectl describe`."""
+    classless = job("classless", parallelism=1)
+    classless["metadata"]["labels"] = {"gantry.io/priority-class": "urgent"}
+    create_job(world, classless)
+    world.controller.sync()
+    ((reason, message),) = world.events("classless")
+    assert reason == "Refused" and "'urgent'" in message
+    assert ".." not in message and message.endswith(". It stays held until fixed.")
