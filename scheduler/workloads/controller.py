@@ -20,13 +20,17 @@ is not a deleted one.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import math
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from common.db.shared_reads import shared_reads
@@ -55,8 +59,9 @@ S = JobState
 # An object an event is about: (namespace, name, apiVersion, kind, uid).
 Ref = tuple[str, str, str, str, str]
 # What a pass tells about one workload: its objects, the reason (Queued, Admitted...), the
-# message, and whether it is a warning.
-Tell = tuple[Sequence[Ref], str, str, bool]
+# message, whether it is a warning, and whether it is news for an event (a queued job's new
+# place in the queue is written to its status annotations alone: `_report`).
+Tell = tuple[Sequence[Ref], str, str, bool, bool]
 
 # The event's reason (CamelCase, as Kubernetes writes them) for each state of the job.
 REASONS = {
@@ -90,6 +95,18 @@ MAX_TELLS = 1000
 # thousands is queued over several passes, and what arrives meanwhile is queued in class order
 # among what is left, not after the whole burst.
 QUEUEING_BUDGET_S = 1.0
+# A queued workload's place (its position in its team's queue, its estimated start to the
+# minute) as its status annotation shows it is rewritten when it changed, at most once per
+# PLACE_EVERY_S per workload, and at most PLACES_PER_S a second in all (a long queue's places
+# move at every admission ahead: each rewrite is a call to the API server). Events are not
+# written for it: `kubectl describe` would fill with them.
+PLACE_EVERY_S = 60.0
+# A workload Gantry could not queue is tried again when it changes, or after this long (what
+# refused it may be the platform's to fix: a priority class or a membership not made yet, a
+# node the cluster lacks), not at every pass: each try is a whole submission.
+REFUSED_RETRY_S = 30.0
+PLACES_PER_S = 5.0
+PLACES_BURST = 50
 
 
 class Teller(Protocol):
@@ -126,7 +143,7 @@ class HeldObjects(Teller, Protocol):
 class SyncStats:
     listed: int = 0
     mirrored: int = 0
-    refused: int = 0
+    refused: int = 0  # refusals told this pass (the same one again is not counted)
     cancelled: int = 0
     events: int = 0
     # new workloads left for the next pass, this one's queueing budget spent: the loop runs
@@ -146,6 +163,25 @@ class Held:
     @property
     def refs(self) -> list[Ref]:
         return [_ref(o, str(o.get("apiVersion") or "v1"), self.kind) for o in self.objects]
+
+
+def _versions(held: Held) -> tuple[str, ...]:
+    """What the user wrote of `held`'s objects (and its owner's): labels, annotations but
+    Gantry's status, and spec, as a digest each. Not the resource version: Gantry's own
+    status annotations change it when they tell the refusal."""
+    objects = (*held.objects, *([held.owner] if held.owner is not None else []))
+    return tuple(_written(o) for o in objects)
+
+
+def _written(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in STATUS_KEYS}
+    mine = {"labels": meta.get("labels"), "annotations": notes, "spec": obj.get("spec")}
+    text = json.dumps(mine, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+STATUS_KEYS = frozenset({ANNOTATION_STATUS, ANNOTATION_REASON})
 
 
 def _ref(obj: Obj, api_version: str, kind: str) -> Ref:
@@ -168,6 +204,14 @@ class WorkloadController:
     told: dict[str, tuple[str, str]] = field(default_factory=dict)
     refusals: dict[str, str] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    # A queued workload's place as its annotations show it, and when it was written
+    # (`monotonic`); `_place_allowance`: the rewrites the rate allows now (`_report`).
+    placed: dict[str, tuple[Place, float]] = field(default_factory=dict)
+    _place_allowance: float = field(default=PLACES_BURST, repr=False)
+    _place_checked: float | None = field(default=None, repr=False)
+    # A refused workload's objects as the user wrote them (`_versions`), and when
+    # (`monotonic`) it was last tried (`_resting`).
+    refused_at: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)
     queueing_budget_s: float = QUEUEING_BUDGET_S
     monotonic: Callable[[], float] = time.monotonic
     # Tell without waiting (the deployed loop; see _tell_all).
@@ -197,6 +241,7 @@ class WorkloadController:
         gone = {id(o) for o in orphans}  # their set deleted: their group's job is cancelled
         pods = [p for p in pods if id(p) not in gone]
         self.ended &= set(workloads)  # forgotten once they are gone
+        self.refused_at = {u: v for u, v in self.refused_at.items() if u in workloads}
         self._queue_new(workloads, stats)
         present = {(str(at(p, ("metadata", "namespace"))), _name(p)): _uid(p) for p in pods}
         self._end_deleted(present, set(workloads), stats)
@@ -236,7 +281,12 @@ class WorkloadController:
         (`scheduler.workloads.order`: a burst is queued as the queue would serve it), for at
         most the queueing budget (one at least): the rest wait for the next pass, which lists
         again, so a higher class created during a long burst is queued before its lower ones."""
-        new = [(uid, held.objects[0]) for uid, held in workloads.items() if not self._known(uid)]
+        now = self.monotonic()
+        new = [
+            (uid, held.objects[0])
+            for uid, held in workloads.items()
+            if not self._known(uid) and not self._resting(uid, held, now)
+        ]
         ordered = queue_order(new, class_values([o for _, o in new])) if len(new) > 1 else []
         deadline = self.monotonic() + self.queueing_budget_s
         # The pass's submissions read the platform's configuration once (common/db/shared_reads)
@@ -250,6 +300,13 @@ class WorkloadController:
     def _known(self, uid: str) -> bool:
         return uid in self.told or uid in self.ended
 
+    def _resting(self, uid: str, held: Held, now: float) -> bool:
+        """Refused, unchanged since, and tried within REFUSED_RETRY_S."""
+        tried = self.refused_at.get(uid)
+        if tried is None or tried[0] != _versions(held):
+            return False
+        return now - tried[1] < REFUSED_RETRY_S
+
     def _mirror(self, uid: str, held: Held, stats: SyncStats) -> None:
         try:
             mirrored: Mirrored
@@ -260,6 +317,7 @@ class WorkloadController:
                 owner = held.owner
                 mirrored = mirror_pods(held.objects, gpu_resource=self.gpu_resource, owner=owner)
         except Refused as refusal:
+            self.refused_at[uid] = (_versions(held), self.monotonic())
             self._refused(uid, held, str(refusal), stats)
             return
         except BackendError as error:  # its runtime could not be read: the next pass reads it
@@ -267,6 +325,7 @@ class WorkloadController:
             return
         stats.mirrored += int(mirrored.created)
         self.refusals.pop(uid, None)
+        self.refused_at.pop(uid, None)
         # Found again after a restart: told once more, unless the object shows it already.
         self.told[uid] = _shown(held, mirrored.job)
 
@@ -283,15 +342,17 @@ class WorkloadController:
         return shape_trainjob(obj, self.gpu_resource, runtime)
 
     def _refused(self, uid: str, held: Held, why: str, stats: SyncStats) -> None:
-        stats.refused += 1
+        """Tell why `held` cannot be queued, once per reason (`stats.refused` counts the
+        refusals told: the same one found again is no news)."""
         if self.refusals.get(uid) == why:
             return
+        stats.refused += 1
         self.refusals[uid] = why
         # a reason may end its own sentence (the job spec's errors do): one full stop
         message = (
             f"Gantry cannot queue this workload: {why.rstrip('.')}. It stays held until fixed."
         )
-        self._write([(held.refs, "Refused", message, True)], stats)
+        self._write([(held.refs, "Refused", message, True, True)], stats)
 
     # -- 2. deleted -----------------------------------------------------------------------
 
@@ -375,43 +436,79 @@ class WorkloadController:
 
     def _report(self, stats: SyncStats) -> None:
         """An event for each workload whose job changed since it was last told (jobs ended
-        since the last pass are told once more: their end is news)."""
+        since the last pass are told once more: their end is news), and the status
+        annotations of the queued ones whose place in the queue moved (`_moves`)."""
         uids = list(self.told)
         if not uids:
             return
-        # What each job is now, in three columns (every told job is read each pass); the
-        # changed ones are then read whole, with their estimates.
+        # What each job is now, in a few columns (every told job is read each pass); the
+        # changed and moved ones are then read whole, with their estimates.
         rows = Job.objects.filter(spec__workload__uid__in=uids).values_list(
-            "pk", "state", "reason", "spec__workload__uid"
+            "pk", "state", "reason", "spec__workload__uid", *PLACE_COLUMNS
         )
-        changed = [pk for pk, *now, uid in rows if self.told.get(uid) != tuple(now)]
-        if not changed:
+        changed, queued = [], []
+        for pk, state, reason, uid, *place in rows:
+            if self.told.get(uid) != (state, reason):
+                changed.append(pk)
+            elif state == S.QUEUED and place[0] is not None:
+                queued.append((pk, uid, _place(*place)))
+        moved = self._moves(queued)
+        if not (changed or moved):
             return
-        jobs = list(Job.objects.filter(pk__in=changed).select_related("project").order_by("pk"))
-        estimates = {e.job_id: e for e in JobQueueEstimate.objects.filter(job__in=changed)}
-        tells = []
+        wanted = [*changed, *moved]
+        jobs = list(Job.objects.filter(pk__in=wanted).select_related("project").order_by("pk"))
+        estimates = {e.job_id: e for e in JobQueueEstimate.objects.filter(job__in=wanted)}
+        tells: list[Tell] = []
         for job in jobs:
             workload = job.spec["workload"]
+            uid, estimate = workload["uid"], estimates.get(job.pk)
             now = (job.state, job.reason)
-            before = self.told.get(workload["uid"])
-            if before == now:
+            before = self.told.get(uid)
+            news = before != now
+            if not news and job.pk not in moved:
                 continue  # changed back between the two reads
-            self.told[workload["uid"]] = now
-            if before is not None and _same_tell(before, now):
-                continue  # admitted, then binding: the user was told that already
+            self.told[uid] = now
             state = S(job.state)
+            if state == S.QUEUED and estimate is not None:
+                self.placed[uid] = (_place_of(estimate), self.monotonic())
+            else:
+                self.placed.pop(uid, None)
+            if news and before is not None and _same_tell(before, now):
+                continue  # admitted, then binding: the user was told that already
             tells.append(
                 (
                     _refs(workload),
                     REASONS.get(state, "Changed"),
-                    describe(job, estimates.get(job.pk)),
+                    describe(job, estimate),
                     state in WARNINGS or (state in DAEMONS_TO_END and bool(job.reason)),
+                    news,
                 )
             )
             if state in FINAL_STATES:
-                del self.told[workload["uid"]]
-                self.ended.add(workload["uid"])
+                del self.told[uid]
+                self.ended.add(uid)
         self._tell_all(tells, stats)
+
+    def _moves(self, queued: Sequence[tuple[int, str, Place]]) -> set[int]:
+        """The queued jobs (pk, workload uid, place now) whose annotations are rewritten now:
+        those whose place changed since it was written, not within PLACE_EVERY_S of that,
+        never shown a place first, then the longest shown, as many as the rate allows."""
+        now = self.monotonic()
+        if self._place_checked is not None:
+            earned = (now - self._place_checked) * PLACES_PER_S
+            self._place_allowance = min(PLACES_BURST, self._place_allowance + earned)
+        self._place_checked = now
+        due = []
+        for pk, uid, place in queued:
+            shown = self.placed.get(uid)
+            if shown is None:
+                due.append((-math.inf, pk))
+            elif shown[0] != place and now - shown[1] >= PLACE_EVERY_S:
+                due.append((shown[1], pk))
+        due.sort()
+        taken = due[: int(self._place_allowance)]
+        self._place_allowance -= len(taken)
+        return {pk for _, pk in taken}
 
     def _tell_all(self, tells: Sequence[Tell], stats: SyncStats) -> None:
         """Each (refs, reason, message, warning) told (an event and the status annotations:
@@ -481,12 +578,19 @@ class WorkloadController:
         self._unsent.clear()
 
     def _write(self, tells: Sequence[Tell], stats: SyncStats) -> None:
-        """One object's tells, oldest first: an event for each (a run of one reason, such as
-        Queued, as the last of it: the place and estimate it gave before are out of date), then
-        the status annotations once, as the last tell says."""
-        kept = [t for t, after in zip(tells, [*tells[1:], None], strict=True)
-                if after is None or after[1] != t[1]]  # fmt: skip
-        for refs, reason, message, warning in kept:
+        """One object's tells, oldest first: an event for each that is news (a run of one
+        reason, such as Queued, as the last of it: the place and estimate it gave before are
+        out of date; news if any of the run was), then the status annotations once, as the
+        last tell says."""
+        kept: list[Tell] = []
+        for tell in tells:
+            if kept and kept[-1][1] == tell[1]:
+                kept[-1] = (*tell[:4], tell[4] or kept[-1][4])
+            else:
+                kept.append(tell)
+        for refs, reason, message, warning, news in kept:
+            if not news:
+                continue  # a queued job's new place: its annotations alone
             for namespace, name, api_version, kind, uid in refs:
                 try:
                     self.cluster.record_event(
@@ -497,7 +601,7 @@ class WorkloadController:
                     log.warning("event on %s/%s not written: %s", namespace, name, error)
         if not kept:
             return
-        refs, reason, message, _ = kept[-1]
+        refs, reason, message, _, _ = kept[-1]
         for namespace, name, api_version, kind, uid in refs:
             about = (api_version, kind, uid)
             try:  # the same, kept current on the object (scheduler/workloads/status.py)
@@ -542,6 +646,24 @@ def _refs(workload: dict[str, Any]) -> list[Ref]:
     return [(namespace, n, "v1", "Pod", u) for n, u in zip(workload["pods"], uids, strict=True)]
 
 
+# A queued job's place, as its annotation shows it: its position in its team's queue, and its
+# estimated start to the minute ("" when none).
+Place = tuple[int, str]
+# The columns of a job's place, read with its state each pass (`_report`).
+PLACE_COLUMNS = ("queue_estimate__position_tenant", "queue_estimate__eta_p50")
+
+
+def _place(position: int, p50: datetime | None) -> Place:
+    return (position, p50.strftime(MINUTE) if p50 is not None else "")
+
+
+def _place_of(estimate: JobQueueEstimate) -> Place:
+    return _place(estimate.position_tenant, estimate.eta_p50)
+
+
+MINUTE = "%Y-%m-%d %H:%M UTC"
+
+
 def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:
     """What the user reads in `kubectl describe`: the job, its state and why, in plain words."""
     head = f"Gantry job {job.pk} in project {job.project.slug}"
@@ -554,7 +676,7 @@ def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:
         if estimate is not None:
             text += f" Position {estimate.position_tenant} in the team's queue"
             if estimate.eta_p50 is not None:
-                p50 = estimate.eta_p50.strftime("%Y-%m-%d %H:%M UTC")
+                p50 = estimate.eta_p50.strftime(MINUTE)
                 text += f", estimated start {p50}"
             text += "."
         return text

@@ -9,6 +9,7 @@ import copy
 import io
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import jsonpatch
@@ -17,6 +18,7 @@ import yaml
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
@@ -24,7 +26,7 @@ from scheduler.backends.retry import RetryPolicy
 from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.leader import Lease
-from scheduler.models import Allocation, Job
+from scheduler.models import Allocation, Job, JobQueueEstimate
 from scheduler.workloads import controller as controller_module
 from scheduler.workloads import order, status
 from scheduler.workloads.controller import WorkloadController
@@ -954,3 +956,107 @@ def test_a_refusal_whose_reason_ends_its_sentence_reads_with_one_full_stop(world
     ((reason, message),) = world.events("classless")
     assert reason == "Refused" and "'urgent'" in message
     assert ".." not in message and message.endswith(". It stays held until fixed.")
+
+
+def test_a_queued_objects_annotation_shows_its_place_and_start_as_they_move(world: World) -> None:
+    """`kubectl get` shows where a waiting Job stands (issue 37): its Queued event is told
+    before the daemon's first estimate; the estimate, when it comes, and each later change
+    of place are written to the status annotation (no event each: `kubectl describe` would
+    fill with them), at most once a minute per object."""
+    now = [1000.0]
+    world.controller.monotonic = lambda: now[0]
+    create_job(world, job("waits"))
+    world.controller.sync()
+    queued = _job_named("waits")
+    assert queued.state == "queued"
+
+    def annotation() -> str:
+        obj = world.fake.get("jobs", world.namespace, "waits")
+        return str(obj["metadata"]["annotations"][status.ANNOTATION_REASON])
+
+    assert "Position" not in annotation()  # no estimate yet
+    start = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=30)
+    estimate = JobQueueEstimate.objects.create(
+        job=queued,
+        position_tenant=3,
+        position_cluster=7,
+        eta_p50=start,
+        eta_p90=start + timedelta(minutes=20),
+        estimated_at=timezone.now(),
+        computed_at=timezone.now(),
+    )
+    world.controller.sync()
+    shown = f"Position 3 in the team's queue, estimated start {start:%Y-%m-%d %H:%M} UTC."
+    assert shown in annotation()
+    estimate.position_tenant, estimate.eta_p50 = 2, start - timedelta(minutes=10)
+    estimate.save()
+    now[0] += 30.0
+    world.controller.sync()
+    assert shown in annotation()  # within the minute: not written again
+    now[0] += 31.0
+    world.controller.sync()
+    moved = f"Position 2 in the team's queue, estimated start {start - timedelta(minutes=10):%H:%M}"
+    assert moved.split(", estimated start ")[0] in annotation()
+    assert f"{start - timedelta(minutes=10):%H:%M} UTC" in annotation()
+    queued_events = [m for r, m in world.events("waits") if r == "Queued"]
+    assert len(queued_events) == 1 and "Position" not in queued_events[0]
+    assert world.events("waits") == [("Queued", queued_events[0])]
+
+
+def test_places_are_rewritten_at_a_bounded_rate_those_never_shown_first() -> None:
+    """A long queue's places move at every admission ahead: at most PLACES_BURST rewrites at
+    once, then PLACES_PER_S a second, the jobs never shown a place before those shown longest."""
+    now = [0.0]
+    teller = WorkloadController(cluster=None, monotonic=lambda: now[0])  # type: ignore[arg-type]
+    shown_long_ago = {f"old-{i}": ((1, "x"), -500.0 + i) for i in range(10)}
+    teller.placed.update(shown_long_ago)
+    queued = [(i, f"new-{i}", (i, "")) for i in range(60)]
+    queued += [(100 + i, f"old-{i}", (2, "y")) for i in range(10)]
+    first = teller._moves(queued)
+    assert first == set(range(controller_module.PLACES_BURST))  # never shown, in order
+    now[0] += 1.0
+    second = teller._moves([q for q in queued if q[0] not in first])
+    assert len(second) == int(controller_module.PLACES_PER_S)
+    assert second == {50, 51, 52, 53, 54}
+    teller.placed.update({f"new-{i}": ((i, ""), 0.0) for i in range(60)})
+    now[0] += 100.0  # the allowance is full again; the old ones, shown longest ago, first
+    third = teller._moves(queued)
+    assert third == set(range(100, 110))  # the new ones' places have not moved
+
+
+def test_a_refused_workload_is_tried_again_when_it_changes_or_after_a_while_not_every_pass(
+    world: World,
+) -> None:
+    """A Job Gantry cannot queue (an unknown priority class) is told once and tried again
+    when the user changes it, or after REFUSED_RETRY_S (an admin may make the class): not at
+    every pass, each a whole submission, and each logged as a refusal (it was, every 2 s)."""
+    now = [0.0]
+    world.controller.monotonic = lambda: now[0]
+    tries = []
+    real = controller_module.mirror_object
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        tries.append(now[0])
+        return real(*args, **kwargs)
+
+    body = job("urgent")
+    body["metadata"]["labels"] = {"gantry.io/priority-class": "urgent"}
+    create_job(world, body)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(controller_module, "mirror_object", counted)
+        assert world.controller.sync().refused == 1
+        now[0] += 2.0
+        assert world.controller.sync().refused == 0  # not tried, nor counted again
+        assert len(tries) == 1
+        obj = world.fake.get("jobs", world.namespace, "urgent")
+        obj["metadata"]["labels"]["gantry.io/priority-class"] = "nope"
+        world.fake.replace("jobs", world.namespace, "urgent", obj)
+        assert world.controller.sync().refused == 1  # changed: tried, a new reason told
+        assert len(tries) == 2
+        now[0] += controller_module.REFUSED_RETRY_S
+        world.controller.sync()  # unchanged, but long enough: tried again
+        assert len(tries) == 3
+    refused = [m for r, m in world.events("urgent") if r == "Refused"]
+    assert len(refused) == 2  # in the fake's order, not the order written
+    assert {"'urgent'", "'nope'"} == {w for m in refused for w in ("'urgent'", "'nope'") if w in m}
+    assert not Job.objects.filter(name="urgent").exists()

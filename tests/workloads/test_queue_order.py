@@ -62,7 +62,7 @@ def test_a_passs_changes_are_told_many_at_once() -> None:
     cluster = SlowCluster()
     controller = WorkloadController(cluster)  # type: ignore[arg-type]
     tells = [
-        ([("ns", f"job-{i}", "batch/v1", "Job", f"uid-{i}")], "Admitted", "admitted", False)
+        ([("ns", f"job-{i}", "batch/v1", "Job", f"uid-{i}")], "Admitted", "admitted", False, True)
         for i in range(8)
     ]
     stats = SyncStats()
