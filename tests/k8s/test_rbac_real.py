@@ -581,8 +581,10 @@ class Recording:
 def _backend(api: client.ApiClient) -> tuple[KubernetesBackend, Recording]:
     """The backend with `api`'s credentials; the Recording notes the methods it takes of each
     of its clients."""
+    # Retried as deployed: the plane is shared, and a CRD another test installs answers 429
+    # ("storage is (re)initializing", Retry-After 1 s) for a moment (seen in a run here).
     backend = KubernetesBackend(
-        api, KubernetesConfig(request_timeout_s=10.0), policy=RetryPolicy(attempts=1)
+        api, KubernetesConfig(request_timeout_s=10.0), policy=RetryPolicy(attempts=5)
     )
     recording = Recording(backend.core)
     backend.core = recording  # type: ignore[assignment]
