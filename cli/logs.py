@@ -14,15 +14,17 @@ from cli.client import ApiError, Client, ConnectionFailed
 
 FINAL_STATES = {"succeeded", "failed", "cancelled"}
 POLL_S = 2.0
-POD_COLUMNS = ["attempt", "replica", "node", "gpus", "bound_at", "ended_at", "end_reason"]
+# "devices": which GPUs of its node the pod holds, by index (a count there read as none: "0").
+POD_COLUMNS = ["attempt", "replica", "node", "devices", "bound_at", "ended_at", "end_reason"]
 # Stands in for time.sleep; tests replace it so that following takes no wall-clock time.
 sleep: Callable[[float], None] = time.sleep
 
 
-def _gpus(pod: dict[str, Any]) -> str:
-    """ "0, 1 (H100-80GB)" for whole GPUs; "0 x0.5 (H100-80GB)" for a share."""
+def _devices(pod: dict[str, Any]) -> str:
+    """ "#0, #1 (H100-80GB)" for whole GPUs (their indices on the node); "#0 x0.5 (H100-80GB)"
+    for a share of one."""
     parts = [
-        f"{d['index']}" + (f" x{d['share_milli'] / 1000:g}" if d["share_milli"] < 1000 else "")
+        f"#{d['index']}" + (f" x{d['share_milli'] / 1000:g}" if d["share_milli"] < 1000 else "")
         for d in pod["devices"]
     ]
     models = sorted({d["model"] for d in pod["devices"] if d["model"]})
@@ -30,7 +32,9 @@ def _gpus(pod: dict[str, Any]) -> str:
 
 
 def pod_rows(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**pod, "gpus": _gpus(pod), "ended_at": pod["ended_at"] or "running"} for pod in pods]
+    return [
+        {**pod, "devices": _devices(pod), "ended_at": pod["ended_at"] or "running"} for pod in pods
+    ]
 
 
 def _clean(text: str) -> str:

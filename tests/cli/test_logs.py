@@ -84,9 +84,10 @@ def test_job_shows_its_pods_and_json_carries_them(logs_cli: Any, org: Org) -> No
     code, out = logs_cli("job", str(setup.job.pk))
     assert code == 0
     pods = out.split("\npods:\n", 1)[1].splitlines()
-    assert pods[0].split() == ["ATTEMPT", "REPLICA", "NODE", "GPUS", "BOUND_AT", "ENDED_AT",
+    assert pods[0].split() == ["ATTEMPT", "REPLICA", "NODE", "DEVICES", "BOUND_AT", "ENDED_AT",
                                "END_REASON"]  # fmt: skip
-    assert pods[1].split()[:6] == ["1", "0", "node-b", "0", "x0.5", "(H100-80GB)"]
+    # the device's index on its node, never read as a count of GPUs
+    assert pods[1].split()[:6] == ["1", "0", "node-b", "#0", "x0.5", "(H100-80GB)"]
     assert "running" in pods[1] and "attempt ended" in pods[3]
     code, out = logs_cli("--json", "job", str(setup.job.pk))
     body = json.loads(out)
