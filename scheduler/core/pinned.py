@@ -71,8 +71,8 @@ def over_limit(ledger: QuotaLedger, tenant: str, flavor: str, milli: int) -> dic
         used = ledger.usage[(node, pinned_key(flavor, cluster))]
         if used + milli > quota.limit:
             out[cluster] = (
-                f"quota: {node} uses {gpus(used)} {flavor} on cluster {cluster}, "
-                f"pinned limit {gpus(quota.limit)}; job needs {gpus(milli)}"
+                f"quota: {node} has {gpus(used)} of its {flavor} limit of {gpus(quota.limit)} "
+                f"on cluster {cluster} in use; this job needs {gpus(milli)}"
             )
     return out
 

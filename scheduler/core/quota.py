@@ -230,14 +230,14 @@ class QuotaLedger:
         used, g = self.usage[(tenant, flavor)], self.guarantee(tenant, flavor)
         idle = max(0, capacity - self._eff[(root, flavor)])
         holds = (
-            f"uses {gpus(used)}/{gpus(g)} {flavor}"
+            f"has {gpus(used)} {flavor} in use against a guarantee of {gpus(g)}"
             if g
             else f"holds no {flavor} guarantee and may only borrow"
         )
         return QuotaVerdict(
             tenant,
-            f"quota: {tenant} {holds}; job needs {gpus(milli)} "
-            f"but only {gpus(idle)} {flavor} of other tenants' guarantees is idle to lend",
+            f"quota: {tenant} {holds}; this job needs {gpus(milli)}, and only {gpus(idle)} "
+            f"{flavor} of other teams' guarantees is idle to lend",
         )
 
     def _check_limit(self, node: str, flavor: str, milli: int) -> QuotaVerdict | None:
@@ -248,8 +248,8 @@ class QuotaLedger:
         g = self.guarantee(node, flavor)
         return QuotaVerdict(
             node,
-            f"quota: {node} uses {gpus(used)}/{gpus(g)} {flavor}, "
-            f"limit {gpus(quota.limit)}; job needs {gpus(milli)}",
+            f"quota: {node} has {gpus(used)} of its {flavor} limit of {gpus(quota.limit)} in use "
+            f"({gpus(g)} guaranteed); this job needs {gpus(milli)}",
         )
 
     def borrowing(self, tenant: str, flavor: str, leaving: Mapping[_Key, int] | None = None) -> int:

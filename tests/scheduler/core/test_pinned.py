@@ -82,8 +82,8 @@ def test_pinned_limits_that_bar_every_cluster_make_the_job_wait_on_quota_saying_
     reason = result.reason_for("j")
     assert result.placement_for("j") is None and reason is not None
     assert reason.code == "quota"
-    assert "uses 2 H100 on cluster a, pinned limit 2; job needs 1" in reason.message
-    assert "uses 1 H100 on cluster b, pinned limit 1" in reason.message
+    assert "has 2 of its H100 limit of 2 on cluster a in use; this job needs 1" in reason.message
+    assert "has 1 of its H100 limit of 1 on cluster b in use" in reason.message
 
 
 def test_a_job_the_cluster_is_required_for_waits_on_the_pinned_limit_there() -> None:
@@ -193,7 +193,7 @@ def test_fair_share_and_the_global_limit_count_every_cluster() -> None:
     ]
     result = cycle(snapshot(TWO, [make_job("j")], running, tenants=tenants))
     reason = result.reason_for("j")
-    assert reason is not None and reason.code == "quota" and "limit 4" in reason.message
+    assert reason is not None and reason.code == "quota" and "limit of 4" in reason.message
 
 
 def test_a_tenant_that_only_pins_holds_their_sums_globally() -> None:

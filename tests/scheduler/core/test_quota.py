@@ -133,7 +133,9 @@ def test_quota_reason_names_tenant_usage_and_limit():
     result = cycle(snapshot(nodes, [make_job("j", gpus=4)], running, tenants=tenants))
     reason = result.reason_for("j")
     assert reason is not None and reason.code == WaitCode.QUOTA
-    assert reason.message == "quota: team-a uses 16/16 H100, limit 16; job needs 4"
+    assert reason.message == (
+        "quota: team-a has 16 of its H100 limit of 16 in use (16 guaranteed); this job needs 4"
+    )
 
 
 def test_best_effort_is_not_charged_but_uses_only_idle_devices():
@@ -201,8 +203,8 @@ def test_a_tenant_without_quota_is_told_it_may_only_borrow():
     verdict = book.check("nobody", "", "H100", 8 * GPU)
     assert verdict is not None
     assert verdict.message == (
-        "quota: nobody holds no H100 guarantee and may only borrow; job needs 8 but only 0 "
-        "H100 of other tenants' guarantees is idle to lend"
+        "quota: nobody holds no H100 guarantee and may only borrow; this job needs 8, and only "
+        "0 H100 of other teams' guarantees is idle to lend"
     )
 
 
