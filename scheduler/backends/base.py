@@ -195,6 +195,22 @@ class ClusterBackend(Protocol):
 
 
 @runtime_checkable
+class ProjectNamespaces(Protocol):
+    """A cluster whose users create their own workloads in their project's namespace
+    (Kubernetes): the daemon makes each project's namespace before its first pod
+    (`scheduler.daemon.namespaces`)."""
+
+    def prepare_namespace(self, name: str) -> None:
+        """Make the project namespace `name` (and what it holds besides pods), or find it
+        Gantry's; a BackendError that `foreign` says is another owner's otherwise."""
+        ...
+
+    def foreign(self, error: BackendError) -> bool:
+        """Whether `error` says the namespace exists and is not Gantry's."""
+        ...
+
+
+@runtime_checkable
 class PodWatching(Protocol):
     """A backend that can wake the daemon when its pods change (Kubernetes: a list/watch)."""
 

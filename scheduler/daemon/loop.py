@@ -48,6 +48,7 @@ from scheduler.daemon.bind import bind_plan, commit_binds
 from scheduler.daemon.cluster import Cluster
 from scheduler.daemon.fair_share import FairShare
 from scheduler.daemon.lease import LeaseKeeper
+from scheduler.daemon.namespaces import prepare_namespaces
 from scheduler.daemon.nodes import sync_nodes
 from scheduler.daemon.nominations import still_waiting, waiting_placements
 from scheduler.daemon.phases import (
@@ -114,6 +115,9 @@ class Daemon:
         self.keeper = LeaseKeeper(self.lease, self.time, self.fair_share.state)
         self.cluster = Cluster(backend, self.keeper)
         self.nodes = NodeMemory()
+        # Project namespaces made (or found Gantry's), and those another owner holds.
+        self.namespaces: set[str] = set()
+        self.foreign_namespaces: set[str] = set()
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles
         self.nominated: tuple[Placement, ...] = ()  # the last cycle's placements that wait
@@ -265,6 +269,7 @@ class Daemon:
         with phase("sync"):
             if self.synced.due(self.clock()):
                 self.sync_nodes()
+                prepare_namespaces(self.cluster, self.namespaces, self.foreign_namespaces)
         with phase("reconcile"):
             rec = self.reconcile()
             stats.reconciled, stats.released, stats.orphans = rec.changed, rec.released, rec.orphans

@@ -33,7 +33,15 @@ from scheduler.jobs.transitions import job_transition
 from scheduler.models import FINAL_STATES, Allocation, Job, JobState
 from scheduler.workloads.kinds import at
 from scheduler.workloads.mutate import ANNOTATION_SUBMITTED_BY
-from scheduler.workloads.shape import Refused, Shaped, shape_job, shape_pods
+from scheduler.workloads.shape import (
+    LABEL_FLAVOR,
+    LABEL_JOB_TYPE,
+    LABEL_PRIORITY,
+    Refused,
+    Shaped,
+    shape_job,
+    shape_pods,
+)
 from tenants.models import Project
 
 log = logging.getLogger("gantry.workloads")
@@ -82,15 +90,37 @@ def _project_of(namespace: str) -> Project | None:
     return Project.objects.filter(namespace=namespace).select_related("tenant").first()
 
 
+# What the user wrote that each field of the job spec comes from (`shape._payload`): a
+# refusal names it in the object's terms, not the spec's ("priority_class: unknown ...").
+WRITTEN_AS = {
+    "priority_class": f"the label {LABEL_PRIORITY}",
+    "type": f"the label {LABEL_JOB_TYPE}",
+    "flavors": f"the label {LABEL_FLAVOR}",
+    "max_runtime_s": "activeDeadlineSeconds",
+    "replicas": "its pods",
+    "resources": "its pods' requests",
+    "image": "its container's image",
+    "command": "its container's command",
+}
+
+
 def _message(error: Exception) -> str:
     if isinstance(error, ValidationError):
-        detail = error.detail
-        if isinstance(detail, dict):
-            return "; ".join(f"{field}: {' '.join(map(str, v))}" for field, v in detail.items())
-        return " ".join(map(str, detail))
+        return _detail(error.detail)
     if isinstance(error, APIException):
         return str(error.detail)
     return str(error)
+
+
+def _detail(detail: Any) -> str:
+    """A validation error's detail in words, each field named as the user wrote it."""
+    if isinstance(detail, dict):
+        return "; ".join(
+            f"{WRITTEN_AS.get(str(field), str(field))}: {_detail(v)}" for field, v in detail.items()
+        )
+    if isinstance(detail, list):
+        return " ".join(_detail(v) for v in detail)
+    return str(detail)
 
 
 def mirror_pods(

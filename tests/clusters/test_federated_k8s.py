@@ -27,6 +27,7 @@ from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_submit
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Cluster, Job, JobState
+from tenants.models import Project
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.conftest import api_client_for
@@ -183,3 +184,19 @@ def test_a_silent_cluster_is_held_then_lost_and_its_job_runs_elsewhere_once(worl
     assert Cluster.objects.get(name="east").state == "active"
     stale = world.east.get("pods", namespace, f"gantry-{job.pk}-a0-r0")
     assert stale is None or stale["metadata"].get("deletionTimestamp"), stale
+
+
+def test_every_projects_namespace_is_made_in_each_kubernetes_cluster_before_any_pod(
+    world: World,
+) -> None:
+    """Users create workloads in their project's namespace in the cluster of their choice:
+    the daemon's node sync makes it in each Kubernetes member ahead of any job there."""
+    world.cycle()
+    projects = list(Project.objects.values_list("namespace", flat=True))
+    assert projects
+    for fake in (world.east, world.west):
+        for namespace in projects:
+            made = fake.get("namespaces", "", namespace)
+            assert made is not None, namespace
+            assert made["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gantry"
+    assert not Job.objects.exists()

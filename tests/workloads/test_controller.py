@@ -32,6 +32,7 @@ from scheduler.workloads import order, status
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.kinds import JOB, POD
 from scheduler.workloads.mutate import GATE, plan
+from tenants.models import Project
 from tests.conftest import Org, build_org, job_spec
 from tests.daemon.conftest import FakeClock
 from tests.k8s.conftest import api_client_for, started_fake
@@ -1059,4 +1060,40 @@ def test_a_refused_workload_is_tried_again_when_it_changes_or_after_a_while_not_
     refused = [m for r, m in world.events("urgent") if r == "Refused"]
     assert len(refused) == 2  # in the fake's order, not the order written
     assert {"'urgent'", "'nope'"} == {w for m in refused for w in ("'urgent'", "'nope'") if w in m}
+    # in the object's terms: the label the user set, not the job spec's field
+    assert all("the label gantry.io/priority-class: unknown priority class" in m for m in refused)
+    assert not any("priority_class" in m for m in refused)
     assert not Job.objects.filter(name="urgent").exists()
+
+
+def test_every_projects_namespace_is_made_before_its_first_pod(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Kubernetes user creates workloads in their project's namespace, so it must exist
+    before any job of theirs ran (it was made with a job's first pod only, and the QA run
+    found a platform engineer making it by hand). The daemon's node sync makes each project's
+    namespace as Gantry's (labelled, restricted), once; one another group made is left
+    alone, and said once."""
+    org = world.org
+    foreign = org.proj_bravo.namespace
+    world.fake.add_namespace(foreign)  # another group's, assigned to the project by mistake
+    world.daemon.step()
+    made_here = Project.objects.exclude(namespace__in=[foreign, world.namespace])
+    assert made_here.exists()
+    for project in made_here:
+        made = world.fake.get("namespaces", "", project.namespace)
+        assert made is not None, project.namespace
+        labels = made["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "gantry"
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert world.fake.get("namespaces", "", foreign)["metadata"]["labels"] == {}
+    said = [r.getMessage() for r in caplog.records if foreign in r.getMessage()]
+    assert len(said) == 1 and "not created by Gantry" in said[0]
+    world.fake.requests.clear()
+    world.clock.advance(3600.0)  # the next node sync
+    world.daemon.step()
+    asked = [at for method, at in world.fake.requests if "/namespaces/" in at and "pods" not in at]
+    assert [a for a in asked if a.endswith(f"/namespaces/{foreign}")] == [
+        f"/api/v1/namespaces/{foreign}"
+    ]  # only the foreign one is looked at again (it may be assigned meanwhile)
+    assert len([r for r in caplog.records if foreign in r.getMessage()]) == 1

@@ -3,18 +3,21 @@ members offer, so the daemon's `isinstance` checks see exactly what some member 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scheduler.backends.base import (
+    BackendError,
     ConcurrentWrites,
     DeviceUtilization,
     EventClock,
     FaultInjection,
     InferenceLoad,
     PodWatching,
+    ProjectNamespaces,
     UtilizationSource,
 )
 from scheduler.backends.federated.naming import qualified
@@ -125,6 +128,30 @@ class ForwardsUtilization(_Base):
         return out
 
 
+class ForwardsProjectNamespaces(_Base):
+    def prepare_namespace(self, name: str) -> None:
+        """The namespace made in every member whose users create their own workloads; each
+        member's failure its own, the first raised once all were tried (the daemon tries
+        again at its next node sync: making one is idempotent)."""
+        errors: list[BackendError] = []
+        for member in self.members.values():
+            backend = member.backend
+            if not isinstance(backend, ProjectNamespaces):
+                continue
+            try:
+                self._write(member, functools.partial(backend.prepare_namespace, name))
+            except BackendError as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def foreign(self, error: BackendError) -> bool:
+        return any(
+            isinstance(m.backend, ProjectNamespaces) and m.backend.foreign(error)
+            for m in self.members.values()
+        )
+
+
 MIXINS = (
     (ConcurrentWrites, ForwardsConcurrentWrites),
     (PodWatching, ForwardsPodWatching),
@@ -132,4 +159,5 @@ MIXINS = (
     (InferenceLoad, ForwardsInferenceLoad),
     (FaultInjection, ForwardsFaultInjection),
     (UtilizationSource, ForwardsUtilization),
+    (ProjectNamespaces, ForwardsProjectNamespaces),
 )

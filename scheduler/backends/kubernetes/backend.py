@@ -636,6 +636,15 @@ class KubernetesBackend(NamespaceContents):
         self._own_namespaces.add(name)
 
     @_protocol_errors
+    def prepare_namespace(self, name: str) -> None:
+        """A project's namespace made ahead of its first pod (`ProjectNamespaces`)."""
+        self._require_own_namespace(name)
+
+    @staticmethod
+    def foreign(error: BackendError) -> bool:
+        return isinstance(error, ForeignNamespace)
+
+    @_protocol_errors
     def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         """Create a project's namespace (restricted PSS) unless it exists, and what it holds
         besides pods (`_provision_namespace`)."""
