@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
+from django.conf import settings
+
 from scheduler.backends.base import (
     BackendError,
     BindConflict,
@@ -27,7 +29,6 @@ from scheduler.daemon.calls import Call, CallPool
 from scheduler.daemon.lease import LeaseKeeper
 
 log = logging.getLogger("gantry.daemon")
-DELETE_DEADLINE_S = 15.0  # as GANTRY_CALL_DEADLINE_S's default: a delete is retried next cycle
 # How many suspended objects a daemon remembers (`Cluster.suspend_workloads`); one forgotten is
 # only suspended again (the patch is idempotent).
 SUSPENDED_KEPT = 10_000
@@ -36,6 +37,10 @@ SUSPENDED_KEPT = 10_000
 class Cluster:
     def __init__(self, backend: ClusterBackend, keeper: LeaseKeeper) -> None:
         self.backend, self.keeper = backend, keeper
+        # A call sent outside the bind phase (a suspension, a deletion, an adopted pod's bind)
+        # is given up after this long as the bind phase's are (GANTRY_CALL_DEADLINE_S): a
+        # deletion is tried again next cycle, a failed bind or suspension is the caller's.
+        self.call_deadline_s = float(settings.GANTRY_CALL_DEADLINE_S)
         # Whether the backend fences its own retries (a Protocol check costs microseconds:
         # made once, not per call).
         self._fenced = backend if isinstance(backend, FencedWrites) else None
@@ -73,7 +78,7 @@ class Cluster:
             self._suspended.pop((pod.namespace, pod.workload), None)
 
     def suspend_workloads(
-        self, objects: Iterable[tuple[str, str]], deadline_s: float = DELETE_DEADLINE_S
+        self, objects: Iterable[tuple[str, str]], deadline_s: float | None = None
     ) -> dict[tuple[str, str], Exception]:
         """Suspend each user's object (namespace, "<plural>/<name>": a Job, JobSet...) whose
         job stopped, concurrently over the call pool's threads where the backend allows it.
@@ -107,7 +112,7 @@ class Cluster:
         self.call(lambda: self.backend.bind_pod(namespace, name, node))
 
     def delete_pods(
-        self, deletions: list[tuple[str, str, int]], deadline_s: float = DELETE_DEADLINE_S
+        self, deletions: list[tuple[str, str, int]], deadline_s: float | None = None
     ) -> None:
         """Delete each (namespace, pod, grace seconds): concurrently over the call pool's
         threads where the backend allows it, else one after the other. A failure, or no answer
@@ -119,7 +124,7 @@ class Cluster:
             log.warning("could not delete pod %s/%s: %s", namespace, name, error)
 
     def bind_pods(
-        self, binds: Sequence[tuple[str, str, str]], deadline_s: float = DELETE_DEADLINE_S
+        self, binds: Sequence[tuple[str, str, str]], deadline_s: float | None = None
     ) -> dict[tuple[str, str, str], Exception]:
         """Bind each (namespace, pod, node) of pods that exist already (a user's Job's,
         adopted by their replicas; companions): concurrently where the backend allows it, as
@@ -136,12 +141,13 @@ class Cluster:
         items: list[tuple[Any, ...]],
         direct: Callable[..., None],
         from_thread: Callable[..., None],
-        deadline_s: float,
+        deadline_s: float | None,
     ) -> dict[Any, Exception]:
         """`direct(*item)` for each item, fenced, one after the other; or `from_thread(*item)`
         over the call pool's threads where it has more than one, at most `in_flight` at once.
         Returns the items whose call failed as a call may (BackendError, BindConflict) or gave
         no answer within `deadline_s` of its start (a BackendError saying so)."""
+        deadline_s = self.call_deadline_s if deadline_s is None else deadline_s
         failed: dict[Any, Exception] = {}
         if not (self.calls.threaded and len(items) > 1):
             for item in items:
@@ -159,9 +165,13 @@ class Cluster:
                 )
             }
             while waiting:
-                done, _ = wait(
-                    list(waiting), timeout=self.keeper.lease.ttl_s / 12, return_when=FIRST_COMPLETED
-                )
+                # Woken for the lease's renewal, or at the first started call's deadline.
+                timeout = self.keeper.lease.ttl_s / 12
+                started = [c.started for c in waiting.values() if c.started is not None]
+                if started:
+                    left = min(started) + deadline_s - self.calls.monotonic()
+                    timeout = min(timeout, max(0.0, left) + 0.001)
+                done, _ = wait(list(waiting), timeout=timeout, return_when=FIRST_COMPLETED)
                 self.keeper.keep_for_threads()  # LeaseLost when lost: no thread writes again
                 now = self.calls.monotonic()
                 late = [

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -405,3 +406,21 @@ def test_a_call_its_thread_did_not_send_is_never_taken_as_an_admission(
     assert ("create", "gantry-1-a0-r1") not in backend.calls  # never sent
     assert out.admitted == set()
     assert failed_pods(plan, out) == []  # the user's pods stay, gated
+
+
+def test_calls_outside_the_bind_phase_are_given_up_at_the_configured_deadline(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GANTRY_CALL_DEADLINE_S bounds reconcile's deletions too (they used a fixed 15 s, the
+    setting's default, whatever it was set to)."""
+    settings.GANTRY_CALL_DEADLINE_S = 0.3
+    backend = NetworkCluster(max_in_flight=4)
+    gate = backend.hold("delete", "done-1")  # answers after WAIT_S (5 s) at the latest
+    cluster = cluster_of(backend)
+    started = time.monotonic()
+    try:
+        cluster.delete_pods([("team-a", f"done-{i}", 30) for i in range(3)])
+    finally:
+        gate.set()
+    assert time.monotonic() - started < WAIT_S / 2
+    assert "could not delete pod team-a/done-1: no answer within 0.3 s" in caplog.text
