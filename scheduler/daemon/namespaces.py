@@ -18,18 +18,26 @@ from scheduler.daemon.cluster import Cluster
 from tenants.models import Project
 
 log = logging.getLogger("gantry.daemon")
+# Namespaces made per node sync at most: a new leader of an installation with hundreds of
+# projects (several calls each: the namespace, its policies, its RoleBinding) must not hold
+# its first cycles for them; the rest follow at the next syncs.
+PER_SYNC = 20
 
 
-def prepare_namespaces(cluster: Cluster, ready: set[str], refused: set[str]) -> int:
-    """Make each project's namespace not made yet by this daemon (`ready`, kept by the
-    caller); one another owner holds is skipped and logged once (`refused`). Returns how
-    many were made or found Gantry's now. A failed call leaves the rest for the next sync."""
+def prepare_namespaces(
+    cluster: Cluster, ready: set[str], refused: set[str], per_sync: int = PER_SYNC
+) -> int:
+    """Make the projects' namespaces not made yet by this daemon (`ready`, kept by the
+    caller), `per_sync` at most; one another owner holds is skipped and logged once
+    (`refused`). Returns how many were made or found Gantry's now. A failed call leaves the
+    rest for the next sync."""
     backend = cluster.backend
     if not isinstance(backend, ProjectNamespaces):
         return 0
     wanted = set(Project.objects.values_list("namespace", flat=True)) - ready
     done = 0
-    for name in sorted(wanted):
+    # Those another owner held at the last try go last: they must not take every turn.
+    for name in sorted(wanted, key=lambda n: (n in refused, n))[:per_sync]:
         try:
             cluster.call(functools.partial(backend.prepare_namespace, name))
         except BackendError as error:

@@ -62,6 +62,12 @@ Ref = tuple[str, str, str, str, str]
 # message, whether it is a warning, and whether it is news for an event (a queued job's new
 # place in the queue is written to its status annotations alone: `_report`).
 Tell = tuple[Sequence[Ref], str, str, bool, bool]
+# A queued job's place, as its annotation shows it: its position in its team's queue, and its
+# estimated start to the minute ("" when none).
+Place = tuple[int, str]
+# The columns of a job's place, read with its state each pass (`_report`).
+PLACE_COLUMNS = ("queue_estimate__position_tenant", "queue_estimate__eta_p50")
+MINUTE = "%Y-%m-%d %H:%M UTC"
 
 # The event's reason (CamelCase, as Kubernetes writes them) for each state of the job.
 REASONS = {
@@ -101,12 +107,12 @@ QUEUEING_BUDGET_S = 1.0
 # move at every admission ahead: each rewrite is a call to the API server). Events are not
 # written for it: `kubectl describe` would fill with them.
 PLACE_EVERY_S = 60.0
+PLACES_PER_S = 5.0
+PLACES_BURST = 50
 # A workload Gantry could not queue is tried again when it changes, or after this long (what
 # refused it may be the platform's to fix: a priority class or a membership not made yet, a
 # node the cluster lacks), not at every pass: each try is a whole submission.
 REFUSED_RETRY_S = 30.0
-PLACES_PER_S = 5.0
-PLACES_BURST = 50
 
 
 class Teller(Protocol):
@@ -165,6 +171,10 @@ class Held:
         return [_ref(o, str(o.get("apiVersion") or "v1"), self.kind) for o in self.objects]
 
 
+# Gantry's own annotations on a user's object: not what the user wrote (`_written`).
+STATUS_KEYS = frozenset({ANNOTATION_STATUS, ANNOTATION_REASON})
+
+
 def _versions(held: Held) -> tuple[str, ...]:
     """What the user wrote of `held`'s objects (and its owner's): labels, annotations but
     Gantry's status, and spec, as a digest each. Not the resource version: Gantry's own
@@ -179,9 +189,6 @@ def _written(obj: Obj) -> str:
     mine = {"labels": meta.get("labels"), "annotations": notes, "spec": obj.get("spec")}
     text = json.dumps(mine, sort_keys=True, default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
-STATUS_KEYS = frozenset({ANNOTATION_STATUS, ANNOTATION_REASON})
 
 
 def _ref(obj: Obj, api_version: str, kind: str) -> Ref:
@@ -646,22 +653,12 @@ def _refs(workload: dict[str, Any]) -> list[Ref]:
     return [(namespace, n, "v1", "Pod", u) for n, u in zip(workload["pods"], uids, strict=True)]
 
 
-# A queued job's place, as its annotation shows it: its position in its team's queue, and its
-# estimated start to the minute ("" when none).
-Place = tuple[int, str]
-# The columns of a job's place, read with its state each pass (`_report`).
-PLACE_COLUMNS = ("queue_estimate__position_tenant", "queue_estimate__eta_p50")
-
-
 def _place(position: int, p50: datetime | None) -> Place:
     return (position, p50.strftime(MINUTE) if p50 is not None else "")
 
 
 def _place_of(estimate: JobQueueEstimate) -> Place:
     return _place(estimate.position_tenant, estimate.eta_p50)
-
-
-MINUTE = "%Y-%m-%d %H:%M UTC"
 
 
 def describe(job: Job, estimate: JobQueueEstimate | None = None) -> str:

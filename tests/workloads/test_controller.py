@@ -1097,3 +1097,24 @@ def test_every_projects_namespace_is_made_before_its_first_pod(
         f"/api/v1/namespaces/{foreign}"
     ]  # only the foreign one is looked at again (it may be assigned meanwhile)
     assert len([r for r in caplog.records if foreign in r.getMessage()]) == 1
+
+
+def test_a_sync_makes_a_bounded_number_of_namespaces_the_foreign_ones_last(world: World) -> None:
+    """A new leader of an installation with many projects makes their namespaces over several
+    syncs (each is several calls), not all before its first cycle; a namespace another group
+    holds does not take a turn from one still to make."""
+    from scheduler.daemon.namespaces import prepare_namespaces
+
+    foreign = world.org.proj_bravo.namespace
+    world.fake.add_namespace(foreign)
+    assert world.daemon.lease.acquire()  # the daemon's writes to the cluster are fenced
+    world.daemon.keeper.mark_renewed()
+    ready: set[str] = set()
+    refused = {foreign}  # refused at an earlier try
+    wanted = set(Project.objects.values_list("namespace", flat=True))
+    made = [prepare_namespaces(world.daemon.cluster, ready, refused, per_sync=1)]
+    assert made == [1] and len(ready) == 1
+    while len(ready) < len(wanted) - 1:
+        made.append(prepare_namespaces(world.daemon.cluster, ready, refused, per_sync=1))
+    assert set(made) == {1} and ready == wanted - {foreign}
+    assert prepare_namespaces(world.daemon.cluster, ready, refused, per_sync=1) == 0
