@@ -97,15 +97,25 @@ def test_invalid_spec_prints_each_field_error(logged_in: Any, org: Org, tmp_path
     assert Job.objects.count() == 0
 
 
+def submit_json(
+    logged_in: Any, org: Org, tmp_path: Path, spec: dict[str, Any]
+) -> tuple[int, str, str]:
+    """`gantry submit` of `spec` as a JSON file, to project alpha."""
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec))
+    result: tuple[int, str, str] = logged_in(
+        "submit", str(spec_file), "--project", str(org.proj_alpha.pk)
+    )
+    return result
+
+
 def test_an_image_outside_the_tenants_registries_is_refused_naming_them(
     logged_in: Any, org: Org, tmp_path: Path
 ) -> None:
     from tenants.models import Tenant
 
     Tenant.objects.filter(pk=org.acme.pk).update(allowed_registries=["nvcr.io/nvidia"])
-    spec_file = tmp_path / "job.json"
-    spec_file.write_text(json.dumps(job_spec()))
-    code, _, err = logged_in("submit", str(spec_file), "--project", str(org.proj_alpha.pk))
+    code, _, err = submit_json(logged_in, org, tmp_path, job_spec())
     assert code == 1
     assert "spec.image: 'registry.example.com/nlp/bert:1.2'" in err and "nvcr.io/nvidia" in err
     assert Job.objects.count() == 0
@@ -117,9 +127,7 @@ def test_an_unknown_pool_is_refused_naming_the_known_ones(
     from tests import factories as f
 
     f.NodeFactory(name="spot-1", pool="spot")
-    spec_file = tmp_path / "job.json"
-    spec_file.write_text(json.dumps(job_spec(pools=["nope"])))
-    code, _, err = logged_in("submit", str(spec_file), "--project", str(org.proj_alpha.pk))
+    code, _, err = submit_json(logged_in, org, tmp_path, job_spec(pools=["nope"]))
     assert code == 1
     assert "spec.pools: unknown pool 'nope'; known pools" in err and "): spot." in err
     assert Job.objects.count() == 0

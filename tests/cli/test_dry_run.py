@@ -34,6 +34,16 @@ def spec_file(tmp_path: Path, **overrides: Any) -> str:
     return str(path)
 
 
+def h100_at_2_50(org: Org) -> None:
+    """H100 at 2.50 a GPU-hour since 2020."""
+    rate_card_add(
+        user=org.users["pat"],
+        flavor=org.h100,
+        valid_from=datetime(2020, 1, 1, tzinfo=UTC),
+        prices=RatePrices(Decimal("2.50")),
+    )
+
+
 def test_dry_run_prints_the_quote_and_creates_nothing(
     logged_in: Any,  # noqa: F811
     org: Org,
@@ -45,12 +55,7 @@ def test_dry_run_prints_the_quote_and_creates_nothing(
         tenant=org.alpha, month=datetime(2031, 2, 1, tzinfo=UTC), limit=Decimal("100.00")
     )
     # H100 at 2.50 a GPU-hour: 2 replicas x 4 GPUs x 2.50 = 20.00 an hour, 3 hours = 60.00.
-    rate_card_add(
-        user=org.users["pat"],
-        flavor=org.h100,
-        valid_from=datetime(2020, 1, 1, tzinfo=UTC),
-        prices=RatePrices(Decimal("2.50")),
-    )
+    h100_at_2_50(org)
     policy_set(user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4)
     before = created()
     path = spec_file(tmp_path, max_runtime_s=3 * 3600)
@@ -84,12 +89,7 @@ def test_dry_run_a_hard_budget_would_refuse_prints_the_quote_and_why_and_exits_4
         limit=Decimal("5.00"),
         policy=BudgetPolicy.HARD,
     )
-    rate_card_add(
-        user=org.users["pat"],
-        flavor=org.h100,
-        valid_from=datetime(2020, 1, 1, tzinfo=UTC),
-        prices=RatePrices(Decimal("2.50")),
-    )
+    h100_at_2_50(org)
     before = created()
     path = spec_file(tmp_path, max_runtime_s=3 * 3600)  # 60.00 at worst, over the 5.00
     code, out, err = logged_in("submit", path, "--project", "proj-alpha", "--dry-run")

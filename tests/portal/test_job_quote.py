@@ -55,22 +55,29 @@ def test_the_form_has_a_quote_button_that_posts_with_htmx(org: Org, web_for: Any
     assert 'hx-select="#job-form-body"' in button.group(0)
 
 
+def february_budget(org: Org, limit: Decimal, policy: BudgetPolicy) -> None:
+    """Team alpha's budget for February 2031, the month the quotes fall in."""
+    Budget.objects.create(
+        tenant=org.alpha, month=datetime(2031, 2, 1, tzinfo=UTC), limit=limit, policy=policy
+    )
+
+
+def quote(org: Org, web_for: Any, htmx: bool) -> Any:
+    """Alice's 3-hour job quoted from the form (a plain post, or htmx's)."""
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    body = form_body(org, max_runtime_hours=3, action="quote")
+    return web_for("alice").post(reverse("portal:job-new"), body, **headers)
+
+
 @pytest.mark.parametrize("htmx", [False, True], ids=["plain-post", "htmx"])
 def test_quote_shows_cost_approval_and_budget_and_submits_nothing(
     org: Org, web_for: Any, htmx: bool
 ) -> None:
     rates(org)
     policy_set(user=org.users["tina"], tenant=org.alpha, rule="gpus_over", threshold=4)
-    Budget.objects.create(
-        tenant=org.alpha,
-        month=datetime(2031, 2, 1, tzinfo=UTC),
-        limit=Decimal(1000),
-        policy=BudgetPolicy.NOTIFY,
-    )
+    february_budget(org, Decimal(1000), BudgetPolicy.NOTIFY)
     before = rows()
-    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
-    body = form_body(org, max_runtime_hours=3, action="quote")
-    response = web_for("alice").post(reverse("portal:job-new"), body, **headers)
+    response = quote(org, web_for, htmx)
     assert response.status_code == 200
     page = text(response.content.decode())
     # 2 replicas x 4 GPUs x 2.50 = 20.00 an hour; 3 hours = 60.00 on the only flavor, for
@@ -93,16 +100,9 @@ def test_a_quote_a_hard_budget_would_refuse_shows_the_quote_and_why_not_an_error
 ) -> None:
     # was the submit's 409 shown as a form error ("Refused at submit: ..."), with no quote
     rates(org)
-    Budget.objects.create(
-        tenant=org.alpha,
-        month=datetime(2031, 2, 1, tzinfo=UTC),
-        limit=Decimal(5),
-        policy=BudgetPolicy.HARD,
-    )
+    february_budget(org, Decimal(5), BudgetPolicy.HARD)
     before = rows()
-    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
-    body = form_body(org, max_runtime_hours=3, action="quote")
-    response = web_for("alice").post(reverse("portal:job-new"), body, **headers)
+    response = quote(org, web_for, htmx)
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="form-errors"' not in html and 'id="quote"' in html
