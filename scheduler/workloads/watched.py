@@ -33,6 +33,7 @@ from scheduler.backends.base import BackendError
 from scheduler.backends.kubernetes.informer import version
 from scheduler.backends.kubernetes.watch import ListFn, ListWatcher, StreamFn
 from scheduler.workloads.controller import Teller
+from scheduler.workloads.kinds import at
 
 log = logging.getLogger("gantry.workloads")
 Obj = dict[str, Any]
@@ -133,7 +134,7 @@ class HeldCache:
                 return  # the loop's own list, newer, landed meanwhile
             objects = {_uid(o): o for o in items}
             if rv is not None:
-                newer = {u: o for u, o in self._objects.items() if (version(_rv(o)) or -1) > rv}
+                newer = {u: o for u, o in self._objects.items() if (version(at(o, RV)) or -1) > rv}
                 objects.update(newer)
                 self._deleted = {u: gone for u, gone in self._deleted.items() if gone > rv}
                 for uid in self._deleted:
@@ -148,26 +149,24 @@ class HeldCache:
         self.changed.set()
 
     def _event(self, kind: str, obj: Obj) -> None:
-        meta = obj.get("metadata") or {}
-        rv = version(meta.get("resourceVersion"))
+        uid, rv = _uid(obj), version(at(obj, RV))
         with self._lock:
             if rv is not None and rv <= self._listed_rv:
                 return  # the list the cache holds already says what this says, or more
             if kind == "DELETED":
-                self._objects.pop(str(meta.get("uid")), None)
+                self._objects.pop(uid, None)
                 if rv is not None:
-                    self._deleted[str(meta.get("uid"))] = rv
+                    self._deleted[uid] = rv
             else:
-                self._objects[str(meta.get("uid"))] = obj
+                self._objects[uid] = obj
         self.changed.set()
 
 
+RV = ("metadata", "resourceVersion")
+
+
 def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid"))
-
-
-def _rv(obj: Obj) -> object:
-    return (obj.get("metadata") or {}).get("resourceVersion")
+    return str(at(obj, ("metadata", "uid")))
 
 
 class WatchedHeld:
