@@ -33,10 +33,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
 
 from billing.models import RateCard
 from billing.rates import rating
+from common.db.shared_reads import shared
 from scheduler.jobs.approvals import job_attempts_max, job_replicas_max
 from scheduler.models import Cluster
 from tenants.selectors import flavor_names
@@ -166,12 +166,11 @@ def job_cost_estimate(job: Any, *, at: datetime) -> CostEstimate:
     names = list(job.flavors or [])
     if not names:
         names = flavor_names()
-    cards = list(
-        RateCard.objects.filter(flavor__name__in=names, valid_from__lte=at)
-        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=at))
-        .select_related("flavor", "cluster")
-        .prefetch_related("multipliers__priority_class")
-    )
+    cards = [
+        card
+        for card in rate_cards(tuple(names))
+        if card.valid_from <= at and (card.valid_to is None or card.valid_to > at)
+    ]
     required = required_clusters(job)
     priced_at, note = _cards_for(cards, required)
     replicas_max, attempts = job_replicas_max(job), job_attempts_max(job)
@@ -213,6 +212,18 @@ def job_cost_estimate(job: Any, *, at: datetime) -> CostEstimate:
         attempts_max=attempts,
         replicas_max=replicas_max,
         cards_note=note,
+    )
+
+
+@shared
+def rate_cards(flavors: tuple[str, ...]) -> list[RateCard]:
+    """Every version of the cards of `flavors`, with their clusters and multipliers (a batch
+    of submissions reads them once: common/db/shared_reads; the callers pick the versions in
+    force at their moment)."""
+    return list(
+        RateCard.objects.filter(flavor__name__in=flavors)
+        .select_related("flavor", "cluster")
+        .prefetch_related("multipliers__priority_class")
     )
 
 

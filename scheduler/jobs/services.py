@@ -145,13 +145,20 @@ def job_judge(job: Job, *, lock: bool = True) -> Judgement:
 
 
 def job_submit(
-    *, user: Any, project: Project, payload: dict[str, Any], idempotency_key: str | None = None
+    *,
+    user: Any,
+    project: Project,
+    payload: dict[str, Any],
+    idempotency_key: str | None = None,
+    workload: dict[str, Any] | None = None,
 ) -> tuple[Job, bool]:
     """Validate `payload` and queue the job. Returns (job, created).
 
     With an idempotency key, a repeat of the same request returns the first job (created is
     False) and the same key with a different body is a ConflictError. Two identical requests
     racing are settled by the unique constraint on (submitted_by, idempotency_key).
+    `workload`: the Kubernetes object the job mirrors (scheduler/workloads/mirror.py),
+    recorded in its spec as it is inserted; no payload can set it (the spec refuses it).
     """
     if not access.can_submit(user, project):
         raise PermissionDenied(f"You may not submit jobs to project '{project.slug}'.")
@@ -161,6 +168,8 @@ def job_submit(
     if idempotency_key and (job := _existing_for_key(user, idempotency_key, fingerprint)):
         return job, False
     job = job_build(user=user, project=project, payload=payload)
+    if workload is not None:
+        job.spec = {**job.spec, "workload": workload}
     job.idempotency_key = idempotency_key
     job.request_hash = fingerprint
     try:

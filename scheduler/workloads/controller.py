@@ -44,6 +44,7 @@ from scheduler.workloads.mirror import (
     end_finished,
     mirror_object,
     mirror_pods,
+    mirrored_jobs,
     without_pods,
     workload_uid,
 )
@@ -296,13 +297,15 @@ class WorkloadController:
         ]
         ordered = queue_order(new, class_values([o for _, o in new])) if len(new) > 1 else []
         deadline = self.monotonic() + self.queueing_budget_s
+        # Those mirrored before (found again after a restart) in one read for them all.
+        prior = mirrored_jobs([uid for uid, _ in new]) if new else {}
         # The pass's submissions read the platform's configuration once (common/db/shared_reads)
         with shared_reads():
             for done, uid in enumerate(ordered or [uid for uid, _ in new]):
                 if done and self.monotonic() >= deadline:
                     stats.deferred = len(new) - done
                     return
-                self._mirror(uid, workloads[uid], stats)
+                self._mirror(uid, workloads[uid], stats, prior.get)
 
     def _known(self, uid: str) -> bool:
         return uid in self.told or uid in self.ended
@@ -314,15 +317,18 @@ class WorkloadController:
             return False
         return now - tried[1] < REFUSED_RETRY_S
 
-    def _mirror(self, uid: str, held: Held, stats: SyncStats) -> None:
+    def _mirror(
+        self, uid: str, held: Held, stats: SyncStats, prior: Callable[[str], Job | None]
+    ) -> None:
         try:
             mirrored: Mirrored
             if held.kind in QUEUED:
                 obj = held.objects[0]
-                mirrored = mirror_object(obj, lambda: self._shape(held.kind, obj))
+                mirrored = mirror_object(obj, lambda: self._shape(held.kind, obj), prior=prior)
             else:
-                owner = held.owner
-                mirrored = mirror_pods(held.objects, gpu_resource=self.gpu_resource, owner=owner)
+                mirrored = mirror_pods(
+                    held.objects, gpu_resource=self.gpu_resource, owner=held.owner, prior=prior
+                )
         except Refused as refusal:
             self.refused_at[uid] = (_versions(held), self.monotonic())
             self._refused(uid, held, str(refusal), stats)

@@ -22,7 +22,6 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from rest_framework.exceptions import APIException, ValidationError
 
 from common.db.shared_reads import shared
@@ -63,6 +62,15 @@ def workload_uid(pods: Sequence[Obj]) -> str:
 
 def mirrored_job(uid: str) -> Job | None:
     return Job.objects.filter(spec__workload__uid=uid).order_by("id").first()
+
+
+def mirrored_jobs(uids: Sequence[str]) -> dict[str, Job]:
+    """The job of each of `uids` mirrored before (the first, as `mirrored_job` finds it), in
+    one read: a pass looks up all it found held at once, not one round trip per object."""
+    found: dict[str, Job] = {}
+    for job in Job.objects.filter(spec__workload__uid__in=list(uids)).order_by("id"):
+        found.setdefault(str(job.spec["workload"]["uid"]), job)
+    return found
 
 
 def _submitter(pod: Obj) -> Any:
@@ -124,14 +132,18 @@ def _detail(detail: Any) -> str:
 
 
 def mirror_pods(
-    pods: Sequence[Obj], *, gpu_resource: str = "nvidia.com/gpu", owner: Obj | None = None
+    pods: Sequence[Obj],
+    *,
+    gpu_resource: str = "nvidia.com/gpu",
+    owner: Obj | None = None,
+    prior: Callable[[str], Job | None] = mirrored_job,
 ) -> Mirrored:
-    """The job of a single held pod, or of a whole pod group: found when mirrored before, else
-    submitted. `owner`: the LeaderWorkerSet whose group the pods are (its user submits, and
-    the job is recorded as its). Raises Refused with what the user should read (no job is
-    made)."""
+    """The job of a single held pod, or of a whole pod group: found when mirrored before (by
+    `prior`, from the workload's uid), else submitted. `owner`: the LeaderWorkerSet whose
+    group the pods are (its user submits, and the job is recorded as its). Raises Refused
+    with what the user should read (no job is made)."""
     uid = workload_uid(pods)
-    if (job := mirrored_job(uid)) is not None:
+    if (job := prior(uid)) is not None:
         return Mirrored(job, False)
     shaped = shape_pods(pods, gpu_resource)
     first = next(p for p in pods if str(at(p, ("metadata", "name"))) == shaped.pods[0])
@@ -158,11 +170,14 @@ def mirror_job(job: Obj, *, gpu_resource: str = "nvidia.com/gpu") -> Mirrored:
     return mirror_object(job, lambda: shape_job(job, gpu_resource))
 
 
-def mirror_object(obj: Obj, shape: Callable[[], Shaped]) -> Mirrored:
+def mirror_object(
+    obj: Obj, shape: Callable[[], Shaped], *, prior: Callable[[str], Job | None] = mirrored_job
+) -> Mirrored:
     """The Gantry job of a held object Gantry resumes (a Job, JobSet, RayJob, TrainJob),
-    shaped by `shape` (called only when it was not mirrored before)."""
+    found when mirrored before (by `prior`, from its uid), else shaped by `shape` and
+    submitted."""
     uid = str(at(obj, ("metadata", "uid")))
-    if (found := mirrored_job(uid)) is not None:
+    if (found := prior(uid)) is not None:
         return Mirrored(found, False)
     shaped = shape()
     name = str(at(obj, ("metadata", "name")))
@@ -181,17 +196,14 @@ def _submit(obj: Obj, payload: dict[str, Any], workload: dict[str, Any]) -> Mirr
     user = _submitter(obj)
     workload = {**workload, "namespace": namespace}
     try:
-        with transaction.atomic():
-            job, created = job_submit(
-                user=user,
-                project=project,
-                payload=payload,
-                idempotency_key=f"k8s:{workload['uid']}",
-            )
-            if created:
-                # In the submission's transaction: the daemon never reads the job without it.
-                job.spec = {**job.spec, "workload": workload}
-                job.save(update_fields=["spec"])
+        # Inserted with its workload: the daemon never reads the job without it.
+        job, created = job_submit(
+            user=user,
+            project=project,
+            payload=payload,
+            idempotency_key=f"k8s:{workload['uid']}",
+            workload=workload,
+        )
     except (PermissionDenied, ValidationError, APIException, DomainError) as error:
         raise Refused(_message(error)) from error
     if created:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -931,6 +932,44 @@ def test_a_pass_reads_the_platforms_configuration_once_for_all_its_submissions(
     # the queue order's and the submissions' lookups, two queries each (not two a submission)
     assert reads("tenants_prioritydefault") == 4
     assert reads("scheduler_job") >= 5  # each submission still looks for its own job
+
+
+def test_a_mirrored_submission_makes_few_round_trips_to_the_database(world: World) -> None:
+    """The door's cost on the Kubernetes-native path (issue 37): a submission made 12
+    statements (and 6 savepoints), and the controller queues at most as fast as they return.
+    Now a pass looks up the jobs of all it found in one read; a job is inserted with its
+    workload (no second write, no outer transaction), its reservation is one insert (no
+    lookup and savepoint), the rate cards are read once a pass, and the budgets once a job
+    when there is none to lock: 6 statements, whose 4 writes are the job, its event, its
+    reservation and its audit entry."""
+    for i in range(5):
+        create_job(world, job(f"batch-{i}"))
+    with CaptureQueriesContext(connection) as queries:
+        assert world.controller.sync().mirrored == 5
+    statements = [
+        q["sql"]
+        for q in queries.captured_queries
+        if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+    ends = [i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "tenants_audit')]
+    assert len(ends) == 5
+    # each submission after the first (whose shared reads serve the pass): from the end of
+    # the one before to its own audit entry
+    for before, end in itertools.pairwise(ends):
+        made = statements[before + 1 : end + 1]
+        writes = [
+            sql.split(" (", 1)[0].replace(" OR IGNORE", "")  # SQLite's ON CONFLICT DO NOTHING
+            for sql in made
+            if not sql.startswith("SELECT")
+        ]
+        assert len(made) == 6, made
+        assert writes == [
+            'INSERT INTO "scheduler_job"',
+            'INSERT INTO "scheduler_jobevent"',
+            'INSERT INTO "billing_budgetreservation"',
+            'INSERT INTO "tenants_auditentry"',
+        ]
+    assert sum('FROM "billing_ratecard"' in sql for sql in statements) == 1
 
 
 def test_admitted_then_binding_is_told_once_not_twice_word_for_word(world: World) -> None:

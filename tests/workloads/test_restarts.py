@@ -29,9 +29,9 @@ from kubernetes.client.exceptions import ApiException
 
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.daemon.loop import Daemon
+from scheduler.jobs import services as job_services
 from scheduler.leader import Lease
 from scheduler.models import Allocation, Job
-from scheduler.workloads import mirror as mirror_module
 from scheduler.workloads.controller import WorkloadController
 from scheduler.workloads.mutate import GATE
 from tests.daemon.conftest import Killed, expire_leases
@@ -321,16 +321,17 @@ def test_a_controller_that_died_after_submitting_before_telling_queues_once(
 def test_a_controller_that_died_inside_the_submission_queues_once(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Killed inside the submission's transaction: nothing was committed; the next
-    controller submits it, once."""
+    """Killed inside the submission's transaction (its last write, the audit entry, made):
+    nothing was committed; the next controller submits it, once."""
     create_job(world, job("inside", parallelism=1))
-    real = mirror_module.job_submit
+    real = job_services.audit_record
 
-    def submitted_then_killed(**kwargs: Any) -> Any:
+    def written_then_killed(**kwargs: Any) -> Any:
         real(**kwargs)
+        assert Job.objects.filter(spec__workload__name="inside").exists()  # in its transaction
         raise Killed
 
-    monkeypatch.setattr(mirror_module, "job_submit", submitted_then_killed)
+    monkeypatch.setattr(job_services, "audit_record", written_then_killed)
     with pytest.raises(Killed):
         world.controller.sync()
     monkeypatch.undo()
