@@ -1160,7 +1160,7 @@ class Cycles:
         daemon = Daemon(backend, lease=Lease(ttl_s=60),
                         profile=bench_profile("no-min-runtime").profile, interval_s=interval_s,
                         max_pending=500, per_queue=50, sync_every_s=1.0,
-                        on_cycle=self.on_cycle)  # fmt: skip
+                        on_cycle=self.on_cycle, watch_held=True)  # fmt: skip
         daemon.lease.acquire()
         daemon.sync_nodes(force=True)
         return daemon

@@ -99,6 +99,7 @@ class Daemon:
         binding_timeout_s: float | None = None,
         node_lost_grace_s: float | None = None,
         sample_every_s: float | None = None,
+        watch_held: bool = False,
     ) -> None:
         self.backend = backend
         self.lease = lease or Lease()
@@ -121,7 +122,8 @@ class Daemon:
         self.cache = SnapshotCache()
         self.held = Held()  # the engine's state of what runs, kept between cycles
         self.nominated: tuple[Placement, ...] = ()  # the last cycle's placements that wait
-        self.reconciler = Reconciler(self.nodes, self.limits)
+        # The deployed daemon sweeps held objects from watches (`watch_held`: strays.py).
+        self.reconciler = Reconciler(self.nodes, self.limits, watch_held=watch_held)
         self.synced = Every(sync_every_s)
         self.reasons = Every(reasons_every_s)
         self.statistics = Statistics()
@@ -244,6 +246,7 @@ class Daemon:
             self.estimates.close()  # a refresh in flight writes under the lease or not at all
             if isinstance(self.backend, PodWatching):
                 self.backend.close_watches()
+            self.reconciler.close()
             self.cluster.calls.close()
             with contextlib.suppress(DatabaseError):
                 self.lease.release()

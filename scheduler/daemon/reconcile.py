@@ -107,10 +107,27 @@ class Reconciler:
     """Reconcile with what it remembers between cycles: the nodes seen down (in `nodes`)
     and when it last swept every preempted job."""
 
-    def __init__(self, nodes: NodeMemory, limits: Limits) -> None:
+    def __init__(self, nodes: NodeMemory, limits: Limits, *, watch_held: bool = False) -> None:
         self.nodes, self.limits = nodes, limits
         self.requeue_sweep = Every(REQUEUE_SWEEP_S)
         self.held_jobs_sweep = Every(strays.HELD_JOBS_SWEEP_S)
+        # With `watch_held`, the sweep reads the held objects from watches (made at its first
+        # read, where the backend offers them; `close` ends them), not a list every sweep.
+        self.watch_held = watch_held
+        self.held: strays.WatchedReads | None = None
+
+    def close(self) -> None:
+        if self.held is not None:
+            self.held.close()
+            self.held = None
+
+    def _held(self, cluster: Cluster, clock: Clock) -> strays.WatchedReads | None:
+        backend = cluster.backend
+        if not self.watch_held or not isinstance(backend, strays.HeldWatching):
+            return None
+        if self.held is None:
+            self.held = backend.watch_held(clock=clock.now, relist_s=strays.HELD_RELIST_S)
+        return self.held
 
     def run(
         self, cluster: Cluster, lease: Lease, cache: SnapshotCache, clock: Clock
@@ -212,7 +229,8 @@ class Reconciler:
         failed = [a for a in ended if not verdicts[a["job_id"]].succeeded]
         workloads.suspend_stopped(failed, jobs, cluster, ended=True)
         if self.held_jobs_sweep.due(clock.now()):
-            strays.suspend_strays(cluster)  # whatever left a held Job running
+            # whatever left a held Job running
+            strays.suspend_strays(cluster, self._held(cluster, clock))
         kept = {a["id"] for a in failed if workloads.workload_of(jobs[a["job_id"]])}
         cluster.delete_pods(
             [

@@ -45,6 +45,7 @@ from scheduler.backends.base import (
 )
 from scheduler.backends.kubernetes import logs as kubernetes_logs
 from scheduler.backends.kubernetes.config import KubernetesConfig
+from scheduler.backends.kubernetes.held import HeldCaches
 from scheduler.backends.kubernetes.informer import PodInformer
 from scheduler.backends.kubernetes.inventory import node_info
 from scheduler.backends.kubernetes.namespaces import NamespaceContents
@@ -603,6 +604,12 @@ class KubernetesBackend(NamespaceContents):
             return self._open_stream(fn, resource_version, timeout_s, **kwargs)
 
         return list_all, open_stream
+
+    def watch_held(self, *, clock: Callable[[], float], relist_s: float) -> HeldCaches:
+        """The held objects of each kind, read from watches (`HeldCaches`, made as each kind
+        is first read; `close()` ends them), each kind listed again every `relist_s` of
+        `clock` (the daemon's sweep: `scheduler.daemon.strays`)."""
+        return HeldCaches(self, clock=clock, relist_s=relist_s)
 
     def _pod_selectors(self) -> dict[str, str]:
         return {

@@ -143,6 +143,7 @@ class Command(BaseCommand):
             sync_every_s=min(1.0, options["interval"]),
             per_queue=options["per_queue"],
             hooks=on_lead,
+            watch_held=True,
         )
 
         def stop(signum: int, _frame: Any) -> None:
