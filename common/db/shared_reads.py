@@ -5,8 +5,10 @@ For what a batch only reads and does not change: the platform's configuration th
 submission of the workload controller's pass reads again (the nodes' inventory, approval
 policies, registries, priority defaults, flavors, the submitting user and project). On a loaded
 host each read is a round trip of milliseconds, and a submission made about 37 of them: a
-burst of Jobs was queued at 6-7 a second. A block lasts one pass (a second), so a change of
-configuration is seen by the next pass; outside a block nothing is shared and every call reads.
+burst of Jobs was queued at 6-7 a second. A block lasts one pass (a second), or the few
+seconds its caller keeps the answers for (`kept`: Jobs arriving one a pass read it all again
+each), so a change of configuration is seen that much later; outside a block nothing is shared
+and every call reads.
 
 Never mark a read of what the batch itself changes (quota usage, budget spend, reservations,
 the jobs): each submission must see the ones before it. Arguments must be hashable; a call
@@ -29,13 +31,15 @@ _answers: ContextVar[dict[Any, Any] | None] = ContextVar("gantry_shared_reads", 
 
 
 @contextlib.contextmanager
-def shared_reads() -> Iterator[None]:
+def shared_reads(kept: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within the block, each `@shared` function reads once per set of arguments (nested
-    blocks share the outer one's answers)."""
+    blocks share the outer one's answers). `kept`: the answers of earlier blocks, kept by a
+    caller that runs a block every pass and reads again only every few seconds (the workload
+    controller), which it fills in turn."""
     if _answers.get() is not None:
         yield
         return
-    token = _answers.set({})
+    token = _answers.set({} if kept is None else kept)
     try:
         yield
     finally:

@@ -102,6 +102,11 @@ MAX_TELLS = 1000
 # thousands is queued over several passes, and what arrives meanwhile is queued in class order
 # among what is left, not after the whole burst.
 QUEUEING_BUDGET_S = 1.0
+# How long the submissions' reads of the platform's configuration (the nodes' inventory,
+# approval policies, registries, priority defaults, flavors and rate cards, the submitting
+# user and project) serve the passes after the one that read them (common/db/shared_reads):
+# Jobs created at a steady rate come one or two a pass, each pass reading it all again.
+SHARED_READS_S = 2.0
 # A queued workload's place (its position in its team's queue, its estimated start to the
 # minute) as its status annotation shows it is rewritten when it changed, at most once per
 # PLACE_EVERY_S per workload, and at most PLACES_PER_S a second in all (a long queue's places
@@ -232,6 +237,9 @@ class WorkloadController:
     # The tells of each object not yet taken by its lane, oldest first (`_tell_all`).
     _unsent: dict[str, list[Tell]] = field(default_factory=dict, repr=False)
     _unsent_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # The configuration the submissions read (`_queue_new`), and since when (`monotonic`).
+    _reads: dict[Any, Any] = field(default_factory=dict, repr=False)
+    _reads_since: float = field(default=-math.inf, repr=False)
 
     def sync(self) -> SyncStats:
         stats = SyncStats()
@@ -299,8 +307,11 @@ class WorkloadController:
         deadline = self.monotonic() + self.queueing_budget_s
         # Those mirrored before (found again after a restart) in one read for them all.
         prior = mirrored_jobs([uid for uid, _ in new]) if new else {}
-        # The pass's submissions read the platform's configuration once (common/db/shared_reads)
-        with shared_reads():
+        # The passes' submissions read the platform's configuration once every SHARED_READS_S
+        # (common/db/shared_reads): a steady stream of Jobs came one or two a pass.
+        if now - self._reads_since >= SHARED_READS_S:
+            self._reads, self._reads_since = {}, now
+        with shared_reads(self._reads):
             for done, uid in enumerate(ordered or [uid for uid, _ in new]):
                 if done and self.monotonic() >= deadline:
                     stats.deferred = len(new) - done

@@ -1157,3 +1157,23 @@ def test_a_sync_makes_a_bounded_number_of_namespaces_the_foreign_ones_last(world
         made.append(prepare_namespaces(world.daemon.cluster, ready, refused, per_sync=1))
     assert set(made) == {1} and ready == wanted - {foreign}
     assert prepare_namespaces(world.daemon.cluster, ready, refused, per_sync=1) == 0
+
+
+def test_passes_within_a_few_seconds_share_their_reads_of_the_configuration(world: World) -> None:
+    """Jobs created at a steady rate come one a pass: each pass read the approval policies,
+    the nodes' inventory, the user and the project again for its one submission. Passes
+    within SHARED_READS_S share them; the first pass after reads them again."""
+    clock = [0.0]
+    world.controller.monotonic = lambda: clock[0]
+
+    def policies_read_by_a_pass_with_one_new_job(name: str) -> int:
+        create_job(world, job(name))
+        with CaptureQueriesContext(connection) as queries:
+            assert world.controller.sync().mirrored == 1
+        return sum('FROM "tenants_approvalpolicy"' in q["sql"] for q in queries.captured_queries)
+
+    assert policies_read_by_a_pass_with_one_new_job("first") == 1
+    clock[0] += controller_module.SHARED_READS_S / 2
+    assert policies_read_by_a_pass_with_one_new_job("second") == 0
+    clock[0] += controller_module.SHARED_READS_S
+    assert policies_read_by_a_pass_with_one_new_job("third") == 1
