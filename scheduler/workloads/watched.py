@@ -9,8 +9,6 @@ changes. What it writes (events, status annotations) goes through the backend.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from scheduler.backends.kubernetes.held import HeldCaches, HeldListWatch
@@ -31,17 +29,7 @@ class WatchedHeld(HeldCaches):
     the backend. `changed` is set by every change a watch sees, so the controller's loop may
     run its next pass at once. `close()` ends the watches."""
 
-    backend: Held
-
-    def __init__(
-        self,
-        backend: Held,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        relist_s: float = 60.0,
-        timeout_s: int = 300,
-    ) -> None:
-        super().__init__(backend, clock=clock, relist_s=relist_s, timeout_s=timeout_s)
+    backend: Held  # made with one (`HeldCaches.__init__`)
 
     def read_training_runtime(self, namespace: str, kind: str, name: str) -> Obj | None:
         """Read through (a runtime is read once per TrainJob, when it is mirrored)."""
