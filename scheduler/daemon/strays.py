@@ -37,23 +37,19 @@ HELD_JOBS_SWEEP_S = 10.0
 HELD_RELIST_S = 300.0
 
 
-@runtime_checkable
-class HeldObjects(Protocol):
-    """A backend that lists the objects Gantry's webhook held, and suspends one (Kubernetes)."""
-
-    def list_held_jobs(self) -> list[dict[str, Any]]: ...
-
-    def list_held_objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]: ...
-
-    def suspend_workload(self, namespace: str, workload: str) -> None: ...
-
-
 class HeldReads(Protocol):
     """Where the sweep reads the held objects: the backend's lists, or the watches' caches."""
 
     def list_held_jobs(self) -> list[dict[str, Any]]: ...
 
     def list_held_objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class HeldObjects(HeldReads, Protocol):
+    """A backend that lists the objects Gantry's webhook held, and suspends one (Kubernetes)."""
+
+    def suspend_workload(self, namespace: str, workload: str) -> None: ...
 
 
 class WatchedReads(HeldReads, Protocol):
