@@ -11,15 +11,21 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 LINT_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 PYTEST_ARGS ?=
 
-.PHONY: run test check venv services browser control-plane control-plane-peers lint fmt bench clean
+.PHONY: run test check venv lock services browser control-plane control-plane-peers lint fmt bench clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
+
+## lock: write constraints.txt, the pinned versions every install uses, from the current .venv
+## (after a dependency is added to pyproject.toml and installed: `.venv/bin/pip install -e '.[dev]'`).
+lock:
+	{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e\|@ file'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 ## run: migrate, seed the demo organisation, start a Celery worker, the scheduler daemon
 ## (simulated cluster of the demo inventory, demo load on) and the web server.

@@ -226,9 +226,11 @@ class ExpansionIn(StrictInputSerializer):
         pools = {k for k in ("from_pool", "to_pool") if k in attrs}
         if attrs["action"] == "move" and pools != {"from_pool", "to_pool"}:
             missing = sorted({"from_pool", "to_pool"} - pools)
-            raise serializers.ValidationError({k: ["a move names both pools."] for k in missing})
+            raise serializers.ValidationError(
+                {str(k): ["a move names both pools."] for k in missing}
+            )
         if attrs["action"] != "move" and pools:
-            raise serializers.ValidationError({k: ["only a move names pools."] for k in pools})
+            raise serializers.ValidationError({str(k): ["only a move names pools."] for k in pools})
         return attrs
 
 

@@ -5,6 +5,7 @@ never holds the page up."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
@@ -42,7 +43,7 @@ def _read(job: Any, replica: int, since: str) -> tuple[JobLog | None, str]:
     return log, ""
 
 
-def _bad(errors: dict[str, Any]) -> HttpResponse:
+def _bad(errors: Mapping[Any, Any]) -> HttpResponse:
     text = "; ".join(f"{field}: {' '.join(map(str, msgs))}" for field, msgs in errors.items())
     return HttpResponseBadRequest(text, content_type="text/plain")
 
