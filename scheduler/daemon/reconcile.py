@@ -193,7 +193,7 @@ class Reconciler:
             if (
                 pod is not None
                 and (on_lost_node or not pod.deleting)
-                and not workloads.keeps_pods(job)
+                and not workloads.keeps_pods(job, pod)
             ):
                 deletions.append((a["namespace"], a["pod_name"], 0 if on_lost_node else 30))
         verdicts = {
@@ -239,6 +239,8 @@ class Reconciler:
                 if (p := pods.get(a["pod_name"])) is not None
                 and not p.deleting
                 and a["id"] not in kept
+                # an ended pod of a user's object is left to it (its logs are the user's)
+                and not (workloads.workload_of(jobs[a["job_id"]]) and workloads.pod_ended(p))
             ],
         )
         return stats

@@ -182,21 +182,37 @@ def suspend_workload(cluster: Cluster, namespace: str, workload: str) -> None:
 
 
 def left_to_their_jobs(pods: Sequence[PodStatus]) -> set[str]:
-    """The names of `pods` (which no allocation holds) that a user's batch/v1 Job made for a
-    job that did not succeed: its controller deletes them once the Job is suspended, and one
-    Gantry deleted would count as a failed pod against the Job's backoffLimit (at 0, the Job
-    fails with no pod while its job waits to be bound again). A pod made as the Job was
-    being suspended, after its job's allocation ended, is one."""
+    """The names of `pods` (which no allocation holds) left to their objects' controllers:
+    those a user's batch/v1 Job made for a job that did not succeed (its controller deletes
+    them once the Job is suspended, and one Gantry deleted would count as a failed pod
+    against the Job's backoffLimit: at 0, the Job fails with no pod while its job waits to
+    be bound again; a pod made as the Job was being suspended, after its job's allocation
+    ended, is one), and any user's object's pod that has ended (`keeps_pods`)."""
     ids = {p.job_id for p in pods if p.job_id}
     if not ids:
         return set()
     rows = Job.objects.filter(pk__in=ids).values("id", "state", "spec__workload")
-    mine = {r["id"] for r in rows if workload_of(r).startswith("jobs/") and keeps_pods(r)}
-    return {p.name for p in pods if p.job_id in mine}
+    theirs = {r["id"]: r for r in rows if workload_of(r)}
+    return {
+        p.name
+        for p in pods
+        if (row := theirs.get(p.job_id)) is not None
+        and keeps_pods(row, p)
+        and (pod_ended(p) or workload_of(row).startswith("jobs/"))
+    }
 
 
-def keeps_pods(row: Row) -> bool:
-    """Whether a stopping job's pods are left to its Job's controller (a user's Job that did
-    not succeed: suspended, its controller deletes them; one Gantry deleted would count
-    against the Job's backoffLimit)."""
-    return bool(workload_of(row)) and row["state"] != JobState.SUCCEEDED
+def keeps_pods(row: Row, pod: PodStatus | None = None) -> bool:
+    """Whether a stopping job's pod is left to its object's controller: every pod of a user's
+    object whose job did not succeed (suspended, its controller deletes them; one Gantry
+    deleted would count against a Job's backoffLimit), and a pod of a user's object that has
+    ended, whatever its job's state (it holds no device, and its logs are the user's: `kubectl
+    logs` reads them until the object's own controller or TTL removes it). A pod still running
+    for a job that succeeded (a RayJob's cluster kept up) is Gantry's to delete."""
+    if not workload_of(row):
+        return False
+    return (pod is not None and pod_ended(pod)) or row["state"] != JobState.SUCCEEDED
+
+
+def pod_ended(pod: PodStatus) -> bool:
+    return pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)

@@ -365,6 +365,9 @@ def test_a_job_created_in_kubernetes_is_admitted_and_its_controllers_pods_bound(
     mirrored_job.refresh_from_db()
     assert mirrored_job.state == "succeeded"
     assert world.fake.get("jobs", world.namespace, "train")["spec"]["suspend"] is False
+    for name in names:  # left to the Job (kubectl logs reads them), not deleted by Gantry
+        pod = world.pod(name)
+        assert pod is not None and not pod["metadata"].get("deletionTimestamp"), name
     events = [
         e["reason"]
         for e in world.fake.list_objects("events", world.namespace, {})["items"]
