@@ -177,6 +177,14 @@ def test_a_job_created_by_a_user_is_admitted_runs_its_pods_where_gantry_placed_t
     native.controller.sync()
     events = native.events("ddp")
     assert {"Queued", "Admitted", "Running", "Succeeded"} <= set(events), events
+    for _ in range(3):  # the daemon's cycles after the end leave the ended pods to the Job
+        native.real.cycle()
+    path = f"/api/v1/namespaces/{native.world.managed}/pods"
+    query = [("labelSelector", f"gantry.io/job-id={job.pk}")]
+    pods = request(native.world.api, "GET", path, query=query).body["items"]
+    assert len(pods) == 2, "kubectl logs reads a finished Job's pods"
+    assert not [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")]
+    assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
 
 
 def job_of_kind(kind: str) -> Job:
