@@ -108,8 +108,8 @@ def job_groups(row: Mapping[str, Any]) -> Groups:
 def runtime_history(now: datetime, unbounded_runtime_s: float) -> RuntimeModel:
     """How long the jobs that finished lately ran, against their max when they declared
     one (succeeded or failed: either way their devices came back then; a cancel says
-    nothing about the work). Finished jobs only: a waiting or running job's own runtime is
-    never read."""
+    nothing about the work). The running jobs join it as lower bounds at each estimate, from
+    the snapshot (`estimate_start_ranges`)."""
     rows = (
         Job.objects.filter(
             state__in=[JobState.SUCCEEDED, JobState.FAILED],

@@ -12,14 +12,18 @@ finished jobs speaks:
   travels between jobs that declare different maxima), never beyond the max;
 - a job without a max: the group's median and 90th percentile runtime in seconds.
 
-A running job that has already run ``elapsed_s`` is judged on the finished jobs of its group
-that ran at least as long (a job past most of its group's runtimes is about to end, or is
-one of the long ones: its p90 is the longest such run, or its max). Without any history the
-max is used (or the submitter's estimate for the p50); a job without a max and without
-history runs ``unbounded_runtime_s``, a documented horizon.
+The jobs still running count as lower bounds of their groups' runtimes (``Running``,
+``RuntimeModel.with_running``: Kaplan-Meier, so that a group whose long runs are still going
+is not known by its short runs alone, which end first). A running job that has already run
+``elapsed_s`` is judged on the runs of its group that lasted at least as long (a job past
+most of its group's runtimes is about to end, or is one of the long ones: its p90 is the
+longest such run, or its max). Without any history the max is used (or the submitter's
+estimate for the p50); a job without a max and without history runs
+``unbounded_runtime_s``, a documented horizon.
 
-``estimate_start_ranges`` replays the present twice through ``estimate_starts_within``: with
-every job at its p50 runtime (the p50 start) and at its p90 runtime (the p90 start).
+``estimate_start_ranges`` adds the snapshot's running jobs to the history, then replays the
+present twice through ``estimate_starts_within``: with every job at its p50 runtime (the p50
+start) and at its p90 runtime (the p90 start).
 ``estimate_queue`` adds the positions and the cap: what the daemon stores
 (scheduler/estimates/refresh.py) and what ``bench.eta`` measures.
 """
@@ -27,6 +31,8 @@ every job at its p50 runtime (the p50 start) and at its p90 runtime (the p90 sta
 from __future__ import annotations
 
 import bisect
+import copy
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -89,13 +95,88 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class Running:
+    """A job still running: it will run at least ``ran_s`` (a lower bound, censored)."""
+
+    groups: Groups
+    ran_s: float
+    max_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Runtime:
     p50_s: float
     p90_s: float
 
 
+class _Spread:
+    """A group's runtimes (or ratios to the max) as a distribution: sorted ``values`` with
+    their probability ``weights``: equal, or the Kaplan-Meier estimate's masses when running
+    jobs count as lower bounds. Quantiles interpolate linearly between neighbours, each
+    value standing at the middle of its weight: with equal weights, exactly ``quantile``."""
+
+    __slots__ = ("middles", "values", "weights")
+
+    def __init__(self, values: list[float], weights: list[float]) -> None:
+        self.values, self.weights = values, weights
+        below = itertools.accumulate(weights, initial=0.0)
+        self.middles = [b + w / 2 for b, w in zip(below, weights, strict=False)]
+
+    @classmethod
+    def even(cls, values: Sequence[float]) -> _Spread:
+        ordered = sorted(values)
+        return cls(ordered, [1.0] * len(ordered))
+
+    @classmethod
+    def censored(cls, ended: Sequence[float], lasting: Sequence[float]) -> _Spread:
+        """Kaplan-Meier over ``ended`` (runs that finished) and ``lasting`` (runs still
+        going, each at least its value), as Efron's redistribution to the right: a lasting
+        run's share goes to the runs longer than it. The share left past the last ended
+        run goes to the lasting runs longer than it, at their values so far (as if they
+        ended now: the least they will run)."""
+        # at a tie an end (0) comes before a lower bound (1), as Kaplan-Meier counts
+        runs = sorted([(v, 0) for v in ended] + [(v, 1) for v in lasting])
+        last_end = max(ended, default=-math.inf)
+        values: list[float] = []
+        weights: list[float] = []
+        share = 1.0 / len(runs)  # of each run still at risk
+        for at, (value, kind) in enumerate(runs):
+            if kind == 0 or value >= last_end:
+                values.append(value)
+                weights.append(share)
+            else:  # this run's share, to those after it
+                share += share / (len(runs) - at - 1)
+        return cls(values, weights)
+
+    @property
+    def longest(self) -> float:
+        return self.values[-1]
+
+    def beyond(self, elapsed: float, ceiling: float) -> tuple[float, float]:
+        """(median, p90) of the runs at least ``elapsed`` long: what is left of the
+        distribution once a job has run that long. Past every value: it ends now at the
+        p50 and at ``ceiling`` at the p90 (the max, or the longest run seen)."""
+        first = bisect.bisect_left(self.values, elapsed)
+        if first == len(self.values):
+            return elapsed, max(elapsed, ceiling)
+        return self._quantile(0.5, first), self._quantile(0.9, first)
+
+    def _quantile(self, q: float, first: int) -> float:
+        values, middles = self.values, self.middles
+        last = len(values) - 1
+        low, high = middles[first], middles[last]
+        if first == last or high <= low:
+            return values[last]
+        target = low + q * (high - low)
+        i = min(max(bisect.bisect_right(middles, target, first, last + 1) - 1, first), last - 1)
+        width = middles[i + 1] - middles[i]
+        share = 0.0 if width <= 0 else min(1.0, (target - middles[i]) / width)
+        return values[i] + (values[i + 1] - values[i]) * share
+
+
 class RuntimeModel:
-    """Runtimes per group, learned from ``samples`` of finished jobs only (``Finished``)."""
+    """Runtimes per group, learned from ``samples`` of finished jobs (``Finished``); the jobs
+    still running (``Running``, ``with_running``) count as lower bounds of their runtimes."""
 
     def __init__(
         self,
@@ -104,20 +185,43 @@ class RuntimeModel:
         min_samples: int = MIN_SAMPLES,
         unbounded_runtime_s: float = 4 * 3600.0,
     ) -> None:
-        ratios: dict[Hashable, list[float]] = defaultdict(list)
-        seconds: dict[Hashable, list[float]] = defaultdict(list)
-        for sample in samples:
-            ran = max(0.0, sample.ran_s)
-            if sample.max_s:
-                ran = min(ran, sample.max_s)  # a job is stopped at its max
-            for group in sample.groups:
-                seconds[group].append(ran)
-                if sample.max_s:
-                    ratios[group].append(ran / sample.max_s)
+        ratios, seconds = _per_group(samples)
         self.min_samples = min_samples
-        self.ratios = {g: sorted(v) for g, v in ratios.items() if len(v) >= min_samples}
-        self.seconds = {g: sorted(v) for g, v in seconds.items() if len(v) >= min_samples}
+        # a group speaks once min_samples of its jobs have finished
+        self.ended_ratios = {g: sorted(v) for g, v in ratios.items() if len(v) >= min_samples}
+        self.ended_seconds = {g: sorted(v) for g, v in seconds.items() if len(v) >= min_samples}
+        self.ratios = {g: _Spread.even(v) for g, v in self.ended_ratios.items()}
+        self.seconds = {g: _Spread.even(v) for g, v in self.ended_seconds.items()}
         self.unbounded_runtime_s = unbounded_runtime_s
+        self.lasting_ratios: dict[Hashable, list[float]] = {}
+        self.lasting_seconds: dict[Hashable, list[float]] = {}
+
+    def with_running(self, running: Iterable[Running]) -> RuntimeModel:
+        """This history with the jobs running now as lower bounds (Kaplan-Meier): without
+        them a history sees a group's short runs end first, and expects runs too short. Only
+        the groups that speak and hold a running job are estimated again."""
+        ratios, seconds = _per_group(running)
+        ratios = {g: v for g, v in ratios.items() if g in self.ended_ratios}
+        seconds = {g: v for g, v in seconds.items() if g in self.ended_seconds}
+        if not ratios and not seconds:
+            return self
+        model = copy.copy(self)
+        # estimated again when a job first asks (most jobs stop at a narrow group)
+        model.ratios, model.lasting_ratios = dict(self.ratios), ratios
+        model.seconds, model.lasting_seconds = dict(self.seconds), seconds
+        return model
+
+    def _speaking(self, groups: Groups, *, bounded: bool) -> _Spread | None:
+        """The narrowest of ``groups`` that speaks, its running jobs counted in."""
+        spreads = self.ratios if bounded else self.seconds
+        group = next((g for g in groups if g in spreads), None)
+        if group is None:
+            return None
+        lasting = self.lasting_ratios if bounded else self.lasting_seconds
+        if group in lasting:
+            ended = self.ended_ratios if bounded else self.ended_seconds
+            spreads[group] = _Spread.censored(ended[group], lasting.pop(group))
+        return spreads[group]
 
     def runtime(self, job: JobRequest, groups: Groups, elapsed_s: float = 0.0) -> Runtime:
         """p50 and p90 runtime of ``job`` (from its start), which has run ``elapsed_s`` so
@@ -126,31 +230,38 @@ class RuntimeModel:
         if job.max_runtime_s is None:
             return self._unbounded(job, groups, elapsed)
         bound = float(job.max_runtime_s)
-        ratios = next((self.ratios[g] for g in groups if g in self.ratios), None)
+        ratios = self._speaking(groups, bounded=True)
         if ratios is not None:
-            p50, p90 = _beyond(ratios, min(1.0, elapsed / bound) if bound else 1.0, 1.0)
-            return Runtime(bound * p50, bound * p90)
+            p50, p90 = ratios.beyond(min(1.0, elapsed / bound) if bound else 1.0, 1.0)
+            return Runtime(bound * min(1.0, p50), bound * min(1.0, p90))
         p50 = min(bound, job.estimated_runtime_s) if job.estimated_runtime_s else bound
         return Runtime(min(bound, max(p50, elapsed)), bound)
 
     def _unbounded(self, job: JobRequest, groups: Groups, elapsed: float) -> Runtime:
-        runs = next((self.seconds[g] for g in groups if g in self.seconds), None)
+        runs = self._speaking(groups, bounded=False)
         if runs is not None:
-            p50, p90 = _beyond(runs, elapsed, max(runs[-1], elapsed))
+            p50, p90 = runs.beyond(elapsed, max(runs.longest, elapsed))
             return Runtime(p50, p90)
         guess = job.estimated_runtime_s or self.unbounded_runtime_s
         guess = max(guess, elapsed)
         return Runtime(guess, max(guess, self.unbounded_runtime_s))
 
 
-def _beyond(ordered: Sequence[float], elapsed: float, ceiling: float) -> tuple[float, float]:
-    """(median, p90) of the sorted ``ordered`` values at least ``elapsed``: what is left of
-    a group's distribution once a job has run that long. Past every value: it ends now at
-    the p50 and at ``ceiling`` at the p90 (the max, or the longest run seen)."""
-    first = bisect.bisect_left(ordered, elapsed)
-    if first == len(ordered):
-        return elapsed, max(elapsed, ceiling)
-    return _quantile_sorted(ordered, 0.5, first), _quantile_sorted(ordered, 0.9, first)
+def _per_group(
+    samples: Iterable[Finished | Running],
+) -> tuple[dict[Hashable, list[float]], dict[Hashable, list[float]]]:
+    """Each group's ratios to the max (of the samples that declare one) and seconds."""
+    ratios: dict[Hashable, list[float]] = defaultdict(list)
+    seconds: dict[Hashable, list[float]] = defaultdict(list)
+    for sample in samples:
+        ran = max(0.0, sample.ran_s)
+        if sample.max_s:
+            ran = min(ran, sample.max_s)  # a job is stopped at its max
+        for group in sample.groups:
+            seconds[group].append(ran)
+            if sample.max_s:
+                ratios[group].append(ran / sample.max_s)
+    return ratios, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +307,10 @@ def estimate_start_ranges(
     it says stop, the replay under way and any after it end. When every job's p50 and p90
     runtimes are the same (no history, no max runtimes), the replays would be the same
     (a replay is deterministic): it runs once."""
+    model = model.with_running(
+        Running(groups.get(r.job.id, ()), snapshot.now - r.started_at, r.job.max_runtime_s)
+        for r in snapshot.running
+    )
     runtimes = {job.id: model.runtime(job, groups.get(job.id, ())) for job in snapshot.pending}
     for r in snapshot.running:
         elapsed = snapshot.now - r.started_at

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from scheduler.sim.runtimes import (
     Finished,
+    Running,
     RuntimeModel,
     estimate_start_ranges,
     groups_of,
@@ -150,6 +151,68 @@ def test_p50_within_p90_within_the_max(samples, groups, max_s, estimate, elapsed
         assert runtime.p90_s <= max_s * (1 + 1e-9)
 
 
+def test_jobs_still_running_count_as_lower_bounds_of_their_groups_runtimes():
+    """Five short runs have ended (0.1-0.25 of the max) while ten jobs of the group have run
+    0.6 of it and go on: from the ended alone a waiting job would run 0.2 of its max; with
+    the running ones as lower bounds (Kaplan-Meier) at least 0.6."""
+    short = ran(NARROW, [0.1, 0.15, 0.2, 0.2, 0.25])
+    job = make_job("j", runtime=1000)
+    alone = RuntimeModel(short).runtime(job, NARROW)
+    assert (alone.p50_s, alone.p90_s) == pytest.approx((200, 230))
+    lasting = [Running(NARROW, 600.0, 1000.0) for _ in range(10)]
+    runtime = RuntimeModel(short).with_running(lasting).runtime(job, NARROW)
+    assert (runtime.p50_s, runtime.p90_s) == pytest.approx((600, 600))
+
+
+def test_a_running_jobs_share_goes_to_the_longer_runs_only():
+    """Kaplan-Meier, not a finished-only median: a job running 0.2 of its max among ends at
+    0.1, 0.3, 0.5, 0.7, 0.9 gives its share to the four longer runs (each 3/14, the first
+    1/7), so the median is past 0.5."""
+    model = RuntimeModel(ran(NARROW, [0.1, 0.3, 0.5, 0.7, 0.9]))
+    job = make_job("j", runtime=1000)
+    assert model.runtime(job, NARROW).p50_s == pytest.approx(500)
+    censored = model.with_running([Running(NARROW, 200.0, 1000.0)]).runtime(job, NARROW)
+    assert censored.p50_s > 500
+    assert censored.p50_s < 700
+
+
+running = st.builds(
+    Running,
+    st.sampled_from([NARROW, SAME_TYPE_OTHER_SIZE, ALICE]),
+    st.floats(0, 1e5),
+    st.one_of(st.none(), st.floats(1, 1e5)),
+)
+
+
+@given(
+    samples=st.lists(finished, max_size=30),
+    lasting=st.lists(running, max_size=30),
+    groups=st.sampled_from([NARROW, ALICE]),
+    max_s=st.one_of(st.none(), st.floats(1, 1e5)),
+    elapsed=st.floats(0, 2e5),
+)
+def test_running_jobs_keep_p50_within_p90_within_the_max(samples, lasting, groups, max_s, elapsed):
+    model = RuntimeModel(samples, min_samples=3).with_running(lasting)
+    runtime = model.runtime(make_job("j", runtime=max_s), groups, elapsed_s=elapsed)
+    assert 0 <= runtime.p50_s <= runtime.p90_s
+    if max_s is not None:
+        assert runtime.p90_s <= max_s * (1 + 1e-9)
+
+
+@given(
+    ended=st.lists(st.floats(0, 1), min_size=5, max_size=30),
+    lasting=st.lists(st.floats(0, 1), max_size=30),
+)
+def test_lower_bounds_never_shorten_the_median_runtime(ended, lasting):
+    """A running job's share moves only to runs longer than it, so the runs that are still
+    going never make a group's median runtime shorter than its ended runs' alone."""
+    model = RuntimeModel(ran(NARROW, ended))
+    job = make_job("j", runtime=1000)
+    alone = model.runtime(job, NARROW)
+    censored = model.with_running(Running(NARROW, v * 1000, 1000.0) for v in lasting)
+    assert censored.runtime(job, NARROW).p50_s >= alone.p50_s - 1e-6
+
+
 def _waiting_behind_one_runner():
     # r (8 GPUs, max 1000 s) started at 0 on the only node; a (8 GPUs) waits for it.
     running = [make_running(make_job("r", gpus=8, runtime=1000), ("n1", range(8)))]
@@ -158,12 +221,14 @@ def _waiting_behind_one_runner():
 
 
 def test_start_range_from_history():
-    # r's group ended at 0.4 (median) and 0.7 (p90) of its max: a starts at 400 .. 700.
+    # r's group ended at 0.4 (median) and 0.7 (p90) of its max; r itself, 100 s into its
+    # run, is a lower bound at 0.1: its share goes to the longer runs (each 5/24, the end at
+    # 0.1 1/6), so the p90 moves to 0.705. a starts at 400 .. 705.
     model = RuntimeModel(ran(NARROW, RATIOS))
     ranges = estimate_start_ranges(
         _waiting_behind_one_runner(), BEST_FIT, model, {"r": NARROW, "a": NARROW}
     )
-    assert ranges.ranges() == {"a": (pytest.approx(400.0), pytest.approx(700.0))}
+    assert ranges.ranges() == {"a": (pytest.approx(400.0), pytest.approx(705.0))}
     assert not ranges.p50.stopped
 
 
