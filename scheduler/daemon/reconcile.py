@@ -115,6 +115,10 @@ class Reconciler:
         # read, where the backend offers them; `close` ends them), not a list every sweep.
         self.watch_held = watch_held
         self.held: strays.WatchedReads | None = None
+        # The ended pods left to their users' objects (`workloads.keeps_pods`), remembered
+        # while they are listed: judged once, not read against their jobs every cycle while
+        # they stay (until their objects' controllers or TTLs remove them).
+        self.left: set[tuple[str, str]] = set()
 
     def close(self) -> None:
         if self.held is not None:
@@ -159,8 +163,16 @@ class Reconciler:
         deadline = timedelta(seconds=self.limits.binding_timeout_s)
         faults = companion_faults.companion_faults(allocs, jobs, pods, now, deadline)
         # 1. orphans (a user's Job's own pods left to its controller)
-        unheld = [p for p in pods.values() if p.name not in known and not p.deleting]
+        self.left &= {(p.namespace, p.name) for p in pods.values() if workloads.pod_ended(p)}
+        unheld = [
+            p
+            for p in pods.values()
+            if p.name not in known and not p.deleting and (p.namespace, p.name) not in self.left
+        ]
         theirs = workloads.left_to_their_jobs(unheld) if unheld else set()
+        self.left |= {
+            (p.namespace, p.name) for p in unheld if p.name in theirs and workloads.pod_ended(p)
+        }
         orphans = [(p.namespace, p.name, 0) for p in unheld if p.name not in theirs]
         for _, name, _ in orphans:
             log.warning("pod %s has no allocation: deleting it", name)

@@ -24,6 +24,7 @@ from django.utils import timezone
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.retry import RetryPolicy
+from scheduler.daemon import workloads as reconcile_workloads
 from scheduler.daemon.loop import Daemon
 from scheduler.jobs.services import job_cancel, job_submit
 from scheduler.leader import Lease
@@ -374,6 +375,37 @@ def test_a_job_created_in_kubernetes_is_admitted_and_its_controllers_pods_bound(
         if e["involvedObject"]["kind"] == "Job"
     ]
     assert sorted(events) == ["Admitted", "Queued", "Running", "Succeeded"]
+
+
+def test_a_finished_jobs_pods_left_to_it_are_judged_once_not_at_every_cycle(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ended pods a Job keeps (for kubectl logs) stay listed until its controller or TTL
+    removes them: the daemon reads their jobs once, not at every cycle while they stay."""
+    create_job(world, job("train", parallelism=2))
+    world.step()
+    names = JobController(world).step("train")
+    world.step()
+    for name in names:
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    for name in names:
+        world.fake.set_pod_status(world.namespace, name, {"phase": "Succeeded"})
+    world.step()
+    world.step()
+    assert Job.objects.get(spec__workload__kind="Job").state == "succeeded"
+    judged: list[str] = []
+    real = reconcile_workloads.left_to_their_jobs
+
+    def spy(pods: Any) -> set[str]:
+        judged.extend(p.name for p in pods)
+        return real(pods)
+
+    monkeypatch.setattr(reconcile_workloads, "left_to_their_jobs", spy)
+    for _ in range(3):
+        world.step()
+    assert not set(judged) & set(names), judged
+    assert all(world.pod(name) is not None for name in names)
 
 
 def test_a_job_whose_pods_never_come_fails_at_the_binding_deadline_and_is_suspended(
