@@ -1042,6 +1042,49 @@ def _jobs_config(config: dict[str, Any]) -> None:
     config["resources"] = {"excludeResourcePrefixes": ["cpu", "memory"]}
 
 
+@contextlib.contextmanager
+def kubelets_apart(kubelets: Kubelets, interval_s: float = 0.05) -> Iterator[dict[str, float]]:
+    """The simulated kubelets in a process of their own (forked), as nodes are apart from any
+    scheduler: neither half's scheduler shares an interpreter lock with them (Kueue and
+    kube-scheduler are processes of their own; Gantry's daemon runs in this one). Yields the
+    dict that receives their `first_running` record once they stop. Their leases are renewed
+    here (`_heartbeats`)."""
+    from django.db import connections
+
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    receiving, sending = context.Pipe(duplex=False)
+    connections.close_all()  # the child never uses them; this process opens its own again
+    process = context.Process(
+        target=_play_kubelets, args=(kubelets, stop, sending, interval_s), daemon=True
+    )
+    process.start()
+    record: dict[str, float] = {}
+    try:
+        yield record
+    finally:
+        stop.set()
+        if receiving.poll(60):
+            record.update(receiving.recv())
+        process.join(timeout=15)
+        if process.is_alive():
+            process.terminate()
+
+
+def _play_kubelets(kubelets: Kubelets, stop: Any, out: Any, interval_s: float) -> None:
+    from kubernetes import client
+
+    # A client of its own: the parent's connections stay the parent's.
+    kubelets.api = client.ApiClient(kubelets.api.configuration)
+    kubelets.core = client.CoreV1Api(kubelets.api)
+    kubelets.coordination = client.CoordinationV1Api(kubelets.api)
+    kubelets.first_running.clear()
+    try:
+        kubelets.run(stop, interval_s, float("inf"))
+    finally:
+        out.send(dict(kubelets.first_running))
+
+
 def run_kueue_jobs(
     plane: ControlPlane, api: Any, kubelets: Kubelets, arrivals: list[Arrival], folder: Path,
     limit_s: float, say: Say,
@@ -1056,24 +1099,20 @@ def run_kueue_jobs(
         create_queues(api, arrivals, queue_objects())
         _wait_queues_active(api)
         plane.start_scheduler()
-        stop = threading.Event()
-        played = threading.Thread(target=kubelets.run, args=(stop, 0.05, float("inf")),
-                                  daemon=True)  # fmt: skip
-        played.start()
         try:
             say(f"Kueue with kube-scheduler: {len(arrivals)} Jobs")
             driver = KueueJobsDriver(api, arrivals)
-            kubelets.first_running.clear()
-            tally = driver.run(limit_s)
+            with kubelets_apart(kubelets) as first_running:
+                tally = driver.run(limit_s)
             # the kubelets' wall times on the driver's monotonic clock
             offset = time.monotonic() - time.time()
-            tally.running = {n: at + offset for n, at in kubelets.first_running.items()}
+            tally.running = {n: at + offset for n, at in first_running.items()}
             # Gantry's half then starts on a plane as bare as this one did (Kueue still runs:
-            # it lifts its Workloads' finalizers as their Jobs go).
-            cleared = clear_jobs(api, sorted({kueue_namespace(a.queue) for a in arrivals}))
+            # it lifts its Workloads' finalizers as their Jobs go): the kubelets end the pods
+            # Kueue's driver left running meanwhile.
+            with kubelets_apart(kubelets):
+                cleared = clear_jobs(api, sorted({kueue_namespace(a.queue) for a in arrivals}))
         finally:
-            stop.set()
-            played.join(timeout=10)
             # Its informers would otherwise watch Gantry's pods too, on the same two cores.
             plane.stop_process("kube-scheduler")
     return tally.figures(arrivals) | {
@@ -1418,10 +1457,8 @@ def run_gantry_native(
             and not Job.objects.exclude(state__in=FINAL_STATES).exists()
         ),
     )
-    daemon = cycles.daemon(backend, interval_s)
     stop = threading.Event()
     threads = [
-        threading.Thread(target=kubelets.run, args=(stop, 0.05, float("inf")), daemon=True),
         threading.Thread(
             target=_job_submitter,
             args=(client.BatchV1Api(api), arrivals, targets, time.time(), created, stop),
@@ -1448,8 +1485,9 @@ def run_gantry_native(
         )
         how = "the workload controller in a thread"
     say(f"Gantry, Kubernetes-native: {len(arrivals)} Jobs, {how}")
-    with controller:
-        kubelets.first_running.clear()
+    # The kubelets forked before this process starts the daemon's threads.
+    with controller, kubelets_apart(kubelets) as first_running:
+        daemon = cycles.daemon(backend, interval_s)
         cycles.start = start_wall = time.time()
         for thread in threads:
             thread.start()
@@ -1459,7 +1497,7 @@ def run_gantry_native(
             stop.set()
             for thread in threads:
                 thread.join(timeout=15)
-    figures = _figures(arrivals, dict(created), start_wall, dict(kubelets.first_running))
+    figures = _figures(arrivals, dict(created), start_wall, dict(first_running))
     batch: Any = client.BatchV1Api(api)
     stuck = []
     for name, state, namespace in Job.objects.exclude(state="succeeded").values_list(
