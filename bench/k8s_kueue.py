@@ -1049,12 +1049,15 @@ def kubelets_apart(kubelets: Kubelets, interval_s: float = 0.05) -> Iterator[dic
     kube-scheduler are processes of their own; Gantry's daemon runs in this one). Yields the
     dict that receives their `first_running` record once they stop. Their leases are renewed
     here (`_heartbeats`)."""
-    from django.db import connections
-
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     receiving, sending = context.Pipe(duplex=False)
-    connections.close_all()  # the child never uses them; this process opens its own again
+    if "django.db" in sys.modules:  # not before Gantry's half has set Django up
+        from django.conf import settings
+        from django.db import connections
+
+        if settings.configured:
+            connections.close_all()  # the child never uses them; this process opens anew
     process = context.Process(
         target=_play_kubelets, args=(kubelets, stop, sending, interval_s), daemon=True
     )
