@@ -377,18 +377,25 @@ def test_a_job_created_in_kubernetes_is_admitted_and_its_controllers_pods_bound(
     assert sorted(events) == ["Admitted", "Queued", "Running", "Succeeded"]
 
 
+def run_job(world: World, body: Obj) -> list[str]:
+    """Create `body`, let Gantry admit it and its controller make its pods, bound and
+    started: their names."""
+    create_job(world, body)
+    world.step()
+    names = JobController(world).step(body["metadata"]["name"])
+    world.step()
+    for name in names:
+        world.fake.run_container(world.namespace, name)
+    world.step()
+    return names
+
+
 def test_a_finished_jobs_pods_left_to_it_are_judged_once_not_at_every_cycle(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ended pods a Job keeps (for kubectl logs) stay listed until its controller or TTL
     removes them: the daemon reads their jobs once, not at every cycle while they stay."""
-    create_job(world, job("train", parallelism=2))
-    world.step()
-    names = JobController(world).step("train")
-    world.step()
-    for name in names:
-        world.fake.run_container(world.namespace, name)
-    world.step()
+    names = run_job(world, job("train", parallelism=2))
     for name in names:
         world.fake.set_pod_status(world.namespace, name, {"phase": "Succeeded"})
     world.step()
@@ -785,13 +792,7 @@ def test_a_running_job_whose_object_failed_fails_with_it_not_requeued_as_node_lo
     controller marks the Job Failed and deletes the pod still running. The Gantry job fails
     with the Job's reason; the pod gone is not read as lost with its node (the attempt was
     requeued, then cancelled as if its pods had finished before Gantry stopped them)."""
-    create_job(world, job("ddp", parallelism=2, backoffLimit=0))
-    world.step()
-    names = JobController(world).step("ddp")
-    world.step()
-    for name in names:
-        world.fake.run_container(world.namespace, name)
-    world.step()
+    names = run_job(world, job("ddp", parallelism=2, backoffLimit=0))
     mine = Job.objects.get(spec__workload__kind="Job")
     assert mine.state == "running", mine.reason
     world.fake.set_pod_status(world.namespace, names[1], {"phase": "Failed"})
