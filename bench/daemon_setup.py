@@ -13,12 +13,26 @@ from typing import Any
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_bench"
 
 
+def _django_set_up() -> bool:
+    """Whether Django's database layer is in use in this process: imported and configured
+    (Kueue's half runs before any settings; reading them then raises)."""
+    import sys
+
+    if "django.db" not in sys.modules:
+        return False
+    from django.conf import settings
+
+    return settings.configured
+
+
 def forget_inherited_connections() -> None:
     """First thing in a forked process: drop, without closing, the database connections it
     inherited. They are the parent's (one still open there, such as a test's, is not closed
     by the parent's `connections.close_all()`): used or closed from here, they would write
     into the parent's TLS stream, and the server drops the connection with a bad record MAC.
     The next query opens a connection of this process's own."""
+    if not _django_set_up():
+        return
     from django.db import connections
 
     for conn in connections.all(initialized_only=True):
@@ -29,11 +43,9 @@ def forget_inherited_connections() -> None:
 
 def fresh_database(url: str) -> None:
     """Drop and create the database of `url`, point Django at it and migrate."""
-    import sys
-
     import psycopg
 
-    if "django.db" in sys.modules:  # a second run in this process: its connections go first
+    if _django_set_up():  # a second run in this process: its connections go first
         from django.db import connections
 
         connections.close_all()

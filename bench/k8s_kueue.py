@@ -1052,12 +1052,6 @@ def kubelets_apart(kubelets: Kubelets, interval_s: float = 0.05) -> Iterator[dic
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     receiving, sending = context.Pipe(duplex=False)
-    if "django.db" in sys.modules:  # not before Gantry's half has set Django up
-        from django.conf import settings
-        from django.db import connections
-
-        if settings.configured:
-            connections.close_all()  # the child never uses them; this process opens anew
     process = context.Process(
         target=_play_kubelets, args=(kubelets, stop, sending, interval_s), daemon=True
     )
@@ -1077,6 +1071,9 @@ def kubelets_apart(kubelets: Kubelets, interval_s: float = 0.05) -> Iterator[dic
 def _play_kubelets(kubelets: Kubelets, stop: Any, out: Any, interval_s: float) -> None:
     from kubernetes import client
 
+    from bench.daemon_setup import forget_inherited_connections
+
+    forget_inherited_connections()
     # A client of its own: the parent's connections stay the parent's.
     kubelets.api = client.ApiClient(kubelets.api.configuration)
     kubelets.core = client.CoreV1Api(kubelets.api)

@@ -75,12 +75,7 @@ def groups_of(
 def quantile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between the closest ranks of sorted ``values`` (non-empty)."""
     ordered = sorted(values)
-    return _quantile_sorted(ordered, q)
-
-
-def _quantile_sorted(ordered: Sequence[float], q: float, first: int = 0) -> float:
-    """``quantile`` of the already sorted ``ordered[first:]`` (non-empty), without a copy."""
-    at = first + q * (len(ordered) - 1 - first)
+    at = q * (len(ordered) - 1)
     low, high = math.floor(at), math.ceil(at)
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
@@ -115,16 +110,16 @@ class _Spread:
     jobs count as lower bounds. Quantiles interpolate linearly between neighbours, each
     value standing at the middle of its weight: with equal weights, exactly ``quantile``."""
 
-    __slots__ = ("middles", "values", "weights")
+    __slots__ = ("middles", "values")
 
     def __init__(self, values: list[float], weights: list[float]) -> None:
-        self.values, self.weights = values, weights
+        self.values = values
         below = itertools.accumulate(weights, initial=0.0)
         self.middles = [b + w / 2 for b, w in zip(below, weights, strict=False)]
 
     @classmethod
-    def even(cls, values: Sequence[float]) -> _Spread:
-        ordered = sorted(values)
+    def even(cls, ordered: list[float]) -> _Spread:
+        """Already sorted ``ordered``, each of the same weight."""
         return cls(ordered, [1.0] * len(ordered))
 
     @classmethod
@@ -233,7 +228,7 @@ class RuntimeModel:
         ratios = self._speaking(groups, bounded=True)
         if ratios is not None:
             p50, p90 = ratios.beyond(min(1.0, elapsed / bound) if bound else 1.0, 1.0)
-            return Runtime(bound * min(1.0, p50), bound * min(1.0, p90))
+            return Runtime(bound * p50, bound * p90)
         p50 = min(bound, job.estimated_runtime_s) if job.estimated_runtime_s else bound
         return Runtime(min(bound, max(p50, elapsed)), bound)
 
@@ -307,14 +302,14 @@ def estimate_start_ranges(
     it says stop, the replay under way and any after it end. When every job's p50 and p90
     runtimes are the same (no history, no max runtimes), the replays would be the same
     (a replay is deterministic): it runs once."""
+    elapsed = {r.job.id: snapshot.now - r.started_at for r in snapshot.running}
     model = model.with_running(
-        Running(groups.get(r.job.id, ()), snapshot.now - r.started_at, r.job.max_runtime_s)
+        Running(groups.get(r.job.id, ()), elapsed[r.job.id], r.job.max_runtime_s)
         for r in snapshot.running
     )
     runtimes = {job.id: model.runtime(job, groups.get(job.id, ())) for job in snapshot.pending}
     for r in snapshot.running:
-        elapsed = snapshot.now - r.started_at
-        runtimes[r.job.id] = model.runtime(r.job, groups.get(r.job.id, ()), elapsed)
+        runtimes[r.job.id] = model.runtime(r.job, groups.get(r.job.id, ()), elapsed[r.job.id])
     late = arrivals if arrivals_p90 is None else arrivals_p90
     for a in (*arrivals, *late):
         runtimes[a.job.id] = model.runtime(a.job, groups.get(a.like, ()))
