@@ -5,8 +5,10 @@ per-job validation would dominate what is measured; the rows are what it would w
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,41 @@ def forget_inherited_connections() -> None:
         conn.connection = None
         conn.in_atomic_block = False
         conn.needs_rollback = False
+
+
+@contextlib.contextmanager
+def apart(play: Callable[[Any], Any], wait_s: float = 60.0) -> Iterator[list[Any]]:
+    """`play(stop)` in a forked process of its own while the block runs: the simulated nodes
+    are apart from any scheduler (Kueue and kube-scheduler are processes of their own, Gantry's
+    daemon runs in the benchmark's), so nothing they do takes the daemon's interpreter lock.
+    `stop` (an Event) is set when the block ends, and what `play` returned is then appended to
+    the list yielded (nothing if the child did not answer within `wait_s`). The child drops the
+    database connections it inherited first; `play` makes its own API client (the parent's
+    pooled connections stay the parent's)."""
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    receiving, sending = context.Pipe(duplex=False)
+    process = context.Process(target=_play_apart, args=(play, stop, sending), daemon=True)
+    process.start()
+    results: list[Any] = []
+    try:
+        yield results
+    finally:
+        stop.set()
+        if receiving.poll(wait_s):
+            results.append(receiving.recv())
+        process.join(timeout=15)
+        if process.is_alive():
+            process.terminate()
+
+
+def _play_apart(play: Callable[[Any], Any], stop: Any, out: Any) -> None:
+    forget_inherited_connections()
+    result = None
+    try:
+        result = play(stop)
+    finally:
+        out.send(result)
 
 
 def fresh_database(url: str) -> None:

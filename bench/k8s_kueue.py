@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import heapq
 import json
 import multiprocessing
@@ -54,6 +55,7 @@ from typing import Any
 
 import yaml
 
+from bench.daemon_setup import apart
 from bench.kueue_e2e import CLASSES, COHORTS, FLAVOR, TEAMS_PER_COHORT
 from devcluster import versions
 from devcluster.kubelets import Kubelets, NodeShape
@@ -1044,45 +1046,21 @@ def _jobs_config(config: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def kubelets_apart(kubelets: Kubelets, interval_s: float = 0.05) -> Iterator[dict[str, float]]:
-    """The simulated kubelets in a process of their own (forked), as nodes are apart from any
-    scheduler: neither half's scheduler shares an interpreter lock with them (Kueue and
-    kube-scheduler are processes of their own; Gantry's daemon runs in this one). Yields the
-    dict that receives their `first_running` record once they stop. Their leases are renewed
-    here (`_heartbeats`)."""
-    context = multiprocessing.get_context("fork")
-    stop = context.Event()
-    receiving, sending = context.Pipe(duplex=False)
-    process = context.Process(
-        target=_play_kubelets, args=(kubelets, stop, sending, interval_s), daemon=True
-    )
-    process.start()
+    """The simulated kubelets in a process of their own (`bench.daemon_setup.apart`): neither
+    half's scheduler shares an interpreter lock with them. Yields the dict that receives their
+    `first_running` record once they stop. Their leases are renewed here (`_heartbeats`)."""
     record: dict[str, float] = {}
-    try:
+    with apart(functools.partial(_play_kubelets, kubelets, interval_s)) as results:
         yield record
-    finally:
-        stop.set()
-        if receiving.poll(60):
-            record.update(receiving.recv())
-        process.join(timeout=15)
-        if process.is_alive():
-            process.terminate()
+    for result in results:
+        record.update(result or {})
 
 
-def _play_kubelets(kubelets: Kubelets, stop: Any, out: Any, interval_s: float) -> None:
-    from kubernetes import client
-
-    from bench.daemon_setup import forget_inherited_connections
-
-    forget_inherited_connections()
-    # A client of its own: the parent's connections stay the parent's.
-    kubelets.api = client.ApiClient(kubelets.api.configuration)
-    kubelets.core = client.CoreV1Api(kubelets.api)
-    kubelets.coordination = client.CoordinationV1Api(kubelets.api)
+def _play_kubelets(kubelets: Kubelets, interval_s: float, stop: Any) -> dict[str, float]:
+    kubelets.reconnect()
     kubelets.first_running.clear()
-    try:
-        kubelets.run(stop, interval_s, float("inf"))
-    finally:
-        out.send(dict(kubelets.first_running))
+    kubelets.run(stop, interval_s, float("inf"))
+    return dict(kubelets.first_running)
 
 
 def run_kueue_jobs(

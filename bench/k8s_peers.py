@@ -38,11 +38,14 @@ Gantry's inventory is synced before its clock starts, as its daemon keeps it bet
 (over the span from the first creation): it counts kube-scheduler's creation time, when it was
 not running, against it.
 
-The node lifecycle controller runs, as in a real cluster: a thread of this process renews every
-simulated node's Lease every 20 s (devcluster.kubelets' heartbeat, concurrent), competing with
-the schedulers for the machine's cores. The JSON's `heartbeat` says how long the rounds took
-(`max_round_s` must stay within the controller's grace period, 50 s) and how many nodes
-were not Ready at the end (`not_ready_at_end`: 0, or the run measured on a shrinking cluster).
+The node lifecycle controller runs, as in a real cluster: a process of the benchmark's own
+(forked, `bench.daemon_setup.apart`) renews every simulated node's Lease every 20 s
+(devcluster.kubelets' heartbeat, concurrent), competing with the schedulers for the machine's
+cores but not for the interpreter lock of Gantry's daemon, which runs in this process (until
+2026-12-07 the heartbeats were a thread here, beside the daemon's call threads). The JSON's
+`heartbeat` says how long the rounds took (`max_round_s` must stay within the controller's
+grace period, 50 s) and how many nodes were not Ready at the end (`not_ready_at_end`: 0, or the
+run measured on a shrinking cluster).
 `--no-node-lifecycle` runs without that controller and without the heartbeats.
 """
 
@@ -50,9 +53,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import multiprocessing
+import os
 import queue
 import shutil
 import subprocess
@@ -65,6 +70,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.daemon_setup import apart
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gantry_k8s_peers"
@@ -213,6 +220,46 @@ def watching(kubeconfig: Path) -> Iterator[Bound]:
 
 
 # -- figures -------------------------------------------------------------------------------------
+
+PLANE_COMMANDS = {"etcd", "kube-apiserver", "kube-controller", "kube-scheduler"}
+
+
+def cpu_seconds() -> dict[str, float]:
+    """The CPU seconds (user and system) the processes on this host have used so far, by kind:
+    the control plane's by command (`kube-controller` is the controller manager), PostgreSQL's,
+    this process's (`benchmark`: Gantry's daemon runs in it) and every other's (`other`: the
+    heartbeats, the watch, the rest of the host); `idle`, the host's idle seconds over all its
+    cores. Read from /proc: a process that exits takes its seconds with it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    own = os.getpid()
+    used: dict[str, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        command = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()  # from the 3rd field, the state
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime and stime, fields 14, 15
+        if int(entry.name) == own:
+            kind = "benchmark"
+        elif command in PLANE_COMMANDS or command == "postgres":
+            kind = command
+        else:
+            kind = "other"
+        used[kind] = used.get(kind, 0.0) + seconds
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    used["idle"] = (int(cpu[4]) + int(cpu[5])) / tick  # idle and iowait
+    return used
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The seconds each kind used between two readings of `cpu_seconds`, busiest first (none
+    below 0: a process that exited between them took its earlier seconds away)."""
+    spent = {kind: max(0.0, after[kind] - before.get(kind, 0.0)) for kind in after}
+    return {kind: round(spent[kind], 1) for kind in sorted(spent, key=lambda k: -spent[k])}
 
 
 def figures(
@@ -421,13 +468,15 @@ def run_kube_scheduler(
     try:
         if created_first:
             create_all()
-            started = time.time()
+            started, cpu = time.time(), cpu_seconds()
             plane.start_scheduler()
         else:
             plane.start_scheduler()
             scheduler_ready(api)
+            cpu = cpu_seconds()
             create_all()
         bound.wait_for(KUBE_NAMESPACE, pods, time.monotonic() + limit_s)
+        spent = cpu_used(cpu, cpu_seconds())
         with bound.changed:
             at = {k: v for k, v in bound.at.items() if k[0] == KUBE_NAMESPACE}
             for key in at:  # the next run in this namespace counts its own pods
@@ -435,7 +484,7 @@ def run_kube_scheduler(
     finally:
         # Its informers would otherwise watch Gantry's pods too, on the same two cores.
         plane.stop_process("kube-scheduler")
-    out = figures(created, at, started)
+    out = figures(created, at, started) | {"cpu_s": spent}
     log(f"kube-scheduler ({'created first' if created_first else 'arrival-paced'}): {out}")
     delete_pods(api, KUBE_NAMESPACE)  # before the next run, which takes its time at scale
     return out
@@ -516,9 +565,10 @@ def run_gantry(
     if not daemon.lease.renew():
         daemon.lease.acquire()
     Job.objects.bulk_create(job_rows(specs, timezone.now()), batch_size=2000)
-    began = time.time()
+    began, cpu = time.time(), cpu_seconds()
     daemon.run()
     bound.wait_for(GANTRY_NAMESPACE, pods, time.monotonic() + 60)
+    spent = cpu_used(cpu, cpu_seconds())
     created = {str(pk): at.timestamp() for pk, at in Job.objects.values_list("id", "created_at")}
     with bound.changed:
         at = {
@@ -527,7 +577,7 @@ def run_gantry(
         }  # fmt: skip
     busiest = dict(sorted(phases.items(), key=lambda item: -item[1])[:6])
     log(f"gantry: {cycles} cycles; seconds per phase: {json.dumps(_rounded(busiest))}")
-    out = figures(created, at, began)
+    out = figures(created, at, began) | {"cpu_s": spent}
     log(f"gantry: {out}")
     delete_pods(api, GANTRY_NAMESPACE)
     return out
@@ -622,7 +672,6 @@ def run_here(
     controllers = "*" if node_lifecycle else "*,-nodelifecycle"
     plane.start(controller_manager=True, controllers=controllers)
     api = admin_client(plane.kubeconfig, creators + 4)
-    stop_beats = threading.Event()
     try:
         apply_priority_classes(api)
         shape = NodeShape(gpus=GPUS_PER_NODE)
@@ -632,29 +681,22 @@ def run_here(
         log(f"{nodes} nodes registered in {time.monotonic() - began:.1f} s")
         rounds = [timed(kubelets.heartbeat)]
         log(f"heartbeat_s: one round of {nodes} nodes' heartbeats took {rounds[0]:.2f} s")
+        with contextlib.ExitStack() as stack:
+            if node_lifecycle:  # apart from the daemon, which runs in this process
+                beats = stack.enter_context(apart(functools.partial(_beat, kubelets)))
+            with watching(plane.kubeconfig) as bound:
+                kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s, log)
+                paced = run_kube_scheduler(
+                    plane, api, bound, pods, creators, limit_s, log, created_first=False
+                )
+                flavor = flavor_from_product(shape.product)
+                gantry = run_gantry(api, bound, pods, flavor, window, limit_s, log)
+            if kueue_fraction is None:
+                scenario: dict[str, Any] = {"skipped": "not asked for (--kueue-fraction 0)"}
+            else:
+                scenario = kueue_scenario(plane, api, kueue_fraction, database_url, limit_s, log)
         if node_lifecycle:
-            beats = threading.Thread(
-                target=kubelets.beat,
-                args=(stop_beats,),
-                kwargs={"on_round": rounds.append},
-                name="heartbeats",
-                daemon=True,
-            )
-            beats.start()
-        with watching(plane.kubeconfig) as bound:
-            kube = run_kube_scheduler(plane, api, bound, pods, creators, limit_s, log)
-            paced = run_kube_scheduler(
-                plane, api, bound, pods, creators, limit_s, log, created_first=False
-            )
-            flavor = flavor_from_product(shape.product)
-            gantry = run_gantry(api, bound, pods, flavor, window, limit_s, log)
-        if kueue_fraction is None:
-            scenario: dict[str, Any] = {"skipped": "not asked for (--kueue-fraction 0)"}
-        else:
-            scenario = kueue_scenario(plane, api, kueue_fraction, database_url, limit_s, log)
-        stop_beats.set()
-        if node_lifecycle:
-            beats.join()
+            rounds.extend(*beats)
         return {
             "throughput": {
                 "gantry": gantry,
@@ -668,9 +710,17 @@ def run_here(
             "versions": versions(),
         }
     finally:
-        stop_beats.set()
         api.close()
         plane.stop()
+
+
+def _beat(kubelets: Any, stop: Any) -> list[float]:
+    """The nodes' heartbeat rounds until `stop`, in the process `apart` forked; each round's
+    seconds."""
+    kubelets.reconnect()
+    rounds: list[float] = []
+    kubelets.beat(stop, on_round=rounds.append)
+    return rounds
 
 
 def timed(step: Callable[[], None]) -> float:

@@ -120,6 +120,13 @@ class Kubelets:
         self._ip = 0
         self._rounds = 0  # heartbeat rounds done: whose status is reported is turn by turn
 
+    def reconnect(self) -> None:
+        """A client of its own, in a process forked from the one that made this: the parent's
+        pooled connections stay the parent's."""
+        self.api = client.ApiClient(self.api.configuration)
+        self.core = client.CoreV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+
     # -- nodes -----------------------------------------------------------------------------
 
     def add_nodes(self, names: Iterable[str], shape: NodeShape | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.k8s_peers import figures, run_here
+from bench.k8s_peers import cpu_used, figures, run_here
 from tenants.models import PriorityClass
 
 PEER_KEYS = {
@@ -23,6 +23,7 @@ PEER_KEYS = {
     "first_bound_s",
     "created_s",
     "pods_per_s_from_creation",
+    "cpu_s",
 }
 
 
@@ -47,6 +48,8 @@ def test_both_peers_bind_every_pod_and_the_json_has_the_issues_shape(
         assert set(measured) == PEER_KEYS, peer
         assert measured["bound"] == 8, peer
         assert measured["pods_per_s"] > 0 and 0 <= measured["p50_s"] <= measured["p99_s"], peer
+        # Where the cores went meanwhile: the plane's processes were read, and this one's.
+        assert {"kube-apiserver", "etcd", "benchmark", "idle"} <= set(measured["cpu_s"]), peer
     assert out["kueue_scenario"] == {"skipped": "not asked for (--kueue-fraction 0)"}
     assert set(out["versions"]) == {"kubernetes", "etcd", "kueue", "gantry"}
 
@@ -72,3 +75,25 @@ def test_arrival_paced_the_rate_counts_from_the_first_creation() -> None:
     assert (out["wall_s"], out["started_s"]) == (3.5, 0.0)
     assert out["pods_per_s"] == out["pods_per_s_from_creation"] == round(4 / 3.5, 1)
     assert out["p50_s"] == out["p50_from_start_s"] == 0.5
+
+
+def test_the_cpu_used_is_each_kinds_seconds_between_two_readings_busiest_first() -> None:
+    before = {"kube-apiserver": 10.0, "benchmark": 5.0, "other": 9.0, "idle": 100.0}
+    after = {
+        "kube-apiserver": 40.04,
+        "benchmark": 7.0,
+        "other": 3.0,
+        "postgres": 1.0,
+        "idle": 112.5,
+    }
+    out = cpu_used(before, after)
+    # A process that exited between the readings took its seconds away: "other" is 0, not -6;
+    # one that began between them counts from nothing.
+    assert out == {
+        "kube-apiserver": 30.0,
+        "idle": 12.5,
+        "benchmark": 2.0,
+        "postgres": 1.0,
+        "other": 0.0,
+    }
+    assert list(out) == ["kube-apiserver", "idle", "benchmark", "postgres", "other"]

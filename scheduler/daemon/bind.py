@@ -5,9 +5,10 @@ and return what did not to the queue."""
 from __future__ import annotations
 
 import logging
+import queue
 from collections import defaultdict
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -132,7 +133,13 @@ class _Binding:
         self.out = Outcome()
         self.left: dict[int, int] = {}  # job id -> calls of its current step not answered
         self.created: dict[int, list[PodRequest]] = defaultdict(list)
+        # The calls not answered, in the order sent, which is the order the pool's threads
+        # start them (its queue is first in, first out): the started ones lead.
         self.waiting: dict[Future[None], Call] = {}
+        # Each call's future as it is answered (or times out on its thread, after its
+        # deadline here): one wakeup and O(1) work per answer, where waiting on every
+        # future at once costs O(calls in flight) per answer, O(n^2) over a phase.
+        self.answers: queue.SimpleQueue[Future[None]] = queue.SimpleQueue()
 
     def run(self) -> Outcome:
         with self.cluster.threads_writing():
@@ -162,26 +169,42 @@ class _Binding:
                 cluster.delete_from_thread(*call.what)
 
         self.waiting[call.future] = call
+        call.future.add_done_callback(self.answers.put)
         cluster.calls.send(call, send)
+
+    def _started(self) -> Iterator[tuple[Call, float]]:
+        """The calls a thread runs and when each started, oldest first: those that lead
+        `waiting`. A call started a moment before one sent ahead of it (two threads taking
+        the next two) is found at the next wait."""
+        for call in self.waiting.values():
+            if call.started is None:
+                return
+            yield call, call.started
 
     def _wait(self) -> None:
         keeper = self.cluster.keeper
         monotonic = self.cluster.calls.monotonic
-        now = monotonic()
-        started = [c.started for c in self.waiting.values() if c.started is not None]
         timeout = keeper.lease.ttl_s / 12
-        if started:
-            timeout = min(timeout, max(0.0, min(started) + self.deadline_s - now) + 0.001)
-        done, _ = wait(list(self.waiting), timeout=timeout, return_when=FIRST_COMPLETED)
+        for _, started in self._started():  # the oldest, whose deadline comes first
+            timeout = min(timeout, max(0.0, started + self.deadline_s - monotonic()) + 0.001)
+            break
+        done = []
+        try:
+            done.append(self.answers.get(timeout=timeout))
+            while True:
+                done.append(self.answers.get_nowait())
+        except queue.Empty:
+            pass
         keeper.keep_for_threads()  # LeaseLost when lost: the threads' next writes are refused
         for future in done:
-            self._answered(self.waiting.pop(future), future.exception())
+            call = self.waiting.pop(future, None)
+            if call is not None:  # else answered after its deadline: given up on already
+                self._answered(call, future.exception())
         now = monotonic()
-        for future, call in list(self.waiting.items()):
-            if call.started is not None and now - call.started >= self.deadline_s:
-                del self.waiting[future]
-                late = BackendError(f"no answer within {self.deadline_s:g} s")
-                self._answered(call, late)
+        late = [call for call, started in self._started() if now - started >= self.deadline_s]
+        for call in late:
+            del self.waiting[call.future]
+            self._answered(call, BackendError(f"no answer within {self.deadline_s:g} s"))
 
     def _answered(self, call: Call, error: BaseException | None) -> None:
         if call.step == "delete":

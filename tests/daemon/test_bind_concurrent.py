@@ -187,6 +187,22 @@ def test_a_stalled_call_is_given_up_at_its_deadline_and_the_cycle_goes_on() -> N
     assert took < WAIT_S  # not held until the stalled call ends
 
 
+def test_a_call_stalled_behind_others_and_ahead_of_many_queued_is_given_up_alone() -> None:
+    # Four threads, forty jobs: the tenth job's create stalls while the calls sent after it
+    # still queue for a thread. It alone fails at its deadline; the others bind (the calls
+    # not started yet have no deadline running).
+    backend = NetworkCluster(max_in_flight=4)
+    backend.delay_s = 0.005
+    gate = backend.hold("create", "gantry-10-a0-r0")
+    try:
+        jobs = [(job_id, 1) for job_id in range(1, 41)]
+        out = bind_plan(cluster_of(backend), plan_of(*jobs), no_hook, deadline_s=0.3)
+    finally:
+        gate.set()
+    assert out.failed == {10: "creating pods failed: no answer within 0.3 s"}
+    assert sorted(out.bound) == [j for j in range(1, 41) if j != 10]
+
+
 def test_a_gang_binds_all_or_nothing() -> None:
     """One pod of a four-pod gang cannot be created: none of the gang's pods is bound, the
     job fails whole, and the other job binds."""
