@@ -521,6 +521,7 @@ def run_gantry(
     from scheduler.backends.kubernetes.backend import KubernetesBackend
     from scheduler.backends.kubernetes.config import KubernetesConfig
     from scheduler.daemon.loop import Daemon
+    from scheduler.daemon.wakeup import Waiter
     from scheduler.leader import Lease
     from scheduler.models import Job
 
@@ -555,6 +556,15 @@ def run_gantry(
     )
     daemon.lease.acquire()
     daemon.sync_nodes(force=True)  # the inventory is in before the first job is
+    # So are a running daemon's watches and their caches (its nodes' too: the inventory sync
+    # reads them): started here, and handed to its loop.
+    waiter = Waiter(daemon.stop, wake=backend.watch_pods(daemon.stop))
+    informer = backend.node_informer
+    for _ in range(30):  # each read waits up to informer_wait_s for the watch's first list
+        if informer is None or informer.nodes() is not None:
+            break
+    else:
+        log("gantry: the node watch had not listed the nodes in a minute; going on")
     specs = [
         {"team": team, "name": f"peer-{i}", "gpus": 1, "replicas": 1, "duration_s": 3600,
          "priority": priority}
@@ -566,7 +576,7 @@ def run_gantry(
         daemon.lease.acquire()
     Job.objects.bulk_create(job_rows(specs, timezone.now()), batch_size=2000)
     began, cpu = time.time(), cpu_seconds()
-    daemon.run()
+    daemon.run(waiter)
     bound.wait_for(GANTRY_NAMESPACE, pods, time.monotonic() + 60)
     spent = cpu_used(cpu, cpu_seconds())
     created = {str(pk): at.timestamp() for pk, at in Job.objects.values_list("id", "created_at")}

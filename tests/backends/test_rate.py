@@ -72,15 +72,18 @@ def test_the_settings_come_from_the_environment_and_bad_ones_name_the_variable()
             "GANTRY_K8S_API_BURST": "100",
             "GANTRY_K8S_MAX_IN_FLIGHT": "8",
             "GANTRY_K8S_CREATE_BOUND": "false",
+            "GANTRY_K8S_NODE_WATCH_S": "30",
         }
     )
     assert (config.api_qps, config.api_burst, config.max_in_flight) == (50.0, 100, 8)
+    assert (config.node_watch_s, KubernetesConfig.from_env({}).node_watch_s) == (30, 60)
     assert config.create_bound is False
     assert KubernetesConfig.from_env({}).create_bound is True
     for name, value, message in (
         ("GANTRY_K8S_API_QPS", "fast", "GANTRY_K8S_API_QPS: 'fast' is not a number"),
         ("GANTRY_K8S_MAX_IN_FLIGHT", "0", "GANTRY_K8S_MAX_IN_FLIGHT: 0 is below 1"),
         ("GANTRY_K8S_CREATE_BOUND", "maybe", "GANTRY_K8S_CREATE_BOUND: 'maybe' is not true"),
+        ("GANTRY_K8S_NODE_WATCH_S", "0", "GANTRY_K8S_NODE_WATCH_S: 0 is below 1"),
     ):
         with pytest.raises(ValueError, match=message):
             KubernetesConfig.from_env({name: value})

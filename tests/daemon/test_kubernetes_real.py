@@ -405,7 +405,7 @@ def test_jobs_run_through_a_compaction_and_an_apiserver_restart(
     try:
         first = [real.submit() for _ in range(2)]
         real.until("running", lambda: all(real.state(j) == "running" for j in first))
-        (watcher,) = real.backend._watchers
+        watcher, _nodes = real.backend._watchers  # the pod watch, then the node watch
         relists = watcher.relists
         # A watcher of its own, left at the version before the compaction.
         stale = real.backend.pod_watcher(lambda _pods: None, lambda *_: None, timeout_s=5)

@@ -46,7 +46,7 @@ from scheduler.backends.base import (
 from scheduler.backends.kubernetes import logs as kubernetes_logs
 from scheduler.backends.kubernetes.config import KubernetesConfig
 from scheduler.backends.kubernetes.held import HeldCaches
-from scheduler.backends.kubernetes.informer import PodInformer
+from scheduler.backends.kubernetes.informer import NodeInformer, PodInformer
 from scheduler.backends.kubernetes.inventory import node_info
 from scheduler.backends.kubernetes.namespaces import NamespaceContents
 from scheduler.backends.kubernetes.render import (
@@ -167,9 +167,11 @@ class KubernetesBackend(NamespaceContents):
         self._sleep, self._rand = sleep, rand
         # Device resource per node (nvidia.com/gpu or an NPU's), from the last inventory.
         self._device_resource: dict[str, str] = {}
-        self._watchers: list[ListWatcher[PodStatus]] = []
-        # Gantry's pods as the daemon's watch sees them (`watch_pods`): list_pods reads here.
+        self._watchers: list[ListWatcher[Any]] = []
+        # Gantry's pods as the daemon's watch sees them (`watch_pods`): list_pods reads here;
+        # and the nodes, which list_nodes reads while that watch is live.
         self.informer: PodInformer | None = None
+        self.node_informer: NodeInformer | None = None
         # Namespaces seen to carry Gantry's label, so each is read once per process.
         self._own_namespaces: set[str] = set()
         self._fence = WriteFence()  # the daemon's lease fence, before every try of a write
@@ -231,6 +233,10 @@ class KubernetesBackend(NamespaceContents):
 
     @_protocol_errors
     def list_nodes(self) -> Sequence[NodeInfo]:
+        """From the node watch's cache while it is live (the daemon's watches run), else
+        listed from the API server."""
+        if self.node_informer is not None and (cached := self.node_informer.nodes()) is not None:
+            return cached
         items, _ = self._pages("list nodes", self.core.list_node)
         return [self._remember(node_info(item, self.config)) for item in items]
 
@@ -254,7 +260,10 @@ class KubernetesBackend(NamespaceContents):
     @_protocol_errors
     def set_node_unschedulable(self, node: str, unschedulable: bool) -> None:
         body = {"spec": {"unschedulable": unschedulable}}
-        self._call(f"cordon {node}", self.core.patch_node, node, body)
+        answer = self._call(f"cordon {node}", self.core.patch_node, node, body)
+        if self.node_informer is not None and isinstance(answer, dict):  # read your writes
+            rv = (answer.get("metadata") or {}).get("resourceVersion")
+            self.node_informer.changed("MODIFIED", node_info(answer, self.config), rv)
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -818,7 +827,27 @@ class KubernetesBackend(NamespaceContents):
         threading.Thread(
             target=watcher.run, args=(stop,), name="gantry-pod-watch", daemon=True
         ).start()
+        self._watch_nodes(stop, back_off)
         return changed
+
+    def _watch_nodes(self, stop: threading.Event, back_off: Callable[[float], None]) -> None:
+        """The node watch, beside the pod watch: its cache answers list_nodes while it is
+        live (`NodeInformer`). Node changes do not wake the daemon: its inventory sync reads
+        them at its own pace, as it listed them before."""
+        informer = self.node_informer = NodeInformer(self.config.informer_wait_s)
+
+        def synced(nodes: list[NodeInfo]) -> None:
+            informer.synced(nodes, watcher.resource_version or "")
+
+        def event(kind: str, node: NodeInfo) -> None:
+            informer.changed(kind, node, watcher.resource_version)
+
+        watcher = self.node_watcher(synced, event, self.config.node_watch_s)
+        watcher.on_lapse, watcher.sleep = informer.lapsed, back_off
+        self._watchers.append(watcher)
+        threading.Thread(
+            target=watcher.run, args=(stop,), name="gantry-node-watch", daemon=True
+        ).start()
 
     def close_watches(self) -> None:
         """Break the open watch streams (after setting the `stop` given to `watch_pods`)."""
@@ -828,6 +857,9 @@ class KubernetesBackend(NamespaceContents):
         if self.informer is not None:
             self.informer.lost()
             self.informer = None
+        if self.node_informer is not None:
+            self.node_informer.lapsed()
+            self.node_informer = None
 
     def node_watcher(
         self,

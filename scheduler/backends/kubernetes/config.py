@@ -70,6 +70,9 @@ class KubernetesConfig:
     # While the daemon's watch runs, reconcile reads Gantry's pods from its cache once the
     # cache has seen the daemon's own writes; it waits this long for that, then lists.
     informer_wait_s: float = 2.0
+    # The longest one node watch stream runs before the nodes are listed again; the inventory
+    # sync reads the node watch's cache meanwhile (a hung stream breaks 30 s after this).
+    node_watch_s: int = 60
     # A project namespace's NetworkPolicies (kubernetes_namespace): the cluster DNS its pods
     # may reach, and where else they may connect (the internet, less the private and
     # link-local ranges: other tenants, Gantry itself, the cloud metadata address).
@@ -125,7 +128,8 @@ class KubernetesConfig:
 
 
 def _calls(env: Mapping[str, str]) -> dict[str, object]:
-    """The API call settings: the rate, the calls in flight, bound creation. ValueError naming
+    """The API call settings: the rate, the calls in flight, bound creation, the node watch's
+    streams. ValueError naming
     the variable for a value out of range."""
     changes: dict[str, object] = {}
     if env.get("GANTRY_K8S_API_QPS"):
@@ -134,6 +138,8 @@ def _calls(env: Mapping[str, str]) -> dict[str, object]:
         changes["api_burst"] = int(_number("GANTRY_K8S_API_BURST", env, 1))
     if env.get("GANTRY_K8S_MAX_IN_FLIGHT"):
         changes["max_in_flight"] = int(_number("GANTRY_K8S_MAX_IN_FLIGHT", env, 1))
+    if env.get("GANTRY_K8S_NODE_WATCH_S"):
+        changes["node_watch_s"] = int(_number("GANTRY_K8S_NODE_WATCH_S", env, 1))
     if env.get("GANTRY_K8S_CREATE_BOUND"):
         value = env["GANTRY_K8S_CREATE_BOUND"].strip().lower()
         if value not in ("1", "0", "true", "false", "yes", "no"):

@@ -48,6 +48,10 @@ class ListWatcher(Generic[T]):
     on_sync: Callable[[list[T]], None]
     on_event: Callable[[str, T], None]
     timeout_s: int = 300
+    # Called whenever a stream ends (the server's timeout, 410 Gone, a reset, a hang broken by
+    # the read timeout, close()): what the handlers were told may miss changes from then
+    # until the next list's `on_sync`.
+    on_lapse: Callable[[], None] = lambda: None
     policy: RetryPolicy = field(default_factory=lambda: RetryPolicy(attempts=8, cap_s=30.0))
     sleep: Callable[[float], None] = time.sleep
     rand: Callable[[], float] = random.random
@@ -138,6 +142,7 @@ class ListWatcher(Generic[T]):
         finally:
             # Closed, not returned to the pool: a half-read stream would poison the connection.
             self._response = None
+            self.on_lapse()
             response.close()
             response.release_conn()
 
