@@ -43,6 +43,21 @@ _ITEM = re.compile(
 _LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
 
 
+def _as_asked(accept: str, code: int, payload: Obj) -> Obj:
+    """An object's answer as the client asked for it: `as=PartialObjectMetadata` in Accept
+    gets its metadata alone, as the real API server transforms it (lists and errors as they
+    are: nothing here asks for those so)."""
+    if "as=PartialObjectMetadata" not in accept or code >= 300 or payload.get("kind") == "Status":
+        return payload
+    if "items" in payload:
+        return payload
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": payload.get("metadata") or {},
+    }
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes
@@ -100,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
             code, payload = self._route(fake, method, url.path, query, body)
         except ApiError as exc:
             code, payload = exc.code, status_body(exc.code, exc.reason, exc.message)
-        self._json(code, payload)
+        self._json(code, _as_asked(self.headers.get("Accept") or "", code, payload))
 
     @staticmethod
     def _take_fault(fake: FakeApiServer, method: str, path: str, watching: bool) -> Fault | None:

@@ -5,12 +5,14 @@ adopted, bound, or refused as a conflict, as the two-call path does (test_contra
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from scheduler.backends.base import BindConflict, PodPhase
-from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.backend import METADATA_ONLY, KubernetesBackend
+from scheduler.backends.kubernetes.render import render_pod
 from tests.k8s.conftest import Cluster
 from tests.k8s.test_contract import ours, request_for
 
@@ -51,3 +53,27 @@ def test_our_pod_on_another_node_is_a_conflict_naming_it(cluster: Cluster) -> No
     with pytest.raises(BindConflict) as raised:
         backend.create_pod(request_for(cluster, 203))
     assert raised.value.bound_node == cluster.nodes[1] and not raised.value.deleting
+
+
+def test_a_create_asked_for_its_metadata_alone_answers_nothing_else(cluster: Cluster) -> None:
+    """What the create path relies on (the API server encodes, and the daemon parses, a tenth
+    of the pod): asked so (`as=PartialObjectMetadata`), a create answers the object's
+    metadata alone, with the version the informer waits for and the uid a Service's owner
+    reference names."""
+    manifest = render_pod(request_for(cluster, 204), cluster.backend.config, bound=True)
+    response = cluster.backend.core.create_namespaced_pod(
+        cluster.namespace, manifest, _headers={"Accept": METADATA_ONLY}, _preload_content=False
+    )
+    try:
+        answer = json.loads(response.data)
+    finally:
+        response.release_conn()
+    assert answer["kind"] == "PartialObjectMetadata" and set(answer) == {
+        "kind",
+        "apiVersion",
+        "metadata",
+    }
+    meta = answer["metadata"]
+    assert meta["name"] == "gantry-204-a0-r0" and meta["resourceVersion"] and meta["uid"]
+    (status,) = ours(cluster, "gantry-204-a0-r0")
+    assert status.node == cluster.nodes[0]  # created whole, on its node, whatever the answer

@@ -69,6 +69,8 @@ from scheduler.backends.workloads import JOB, RESUMABLE, Resumable, parse_ref
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 CONFLICT, NOT_FOUND = 409, 404
+# An answer of the object's metadata alone (the API server's server-side transformation).
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 JSON_PATCH = "application/json-patch+json"
 # Namespaces the daemon creates for projects enforce the restricted Pod Security Standard.
 PSS_LABELS = {
@@ -281,9 +283,9 @@ class KubernetesBackend(NamespaceContents):
             return
         bound = self.config.create_bound
         manifest = render_pod(pod, self.config, self._device_resource.get(pod.node), bound=bound)
-        created = self._create_or_adopt(pod, manifest)
+        created, adopted = self._create_or_adopt(pod, manifest)
         self._wrote(created)
-        if bound:
+        if bound and adopted:  # one we created now is on its node: the manifest's
             node = (created.get("spec") or {}).get("nodeName")
             if not node:  # ours, created unbound before (another setting, an older version)
                 self.bind_pod(pod.namespace, pod.name, pod.node)
@@ -385,14 +387,22 @@ class KubernetesBackend(NamespaceContents):
 
     def _create_or_adopt(
         self, pod: PodRequest, manifest: dict[str, Any], again: bool = True
-    ) -> dict[str, Any]:
-        """The created pod, or ours found under its name. `again`: one more try is allowed."""
+    ) -> tuple[dict[str, Any], bool]:
+        """The created pod's metadata and False, or ours found under its name (whole) and
+        True. `again`: one more try is allowed. The create asks for the answer's metadata
+        alone (`as=PartialObjectMetadata`): the API server then encodes, and this process
+        parses, a tenth of the pod, and the metadata (its version, for the informer; its uid,
+        for the Service's owner) is all that is read of it."""
         self._require_own_namespace(pod.namespace)
         try:
             created = self._call(
-                f"create pod {pod.name}", self.core.create_namespaced_pod, pod.namespace, manifest
+                f"create pod {pod.name}",
+                self.core.create_namespaced_pod,
+                pod.namespace,
+                manifest,
+                _headers={"Accept": METADATA_ONLY},
             )
-            return dict(created)
+            return dict(created), False
         except ApiException as exc:
             if exc.status == NOT_FOUND and again:  # the project's namespace does not exist yet
                 self.ensure_namespace(pod.namespace)
@@ -407,7 +417,7 @@ class KubernetesBackend(NamespaceContents):
         if existing is None or not is_adoptable(existing, {**manifest, "spec": spec}):
             raise ForeignPod(f"{pod.namespace}/{pod.name} exists and is not Gantry's pod")
         logger.info("adopted existing pod %s/%s", pod.namespace, pod.name)
-        return existing
+        return existing, True
 
     def _ensure_service(self, pod: PodRequest, owner: dict[str, Any]) -> None:
         """The headless Service, owned by replica 0 so the garbage collector removes it."""
