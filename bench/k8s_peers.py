@@ -34,6 +34,8 @@ yet running waits for the creations after it (kube-scheduler's 10,000 pods took 
 to 28 s here, Gantry's rows under 2 s), which is no scheduler's doing. `first_bound_s`: the start
 to the first pod bound (kube-scheduler's includes its process start and its caches' sync;
 Gantry's inventory is synced before its clock starts, as its daemon keeps it between cycles).
+`cpu_s`: the CPU seconds each kind of process used from the scheduler's start to its last pod
+bound (`cpu_seconds`: the plane's processes by command, PostgreSQL, this process, the others).
 `pods_per_s_from_creation` is the figure the runs before 2026-12-07 reported as pods_per_s
 (over the span from the first creation): it counts kube-scheduler's creation time, when it was
 not running, against it.
@@ -559,11 +561,7 @@ def run_gantry(
     # So are a running daemon's watches and their caches (its nodes' too: the inventory sync
     # reads them): started here, and handed to its loop.
     waiter = Waiter(daemon.stop, wake=backend.watch_pods(daemon.stop))
-    informer = backend.node_informer
-    for _ in range(30):  # each read waits up to informer_wait_s for the watch's first list
-        if informer is None or informer.nodes() is not None:
-            break
-    else:
+    if backend.node_informer is not None and not backend.node_informer.wait_listed(60.0):
         log("gantry: the node watch had not listed the nodes in a minute; going on")
     specs = [
         {"team": team, "name": f"peer-{i}", "gpus": 1, "replicas": 1, "duration_s": 3600,

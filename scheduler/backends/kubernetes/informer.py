@@ -20,7 +20,7 @@ then None until the next list, and the caller lists as before. A stream ends at 
 `node_watch_s` (the daemon's: 60 s), and one that hangs breaks on its read timeout 30 s later,
 so a cache that answers is never older than its last event by more than that. The daemon's own
 writes to a node (cordons) are kept from their answers, so the next read sees them; an older
-event of the same node does not undo one.
+event of the same node does not undo one. Only the first read waits, for the first list.
 """
 
 from __future__ import annotations
@@ -130,14 +130,13 @@ class PodInformer:
 
 
 class NodeInformer:
-    def __init__(
-        self, wait_s: float = 2.0, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.wait_s, self.monotonic = wait_s, monotonic
+    def __init__(self, wait_s: float = 2.0) -> None:
+        self.wait_s = wait_s
         self._nodes: dict[str, NodeInfo] = {}
         self._versions: dict[str, int] = {}  # node -> the version its entry is as of
         self._live = False  # synced, and its stream has not ended since
         self._usable = True  # False once a version was not a number
+        self._first = True  # the first read waits for the first list; no other read waits
         self._lock = threading.Condition()
         self.reads = self.fallbacks = 0  # answered from the cache / left to a list
 
@@ -174,19 +173,23 @@ class NodeInformer:
         with self._lock:
             self._live = False
 
+    def wait_listed(self, timeout_s: float) -> bool:
+        """Whether the watch has listed the nodes (and still streams), waiting up to
+        `timeout_s` for it (a benchmark's warm-up)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._live, timeout_s)
+
     # -- from the daemon ----------------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo] | None:
-        """Every node while the watch is live, waiting up to `wait_s` for a list under way
-        (the first, or the one after a stream ended: as fresh as the caller's own, and one
-        list fewer); None otherwise (the caller lists)."""
-        deadline = self.monotonic() + self.wait_s
+        """Every node while the watch is live; None otherwise (the caller lists). The first
+        read waits up to `wait_s` for the watch's first list (the daemon's first cycle then
+        lists once, not twice); no later read waits, so a node watch that cannot list (a
+        403, an outage) costs a cycle nothing beyond the list it made before."""
         with self._lock:
-            while self._usable and not self._live:
-                left = deadline - self.monotonic()
-                if left <= 0:
-                    break
-                self._lock.wait(left)
+            if self._first:
+                self._first = False
+                self._lock.wait_for(lambda: self._live or not self._usable, self.wait_s)
             if not (self._live and self._usable):
                 self.fallbacks += 1
                 return None
