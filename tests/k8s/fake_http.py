@@ -47,9 +47,8 @@ def _as_asked(accept: str, code: int, payload: Obj) -> Obj:
     """An object's answer as the client asked for it: `as=PartialObjectMetadata` in Accept
     gets its metadata alone, as the real API server transforms it (lists and errors as they
     are: nothing here asks for those so)."""
-    if "as=PartialObjectMetadata" not in accept or code >= 300 or payload.get("kind") == "Status":
-        return payload
-    if "items" in payload:
+    whole = code >= 300 or payload.get("kind") == "Status" or "items" in payload
+    if whole or "as=PartialObjectMetadata" not in accept:
         return payload
     return {
         "kind": "PartialObjectMetadata",

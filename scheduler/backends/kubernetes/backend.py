@@ -833,10 +833,7 @@ class KubernetesBackend(NamespaceContents):
             stop.wait(seconds)
 
         watcher.sleep = back_off
-        self._watchers.append(watcher)
-        threading.Thread(
-            target=watcher.run, args=(stop,), name="gantry-pod-watch", daemon=True
-        ).start()
+        self._start(watcher, stop, "gantry-pod-watch")
         self._watch_nodes(stop, back_off)
         return changed
 
@@ -854,10 +851,12 @@ class KubernetesBackend(NamespaceContents):
 
         watcher = self.node_watcher(synced, event, self.config.node_watch_s)
         watcher.on_lapse, watcher.sleep = informer.lapsed, back_off
+        self._start(watcher, stop, "gantry-node-watch")
+
+    def _start(self, watcher: ListWatcher[Any], stop: threading.Event, name: str) -> None:
+        """The watch's loop in a thread of its own until `stop` (or `close_watches`)."""
         self._watchers.append(watcher)
-        threading.Thread(
-            target=watcher.run, args=(stop,), name="gantry-node-watch", daemon=True
-        ).start()
+        threading.Thread(target=watcher.run, args=(stop,), name=name, daemon=True).start()
 
     def close_watches(self) -> None:
         """Break the open watch streams (after setting the `stop` given to `watch_pods`)."""
