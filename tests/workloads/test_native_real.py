@@ -85,8 +85,27 @@ def native(db: Any, world: World, shared: Shared) -> Iterator[Native]:
             request(world.api, "DELETE", path, query=[("gracePeriodSeconds", "0")])
         jobs = f"/apis/batch/v1/namespaces/{world.managed}/jobs/ddp"
         request(world.api, "DELETE", jobs, query=[("propagationPolicy", "Background")])
+        _drain(world, real)
         real.kubelets.held.clear()
         real.kubelets.endings.clear()
+
+
+def _drain(world: World, real: Real, within_s: float = 60.0) -> None:
+    """Step the kubelets until no pod of a Gantry job is left in the namespace the module's
+    tests share: the next test's jobs may take the same ids (SQLite's sequence rolls back
+    with the test's transaction; PostgreSQL's does not), and a pod of an object deleted at
+    the end of a test (its garbage collected in the background) would be adopted as theirs."""
+    path = f"/api/v1/namespaces/{world.managed}/pods"
+    query = [("labelSelector", "gantry.io/job-id")]
+    deadline = time.monotonic() + within_s
+    while left := [
+        p["metadata"]["name"] for p in request(world.api, "GET", path, query=query).body["items"]
+    ]:
+        assert time.monotonic() < deadline, (
+            f"pods of the test's jobs left after {within_s:.0f} s: {left}"
+        )
+        real.kubelets.step()
+        time.sleep(0.2)
 
 
 def job_of(name: str) -> Job:
