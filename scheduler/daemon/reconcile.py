@@ -161,7 +161,8 @@ class Reconciler:
         # ... and the pods their operators make beside the replicas, bound with replica 0
         known = {a["pod_name"] for a in allocs} | keep_companions(allocs, jobs, pods, cluster)
         deadline = timedelta(seconds=self.limits.binding_timeout_s)
-        faults = companion_faults.companion_faults(allocs, jobs, pods, now, deadline)
+        judged = companion_faults.with_gone(cluster.backend, pods)
+        faults = companion_faults.companion_faults(allocs, jobs, judged, now, deadline)
         # 1. orphans (a user's Job's own pods left to its controller)
         self.left &= {(p.namespace, p.name) for p in pods.values() if workloads.pod_ended(p)}
         unheld = [

@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.backends.base import PodPhase, PodStatus
 from scheduler.backends.kubernetes.backend import KubernetesBackend
-from scheduler.backends.kubernetes.informer import PodInformer
+from scheduler.backends.kubernetes.informer import FAILED_GONE_S, PodInformer
 from tests.k8s.builders import make_request
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.fake_apiserver import FakeApiServer
@@ -33,6 +33,49 @@ def test_a_list_replaces_the_cache_and_events_change_one_pod_each() -> None:
     }
     informer.synced([status("z")], "20")
     assert [p.name for p in informer.pods() or ()] == ["z"]
+
+
+def companion(
+    name: str, phase: PodPhase, *, deleting: bool = False, role: str = "driver"
+) -> PodStatus:
+    return PodStatus(name, "team-a", 1, -1, 0, "gpu-1", phase, companion=role, deleting=deleting)
+
+
+def test_a_companion_seen_failed_is_kept_a_while_after_it_goes() -> None:
+    """Seen Failed, then deleting, then deleted (an operator deleted its object): it is
+    given as it was when it failed from the moment it went, for FAILED_GONE_S, and never
+    among the pods."""
+    now = [100.0]
+    informer = PodInformer(wait_s=0, monotonic=lambda: now[0])
+    informer.synced([companion("d", PodPhase.RUNNING)], "10")
+    informer.changed("MODIFIED", companion("d", PodPhase.FAILED), "11")
+    assert informer.failed_gone() == []  # still there: reconcile reads it among the pods
+    informer.changed("MODIFIED", companion("d", PodPhase.FAILED, deleting=True), "12")
+    informer.changed("DELETED", companion("d", PodPhase.FAILED, deleting=True), "13")
+    assert informer.failed_gone() == [companion("d", PodPhase.FAILED)]
+    assert informer.pods() == []
+    now[0] += FAILED_GONE_S - 1
+    assert [p.name for p in informer.failed_gone()] == ["d"]
+    now[0] += 2
+    assert informer.failed_gone() == []
+
+
+def test_what_is_not_a_failure_seen_before_it_went_is_not_kept() -> None:
+    """A pod of a replica (not a companion), a companion first seen Failed while already
+    deleting (its end may be the deletion's), one deleted while running: none is kept. One
+    that a re-list no longer holds went at that list."""
+    informer = PodInformer(wait_s=0)
+    informer.synced([], "10")
+    informer.changed("MODIFIED", status("replica", "gpu-1", PodPhase.FAILED), "11")
+    informer.changed("DELETED", status("replica", "gpu-1", PodPhase.FAILED), "12")
+    informer.changed("MODIFIED", companion("late", PodPhase.FAILED, deleting=True), "13")
+    informer.changed("DELETED", companion("late", PodPhase.FAILED, deleting=True), "14")
+    informer.changed("ADDED", companion("ran", PodPhase.RUNNING), "15")
+    informer.changed("DELETED", companion("ran", PodPhase.RUNNING), "16")
+    assert informer.failed_gone() == []
+    informer.changed("MODIFIED", companion("missed", PodPhase.FAILED, role="head"), "17")
+    informer.synced([], "30")  # its DELETED event was missed: the list no longer has it
+    assert [p.name for p in informer.failed_gone()] == ["missed"]
 
 
 def test_a_read_waits_until_the_cache_has_seen_our_own_write() -> None:

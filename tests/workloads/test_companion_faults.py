@@ -11,6 +11,7 @@ Workers running, suspended or not (a finished job is only cleaned up)."""
 from __future__ import annotations
 
 import copy
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -194,6 +195,53 @@ def test_a_jobsets_failed_driver_is_told_and_left_to_its_failure_policy(world: W
         "js-w-0-0-x",
         "js-w-1-0-x",
     }
+
+
+def test_a_jobsets_driver_deleted_before_the_next_cycle_is_told_from_the_watch(
+    world: World,
+) -> None:
+    """JobSet's manager deletes the Jobs of a JobSet its driver failed within a second or two,
+    often between two of the daemon's cycles: its pod watch saw the driver Failed, so the
+    failure is told though no cycle read the pod (reconcile reads from the watch's cache)."""
+    stop = threading.Event()
+    assert world.backend.watch_pods(stop, timeout_s=30).wait(5.0)  # the first list
+    try:
+        body = jobset("js")
+        driver = copy.deepcopy(body["spec"]["replicatedJobs"][0])
+        driver |= {"name": "driver", "replicas": 1}
+        driver["template"]["spec"]["template"] = {"spec": pod_spec(0)}
+        body["spec"]["replicatedJobs"].insert(0, driver)
+        operator = Operator(world, JOBSET)
+        operator.create(body)
+        world.step()
+        made = operator.step("js")
+        world.step()
+        job = running(world, made, "JobSet")
+        informer = world.backend.informer
+        assert informer is not None
+
+        def cached(phase: PodPhase | None) -> bool:
+            pods = {p.name: p.phase for p in informer.pods() or ()}
+            return pods.get("js-driver-0-0-x") == phase
+
+        fail(world, "js-driver-0-0-x")
+        _until(lambda: cached(PodPhase.FAILED))
+        world.fake.delete("pods", world.namespace, "js-driver-0-0-x", 0)
+        _until(lambda: cached(None))
+        world.step()
+        job.refresh_from_db()
+        assert job.reason.startswith("its replicated job 'driver' pod js-driver-0-0-x failed")
+    finally:
+        stop.set()
+        world.backend.close_watches()
+
+
+def _until(done: Any) -> None:
+    for _ in range(200):
+        if done():
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the watch did not see it within 10 s")
 
 
 def _pod(name: str, companion: str, *, node: str = "n1", attempt: int = 0, **kw: Any) -> PodStatus:

@@ -514,6 +514,12 @@ class KubernetesBackend(NamespaceContents):
         items, _ = self._list_pod_items()
         return [status for item in items if (status := pod_status(item)) is not None]
 
+    def failed_companions(self) -> Sequence[PodStatus]:
+        """Companion pods the daemon's watch saw Failed that have gone since (deleting, or
+        deleted) within the informer's `FAILED_GONE_S`: their failure is still to be told.
+        Without the watch, none: a list shows only the pods still there."""
+        return self.informer.failed_gone() if self.informer is not None else ()
+
     def _wrote(self, pod: Any) -> None:
         """A pod write's answer: reads from the informer wait until it has seen it."""
         if self.informer is not None and isinstance(pod, dict):

@@ -21,6 +21,12 @@ then None until the next list, and the caller lists as before. A stream ends at 
 so a cache that answers is never older than its last event by more than that. The daemon's own
 writes to a node (cordons) are kept from their answers, so the next read sees them; an older
 event of the same node does not undo one. Only the first read waits, for the first list.
+
+A companion pod seen Failed (and not being deleted) is kept for `FAILED_GONE_S` after it goes
+(deleting, or deleted): an operator deletes a failed companion's object within a second or two
+(JobSet's manager the Jobs of a JobSet its driver failed), often between two cycles, and
+reconcile still tells the failure (`failed_companions`, daemon/companions/faults.py). Kept
+apart from the pods: nothing else reads a pod that went as present.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from scheduler.backends.base import NodeInfo, PodStatus
+from scheduler.backends.base import NodeInfo, PodPhase, PodStatus
+
+FAILED_GONE_S = 60.0  # how long a failed companion is remembered after its pod went
 
 
 def version(text: object) -> int | None:
@@ -53,6 +61,8 @@ class PodInformer:
         # Binds of ours whose events have not come yet (a bind answers a Status, without a
         # version): pod -> node, shown on the cached pod until its event shows it bound.
         self._binds: dict[tuple[str, str], str] = {}
+        # Companion pods seen Failed, not deleting: pod -> (that state, when it went or None).
+        self._failed: dict[tuple[str, str], tuple[PodStatus, float | None]] = {}
         self._changed = threading.Condition()
         self.reads = self.fallbacks = 0  # answered from the cache / left to a list
 
@@ -65,6 +75,10 @@ class PodInformer:
             self._pods = {(p.namespace, p.name): p for p in pods}
             for key in [k for k in self._binds if (p := self._pods.get(k)) is None or p.node]:
                 del self._binds[key]
+            for key, pod in self._pods.items():
+                self._note_failed(key, pod)
+            for key in [k for k in self._failed if k not in self._pods]:
+                self._went(key)
             self._note(seen)
             self._changed.notify_all()
 
@@ -74,8 +88,10 @@ class PodInformer:
             key = (pod.namespace, pod.name)
             if kind == "DELETED":
                 self._pods.pop(key, None)
+                self._went(key)
             else:
                 self._pods[key] = pod
+                self._note_failed(key, pod)
             if kind == "DELETED" or pod.node:
                 self._binds.pop(key, None)
             self._note(version(rv))
@@ -86,6 +102,16 @@ class PodInformer:
         with self._changed:
             self._seen = -1
             self._changed.notify_all()
+
+    def _note_failed(self, key: tuple[str, str], pod: PodStatus) -> None:
+        if pod.deleting:
+            self._went(key)
+        elif pod.companion and pod.phase == PodPhase.FAILED and key not in self._failed:
+            self._failed[key] = (pod, None)
+
+    def _went(self, key: tuple[str, str]) -> None:
+        if (kept := self._failed.get(key)) is not None and kept[1] is None:
+            self._failed[key] = (kept[0], self.monotonic())
 
     def _note(self, seen: int | None) -> None:
         if seen is None:
@@ -127,6 +153,19 @@ class PodInformer:
                 if (pod := pods.get(key)) is not None and not pod.node:
                     pods[key] = replace(pod, node=node)
             return list(pods.values())
+
+    def failed_gone(self) -> list[PodStatus]:
+        """The companion pods seen Failed that went (deleting, or deleted) in the last
+        `FAILED_GONE_S`, as they were when seen Failed."""
+        now = self.monotonic()
+        with self._changed:
+            for key in [
+                k
+                for k, (_, went) in self._failed.items()
+                if went is not None and now - went > FAILED_GONE_S
+            ]:
+                del self._failed[key]
+            return [pod for pod, went in self._failed.values() if went is not None]
 
 
 class NodeInformer:

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from scheduler.backends.base import FailureReason, PodPhase, PodStatus
 from scheduler.daemon.workloads import workload_of
@@ -69,6 +69,24 @@ OPERATORS: dict[str, dict[str, str]] = {
     "trainjobs": {"": "its Job retries up to its backoffLimit, then the TrainJob fails"},
     "pytorchjobs": {"": "the training operator fails the PyTorchJob, and its job with it"},
 }
+
+
+@runtime_checkable
+class FailuresKept(Protocol):
+    """A backend that keeps the companion pods it saw Failed for a while after they went
+    (Kubernetes: the pod informer's `failed_gone`): an operator may delete a failed
+    companion's object between two cycles, and its failure is still told."""
+
+    def failed_companions(self) -> Sequence[PodStatus]: ...
+
+
+def with_gone(backend: object, pods: Mapping[str, PodStatus]) -> Mapping[str, PodStatus]:
+    """`pods` and, where the backend keeps them, the failed companions that went, for the
+    judgement of companions alone (a pod still there wins)."""
+    if not isinstance(backend, FailuresKept):
+        return pods
+    gone = {p.name: p for p in backend.failed_companions() if p.name not in pods}
+    return {**pods, **gone} if gone else pods
 
 
 @dataclass(frozen=True)
