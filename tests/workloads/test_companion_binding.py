@@ -487,17 +487,24 @@ def test_an_older_attempts_initializer_is_never_kept_nor_bound(world: World) -> 
     assert node_of(world, fresh) == head_node(low)
 
 
+def jobset_with_driver(name: str) -> Obj:
+    """Two Jobs of one 8-GPU pod each (`jobset`), and a driver Job of one pod without GPUs
+    before them."""
+    body = jobset(name)
+    driver = copy.deepcopy(body["spec"]["replicatedJobs"][0])
+    driver |= {"name": "driver", "replicas": 1}
+    driver["template"]["spec"]["template"] = {"spec": pod_spec(0)}
+    body["spec"]["replicatedJobs"].insert(0, driver)
+    return body
+
+
 def test_a_jobsets_driver_is_bound_beside_replica_0_and_its_gpu_jobs_are_the_replicas(
     world: World,
 ) -> None:
     """A JobSet of a driver (one pod without GPUs) and two Jobs of one 8-GPU pod: the GPU
     pods are replicas 0 and 1 (by the base and stride on their template), the driver's pod
     is bound to replica 0's node, never adopted, and left to finish once the job succeeds."""
-    body = jobset("js")
-    driver = copy.deepcopy(body["spec"]["replicatedJobs"][0])
-    driver |= {"name": "driver", "replicas": 1}
-    driver["template"]["spec"]["template"] = {"spec": pod_spec(0)}
-    body["spec"]["replicatedJobs"].insert(0, driver)
+    body = jobset_with_driver("js")
     operator = Operator(world, JOBSET)
     operator.create(body)
     world.step()

@@ -21,9 +21,14 @@ from scheduler.backends.base import FailureReason, PodPhase, PodStatus
 from scheduler.daemon.companions.faults import companion_faults
 from scheduler.models import Allocation, Job
 from scheduler.workloads.kinds import JOBSET, RAYJOB
-from tests.workloads.test_companion_binding import cpu_head_rayjob, head_node, node_of
+from tests.workloads.test_companion_binding import (
+    cpu_head_rayjob,
+    head_node,
+    jobset_with_driver,
+    node_of,
+)
 from tests.workloads.test_controller import World, world
-from tests.workloads.test_kinds_queued import Operator, events, jobset, pod_spec
+from tests.workloads.test_kinds_queued import Operator, events
 from tests.workloads.test_pytorchjob import TrainingOperator, pytorchjob
 
 __all__ = ["world"]  # the fixture, for this module
@@ -171,20 +176,20 @@ def test_a_rayjobs_head_that_cannot_pull_its_image_ends_the_attempt_at_the_deadl
     assert operator.get("ray")["spec"]["suspend"] is True
 
 
-def test_a_jobsets_failed_driver_is_told_and_left_to_its_failure_policy(world: World) -> None:
-    """The driver (no GPUs) exits 1: its Job makes it again up to its backoffLimit, then the
-    JobSet's failurePolicy decides: Gantry tells, and its GPU replicas go on."""
-    body = jobset("js")
-    driver = copy.deepcopy(body["spec"]["replicatedJobs"][0])
-    driver |= {"name": "driver", "replicas": 1}
-    driver["template"]["spec"]["template"] = {"spec": pod_spec(0)}
-    body["spec"]["replicatedJobs"].insert(0, driver)
+def _driver_running(world: World) -> Job:
+    """JobSet js (`jobset_with_driver`) made by its operator and running."""
     operator = Operator(world, JOBSET)
-    operator.create(body)
+    operator.create(jobset_with_driver("js"))
     world.step()
     made = operator.step("js")
     world.step()
-    job = running(world, made, "JobSet")
+    return running(world, made, "JobSet")
+
+
+def test_a_jobsets_failed_driver_is_told_and_left_to_its_failure_policy(world: World) -> None:
+    """The driver (no GPUs) exits 1: its Job makes it again up to its backoffLimit, then the
+    JobSet's failurePolicy decides: Gantry tells, and its GPU replicas go on."""
+    job = _driver_running(world)
     fail(world, "js-driver-0-0-x")
     world.step()
     job.refresh_from_db()
@@ -206,17 +211,7 @@ def test_a_jobsets_driver_deleted_before_the_next_cycle_is_told_from_the_watch(
     stop = threading.Event()
     assert world.backend.watch_pods(stop, timeout_s=30).wait(5.0)  # the first list
     try:
-        body = jobset("js")
-        driver = copy.deepcopy(body["spec"]["replicatedJobs"][0])
-        driver |= {"name": "driver", "replicas": 1}
-        driver["template"]["spec"]["template"] = {"spec": pod_spec(0)}
-        body["spec"]["replicatedJobs"].insert(0, driver)
-        operator = Operator(world, JOBSET)
-        operator.create(body)
-        world.step()
-        made = operator.step("js")
-        world.step()
-        job = running(world, made, "JobSet")
+        job = _driver_running(world)
         informer = world.backend.informer
         assert informer is not None
 
