@@ -21,6 +21,7 @@ from scheduler.backends.base import FailureReason, PodPhase, PodStatus
 from scheduler.daemon.companions.faults import companion_faults
 from scheduler.models import Allocation, Job
 from scheduler.workloads.kinds import JOBSET, RAYJOB
+from tests.k8s.test_node_informer import until
 from tests.workloads.test_companion_binding import (
     cpu_head_rayjob,
     head_node,
@@ -220,23 +221,15 @@ def test_a_jobsets_driver_deleted_before_the_next_cycle_is_told_from_the_watch(
             return pods.get("js-driver-0-0-x") == phase
 
         fail(world, "js-driver-0-0-x")
-        _until(lambda: cached(PodPhase.FAILED))
+        until(lambda: cached(PodPhase.FAILED), "the watch never saw the driver Failed")
         world.fake.delete("pods", world.namespace, "js-driver-0-0-x", 0)
-        _until(lambda: cached(None))
+        until(lambda: cached(None), "the watch never saw the driver deleted")
         world.step()
         job.refresh_from_db()
         assert job.reason.startswith("its replicated job 'driver' pod js-driver-0-0-x failed")
     finally:
         stop.set()
         world.backend.close_watches()
-
-
-def _until(done: Any) -> None:
-    for _ in range(200):
-        if done():
-            return
-        threading.Event().wait(0.05)
-    raise AssertionError("the watch did not see it within 10 s")
 
 
 def _pod(name: str, companion: str, *, node: str = "n1", attempt: int = 0, **kw: Any) -> PodStatus:
